@@ -1,0 +1,166 @@
+"""Read a workflow file (YAML or XML) into a validated :class:`~pwe.model.Workflow`.
+
+The one boundary where reader and pydantic errors become :class:`~pwe.errors.InputError`
+with the file and line of the offending key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from . import model
+from .errors import InputError, WorkflowSchemaError
+from .source import LineDict, did_you_mean, locate, typed_scalar
+from .yaml_reader import read_text, read_yaml
+
+_PARAM_TAGS = {"values", "range", "file"}
+
+
+def read_raw(path: Path) -> LineDict:
+    """The file's raw tree, by its extension (``.xml`` or YAML), sniffing otherwise."""
+    text = read_text(path)
+    if path.suffix.lower() == ".xml" or (
+        path.suffix.lower() not in (".yaml", ".yml") and text.lstrip().startswith("<")
+    ):
+        from .xml_reader import read_xml
+
+        return read_xml(path, text)
+    return read_yaml(path, text)
+
+
+def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
+    """``--set name=value`` options as typed property values."""
+    out: dict[str, Any] = {}
+    for item in sets:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise InputError(f"--set {item!r}: expected NAME=VALUE, e.g. --set nsteps=500")
+        out[name] = typed_scalar(value)
+    return out
+
+
+def load_workflow(path: str | Path, sets: Mapping[str, Any] | None = None) -> tuple[model.Workflow, LineDict]:
+    """Validate a workflow file; ``sets`` override (or add) properties.
+
+    Returns the model and the raw tree, whose line numbers later checks use.
+    """
+    path = Path(path)
+    raw = read_raw(path)
+    if sets:
+        props = raw.get("properties")
+        if props is None:
+            props = raw["properties"] = LineDict(line=None)
+        if not isinstance(props, dict):
+            raise WorkflowSchemaError("'properties' must be a mapping of name: value", path, locate(raw, ["properties"]))
+        props.update(sets)
+    return validate_raw(raw, path), raw
+
+
+def validate_raw(raw: LineDict, path: Path) -> model.Workflow:
+    try:
+        return model.Workflow.model_validate(raw)
+    except ValidationError as exc:
+        raise _input_error(exc, raw, path) from None
+
+
+def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
+    """The first (outermost) pydantic error as one line naming where and what."""
+    errors = sorted(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
+    err = errors[0]
+    loc = _clean_loc(err["loc"])
+    line = locate(raw, loc)
+    where = _describe(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1], raw)
+        known = list(parent.model_fields) if parent else []
+        hint = did_you_mean(loc[-1], known)
+        if not hint and known:
+            hint = f"; known keys: {', '.join(known)}"
+        msg = f"unknown key '{loc[-1]}'{' in ' + _describe(loc[:-1]) if loc[:-1] else ''}{hint}"
+    elif kind == "missing":
+        msg = f"{where}: missing; {_missing_hint(loc)}"
+    elif kind == "string_pattern_mismatch":
+        msg = f"{where}: {_value(err['input'])} is not a valid name (use letters, digits and '_'{_pattern_extra(loc)})"
+    else:
+        text = err["msg"].removeprefix("Value error, ")
+        msg = f"{where}: {text} (got {_value(err.get('input'))})"
+    return WorkflowSchemaError(msg, path, line)
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    """Drop the union tag pydantic puts after a parameter's name (``parameters.t.range``)."""
+    out = [p for i, p in enumerate(loc) if not (i >= 2 and loc[i - 2] == "parameters" and p in _PARAM_TAGS)]
+    return tuple(p for p in out if p != "[key]")
+
+
+def _describe(loc: tuple) -> str:
+    if not loc:
+        return "the workflow"
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "'" + "".join(parts) + "'"
+
+
+def _model_at(loc: tuple, raw: Any) -> type[BaseModel] | None:
+    """The model class at ``loc`` (a cleaned location) below Workflow, to list its keys."""
+    cls: type[BaseModel] = model.Workflow
+    i = 0
+    while i < len(loc):
+        key = loc[i]
+        if cls is model.Workflow and key == "nodes":
+            cls, i = model.Node, i + 2
+        elif cls is model.Node and key == "parameters":
+            # parameters.<name>: a RangeSpec or a FileSpec; which one, the raw keys tell
+            spec = _walk(raw, loc[: i + 2])
+            return model.RangeSpec if isinstance(spec, dict) and "range" in spec else model.FileSpec
+        elif key in ("defaults",) and cls is model.Workflow:
+            cls, i = model.Defaults, i + 1
+        elif key == "scheduling":
+            cls, i = model.Scheduling, i + 1
+        else:
+            return None
+    return cls
+
+
+def _walk(tree: Any, loc: tuple) -> Any:
+    for key in loc:
+        try:
+            tree = tree[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return tree
+
+
+def _missing_hint(loc: tuple) -> str:
+    key = loc[-1] if loc else ""
+    return {
+        "name": "a workflow needs a name, e.g. 'name: my-sweep'",
+        "nodes": "a workflow needs 'nodes', a mapping of node id to node",
+        "run": "every node needs 'run', the command its members execute",
+        "range": "write {range: [start, stop]} or {range: [start, stop, step]}",
+        "file": "write {file: values.csv, column: NAME}",
+    }.get(key, "this key is required")
+
+
+def _pattern_extra(loc: tuple) -> str:
+    return ", '.' and '-'" if (len(loc) == 2 and loc[0] == "nodes") or loc == ("name",) else "; not starting with a digit"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    if v is None:
+        return "nothing"
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."

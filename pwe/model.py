@@ -1,0 +1,220 @@
+"""The workflow model: what a YAML or XML workflow file means, as pydantic models.
+
+These models are the single definition of the format. The JSON Schema in
+``schemas/workflow.schema.json`` is generated from them (``python -m pwe.schema``) and
+``schemas/workflow.xsd`` describes the same model for the XML form.
+
+Names follow DESIGN.md; the scheduling profile keeps the original PWE property names
+verbatim (camelCase), so profiles written for PWE read unchanged. Walltimes are minutes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+#: A value a property or a parameter may take.
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+
+#: Names usable in ``{{ name }}`` templates and as ``PWE_PARAM_<NAME>``.
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+#: Node ids: used in file names and on the command line.
+NODE_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+
+Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, description="minutes")]
+Count = Annotated[StrictInt, Field(ge=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Scheduling(_Strict):
+    """The scheduling profile, with the original PWE ``<scheduling>`` property names.
+
+    Every name is accepted; a protocol passes on what its batch system understands and
+    reports the rest as unsupported at plan time (never drops one silently). A name not
+    in this list is an error with a "did you mean".
+    """
+
+    submissionType: Literal["glidein", "batch", "interactive"] | None = Field(
+        None, description="glidein: members run inside pilot jobs (default); batch: one job per member; "
+        "interactive: run on the host's head node"
+    )
+    account: StrictStr | None = Field(None, description="account / project charged")
+    queue: StrictStr | None = Field(None, description="partition or queue; overrides the host's choice")
+    maxWallTime: Minutes | None = Field(None, description="walltime of one batch job (pilot), minutes")
+    minWallTime: Minutes | None = Field(None, description="shortest acceptable pilot walltime, minutes")
+    maxWallTimePerMember: Minutes | None = Field(None, description="longest one member may run, minutes")
+    minWallTimePerMember: Minutes | None = Field(None, description="shortest one member runs, minutes")
+    maxCpus: Count | None = Field(None, description="most cores one batch job may ask for")
+    minCpus: Count | None = Field(None, description="fewest cores one batch job may ask for")
+    ranksPerMember: Count | None = Field(None, description="processes (MPI ranks) per member; default 1")
+    threadsPerRank: Count | None = Field(None, description="threads per rank; default 1")
+    maxMembers: Count | None = Field(None, description="most members one pilot runs")
+    coreUsageRule: Count | None = Field(None, description="most cores used on each node")
+    shareNodes: StrictBool | None = Field(
+        None, description="true: fill a node's unused cores with other members; false: a node per member"
+    )
+    maxTotalMemory: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB, whole job")
+    minTotalMemory: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB, whole job")
+    nodeAttributes: StrictStr | None = Field(None, description="node features / constraint expression")
+    requestedStart: StrictStr | None = Field(None, description="earliest start, ISO 8601 or the scheduler's form")
+    stdout: StrictStr | None = Field(None, description="batch job stdout path")
+    stderr: StrictStr | None = Field(None, description="batch job stderr path")
+    stdin: StrictStr | None = Field(None, description="batch job stdin path")
+    # The rest of the profile: accepted and passed on where a batch system has them.
+    memoryPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB per member")
+    gpusPerMember: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="GPUs per member")
+    minNodes: Count | None = Field(None, description="fewest nodes per batch job")
+    maxNodes: Count | None = Field(None, description="most nodes per batch job")
+    qos: StrictStr | None = Field(None, description="quality of service")
+    reservation: StrictStr | None = Field(None, description="advance reservation name")
+    priority: StrictInt | None = Field(None, description="job priority / nice value")
+    jobName: StrictStr | None = Field(None, description="batch job name prefix")
+    mailUser: StrictStr | None = Field(None, description="address for batch system mail")
+    mailOptions: StrictStr | None = Field(None, description="when to send mail, in the scheduler's terms")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "Scheduling":
+        for lo, hi in (
+            ("minWallTime", "maxWallTime"),
+            ("minWallTimePerMember", "maxWallTimePerMember"),
+            ("minCpus", "maxCpus"),
+            ("minTotalMemory", "maxTotalMemory"),
+            ("minNodes", "maxNodes"),
+        ):
+            a, b = getattr(self, lo), getattr(self, hi)
+            if a is not None and b is not None and a > b:
+                raise ValueError(f"{lo} ({a}) is larger than {hi} ({b})")
+        return self
+
+    def cores_per_member(self) -> int:
+        return (self.ranksPerMember or 1) * (self.threadsPerRank or 1)
+
+    def merged(self, override: "Scheduling | None") -> "Scheduling":
+        """This profile with every field that ``override`` sets replaced."""
+        if override is None:
+            return self
+        values = self.model_dump(exclude_none=True)
+        values.update(override.model_dump(exclude_none=True))
+        return Scheduling(**values)
+
+
+class RangeSpec(_Strict):
+    """``{range: [start, stop]}`` or ``{range: [start, stop, step]}``: stop excluded, like Python."""
+
+    range: Annotated[list[Union[StrictInt, StrictFloat]], Field(min_length=2, max_length=3)]
+
+    @field_validator("range")
+    @classmethod
+    def _step(cls, v: list) -> list:
+        if len(v) == 3 and v[2] == 0:
+            raise ValueError("the step of a range cannot be 0")
+        step = v[2] if len(v) == 3 else 1
+        if (v[1] - v[0]) * step <= 0:
+            raise ValueError(f"range {v} is empty (stop is excluded; a step must go from start toward stop)")
+        return v
+
+
+class FileSpec(_Strict):
+    """Values read from a file beside the workflow: a CSV column or a JSON-lines key."""
+
+    file: Annotated[StrictStr, Field(min_length=1, description="CSV (.csv) or JSON lines (.jsonl, .ndjson)")]
+    column: StrictStr | None = Field(None, description="CSV column or JSON key; default: the parameter's name")
+
+
+ValuesList = Annotated[list[Scalar], Field(min_length=1)]
+
+
+def _param_kind(v: Any) -> str | None:
+    if isinstance(v, list):
+        return "values"
+    if isinstance(v, dict):
+        if "range" in v:
+            return "range"
+        if "file" in v:
+            return "file"
+    if isinstance(v, BaseModel):
+        return "range" if isinstance(v, RangeSpec) else "file"
+    return None
+
+
+ParamSpec = Annotated[
+    Union[
+        Annotated[ValuesList, Tag("values")],
+        Annotated[RangeSpec, Tag("range")],
+        Annotated[FileSpec, Tag("file")],
+    ],
+    Discriminator(
+        _param_kind,
+        custom_error_type="parameter_values",
+        custom_error_message="a parameter's values are a list, {range: [start, stop(, step)]} or "
+        "{file: PATH, column: NAME}",
+    ),
+]
+
+
+class Node(_Strict):
+    """A node of the DAG: a payload, its dependencies and its parameters."""
+
+    run: Annotated[StrictStr, Field(min_length=1, description="shell command; a jinja2 template")]
+    description: StrictStr | None = None
+    after: list[Annotated[StrictStr, Field(min_length=1)]] = Field(
+        default_factory=list, description="ids of the nodes this one waits for"
+    )
+    parameters: dict[Annotated[str, Field(pattern=IDENTIFIER)], ParamSpec] = Field(
+        default_factory=dict, description="name -> values; the node expands into one member per combination"
+    )
+    combine: Literal["product", "zip"] = Field("product", description="how parameters combine")
+    retries: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="reruns of a failed member")
+    host: StrictStr | None = Field(None, description="a host from the registry; default: defaults.host")
+    env: dict[Annotated[str, Field(pattern=IDENTIFIER)], Scalar] = Field(
+        default_factory=dict, description="extra environment variables for every member"
+    )
+    scheduling: Scheduling | None = None
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("run")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the payload is blank; 'run' needs a command")
+        return v
+
+
+class Defaults(_Strict):
+    """Values every node takes unless it sets its own."""
+
+    host: StrictStr = "local"
+    retries: Annotated[StrictInt, Field(ge=0)] = 0
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+
+
+class Workflow(_Strict):
+    """A whole workflow file."""
+
+    name: Annotated[StrictStr, Field(pattern=NODE_ID, description="letters, digits, '_', '.', '-'")]
+    description: StrictStr | None = None
+    properties: dict[Annotated[str, Field(pattern=IDENTIFIER)], Scalar] = Field(
+        default_factory=dict, description="values every payload template may use"
+    )
+    defaults: Defaults = Field(default_factory=Defaults)
+    nodes: Annotated[dict[Annotated[str, Field(pattern=NODE_ID)], Node], Field(min_length=1)]

@@ -1,0 +1,261 @@
+"""The plan: a validated workflow expanded (arithmetically) into members and edges.
+
+``build_plan`` is where the checks that need the whole workflow happen: the DAG
+(unknown and self dependencies, cycles with their path), parameter files, zip lengths,
+template names, and the member-matching rule of each edge.
+
+Member matching (DESIGN.md): for an edge A -> B, a member of B waits for the members of
+A whose values agree with it on the parameter names A and B share; none shared means a
+barrier. :meth:`Plan.upstream` and :meth:`Plan.downstream` answer it per member without
+comparing members pairwise (see :meth:`pwe.params.ParameterSpace.matching`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import jinja2
+import networkx as nx
+
+from . import model
+from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
+from .load import load_workflow
+from .params import ParameterSpace, RangeValues, Values, read_values
+from .source import LineDict, did_you_mean, locate, value_text
+from .templates import PayloadTemplate
+
+
+@dataclass
+class Edge:
+    """A -> B, matched on the parameter names both have (empty: a barrier)."""
+
+    src: str
+    dst: str
+    shared: tuple[str, ...]
+
+    @property
+    def barrier(self) -> bool:
+        return not self.shared
+
+    def describe(self) -> str:
+        return "barrier" if self.barrier else "matched on " + ", ".join(self.shared)
+
+
+@dataclass
+class PlannedNode:
+    """One node, expanded: its members are ``range(len(space))``."""
+
+    id: str
+    spec: model.Node
+    space: ParameterSpace
+    template: PayloadTemplate
+    host: str
+    scheduling: model.Scheduling
+    retries: int
+    line: int | None = None
+
+    @property
+    def size(self) -> int:
+        return self.space.size
+
+    def context(self, properties: Mapping[str, Any], index: int) -> dict[str, Any]:
+        ctx = dict(properties)
+        ctx.update(self.space.values_of(index))  # a parameter shadows a property
+        return ctx
+
+
+@dataclass
+class Plan:
+    """A workflow ready to run: nodes in topological order, edges, member counts."""
+
+    workflow: model.Workflow
+    file: Path
+    nodes: dict[str, PlannedNode]
+    edges: list[Edge]
+    graph: nx.DiGraph
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_members(self) -> int:
+        return sum(n.size for n in self.nodes.values())
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        return dict(self.workflow.properties)
+
+    def render(self, node_id: str, index: int) -> str:
+        """The command member ``index`` of ``node_id`` runs."""
+        node = self.nodes[node_id]
+        return node.template.render(node.context(self.workflow.properties, index))
+
+    def edges_into(self, node_id: str) -> list[Edge]:
+        return [e for e in self.edges if e.dst == node_id]
+
+    def edges_out_of(self, node_id: str) -> list[Edge]:
+        return [e for e in self.edges if e.src == node_id]
+
+    def upstream(self, edge: Edge, index: int) -> Iterator[int]:
+        """Members of ``edge.src`` that member ``index`` of ``edge.dst`` waits for."""
+        fixed = self.nodes[edge.dst].space.texts_of(index, edge.shared)
+        return self.nodes[edge.src].space.matching(fixed)
+
+    def count_upstream(self, edge: Edge, index: int) -> int:
+        fixed = self.nodes[edge.dst].space.texts_of(index, edge.shared)
+        return self.nodes[edge.src].space.count_matching(fixed)
+
+    def downstream(self, edge: Edge, index: int) -> Iterator[int]:
+        """Members of ``edge.dst`` that wait for member ``index`` of ``edge.src``."""
+        fixed = self.nodes[edge.src].space.texts_of(index, edge.shared)
+        return self.nodes[edge.dst].space.matching(fixed)
+
+    def critical_path(self) -> tuple[list[str], float | None]:
+        """The longest chain of nodes, weighted by each node's walltime per member when
+        every node on it gives one (minutes), else by node count (length None)."""
+        weights = {n: p.scheduling.maxWallTimePerMember for n, p in self.nodes.items()}
+        known = all(w is not None for w in weights.values())
+        g = nx.DiGraph()
+        g.add_nodes_from(self.graph.nodes)
+        for a, b in self.graph.edges:
+            g.add_edge(a, b, w=(weights[b] if known else 1))
+        path = nx.dag_longest_path(g, weight="w") if g.number_of_edges() else [next(iter(self.nodes))]
+        if len(path) == 1 and g.number_of_edges() == 0:
+            path = [max(self.nodes, key=lambda n: weights[n] or 0)] if known else path
+        length = sum(weights[n] for n in path) if known else None
+        return path, length
+
+
+def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host: str | None = None) -> Plan:
+    """Load, validate and expand a workflow file. Raises :class:`InputError`."""
+    path = Path(path)
+    wf, raw = load_workflow(path, sets)
+    return build_plan(wf, raw, path, host=host)
+
+
+def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None = None) -> Plan:
+    def line_of(*loc: Any) -> int | None:
+        return locate(raw, loc)
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(wf.nodes)
+    for nid, node in wf.nodes.items():
+        for i, dep in enumerate(node.after):
+            if dep == nid:
+                raise WorkflowGraphError(f"node '{nid}' lists itself in 'after'", path, line_of("nodes", nid, "after", i))
+            if dep not in wf.nodes:
+                raise WorkflowGraphError(
+                    f"node '{nid}' waits for unknown node '{dep}'{did_you_mean(dep, wf.nodes)}",
+                    path,
+                    line_of("nodes", nid, "after", i),
+                )
+            if graph.has_edge(dep, nid):
+                raise WorkflowGraphError(f"node '{nid}' lists '{dep}' twice in 'after'", path,
+                                         line_of("nodes", nid, "after", i))
+            graph.add_edge(dep, nid)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    if cycle:
+        names = [a for a, _ in cycle] + [cycle[0][0]]
+        first = cycle[0]
+        raise WorkflowGraphError(
+            "cycle: " + " -> ".join(names) + "; a workflow must be a DAG",
+            path,
+            line_of("nodes", first[1], "after", wf.nodes[first[1]].after.index(first[0])),
+        )
+
+    base = path.parent
+    nodes: dict[str, PlannedNode] = {}
+    for nid in nx.lexicographical_topological_sort(graph, key=list(wf.nodes).index):
+        node = wf.nodes[nid]
+        values: dict[str, Values] = {}
+        upper: dict[str, str] = {}
+        for pname, spec in node.parameters.items():
+            pline = line_of("nodes", nid, "parameters", pname)
+            if pname.upper() in upper:
+                raise WorkflowSchemaError(
+                    f"node '{nid}': parameters '{upper[pname.upper()]}' and '{pname}' would both be "
+                    f"PWE_PARAM_{pname.upper()}; rename one", path, pline)
+            upper[pname.upper()] = pname
+            values[pname] = read_values(spec, pname, base, path, pline)
+        if node.combine == "zip" and values:
+            lengths = {n: len(v) for n, v in values.items()}
+            if len(set(lengths.values())) > 1:
+                raise WorkflowSchemaError(
+                    f"node '{nid}': combine: zip needs parameters of equal length, got "
+                    + ", ".join(f"{n}={k}" for n, k in lengths.items())
+                    + " (use combine: product for every combination)",
+                    path,
+                    line_of("nodes", nid, "combine"),
+                )
+        run_line = line_of("nodes", nid, "run")
+        try:
+            template = PayloadTemplate(node.run)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"node '{nid}': template error in 'run': {exc.message}"
+                                + (f" (line {exc.lineno} of the payload)" if exc.lineno > 1 else ""),
+                                path, run_line) from None
+        known = set(wf.properties) | set(node.parameters)
+        for name in sorted(template.names - known):
+            raise TemplateError(
+                f"node '{nid}': 'run' uses undefined name '{name}'{did_you_mean(name, known)}; "
+                "define it under 'properties' or 'parameters' (or pass --set NAME=VALUE)",
+                path,
+                run_line,
+            )
+        sched = wf.defaults.scheduling.merged(node.scheduling)
+        nodes[nid] = PlannedNode(
+            id=nid,
+            spec=node,
+            space=ParameterSpace(values, node.combine),
+            template=template,
+            host=host or node.host or wf.defaults.host,
+            scheduling=sched,
+            retries=node.retries if node.retries is not None else wf.defaults.retries,
+            line=line_of("nodes", nid),
+        )
+
+    edges: list[Edge] = []
+    warnings: list[str] = []
+    for a, b in graph.edges:
+        shared = tuple(n for n in nodes[b].space.names if n in nodes[a].space.values)
+        edge = Edge(a, b, shared)
+        edges.append(edge)
+        for name in shared:
+            missing = _uncovered(nodes[a].space.values[name], nodes[b].space.values[name])
+            if missing:
+                warnings.append(
+                    f"{path}:{line_of('nodes', b, 'parameters', name) or ''}: members of '{b}' with "
+                    f"{name}={missing} match no member of '{a}' and will not wait for it"
+                )
+    edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
+    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings)
+
+
+_COVER_LIMIT = 200_000
+
+
+def _uncovered(up: Values, down: Values) -> str | None:
+    """A value of ``down`` that ``up`` lacks (the first, as text), or None.
+
+    Exact for two integer ranges and for value lists up to a few hundred thousand
+    entries; larger lists are not checked (the check is advice, not a rule).
+    """
+    if isinstance(up, RangeValues) and isinstance(down, RangeValues) and not (up._float or down._float):
+        for probe in (down[0], down[len(down) - 1]):
+            if not up.positions(value_text(probe)):
+                return value_text(probe)
+        if len(down) > 1 and (down.step % up.step or (down.start - up.start) % up.step):
+            for i in range(min(len(down), 1000)):
+                if not up.positions(value_text(down[i])):
+                    return value_text(down[i])
+        return None
+    if len(up) > _COVER_LIMIT or len(down) > _COVER_LIMIT:
+        return None
+    have = set(up.texts())
+    for t in down.texts():
+        if t not in have:
+            return t
+    return None

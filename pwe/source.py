@@ -1,0 +1,108 @@
+"""The raw document tree both readers produce, with line numbers kept for errors.
+
+The YAML and the XML reader each turn their file into plain Python data (dicts, lists,
+scalars) built from :class:`LineDict` and :class:`LineList`, which remember the line
+each key or item came from. One model builder (``pwe.load``) then validates that tree,
+so YAML and XML share every rule and every error message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Iterable
+
+
+class LineDict(dict):
+    """A mapping that remembers its own line and the line of each key."""
+
+    __slots__ = ("line", "key_lines")
+
+    def __init__(self, *args: Any, line: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.line = line
+        self.key_lines: dict[Any, int] = {}
+
+
+class LineList(list):
+    """A sequence that remembers its own line and the line of each item."""
+
+    __slots__ = ("line", "item_lines")
+
+    def __init__(self, *args: Any, line: int | None = None):
+        super().__init__(*args)
+        self.line = line
+        self.item_lines: list[int | None] = []
+
+
+# YAML 1.2 core schema, as regular expressions shared by the YAML resolver and the XML
+# reader. Leading zeros stay strings ("007" is an identifier, not seven).
+BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
+INT_RE = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
+FLOAT_RE = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*\.[0-9_]*)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+
+
+def typed_scalar(text: str) -> Any:
+    """Type an unquoted scalar the way YAML 1.2's core schema does.
+
+    Used for plain YAML scalars (through the resolver in ``pwe.yaml_reader``) and for XML
+    text alike, so that ``300`` is the integer 300 in both forms. Unlike PyYAML's YAML
+    1.1 default, ``yes``/``no``/``on``/``off`` stay strings: a parameter
+    ``mode: [on, off]`` means two words, not two booleans.
+    """
+    t = text.strip()
+    if BOOL_RE.match(t):
+        return t.lower() == "true"
+    if NULL_RE.match(t):
+        return None
+    if INT_RE.match(t):
+        return int(t.replace("_", ""))
+    if FLOAT_RE.match(t):
+        low = t.lower()
+        if low.endswith("inf"):
+            return float("-inf") if low.startswith("-") else float("inf")
+        if low.endswith("nan"):
+            return float("nan")
+        return float(t.replace("_", ""))
+    return text
+
+
+def value_text(value: Any) -> str:
+    """The text a value has in a shell command and in ``PWE_PARAM_*``.
+
+    Two members' values *agree* (the member-matching rule) when their texts agree, so a
+    300 read from YAML matches a "300" read from a CSV file.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return str(value)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when a close choice exists, else ``''``."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def locate(tree: Any, path: Iterable[Any]) -> int | None:
+    """The line of the deepest element of ``path`` that the tree knows a line for."""
+    line = getattr(tree, "line", None)
+    node = tree
+    for key in path:
+        if isinstance(node, LineDict) and key in node:
+            line = node.key_lines.get(key) or getattr(node[key], "line", None) or line
+            node = node[key]
+        elif isinstance(node, LineList) and isinstance(key, int) and 0 <= key < len(node):
+            known = node.item_lines[key] if key < len(node.item_lines) else None
+            line = known or getattr(node[key], "line", None) or line
+            node = node[key]
+        else:
+            break
+    return line

@@ -1,0 +1,139 @@
+"""Read a YAML workflow into a line-numbered raw tree (:mod:`pwe.source`).
+
+PyYAML's SafeLoader, changed in three ways that users of a workflow file rely on:
+plain scalars are typed by the YAML 1.2 core schema (``on``/``yes`` stay strings,
+``007`` stays a string), a key given twice in one mapping is an error instead of a
+silent overwrite, and every mapping key and sequence item keeps its line number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+from .errors import WorkflowSchemaError, WorkflowSyntaxError
+from .source import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE, LineDict, LineList
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with the core schema, duplicate-key errors and line numbers."""
+
+    yaml_implicit_resolvers: dict = {}
+
+    def construct_yaml_map(self, node: MappingNode) -> Any:  # type: ignore[override]
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                hash(key)
+            except TypeError:
+                raise _Located(line, "a mapping key must be a plain value, not a list or mapping")
+            if key in seen:
+                raise _Located(line, f"duplicate key '{key}' (first given on line {seen[key]})")
+            seen[key] = line
+        self.flatten_mapping(node)
+        data = LineDict(line=node.start_mark.line + 1)
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            data[key] = self.construct_object(value_node, deep=True)
+            data.key_lines[key] = key_node.start_mark.line + 1
+        return data
+
+    def construct_yaml_seq(self, node: SequenceNode) -> Any:  # type: ignore[override]
+        data = LineList(line=node.start_mark.line + 1)
+        for item in node.value:
+            data.append(self.construct_object(item, deep=True))
+            data.item_lines.append(item.start_mark.line + 1)
+        return data
+
+
+class _Located(Exception):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_yaml_seq)
+for _tag, _regexp, _first in (
+    ("bool", BOOL_RE, "tTfF"),
+    ("null", NULL_RE, ["~", "n", "N", ""]),
+    ("int", INT_RE, "-+0123456789"),
+    ("float", FLOAT_RE, "-+.0123456789"),
+    ("merge", __import__("re").compile(r"^(?:<<)$"), "<"),
+):
+    _Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", _regexp, list(_first))
+
+
+def read_text(path: Path) -> str:
+    """The file as UTF-8 text, or an error naming the line of the first bad byte."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise WorkflowSyntaxError("no such file", path) from None
+    except IsADirectoryError:
+        raise WorkflowSyntaxError("is a directory, not a workflow file", path) from None
+    except OSError as exc:
+        raise WorkflowSyntaxError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise WorkflowSyntaxError(
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x}); a workflow file must be UTF-8 YAML or XML",
+            path,
+            line,
+        ) from None
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise WorkflowSyntaxError("binary data (a NUL byte); a workflow file must be text", path, line)
+    return text.lstrip("\ufeff")
+
+
+def read_yaml(path: Path, text: str | None = None) -> LineDict:
+    """Parse a YAML workflow file into a :class:`LineDict`."""
+    if text is None:
+        text = read_text(path)
+    if not text.strip() or all(
+        not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()
+    ):
+        raise WorkflowSchemaError("the file is empty; a workflow needs at least 'name' and 'nodes'", path)
+    try:
+        docs = list(yaml.load_all(text, Loader=_Loader))
+    except _Located as exc:
+        raise WorkflowSchemaError(exc.message, path, exc.line) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        what = exc.problem or exc.context or "invalid YAML"
+        if isinstance(exc, ConstructorError) and "could not determine a constructor" in str(what):
+            what = f"unsupported YAML tag: {what.split('tag', 1)[-1].strip()}"
+        raise WorkflowSyntaxError(f"YAML syntax error: {what}", path, line) from None
+    except yaml.YAMLError as exc:  # ReaderError (control characters) and friends
+        line = None
+        pos = getattr(exc, "position", None)
+        if pos is not None:
+            line = text[:pos].count("\n") + 1
+        reason = getattr(exc, "reason", None) or str(exc).splitlines()[0]
+        raise WorkflowSyntaxError(f"not a YAML text file: {reason}", path, line) from None
+    except RecursionError:
+        raise WorkflowSyntaxError("YAML nested too deeply", path) from None
+    if len(docs) != 1:
+        raise WorkflowSchemaError(
+            f"the file holds {len(docs)} YAML documents; a workflow file holds exactly one", path
+        )
+    doc = docs[0]
+    if not isinstance(doc, LineDict):
+        kind = "a list" if isinstance(doc, list) else f"a single value ({type(doc).__name__})"
+        raise WorkflowSchemaError(
+            f"the document is {kind}; a workflow is a mapping with 'name' and 'nodes'", path, 1
+        )
+    return doc
