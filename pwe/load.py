@@ -17,6 +17,27 @@ from .source import LineDict, did_you_mean, locate, typed_scalar
 from .yaml_reader import read_text, read_yaml
 
 _PARAM_TAGS = {"values", "range", "file"}
+_SCALAR_BRANCHES = {"bool", "int", "float", "str"}
+
+
+# pydantic's wording, said the way a workflow author thinks of it
+_PLAIN = {
+    "dict_type": "must be a mapping (key: value lines)",
+    "model_type": "must be a mapping (key: value lines)",
+    "model_attributes_type": "must be a mapping (key: value lines)",
+    "list_type": "must be a list",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "bool_type": "must be true or false",
+    "string_type": "must be text",
+    "too_short": "must not be empty",
+    "too_long": "has too many items",
+}
+
+
+def _strip_branch(loc: tuple) -> tuple:
+    return loc[:-1] if loc and loc[-1] in _SCALAR_BRANCHES else loc
 
 
 def read_raw(path: Path) -> LineDict:
@@ -69,9 +90,17 @@ def validate_raw(raw: LineDict, path: Path) -> model.Workflow:
 
 def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
     """The first (outermost) pydantic error as one line naming where and what."""
-    errors = sorted(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
-    err = errors[0]
-    loc = _clean_loc(err["loc"])
+    errors = exc.errors(include_url=False)
+    # a union of scalar types reports one error per branch ('...t[0].bool', '.int', ...):
+    # fold them into one error about the value
+    branches: dict[tuple, set[str]] = {}
+    for e in errors:
+        if e["loc"] and e["loc"][-1] in _SCALAR_BRANCHES:
+            branches.setdefault(e["loc"][:-1], set()).add(e["loc"][-1])
+    # the outermost error first; an unknown key before a missing one (the typo explains it)
+    err = min(errors, key=lambda e: (len(_clean_loc(_strip_branch(e["loc"]))), e["type"] != "extra_forbidden"))
+    loc = _clean_loc(_strip_branch(err["loc"]))
+    folded = branches.get(_strip_branch(err["loc"])) if err["loc"] and err["loc"][-1] in _SCALAR_BRANCHES else None
     line = locate(raw, loc)
     where = _describe(loc)
     kind = err["type"]
@@ -86,9 +115,16 @@ def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
         msg = f"{where}: missing; {_missing_hint(loc)}"
     elif kind == "string_pattern_mismatch":
         msg = f"{where}: {_value(err['input'])} is not a valid name (use letters, digits and '_'{_pattern_extra(loc)})"
+    elif folded:
+        want = "a single value (text, number or true/false)" if "str" in folded else "a number"
+        msg = f"{where}: must be {want} (got {_value(err.get('input'))})"
     else:
-        text = err["msg"].removeprefix("Value error, ")
+        text = _PLAIN.get(kind) or err["msg"].removeprefix("Value error, ")
+        if kind in ("greater_than", "greater_than_equal"):
+            text = f"must be {'greater than' if kind == 'greater_than' else 'at least'} {err['ctx'].get('gt', err['ctx'].get('ge'))}"
         msg = f"{where}: {text} (got {_value(err.get('input'))})"
+    if loc and isinstance(loc[-1], str) and "WallTime" in loc[-1]:
+        msg += "; walltimes are minutes"
     return WorkflowSchemaError(msg, path, line)
 
 

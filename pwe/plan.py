@@ -168,6 +168,8 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
 
     base = path.parent
     nodes: dict[str, PlannedNode] = {}
+    # nodes of one pipeline often read the same file column: read it (and hold it) once
+    file_values: dict[tuple[Path, str], Values] = {}
     for nid in nx.lexicographical_topological_sort(graph, key=list(wf.nodes).index):
         node = wf.nodes[nid]
         values: dict[str, Values] = {}
@@ -179,7 +181,13 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                     f"node '{nid}': parameters '{upper[pname.upper()]}' and '{pname}' would both be "
                     f"PWE_PARAM_{pname.upper()}; rename one", path, pline)
             upper[pname.upper()] = pname
-            values[pname] = read_values(spec, pname, base, path, pline)
+            if isinstance(spec, model.FileSpec):
+                key = ((base / spec.file).resolve(), spec.column or pname)
+                if key not in file_values:
+                    file_values[key] = read_values(spec, pname, base, path, pline)
+                values[pname] = file_values[key]
+            else:
+                values[pname] = read_values(spec, pname, base, path, pline)
         if node.combine == "zip" and values:
             lengths = {n: len(v) for n, v in values.items()}
             if len(set(lengths.values())) > 1:
@@ -243,6 +251,8 @@ def _uncovered(up: Values, down: Values) -> str | None:
     Exact for two integer ranges and for value lists up to a few hundred thousand
     entries; larger lists are not checked (the check is advice, not a rule).
     """
+    if up is down:
+        return None
     if isinstance(up, RangeValues) and isinstance(down, RangeValues) and not (up._float or down._float):
         for probe in (down[0], down[len(down) - 1]):
             if not up.positions(value_text(probe)):

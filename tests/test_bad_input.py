@@ -1,0 +1,129 @@
+"""Bad input: one line `FILE:LINE: message`, exit status 2, no traceback. YAML side.
+
+(The XML form's malformed inputs are in test_xml.py.)
+"""
+
+import pytest
+from click.testing import CliRunner
+
+from pwe.cli import cli
+from conftest import run_cli
+
+GOOD_NODE = "nodes:\n  a:\n    run: echo hi\n"
+
+# (id, file content, expected line or None, phrase the message must contain)
+CASES = [
+    ("empty-file", "", None, "the file is empty"),
+    ("only-comments", "# nothing\n\n", None, "the file is empty"),
+    ("list-document", "- a\n- b\n", 1, "the document is a list"),
+    ("scalar-document", "hello\n", 1, "the document is a single value"),
+    ("two-documents", "name: a\n" + GOOD_NODE + "---\nname: b\n", None, "2 YAML documents"),
+    ("yaml-syntax", "name: a\nnodes:\n  a:\n    run: [echo\n", 5, "YAML syntax error"),
+    ("bad-indent", "name: a\nnodes:\n  a:\n    run: echo\n   after: b\n", 5, "YAML syntax error"),
+    ("tab-indent", "name: a\nnodes:\n\ta:\n", 3, "YAML syntax error"),
+    ("duplicate-key", "name: a\nname: b\n" + GOOD_NODE, 2, "duplicate key 'name' (first given on line 1)"),
+    ("duplicate-node", "name: a\nnodes:\n  a: {run: x}\n  a: {run: y}\n", 4, "duplicate key 'a'"),
+    ("binary-junk", b"\x89PNG\r\n\x1a\n\x00\x00\rIHDR", 1, "not UTF-8 text"),
+    ("nul-byte", "name: a\n\x00\n", 2, "NUL byte"),
+    ("control-char", "name: a\x07b\n" + GOOD_NODE, 1, "not a YAML text file"),
+    ("missing-name", GOOD_NODE, 1, "'name': missing"),
+    ("missing-nodes", "name: a\n", 1, "'nodes': missing"),
+    ("empty-nodes", "name: a\nnodes: {}\n", 2, "'nodes'"),
+    ("missing-run", "name: a\nnodes:\n  a:\n    after: []\n", 3, "every node needs 'run'"),
+    ("blank-run", "name: a\nnodes:\n  a:\n    run: '   '\n", 4, "the payload is blank"),
+    ("typo-top-key", "name: a\nnode:\n  a: {run: x}\n", 2, "unknown key 'node' (did you mean 'nodes'?)"),
+    ("typo-node-key", "name: a\nnodes:\n  a:\n    run: x\n    afer: [b]\n", 5, "did you mean 'after'?"),
+    ("typo-scheduling", "name: a\nnodes:\n  a:\n    run: x\n    scheduling:\n      maxWalltime: 5\n", 6,
+     "did you mean 'maxWallTime'?"),
+    ("wrong-type-retries", "name: a\nnodes:\n  a:\n    run: x\n    retries: many\n", 5, "'nodes.a.retries'"),
+    ("negative-walltime", "name: a\ndefaults:\n  scheduling: {maxWallTime: -5}\n" + GOOD_NODE, 3,
+     "greater than 0"),
+    ("bool-for-count", "name: a\nnodes:\n  a:\n    run: x\n    scheduling: {ranksPerMember: true}\n", 5,
+     "ranksPerMember"),
+    ("min-above-max", "name: a\nnodes:\n  a:\n    run: x\n    scheduling: {minCpus: 8, maxCpus: 2}\n", 5,
+     "minCpus (8) is larger than maxCpus (2)"),
+    ("bad-combine", "name: a\nnodes:\n  a:\n    run: x\n    combine: cross\n", 5, "'product' or 'zip'"),
+    ("empty-values", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: []\n", 6, "must not be empty"),
+    ("scalar-values", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: 5\n", 6,
+     "a parameter's values are a list"),
+    ("nested-value", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: [[1, 2]]\n", 6,
+     "'nodes.a.parameters.t[0]'"),
+    ("range-zero-step", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: {range: [0, 9, 0]}\n", 6,
+     "step of a range cannot be 0"),
+    ("range-empty", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: {range: [5, 1]}\n", 6,
+     "is empty"),
+    ("range-typo", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: {range: [0, 3], stpe: 1}\n", 6,
+     "unknown key 'stpe'"),
+    ("bad-param-name", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      1t: [1]\n", 6,
+     "not a valid name"),
+    ("zip-unequal", "name: a\nnodes:\n  a:\n    run: x\n    combine: zip\n    parameters:\n      t: [1, 2]\n"
+     "      s: [1, 2, 3]\n", 5, "zip needs parameters of equal length, got t=2, s=3"),
+    ("case-clash", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: [1]\n      T: [2]\n", 7,
+     "would both be PWE_PARAM_T"),
+    ("cycle", "name: a\nnodes:\n  a: {run: x, after: [c]}\n  b: {run: x, after: [a]}\n  c: {run: x, after: [b]}\n",
+     None, "cycle: a -> b -> c -> a"),
+    ("self-dependency", "name: a\nnodes:\n  a:\n    run: x\n    after: [a]\n", 5, "lists itself"),
+    ("unknown-dependency", "name: a\nnodes:\n  prepare: {run: x}\n  b:\n    run: x\n    after: [prepar]\n", 6,
+     "unknown node 'prepar' (did you mean 'prepare'?)"),
+    ("undefined-template-name", "name: a\nproperties: {nsteps: 1}\nnodes:\n  a:\n    run: ./sim {{ nstep }}\n", 5,
+     "undefined name 'nstep' (did you mean 'nsteps'?)"),
+    ("template-syntax", "name: a\nnodes:\n  a:\n    run: echo {{ x \n", 4, "template error"),
+    ("bad-workflow-name", "name: 'my flow'\n" + GOOD_NODE, 1, "not a valid name"),
+    ("properties-not-mapping", "name: a\nproperties: [1, 2]\n" + GOOD_NODE, 2, "'properties'"),
+    ("unhashable-key", "name: a\n? [1, 2]\n: x\n" + GOOD_NODE, 2, "mapping key must be a plain value"),
+    ("unknown-tag", "name: !!python/object:os.system a\n" + GOOD_NODE, 1, "unsupported YAML tag"),
+    ("missing-param-file", "name: a\nnodes:\n  a:\n    run: x\n    parameters:\n      t: {file: nope.csv}\n", 6,
+     "no such file"),
+]
+
+
+@pytest.mark.parametrize("case_id,text,line,phrase", CASES, ids=[c[0] for c in CASES])
+def test_bad_workflow_is_one_clear_line(write, case_id, text, line, phrase):
+    path = write(text)
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stdout == ""
+    err = result.stderr
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err
+    prefix = f"{path}:{line}: " if line else f"{path}"
+    assert err.startswith(prefix), err
+    assert phrase in err, err
+
+
+def test_cycle_points_at_a_line_of_the_cycle(write):
+    path = write("name: a\nnodes:\n  a: {run: x, after: [c]}\n  b: {run: x, after: [a]}\n  c: {run: x, after: [b]}\n")
+    err = CliRunner().invoke(cli, ["validate", str(path)]).stderr
+    assert err.split(":")[1] in {"3", "4", "5"}
+
+
+def test_bad_csv_values_name_the_csv_line(write, tmp_path):
+    (tmp_path / "v.csv").write_text("a,b\n1,2\n3\n")
+    path = write("name: a\nnodes:\n  n:\n    run: x\n    parameters:\n      b: {file: v.csv}\n")
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"{tmp_path / 'v.csv'}:3: ")
+
+
+def test_bad_csv_column_gets_did_you_mean(write, tmp_path):
+    (tmp_path / "v.csv").write_text("temperature\n1\n")
+    path = write("name: a\nnodes:\n  n:\n    run: x\n    parameters:\n      temp: {file: v.csv, column: temprature}\n")
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "did you mean 'temperature'?" in result.stderr
+
+
+def test_bad_set_option(write):
+    path = write("name: a\n" + GOOD_NODE)
+    result = CliRunner().invoke(cli, ["plan", str(path), "--set", "novalue"])
+    assert result.exit_code == 2 and "expected NAME=VALUE" in result.stderr
+
+
+def test_missing_file_and_directory(tmp_path):
+    for target, phrase in ((tmp_path / "nope.yaml", "no such file"), (tmp_path, "is a directory")):
+        result = CliRunner().invoke(cli, ["validate", str(target)])
+        assert result.exit_code == 2 and phrase in result.stderr
+
+
+def test_real_entry_point_exit_status_and_no_traceback(write):
+    status, out, err = run_cli("validate", write("name: a\nnodes:\n  a: {run: x, after: [zz]}\n"))
+    assert status == 2 and out == "" and "Traceback" not in err and err.count("\n") == 1
