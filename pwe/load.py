@@ -122,7 +122,9 @@ def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
         text = _PLAIN.get(kind) or err["msg"].removeprefix("Value error, ")
         if kind in ("greater_than", "greater_than_equal"):
             text = f"must be {'greater than' if kind == 'greater_than' else 'at least'} {err['ctx'].get('gt', err['ctx'].get('ge'))}"
-        msg = f"{where}: {text} (got {_value(err.get('input'))})"
+        got = _value(err.get("input"))
+        # a validator's own message already says what is wrong with a list or mapping
+        msg = f"{where}: {text}" if kind == "value_error" and got in ("a list", "a mapping") else f"{where}: {text} (got {got})"
     if loc and isinstance(loc[-1], str) and "WallTime" in loc[-1]:
         msg += "; walltimes are minutes"
     return WorkflowSchemaError(msg, path, line)
