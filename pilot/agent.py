@@ -1,0 +1,315 @@
+"""The pilot's main loop: read tasks, launch members, reap them, report events.
+
+Messages are JSON lines in two files of the pilot's own directory (a shared filesystem
+is the bus; each file has exactly one writer, so appends never interleave):
+
+``tasks.jsonl`` (engine -> pilot)
+    ``{"k": "task", "n": node, "m": index, "a": attempt, "cmd": shell command,
+    "cwd": dir, "env": {...}, "cores": c, "wall": minutes|null}``,
+    ``{"k": "stop"}`` (run what is queued, then leave), ``{"k": "cancel"}`` (kill all, leave).
+``events.jsonl`` (pilot -> engine)
+    ``up``, ``start`` (with the member's pid), ``end`` (exit status ``rc``, a negative
+    number for a signal, ``why`` for timeouts and launch errors, ``out`` the member's
+    ``key=value`` outputs), ``hb`` heartbeats, ``down``.
+
+The pilot does not need the engine to be alive: it keeps running what it was given and
+its events wait in the file until an engine reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from typing import Any
+
+#: A payload made only of these characters, whose first word is no shell builtin, is
+#: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
+#: (about half the cost of a tiny member).
+_PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,+@ ")
+_BUILTINS = {
+    "cd", "exit", "export", "source", ".", "set", "unset", "ulimit", "umask", "alias", "eval", "exec",
+    "read", "shift", "trap", "wait", "return", "break", "continue", "builtin", "command", "declare",
+    "local", "readonly", "type", "hash", "times", "let", "shopt", "pushd", "popd", "dirs", "history",
+    "if", "then", "else", "fi", "for", "while", "until", "do", "done", "case", "esac", "function", "select",
+    "time", "coproc", "!", "{", "}", "[[", "]]",
+}
+_OUTPUTS_LIMIT = 64 * 1024
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+_FILE_ACTIONS = [
+    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+    (os.POSIX_SPAWN_OPEN, 1, "stdout", _CREATE, 0o644),
+    (os.POSIX_SPAWN_OPEN, 2, "stderr", _CREATE, 0o644),
+]
+_KILL_GRACE = 5.0
+
+
+def argv_for(cmd: str, shell: str = "bash") -> list[str]:
+    """The argv a member's command runs as: direct exec when that is exactly what the
+    shell would do, else ``bash -c CMD``."""
+    words = cmd.split()
+    if words and set(cmd) <= _PLAIN and words[0] not in _BUILTINS:
+        return words
+    return [shell, "-c", cmd]
+
+
+def read_outputs(path: str) -> dict[str, str]:
+    """``key=value`` lines a member appended to ``$PWE_OUTPUTS`` (later lines win)."""
+    out: dict[str, str] = {}
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_OUTPUTS_LIMIT + 1)
+    except OSError:
+        return out
+    if len(data) > _OUTPUTS_LIMIT:
+        out["_pwe_error"] = f"outputs larger than {_OUTPUTS_LIMIT} bytes; truncated"
+        data = data[:_OUTPUTS_LIMIT]
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip():
+            out[key.strip()] = value
+    return out
+
+
+class Member:
+    __slots__ = ("task", "pid", "cores", "started", "deadline", "killed", "term_at")
+
+    def __init__(self, task: dict, pid: int, cores: int):
+        self.task = task
+        self.pid = pid
+        self.cores = cores
+        self.started = time.time()
+        wall = task.get("wall")
+        self.deadline = self.started + wall * 60 if wall else None
+        self.killed: str | None = None
+        self.term_at = 0.0
+
+
+class Pilot:
+    """One pilot process on one node (multi-node launchers come with the batch protocols)."""
+
+    def __init__(self, directory: str, slots: int, heartbeat: float = 5.0, idle_timeout: float = 300.0,
+                 fsync: bool = False, poll: float = 0.02):
+        self.dir = directory
+        self.slots = slots
+        self.free = slots
+        self.heartbeat = heartbeat
+        self.idle_timeout = idle_timeout
+        self.fsync = fsync
+        self.poll = poll
+        self.queue: deque[dict] = deque()
+        self.running: dict[int, Member] = {}
+        self.stopping = False
+        self.cancelled = False
+        self._tasks_fh = None
+        self._partial = b""
+        self._events = open(os.path.join(directory, "events.jsonl"), "ab", buffering=0)
+        self._out: list[bytes] = []
+        self._base_env = dict(os.environ)
+
+    # -- events ---------------------------------------------------------------------------
+    def emit(self, kind: str, **fields: Any) -> None:
+        fields["k"] = kind
+        fields["t"] = round(time.time(), 3)
+        self._out.append(json.dumps(fields, separators=(",", ":")).encode() + b"\n")
+
+    def flush(self) -> None:
+        if self._out:
+            data = b"".join(self._out)
+            self._out.clear()
+            # one write per batch; a single writer means a reader never sees interleaving
+            view = memoryview(data)
+            while view:
+                n = self._events.write(view)
+                view = view[n:]
+            if self.fsync:
+                os.fsync(self._events.fileno())
+
+    # -- tasks ----------------------------------------------------------------------------
+    def read_tasks(self) -> bool:
+        """Take in whatever complete task lines were appended; True if any arrived."""
+        if self._tasks_fh is None:
+            try:
+                self._tasks_fh = open(os.path.join(self.dir, "tasks.jsonl"), "rb")
+            except FileNotFoundError:
+                return False
+        data = self._tasks_fh.read()
+        if not data:
+            return False
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # a line the engine is still writing
+        got = False
+        for line in lines:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            kind = msg.get("k")
+            if kind == "task":
+                self.queue.append(msg)
+                got = True
+            elif kind == "stop":
+                self.stopping = True
+            elif kind == "cancel":
+                self.cancel()
+        return got
+
+    # -- members --------------------------------------------------------------------------
+    def launch(self, task: dict) -> None:
+        cwd = task["cwd"]
+        env = self._base_env.copy()
+        env.update(task.get("env") or {})
+        env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
+        cores = max(1, int(task.get("cores") or 1))
+        argv = argv_for(task["cmd"])
+        try:
+            os.makedirs(cwd, exist_ok=True)
+            # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python, and
+            # the child opens its own stdout/stderr. It has no cwd argument: the pilot is
+            # single-threaded, so stepping into the member's directory around it is safe.
+            os.chdir(cwd)
+            try:
+                pid = os.posix_spawnp(argv[0], argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+            finally:
+                os.chdir(self.dir)
+        except OSError as exc:
+            # not found / not executable / no space: the member fails, the pilot goes on
+            rc = 127 if exc.errno == errno.ENOENT else 126
+            why = f"cannot start: {exc.strerror or exc}"
+            try:
+                with open(os.path.join(cwd, "stderr"), "ab") as se:
+                    se.write(f"pwe: {why}: {task['cmd']}\n".encode())
+            except OSError:
+                pass
+            self.emit("end", n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
+            return
+        self.free -= cores
+        self.running[pid] = Member(task, pid, cores)
+        self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=pid)
+
+    def launch_ready(self) -> None:
+        # first fit over a short look-ahead, so one wide member does not stall narrow ones
+        while self.queue and self.free > 0:
+            for i, task in enumerate(self.queue):
+                if i >= 64:
+                    return
+                if max(1, int(task.get("cores") or 1)) <= self.free:
+                    del self.queue[i]
+                    self.launch(task)
+                    break
+            else:
+                return
+
+    def reap(self) -> None:
+        while self.running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            member = self.running.pop(pid, None)
+            if member is None:
+                continue
+            rc = os.waitstatus_to_exitcode(status)
+            self.free += member.cores
+            t = member.task
+            fields: dict[str, Any] = {}
+            if member.killed:
+                fields["why"] = member.killed
+            self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
+                      out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+
+    def enforce_walltimes(self, now: float) -> None:
+        for m in self.running.values():
+            if m.deadline and now > m.deadline and not m.killed:
+                m.killed = "timeout"
+                m.term_at = now
+                _killpg(m.pid, signal.SIGTERM)
+            elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:
+                _killpg(m.pid, signal.SIGKILL)
+                m.term_at = 0.0
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.queue.clear()
+        for m in self.running.values():
+            m.killed = "cancelled"
+            _killpg(m.pid, signal.SIGKILL)
+
+    # -- main loop ------------------------------------------------------------------------
+    def run(self) -> int:
+        rfd, wfd = os.pipe()
+        os.set_blocking(wfd, False)
+        os.set_blocking(rfd, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wfd)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_term)
+        sel = selectors.DefaultSelector()
+        sel.register(rfd, selectors.EVENT_READ)
+        self.emit("up", pid=os.getpid(), host=socket.gethostname(), slots=self.slots)
+        self.flush()
+        last_hb = last_activity = time.time()
+        why = "stop"
+        while True:
+            if not self.cancelled:
+                if self.read_tasks():
+                    last_activity = time.time()
+                self.launch_ready()
+            self.reap()
+            now = time.time()
+            if self.running:
+                last_activity = now
+                self.enforce_walltimes(now)
+            if now - last_hb >= self.heartbeat:
+                self.emit("hb", running=len(self.running), queued=len(self.queue))
+                last_hb = now
+            self.flush()
+            if not self.running and (self.cancelled or (self.stopping and not self.queue)):
+                why = "cancel" if self.cancelled else "stop"
+                break
+            if not self.running and not self.queue and now - last_activity > self.idle_timeout:
+                why = "idle"
+                break
+            # sleep until a child exits (SIGCHLD wakes us) or it is time to look for tasks
+            busy = self.free <= 0 or (not self.queue and self.running)
+            for _key, _ in sel.select(timeout=self.poll if not busy else max(self.poll, 0.05)):
+                try:
+                    while os.read(rfd, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+        self.emit("down", why=why)
+        self.flush()
+        return 0
+
+    def _on_term(self, signum: int, _frame: Any) -> None:
+        self.cancel()
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m pilot", description="pwe glide-in pilot")
+    ap.add_argument("--dir", required=True, help="the pilot's directory (tasks.jsonl, events.jsonl)")
+    ap.add_argument("--slots", type=int, default=len(os.sched_getaffinity(0)), help="cores to fill")
+    ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
+    ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
+    ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
+    args = ap.parse_args(argv)
+    os.chdir(args.dir)
+    pilot = Pilot(os.path.abspath(args.dir), args.slots, args.heartbeat, args.idle_timeout, args.fsync)
+    sys.exit(pilot.run())

@@ -1,0 +1,419 @@
+"""The engine: walks the DAG member by member, feeds pilots, takes in their events.
+
+One engine works on a run at a time (``engine.lock``). Its loop:
+
+1. take in the events pilots appended since last time (``start``/``end``/``down``),
+   journal them and apply them to the state (which releases downstream members);
+2. check pilots are alive; a pilot that is gone has its unfinished members handed back
+   (queued ones without using an attempt);
+3. feed ready members to a live pilot, up to a window, journaling each assignment
+   *before* the pilot can see it (so a resumed engine never forgets one);
+4. snapshot the counts for ``pwe status``; report progress.
+
+Failure model: the engine may be killed at any point. The journal then holds a prefix
+of what happened; the pilots' own files hold the rest. ``resume`` replays the journal,
+drops assignments a pilot never received, and re-reads each pilot's events from the
+last offset it journaled; applying a pilot event twice is a no-op. So no member that
+finished runs again, and none is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import rundir
+from .errors import InputError, PweError
+from .journal import Journal, replay
+from .plan import Plan, plan_workflow
+from .state import ASSIGNED, DONE, FAILED, READY, RUNNING, RunState
+
+POLL_MIN, POLL_MAX = 0.002, 0.05
+SNAPSHOT_EVERY = 0.5
+
+
+class Pilot:
+    """The engine's view of one pilot: its files and how far they have been read."""
+
+    def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
+                 popen: subprocess.Popen | None = None, offset: int = 0):
+        self.id = pid_
+        self.dir = directory
+        self.os_pid = os_pid
+        self.host = host
+        self.slots = slots
+        self.popen = popen
+        self.offset = offset
+        self.partial = b""
+        self.outstanding = 0
+        self.alive = True
+        self.down = False
+        self.last_heard = time.time()
+        self._tasks = open(directory / "tasks.jsonl", "ab", buffering=0)
+        self._events = None
+        self._out: list[bytes] = []
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self._out.append(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+    def flush(self) -> None:
+        if self._out:
+            data = b"".join(self._out)
+            self._out.clear()
+            view = memoryview(data)
+            while view:
+                view = view[self._tasks.write(view):]
+
+    def read_events(self) -> list[dict[str, Any]]:
+        if self._events is None:
+            try:
+                self._events = open(self.dir / "events.jsonl", "rb")
+            except FileNotFoundError:
+                return []
+            self._events.seek(self.offset)
+        data = self._events.read()
+        if not data:
+            return []
+        data = self.partial + data
+        cut = data.rfind(b"\n") + 1
+        self.partial = data[cut:]
+        complete = data[:cut]
+        self.offset = self._events.tell() - len(self.partial)
+        self.last_heard = time.time()
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def process_gone(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is not None
+        if self.host != socket.gethostname():
+            return False  # another host: heartbeats tell (batch protocols)
+        return not rundir.pid_alive(self.os_pid)
+
+    def close(self) -> None:
+        self.flush()
+        self._tasks.close()
+        if self._events:
+            self._events.close()
+
+
+class Engine:
+    """Runs one run directory to its end. Use :meth:`create` or :meth:`open`."""
+
+    def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any]):
+        self.dir = run_dir
+        self.plan = plan
+        self.info = info
+        self.run_id = info["run_id"]
+        self.cores = int(info.get("cores") or 1)
+        self.heartbeat = float(info.get("heartbeat", 5.0))
+        self.lost_after = float(info.get("lost_after", 60.0))
+        self.state: RunState | None = None
+        self.journal: Journal | None = None
+        self.pilots: dict[str, Pilot] = {}
+        self.lock = rundir.EngineLock(run_dir)
+        self._next_pilot = 1
+        self._member_env_base = {"PWE_RUN_ID": self.run_id}
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
+               cores: int | None = None, run_dir: str | Path | None = None, **options: Any) -> "Engine":
+        """Check the workflow, make its run directory, and return an engine for it."""
+        from protocols.local import local_cores
+
+        src = Path(workflow)
+        plan = plan_workflow(src, sets, host=host)
+        for nid, pn in plan.nodes.items():
+            if pn.host != "local":
+                raise InputError(f"node '{nid}' runs on host '{pn.host}'; this version runs on 'local' only "
+                                 "(pass --host local)", src, pn.line)
+        cores = cores or local_cores()
+        for nid, pn in plan.nodes.items():
+            need = pn.scheduling.cores_per_member()
+            if need > cores:
+                raise InputError(
+                    f"node '{nid}': a member needs {need} cores (ranksPerMember x threadsPerRank) but host "
+                    f"'local' has {cores}; lower them or use a larger host", src, pn.line)
+        run_id = rundir.new_run_id(plan.workflow.name)
+        path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
+        rundir.create(path)
+        copy = path / f"workflow{src.suffix or '.yaml'}"
+        shutil.copyfile(src, copy)
+        # parameter files are read relative to the workflow: keep the run's copy beside them
+        info = {
+            "run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
+            "host": host, "cores": cores, "created": time.time(), **options,
+        }
+        rundir.write_json_atomic(path / "run.json", info)
+        return cls(path, plan, info)
+
+    @classmethod
+    def open(cls, run_dir: Path) -> "Engine":
+        info = json.loads((run_dir / "run.json").read_text())
+        original = Path(info["workflow"])
+        # re-plan from the original location when it still holds the same text (parameter
+        # files live beside it), else from the run's own copy
+        copy = run_dir / info["copy"]
+        src = original if original.is_file() and original.read_bytes() == copy.read_bytes() else copy
+        plan = plan_workflow(src, info.get("sets") or {}, host=info.get("host"))
+        return cls(run_dir, plan, info)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, progress: Callable[[RunState], None] | None = None) -> bool:
+        """Run (or resume) to the end. True when every member succeeded."""
+        self.lock.acquire()
+        try:
+            self._load()
+            return self._loop(progress)
+        finally:
+            self._shutdown()
+
+    def _load(self) -> None:
+        self.state = RunState(self.plan)
+        fresh = True
+        for rec in replay(self.dir / "journal.jsonl"):
+            self.state.apply(rec)
+            fresh = False
+        self.journal = Journal(self.dir / "journal.jsonl", fsync=bool(self.info.get("fsync")))
+        self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid()})
+        for pid_, p in self.state.pilots.items():
+            n = int(pid_.lstrip("p") or 0)
+            self._next_pilot = max(self._next_pilot, n + 1)
+            if p.get("alive"):
+                self._reattach(pid_, p)
+        self.journal.flush()
+
+    def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
+        pilot = Pilot(pid_, self.dir / "pilots" / pid_, p["pid"], p["host"], p["slots"], offset=p.get("offset", 0))
+        self.pilots[pid_] = pilot
+        # assignments journaled but never written to the pilot (killed in between): hand back
+        sent: set[tuple[str, int, int]] = set()
+        for line in (pilot.dir / "tasks.jsonl").read_bytes().splitlines():
+            try:
+                t = json.loads(line)
+            except ValueError:
+                continue
+            if t.get("k") == "task":
+                sent.add((t["n"], t["m"], t["a"]))
+        st = self.state
+        for nid, i in st.inflight(pid_):
+            ns = st.nodes[nid]
+            if ns.state[i] == ASSIGNED and (nid, i, ns.attempt[i]) not in sent:
+                self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+        pilot.outstanding = len(st.inflight(pid_))
+        self._ingest(pilot)
+        if pilot.process_gone() and not pilot.down:
+            self._ingest(pilot)
+            self._pilot_gone(pilot, "lost while the engine was down")
+
+    def _loop(self, progress: Callable[[RunState], None] | None) -> bool:
+        st = self.state
+        assert st is not None
+        sleep = POLL_MIN
+        last_snap = 0.0
+        cancel_file = self.dir / "control" / "cancel"
+        while True:
+            if cancel_file.exists() and not st.cancelled:
+                self.cancel()
+            busy = 0
+            for pilot in list(self.pilots.values()):
+                if pilot.alive:
+                    busy += self._ingest(pilot)
+            self._check_pilots()
+            if st.unfinished() == 0:
+                break
+            busy += self._feed()
+            self.journal.flush()  # assignments are durable before any pilot can see them
+            for pilot in self.pilots.values():
+                pilot.flush()
+            now = time.time()
+            if now - last_snap >= SNAPSHOT_EVERY:
+                self._snapshot()
+                last_snap = now
+                if progress:
+                    progress(st)
+            if busy:
+                sleep = POLL_MIN
+            else:
+                time.sleep(sleep)
+                sleep = min(POLL_MAX, sleep * 1.5)
+        ok = not st.cancelled and st.totals()[DONE] == self.plan.total_members
+        self._record({"e": "finish", "ok": ok, "t": time.time()})
+        self.journal.flush()
+        if progress:
+            progress(st)
+        return ok
+
+    def _record(self, rec: dict[str, Any]) -> Any:
+        self.journal.append(rec)
+        return self.state.apply(rec)
+
+    # -- pilots ---------------------------------------------------------------------------------
+    def _start_pilot(self) -> Pilot:
+        from protocols.local import start_pilot
+
+        pid_ = f"p{self._next_pilot}"
+        self._next_pilot += 1
+        d = self.dir / "pilots" / pid_
+        popen = start_pilot(d, self.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)))
+        host = socket.gethostname()
+        self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "slots": self.cores,
+                      "t": time.time()})
+        pilot = Pilot(pid_, d, popen.pid, host, self.cores, popen=popen)
+        self.pilots[pid_] = pilot
+        return pilot
+
+    def _ingest(self, pilot: Pilot) -> int:
+        events = pilot.read_events()
+        if not events:
+            return 0
+        for ev in events:
+            k = ev["k"]
+            if k in ("start", "end"):
+                rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pilot.id}
+                if k == "start":
+                    rec["pid"] = ev.get("pid", 0)
+                else:
+                    rec["rc"] = ev["rc"]
+                    if ev.get("out"):
+                        rec["out"] = ev["out"]
+                    if ev.get("why"):
+                        rec["why"] = ev["why"]
+                    rec["dt"] = ev.get("dt")
+                if self._record(rec) is not None and k == "end":
+                    pilot.outstanding -= 1
+            elif k == "down":
+                pilot.down = True
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.offset})
+        return len(events)
+
+    def _check_pilots(self) -> None:
+        now = time.time()
+        for pilot in self.pilots.values():
+            if not pilot.alive:
+                continue
+            if pilot.down or pilot.process_gone():
+                self._ingest(pilot)  # whatever it said before it went
+                self._pilot_gone(pilot, "exited" if pilot.down else "died")
+            elif now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
+                self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
+
+    def _pilot_gone(self, pilot: Pilot, why: str) -> None:
+        st = self.state
+        for nid, i in st.inflight(pilot.id):
+            pid = st.nodes[nid].pid.get(i)
+            if pid and pilot.host == socket.gethostname():
+                # a member orphaned by a killed pilot would run on beside its re-issue
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self._record({"e": "unassign", "n": nid, "m": i, "p": pilot.id})
+        self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": time.time()})
+        pilot.alive = False
+        pilot.outstanding = 0
+        if pilot.popen is not None:
+            pilot.popen.poll()
+
+    def _live_pilot(self) -> Pilot | None:
+        for pilot in self.pilots.values():
+            if pilot.alive and not pilot.down:
+                return pilot
+        return None
+
+    # -- feeding ------------------------------------------------------------------------------
+    def _feed(self) -> int:
+        st = self.state
+        if not st.ready or st.cancelled:
+            return 0
+        pilot = self._live_pilot()
+        if pilot is None:
+            pilot = self._start_pilot()
+        window = max(8 * pilot.slots, 256)
+        fed = 0
+        while st.ready and pilot.outstanding < window:
+            nid, i = st.ready.popleft()
+            ns = st.nodes[nid]
+            if ns.state[i] != READY:
+                continue  # a stale entry: assigned or finished since it was queued
+            attempt = ns.attempt[i] + 1
+            task = self._task(nid, i, attempt)
+            self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id})
+            pilot.send(task)
+            pilot.outstanding += 1
+            fed += 1
+        return fed
+
+    def _task(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
+        pn = self.plan.nodes[nid]
+        sched = pn.scheduling
+        cwd = rundir.member_dir(self.dir, nid, i)
+        if attempt > 1:
+            _keep_previous_attempt(cwd, attempt - 1)
+        env = dict(self._member_env_base)
+        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+        env.update({
+            "PWE_NODE": nid, "PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt), "PWE_HOST": pn.host,
+            "PWE_RANKS": str(ranks), "PWE_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+            "PWE_WALLTIME_MINUTES": _minutes(sched.maxWallTimePerMember or sched.maxWallTime),
+        })
+        from .source import value_text
+
+        for name, value in pn.space.values_of(i).items():
+            env["PWE_PARAM_" + name.upper()] = value_text(value)
+        for name, value in pn.spec.env.items():
+            env[name] = value_text(value)
+        return {"k": "task", "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": str(cwd),
+                "env": env, "cores": ranks * threads, "wall": sched.maxWallTimePerMember}
+
+    # -- cancel and shutdown -----------------------------------------------------------------
+    def cancel(self) -> None:
+        for pilot in self.pilots.values():
+            if pilot.alive:
+                pilot.send({"k": "cancel"})
+                pilot.flush()
+        self._record({"e": "cancel", "t": time.time()})
+        self.journal.flush()
+
+    def _shutdown(self) -> None:
+        try:
+            for pilot in self.pilots.values():
+                if pilot.alive and not pilot.down:
+                    pilot.send({"k": "stop"})
+                pilot.close()
+            if self.journal is not None:
+                self.journal.close()
+                self._snapshot()
+        finally:
+            self.lock.release()
+
+    def _snapshot(self) -> None:
+        snap = self.state.snapshot()
+        snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": time.time(),
+                     "engine": {"pid": os.getpid(), "host": socket.gethostname()},
+                     "total_members": self.plan.total_members})
+        try:
+            rundir.write_json_atomic(self.dir / "state.json", snap)
+        except OSError:
+            pass  # a snapshot is a convenience; the journal is the record
+
+
+def _minutes(v: float | None) -> str:
+    return "" if v is None else f"{v:g}"
+
+
+def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
+    """Rename the previous attempt's files so that the next one starts clean."""
+    for name in ("stdout", "stderr", "outputs"):
+        try:
+            os.replace(cwd / name, cwd / f"{name}.{attempt}")
+        except FileNotFoundError:
+            pass

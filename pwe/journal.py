@@ -1,0 +1,90 @@
+"""The journal: an append-only JSON-lines file, the run's one state store.
+
+Exactly one process (the engine holding the run's lock) appends. Records are written in
+batches with one ``write`` call; a crash can leave at most a torn last line, which
+:func:`replay` drops (and :class:`Journal` truncates before appending again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import PweError
+
+
+class JournalError(PweError):
+    """The journal cannot be written (disk full, permissions): the run stops cleanly."""
+
+
+def replay(path: Path) -> Iterator[dict[str, Any]]:
+    """Every complete record, in order."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                return  # torn by a crash mid-write: never applied, so never happened
+            try:
+                yield json.loads(line)
+            except ValueError:
+                return
+
+
+class Journal:
+    def __init__(self, path: Path, fsync: bool = False):
+        self.path = path
+        self.fsync = fsync
+        self._buf: list[bytes] = []
+        self._trim_torn_tail()
+        self._fh = open(path, "ab", buffering=0)
+
+    def _trim_torn_tail(self) -> None:
+        try:
+            with open(self.path, "rb+") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                if size == 0:
+                    return
+                back = min(size, 1 << 16)
+                fh.seek(size - back)
+                tail = fh.read()
+                if tail.endswith(b"\n"):
+                    return
+                cut = tail.rfind(b"\n")
+                fh.truncate(size - back + cut + 1 if cut >= 0 else 0)
+        except FileNotFoundError:
+            pass
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._buf.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        data = b"".join(self._buf)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._fh.write(view):]
+            if self.fsync:
+                os.fsync(self._fh.fileno())
+        except OSError as exc:
+            # keep the journal whole: cut back whatever part of this batch got written
+            try:
+                self._fh.truncate(self._fh.seek(0, os.SEEK_END) - (len(data) - len(view)))
+            except OSError:
+                pass
+            raise JournalError(f"cannot write {self.path}: {exc.strerror}; the run is stopped with its state "
+                               "intact: free space, then pwe resume") from None
+        self._buf.clear()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._fh.close()

@@ -1,0 +1,298 @@
+"""The state of a run's members, rebuilt from the journal by one ``apply`` function.
+
+The engine decides, appends a record to the journal, then applies it; a resumed engine,
+``pwe show`` and ``pwe status --full`` apply the same records in the same order and so
+arrive at the same state. Derived changes (a dependency satisfied, a retry scheduled,
+downstream members skipped after a final failure) are not journaled: ``apply`` derives
+them the same way every time.
+
+Memory is per member a state byte, an attempt counter and a dependency counter (arrays,
+not objects); exit statuses, outputs and failure counts are kept only where they exist.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .plan import Edge, Plan
+
+# member states
+WAITING, READY, ASSIGNED, RUNNING, DONE, FAILED, SKIPPED, CANCELLED = range(8)
+NAMES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled"]
+FINAL = (DONE, FAILED, SKIPPED, CANCELLED)
+
+
+@dataclass
+class NodeState:
+    size: int
+    state: bytearray
+    attempt: array
+    deps: array
+    counts: list[int]
+    rc: dict[int, int] = field(default_factory=dict)
+    why: dict[int, str] = field(default_factory=dict)
+    outputs: dict[int, dict] = field(default_factory=dict)
+    failures: dict[int, int] = field(default_factory=dict)
+    pilot: dict[int, str] = field(default_factory=dict)  # members queued or running: which pilot
+    pid: dict[int, int] = field(default_factory=dict)
+
+
+class RunState:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.nodes: dict[str, NodeState] = {}
+        self.ready: deque[tuple[str, int]] = deque()
+        self.barrier_left: dict[tuple[str, str], int] = {}
+        self.pilots: dict[str, dict[str, Any]] = {}
+        self.cancelled = False
+        self.finished_ok: bool | None = None
+        for nid, pn in plan.nodes.items():
+            n = pn.size
+            self.nodes[nid] = NodeState(
+                size=n,
+                state=bytearray(n),
+                attempt=array("I", bytes(4 * n)),
+                deps=array("q", bytes(8 * n)),
+                counts=[n, 0, 0, 0, 0, 0, 0, 0],
+            )
+        self._init_deps()
+
+    # -- dependencies ----------------------------------------------------------------------
+    def _init_deps(self) -> None:
+        for nid, ns in self.nodes.items():
+            edges = self.plan.edges_into(nid)
+            barriers = sum(1 for e in edges if e.barrier)
+            matched = [e for e in edges if not e.barrier]
+            if not matched:
+                if barriers:
+                    ns.deps = array("q", [barriers]) * ns.size
+            else:
+                deps = ns.deps
+                for i in range(ns.size):
+                    deps[i] = barriers + sum(self.plan.count_upstream(e, i) for e in matched)
+            for e in edges:
+                if e.barrier:
+                    self.barrier_left[(e.src, e.dst)] = self.plan.nodes[e.src].size
+        for nid, ns in self.nodes.items():
+            for i in range(ns.size):
+                if ns.deps[i] == 0:
+                    self._set(nid, ns, i, READY)
+                    self.ready.append((nid, i))
+
+    def _set(self, nid: str, ns: NodeState, i: int, new: int) -> None:
+        ns.counts[ns.state[i]] -= 1
+        ns.counts[new] += 1
+        ns.state[i] = new
+
+    def _satisfied(self, nid: str, i: int) -> None:
+        """Member i of nid succeeded: release what waits for it."""
+        for e in self.plan.edges_out_of(nid):
+            dst = self.nodes[e.dst]
+            if e.barrier:
+                key = (e.src, e.dst)
+                self.barrier_left[key] -= 1
+                if self.barrier_left[key] == 0:
+                    for j in range(dst.size):
+                        self._release(e.dst, dst, j)
+            else:
+                for j in self.plan.downstream(e, i):
+                    self._release(e.dst, dst, j)
+
+    def _release(self, nid: str, ns: NodeState, j: int) -> None:
+        ns.deps[j] -= 1
+        if ns.deps[j] == 0 and ns.state[j] == WAITING:
+            self._set(nid, ns, j, READY)
+            self.ready.append((nid, j))
+
+    def _skip_downstream(self, nid: str, i: int, whole_node: bool = False) -> None:
+        """Member i of nid failed for good: what depends on it can never run."""
+        todo: deque[tuple[str, int | None]] = deque([(nid, None if whole_node else i)])
+        while todo:
+            src, idx = todo.popleft()
+            for e in self.plan.edges_out_of(src):
+                dst = self.nodes[e.dst]
+                targets: Iterable[int]
+                if e.barrier or idx is None:
+                    targets = range(dst.size)
+                else:
+                    targets = self.plan.downstream(e, idx)
+                whole = e.barrier or idx is None
+                any_new = False
+                for j in targets:
+                    if dst.state[j] in (WAITING, READY):
+                        self._set(e.dst, dst, j, SKIPPED)
+                        any_new = True
+                        if not whole:
+                            todo.append((e.dst, j))
+                if whole and any_new:
+                    todo.append((e.dst, None))
+
+    # -- records ---------------------------------------------------------------------------
+    def apply(self, r: dict[str, Any]) -> Any:
+        """Apply one journal record. Idempotent for pilot events: an event for an attempt
+        or a pilot that is no longer current is ignored (returns None)."""
+        e = r["e"]
+        if e == "assign":
+            ns = self.nodes[r["n"]]
+            i = r["m"]
+            if ns.state[i] != READY:
+                return None
+            self._set(r["n"], ns, i, ASSIGNED)
+            ns.attempt[i] = r["a"]
+            ns.pilot[i] = r["p"]
+            return True
+        if e == "start":
+            ns = self.nodes[r["n"]]
+            i = r["m"]
+            if ns.state[i] != ASSIGNED or ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"]:
+                return None
+            self._set(r["n"], ns, i, RUNNING)
+            ns.pid[i] = r.get("pid", 0)
+            return True
+        if e == "end":
+            return self._end(r)
+        if e == "unassign":  # a lost pilot's member, or one it handed back: ready again
+            ns = self.nodes[r["n"]]
+            i = r["m"]
+            if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"]:
+                return None
+            self._set(r["n"], ns, i, READY)
+            ns.pilot.pop(i, None)
+            ns.pid.pop(i, None)
+            self.ready.append((r["n"], i))
+            return True
+        if e == "pilot":
+            self.pilots[r["p"]] = {k: v for k, v in r.items() if k not in ("e",)}
+            self.pilots[r["p"]].setdefault("alive", True)
+            return True
+        if e == "pilot_gone":
+            if r["p"] in self.pilots:
+                self.pilots[r["p"]]["alive"] = False
+                self.pilots[r["p"]]["why"] = r.get("why")
+            return True
+        if e == "offset":
+            if r["p"] in self.pilots:
+                self.pilots[r["p"]]["offset"] = r["off"]
+            return True
+        if e == "cancel":
+            self.cancelled = True
+            for nid, ns in self.nodes.items():
+                for i in range(ns.size):
+                    if ns.state[i] not in FINAL:
+                        self._set(nid, ns, i, CANCELLED)
+                ns.pilot.clear()
+            self.ready.clear()
+            return True
+        if e == "retry":
+            self._retry()
+            return True
+        if e in ("run", "resume", "finish", "note"):
+            if e == "finish":
+                self.finished_ok = r.get("ok")
+            return True
+        raise ValueError(f"unknown journal record {e!r}")
+
+    def _end(self, r: dict[str, Any]) -> Any:
+        nid, i = r["n"], r["m"]
+        ns = self.nodes[nid]
+        if ns.state[i] not in (ASSIGNED, RUNNING) or ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"]:
+            return None
+        rc = r["rc"]
+        ns.pilot.pop(i, None)
+        ns.pid.pop(i, None)
+        if r.get("out"):
+            ns.outputs[i] = r["out"]
+        if rc:
+            ns.rc[i] = rc
+        else:
+            ns.rc.pop(i, None)
+        if r.get("why"):
+            ns.why[i] = r["why"]
+        else:
+            ns.why.pop(i, None)
+        if rc == 0:
+            self._set(nid, ns, i, DONE)
+            self._satisfied(nid, i)
+            return DONE
+        fails = ns.failures.get(i, 0) + 1
+        ns.failures[i] = fails
+        if fails <= self.plan.nodes[nid].retries:
+            self._set(nid, ns, i, READY)
+            self.ready.append((nid, i))
+            return READY
+        self._set(nid, ns, i, FAILED)
+        self._skip_downstream(nid, i)
+        return FAILED
+
+    def _retry(self) -> None:
+        """Failed and skipped members go back to waiting; their retry budgets start anew."""
+        self.cancelled = False
+        self.finished_ok = None
+        again = False
+        for nid, ns in self.nodes.items():
+            for i in range(ns.size):
+                if ns.state[i] in (FAILED, SKIPPED, CANCELLED):
+                    self._set(nid, ns, i, WAITING)
+                    ns.failures.pop(i, None)
+                    again = True
+        if not again:
+            return
+        # recount what each waiting member still waits for, from the members that are done
+        self.ready.clear()
+        for key in self.barrier_left:
+            self.barrier_left[key] = self.plan.nodes[key[0]].size
+        for nid, ns in self.nodes.items():
+            edges = self.plan.edges_into(nid)
+            for i in range(ns.size):
+                if ns.state[i] == WAITING:
+                    ns.deps[i] = sum(1 if e.barrier else self.plan.count_upstream(e, i) for e in edges)
+        for nid, ns in self.nodes.items():
+            for i in range(ns.size):
+                if ns.state[i] == DONE:
+                    self._satisfied_counts_only(nid, i)
+        for nid, ns in self.nodes.items():
+            for i in range(ns.size):
+                if ns.state[i] == WAITING and ns.deps[i] <= 0:
+                    self._set(nid, ns, i, READY)
+                    self.ready.append((nid, i))
+                elif ns.state[i] == READY:
+                    self.ready.append((nid, i))
+
+    def _satisfied_counts_only(self, nid: str, i: int) -> None:
+        for e in self.plan.edges_out_of(nid):
+            dst = self.nodes[e.dst]
+            if e.barrier:
+                self.barrier_left[(e.src, e.dst)] -= 1
+                if self.barrier_left[(e.src, e.dst)] == 0:
+                    for j in range(dst.size):
+                        if dst.state[j] == WAITING:
+                            dst.deps[j] -= 1
+            else:
+                for j in self.plan.downstream(e, i):
+                    if dst.state[j] == WAITING:
+                        dst.deps[j] -= 1
+
+    # -- views -----------------------------------------------------------------------------
+    def unfinished(self) -> int:
+        return sum(ns.size - sum(ns.counts[s] for s in FINAL) for ns in self.nodes.values())
+
+    def totals(self) -> list[int]:
+        out = [0] * 8
+        for ns in self.nodes.values():
+            for k, c in enumerate(ns.counts):
+                out[k] += c
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "nodes": {nid: dict(zip(NAMES, ns.counts)) for nid, ns in self.nodes.items()},
+            "totals": dict(zip(NAMES, self.totals())),
+            "cancelled": self.cancelled,
+            "finished_ok": self.finished_ok,
+        }
+
+    def inflight(self, pilot: str) -> list[tuple[str, int]]:
+        return [(nid, i) for nid, ns in self.nodes.items() for i, p in ns.pilot.items() if p == pilot]
