@@ -9,7 +9,19 @@ The Python API::
 """
 
 from .errors import InputError, PweError
-from .plan import Plan, plan_workflow
 
-__all__ = ["InputError", "Plan", "PweError", "plan_workflow"]
+__all__ = ["Engine", "InputError", "Plan", "PweError", "plan_workflow", "run_workflow"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # imported on first use: `pwe status` must not pay for pydantic, networkx and jinja2
+    if name in ("Plan", "plan_workflow"):
+        from . import plan
+
+        return getattr(plan, name)
+    if name in ("Engine", "run_workflow"):
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(name)

@@ -14,8 +14,9 @@ from typing import Any
 import click
 
 from .errors import PweError
-from .plan import Plan, plan_workflow
-from .load import parse_sets
+
+# Heavy modules (pydantic, networkx, jinja2, rich) are imported inside the commands that
+# need them: `pwe status` answers from a snapshot file and must start fast.
 
 
 def _console():
@@ -41,11 +42,14 @@ _set_option = click.option(
 _json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
-def _load(file: str, sets: tuple[str, ...], host: str | None = None) -> Plan:
+def _load(file: str, sets: tuple[str, ...], host: str | None = None):
+    from .load import parse_sets
+    from .plan import plan_workflow
+
     return plan_workflow(file, parse_sets(sets), host=host)
 
 
-def _param_summary(plan: Plan, nid: str) -> str:
+def _param_summary(plan, nid: str) -> str:
     space = plan.nodes[nid].space
     if not space.names:
         return "-"
@@ -53,7 +57,7 @@ def _param_summary(plan: Plan, nid: str) -> str:
     return sep.join(f"{n}({len(space.values[n])})" for n in space.names)
 
 
-def _summary(plan: Plan) -> dict[str, Any]:
+def _summary(plan) -> dict[str, Any]:
     path, length = plan.critical_path()
     return {
         "workflow": plan.workflow.name,
@@ -173,6 +177,323 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, as_json:
             last = m["member"]
     for w in p.warnings:
         click.echo(f"warning: {w}", err=True)
+
+
+# -- running ------------------------------------------------------------------------------
+
+_run_options = [
+    click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
+    click.option("--host", default=None, help="run every node on this host"),
+    click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
+    click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill (default: all)"),
+]
+
+
+def _with_run_options(f):
+    for opt in reversed(_run_options):
+        f = opt(f)
+    return f
+
+
+def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None):
+    from .engine import Engine
+    from .load import parse_sets
+
+    return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir)
+
+
+def _follow(engine, **kwargs) -> None:
+    """Run the engine in the foreground with a progress display; exit 0 / 1."""
+    from .state import NAMES
+
+    total = engine.plan.total_members
+    live = sys.stderr.isatty()
+    bar = None
+    last_line = [0.0]
+    if live:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("{task.fields[extra]}"), TimeElapsedColumn(), transient=False)
+        task = bar.add_task(engine.run_id, total=total, extra="")
+        bar.start()
+
+    def progress(st) -> None:
+        t = st.totals()
+        finished = t[4] + t[5] + t[6] + t[7]
+        extra = f"running {t[3]}  failed {t[5]}" + (f"  skipped {t[6]}" if t[6] else "")
+        if bar is not None:
+            bar.update(task, completed=finished, extra=extra)
+        else:
+            import time as _t
+
+            now = _t.time()
+            if now - last_line[0] >= 5 or finished == total:
+                last_line[0] = now
+                click.echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
+
+    try:
+        ok = engine.run(progress=progress, **kwargs)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.stop()
+        click.echo(f"cancelled; `pwe retry {engine.run_id}` runs what was left", err=True)
+        sys.exit(130)
+    finally:
+        if bar is not None:
+            bar.stop()
+    t = engine.state.totals()
+    parts = [f"{t[k]} {NAMES[k]}" for k in (4, 5, 6, 7) if t[k] or k == 4]
+    click.echo(f"{engine.run_id}: {', '.join(parts)} of {total}  ({engine.dir})")
+    if t[5]:
+        click.echo(f"see: pwe show {engine.run_id} --state failed", err=True)
+    sys.exit(0 if ok else 1)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@_with_run_options
+def run(file, sets, host, run_dir, cores) -> None:
+    """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
+    try:
+        engine = _create(file, sets, host, run_dir, cores)
+        click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
+        _follow(engine)
+    except PweError as exc:
+        _fail(exc)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@_with_run_options
+def submit(file, sets, host, run_dir, cores) -> None:
+    """Start a run of FILE in the background and print its run id."""
+    import subprocess
+
+    try:
+        engine = _create(file, sets, host, run_dir, cores)
+    except PweError as exc:
+        _fail(exc)
+    _spawn_engine(engine.dir)
+    click.echo(engine.run_id)
+
+
+def _spawn_engine(run_dir, *extra: str) -> None:
+    import os
+    import subprocess
+
+    log = open(run_dir / "engine.log", "ab")
+    subprocess.Popen([sys.executable, "-m", "pwe", "_engine", str(run_dir), *extra], stdin=subprocess.DEVNULL,
+                     stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
+    log.close()
+
+
+@cli.command(name="_engine", hidden=True)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--retry", is_flag=True)
+def _engine_cmd(run_dir: str, retry: bool) -> None:
+    """The background engine of `pwe submit` (internal)."""
+    from pathlib import Path
+
+    from .engine import Engine
+
+    try:
+        ok = Engine.open(Path(run_dir)).run(retry=retry)
+    except PweError as exc:
+        _fail(exc)
+    sys.exit(0 if ok else 1)
+
+
+def _find(run: str | None):
+    from .rundir import find
+
+    return find(run)
+
+
+@cli.command()
+@click.argument("run", required=False)
+@_json_option
+def status(run: str | None, as_json: bool) -> None:
+    """Per node: members waiting / queued / running / done / failed (newest run by default)."""
+    from .rundir import EngineLock
+
+    try:
+        d = _find(run)
+    except PweError as exc:
+        _fail(exc)
+    try:
+        snap = json.loads((d / "state.json").read_text())
+    except (OSError, ValueError):
+        snap = {"run_id": d.name, "nodes": {}, "totals": {}, "finished_ok": None}
+    holder = EngineLock(d).holder()
+    if holder:
+        phase = "running"
+    elif snap.get("cancelled"):
+        phase = "cancelled"
+    elif snap.get("finished_ok") is True:
+        phase = "succeeded"
+    elif snap.get("finished_ok") is False:
+        phase = "finished with failures"
+    else:
+        phase = "stopped (pwe resume continues it)"
+    snap["phase"] = phase
+    snap["run_dir"] = str(d)
+    if as_json:
+        click.echo(json.dumps(snap, indent=2))
+        return
+    cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
+    click.echo(f"{snap.get('run_id', d.name)}: {phase}  ({d})")
+    width = max([len(n) for n in snap["nodes"]] + [4])
+    click.echo(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
+    rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]
+    for name, counts in rows:
+        vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
+        click.echo(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--node", default=None, help="only this node")
+@click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
+@click.option("--limit", default=200, show_default=True, help="most members listed (0: all)")
+@_json_option
+def show(run: str, node: str | None, only: str | None, limit: int, as_json: bool) -> None:
+    """Members of RUN with parameters, state, attempts, exit status and outputs."""
+    from .engine import load_state, member_record
+
+    try:
+        d = _find(run)
+        _, st = load_state(d)
+        if node is not None and node not in st.nodes:
+            from .source import did_you_mean
+
+            raise PweError(f"run {d.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+    except PweError as exc:
+        _fail(exc)
+    from .state import NAMES
+
+    want = None if only is None else only.lower()
+    if want is not None and want not in NAMES:
+        click.echo(f"--state: one of {', '.join(NAMES)}", err=True)
+        sys.exit(2)
+    out = []
+    for nid, ns in st.nodes.items():
+        if node and nid != node:
+            continue
+        for i in range(ns.size):
+            if want is not None and NAMES[ns.state[i]] != want:
+                continue
+            out.append(member_record(st, nid, i))
+            if limit and len(out) >= limit:
+                break
+        if limit and len(out) >= limit:
+            break
+    if as_json:
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    for m in out:
+        params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
+        outs = " ".join(f"{k}={v}" for k, v in m["outputs"].items())
+        rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
+        why = f" ({m['why']})" if m.get("why") else ""
+        click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}  {params}"
+                   + (f"  -> {outs}" if outs else ""))
+    if limit and len(out) >= limit:
+        click.echo(f"(first {limit}; --limit 0 for all)", err=True)
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("member")
+def logs(run: str, member: str) -> None:
+    """A member's stdout and stderr. MEMBER is NODE[INDEX] (or NODE:INDEX; NODE alone for index 0)."""
+    import re
+
+    from .rundir import member_dir
+
+    m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
+    if not m:
+        click.echo(f"member {member!r}: write NODE[INDEX], e.g. simulate[3]", err=True)
+        sys.exit(2)
+    try:
+        d = _find(run)
+    except PweError as exc:
+        _fail(exc)
+    node, idx = m.group(1), int(m.group(2) or 0)
+    md = member_dir(d, node, idx)
+    if not (d / "members" / node).is_dir():
+        from .source import did_you_mean
+
+        known = [p.name for p in (d / "members").iterdir()] if (d / "members").is_dir() else []
+        click.echo(f"run {d.name} has no member output for node '{node}'{did_you_mean(node, known)}", err=True)
+        sys.exit(2)
+    if not md.is_dir():
+        click.echo(f"{node}[{idx}] has not run yet (no {md})", err=True)
+        sys.exit(1)
+    for name in ("stdout", "stderr"):
+        p = md / name
+        text = p.read_text(errors="replace") if p.exists() else ""
+        click.echo(f"==> {node}[{idx}] {name} ({p}) <==")
+        click.echo(text, nl=not text.endswith("\n") and bool(text))
+
+
+@cli.command()
+@click.argument("run")
+def cancel(run: str) -> None:
+    """Stop RUN: its pilots and their members."""
+    import time
+
+    from .engine import Engine
+    from .rundir import EngineLock
+
+    try:
+        d = _find(run)
+        if EngineLock(d).holder():
+            (d / "control" / "cancel").touch()
+            for _ in range(200):
+                if not EngineLock(d).holder():
+                    break
+                time.sleep(0.05)
+            else:
+                raise PweError(f"the engine of {d.name} did not stop within 10 s")
+        else:
+            Engine.open(d).run(cancel=True)
+    except PweError as exc:
+        _fail(exc)
+    click.echo(f"{d.name}: cancelled")
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+def resume(run: str | None, detach: bool) -> None:
+    """Pick RUN up after any crash: finished members are kept, the rest run."""
+    _continue(run, detach, retry=False)
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+def retry(run: str | None, detach: bool) -> None:
+    """Rerun RUN's failed members (and what they held back)."""
+    _continue(run, detach, retry=True)
+
+
+def _continue(run: str | None, detach: bool, retry: bool) -> None:
+    from .engine import Engine
+
+    try:
+        d = _find(run)
+        engine = Engine.open(d)
+        if detach:
+            if engine.lock.holder():
+                raise PweError(f"an engine is already working on {d.name}")
+            _spawn_engine(d, *(["--retry"] if retry else []))
+            click.echo(engine.run_id)
+            return
+        _follow(engine, retry=retry)
+    except PweError as exc:
+        _fail(exc)
 
 
 def main() -> None:

@@ -56,6 +56,7 @@ class Pilot:
         self.outstanding = 0
         self.alive = True
         self.down = False
+        self.came_up = False
         self.last_heard = time.time()
         self._tasks = open(directory / "tasks.jsonl", "ab", buffering=0)
         self._events = None
@@ -108,7 +109,7 @@ class Engine:
     """Runs one run directory to its end. Use :meth:`create` or :meth:`open`."""
 
     def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any]):
-        self.dir = run_dir
+        self.dir = Path(run_dir).resolve()  # pilots and members run elsewhere: absolute paths only
         self.plan = plan
         self.info = info
         self.run_id = info["run_id"]
@@ -120,6 +121,7 @@ class Engine:
         self.pilots: dict[str, Pilot] = {}
         self.lock = rundir.EngineLock(run_dir)
         self._next_pilot = 1
+        self._failed_starts = 0
         self._member_env_base = {"PWE_RUN_ID": self.run_id}
 
     # -- construction -------------------------------------------------------------------------
@@ -167,12 +169,26 @@ class Engine:
         return cls(run_dir, plan, info)
 
     # -- the loop -------------------------------------------------------------------------------
-    def run(self, progress: Callable[[RunState], None] | None = None) -> bool:
-        """Run (or resume) to the end. True when every member succeeded."""
+    def run(self, progress: Callable[[RunState], None] | None = None, retry: bool = False,
+            cancel: bool = False) -> bool:
+        """Run (or resume) to the end. True when every member succeeded.
+
+        ``retry``: first give failed, skipped and cancelled members another go.
+        ``cancel``: stop the run (its pilots and their members) and return.
+        Ctrl-C cancels the run; ``pwe retry`` picks it up again.
+        """
         self.lock.acquire()
         try:
             self._load()
+            if retry:
+                self._record({"e": "retry", "t": time.time()})
+            if cancel:
+                self.cancel()
             return self._loop(progress)
+        except KeyboardInterrupt:
+            if self.journal is not None and self.state is not None and not self.state.cancelled:
+                self.cancel()
+            raise
         finally:
             self._shutdown()
 
@@ -292,6 +308,9 @@ class Engine:
                     pilot.outstanding -= 1
             elif k == "down":
                 pilot.down = True
+            elif k == "up":
+                pilot.came_up = True
+                self._failed_starts = 0
         self._record({"e": "offset", "p": pilot.id, "off": pilot.offset})
         return len(events)
 
@@ -322,6 +341,15 @@ class Engine:
         pilot.outstanding = 0
         if pilot.popen is not None:
             pilot.popen.poll()
+        if not pilot.came_up:
+            self._failed_starts += 1
+            if self._failed_starts >= 3:
+                log = pilot.dir / "pilot.log"
+                try:
+                    last = log.read_text(errors="replace").strip().splitlines()[-1]
+                except (OSError, IndexError):
+                    last = "(no output)"
+                raise PweError(f"3 pilots in a row died before starting; the last said: {last}  (see {log})")
 
     def _live_pilot(self) -> Pilot | None:
         for pilot in self.pilots.values():
@@ -417,3 +445,54 @@ def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
             os.replace(cwd / name, cwd / f"{name}.{attempt}")
         except FileNotFoundError:
             pass
+
+
+def run_workflow(workflow: str | Path, sets: dict[str, Any] | None = None, *, cores: int | None = None,
+                 run_dir: str | Path | None = None) -> "RunResult":
+    """Run a workflow on this machine to the end and return its results (the Python API)."""
+    engine = Engine.create(workflow, sets, cores=cores, run_dir=run_dir)
+    ok = engine.run()
+    return RunResult(engine.dir, ok)
+
+
+class RunResult:
+    """A finished (or interrupted) run, read back from its run directory."""
+
+    def __init__(self, run_dir: Path, ok: bool | None = None):
+        self.dir = Path(run_dir)
+        self.ok = ok
+        self._state: RunState | None = None
+
+    @property
+    def state(self) -> RunState:
+        if self._state is None:
+            self._state = load_state(self.dir)[1]
+        return self._state
+
+    def members(self, node: str) -> list[dict[str, Any]]:
+        """Every member of ``node``: index, parameters, state, attempts, exit status, outputs."""
+        return [member_record(self.state, node, i) for i in range(self.state.nodes[node].size)]
+
+
+def load_state(run_dir: Path) -> tuple[Engine, RunState]:
+    """Replay a run's journal (read-only; no lock taken)."""
+    engine = Engine.open(run_dir)
+    state = RunState(engine.plan)
+    for rec in replay(run_dir / "journal.jsonl"):
+        state.apply(rec)
+    return engine, state
+
+
+def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
+    from .state import NAMES
+
+    ns = state.nodes[node]
+    rec = {
+        "node": node, "member": i, "parameters": state.plan.nodes[node].space.values_of(i),
+        "state": NAMES[ns.state[i]], "attempts": ns.attempt[i],
+        "exit_status": ns.rc.get(i, 0) if ns.state[i] in (DONE, FAILED) else None,
+        "outputs": ns.outputs.get(i, {}),
+    }
+    if i in ns.why:
+        rec["why"] = ns.why[i]
+    return rec
