@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import sys
@@ -113,6 +114,7 @@ class Pilot:
         self._events = open(os.path.join(directory, "events.jsonl"), "ab", buffering=0)
         self._out: list[bytes] = []
         self._base_env = dict(os.environ)
+        self._which: dict[tuple[str, str], str | None] = {}
 
     # -- events ---------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -170,15 +172,22 @@ class Pilot:
         cores = max(1, int(task.get("cores") or 1))
         argv = argv_for(task["cmd"])
         try:
-            os.makedirs(cwd, exist_ok=True)
+            try:
+                os.mkdir(cwd)
+            except FileNotFoundError:  # the first member of its shard
+                os.makedirs(cwd, exist_ok=True)
+            except FileExistsError:  # a retry
+                pass
             # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python, and
             # the child opens its own stdout/stderr. It has no cwd argument: the pilot is
             # single-threaded, so stepping into the member's directory around it is safe.
+            # (every other path the pilot uses is absolute, so it never steps back out)
             os.chdir(cwd)
-            try:
+            exe = self._resolve(argv[0], env.get("PATH", ""))
+            if exe:
+                pid = os.posix_spawn(exe, argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+            else:  # let exec report the error as the shell would
                 pid = os.posix_spawnp(argv[0], argv, env, file_actions=_FILE_ACTIONS, setsid=True)
-            finally:
-                os.chdir(self.dir)
         except OSError as exc:
             # not found / not executable / no space: the member fails, the pilot goes on
             rc = 127 if exc.errno == errno.ENOENT else 126
@@ -193,6 +202,16 @@ class Pilot:
         self.free -= cores
         self.running[pid] = Member(task, pid, cores)
         self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=pid)
+
+    def _resolve(self, name: str, path: str) -> str | None:
+        """The program's full path, looked up once per PATH: a spawn that walks a long
+        PATH fails one exec per directory before it finds /usr/bin/true."""
+        if "/" in name:
+            return name
+        key = (name, path)
+        if key not in self._which:
+            self._which[key] = shutil.which(name, path=path)
+        return self._which[key]
 
     def launch_ready(self) -> None:
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
@@ -265,6 +284,8 @@ class Pilot:
                     last_activity = time.time()
                 self.launch_ready()
             self.reap()
+            if not self.cancelled:
+                self.launch_ready()  # fill the slots just freed before sleeping
             now = time.time()
             if self.running:
                 last_activity = now
@@ -279,9 +300,9 @@ class Pilot:
             if not self.running and not self.queue and now - last_activity > self.idle_timeout:
                 why = "idle"
                 break
-            # sleep until a child exits (SIGCHLD wakes us) or it is time to look for tasks
-            busy = self.free <= 0 or (not self.queue and self.running)
-            for _key, _ in sel.select(timeout=self.poll if not busy else max(self.poll, 0.05)):
+            # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to
+            # look for new tasks
+            for _key, _ in sel.select(timeout=self.poll if self.free > 0 else max(self.poll, 0.05)):
                 try:
                     while os.read(rfd, 4096):
                         pass

@@ -1,0 +1,103 @@
+"""Benchmark: members per second end to end through `pwe run` on this machine.
+
+    python bench/dispatch_local.py [--members 5000] [--cores 2] [--repeat 3] [--where disk|tmpfs|both]
+
+Each run is a fresh `python -m pwe run` process (start-up, planning, pilot start and the
+final summary included); the figure is members / wall seconds of that whole command.
+After each run the script checks from the run directory that every member has its
+stdout and stderr files and a journaled exit status of 0 (the bar counts only runs
+where all of that was recorded).
+
+Payloads:
+  true       `true` (pwe execs it directly: no shell needed)
+  bash       `true;` (has shell syntax, so pwe runs it with bash -c)
+  sleep      `sleep 0.05` on --cores 8 (--members 400): efficiency = ideal / wall
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def workflow(d: Path, members: int, payload: str) -> Path:
+    p = d / "bench.yaml"
+    p.write_text(f"name: bench\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"
+                 f"    run: {json.dumps(payload)}\n")
+    return p
+
+
+def check(run_dir: Path, members: int) -> None:
+    ends = 0
+    with open(run_dir / "journal.jsonl") as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r["e"] == "end":
+                assert r["rc"] == 0, r
+                ends += 1
+    assert ends == members, (ends, members)
+    for i in (0, members // 2, members - 1):
+        md = run_dir / "members" / "m" / str(i // 1000) / str(i)
+        assert (md / "stdout").is_file() and (md / "stderr").is_file(), md
+
+
+def one(base: Path, members: int, cores: int, payload: str) -> float:
+    run_dir = base / f"run-{time.time_ns()}"
+    wf = workflow(base, members, payload)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
+                           str(run_dir)], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"pwe run failed ({proc.returncode}): {proc.stderr}")
+    check(run_dir, members)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--members", type=int, default=5000)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--where", choices=["disk", "tmpfs", "both"], default="both")
+    ap.add_argument("--payload", choices=["true", "bash", "sleep", "all"], default="all")
+    args = ap.parse_args()
+    places = {"disk": ROOT / "bench" / "out", "tmpfs": Path("/dev/shm")}
+    wheres = ["disk", "tmpfs"] if args.where == "both" else [args.where]
+    payloads = ["true", "bash", "sleep"] if args.payload == "all" else [args.payload]
+    print(f"{'payload':8} {'where':6} {'members':>8} {'cores':>5} {'wall s (median)':>16} {'members/s':>10}  extra")
+    for payload in payloads:
+        for where in wheres:
+            places[where].mkdir(parents=True, exist_ok=True)
+            base = Path(tempfile.mkdtemp(prefix="pwe-bench-", dir=places[where]))
+            try:
+                if payload == "sleep":
+                    n, cores, cmd = 400, 8, "sleep 0.05"
+                else:
+                    n, cores, cmd = args.members, args.cores, "true" if payload == "true" else "true;"
+                walls = [one(base, n, cores, cmd) for _ in range(args.repeat)]
+                wall = statistics.median(walls)
+                extra = ""
+                if payload == "sleep":
+                    ideal = n * 0.05 / cores
+                    extra = f"efficiency {ideal / wall:.2f} (ideal {ideal:.2f} s)"
+                print(f"{payload:8} {where:6} {n:8} {cores:5} {wall:16.3f} {n / wall:10.0f}  {extra}"
+                      f"  runs: {', '.join(f'{w:.2f}' for w in walls)}", flush=True)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
