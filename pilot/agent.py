@@ -113,6 +113,7 @@ class Pilot:
         self._partial = b""
         self._events = open(os.path.join(directory, "events.jsonl"), "ab", buffering=0)
         self._out: list[bytes] = []
+        self.write_blocked = False
         self._base_env = dict(os.environ)
         self._which: dict[tuple[str, str], str | None] = {}
 
@@ -122,17 +123,29 @@ class Pilot:
         fields["t"] = round(time.time(), 3)
         self._out.append(json.dumps(fields, separators=(",", ":")).encode() + b"\n")
 
-    def flush(self) -> None:
-        if self._out:
-            data = b"".join(self._out)
-            self._out.clear()
-            # one write per batch; a single writer means a reader never sees interleaving
-            view = memoryview(data)
+    def flush(self) -> bool:
+        """Append the pending events; False (events kept) when the disk refuses them."""
+        if not self._out:
+            return True
+        data = b"".join(self._out)
+        # one write per batch; a single writer means a reader never sees interleaving
+        view = memoryview(data)
+        try:
             while view:
-                n = self._events.write(view)
-                view = view[n:]
+                view = view[self._events.write(view):]
             if self.fsync:
                 os.fsync(self._events.fileno())
+        except OSError as exc:
+            # disk full or quota: keep what was not written and stop starting members
+            # until it can be (their events would have nowhere to go)
+            self._out = [bytes(view)]
+            if not self.write_blocked:
+                _say(f"cannot write events: {exc.strerror}; holding them, starting no member until they are written")
+            self.write_blocked = True
+            return False
+        self._out.clear()
+        self.write_blocked = False
+        return True
 
     # -- tasks ----------------------------------------------------------------------------
     def read_tasks(self) -> bool:
@@ -214,6 +227,8 @@ class Pilot:
         return self._which[key]
 
     def launch_ready(self) -> None:
+        if self.write_blocked:
+            return
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
         while self.queue and self.free > 0:
             for i, task in enumerate(self.queue):
@@ -314,6 +329,14 @@ class Pilot:
 
     def _on_term(self, signum: int, _frame: Any) -> None:
         self.cancel()
+
+
+def _say(msg: str) -> None:
+    """A line in pilot.log, if the disk takes it (a full disk must not kill the pilot)."""
+    try:
+        print(f"pilot: {msg}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _killpg(pid: int, sig: int) -> None:

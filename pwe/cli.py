@@ -326,6 +326,16 @@ def status(run: str | None, as_json: bool) -> None:
     except (OSError, ValueError):
         snap = {"run_id": d.name, "nodes": {}, "totals": {}, "finished_ok": None}
     holder = EngineLock(d).holder()
+    if not holder and _mtime(d / "journal.jsonl") > _mtime(d / "state.json"):
+        # the engine stopped before its last snapshot (killed, disk full): the journal is
+        # the record, so count from it
+        try:
+            from .engine import load_state
+
+            eng, st = load_state(d)
+            snap = {**snap, **st.snapshot(), "run_id": eng.run_id, "total_members": eng.plan.total_members}
+        except PweError as exc:
+            _fail(exc)
     if holder:
         phase = "running"
     elif snap.get("cancelled"):
@@ -349,6 +359,13 @@ def status(run: str | None, as_json: bool) -> None:
     for name, counts in rows:
         vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
         click.echo(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+
+
+def _mtime(path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 @cli.command()

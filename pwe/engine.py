@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from . import rundir
 from .errors import InputError, PweError
-from .journal import Journal, replay
+from .journal import Journal, JournalError, replay
 from .plan import Plan, plan_workflow
 from .state import ASSIGNED, DONE, FAILED, READY, RUNNING, RunState
 
@@ -41,6 +41,9 @@ from .state import ASSIGNED, DONE, FAILED, READY, RUNNING, RunState
 # reads and writes) and leaves the cores to the members.
 POLL_MIN, POLL_MAX = 0.01, 0.05
 SNAPSHOT_EVERY = 0.5
+#: Below this many free bytes the run directory's filesystem counts as full: pilots can no
+#: longer record events there, so the engine stops (state intact) instead of waiting on them.
+MIN_FREE_BYTES = 64 * 1024
 
 
 class Pilot:
@@ -69,12 +72,23 @@ class Pilot:
         self._out.append(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
 
     def flush(self) -> None:
-        if self._out:
-            data = b"".join(self._out)
-            self._out.clear()
-            view = memoryview(data)
+        if not self._out:
+            return
+        data = b"".join(self._out)
+        self._out.clear()
+        view = memoryview(data)
+        try:
             while view:
                 view = view[self._tasks.write(view):]
+        except OSError as exc:
+            # never leave a torn task line for the pilot: cut back this batch; the journal
+            # has these assignments, and a resumed engine hands them back (_reattach)
+            try:
+                self._tasks.truncate(self._tasks.seek(0, os.SEEK_END) - (len(data) - len(view)))
+            except OSError:
+                pass
+            raise JournalError(f"cannot write {self.dir / 'tasks.jsonl'}: {exc.strerror}; the run is stopped "
+                               "with its state intact: free space, then pwe resume") from None
 
     def read_events(self) -> list[dict[str, Any]]:
         if self._events is None:
@@ -256,6 +270,7 @@ class Engine:
                 pilot.flush()
             now = time.time()
             if now - last_snap >= SNAPSHOT_EVERY:
+                self._check_space()
                 self._snapshot()
                 last_snap = now
                 if progress:
@@ -268,6 +283,16 @@ class Engine:
         if progress:
             progress(st)
         return ok
+
+    def _check_space(self) -> None:
+        try:
+            fs = os.statvfs(self.dir)
+        except OSError:
+            return
+        free = fs.f_bavail * fs.f_frsize
+        if free < MIN_FREE_BYTES:
+            raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free); the run is stopped "
+                               "with its state intact (pilots hold their events): free space, then pwe resume")
 
     def _record(self, rec: dict[str, Any]) -> Any:
         self.journal.append(rec)
@@ -413,13 +438,21 @@ class Engine:
         self.journal.flush()
 
     def _shutdown(self) -> None:
+        """Tell pilots there is nothing more, close files, release the run. Never raises
+        over an error already on its way out (a full disk fails these writes too)."""
         try:
             for pilot in self.pilots.values():
-                if pilot.alive and not pilot.down:
-                    pilot.send({"k": "stop"})
-                pilot.close()
+                try:
+                    if pilot.alive and not pilot.down:
+                        pilot.send({"k": "stop"})
+                    pilot.close()
+                except OSError:
+                    pass  # the pilot keeps running what it has; resume takes its events in
             if self.journal is not None:
-                self.journal.close()
+                try:
+                    self.journal.close()
+                except PweError:
+                    pass
                 self._snapshot()
         finally:
             self.lock.release()

@@ -1,0 +1,176 @@
+"""Real crashes: kill -9 of the engine and of the pilot, and a disk that fills up.
+
+Each test reads the members' own records (a ledger each member appends to) to prove
+what ran and how often.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def pwe(*args, cwd, check=None, timeout=120):
+    proc = subprocess.run([sys.executable, "-m", "pwe", *map(str, args)], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def journal(run_dir: Path) -> list[dict]:
+    out = []
+    with open(run_dir / "journal.jsonl", "rb") as fh:
+        for line in fh:
+            assert line.endswith(b"\n"), "torn journal line"
+            out.append(json.loads(line))
+    return out
+
+
+def wait_for(cond, timeout=60.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def count_ends(run_dir: Path) -> int:
+    try:
+        return sum(1 for line in open(run_dir / "journal.jsonl", "rb") if b'"e":"end"' in line)
+    except FileNotFoundError:
+        return 0
+
+
+LEDGER_WF = """
+name: crash
+properties: {{ledger: {ledger}}}
+nodes:
+  a:
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}
+  b:
+    after: [a]
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}
+"""
+
+
+def ledger_counts(ledger: Path):
+    lines = ledger.read_text().splitlines()
+    starts = Counter(tuple(l.split()[1:]) for l in lines if l.startswith("start"))
+    ends = Counter(tuple(l.split()[1:]) for l in lines if l.startswith("end"))
+    return starts, ends
+
+
+def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path):
+    ledger = tmp_path / "ledger"
+    n = 40
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=0.1))
+    run_dir = tmp_path / "run"
+    pwe("submit", wf, "--cores", "4", "--run-dir", run_dir, cwd=tmp_path, check=0)
+    wait_for(lambda: count_ends(run_dir) >= 15, what="15 members to finish")
+    engine_pid = json.loads((run_dir / "engine.lock").read_text())["pid"]
+    os.kill(engine_pid, signal.SIGKILL)
+    killed_at = count_ends(run_dir)
+    assert killed_at < 2 * n, "the run finished before the engine could be killed"
+    time.sleep(0.5)  # the pilot goes on without the engine meanwhile
+    proc = pwe("resume", run_dir, cwd=tmp_path, check=0)
+    assert "80 done of 80" in proc.stdout
+    starts, ends = ledger_counts(ledger)
+    expected = {(node, str(i)) for node in "ab" for i in range(n)}
+    assert set(ends) == expected
+    assert all(c == 1 for c in ends.values()), [k for k, c in ends.items() if c > 1]
+    assert all(c == 1 for c in starts.values()), "a member that had finished ran again"
+    recs = journal(run_dir)
+    assert [r["e"] for r in recs].count("resume") == 1
+    done = {(r["n"], r["m"]) for r in recs if r["e"] == "end" and r["rc"] == 0}
+    assert len(done) == 2 * n
+    status = json.loads(pwe("status", run_dir, "--json", cwd=tmp_path, check=0).stdout)
+    assert status["totals"]["done"] == 2 * n and status["phase"] == "succeeded"
+
+
+def test_kill_pilot_members_it_held_run_again(tmp_path):
+    ledger = tmp_path / "ledger"
+    n = 16
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=0.4))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "4", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        events = run_dir / "pilots" / "p1" / "events.jsonl"
+        wait_for(lambda: events.exists() and events.read_bytes().count(b'"k":"end"') >= 4, what="4 members to end")
+        wait_for(lambda: ledger.read_text().count("start") > ledger.read_text().count("end"), what="running members")
+        up = json.loads(events.read_text().splitlines()[0])
+        assert up["k"] == "up"
+        os.kill(up["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert set(ends) == {(node, str(i)) for node in "ab" for i in range(n)}
+    assert all(c == 1 for c in ends.values())
+    rerun = [k for k, c in starts.items() if c > 1]
+    assert rerun, "no member was running when the pilot was killed"
+    recs = journal(run_dir)
+    gone = [r for r in recs if r["e"] == "pilot_gone"]
+    assert gone and gone[0]["p"] == "p1"
+    assert any(r["e"] == "pilot" and r["p"] == "p2" for r in recs)
+    # no orphan of the dead pilot ran on: each rerun member's first start has no end
+    time.sleep(0.6)
+    assert ledger_counts(ledger)[1] == ends
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 1 MiB filesystem (tmpfs), to fill up."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
+    n = 60
+    wf = tmp_path / "wf.yaml"
+    # each member leaves 40 KB in its directory: the 1 MiB filesystem fills up mid-run
+    wf.write_text(
+        "name: full\nnodes:\n  a:\n    parameters: {i: {range: [0, %d]}}\n"
+        "    run: head -c 40000 /dev/zero > blob || true; echo size=40000 >> \"$PWE_OUTPUTS\" || true\n" % n
+    )
+    run_dir = small_fs / "run"
+    first = pwe("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path)
+    assert first.returncode != 0
+    assert "Traceback" not in first.stderr
+    assert first.stderr.strip().splitlines()[-1].startswith(f"the filesystem of {run_dir.resolve()} is full")
+    recs = journal(run_dir)  # every line whole
+    done_before = {r["m"] for r in recs if r["e"] == "end" and r["rc"] == 0}
+    # free space: the filesystem grows, as after a clean-up or a quota raise
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+    second = pwe("resume", run_dir, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    recs = journal(run_dir)
+    done = {r["m"] for r in recs if r["e"] == "end" and r["rc"] == 0}
+    assert done == set(range(n))
+    assert done_before <= done
+    shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
+    assert len(shown) == n and all(m["state"] == "done" for m in shown)
