@@ -51,7 +51,18 @@ def check(run_dir: Path, members: int) -> None:
         assert (md / "stdout").is_file() and (md / "stderr").is_file(), md
 
 
-def one(base: Path, members: int, cores: int, payload: str) -> float:
+def span(run_dir: Path) -> float:
+    """First member start to last member end, from the pilots' own event records."""
+    times = {"start": [], "end": []}
+    for events in (run_dir / "pilots").glob("*/events.jsonl"):
+        for line in open(events):
+            ev = json.loads(line)
+            if ev["k"] in times:
+                times[ev["k"]].append(ev["t"])
+    return max(times["end"]) - min(times["start"])
+
+
+def one(base: Path, members: int, cores: int, payload: str) -> tuple[float, float]:
     run_dir = base / f"run-{time.time_ns()}"
     wf = workflow(base, members, payload)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -62,8 +73,9 @@ def one(base: Path, members: int, cores: int, payload: str) -> float:
     if proc.returncode != 0:
         raise SystemExit(f"pwe run failed ({proc.returncode}): {proc.stderr}")
     check(run_dir, members)
+    inner = span(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
-    return wall
+    return wall, inner
 
 
 def main() -> None:
@@ -87,12 +99,15 @@ def main() -> None:
                     n, cores, cmd = 400, 8, "sleep 0.05"
                 else:
                     n, cores, cmd = args.members, args.cores, "true" if payload == "true" else "true;"
-                walls = [one(base, n, cores, cmd) for _ in range(args.repeat)]
+                results = [one(base, n, cores, cmd) for _ in range(args.repeat)]
+                walls = [w for w, _ in results]
                 wall = statistics.median(walls)
-                extra = ""
+                inner = statistics.median(i for _, i in results)
+                extra = f"first start->last end {inner:.3f} s ({n / inner:.0f}/s)"
                 if payload == "sleep":
                     ideal = n * 0.05 / cores
-                    extra = f"efficiency {ideal / wall:.2f} (ideal {ideal:.2f} s)"
+                    extra = (f"efficiency end-to-end {ideal / wall:.2f}, first start->last end {ideal / inner:.2f}"
+                             f" (ideal {ideal:.2f} s)")
                 print(f"{payload:8} {where:6} {n:8} {cores:5} {wall:16.3f} {n / wall:10.0f}  {extra}"
                       f"  runs: {', '.join(f'{w:.2f}' for w in walls)}", flush=True)
             finally:

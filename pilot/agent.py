@@ -40,7 +40,8 @@ _BUILTINS = {
     "read", "shift", "trap", "wait", "return", "break", "continue", "builtin", "command", "declare",
     "local", "readonly", "type", "hash", "times", "let", "shopt", "pushd", "popd", "dirs", "history",
     "if", "then", "else", "fi", "for", "while", "until", "do", "done", "case", "esac", "function", "select",
-    "time", "coproc", "!", "{", "}", "[[", "]]",
+    "time", "coproc", "!", "{", "}", "[[", "]]", ":", "getopts", "jobs", "fg", "bg", "disown", "enable",
+    "help", "mapfile", "readarray", "caller", "compgen", "complete", "compopt", "fc", "suspend", "logout",
 }
 _OUTPUTS_LIMIT = 64 * 1024
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -197,10 +198,17 @@ class Pilot:
             # (every other path the pilot uses is absolute, so it never steps back out)
             os.chdir(cwd)
             exe = self._resolve(argv[0], env.get("PATH", ""))
-            if exe:
-                pid = os.posix_spawn(exe, argv, env, file_actions=_FILE_ACTIONS, setsid=True)
-            else:  # let exec report the error as the shell would
-                pid = os.posix_spawnp(argv[0], argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+            try:
+                if exe:
+                    pid = os.posix_spawn(exe, argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+                else:  # let exec report the error as the shell would
+                    pid = os.posix_spawnp(argv[0], argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+            except OSError as exc:
+                if exc.errno != errno.ENOEXEC or argv[0] == "bash":
+                    raise
+                # a script without a #! line: a shell runs it as a shell script
+                argv = ["bash", "-c", task["cmd"]]
+                pid = os.posix_spawnp("bash", argv, env, file_actions=_FILE_ACTIONS, setsid=True)
         except OSError as exc:
             # not found / not executable / no space: the member fails, the pilot goes on
             rc = 127 if exc.errno == errno.ENOENT else 126

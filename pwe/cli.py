@@ -207,6 +207,7 @@ def _follow(engine, **kwargs) -> None:
     from .state import NAMES
 
     total = engine.plan.total_members
+    ref = _ref(engine)
     live = sys.stderr.isatty()
     bar = None
     last_line = [0.0]
@@ -237,7 +238,7 @@ def _follow(engine, **kwargs) -> None:
     except KeyboardInterrupt:
         if bar is not None:
             bar.stop()
-        click.echo(f"cancelled; `pwe retry {engine.run_id}` runs what was left", err=True)
+        click.echo(f"cancelled; `pwe retry {ref}` runs what was left", err=True)
         sys.exit(130)
     finally:
         if bar is not None:
@@ -246,8 +247,20 @@ def _follow(engine, **kwargs) -> None:
     parts = [f"{t[k]} {NAMES[k]}" for k in (4, 5, 6, 7) if t[k] or k == 4]
     click.echo(f"{engine.run_id}: {', '.join(parts)} of {total}  ({engine.dir})")
     if t[5]:
-        click.echo(f"see: pwe show {engine.run_id} --state failed", err=True)
+        click.echo(f"see: pwe show {ref} --state failed", err=True)
     sys.exit(0 if ok else 1)
+
+
+def _ref(engine) -> str:
+    """How to name this run on the command line: its id under ./pwe-runs, else its path."""
+    from .rundir import DEFAULT_ROOT
+
+    try:
+        if (DEFAULT_ROOT / engine.run_id).resolve() == engine.dir:
+            return engine.run_id
+    except OSError:
+        pass
+    return str(engine.dir)
 
 
 @cli.command()
@@ -258,6 +271,8 @@ def run(file, sets, host, run_dir, cores) -> None:
     try:
         engine = _create(file, sets, host, run_dir, cores)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
+        for w in engine.warnings:
+            click.echo(f"warning: {w}", err=True)
         _follow(engine)
     except PweError as exc:
         _fail(exc)
@@ -274,6 +289,8 @@ def submit(file, sets, host, run_dir, cores) -> None:
         engine = _create(file, sets, host, run_dir, cores)
     except PweError as exc:
         _fail(exc)
+    for w in engine.warnings:
+        click.echo(f"warning: {w}", err=True)
     _spawn_engine(engine.dir)
     click.echo(engine.run_id)
 
@@ -474,7 +491,11 @@ def cancel(run: str) -> None:
             else:
                 raise PweError(f"the engine of {d.name} did not stop within 10 s")
         else:
-            Engine.open(d).run(cancel=True)
+            engine = Engine.open(d)
+            engine.run(cancel=True)
+            if not engine.state.cancelled:
+                click.echo(f"{d.name}: already finished; nothing to cancel")
+                return
     except PweError as exc:
         _fail(exc)
     click.echo(f"{d.name}: cancelled")

@@ -139,6 +139,7 @@ class Engine:
         self.lock = rundir.EngineLock(run_dir)
         self._next_pilot = 1
         self._failed_starts = 0
+        self.warnings: list[str] = []
         self._member_env_base = {"PWE_RUN_ID": self.run_id}
         self._members = str(self.dir / "members")
 
@@ -162,6 +163,7 @@ class Engine:
                 raise InputError(
                     f"node '{nid}': a member needs {need} cores (ranksPerMember x threadsPerRank) but host "
                     f"'local' has {cores}; lower them or use a larger host", src, pn.line)
+        warnings = unsupported_scheduling(plan)
         run_id = rundir.new_run_id(plan.workflow.name)
         path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
         rundir.create(path)
@@ -173,7 +175,9 @@ class Engine:
             "host": host, "cores": cores, "created": time.time(), **options,
         }
         rundir.write_json_atomic(path / "run.json", info)
-        return cls(path, plan, info)
+        engine = cls(path, plan, info)
+        engine.warnings = warnings
+        return engine
 
     @classmethod
     def open(cls, run_dir: Path) -> "Engine":
@@ -429,13 +433,17 @@ class Engine:
                 "env": env, "cores": ranks * threads, "wall": sched.maxWallTimePerMember}
 
     # -- cancel and shutdown -----------------------------------------------------------------
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
+        """Stop the run's pilots and mark what is unfinished cancelled; False if nothing was."""
+        if self.state.unfinished() == 0:
+            return False
         for pilot in self.pilots.values():
             if pilot.alive:
                 pilot.send({"k": "cancel"})
                 pilot.flush()
         self._record({"e": "cancel", "t": time.time()})
         self.journal.flush()
+        return True
 
     def _shutdown(self) -> None:
         """Tell pilots there is nothing more, close files, release the run. Never raises
@@ -466,6 +474,23 @@ class Engine:
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:
             pass  # a snapshot is a convenience; the journal is the record
+
+
+#: Scheduling profile fields the local protocol acts on; the others belong to batch systems.
+LOCAL_SCHEDULING = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType"}
+
+
+def unsupported_scheduling(plan: Plan) -> list[str]:
+    """One warning per node naming the profile fields its host does not act on: never
+    dropped silently (DESIGN.md)."""
+    out = []
+    for nid, pn in plan.nodes.items():
+        given = pn.scheduling.model_dump(exclude_none=True)
+        ignored = sorted(k for k in given if k not in LOCAL_SCHEDULING)
+        if ignored:
+            out.append(f"node '{nid}': host '{pn.host}' has no batch system; scheduling "
+                       f"{', '.join(ignored)} not used")
+    return out
 
 
 def _minutes(v: float | None) -> str:
