@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import socket
@@ -30,6 +31,10 @@ import sys
 import time
 from collections import deque
 from typing import Any
+
+from .allocation import Allocation, discover
+from .launchers import PREFIXES, SSH_FAILED, choose, wrap
+from .packing import Packer, Placement
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
@@ -81,12 +86,16 @@ def read_outputs(path: str) -> dict[str, str]:
 
 
 class Member:
-    __slots__ = ("task", "pid", "cores", "started", "deadline", "killed", "term_at")
+    __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
+                 "term_at")
 
-    def __init__(self, task: dict, pid: int, cores: int):
+    def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
         self.task = task
         self.pid = pid
-        self.cores = cores
+        self.placement = placement
+        self.threads = threads
+        self.exclusive = exclusive
+        self.launcher = launcher
         self.started = time.time()
         wall = task.get("wall")
         self.deadline = self.started + wall * 60 if wall else None
@@ -94,14 +103,31 @@ class Member:
         self.term_at = 0.0
 
 
-class Pilot:
-    """One pilot process on one node (multi-node launchers come with the batch protocols)."""
+def _shape(task: dict) -> tuple[int, int, bool]:
+    """(ranks, threads, exclusive) a task asks for."""
+    ranks = max(1, int(task.get("ranks") or 1))
+    threads = max(1, int(task.get("threads") or task.get("cores") or 1))
+    if "ranks" not in task and "threads" not in task:
+        ranks, threads = 1, max(1, int(task.get("cores") or 1))
+    return ranks, threads, bool(task.get("exclusive"))
 
-    def __init__(self, directory: str, slots: int, heartbeat: float = 5.0, idle_timeout: float = 300.0,
-                 fsync: bool = False, poll: float = 0.02):
+
+class Pilot:
+    """One pilot: fills the cores of its allocation's nodes with members."""
+
+    def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
+                 idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
+                 launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
+                 margin: float = 60.0):
+        if isinstance(allocation, int):  # a number of slots on this machine
+            allocation = discover(env={}, cores=allocation)
         self.dir = directory
-        self.slots = slots
-        self.free = slots
+        self.alloc = allocation
+        self.packer = Packer(allocation.nodes, core_cap)
+        self.slots = sum(self.packer.cap.values())
+        self.launcher = launcher
+        self.launcher_prefix = launcher_prefix
+        self.margin = margin
         self.heartbeat = heartbeat
         self.idle_timeout = idle_timeout
         self.fsync = fsync
@@ -109,6 +135,7 @@ class Pilot:
         self.queue: deque[dict] = deque()
         self.running: dict[int, Member] = {}
         self.stopping = False
+        self.draining = False
         self.cancelled = False
         self._tasks_fh = None
         self._partial = b""
@@ -117,6 +144,10 @@ class Pilot:
         self.write_blocked = False
         self._base_env = dict(os.environ)
         self._which: dict[tuple[str, str], str | None] = {}
+
+    @property
+    def free(self) -> int:
+        return sum(self.packer.free.values())
 
     # -- events ---------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -169,7 +200,10 @@ class Pilot:
             msg = json.loads(line)
             kind = msg.get("k")
             if kind == "task":
-                self.queue.append(msg)
+                if self.draining:
+                    self.hand_back(msg, "the allocation is ending")
+                else:
+                    self.queue.append(msg)
                 got = True
             elif kind == "stop":
                 self.stopping = True
@@ -177,14 +211,20 @@ class Pilot:
                 self.cancel()
         return got
 
+    def hand_back(self, task: dict, why: str) -> None:
+        """Return an unstarted member to the engine; it costs no attempt."""
+        self.emit("back", n=task["n"], m=task["m"], a=task["a"], why=why)
+
     # -- members --------------------------------------------------------------------------
-    def launch(self, task: dict) -> None:
+    def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
         cwd = task["cwd"]
+        member_env = dict(task.get("env") or {})
+        member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
         env = self._base_env.copy()
-        env.update(task.get("env") or {})
-        env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
-        cores = max(1, int(task.get("cores") or 1))
-        argv = argv_for(task["cmd"])
+        env.update(member_env)
+        launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
+        argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env,
+                    self.launcher_prefix)
         try:
             try:
                 os.mkdir(cwd)
@@ -211,18 +251,22 @@ class Pilot:
                 pid = os.posix_spawnp("bash", argv, env, file_actions=_FILE_ACTIONS, setsid=True)
         except OSError as exc:
             # not found / not executable / no space: the member fails, the pilot goes on
+            self.packer.release(placement, threads, exclusive)
             rc = 127 if exc.errno == errno.ENOENT else 126
-            why = f"cannot start: {exc.strerror or exc}"
-            try:
-                with open(os.path.join(cwd, "stderr"), "ab") as se:
-                    se.write(f"pwe: {why}: {task['cmd']}\n".encode())
-            except OSError:
-                pass
-            self.emit("end", n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
+            self.fail_now(task, rc, f"cannot start: {exc.strerror or exc}")
             return
-        self.free -= cores
-        self.running[pid] = Member(task, pid, cores)
-        self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=pid)
+        self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+        nodes = [n.name for n, _ in placement]
+        self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
+
+    def fail_now(self, task: dict, rc: int, why: str) -> None:
+        try:
+            os.makedirs(task["cwd"], exist_ok=True)
+            with open(os.path.join(task["cwd"], "stderr"), "ab") as se:
+                se.write(f"pwe: {why}: {task['cmd']}\n".encode())
+        except OSError:
+            pass
+        self.emit("end", n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
 
     def _resolve(self, name: str, path: str) -> str | None:
         """The program's full path, looked up once per PATH: a spawn that walks a long
@@ -234,20 +278,36 @@ class Pilot:
             self._which[key] = shutil.which(name, path=path)
         return self._which[key]
 
+    def time_left(self, now: float) -> float | None:
+        return None if self.alloc.end is None else self.alloc.end - self.margin - now
+
     def launch_ready(self) -> None:
-        if self.write_blocked:
+        if self.write_blocked or self.draining:
             return
+        now = time.time()
+        left = self.time_left(now)
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
-        while self.queue and self.free > 0:
-            for i, task in enumerate(self.queue):
-                if i >= 64:
-                    return
-                if max(1, int(task.get("cores") or 1)) <= self.free:
-                    del self.queue[i]
-                    self.launch(task)
-                    break
-            else:
-                return
+        i = 0
+        while self.queue and i < 64 and self.free > 0:
+            task = self.queue[i]
+            ranks, threads, exclusive = _shape(task)
+            wall = task.get("wall")
+            if left is not None and wall and wall * 60 > left:
+                # it cannot finish before the allocation ends: the next pilot runs it
+                del self.queue[i]
+                self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
+                continue
+            never = self.packer.why_never(ranks, threads, exclusive)
+            if never:
+                del self.queue[i]
+                self.fail_now(task, 1, f"cannot be placed: {never}")
+                continue
+            placement = self.packer.place(ranks, threads, exclusive)
+            if placement is None:
+                i += 1
+                continue
+            del self.queue[i]
+            self.launch(task, placement, ranks, threads, exclusive)
 
     def reap(self) -> None:
         while self.running:
@@ -261,13 +321,37 @@ class Pilot:
             if member is None:
                 continue
             rc = os.waitstatus_to_exitcode(status)
-            self.free += member.cores
+            self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
+            if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:
+                node = member.placement[0][0]
+                if not self.node_alive(node.name):
+                    # the node died under the member: not the member's fault, run it elsewhere
+                    self.packer.kill_node(node.name)
+                    self.emit("node_lost", node=node.name, n=t["n"], m=t["m"])
+                    _say(f"node {node.name} is unreachable; its members go to the other nodes")
+                    self.queue.appendleft(t)
+                    continue
+            if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
+                self.hand_back(t, "the allocation ended while it ran")
+                continue
             fields: dict[str, Any] = {}
             if member.killed:
                 fields["why"] = member.killed
             self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                       out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+
+    def node_alive(self, name: str) -> bool:
+        """One short ssh round trip: can the node still run a command?"""
+        import subprocess
+
+        head = shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
+            node=name, nodes=name, hosts=name, nnodes=1, ranks=1, threads=1, cwd="/"))
+        try:
+            return subprocess.run(head + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=8).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
 
     def enforce_walltimes(self, now: float) -> None:
         for m in self.running.values():
@@ -278,6 +362,20 @@ class Pilot:
             elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:
                 _killpg(m.pid, signal.SIGKILL)
                 m.term_at = 0.0
+
+    def drain(self, now: float) -> None:
+        """The allocation is about to end: hand back what has not started, stop what has
+        (it would be killed anyway) and hand that back too: no attempt is spent."""
+        if not self.draining:
+            self.draining = True
+            self.emit("drain", why="the allocation ends", left=round(self.alloc.end - now, 1))
+            while self.queue:
+                self.hand_back(self.queue.popleft(), "the allocation is ending")
+        for m in self.running.values():
+            if not m.killed:
+                m.killed = "allocation ends"
+                m.term_at = now
+                _killpg(m.pid, signal.SIGTERM)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -297,7 +395,9 @@ class Pilot:
             signal.signal(sig, self._on_term)
         sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
-        self.emit("up", pid=os.getpid(), host=socket.gethostname(), slots=self.slots)
+        self.emit("up", pid=os.getpid(), host=socket.gethostname(), slots=self.slots, allocation=self.alloc.kind,
+                  job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
+                  nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
         self.flush()
         last_hb = last_activity = time.time()
         why = "stop"
@@ -310,6 +410,9 @@ class Pilot:
             if not self.cancelled:
                 self.launch_ready()  # fill the slots just freed before sleeping
             now = time.time()
+            left = self.time_left(now)
+            if left is not None and left <= 0 and not self.cancelled:
+                self.drain(now)
             if self.running:
                 last_activity = now
                 self.enforce_walltimes(now)
@@ -317,8 +420,8 @@ class Pilot:
                 self.emit("hb", running=len(self.running), queued=len(self.queue))
                 last_hb = now
             self.flush()
-            if not self.running and (self.cancelled or (self.stopping and not self.queue)):
-                why = "cancel" if self.cancelled else "stop"
+            if not self.running and (self.cancelled or self.draining or (self.stopping and not self.queue)):
+                why = "cancel" if self.cancelled else "walltime" if self.draining else "stop"
                 break
             if not self.running and not self.queue and now - last_activity > self.idle_timeout:
                 why = "idle"
@@ -357,11 +460,23 @@ def _killpg(pid: int, sig: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m pilot", description="pwe glide-in pilot")
     ap.add_argument("--dir", required=True, help="the pilot's directory (tasks.jsonl, events.jsonl)")
-    ap.add_argument("--slots", type=int, default=len(os.sched_getaffinity(0)), help="cores to fill")
+    ap.add_argument("--slots", type=int, default=None, help="cores to fill on this machine (no batch system)")
+    ap.add_argument("--hosts", default=None, help="explicit nodes: host:cores,host:cores")
+    ap.add_argument("--hostfile", default=None, help="a file of 'host [cores]' lines")
+    ap.add_argument("--launcher", default=None, choices=["auto", "fork", "srun", "ssh", "mpiexec"],
+                    help="how members reach other nodes (default: by allocation)")
+    ap.add_argument("--launcher-prefix", default=None, help="the launcher's command, with {node} {nodes} "
+                    "{hosts} {nnodes} {ranks} {threads} {cwd}")
+    ap.add_argument("--core-cap", type=int, default=None, help="most cores used per node (coreUsageRule)")
+    ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
+    ap.add_argument("--margin", type=float, default=60.0, help="seconds before the end to stop and hand back")
     ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
     ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
     args = ap.parse_args(argv)
+    alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime)
     os.chdir(args.dir)
-    pilot = Pilot(os.path.abspath(args.dir), args.slots, args.heartbeat, args.idle_timeout, args.fsync)
+    pilot = Pilot(os.path.abspath(args.dir), alloc, args.heartbeat, args.idle_timeout, args.fsync,
+                  launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
+                  margin=args.margin)
     sys.exit(pilot.run())

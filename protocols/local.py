@@ -21,7 +21,8 @@ def local_cores() -> int:
         return os.cpu_count() or 1
 
 
-def start_pilot(pilot_dir: Path, slots: int, heartbeat: float = 5.0, idle_timeout: float = 300.0) -> subprocess.Popen:
+def start_pilot(pilot_dir: Path, slots: int, heartbeat: float = 5.0, idle_timeout: float = 300.0,
+                extra_args: list[str] | tuple[str, ...] = ()) -> subprocess.Popen:
     pilot_dir.mkdir(parents=True, exist_ok=True)
     (pilot_dir / "tasks.jsonl").touch()
     # the pilot package sits beside pwe in one distribution; make it importable even when
@@ -33,7 +34,7 @@ def start_pilot(pilot_dir: Path, slots: int, heartbeat: float = 5.0, idle_timeou
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "pilot", "--dir", str(pilot_dir), "--slots", str(slots),
-             "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout)],
+             "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout), *extra_args],
             cwd=pilot_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
     finally:

@@ -63,6 +63,7 @@ class Pilot:
         self.alive = True
         self.down = False
         self.came_up = False
+        self.draining = False
         self.last_heard = time.time()
         self._tasks = open(directory / "tasks.jsonl", "ab", buffering=0)
         self._events = None
@@ -309,7 +310,8 @@ class Engine:
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
-        popen = start_pilot(d, self.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)))
+        popen = start_pilot(d, self.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)),
+                            extra_args=[str(a) for a in self.info.get("pilot_args", [])])
         host = socket.gethostname()
         self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "slots": self.cores,
                       "t": time.time()})
@@ -336,6 +338,12 @@ class Engine:
                     rec["dt"] = ev.get("dt")
                 if self._record(rec) is not None and k == "end":
                     pilot.outstanding -= 1
+            elif k == "back":  # handed back unstarted (or stopped by the allocation's end)
+                if self._record({"e": "unassign", "n": ev["n"], "m": ev["m"], "p": pilot.id,
+                                 "why": ev.get("why")}) is not None:
+                    pilot.outstanding -= 1
+            elif k == "drain":
+                pilot.draining = True
             elif k == "down":
                 pilot.down = True
             elif k == "up":
@@ -383,7 +391,7 @@ class Engine:
 
     def _live_pilot(self) -> Pilot | None:
         for pilot in self.pilots.values():
-            if pilot.alive and not pilot.down:
+            if pilot.alive and not pilot.down and not pilot.draining:
                 return pilot
         return None
 

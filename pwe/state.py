@@ -147,10 +147,11 @@ class RunState:
         if e == "start":
             ns = self.nodes[r["n"]]
             i = r["m"]
-            if ns.state[i] != ASSIGNED or ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"]:
+            if ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"] or ns.state[i] not in (ASSIGNED, RUNNING):
                 return None
-            self._set(r["n"], ns, i, RUNNING)
-            ns.pid[i] = r.get("pid", 0)
+            if ns.state[i] == ASSIGNED:
+                self._set(r["n"], ns, i, RUNNING)
+            ns.pid[i] = r.get("pid", 0)  # a pilot that lost a node restarts the member elsewhere
             return True
         if e == "end":
             return self._end(r)
@@ -159,6 +160,8 @@ class RunState:
             i = r["m"]
             if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"]:
                 return None
+            if ns.state[i] == ASSIGNED:
+                ns.attempt[i] -= 1  # never started: this attempt did not happen
             self._set(r["n"], ns, i, READY)
             ns.pilot.pop(i, None)
             ns.pid.pop(i, None)

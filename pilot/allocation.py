@@ -1,0 +1,134 @@
+"""What the pilot was given: the nodes of its allocation, their cores, and when it ends.
+
+Read from the batch system's environment (SLURM, PBS, LoadLeveler), from an explicit
+host list, or this machine alone. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Node:
+    name: str
+    cores: int
+    gpus: int = 0
+    local: bool = False  # the pilot's own node: members are forked, not launched remotely
+
+
+@dataclass
+class Allocation:
+    kind: str  # slurm | pbs | loadleveler | hosts | local
+    nodes: list[Node]
+    job_id: str | None = None
+    end: float | None = None  # epoch seconds when the batch system ends the allocation
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cores(self) -> int:
+        return sum(n.cores for n in self.nodes)
+
+
+def expand_hostlist(spec: str) -> list[str]:
+    """SLURM's compact host lists: ``node[01-03,07],gpu1`` -> node01 node02 node03 node07 gpu1."""
+    hosts: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", spec):
+        hosts.extend(_expand_one(part))
+    return hosts
+
+
+def _expand_one(part: str) -> list[str]:
+    m = re.search(r"\[([^\]]*)\]", part)
+    if not m:
+        return [part] if part else []
+    head, tail = part[: m.start()], part[m.end():]
+    out = []
+    for rng in m.group(1).split(","):
+        lo, _, hi = rng.partition("-")
+        if hi:
+            width = len(lo)
+            for k in range(int(lo), int(hi) + 1):
+                out.extend(head + str(k).zfill(width) + rest for rest in _expand_one(tail) or [""])
+        else:
+            out.extend(head + lo + rest for rest in _expand_one(tail) or [""])
+    return out
+
+
+def expand_counts(spec: str) -> list[int]:
+    """SLURM's per-node counts: ``4(x2),2`` -> [4, 4, 2]."""
+    out: list[int] = []
+    for item in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if not m:
+            raise ValueError(f"cannot read CPU counts {spec!r}")
+        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return out
+
+
+def _count_file(path: str) -> list[tuple[str, int]]:
+    """A PBS / LoadLeveler node file: one line per core (or task), hosts repeated."""
+    counts: dict[str, int] = {}
+    with open(path) as fh:
+        for line in fh:
+            host = line.split()[0] if line.strip() else ""
+            if host:
+                counts[host] = counts.get(host, 0) + 1
+    return list(counts.items())
+
+
+def _mark_local(nodes: list[Node]) -> list[Node]:
+    me = {socket.gethostname(), socket.gethostname().split(".")[0], "localhost"}
+    for n in nodes:
+        n.local = n.name in me or n.name.split(".")[0] in me
+    return nodes
+
+
+def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfile: str | None = None,
+             cores: int | None = None, walltime_minutes: float | None = None,
+             started: float | None = None) -> Allocation:
+    """The allocation this pilot runs in.
+
+    Precedence: an explicit ``hosts`` ("h1:4,h2:4") or ``hostfile`` (lines "host [cores]"),
+    then SLURM, PBS, LoadLeveler from ``env``, then this machine (``cores`` or its own).
+    ``walltime_minutes`` (from the job script) sets the end, counted from ``started``.
+    """
+    env = dict(os.environ if env is None else env)
+    started = started or time.time()
+    end = started + walltime_minutes * 60 if walltime_minutes else None
+    if hosts or hostfile:
+        pairs: list[tuple[str, int]] = []
+        if hosts:
+            for item in hosts.split(","):
+                name, _, n = item.strip().partition(":")
+                pairs.append((name, int(n) if n else (cores or 1)))
+        else:
+            with open(hostfile) as fh:  # type: ignore[arg-type]
+                for line in fh:
+                    words = line.split()
+                    if words and not words[0].startswith("#"):
+                        pairs.append((words[0], int(words[1]) if len(words) > 1 else (cores or 1)))
+        return Allocation("hosts", _mark_local([Node(h, c) for h, c in pairs]), end=end)
+    if env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
+        names = expand_hostlist(env.get("SLURM_JOB_NODELIST") or env["SLURM_NODELIST"])
+        counts = expand_counts(env.get("SLURM_JOB_CPUS_PER_NODE") or ",".join(["1"] * len(names)))
+        if len(counts) != len(names):
+            counts = (counts + [counts[-1]] * len(names))[: len(names)]
+        return Allocation("slurm", _mark_local([Node(h, c) for h, c in zip(names, counts)]),
+                          job_id=env.get("SLURM_JOB_ID"), end=end)
+    if env.get("PBS_NODEFILE"):
+        return Allocation("pbs", _mark_local([Node(h, c) for h, c in _count_file(env["PBS_NODEFILE"])]),
+                          job_id=env.get("PBS_JOBID"), end=end)
+    if env.get("LOADL_HOSTFILE"):
+        return Allocation("loadleveler", _mark_local([Node(h, c) for h, c in _count_file(env["LOADL_HOSTFILE"])]),
+                          job_id=env.get("LOADL_STEP_ID"), end=end)
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:
+            cores = os.cpu_count() or 1
+    return Allocation("local", [Node(socket.gethostname(), cores, local=True)], end=end)

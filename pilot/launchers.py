@@ -1,0 +1,71 @@
+"""Launchers: the command that starts one member on the nodes it was placed on.
+
+The pilot itself runs on the allocation's first node. A member placed there with one
+rank is forked (posix_spawn, no launcher at all). Otherwise a launcher wraps the
+member's command:
+
+    srun     inside SLURM: one job step per member (``--exact``), pinned to its node(s)
+    ssh      to the nodes of a node file (PBS, LoadLeveler, a host list)
+    mpiexec  members with more than one rank, where srun is not the launcher
+
+Each is a prefix template with ``{node}``, ``{nodes}``, ``{ranks}``, ``{threads}``,
+``{cwd}`` fields, overridable per host (``--launcher-prefix``), followed by
+``bash -c CMD``. Values are shell-quoted where a remote shell reads them (ssh).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Mapping
+
+from .packing import Placement
+
+PREFIXES = {
+    "srun": "srun --exact --quiet --nodes={nnodes} --ntasks={ranks} --cpus-per-task={threads} "
+            "--nodelist={nodes} --chdir={cwd}",
+    "mpiexec": "mpiexec -n {ranks} --host {hosts}",
+    "ssh": "ssh -o BatchMode=yes -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -o ConnectTimeout=5 {node}",
+}
+
+#: ssh exits with this when the connection (not the member) failed
+SSH_FAILED = 255
+
+
+def choose(kind: str, placement: Placement, ranks: int, configured: str | None = None) -> str:
+    """The launcher for one member: 'fork', 'srun', 'ssh' or 'mpiexec'."""
+    if configured and configured != "auto":
+        if configured == "ssh" and len(placement) == 1 and placement[0][0].local and ranks == 1:
+            return "fork"
+        return configured
+    if kind == "slurm":
+        return "srun"
+    if ranks > 1:
+        return "mpiexec"
+    node = placement[0][0]
+    return "fork" if node.local else "ssh"
+
+
+def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: int, threads: int, cwd: str,
+         env: Mapping[str, str], prefix: str | None = None) -> list[str]:
+    """The full argv for a member run through ``launcher``; ``env`` is the member's own
+    variables (the launcher's process gets them too; ssh needs them spelled out)."""
+    if launcher == "fork":
+        return argv
+    fields = {
+        "node": placement[0][0].name,
+        "nodes": ",".join(n.name for n, _ in placement),
+        "hosts": ",".join(f"{n.name}:{k}" for n, k in placement),
+        "nnodes": len(placement),
+        "ranks": ranks,
+        "threads": threads,
+        "cwd": cwd,
+    }
+    head = shlex.split((prefix or PREFIXES[launcher]).format(**fields))
+    if launcher == "ssh":
+        # ssh hands one string to the remote login shell: everything in it is quoted, and
+        # the environment goes along explicitly (ssh does not forward it)
+        exports = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+        remote = f"cd {shlex.quote(cwd)} && exec env {exports} bash -c {shlex.quote(cmd)}"
+        return head + [remote]
+    return head + ["bash", "-c", cmd]
+

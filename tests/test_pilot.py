@@ -1,0 +1,74 @@
+"""The pilot with real processes: walltime draining and hand-back, through the engine too."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from conftest import ROOT
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def events(d: Path) -> list[dict]:
+    return [json.loads(l) for l in (d / "events.jsonl").read_text().splitlines()]
+
+
+def task(d: Path, m: int, cmd: str, wall=None, **kw) -> dict:
+    return {"k": "task", "n": "a", "m": m, "a": 1, "cmd": cmd, "cwd": str(d / "m" / str(m)), "env": {},
+            "ranks": 1, "threads": 1, "wall": wall, **kw}
+
+
+def test_walltime_hands_back_what_cannot_finish_and_drains_before_the_end(tmp_path):
+    d = tmp_path / "pilot"
+    d.mkdir()
+    tasks = [task(d, 0, "true"), task(d, 1, "sleep 0.2", wall=10), task(d, 2, "sleep 60"),
+             task(d, 3, "sleep 0.1", wall=0.01)]
+    (d / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    t0 = time.time()
+    # a 5 s allocation, stopping 2.5 s before its end
+    proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "4", "--walltime",
+                           str(5 / 60), "--margin", "2.5", "--heartbeat", "1"], env=ENV, timeout=30)
+    took = time.time() - t0
+    assert proc.returncode == 0
+    ev = events(d)
+    by = {(e["k"], e.get("m")) for e in ev}
+    assert ("end", 0) in by and ("end", 3) in by  # short members ran
+    back = {e["m"]: e["why"] for e in ev if e["k"] == "back"}
+    assert "needs 10 min" in back[1]  # never started: cannot fit
+    assert ("start", 1) not in by
+    assert back[2] == "the allocation ended while it ran"  # stopped at end - margin, handed back
+    assert ("end", 2) not in by
+    assert any(e["k"] == "drain" for e in ev)
+    assert ev[-1]["k"] == "down" and ev[-1]["why"] == "walltime"
+    assert took < 10
+    up = ev[0]
+    assert up["k"] == "up" and up["end"] and up["nodes"]
+
+
+def test_engine_gives_handed_back_members_to_the_next_pilot_without_spending_attempts(tmp_path):
+    from pwe.engine import Engine, load_state
+
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        "name: drain\nnodes:\n  a:\n    parameters: {i: {range: [0, 12]}}\n"
+        f"    run: sleep 0.5; echo $PWE_MEMBER $PWE_ATTEMPT >> {ledger}\n"
+    )
+    # every pilot lives 3 s and stops 1.5 s before that: members get handed back mid-run
+    eng = Engine.create(wf, cores=2, run_dir=tmp_path / "run",
+                        pilot_args=["--walltime", str(3 / 60), "--margin", "1.5"])
+    assert eng.run() is True
+    _, st = load_state(tmp_path / "run")
+    ns = st.nodes["a"]
+    assert ns.counts[4] == 12 and not ns.failures
+    lines = ledger.read_text().split()
+    done = Counter(lines[0::2])
+    assert sorted(done) == sorted(str(i) for i in range(12)) and set(done.values()) == {1}
+    journal = [json.loads(l) for l in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    pilots = [r["p"] for r in journal if r["e"] == "pilot"]
+    assert len(pilots) >= 2, "no pilot ran out of walltime"
+    assert any(r["e"] == "unassign" and "allocation" in (r.get("why") or "") for r in journal)

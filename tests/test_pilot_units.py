@@ -1,0 +1,117 @@
+"""Pure tier for the pilot: allocation discovery, packing, launcher command lines."""
+
+import socket
+
+import pytest
+
+from pilot.allocation import Node, discover, expand_counts, expand_hostlist
+from pilot.launchers import choose, wrap
+from pilot.packing import Packer
+
+
+def test_slurm_hostlists_and_counts():
+    assert expand_hostlist("node[01-03,07],gpu1") == ["node01", "node02", "node03", "node07", "gpu1"]
+    assert expand_hostlist("a[1-2]b[3-4]") == ["a1b3", "a1b4", "a2b3", "a2b4"]
+    assert expand_hostlist("single") == ["single"]
+    assert expand_counts("4(x2),2") == [4, 4, 2]
+    with pytest.raises(ValueError):
+        expand_counts("four")
+
+
+def test_discover_from_each_batch_system(tmp_path):
+    a = discover({"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_CPUS_PER_NODE": "4(x2),2", "SLURM_JOB_ID": "7"})
+    assert (a.kind, a.job_id, [(n.name, n.cores) for n in a.nodes]) == ("slurm", "7", [("n1", 4), ("n2", 4), ("n3", 2)])
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("h1\nh1\nh2\nh1\nh2\n")
+    a = discover({"PBS_NODEFILE": str(nodefile), "PBS_JOBID": "12.server"})
+    assert (a.kind, [(n.name, n.cores) for n in a.nodes]) == ("pbs", [("h1", 3), ("h2", 2)])
+    a = discover({"LOADL_HOSTFILE": str(nodefile)})
+    assert a.kind == "loadleveler" and a.cores == 5
+    a = discover({}, hosts="x:2,y:3")
+    assert a.kind == "hosts" and [(n.name, n.cores) for n in a.nodes] == [("x", 2), ("y", 3)]
+    a = discover({}, cores=6, walltime_minutes=10, started=1000.0)
+    assert a.kind == "local" and a.cores == 6 and a.nodes[0].local and a.end == 1600.0
+
+
+def test_own_node_is_local():
+    a = discover({}, hosts=f"{socket.gethostname()}:2,other:2")
+    assert [n.local for n in a.nodes] == [True, False]
+
+
+def nodes(*cores):
+    return [Node(f"n{i}", c) for i, c in enumerate(cores)]
+
+
+def test_packing_fills_cores_without_oversubscribing():
+    p = Packer(nodes(4, 4))
+    got = [p.place(1, 2) for _ in range(4)]
+    assert all(got) and p.place(1, 1) is None
+    used = {}
+    for pl in got:
+        for n, k in pl:
+            used[n.name] = used.get(n.name, 0) + 2 * k
+    assert used == {"n0": 4, "n1": 4}
+    p.release(got[0], 2)
+    assert p.place(1, 2) is not None
+
+
+def test_best_fit_keeps_whole_nodes_for_wide_members():
+    p = Packer(nodes(4, 4))
+    p.place(1, 1)
+    p.place(1, 1)  # both narrow members share one node
+    assert p.place(1, 4) is not None
+
+
+def test_a_rank_never_straddles_nodes_and_ranks_spread():
+    p = Packer(nodes(2, 2, 2))
+    assert p.why_never(1, 4) and "at most 2" in p.why_never(1, 4)
+    pl = p.place(3, 2)  # three ranks of two threads: one per node
+    assert sorted((n.name, k) for n, k in pl) == [("n0", 1), ("n1", 1), ("n2", 1)]
+    assert p.place(1, 1) is None
+
+
+def test_core_usage_rule_caps_each_node():
+    p = Packer(nodes(8), core_cap=3)
+    assert p.place(1, 3) and p.place(1, 1) is None
+    assert p.why_never(1, 4)
+
+
+def test_share_nodes_false_gives_whole_nodes():
+    p = Packer(nodes(4, 4))
+    a = p.place(1, 1, exclusive=True)
+    b = p.place(1, 1, exclusive=True)
+    assert a and b and a[0][0].name != b[0][0].name
+    assert p.place(1, 1) is None  # nothing shares an exclusive member's node
+    p.release(a, 1, exclusive=True)
+    assert p.place(1, 4) is not None
+
+
+def test_dead_node_takes_no_members():
+    p = Packer(nodes(2, 2))
+    p.kill_node("n0")
+    assert p.place(1, 2)[0][0].name == "n1"
+    assert p.place(1, 1) is None
+
+
+def test_launcher_choice_and_command_lines():
+    local, remote = Node("me", 4, local=True), Node("far", 4)
+    assert choose("local", [(local, 1)], 1) == "fork"
+    assert choose("hosts", [(remote, 1)], 1) == "ssh"
+    assert choose("slurm", [(remote, 1)], 1) == "srun"
+    assert choose("pbs", [(remote, 2)], 2) == "mpiexec"
+    env = {"PWE_MEMBER": "3", "X": "a b; $(rm -rf /)"}
+    argv = wrap("srun", ["true"], "echo hi", [(remote, 2)], 2, 3, "/runs/m/3", env)
+    assert argv == ["srun", "--exact", "--quiet", "--nodes=1", "--ntasks=2", "--cpus-per-task=3",
+                    "--nodelist=far", "--chdir=/runs/m/3", "bash", "-c", "echo hi"]
+    argv = wrap("ssh", ["true"], "echo 'hi there'", [(remote, 1)], 1, 1, "/runs/a b", env)
+    assert argv[:-1] == ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3",
+                         "-o", "ConnectTimeout=5", "far"]
+    import shlex
+
+    remote_words = shlex.split(argv[-1])  # what the remote shell will see
+    assert remote_words[:2] == ["cd", "/runs/a b"]
+    assert "X=a b; $(rm -rf /)" in remote_words and remote_words[-3:] == ["bash", "-c", "echo 'hi there'"]
+    argv = wrap("mpiexec", ["true"], "./mpi_app", [(remote, 2), (Node("b", 4), 2)], 4, 1, "/d", env)
+    assert argv == ["mpiexec", "-n", "4", "--host", "far:2,b:2", "bash", "-c", "./mpi_app"]
+    argv = wrap("srun", ["true"], "x", [(remote, 1)], 1, 1, "/d", env, prefix="srun -w {node} -c {threads}")
+    assert argv == ["srun", "-w", "far", "-c", "1", "bash", "-c", "x"]
