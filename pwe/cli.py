@@ -134,11 +134,20 @@ def validate(file: str, sets: tuple[str, ...], as_json: bool) -> None:
 @_set_option
 @click.option("--host", default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, help="members shown per node")
+@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
 @_json_option
-def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, as_json: bool) -> None:
+def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_file: str | None,
+         as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
+        from pathlib import Path
+
+        import hostinfo
+
+        from .engine import check_hosts
+
         p = _load(file, sets, host)
+        check_hosts(p, hostinfo.load(Path(file), hosts_file), Path(file))
         shown: dict[str, list[dict[str, Any]]] = {}
         for nid, n in p.nodes.items():
             idx = list(range(min(show, n.size)))
@@ -186,6 +195,7 @@ _run_options = [
     click.option("--host", default=None, help="run every node on this host"),
     click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
     click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill (default: all)"),
+    click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too"),
 ]
 
 
@@ -195,11 +205,12 @@ def _with_run_options(f):
     return f
 
 
-def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None):
+def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
+            hosts_file: str | None):
     from .engine import Engine
     from .load import parse_sets
 
-    return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir)
+    return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file)
 
 
 def _follow(engine, **kwargs) -> None:
@@ -266,10 +277,10 @@ def _ref(engine) -> str:
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @_with_run_options
-def run(file, sets, host, run_dir, cores) -> None:
+def run(file, sets, host, run_dir, cores, hosts_file) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     try:
-        engine = _create(file, sets, host, run_dir, cores)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
         for w in engine.warnings:
             click.echo(f"warning: {w}", err=True)
@@ -281,18 +292,72 @@ def run(file, sets, host, run_dir, cores) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @_with_run_options
-def submit(file, sets, host, run_dir, cores) -> None:
+def submit(file, sets, host, run_dir, cores, hosts_file) -> None:
     """Start a run of FILE in the background and print its run id."""
-    import subprocess
-
     try:
-        engine = _create(file, sets, host, run_dir, cores)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file)
     except PweError as exc:
         _fail(exc)
     for w in engine.warnings:
         click.echo(f"warning: {w}", err=True)
     _spawn_engine(engine.dir)
     click.echo(engine.run_id)
+
+
+@cli.group()
+def hosts() -> None:
+    """The host registry: built-in local, ~/.config/pwe/hosts.yaml, hosts.yaml beside a workflow."""
+
+
+def _registry(workflow: str | None, hosts_file: str | None):
+    from pathlib import Path
+
+    import hostinfo
+
+    return hostinfo.load(Path(workflow) if workflow else None, hosts_file)
+
+
+@hosts.command(name="list")
+@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
+@_json_option
+def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
+    """Every known host: protocol, contact, cores per node, nodes, where it was defined."""
+    try:
+        reg = _registry(workflow, hosts_file)
+    except PweError as exc:
+        _fail(exc)
+    rows = [{"name": n, "protocol": h.protocol, "contact": h.contact, "cores_per_node": h.cores_per_node,
+             "nodes": len(h.nodes) or None, "source": reg.sources[n]} for n, h in sorted(reg.hosts.items())]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'host':<16} {'protocol':<11} {'contact':<28} {'cores/node':>10} {'nodes':>5}  defined in")
+    for r in rows:
+        click.echo(f"{r['name']:<16} {r['protocol']:<11} {r['contact']:<28} {r['cores_per_node'] or '?':>10} "
+                   f"{r['nodes'] or '-':>5}  {r['source']}")
+
+
+@hosts.command(name="show")
+@click.argument("name")
+@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
+@_json_option
+def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
+    """One host, every property."""
+    try:
+        reg = _registry(workflow, hosts_file)
+        host = reg.get(name)
+    except PweError as exc:
+        _fail(exc)
+    data = host.model_dump()
+    data["source"] = reg.sources[name]
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for k, v in data.items():
+        if v not in (None, [], {}, ""):
+            click.echo(f"{k:<16} {v}")
 
 
 def _spawn_engine(run_dir, *extra: str) -> None:

@@ -147,23 +147,24 @@ class Engine:
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def create(cls, workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
-               cores: int | None = None, run_dir: str | Path | None = None, **options: Any) -> "Engine":
+               cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
+               **options: Any) -> "Engine":
         """Check the workflow, make its run directory, and return an engine for it."""
-        from protocols.local import local_cores
+        import hostinfo
 
         src = Path(workflow)
         plan = plan_workflow(src, sets, host=host)
-        for nid, pn in plan.nodes.items():
-            if pn.host != "local":
-                raise InputError(f"node '{nid}' runs on host '{pn.host}'; this version runs on 'local' only "
-                                 "(pass --host local)", src, pn.line)
-        cores = cores or local_cores()
-        for nid, pn in plan.nodes.items():
-            need = pn.scheduling.cores_per_member()
-            if need > cores:
-                raise InputError(
-                    f"node '{nid}': a member needs {need} cores (ranksPerMember x threadsPerRank) but host "
-                    f"'local' has {cores}; lower them or use a larger host", src, pn.line)
+        registry = hostinfo.load(src, hosts_file, cores=cores)
+        hosts = check_hosts(plan, registry, src)
+        the_host = next(iter(hosts.values()))
+        if len(hosts) > 1:
+            raise InputError(f"nodes run on hosts {', '.join(sorted(hosts))}; this version runs a workflow on one "
+                             "host (pass --host)", src)
+        if the_host.protocol != "local":
+            raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version does "
+                             "not submit to yet; use a host with protocol: local", src)
+        cores = the_host.cores_per_node
+        options.setdefault("pilot_args", pilot_args_for(the_host))
         warnings = unsupported_scheduling(plan)
         run_id = rundir.new_run_id(plan.workflow.name)
         path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
@@ -482,6 +483,62 @@ class Engine:
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:
             pass  # a snapshot is a convenience; the journal is the record
+
+
+def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
+    """Every node's host exists and can hold one of its members; the hosts used, by name.
+
+    A rank's threads never straddle nodes, so threadsPerRank must fit one node (capped by
+    coreUsageRule); all ranks must fit the host's nodes together.
+    """
+    used = {}
+    for nid, pn in plan.nodes.items():
+        try:
+            host = registry.get(pn.host)
+        except InputError as exc:
+            raise InputError(f"node '{nid}': {exc.message}", src, pn.line) from None
+        used[host.name] = host
+        sched = pn.scheduling
+        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+        per_node = host.cores_per_node or 1
+        if sched.coreUsageRule:
+            per_node = min(per_node, sched.coreUsageRule)
+        n_nodes = len(host.nodes) or 1
+        if host.protocol == "local" and not host.nodes:
+            if ranks * threads > per_node:
+                raise InputError(
+                    f"node '{nid}': a member needs {ranks * threads} cores (ranksPerMember {ranks} x threadsPerRank "
+                    f"{threads}) but host '{host.name}' has {per_node}; lower them or use a larger host",
+                    src, pn.line)
+        elif threads > per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {threads} cores for one rank (threadsPerRank) but host "
+                f"'{host.name}' has nodes of {per_node} cores, and a rank cannot straddle nodes",
+                src, pn.line)
+        elif host.nodes and ranks * threads > per_node * n_nodes:
+            raise InputError(
+                f"node '{nid}': a member needs {ranks * threads} cores but host '{host.name}' has "
+                f"{n_nodes} nodes of {per_node}", src, pn.line)
+    return used
+
+
+def pilot_args_for(host: Any) -> list[str]:
+    """How the local protocol starts a pilot for this host: its nodes and launcher."""
+    args: list[str] = []
+    if host.nodes:
+        args += ["--hosts", ",".join(f"{n}:{host.cores_per_node or 1}" for n in host.nodes)]
+        launcher = host.launcher if host.launcher != "auto" else "ssh"
+        args += ["--launcher", launcher]
+        prefix = host.launcher_prefix
+        if prefix is None and launcher == "ssh" and host.ssh_config:
+            from pilot.launchers import PREFIXES
+
+            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {host.ssh_config} ", 1)
+        if prefix:
+            args += ["--launcher-prefix", prefix]
+    elif host.launcher not in ("auto", "fork"):
+        args += ["--launcher", host.launcher]
+    return args
 
 
 #: Scheduling profile fields the local protocol acts on; the others belong to batch systems.

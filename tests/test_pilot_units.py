@@ -115,3 +115,35 @@ def test_launcher_choice_and_command_lines():
     assert argv == ["mpiexec", "-n", "4", "--host", "far:2,b:2", "bash", "-c", "./mpi_app"]
     argv = wrap("srun", ["true"], "x", [(remote, 1)], 1, 1, "/d", env, prefix="srun -w {node} -c {threads}")
     assert argv == ["srun", "-w", "far", "-c", "1", "bash", "-c", "x"]
+
+
+def test_plan_refuses_a_member_wider_than_the_hosts_nodes(tmp_path):
+    from conftest import run_cli
+
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  twos:\n    cores_per_node: 2\n    nodes: [n1, n2]\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    run: x\n    scheduling: {threadsPerRank: 4}\n")
+    status, out, err = run_cli("plan", wf, "--host", "twos")
+    assert status == 2 and out == ""
+    assert err == (f"{wf}:3: node 'a': a member needs 4 cores for one rank (threadsPerRank) but host 'twos' has "
+                   "nodes of 2 cores, and a rank cannot straddle nodes\n")
+    # two ranks of two threads fit: one rank per node
+    wf.write_text("name: w\nnodes:\n  a:\n    run: x\n    scheduling: {ranksPerMember: 2, threadsPerRank: 2}\n")
+    assert run_cli("plan", wf, "--host", "twos")[0] == 0
+    wf.write_text("name: w\nnodes:\n  a:\n    run: x\n    scheduling: {ranksPerMember: 3, threadsPerRank: 2}\n")
+    status, _, err = run_cli("plan", wf, "--host", "twos")
+    assert status == 2 and "has 2 nodes of 2" in err
+
+
+def test_hosts_file_errors_and_unknown_hosts(tmp_path):
+    from conftest import run_cli
+
+    hf = tmp_path / "h.yaml"
+    hf.write_text("hosts:\n  c:\n    protocol: slurm\n    cores_per_nod: 4\n")
+    status, _, err = run_cli("hosts", "list", "--hosts", hf)
+    assert status == 2 and err.startswith(f"{hf}:4: ") and "did you mean 'cores_per_node'" in err
+    hf.write_text("hosts:\n  cluster:\n    protocol: slurm\n    contact: ssh://me@login\n    cores_per_node: 4\n")
+    status, out, _ = run_cli("hosts", "show", "cluster", "--hosts", hf, "--json")
+    assert status == 0 and '"protocol": "slurm"' in out
+    status, _, err = run_cli("hosts", "show", "clustr", "--hosts", hf)
+    assert status == 2 and "did you mean 'cluster'" in err

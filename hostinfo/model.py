@@ -1,0 +1,52 @@
+"""The host registry's model: what pwe knows about each compute resource."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+
+
+class Partition(BaseModel):
+    """A partition (SLURM) or queue (PBS, LoadLeveler), in the host's priority order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: StrictStr
+    max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
+    max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
+    cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+class Host(BaseModel):
+    """One compute resource and how to reach it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: StrictStr = ""
+    protocol: Literal["local", "ssh", "slurm", "pbs", "loadleveler", "sge"] = "local"
+    contact: StrictStr = Field("local", description="'local' (this machine) or ssh://user@login-node[:port]")
+    cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="default: this machine's")
+    gpus_per_node: Annotated[StrictInt, Field(ge=0)] = 0
+    shared_nodes: StrictBool = True
+    nodes: list[StrictStr] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
+    partitions: list[Partition] = Field(default_factory=list)
+    account: StrictStr | None = None
+    setup: list[StrictStr] = Field(default_factory=list, description="lines run before the pilot starts")
+    scratch: StrictStr | None = None
+    env: dict[StrictStr, Scalar] = Field(default_factory=dict)
+    launcher: Literal["auto", "fork", "srun", "ssh", "mpiexec"] = "auto"
+    launcher_prefix: StrictStr | None = None
+    ssh_config: StrictStr | None = Field(None, description="ssh client config file for contact and nodes")
+    properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _contact(self) -> "Host":
+        if self.contact != "local" and not self.contact.startswith("ssh://"):
+            raise ValueError(f"contact {self.contact!r}: write 'local' or ssh://user@host")
+        return self
+
+
+class HostsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hosts: dict[StrictStr, Host] = Field(default_factory=dict)

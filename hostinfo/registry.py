@@ -1,0 +1,80 @@
+"""The host registry: built-in ``local``, then files, each later one overriding earlier.
+
+Read, in order: ``$XDG_CONFIG_HOME/pwe/hosts.yaml`` (``~/.config/pwe/hosts.yaml``), a
+``hosts.yaml`` beside the workflow, and ``--hosts FILE``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pwe.errors import InputError
+from pwe.source import did_you_mean, locate
+from pwe.yaml_reader import read_yaml
+
+from .model import Host, HostsFile
+
+
+def local_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def builtin_local(cores: int | None = None) -> Host:
+    return Host(name="local", protocol="local", contact="local", cores_per_node=cores or local_cores())
+
+
+class Registry:
+    def __init__(self, hosts: dict[str, Host], sources: dict[str, str]):
+        self.hosts = hosts
+        self.sources = sources
+
+    def get(self, name: str) -> Host:
+        if name not in self.hosts:
+            raise InputError(f"unknown host '{name}'{did_you_mean(name, self.hosts)}; known hosts: "
+                             f"{', '.join(sorted(self.hosts))} (pwe hosts list)")
+        return self.hosts[name]
+
+
+def default_files(workflow: Path | None = None, extra: str | Path | None = None) -> list[Path]:
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    files = [xdg / "pwe" / "hosts.yaml"]
+    if workflow is not None:
+        files.append(Path(workflow).resolve().parent / "hosts.yaml")
+    if extra is not None:
+        files.append(Path(extra))
+    return files
+
+
+def load(workflow: Path | None = None, extra: str | Path | None = None, cores: int | None = None) -> Registry:
+    hosts = {"local": builtin_local(cores)}
+    sources = {"local": "built in"}
+    for path in default_files(workflow, extra):
+        if not path.exists():
+            if extra is not None and path == Path(extra):
+                raise InputError("no such hosts file", path)
+            continue
+        raw = read_yaml(path)
+        try:
+            parsed = HostsFile.model_validate(raw)
+        except ValidationError as exc:
+            err = min(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
+            loc = tuple(err["loc"])
+            hint = ""
+            if err["type"] == "extra_forbidden":
+                known = Host.model_fields if len(loc) >= 3 else HostsFile.model_fields
+                hint = did_you_mean(loc[-1], known)
+            where = ".".join(str(p) for p in loc)
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            raise InputError(f"'{where}': {msg}{hint}", path, locate(raw, loc)) from None
+        for name, host in parsed.hosts.items():
+            if name == "local" and host.protocol == "local" and host.cores_per_node is None:
+                host = host.model_copy(update={"cores_per_node": cores or local_cores()})
+            hosts[name] = host.model_copy(update={"name": name})
+            sources[name] = str(path)
+    return Registry(hosts, sources)
