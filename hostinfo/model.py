@@ -29,6 +29,7 @@ class Host(BaseModel):
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="default: this machine's")
     gpus_per_node: Annotated[StrictInt, Field(ge=0)] = 0
     shared_nodes: StrictBool = True
+    max_nodes: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="most nodes one pilot job asks for")
     nodes: list[StrictStr] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
     partitions: list[Partition] = Field(default_factory=list)
     account: StrictStr | None = None

@@ -50,8 +50,9 @@ class Pilot:
     """The engine's view of one pilot: its files and how far they have been read."""
 
     def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
-                 popen: subprocess.Popen | None = None, offset: int = 0):
+                 popen: subprocess.Popen | None = None, offset: int = 0, job: str | None = None):
         self.id = pid_
+        self.job = job  # a batch job id: its liveness comes from the scheduler and heartbeats
         self.dir = directory
         self.os_pid = os_pid
         self.host = host
@@ -64,6 +65,7 @@ class Pilot:
         self.down = False
         self.came_up = False
         self.draining = False
+        self.job_state = None
         self.last_heard = time.time()
         self._tasks = open(directory / "tasks.jsonl", "ab", buffering=0)
         self._events = None
@@ -110,6 +112,8 @@ class Pilot:
         return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
     def process_gone(self) -> bool:
+        if self.job is not None:
+            return False  # asked of the batch system, for all pilots at once (_poll_jobs)
         if self.popen is not None:
             return self.popen.poll() is not None
         if self.host != socket.gethostname():
@@ -143,6 +147,17 @@ class Engine:
         self.warnings: list[str] = []
         self._member_env_base = {"PWE_RUN_ID": self.run_id}
         self._members = str(self.dir / "members")
+        from hostinfo.model import Host
+
+        self.host = Host(**info["host_def"]) if info.get("host_def") else Host(name="local")
+        self.protocol = None
+        if self.host.protocol != "local":
+            from protocols.base import get as get_protocol
+            from protocols.runner import LocalRunner
+
+            self.protocol = get_protocol(self.host.protocol, LocalRunner())
+        self.status_every = float(info.get("status_every", 5.0))
+        self._last_status = 0.0
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -160,12 +175,16 @@ class Engine:
         if len(hosts) > 1:
             raise InputError(f"nodes run on hosts {', '.join(sorted(hosts))}; this version runs a workflow on one "
                              "host (pass --host)", src)
-        if the_host.protocol != "local":
+        if the_host.protocol not in ("local", "slurm", "pbs"):
             raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version does "
-                             "not submit to yet; use a host with protocol: local", src)
+                             "not submit to yet (local, slurm and pbs work)", src)
+        if the_host.contact != "local":
+            raise InputError(f"host '{the_host.name}' is reached over {the_host.contact}; this version submits "
+                             "only from the machine the host's commands run on (contact: local)", src)
         cores = the_host.cores_per_node
         options.setdefault("pilot_args", pilot_args_for(the_host))
-        warnings = unsupported_scheduling(plan)
+        options["host_def"] = the_host.model_dump()
+        warnings = unsupported_scheduling(plan, the_host.protocol)
         run_id = rundir.new_run_id(plan.workflow.name)
         path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
         rundir.create(path)
@@ -232,7 +251,8 @@ class Engine:
         self.journal.flush()
 
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
-        pilot = Pilot(pid_, self.dir / "pilots" / pid_, p["pid"], p["host"], p["slots"], offset=p.get("offset", 0))
+        pilot = Pilot(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
+                      offset=p.get("offset", 0), job=p.get("job"))
         self.pilots[pid_] = pilot
         # assignments journaled but never written to the pilot (killed in between): hand back
         sent: set[tuple[str, int, int]] = set()
@@ -306,6 +326,8 @@ class Engine:
 
     # -- pilots ---------------------------------------------------------------------------------
     def _start_pilot(self) -> Pilot:
+        if self.protocol is not None:
+            return self._submit_pilot()
         from protocols.local import start_pilot
 
         pid_ = f"p{self._next_pilot}"
@@ -319,6 +341,87 @@ class Engine:
         pilot = Pilot(pid_, d, popen.pid, host, self.cores, popen=popen)
         self.pilots[pid_] = pilot
         return pilot
+
+    def _submit_pilot(self) -> Pilot:
+        """Glide in: one batch job that becomes a pilot, sized for the members ready now."""
+        from protocols.base import PilotJob
+
+        import pilot as pilot_pkg
+
+        pid_ = f"p{self._next_pilot}"
+        self._next_pilot += 1
+        d = self.dir / "pilots" / pid_
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "tasks.jsonl").touch()
+        job = PilotJob(pilot_id=pid_, pilot_dir=str(d), job_name=f"pwe-{self.run_id}-{pid_}", **self._pilot_shape(),
+                       python=sys.executable, pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
+                       account=self.host.account, setup=list(self.host.setup),
+                       env={k: str(v) for k, v in self.host.env.items()},
+                       pilot_args=[str(a) for a in self.info.get("pilot_args", [])]
+                       + ["--heartbeat", str(self.heartbeat), "--idle-timeout",
+                          str(self.info.get("idle_timeout", 60))])
+        script = d / "job.sh"
+        script.write_text(self.protocol.render(job))
+        job_id = self.protocol.submit(job, str(script))
+        self._record({"e": "pilot", "p": pid_, "job": job_id, "host": self.host.name, "slots": job.nodes *
+                      job.cores_per_node, "batch": self.protocol.name, "t": time.time()})
+        pilot = Pilot(pid_, d, 0, self.host.name, job.nodes * job.cores_per_node, job=job_id)
+        self.pilots[pid_] = pilot
+        return pilot
+
+    def _pilot_shape(self) -> dict[str, Any]:
+        """How large a pilot to ask for: enough nodes for the ready members (capped by
+        maxCpus and the partition), their walltime, the first partition that fits."""
+        st = self.state
+        nid = next((n for n, i in st.ready if st.nodes[n].state[i] == READY), next(iter(self.plan.nodes)))
+        sched = self.plan.nodes[nid].scheduling
+        cpn = self.host.cores_per_node or 1
+        want = sum(self.plan.nodes[n].scheduling.cores_per_member() for n, i in st.ready
+                   if st.nodes[n].state[i] == READY)
+        if sched.maxCpus:
+            want = min(want, sched.maxCpus)
+        if sched.minCpus:
+            want = max(want, sched.minCpus)
+        nodes = max(1, -(-want // cpn))
+        if sched.maxNodes:
+            nodes = min(nodes, sched.maxNodes)
+        if self.host.max_nodes:
+            nodes = min(nodes, self.host.max_nodes)
+        walltime = float(sched.maxWallTime or 60)
+        partition = sched.queue
+        if partition is None:
+            for part in self.host.partitions:
+                if part.max_walltime is None or part.max_walltime >= walltime:
+                    partition = part.name
+                    if part.max_nodes:
+                        nodes = min(nodes, part.max_nodes)
+                    break
+        return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
+                "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
+                "memory_mb": sched.maxTotalMemory}
+
+    def _poll_jobs(self) -> None:
+        """One batched status query for every live batch pilot, at most every status_every s."""
+        from protocols.base import JobState
+
+        live = [p for p in self.pilots.values() if p.alive and p.job]
+        now = time.time()
+        if not live or now - self._last_status < self.status_every:
+            return
+        self._last_status = now
+        states = self.protocol.status([p.job for p in live])
+        for pilot in live:
+            state = states.get(pilot.job, JobState.UNKNOWN)
+            pilot.job_state = state
+            if state.finished:
+                self._ingest(pilot)  # whatever it said before its job ended
+                why = f"batch job {pilot.job} {state.value}"
+                if state is JobState.TIMEOUT:
+                    why += " (walltime: expected for a pilot)"
+                self._pilot_gone(pilot, why)
+            elif state is JobState.RUNNING and pilot.came_up and now - pilot.last_heard > self.lost_after:
+                self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
+                self.protocol.cancel([pilot.job])
 
     def _ingest(self, pilot: Pilot) -> int:
         events = pilot.read_events()
@@ -354,6 +457,8 @@ class Engine:
         return len(events)
 
     def _check_pilots(self) -> None:
+        if self.protocol is not None:
+            self._poll_jobs()
         now = time.time()
         for pilot in self.pilots.values():
             if not pilot.alive:
@@ -361,7 +466,7 @@ class Engine:
             if pilot.down or pilot.process_gone():
                 self._ingest(pilot)  # whatever it said before it went
                 self._pilot_gone(pilot, "exited" if pilot.down else "died")
-            elif now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
+            elif pilot.job is None and now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
                 self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
 
     def _pilot_gone(self, pilot: Pilot, why: str) -> None:
@@ -458,13 +563,19 @@ class Engine:
         """Tell pilots there is nothing more, close files, release the run. Never raises
         over an error already on its way out (a full disk fails these writes too)."""
         try:
+            pending = []
             for pilot in self.pilots.values():
                 try:
                     if pilot.alive and not pilot.down:
                         pilot.send({"k": "stop"})
+                        if pilot.job and not pilot.came_up and self.state is not None and \
+                                self.state.unfinished() == 0:
+                            pending.append(pilot.job)  # queued still, and nothing left to do
                     pilot.close()
                 except OSError:
                     pass  # the pilot keeps running what it has; resume takes its events in
+            if pending and self.protocol is not None:
+                self.protocol.cancel(pending)
             if self.journal is not None:
                 try:
                     self.journal.close()
@@ -541,20 +652,27 @@ def pilot_args_for(host: Any) -> list[str]:
     return args
 
 
-#: Scheduling profile fields the local protocol acts on; the others belong to batch systems.
-LOCAL_SCHEDULING = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType"}
+#: Scheduling profile fields each protocol acts on; the rest are reported, never dropped.
+_MEMBER_FIELDS = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType", "coreUsageRule"}
+USED_SCHEDULING = {
+    "local": _MEMBER_FIELDS,
+    "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
+                               "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
+    "pbs": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
+}
 
 
-def unsupported_scheduling(plan: Plan) -> list[str]:
+def unsupported_scheduling(plan: Plan, protocol: str = "local") -> list[str]:
     """One warning per node naming the profile fields its host does not act on: never
     dropped silently (DESIGN.md)."""
     out = []
+    used = USED_SCHEDULING.get(protocol, _MEMBER_FIELDS)
     for nid, pn in plan.nodes.items():
         given = pn.scheduling.model_dump(exclude_none=True)
-        ignored = sorted(k for k in given if k not in LOCAL_SCHEDULING)
+        ignored = sorted(k for k in given if k not in used)
         if ignored:
-            out.append(f"node '{nid}': host '{pn.host}' has no batch system; scheduling "
-                       f"{', '.join(ignored)} not used")
+            what = "has no batch system" if protocol == "local" else f"({protocol}) does not use them"
+            out.append(f"node '{nid}': host '{pn.host}' {what}; scheduling {', '.join(ignored)} not used")
     return out
 
 

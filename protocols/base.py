@@ -1,0 +1,149 @@
+"""The seam between the engine and batch systems.
+
+A protocol module gets allocations (pilot jobs): it renders a job script, submits it,
+asks for the state of many jobs in one call, and cancels. Everything it runs goes
+through one :class:`~protocols.runner.CommandRunner` (this machine or SSH to a login
+node), so timeouts, errors and logging live in one place. A protocol is mostly data:
+its commands and its job script template in ``protocols/templates/``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .runner import CommandRunner, CommandTimeout
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+class JobState(enum.Enum):
+    """What a batch system says of one pilot job."""
+
+    PENDING = "pending"            #: queued, not started
+    RUNNING = "running"            #: the allocation exists; the pilot should be up
+    COMPLETED = "completed"        #: ended on its own (the pilot left: idle, stop, walltime drain)
+    FAILED = "failed"              #: ended with a non-zero status
+    CANCELLED = "cancelled"        #: scancel / qdel / llcancel, by pwe or by someone else
+    TIMEOUT = "timeout"            #: hit its walltime: expected for a pilot, not a failure
+    NODE_FAIL = "node_fail"        #: a node of the allocation failed
+    PREEMPTED = "preempted"        #: taken back by the scheduler
+    OUT_OF_MEMORY = "out_of_memory"
+    BOOT_FAIL = "boot_fail"        #: the nodes never came up
+    UNKNOWN = "unknown"            #: the scheduler did not answer (timed out): ask again later, never "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN)
+
+
+@dataclass
+class PilotJob:
+    """One pilot job to submit: everything its script needs."""
+
+    pilot_id: str
+    pilot_dir: str           # on the host's filesystem
+    job_name: str
+    nodes: int
+    cores_per_node: int
+    walltime: float          # minutes
+    python: str = "python3"
+    pythonpath: str = ""     # where the pilot package is on the host
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    constraint: str | None = None
+    memory_mb: int | None = None
+    setup: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    pilot_args: list[str] = field(default_factory=list)
+    notify: str | None = None  # command a job's edge events call (pwe notify ...)
+
+
+class SubmitError(Exception):
+    def __init__(self, message: str, command: list[str] | None = None, status: int | None = None, stderr: str = ""):
+        super().__init__(message)
+        self.command, self.status, self.stderr = command, status, stderr
+
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+_ENV.filters["q"] = lambda v: __import__("shlex").quote(str(v))
+
+
+def walltime_hms(minutes: float) -> str:
+    total = int(round(minutes * 60))
+    return f"{total // 3600:d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+_ENV.filters["hms"] = walltime_hms
+
+
+class Protocol:
+    """Base of the batch protocols. Subclasses set the commands and the template."""
+
+    name = "base"
+    template = ""
+    submit_command: list[str] = []
+    cancel_command: list[str] = []
+    timeout = 30.0
+
+    def __init__(self, runner: CommandRunner):
+        self.runner = runner
+
+    def render(self, job: PilotJob) -> str:
+        return _ENV.get_template(self.template).render(job=job, protocol=self.name)
+
+    def submit(self, job: PilotJob, script_path: str) -> str:
+        """Submit; the job id. A submission that timed out is looked up by job name
+        before anyone submits again, so a slow scheduler never gets a duplicate."""
+        try:
+            res = self.runner.run(self.submit_command + [script_path], timeout=self.timeout)
+        except CommandTimeout:
+            found = self.find_by_name(job.job_name)
+            if found:
+                return found
+            raise SubmitError(f"{self.submit_command[0]} timed out and no job named {job.job_name} exists")
+        if res.status != 0:
+            raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
+                              res.command, res.status, res.stderr)
+        return self.parse_job_id(res.stdout)
+
+    def parse_job_id(self, out: str) -> str:
+        m = re.search(r"(\d+(?:\.[\w.-]+)?)", out)
+        if not m:
+            raise SubmitError(f"cannot find a job id in {out!r}")
+        return m.group(1)
+
+    def status(self, job_ids: list[str]) -> dict[str, JobState]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def find_by_name(self, name: str) -> str | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def cancel(self, job_ids: list[str]) -> None:
+        if job_ids:
+            try:
+                self.runner.run(self.cancel_command + list(job_ids), timeout=self.timeout)
+            except CommandTimeout:
+                pass  # the next status poll shows whether it took
+
+
+def get(name: str, runner: CommandRunner) -> Protocol:
+    """A protocol by name, imported on first use."""
+    import importlib
+
+    modules = {"slurm": "protocols.slurm:Slurm", "pbs": "protocols.pbs:Pbs",
+               "loadleveler": "protocols.loadleveler:LoadLeveler"}
+    if name not in modules:
+        from pwe.source import did_you_mean
+
+        raise ValueError(f"no protocol '{name}'{did_you_mean(name, modules)}")
+    mod, _, cls = modules[name].partition(":")
+    return getattr(importlib.import_module(mod), cls)(runner)

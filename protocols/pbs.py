@@ -1,0 +1,53 @@
+"""PBS / Torque: qsub / qstat / qdel."""
+
+from __future__ import annotations
+
+from .base import JobState, Protocol
+from .runner import CommandTimeout
+
+#: qstat's one-letter states (Torque and PBS Pro)
+STATES = {
+    "Q": JobState.PENDING, "H": JobState.PENDING, "W": JobState.PENDING, "T": JobState.PENDING,
+    "S": JobState.PENDING, "U": JobState.PENDING, "M": JobState.PENDING,
+    "R": JobState.RUNNING, "E": JobState.RUNNING, "B": JobState.RUNNING,
+    "C": JobState.COMPLETED, "F": JobState.COMPLETED, "X": JobState.COMPLETED,
+}
+
+
+class Pbs(Protocol):
+    name = "pbs"
+    template = "pbs.sh.j2"
+    submit_command = ["qsub"]
+    cancel_command = ["qdel"]
+
+    def status(self, job_ids: list[str]) -> dict[str, JobState]:
+        """One qstat call for all the jobs; a job qstat no longer lists has finished."""
+        if not job_ids:
+            return {}
+        try:
+            res = self.runner.run(["qstat", *job_ids], timeout=self.timeout)
+        except CommandTimeout:
+            return {j: JobState.UNKNOWN for j in job_ids}
+        out: dict[str, JobState] = {}
+        for line in res.stdout.splitlines():
+            words = line.split()
+            # Job ID  Name  User  Time Use  S  Queue
+            if len(words) >= 6 and words[0][0].isdigit():
+                jid = words[0].split(".")[0]
+                for j in job_ids:
+                    if j.split(".")[0] == jid:
+                        out[j] = STATES.get(words[4], JobState.UNKNOWN)
+        for j in job_ids:
+            out.setdefault(j, JobState.COMPLETED)
+        return out
+
+    def find_by_name(self, name: str) -> str | None:
+        try:
+            res = self.runner.run(["qstat"], timeout=self.timeout)
+        except CommandTimeout:
+            return None
+        for line in res.stdout.splitlines():
+            words = line.split()
+            if len(words) >= 6 and words[1] == name[:len(words[1])] and words[4] in ("Q", "R", "H", "W"):
+                return words[0]
+        return None

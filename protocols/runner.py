@@ -1,0 +1,62 @@
+"""The one command runner: every command a protocol runs goes through here.
+
+``LocalRunner`` runs on this machine; an SSH runner (paramiko) runs on a login node.
+Both return :class:`CommandResult` and raise :class:`CommandTimeout`, and count the
+commands they ran (the scheduler etiquette benchmark reads the counts).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+
+
+@dataclass
+class CommandResult:
+    command: list[str]
+    status: int
+    stdout: str
+    stderr: str
+
+
+class CommandTimeout(Exception):
+    def __init__(self, command: list[str], timeout: float):
+        super().__init__(f"{command[0]} did not answer within {timeout:g} s")
+        self.command = command
+
+
+class CommandRunner:
+    """Runs argv lists (never a shell string) with a timeout."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def run(self, argv: list[str], timeout: float = 30.0, input: str | None = None) -> CommandResult:
+        self.calls[argv[0].rsplit("/", 1)[-1]] += 1
+        return self._run(argv, timeout, input)
+
+    def _run(self, argv: list[str], timeout: float, input: str | None) -> CommandResult:  # pragma: no cover
+        raise NotImplementedError
+
+    def write_file(self, path: str, text: str, mode: int = 0o700) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class LocalRunner(CommandRunner):
+    def _run(self, argv: list[str], timeout: float, input: str | None) -> CommandResult:
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input,
+                               stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(argv, timeout) from None
+        except FileNotFoundError:
+            return CommandResult(argv, 127, "", f"{argv[0]}: command not found")
+        return CommandResult(argv, p.returncode, p.stdout, p.stderr)
+
+    def write_file(self, path: str, text: str, mode: int = 0o700) -> None:
+        import os
+
+        with open(path, "w") as fh:
+            fh.write(text)
+        os.chmod(path, mode)

@@ -1,0 +1,67 @@
+"""SLURM: sbatch / squeue / scancel."""
+
+from __future__ import annotations
+
+from .base import JobState, Protocol
+from .runner import CommandTimeout
+
+#: squeue's %T long state names, mapped fully
+STATES = {
+    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING, "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
+    "SUSPENDED": JobState.PENDING, "STOPPED": JobState.PENDING,
+    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING, "RESIZING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED, "FAILED": JobState.FAILED, "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT, "DEADLINE": JobState.TIMEOUT, "NODE_FAIL": JobState.NODE_FAIL,
+    "PREEMPTED": JobState.PREEMPTED, "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY, "BOOT_FAIL": JobState.BOOT_FAIL,
+    "SPECIAL_EXIT": JobState.FAILED, "REVOKED": JobState.CANCELLED,
+}
+
+
+class Slurm(Protocol):
+    name = "slurm"
+    template = "slurm.sh.j2"
+    submit_command = ["sbatch", "--parsable"]
+    cancel_command = ["scancel"]
+
+    def parse_job_id(self, out: str) -> str:
+        return out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"
+
+    def status(self, job_ids: list[str]) -> dict[str, JobState]:
+        """One squeue call for all the jobs. A job squeue has forgotten (MinJobAge) is
+        asked of scontrol; one neither knows is COMPLETED (its pilot's events tell the rest)."""
+        if not job_ids:
+            return {}
+        try:
+            res = self.runner.run(["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(job_ids)],
+                                  timeout=self.timeout)
+        except CommandTimeout:
+            return {j: JobState.UNKNOWN for j in job_ids}
+        out: dict[str, JobState] = {}
+        for line in res.stdout.splitlines():
+            words = line.split()
+            if len(words) == 2:
+                out[words[0]] = STATES.get(words[1].split("+")[0], JobState.UNKNOWN)
+        for j in job_ids:
+            if j not in out:
+                out[j] = self._scontrol(j)
+        return out
+
+    def _scontrol(self, job_id: str) -> JobState:
+        try:
+            res = self.runner.run(["scontrol", "-o", "show", "job", job_id], timeout=self.timeout)
+        except CommandTimeout:
+            return JobState.UNKNOWN
+        for word in res.stdout.split():
+            if word.startswith("JobState="):
+                return STATES.get(word.split("=", 1)[1], JobState.UNKNOWN)
+        return JobState.COMPLETED
+
+    def find_by_name(self, name: str) -> str | None:
+        try:
+            res = self.runner.run(["squeue", "-h", "-t", "all", "-o", "%i", "-n", name], timeout=self.timeout)
+        except CommandTimeout:
+            return None
+        ids = res.stdout.split()
+        return ids[0] if ids else None
