@@ -469,12 +469,15 @@ def main(argv: list[str] | None = None) -> None:
                     "{hosts} {nnodes} {ranks} {threads} {cwd}")
     ap.add_argument("--core-cap", type=int, default=None, help="most cores used per node (coreUsageRule)")
     ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
-    ap.add_argument("--margin", type=float, default=60.0, help="seconds before the end to stop and hand back")
+    ap.add_argument("--margin", type=float, default=None,
+                    help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
     ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
     ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
     args = ap.parse_args(argv)
     alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime)
+    if args.margin is None:
+        args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
     os.chdir(args.dir)
     pilot = Pilot(os.path.abspath(args.dir), alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,

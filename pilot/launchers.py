@@ -33,16 +33,18 @@ SSH_FAILED = 255
 
 def choose(kind: str, placement: Placement, ranks: int, configured: str | None = None) -> str:
     """The launcher for one member: 'fork', 'srun', 'ssh' or 'mpiexec'."""
+    on_own_node = len(placement) == 1 and placement[0][0].local and ranks == 1
     if configured and configured != "auto":
-        if configured == "ssh" and len(placement) == 1 and placement[0][0].local and ranks == 1:
+        if configured == "ssh" and on_own_node:
             return "fork"
         return configured
+    if on_own_node:
+        return "fork"  # the pilot's own node: no launcher is faster than posix_spawn
     if kind == "slurm":
         return "srun"
     if ranks > 1:
         return "mpiexec"
-    node = placement[0][0]
-    return "fork" if node.local else "ssh"
+    return "ssh"
 
 
 def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: int, threads: int, cwd: str,

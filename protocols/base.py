@@ -104,7 +104,8 @@ class Protocol:
         """Submit; the job id. A submission that timed out is looked up by job name
         before anyone submits again, so a slow scheduler never gets a duplicate."""
         try:
-            res = self.runner.run(self.submit_command + [script_path], timeout=self.timeout)
+            res = self.runner.run(self.submit_command + self.submit_args(job) + [script_path], timeout=self.timeout,
+                                  cwd=job.pilot_dir)
         except CommandTimeout:
             found = self.find_by_name(job.job_name)
             if found:
@@ -114,6 +115,10 @@ class Protocol:
             raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)
         return self.parse_job_id(res.stdout)
+
+    def submit_args(self, job: PilotJob) -> list[str]:
+        """Options given on the submit command line (for what a script directive cannot say)."""
+        return []
 
     def parse_job_id(self, out: str) -> str:
         m = re.search(r"(\d+(?:\.[\w.-]+)?)", out)

@@ -20,6 +20,10 @@ class Pbs(Protocol):
     submit_command = ["qsub"]
     cancel_command = ["qdel"]
 
+    def submit_args(self, job) -> list[str]:
+        # some qsub front ends ignore #PBS -o/-e in the script; the command line always works
+        return ["-o", f"{job.pilot_dir}/job.out", "-e", f"{job.pilot_dir}/job.err"]
+
     def status(self, job_ids: list[str]) -> dict[str, JobState]:
         """One qstat call for all the jobs; a job qstat no longer lists has finished."""
         if not job_ids:

@@ -32,11 +32,13 @@ class CommandRunner:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
 
-    def run(self, argv: list[str], timeout: float = 30.0, input: str | None = None) -> CommandResult:
+    def run(self, argv: list[str], timeout: float = 30.0, input: str | None = None,
+            cwd: str | None = None) -> CommandResult:
         self.calls[argv[0].rsplit("/", 1)[-1]] += 1
-        return self._run(argv, timeout, input)
+        return self._run(argv, timeout, input, cwd)
 
-    def _run(self, argv: list[str], timeout: float, input: str | None) -> CommandResult:  # pragma: no cover
+    def _run(self, argv: list[str], timeout: float, input: str | None,
+             cwd: str | None) -> CommandResult:  # pragma: no cover
         raise NotImplementedError
 
     def write_file(self, path: str, text: str, mode: int = 0o700) -> None:  # pragma: no cover
@@ -44,9 +46,9 @@ class CommandRunner:
 
 
 class LocalRunner(CommandRunner):
-    def _run(self, argv: list[str], timeout: float, input: str | None) -> CommandResult:
+    def _run(self, argv: list[str], timeout: float, input: str | None, cwd: str | None) -> CommandResult:
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input,
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input, cwd=cwd,
                                stdin=None if input is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise CommandTimeout(argv, timeout) from None

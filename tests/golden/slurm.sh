@@ -1,0 +1,18 @@
+#!/bin/bash
+#SBATCH --job-name=pwe-r1-p1
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --cpus-per-task=1
+#SBATCH --time=1:30:00
+#SBATCH --output=/runs/r1/pilots/p1/job.out
+#SBATCH --error=/runs/r1/pilots/p1/job.err
+#SBATCH --partition=short
+#SBATCH --account=abc123
+# pwe pilot p1: one allocation, many members
+module load python
+export OMP_PLACES=cores
+export ODD='a b'"'"'c'
+pwe notify --run /runs/r1 --pilot p1 started "$SLURM_JOB_ID"
+trap 'pwe notify --run /runs/r1 --pilot p1 ended "$SLURM_JOB_ID" $?' EXIT
+export PYTHONPATH=/opt/pwe${PYTHONPATH:+:$PYTHONPATH}
+/usr/bin/python3 -m pilot --dir /runs/r1/pilots/p1 --walltime 90 --heartbeat 5

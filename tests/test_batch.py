@@ -1,0 +1,190 @@
+"""Batch protocols: golden job scripts, scripted scheduler conversations, and the real
+SLURM (with its PBS front end) running workflows through pilots."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from protocols.base import JobState, PilotJob, get
+from protocols.runner import CommandResult, CommandRunner, CommandTimeout
+
+GOLDEN = Path(__file__).parent / "golden"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def job(**kw):
+    base = dict(pilot_id="p1", pilot_dir="/runs/r1/pilots/p1", job_name="pwe-r1-p1", nodes=2, cores_per_node=8,
+                walltime=90, python="/usr/bin/python3", pythonpath="/opt/pwe", partition="short", account="abc123",
+                setup=["module load python"], env={"OMP_PLACES": "cores", "ODD": "a b'c"},
+                pilot_args=["--heartbeat", "5"], notify="pwe notify --run /runs/r1 --pilot p1")
+    base.update(kw)
+    return PilotJob(**base)
+
+
+@pytest.mark.parametrize("name", ["slurm", "pbs"])
+def test_job_scripts_match_golden_files(name):
+    text = get(name, CommandRunner()).render(job())
+    golden = GOLDEN / f"{name}.sh"
+    if os.environ.get("PWE_REGOLD"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+class Scripted(CommandRunner):
+    """A scripted conversation: (argv prefix, result) pairs, consumed in order."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = list(steps)
+
+    def _run(self, argv, timeout, input, cwd):
+        prefix, out = self.steps.pop(0)
+        assert argv[: len(prefix)] == prefix, (argv, prefix)
+        if out == "TIMEOUT":
+            raise CommandTimeout(argv, timeout)
+        return CommandResult(argv, 0, out, "")
+
+
+def test_slurm_states_are_mapped_and_batched():
+    r = Scripted([
+        (["squeue"], "11 PENDING\n12 RUNNING\n13 TIMEOUT\n14 NODE_FAIL\n15 PREEMPTED\n16 OUT_OF_MEMORY\n"
+                     "17 BOOT_FAIL\n18 CANCELLED+\n19 COMPLETED\n20 FAILED\n"),
+        (["scontrol"], "JobId=21 JobState=COMPLETED Reason=None"),
+    ])
+    ids = [str(i) for i in range(11, 22)]
+    states = get("slurm", r).status(ids)
+    assert [states[i] for i in ids] == [
+        JobState.PENDING, JobState.RUNNING, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.PREEMPTED,
+        JobState.OUT_OF_MEMORY, JobState.BOOT_FAIL, JobState.CANCELLED, JobState.COMPLETED, JobState.FAILED,
+        JobState.COMPLETED]
+    assert r.calls["squeue"] == 1  # one query, whatever the number of jobs
+    assert JobState.TIMEOUT.finished  # a pilot's timeout is an end like any other (not a failure)
+
+
+def test_a_scheduler_that_times_out_is_unknown_not_failed():
+    states = get("slurm", Scripted([(["squeue"], "TIMEOUT")])).status(["5", "6"])
+    assert states == {"5": JobState.UNKNOWN, "6": JobState.UNKNOWN}
+    assert not JobState.UNKNOWN.finished
+
+
+def test_a_submission_that_timed_out_is_found_by_name_not_resubmitted():
+    r = Scripted([(["sbatch"], "TIMEOUT"), (["squeue", "-h", "-t", "all", "-o", "%i", "-n"], "4242\n")])
+    assert get("slurm", r).submit(job(), "/runs/r1/pilots/p1/job.sh") == "4242"
+    assert r.calls["sbatch"] == 1
+
+
+def test_pbs_states():
+    out = ("Job ID                    Name             User            Time Use S Queue\n"
+           "------------------------- ---------------- --------------- -------- - -----\n"
+           "31.localhost              pwe-r1-p1        root            00:00:00 R debug\n"
+           "32.localhost              pwe-r1-p2        root            0        Q debug\n")
+    states = get("pbs", Scripted([(["qstat"], out)])).status(["31", "32", "33"])
+    assert states == {"31": JobState.RUNNING, "32": JobState.PENDING, "33": JobState.COMPLETED}
+
+
+# -- the real SLURM ---------------------------------------------------------------------------
+
+HOSTS = """
+hosts:
+  cluster:
+    protocol: slurm
+    cores_per_node: 8
+    max_nodes: 1
+    partitions:
+      - {name: short, max_walltime: 10}
+      - {name: debug}
+  cluster-srun:
+    protocol: slurm
+    cores_per_node: 8
+    max_nodes: 1
+    launcher: srun
+  torque:
+    protocol: pbs
+    cores_per_node: 8
+    max_nodes: 1
+"""
+
+
+def shim(tmp_path: Path) -> tuple[Path, Path]:
+    """A bin directory whose sbatch/squeue/... log each call, then run the real command."""
+    bindir, log = tmp_path / "shim", tmp_path / "calls.log"
+    bindir.mkdir()
+    for cmd in ("sbatch", "squeue", "scontrol", "scancel", "qsub", "qstat", "qdel"):
+        real = subprocess.run(["which", cmd], capture_output=True, text=True).stdout.strip()
+        if not real:
+            continue
+        p = bindir / cmd
+        p.write_text(f'#!/bin/sh\necho {cmd} >> {log}\nexec {real} "$@"\n')
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return bindir, log
+
+
+def run_on(host, tmp_path, members, payload, name="wf"):
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = tmp_path / f"{name}.yaml"
+    wf.write_text(f"name: {name}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"
+                  f"    run: {json.dumps(payload)}\n    scheduling: {{maxWallTime: 5}}\n")
+    bindir, log = shim(tmp_path)
+    env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
+    run_dir = tmp_path / f"run-{name}"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", host, "--run-dir", str(run_dir)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    calls = log.read_text().split() if log.exists() else []
+    return proc, run_dir, calls
+
+
+def outputs(run_dir):
+    from pwe.engine import load_state, member_record
+
+    _, st = load_state(run_dir)
+    return [member_record(st, "m", i) for i in range(st.nodes["m"].size)]
+
+
+def test_workflow_runs_through_one_slurm_pilot(slurm_cluster, tmp_path):
+    proc, run_dir, calls = run_on("cluster", tmp_path, 40, "echo job=$SLURM_JOB_ID >> $PWE_OUTPUTS")
+    assert proc.returncode == 0, proc.stderr
+    recs = outputs(run_dir)
+    jobs = {r["outputs"]["job"] for r in recs}
+    assert len(jobs) == 1 and all(r["state"] == "done" for r in recs)
+    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    pilots = [r for r in journal if r["e"] == "pilot"]
+    assert [p["job"] for p in pilots] == list(jobs)
+    assert calls.count("sbatch") == 1
+    script = (run_dir / "pilots" / "p1" / "job.sh").read_text()
+    assert "#SBATCH --partition=short" in script and "#SBATCH --time=0:05:00" in script
+
+
+def test_members_run_as_srun_steps_inside_the_allocation(slurm_cluster, tmp_path):
+    proc, run_dir, _ = run_on("cluster-srun", tmp_path, 12,
+                              "echo job=$SLURM_JOB_ID step=$SLURM_STEP_ID >> $PWE_OUTPUTS")
+    assert proc.returncode == 0, proc.stderr
+    recs = outputs(run_dir)
+    steps = [r["outputs"]["step"] for r in recs]
+    assert all(s.isdigit() for s in steps), steps
+    assert len(set(steps)) == 12  # one job step per member
+    assert len({r["outputs"]["job"] for r in recs}) == 1
+
+
+def test_scheduler_calls_do_not_grow_with_members(slurm_cluster, tmp_path):
+    counts = {}
+    for n in (10, 200):
+        (tmp_path / str(n)).mkdir()
+        proc, _, calls = run_on("cluster", tmp_path / str(n), n, "true", name=f"w{n}")
+        assert proc.returncode == 0, proc.stderr
+        counts[n] = calls
+    assert counts[10].count("sbatch") == counts[200].count("sbatch") == 1
+    assert counts[200].count("squeue") <= counts[10].count("squeue") + 2
+
+
+def test_pbs_front_end_runs_the_same_workflow(slurm_cluster, tmp_path):
+    proc, run_dir, calls = run_on("torque", tmp_path, 20, "echo ok=1 >> $PWE_OUTPUTS")
+    assert proc.returncode == 0, proc.stderr
+    assert all(r["outputs"] == {"ok": "1"} for r in outputs(run_dir))
+    assert calls.count("qsub") == 1 and "sbatch" not in calls
+    assert (run_dir / "pilots" / "p1" / "job.out").exists()
