@@ -98,6 +98,8 @@ def test_launcher_choice_and_command_lines():
     assert choose("local", [(local, 1)], 1) == "fork"
     assert choose("hosts", [(remote, 1)], 1) == "ssh"
     assert choose("slurm", [(remote, 1)], 1) == "srun"
+    assert choose("slurm", [(local, 1)], 1) == "fork"
+    assert choose("slurm", [(local, 1)], 1, configured="srun") == "srun"
     assert choose("pbs", [(remote, 2)], 2) == "mpiexec"
     env = {"PWE_MEMBER": "3", "X": "a b; $(rm -rf /)"}
     argv = wrap("srun", ["true"], "echo hi", [(remote, 2)], 2, 3, "/runs/m/3", env)
