@@ -56,6 +56,7 @@ _FILE_ACTIONS = [
     (os.POSIX_SPAWN_OPEN, 2, "stderr", _CREATE, 0o644),
 ]
 _KILL_GRACE = 5.0
+_SIGNAL_GRACE = 1.0
 
 
 def argv_for(cmd: str, shell: str = "bash") -> list[str]:
@@ -136,6 +137,8 @@ class Pilot:
         self.running: dict[int, Member] = {}
         self.stopping = False
         self.draining = False
+        self.terminated = False
+        self.signalled: list[tuple[float, Member, int]] = []
         self.cancelled = False
         self._tasks_fh = None
         self._partial = b""
@@ -335,6 +338,12 @@ class Pilot:
             if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
                 self.hand_back(t, "the allocation ended while it ran")
                 continue
+            if rc in (-signal.SIGTERM, -signal.SIGKILL) and not member.killed:
+                # killed by someone else: when the batch system ends the job it signals the
+                # members and the pilot at once. Wait a moment for our own SIGTERM before
+                # calling it the member's failure.
+                self.signalled.append((time.time(), member, rc))
+                continue
             fields: dict[str, Any] = {}
             if member.killed:
                 fields["why"] = member.killed
@@ -353,6 +362,19 @@ class Pilot:
         except (OSError, subprocess.TimeoutExpired):
             return False
 
+    def settle_signalled(self, now: float) -> None:
+        keep = []
+        for at, member, rc in self.signalled:
+            t = member.task
+            if self.terminated:
+                self.hand_back(t, "the batch system stopped the pilot while it ran")
+            elif now - at > _SIGNAL_GRACE:
+                self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
+                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}")
+            else:
+                keep.append((at, member, rc))
+        self.signalled = keep
+
     def enforce_walltimes(self, now: float) -> None:
         for m in self.running.values():
             if m.deadline and now > m.deadline and not m.killed:
@@ -363,12 +385,13 @@ class Pilot:
                 _killpg(m.pid, signal.SIGKILL)
                 m.term_at = 0.0
 
-    def drain(self, now: float) -> None:
+    def drain(self, now: float, why: str = "the allocation ends") -> None:
         """The allocation is about to end: hand back what has not started, stop what has
         (it would be killed anyway) and hand that back too: no attempt is spent."""
         if not self.draining:
             self.draining = True
-            self.emit("drain", why="the allocation ends", left=round(self.alloc.end - now, 1))
+            left = round(self.alloc.end - now, 1) if self.alloc.end else None
+            self.emit("drain", why=why, left=left)
             while self.queue:
                 self.hand_back(self.queue.popleft(), "the allocation is ending")
         for m in self.running.values():
@@ -411,8 +434,10 @@ class Pilot:
                 self.launch_ready()  # fill the slots just freed before sleeping
             now = time.time()
             left = self.time_left(now)
-            if left is not None and left <= 0 and not self.cancelled:
-                self.drain(now)
+            if ((left is not None and left <= 0) or self.terminated) and not self.cancelled:
+                self.drain(now, "the batch system stopped the pilot" if self.terminated else "the allocation ends")
+            if self.signalled:
+                self.settle_signalled(now)
             if self.running:
                 last_activity = now
                 self.enforce_walltimes(now)
@@ -420,8 +445,10 @@ class Pilot:
                 self.emit("hb", running=len(self.running), queued=len(self.queue))
                 last_hb = now
             self.flush()
-            if not self.running and (self.cancelled or self.draining or (self.stopping and not self.queue)):
-                why = "cancel" if self.cancelled else "walltime" if self.draining else "stop"
+            if not self.running and not self.signalled and (
+                    self.cancelled or self.draining or (self.stopping and not self.queue)):
+                why = ("cancel" if self.cancelled else "terminated" if self.terminated
+                       else "walltime" if self.draining else "stop")
                 break
             if not self.running and not self.queue and now - last_activity > self.idle_timeout:
                 why = "idle"
@@ -439,7 +466,9 @@ class Pilot:
         return 0
 
     def _on_term(self, signum: int, _frame: Any) -> None:
-        self.cancel()
+        # the batch system is taking the allocation back (scancel, preemption, walltime):
+        # not the members' fault; the loop hands them back (see drain)
+        self.terminated = True
 
 
 def _say(msg: str) -> None:

@@ -1,7 +1,8 @@
 """The one command runner: every command a protocol runs goes through here.
 
-``LocalRunner`` runs on this machine; an SSH runner (paramiko) runs on a login node.
-Both return :class:`CommandResult` and raise :class:`CommandTimeout`, and count the
+``LocalRunner`` runs on this machine; :class:`protocols.ssh.SshRunner` (paramiko) runs on
+a login node. Both return :class:`CommandResult` and raise :class:`CommandTimeout` (the SSH
+runner also :class:`ContactError` when the host cannot be reached), and count the
 commands they ran (the scheduler etiquette benchmark reads the counts).
 """
 
@@ -26,11 +27,23 @@ class CommandTimeout(Exception):
         self.command = command
 
 
+class ContactError(Exception):
+    """A host could not be reached: nothing listens, its host key is unknown or changed,
+    authentication failed, or the connection dropped. Carries the host and the reason."""
+
+    def __init__(self, host: str, reason: str):
+        super().__init__(f"cannot reach {host}: {reason}")
+        self.host, self.reason = host, reason
+
+
 class CommandRunner:
     """Runs argv lists (never a shell string) with a timeout."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+
+    def close(self) -> None:
+        """Let go of any connection (a no-op on this machine)."""
 
     def run(self, argv: list[str], timeout: float = 30.0, input: str | None = None,
             cwd: str | None = None) -> CommandResult:

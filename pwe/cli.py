@@ -146,8 +146,11 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
 
         from .engine import check_hosts
 
+        from .engine import preview_pilot_script
+
         p = _load(file, sets, host)
-        check_hosts(p, hostinfo.load(Path(file), hosts_file), Path(file))
+        used = check_hosts(p, hostinfo.load(Path(file), hosts_file), Path(file))
+        scripts = {name: preview_pilot_script(p, h) for name, h in used.items() if h.protocol != "local"}
         shown: dict[str, list[dict[str, Any]]] = {}
         for nid, n in p.nodes.items():
             idx = list(range(min(show, n.size)))
@@ -163,6 +166,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
         for node in summary["nodes"]:
             node["members_shown"] = shown[node["id"]]
             node["scheduling"] = p.nodes[node["id"]].scheduling.model_dump(exclude_none=True)
+        summary["pilot_scripts"] = scripts
         click.echo(json.dumps(summary, indent=2, default=str))
         return
     con = _console()
@@ -184,6 +188,9 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             con.print(f"  [{m['member']}] {escape(params)}")
             con.print(f"      $ {escape(m['command'].rstrip())}")
             last = m["member"]
+    for name, script in scripts.items():
+        con.print(f"\n[bold]first pilot job for host {name}[/] (RUN_DIR and RUN are filled in at submission):")
+        con.print(escape(script), end="")
     for w in p.warnings:
         click.echo(f"warning: {w}", err=True)
 
@@ -304,6 +311,25 @@ def submit(file, sets, host, run_dir, cores, hosts_file) -> None:
     click.echo(engine.run_id)
 
 
+@cli.command()
+@click.option("--run", "run_dir", required=True, type=click.Path(), help="the run directory")
+@click.option("--pilot", required=True, help="the pilot id (p1, p2, ...)")
+@click.argument("event", type=click.Choice(["queued", "started", "ended"]))
+@click.argument("job")
+@click.argument("status", required=False, type=int)
+def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -> None:
+    """User-exit callback for a batch job's edge events (called from job scripts)."""
+    from pathlib import Path
+
+    from .notify import send
+
+    d = Path(run_dir)
+    if not (d / "secret").is_file():
+        click.echo(f"{d}: not a pwe run directory (no secret)", err=True)
+        sys.exit(2)
+    send(d, pilot, event, job, status)
+
+
 @cli.group()
 def hosts() -> None:
     """The host registry: built-in local, ~/.config/pwe/hosts.yaml, hosts.yaml beside a workflow."""
@@ -358,6 +384,34 @@ def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json:
     for k, v in data.items():
         if v not in (None, [], {}, ""):
             click.echo(f"{k:<16} {v}")
+
+
+@hosts.command(name="check")
+@click.argument("name")
+@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
+@_json_option
+def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
+    """Reach host NAME and check its commands, python3 and nodes; exit 0 when all pass, else 1."""
+    from hostinfo.check import check_host
+
+    try:
+        host = _registry(workflow, hosts_file).get(name)
+    except PweError as exc:
+        _fail(exc)
+    checks = check_host(host)
+    ok = all(c[1] for c in checks)
+    if as_json:
+        click.echo(json.dumps({"host": name, "ok": ok, "checks": [{"check": w, "ok": g, "detail": d}
+                                                                  for w, g, d in checks]}, indent=2))
+    else:
+        marks = ("✓", "✗") if sys.stdout.isatty() else ("ok  ", "FAIL")
+        for what, good, detail in checks:
+            click.echo(f"{marks[0] if good else marks[1]} {what}: {detail}")
+        failed = sum(not c[1] for c in checks)
+        click.echo(f"{name}: " + (f"all {len(checks)} checks passed" if ok else
+                                  f"{failed} of {len(checks)} checks failed"), err=True)
+    sys.exit(0 if ok else 1)
 
 
 def _spawn_engine(run_dir, *extra: str) -> None:

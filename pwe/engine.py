@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -144,6 +145,7 @@ class Engine:
         self.lock = rundir.EngineLock(run_dir)
         self._next_pilot = 1
         self._failed_starts = 0
+        self._edges_seen: set[str] = set()
         self.warnings: list[str] = []
         self._member_env_base = {"PWE_RUN_ID": self.run_id}
         self._members = str(self.dir / "members")
@@ -196,6 +198,9 @@ class Engine:
             "host": host, "cores": cores, "created": time.time(), **options,
         }
         rundir.write_json_atomic(path / "run.json", info)
+        from .notify import make_secret
+
+        make_secret(path)
         engine = cls(path, plan, info)
         engine.warnings = warnings
         return engine
@@ -296,6 +301,7 @@ class Engine:
                 pilot.flush()
             now = time.time()
             if now - last_snap >= SNAPSHOT_EVERY:
+                self._take_edges()
                 self._check_space()
                 self._snapshot()
                 last_snap = now
@@ -357,6 +363,7 @@ class Engine:
                        python=sys.executable, pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
                        account=self.host.account, setup=list(self.host.setup),
                        env={k: str(v) for k, v in self.host.env.items()},
+                       notify=f"{shlex.join([sys.executable, '-m', 'pwe', 'notify', '--run', str(self.dir), '--pilot', pid_])}",
                        pilot_args=[str(a) for a in self.info.get("pilot_args", [])]
                        + ["--heartbeat", str(self.heartbeat), "--idle-timeout",
                           str(self.info.get("idle_timeout", 60))])
@@ -370,35 +377,9 @@ class Engine:
         return pilot
 
     def _pilot_shape(self) -> dict[str, Any]:
-        """How large a pilot to ask for: enough nodes for the ready members (capped by
-        maxCpus and the partition), their walltime, the first partition that fits."""
         st = self.state
-        nid = next((n for n, i in st.ready if st.nodes[n].state[i] == READY), next(iter(self.plan.nodes)))
-        sched = self.plan.nodes[nid].scheduling
-        cpn = self.host.cores_per_node or 1
-        want = sum(self.plan.nodes[n].scheduling.cores_per_member() for n, i in st.ready
-                   if st.nodes[n].state[i] == READY)
-        if sched.maxCpus:
-            want = min(want, sched.maxCpus)
-        if sched.minCpus:
-            want = max(want, sched.minCpus)
-        nodes = max(1, -(-want // cpn))
-        if sched.maxNodes:
-            nodes = min(nodes, sched.maxNodes)
-        if self.host.max_nodes:
-            nodes = min(nodes, self.host.max_nodes)
-        walltime = float(sched.maxWallTime or 60)
-        partition = sched.queue
-        if partition is None:
-            for part in self.host.partitions:
-                if part.max_walltime is None or part.max_walltime >= walltime:
-                    partition = part.name
-                    if part.max_nodes:
-                        nodes = min(nodes, part.max_nodes)
-                    break
-        return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
-                "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
-                "memory_mb": sched.maxTotalMemory}
+        ready = [(n, i) for n, i in st.ready if st.nodes[n].state[i] == READY]
+        return pilot_shape(self.plan, self.host, ready)
 
     def _poll_jobs(self) -> None:
         """One batched status query for every live batch pilot, at most every status_every s."""
@@ -422,6 +403,22 @@ class Engine:
             elif state is JobState.RUNNING and pilot.came_up and now - pilot.last_heard > self.lost_after:
                 self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
                 self.protocol.cancel([pilot.job])
+
+    def _take_edges(self) -> None:
+        """Batch systems' edge events (pwe notify): journal the authentic ones; a job that
+        ended while its pilot still looks alive is gone now, not at the next status poll."""
+        from .notify import receive
+
+        for msg, ok in receive(self.dir, self._edges_seen):
+            if not ok:
+                self._record({"e": "note", "what": "edge event with a bad signature ignored",
+                              "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
+                continue
+            self._record({"e": "edge", **{k: msg.get(k) for k in ("pilot", "event", "job", "status", "t")}})
+            pilot = self.pilots.get(msg.get("pilot"))
+            if msg.get("event") == "ended" and pilot is not None and pilot.alive:
+                self._ingest(pilot)  # pilot events win: take in all it said first
+                self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
 
     def _ingest(self, pilot: Pilot) -> int:
         events = pilot.read_events()
@@ -594,6 +591,55 @@ class Engine:
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:
             pass  # a snapshot is a convenience; the journal is the record
+
+
+def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str, Any]:
+    """How large a pilot job to ask for: enough nodes for the ready members (capped by
+    maxCpus, maxNodes, the host and the partition), their walltime, the first partition
+    in the host's priority order whose limit fits (``queue`` in the profile overrides)."""
+    nid = ready[0][0] if ready else next(iter(plan.nodes))
+    sched = plan.nodes[nid].scheduling
+    cpn = host.cores_per_node or 1
+    want = sum(plan.nodes[n].scheduling.cores_per_member() for n, _ in ready) or sched.cores_per_member()
+    if sched.maxCpus:
+        want = min(want, sched.maxCpus)
+    if sched.minCpus:
+        want = max(want, sched.minCpus)
+    nodes = max(1, -(-want // cpn))
+    if sched.maxNodes:
+        nodes = min(nodes, sched.maxNodes)
+    if host.max_nodes:
+        nodes = min(nodes, host.max_nodes)
+    walltime = float(sched.maxWallTime or 60)
+    partition = sched.queue
+    if partition is None:
+        for part in host.partitions:
+            if part.max_walltime is None or part.max_walltime >= walltime:
+                partition = part.name
+                if part.max_nodes:
+                    nodes = min(nodes, part.max_nodes)
+                break
+    return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
+            "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
+            "memory_mb": sched.maxTotalMemory}
+
+
+def preview_pilot_script(plan: Plan, host: Any) -> str:
+    """The job script the first pilot for this plan would be submitted with (pwe plan --host)."""
+    import pilot as pilot_pkg
+    from protocols.base import PilotJob
+    from protocols.base import get as get_protocol
+    from protocols.runner import LocalRunner
+
+    roots = [(nid, i) for nid, pn in plan.nodes.items() if not plan.edges_into(nid) for i in range(min(pn.size, 100000))]
+    d = "RUN_DIR/pilots/p1"
+    job = PilotJob(pilot_id="p1", pilot_dir=d, job_name=f"pwe-{plan.workflow.name}-RUN-p1",
+                   **pilot_shape(plan, host, roots), python=sys.executable,
+                   pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent), account=host.account,
+                   setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
+                   notify=shlex.join([sys.executable, "-m", "pwe", "notify", "--run", "RUN_DIR", "--pilot", "p1"]),
+                   pilot_args=pilot_args_for(host) + ["--heartbeat", "5.0", "--idle-timeout", "60"])
+    return get_protocol(host.protocol, LocalRunner()).render(job)
 
 
 def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:

@@ -192,7 +192,7 @@ class RunState:
         if e == "retry":
             self._retry()
             return True
-        if e in ("run", "resume", "finish", "note"):
+        if e in ("run", "resume", "finish", "note", "edge"):
             if e == "finish":
                 self.finished_ok = r.get("ok")
             return True

@@ -1,0 +1,22 @@
+#!/bin/bash
+# @ job_name = pwe-r1-p1
+# @ job_type = parallel
+# @ node = 2
+# @ tasks_per_node = 8
+# @ wall_clock_limit = 1:30:00
+# @ output = /runs/r1/pilots/p1/job.out
+# @ error = /runs/r1/pilots/p1/job.err
+# @ class = short
+# @ account_no = abc123
+# @ environment = COPY_ALL
+# @ shell = /bin/bash
+# @ restart = no
+# @ queue
+# pwe pilot p1: one allocation, many members
+module load python
+export OMP_PLACES=cores
+export ODD='a b'"'"'c'
+pwe notify --run /runs/r1 --pilot p1 started "$LOADL_STEP_ID"
+trap 'pwe notify --run /runs/r1 --pilot p1 ended "$LOADL_STEP_ID" $?' EXIT
+export PYTHONPATH=/opt/pwe${PYTHONPATH:+:$PYTHONPATH}
+/usr/bin/python3 -m pilot --dir /runs/r1/pilots/p1 --walltime 90 --heartbeat 5
