@@ -39,6 +39,11 @@ class Host(BaseModel):
     launcher: Literal["auto", "fork", "srun", "ssh", "mpiexec"] = "auto"
     launcher_prefix: StrictStr | None = None
     ssh_config: StrictStr | None = Field(None, description="ssh client config file for contact and nodes")
+    identity_file: StrictStr | None = Field(None, description="ssh key for the contact (else ssh-agent, ssh_config)")
+    known_hosts: StrictStr | None = Field(None, description="known_hosts file checked besides ~/.ssh/known_hosts")
+    accept_new_host_keys: StrictBool = Field(False, description="trust an unknown host key on first use (not advised)")
+    connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
+    shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -334,6 +334,7 @@ class Pilot:
                     self.emit("node_lost", node=node.name, n=t["n"], m=t["m"])
                     _say(f"node {node.name} is unreachable; its members go to the other nodes")
                     self.queue.appendleft(t)
+                    self.fail_unplaceable()
                     continue
             if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
                 self.hand_back(t, "the allocation ended while it ran")
@@ -349,6 +350,19 @@ class Pilot:
                 fields["why"] = member.killed
             self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                       out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+
+    def fail_unplaceable(self) -> None:
+        """After a node died: members that no longer fit anywhere fail now, with the reason,
+        instead of waiting for cores that will never come back."""
+        keep: deque[dict] = deque()
+        for task in self.queue:
+            ranks, threads, exclusive = _shape(task)
+            never = self.packer.why_never(ranks, threads, exclusive)
+            if never:
+                self.fail_now(task, 1, f"cannot be placed: {never}")
+            else:
+                keep.append(task)
+        self.queue = keep
 
     def node_alive(self, name: str) -> bool:
         """One short ssh round trip: can the node still run a command?"""

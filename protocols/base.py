@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-from .runner import CommandRunner, CommandTimeout
+from .runner import CommandRunner, CommandTimeout, ContactError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -106,11 +106,14 @@ class Protocol:
         try:
             res = self.runner.run(self.submit_command + self.submit_args(job) + [script_path], timeout=self.timeout,
                                   cwd=job.pilot_dir)
-        except CommandTimeout:
-            found = self.find_by_name(job.job_name)
+        except (CommandTimeout, ContactError) as exc:
+            if isinstance(exc, ContactError) and not getattr(exc, "maybe_ran", True):
+                raise
+            found = self.find_by_name(job.job_name)  # did it take? never submit twice
             if found:
                 return found
-            raise SubmitError(f"{self.submit_command[0]} timed out and no job named {job.job_name} exists")
+            raise SubmitError(f"{self.submit_command[0]} did not answer ({exc}) and no job named "
+                              f"{job.job_name} exists")
         if res.status != 0:
             raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)

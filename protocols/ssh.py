@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _BUF = 65536
+MAX_SESSIONS = 8  # commands at once over the one connection
 _QUIET = logging.NullHandler()
 _EXIT_GRACE = 0.5  # s to wait for the end of output once the remote command has exited
 
@@ -115,6 +116,8 @@ class SshRunner(CommandRunner):
         self._client: Any = None
         self._sftp: Any = None
         self._lock = threading.Lock()
+        # sshd allows 10 sessions per connection (MaxSessions); SFTP takes one
+        self._sessions = threading.BoundedSemaphore(MAX_SESSIONS)
 
     @classmethod
     def from_host(cls, host: Any) -> "SshRunner":
@@ -148,18 +151,21 @@ class SshRunner(CommandRunner):
         command = shlex.join(argv)
         if cwd:
             command = f"cd {shlex.quote(cwd)} && {command}"
-        for attempt in (1, 2):
-            transport = self._transport()
-            try:
-                chan = transport.open_session(timeout=self._timeout())
-                chan.exec_command(command)
-            except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException, EOFError, OSError
-                self._drop()
-                if attempt == 2:
-                    raise self._error(f"the connection dropped before {argv[0]} could start ({exc})") from None
-                log.info("ssh %s: connection dropped (%s); reconnecting", self.display, exc)
-                continue
-            return self._collect(chan, transport, argv, timeout, input)
+        with self._sessions:
+            for attempt in (1, 2):
+                transport = self._transport()
+                try:
+                    chan = transport.open_session(timeout=self._timeout())
+                    chan.exec_command(command)
+                except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException, EOFError, OSError
+                    if transport.is_active():  # the connection is fine; the host said no
+                        raise self._error(f"the host refused to start {argv[0]} ({exc})") from None
+                    self._drop(transport)
+                    if attempt == 2:
+                        raise self._error(f"the connection dropped before {argv[0]} could start ({exc})") from None
+                    log.info("ssh %s: connection dropped (%s); reconnecting", self.display, exc)
+                    continue
+                return self._collect(chan, transport, argv, timeout, input)
         raise AssertionError("unreachable")
 
     def write_file(self, path: str, text: str, mode: int = 0o700) -> None:
@@ -171,8 +177,8 @@ class SshRunner(CommandRunner):
                 if parent:
                     self._makedirs(sftp, parent)
                 with sftp.open(path, "w") as fh:
+                    sftp.chmod(path, mode)  # before the text is in it
                     fh.write(text.encode())
-                sftp.chmod(path, mode)
                 return
             except OSError as exc:
                 if self._alive():
@@ -226,12 +232,13 @@ class SshRunner(CommandRunner):
             out += chan.recv(_BUF)
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(_BUF)
-        if not chan.exit_status_ready() and not transport.is_active():
-            self._drop()
-            raise self._error(f"the connection dropped while {argv[0]} was running; whether it "
-                              "took effect is unknown")
+        # -1: no exit status came (paramiko's mark); a program killed by a signal has none either
         status = chan.recv_exit_status() if chan.exit_status_ready() else -1
         chan.close()
+        if status == -1 and not transport.is_active():
+            self._drop(transport)
+            raise self._error(f"the connection dropped while {argv[0]} was running; whether it "
+                              "took effect is unknown")
         return CommandResult(argv, status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     @staticmethod
@@ -244,7 +251,10 @@ class SshRunner(CommandRunner):
             try:
                 sftp.stat(d)
             except FileNotFoundError:
-                sftp.mkdir(d)
+                try:
+                    sftp.mkdir(d)
+                except OSError:
+                    sftp.stat(d)  # made meanwhile by another writer is fine; else the stat raises
 
     # -- the connection ---------------------------------------------------------------------
     def _timeout(self) -> float:
@@ -271,9 +281,12 @@ class SshRunner(CommandRunner):
                     raise self._error(f"SFTP is not available ({exc})") from None
             return self._sftp
 
-    def _drop(self) -> None:
+    def _drop(self, transport: Any = None) -> None:
+        """Let the connection go; given the transport that failed, only if it is still ours
+        (another thread may have reconnected meanwhile)."""
         with self._lock:
-            self._drop_locked()
+            if transport is None or (self._client is not None and self._client.get_transport() is transport):
+                self._drop_locked()
 
     def _drop_locked(self) -> None:
         for thing in (self._sftp, self._client):

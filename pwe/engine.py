@@ -155,9 +155,10 @@ class Engine:
         self.protocol = None
         if self.host.protocol != "local":
             from protocols.base import get as get_protocol
-            from protocols.runner import LocalRunner
+            from protocols.ssh import runner_for
 
-            self.protocol = get_protocol(self.host.protocol, LocalRunner())
+            # commands go to the host's head node: here, or over SSH (host keys verified)
+            self.protocol = get_protocol(self.host.protocol, runner_for(self.host))
         self.status_every = float(info.get("status_every", 5.0))
         self._last_status = 0.0
 
@@ -177,12 +178,15 @@ class Engine:
         if len(hosts) > 1:
             raise InputError(f"nodes run on hosts {', '.join(sorted(hosts))}; this version runs a workflow on one "
                              "host (pass --host)", src)
-        if the_host.protocol not in ("local", "slurm", "pbs"):
+        if the_host.protocol not in ("local", "slurm", "pbs", "loadleveler"):
             raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version does "
-                             "not submit to yet (local, slurm and pbs work)", src)
-        if the_host.contact != "local":
-            raise InputError(f"host '{the_host.name}' is reached over {the_host.contact}; this version submits "
-                             "only from the machine the host's commands run on (contact: local)", src)
+                             "not submit to yet (local, slurm, pbs and loadleveler work)", src)
+        if the_host.contact != "local" and the_host.protocol == "local":
+            raise InputError(f"host '{the_host.name}': protocol local runs on this machine; for a remote head "
+                             "node use its batch protocol (slurm, pbs, loadleveler)", src)
+        if the_host.contact != "local" and not the_host.shared_fs:
+            raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: false); "
+                             "this version needs the run directory visible on the host at the same path", src)
         cores = the_host.cores_per_node
         options.setdefault("pilot_args", pilot_args_for(the_host))
         options["host_def"] = the_host.model_dump()
@@ -369,7 +373,13 @@ class Engine:
                           str(self.info.get("idle_timeout", 60))])
         script = d / "job.sh"
         script.write_text(self.protocol.render(job))
-        job_id = self.protocol.submit(job, str(script))
+        from protocols.base import SubmitError
+        from protocols.runner import ContactError
+
+        try:
+            job_id = self.protocol.submit(job, str(script))
+        except (SubmitError, ContactError) as exc:
+            raise PweError(f"cannot submit a pilot to host '{self.host.name}': {exc}") from None
         self._record({"e": "pilot", "p": pid_, "job": job_id, "host": self.host.name, "slots": job.nodes *
                       job.cores_per_node, "batch": self.protocol.name, "t": time.time()})
         pilot = Pilot(pid_, d, 0, self.host.name, job.nodes * job.cores_per_node, job=job_id)
@@ -390,7 +400,12 @@ class Engine:
         if not live or now - self._last_status < self.status_every:
             return
         self._last_status = now
-        states = self.protocol.status([p.job for p in live])
+        from protocols.runner import ContactError
+
+        try:
+            states = self.protocol.status([p.job for p in live])
+        except ContactError:
+            return  # unknown, not failed: ask again next time
         for pilot in live:
             state = states.get(pilot.job, JobState.UNKNOWN)
             pilot.job_state = state
@@ -572,7 +587,12 @@ class Engine:
                 except OSError:
                     pass  # the pilot keeps running what it has; resume takes its events in
             if pending and self.protocol is not None:
-                self.protocol.cancel(pending)
+                try:
+                    self.protocol.cancel(pending)
+                except Exception:  # a scheduler that does not answer must not hide the run's outcome
+                    pass
+            if self.protocol is not None:
+                self.protocol.runner.close()
             if self.journal is not None:
                 try:
                     self.journal.close()
@@ -705,6 +725,8 @@ USED_SCHEDULING = {
     "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
                                "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
     "pbs": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
+    "loadleveler": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "reservation", "maxTotalMemory", "maxCpus",
+                                     "minCpus", "maxNodes"},
 }
 
 

@@ -36,3 +36,185 @@ def run_cli(*args, cwd=None, timeout=120, env=None):
     proc = subprocess.run([sys.executable, "-m", "pwe", *map(str, args)], capture_output=True, text=True, cwd=cwd,
                           timeout=timeout, env=full, stdin=subprocess.DEVNULL)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Real test services (tests/services/): munge + a one-node SLURM cluster with PBS-style
+# qsub/qstat/qdel over it, four SSH "nodes" in network namespaces, and an sshd on
+# 127.0.0.1:2222. tests/run.sh starts them before pytest; these fixtures run
+# tests/services/setup.sh once per session as well (about 2 s when all is up) so that a
+# bare `pytest` works too. Services that cannot start: pytest.fail under CI, else skip.
+import contextlib as _contextlib
+import dataclasses as _dataclasses
+import os as _os
+import subprocess as _subprocess
+import time as _time
+
+SERVICES = ROOT / "tests" / "services"
+_SERVICES_SETUP = []  # [(returncode or None when not root, output)], once per session
+
+
+def _services_setup():
+    if not _SERVICES_SETUP:
+        if _os.geteuid() != 0:
+            _SERVICES_SETUP.append((None, "not root: tests/services/setup.sh needs root "
+                                          "(apt-get, daemons, network namespaces)"))
+        else:
+            try:
+                p = _subprocess.run(["bash", str(SERVICES / "setup.sh")], capture_output=True, text=True,
+                                    timeout=900, stdin=_subprocess.DEVNULL)
+                _SERVICES_SETUP.append((p.returncode, p.stdout + p.stderr))
+            except _subprocess.TimeoutExpired as e:
+                out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+                _SERVICES_SETUP.append((-1, f"tests/services/setup.sh timed out after 900 s\n{out}"))
+    return _SERVICES_SETUP[0]
+
+
+def _require_services(*prefixes):
+    """Fail (CI) or skip unless setup.sh reported a line '<prefix> ... up' for each prefix."""
+    rc, out = _services_setup()
+    lines = out.splitlines()
+    missing = [p for p in prefixes
+               if rc is None or not any(l.startswith(p) and " up" in l and "FAILED" not in l for l in lines)]
+    if not missing:
+        return
+    names = ", ".join(p.rstrip(":") for p in missing)
+    why = out if rc is None else f"tests/services/setup.sh exited {rc}; not up: {names}\n{out}"
+    if _os.environ.get("CI"):
+        pytest.fail(f"test services unavailable under CI: {why}", pytrace=False)
+    pytest.skip(f"test services unavailable: {why}")
+
+
+def _scontrol_job(job_id):
+    """The fields of `scontrol show job -o ID` as a dict ({} once SLURM forgot the job)."""
+    p = _subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        return {}
+    return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f)
+
+
+@_dataclasses.dataclass(frozen=True)
+class SlurmCluster:
+    """The running one-node SLURM cluster. sbatch/srun/squeue/scontrol/scancel and
+    qsub/qstat/qdel (slurm-wlm-torque) are on PATH and talk to it."""
+    node: str                    # "localhost"
+    cpus: int                    # 8
+    partitions: tuple            # ("debug", "short")
+    default_partition: str       # "debug"
+    time_limits: dict            # minutes per partition, None = no limit: {"debug": None, "short": 10}
+    conf: Path = Path("/etc/slurm/slurm.conf")
+    log_dir: Path = Path("/var/tmp/pwe-slurm/log")
+
+    FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                       "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+
+    def job(self, job_id):
+        """`scontrol show job` fields as a dict ({} when SLURM no longer knows it)."""
+        return _scontrol_job(job_id)
+
+    def job_state(self, job_id):
+        return self.job(job_id).get("JobState")
+
+    def wait_job(self, job_id, timeout=120):
+        """Poll until the job reaches a final state; return that state (AssertionError on timeout)."""
+        deadline = _time.monotonic() + timeout
+        state = None
+        while _time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            if state in self.FINAL:
+                return state
+            _time.sleep(0.3)
+        raise AssertionError(f"SLURM job {job_id} still {state} after {timeout} s")
+
+
+def _minutes(limit):
+    if limit in ("infinite", "UNLIMITED", "n/a"):
+        return None
+    days, _, rest = limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts
+    return (int(days) if days else 0) * 1440 + h * 60 + m + (1 if s else 0)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real one-node SLURM cluster (and qsub over it), or skip/fail (CI) when it cannot run."""
+    _require_services("slurm:", "pbs:")
+    p = _subprocess.run(["sinfo", "-h", "-o", "%P|%l|%c"], capture_output=True, text=True, timeout=30)
+    parts, limits, default, cpus = [], {}, None, 0
+    for line in p.stdout.split():
+        name, limit, c = line.split("|")
+        if name.endswith("*"):
+            name = default = name[:-1]
+        parts.append(name)
+        limits[name] = _minutes(limit)
+        cpus = max(cpus, int(c))
+    return SlurmCluster(node="localhost", cpus=cpus, partitions=tuple(parts), default_partition=default,
+                        time_limits=limits)
+
+
+class SshNodes(list):
+    """[(name, address), ...] of the test nodes: [("pwe-n1", "10.233.1.2"), ... ("pwe-n4", ...)].
+
+    Each node is a network namespace (own hostname pwe-nN) with its own sshd on port 22;
+    all share this machine's filesystem. Reach them with the ssh_config below
+    (``ssh -F ssh_config pwe-n2 CMD``, or paramiko with identity + known_hosts). From a
+    node, this machine (the head) is 10.233.0.1 (name pwe-head), the other nodes by name.
+    ``local`` is an sshd on this machine's loopback (host pwe-local, 127.0.0.1:2222)."""
+
+    ssh_dir = Path("/var/tmp/pwe-ssh")
+    ssh_config = ssh_dir / "ssh_config"
+    known_hosts = ssh_dir / "known_hosts"
+    identity = ssh_dir / "id_ed25519"
+    user = "root"
+    port = 22
+    head_address = "10.233.0.1"
+    local = ("pwe-local", "127.0.0.1", 2222)
+    node_sh = SERVICES / "node.sh"
+
+    @property
+    def names(self):
+        return [n for n, _ in self]
+
+    def address(self, name):
+        return dict(self)[name]
+
+    def ssh_args(self, host):
+        return ["ssh", "-F", str(self.ssh_config), host]
+
+    def ssh(self, host, command, timeout=60, check=False, **kw):
+        """Run a shell command on a node (or "pwe-local"): CompletedProcess with text output."""
+        return _subprocess.run(self.ssh_args(host) + [command], capture_output=True, text=True, timeout=timeout,
+                               check=check, stdin=kw.pop("stdin", _subprocess.DEVNULL), **kw)
+
+    @staticmethod
+    def _index(node):
+        return int(str(node).removeprefix("pwe-n"))
+
+    def kill(self, node):
+        """Node death: its link goes down, every process in it is killed. node: 3 or "pwe-n3"."""
+        _subprocess.run(["bash", str(self.node_sh), "kill", str(self._index(node))], check=True,
+                        capture_output=True, text=True, timeout=60)
+
+    def revive(self, node):
+        """Link up, sshd restarted; returns when ssh to it works again."""
+        _subprocess.run(["bash", str(self.node_sh), "revive", str(self._index(node))], check=True,
+                        capture_output=True, text=True, timeout=60)
+
+    @_contextlib.contextmanager
+    def killed(self, node):
+        """with ssh_nodes.killed(3): ...  (the node is revived on exit, whatever happens)"""
+        self.kill(node)
+        try:
+            yield
+        finally:
+            self.revive(node)
+
+
+@pytest.fixture(scope="session")
+def ssh_nodes():
+    """The 4 SSH test nodes (an SshNodes list of (name, address)), or skip/fail (CI)."""
+    _require_services("ssh nodes:", "ssh local:")
+    return SshNodes((f"pwe-n{n}", f"10.233.{n}.2") for n in range(1, 5))

@@ -162,7 +162,7 @@ def test_workflow_runs_through_one_slurm_pilot(slurm_cluster, tmp_path):
 
 def test_members_run_as_srun_steps_inside_the_allocation(slurm_cluster, tmp_path):
     proc, run_dir, _ = run_on("cluster-srun", tmp_path, 12,
-                              "echo job=$SLURM_JOB_ID step=$SLURM_STEP_ID >> $PWE_OUTPUTS")
+                              "echo job=$SLURM_JOB_ID >> $PWE_OUTPUTS; echo step=$SLURM_STEP_ID >> $PWE_OUTPUTS")
     assert proc.returncode == 0, proc.stderr
     recs = outputs(run_dir)
     steps = [r["outputs"]["step"] for r in recs]
@@ -188,3 +188,95 @@ def test_pbs_front_end_runs_the_same_workflow(slurm_cluster, tmp_path):
     assert all(r["outputs"] == {"ok": "1"} for r in outputs(run_dir))
     assert calls.count("qsub") == 1 and "sbatch" not in calls
     assert (run_dir / "pilots" / "p1" / "job.out").exists()
+
+
+def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluster, tmp_path):
+    """scancel of a pilot's job mid-run: its 'ended' edge event (the job script's trap)
+    reaches the engine, which reissues the members to a new pilot; a forged event is
+    ignored."""
+    import threading
+    import time
+
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: edge\nnodes:\n  m:\n    parameters: {i: {range: [0, 6]}}\n    run: sleep 3\n"
+                  "    scheduling: {maxWallTime: 5}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir",
+                             str(run_dir)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.time() + 60
+        events = run_dir / "pilots" / "p1" / "events.jsonl"
+        while time.time() < deadline and not (events.exists() and b'"start"' in events.read_bytes()):
+            time.sleep(0.1)
+        journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+        job = next(r["job"] for r in journal if r["e"] == "pilot")
+        forged = run_dir / "edges" / "p1-ended-1-1.json"
+        forged.parent.mkdir(exist_ok=True)
+        forged.write_text(json.dumps({"pilot": "p1", "event": "ended", "job": job, "status": 0, "t": 1,
+                                      "mac": "0" * 64}))
+        time.sleep(1.5)
+        assert proc.poll() is None
+        subprocess.run(["scancel", job], check=True)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert any(r["e"] == "note" and "bad signature" in r["what"] for r in journal)
+    ended = [r for r in journal if r["e"] == "edge" and r["event"] == "ended" and r["pilot"] == "p1"]
+    assert ended and ended[0]["job"] == job
+    gone = [r for r in journal if r["e"] == "pilot_gone" and r["p"] == "p1"]
+    assert gone
+    assert any(r["e"] == "pilot" and r["p"] == "p2" for r in journal)
+    ends = [r for r in journal if r["e"] == "end" and r["rc"] == 0]
+    assert sorted(r["m"] for r in ends) == list(range(6))
+
+
+def remote_hosts(tmp_path, known_hosts):
+    (tmp_path / "hosts.yaml").write_text(f"""
+hosts:
+  remote:
+    protocol: slurm
+    contact: ssh://root@127.0.0.1:2222
+    identity_file: /var/tmp/pwe-ssh/id_ed25519
+    known_hosts: {known_hosts}
+    cores_per_node: 8
+    max_nodes: 1
+""")
+
+
+def test_same_slurm_workflow_through_an_ssh_contact(slurm_cluster, ssh_nodes, tmp_path):
+    remote_hosts(tmp_path, "/var/tmp/pwe-ssh/known_hosts")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: remote\nnodes:\n  m:\n    parameters: {i: {range: [0, 30]}}\n"
+                  "    run: echo job=$SLURM_JOB_ID >> $PWE_OUTPUTS\n    scheduling: {maxWallTime: 5}\n")
+    run_dir = tmp_path / "run"
+    home = tmp_path / "home"  # no ~/.ssh/known_hosts of the user's to lean on
+    home.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "remote", "--run-dir",
+                           str(run_dir)], cwd=tmp_path, env=dict(ENV, HOME=str(home)), capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    recs = outputs(run_dir)
+    assert len({r["outputs"]["job"] for r in recs}) == 1 and len(recs) == 30
+
+
+def test_a_head_node_with_an_unknown_host_key_is_refused(slurm_cluster, ssh_nodes, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    remote_hosts(tmp_path, empty)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: remote\nnodes:\n  m:\n    run: 'true'\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "remote", "--run-dir",
+                           str(tmp_path / "run")], cwd=tmp_path, env=dict(ENV, HOME=str(home)), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "cannot submit a pilot to host 'remote'" in last and "host key is not known" in last, proc.stderr
+    assert "Traceback" not in proc.stderr
+    journal = (tmp_path / "run" / "journal.jsonl").read_text()
+    assert '"e":"pilot"' not in journal  # nothing was submitted

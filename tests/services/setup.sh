@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Start the real services pwe's tests use, on this (Debian 12, root) machine:
+#   - munge and a one-node SLURM cluster (localhost, 8 CPUs; partitions debug, short),
+#     with slurm-wlm-torque's qsub/qstat/qdel over it;
+#   - 4 ssh "nodes": network namespaces pwe-n1..pwe-n4 (10.233.N.2) each with its own sshd,
+#     on one bridge with the head (10.233.0.1), sharing this machine's filesystem;
+#   - an sshd on 127.0.0.1:2222 (ssh host pwe-local) for remote-contact tests.
+# Use: ssh -F /var/tmp/pwe-ssh/ssh_config pwe-n1 CMD
+# Idempotent: installs only missing packages, starts only what is down, repairs a node
+# left killed; a second run when all is up takes about a second.
+# Prints one line per service; exits 1 (with the reason) when any service cannot start.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/common.sh"
+
+need_root
+take_lock 600
+t0=$SECONDS
+failed=()
+
+install_packages || { echo "setup.sh: FAILED: cannot install packages" >&2; exit 1; }
+
+if start_munge; then
+    start_slurm || failed+=(slurm)
+else
+    failed+=(munge)
+    say "slurm: FAILED: munge is not running"; failed+=(slurm)
+fi
+
+ssh_err=$(
+    ssh_keys || { echo "cannot make the ssh keys in $PWE_SSH_DIR"; exit 1; }
+    setup_bridge || { echo "cannot make bridge $PWE_BRIDGE"; exit 1; }
+    for n in $(seq "$PWE_NODES"); do
+        setup_node_net "$n" || { echo "cannot make the network of $(node_ns "$n")"; exit 1; }
+    done
+    for n in $(seq "$PWE_NODES"); do start_node_sshd "$n" & done
+    rc=0; for n in $(seq "$PWE_NODES"); do wait -n || rc=1; done
+    [ "$rc" = 0 ] || exit 1
+    start_local_sshd || exit 1
+    write_ssh_client_files || exit 1
+    write_etc_hosts || echo "warning: could not add the node names to /etc/hosts" >&2
+) || { [ -n "$ssh_err" ] || ssh_err="failed"; }
+
+if [ -z "$ssh_err" ]; then
+    # a real login on each, with the tests' identity and strict host key checking
+    declare -A login
+    for name in $(for n in $(seq "$PWE_NODES"); do node_ns "$n"; done) pwe-local; do
+        login[$name]=$(mktemp)
+        ( ssh_login "$name" >"${login[$name]}" 2>&1 || echo "ssh $name: exit $?" >>"${login[$name]}" ) &
+    done
+    wait
+    for name in "${!login[@]}"; do
+        if grep -q "^ssh $name: exit" "${login[$name]}"; then
+            ssh_err+="login to $name failed: $(tr '\n' ' ' <"${login[$name]}")"$'\n'
+        fi
+        rm -f "${login[$name]}"
+    done
+fi
+if [ -z "$ssh_err" ]; then
+    say "ssh nodes: pwe-n1..pwe-n$PWE_NODES up (10.233.1.2..10.233.$PWE_NODES.2:22, hostnames pwe-nN; head 10.233.0.1)"
+    say "ssh local: pwe-local up (127.0.0.1:$PWE_LOCAL_PORT)"
+    say "ssh: use  ssh -F $PWE_SSH_DIR/ssh_config pwe-n1 CMD  (identity $PWE_SSH_DIR/id_ed25519, known_hosts $PWE_SSH_DIR/known_hosts)"
+else
+    say "ssh nodes: FAILED: $(printf '%s' "$ssh_err" | head -n1)"
+    printf '%s\n' "$ssh_err" | tail -n +2 | sed 's/^/  | /'
+    failed+=(ssh)
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "setup.sh: FAILED: ${failed[*]} (after $((SECONDS - t0)) s)"
+    exit 1
+fi
+say "services: all up in $((SECONDS - t0)) s"
