@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator,
+                      model_validator)
 
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+
+
+def _one_line(v):
+    # host values end up in job script directives: a line break would add a script line
+    if isinstance(v, str) and any(c in v for c in "\n\r\x00"):
+        raise ValueError("must be one line (no line breaks)")
+    return v
 
 
 class Partition(BaseModel):
@@ -17,6 +25,8 @@ class Partition(BaseModel):
     max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    _line = field_validator("name")(classmethod(lambda cls, v: _one_line(v)))
 
 
 class Host(BaseModel):
@@ -45,6 +55,9 @@ class Host(BaseModel):
     connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
+
+    _lines = field_validator("contact", "account", "scratch", "ssh_config", "identity_file", "known_hosts",
+                             "launcher_prefix")(classmethod(lambda cls, v: _one_line(v)))
 
     @model_validator(mode="after")
     def _contact(self) -> "Host":

@@ -104,13 +104,14 @@ class Member:
         self.term_at = 0.0
 
 
-def _shape(task: dict) -> tuple[int, int, bool]:
-    """(ranks, threads, exclusive) a task asks for."""
+def _shape(task: dict) -> tuple[int, int, bool, int | None]:
+    """(ranks, threads, exclusive, per-node core cap) a task asks for."""
     ranks = max(1, int(task.get("ranks") or 1))
     threads = max(1, int(task.get("threads") or task.get("cores") or 1))
     if "ranks" not in task and "threads" not in task:
         ranks, threads = 1, max(1, int(task.get("cores") or 1))
-    return ranks, threads, bool(task.get("exclusive"))
+    cap = task.get("cap")
+    return ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None
 
 
 class Pilot:
@@ -293,19 +294,19 @@ class Pilot:
         i = 0
         while self.queue and i < 64 and self.free > 0:
             task = self.queue[i]
-            ranks, threads, exclusive = _shape(task)
+            ranks, threads, exclusive, cap = _shape(task)
             wall = task.get("wall")
             if left is not None and wall and wall * 60 > left:
                 # it cannot finish before the allocation ends: the next pilot runs it
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.packer.why_never(ranks, threads, exclusive)
+            never = self.packer.why_never(ranks, threads, exclusive, cap)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
                 continue
-            placement = self.packer.place(ranks, threads, exclusive)
+            placement = self.packer.place(ranks, threads, exclusive, cap)
             if placement is None:
                 i += 1
                 continue
@@ -356,8 +357,8 @@ class Pilot:
         instead of waiting for cores that will never come back."""
         keep: deque[dict] = deque()
         for task in self.queue:
-            ranks, threads, exclusive = _shape(task)
-            never = self.packer.why_never(ranks, threads, exclusive)
+            ranks, threads, exclusive, cap = _shape(task)
+            never = self.packer.why_never(ranks, threads, exclusive, cap)
             if never:
                 self.fail_now(task, 1, f"cannot be placed: {never}")
             else:

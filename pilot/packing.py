@@ -21,21 +21,29 @@ class Packer:
         self.free = dict(self.cap)
         self.dead: set[str] = set()
 
-    def why_never(self, ranks: int, threads: int, exclusive: bool = False) -> str | None:
+    def _limit(self, name: str, cap: int | None) -> int:
+        return min(self.cap[name], cap) if cap else self.cap[name]
+
+    def _room(self, name: str, cap: int | None) -> int:
+        """Cores a member with this per-node cap may still take on the node."""
+        used = self.cap[name] - self.free[name]
+        return max(0, min(self.free[name], self._limit(name, cap) - used))
+
+    def why_never(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None) -> str | None:
         """Why a member can never be placed here (even on an empty allocation), or None."""
         live = [n for n in self.nodes if n.name not in self.dead]
         if not live:
             return "no node of the allocation is left"
-        biggest = max(self.cap[n.name] for n in live)
+        biggest = max(self._limit(n.name, cap) for n in live)
         if threads > biggest:
             return (f"a rank needs {threads} cores (threadsPerRank) but nodes here have at most {biggest}"
                     " usable")
-        total = sum(self.cap[n.name] // threads for n in live)
+        total = sum(self._limit(n.name, cap) // threads for n in live)
         if ranks > total:
             return f"needs {ranks} ranks of {threads} cores; the allocation holds {total}"
         return None
 
-    def place(self, ranks: int, threads: int, exclusive: bool = False) -> Placement | None:
+    def place(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None) -> Placement | None:
         live = [n for n in self.nodes if n.name not in self.dead]
         need = ranks * threads
         if exclusive:
@@ -43,7 +51,7 @@ class Packer:
             left = ranks
             for n in live:
                 if self.free[n.name] == self.cap[n.name] and left > 0:
-                    k = min(left, self.cap[n.name] // threads)
+                    k = min(left, self._limit(n.name, cap) // threads)
                     if k:
                         chosen.append((n, k))
                         left -= k
@@ -52,15 +60,15 @@ class Packer:
             for n, _ in chosen:
                 self.free[n.name] = 0  # whole node: nothing else goes there
             return chosen
-        fits = [n for n in live if self.free[n.name] >= need]
+        fits = [n for n in live if self._room(n.name, cap) >= need]
         if fits:
             node = min(fits, key=lambda n: (self.free[n.name], not n.local))
             self.free[node.name] -= need
             return [(node, ranks)]
         chosen = []
         left = ranks
-        for n in sorted(live, key=lambda n: -self.free[n.name]):
-            k = min(left, self.free[n.name] // threads)
+        for n in sorted(live, key=lambda n: -self._room(n.name, cap)):
+            k = min(left, self._room(n.name, cap) // threads)
             if k:
                 chosen.append((n, k))
                 left -= k

@@ -147,7 +147,7 @@ def get(name: str, runner: CommandRunner) -> Protocol:
     """A protocol by name, imported on first use."""
     import importlib
 
-    modules = {"slurm": "protocols.slurm:Slurm", "pbs": "protocols.pbs:Pbs",
+    modules = {"slurm": "protocols.slurm:Slurm", "pbs": "protocols.pbs:Pbs", "ssh": "protocols.interactive:Interactive",
                "loadleveler": "protocols.loadleveler:LoadLeveler"}
     if name not in modules:
         from pwe.source import did_you_mean

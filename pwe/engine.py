@@ -160,6 +160,7 @@ class Engine:
             # commands go to the host's head node: here, or over SSH (host keys verified)
             self.protocol = get_protocol(self.host.protocol, runner_for(self.host))
         self.status_every = float(info.get("status_every", 5.0))
+        self._status_interval = self.status_every
         self._last_status = 0.0
 
     # -- construction -------------------------------------------------------------------------
@@ -178,9 +179,9 @@ class Engine:
         if len(hosts) > 1:
             raise InputError(f"nodes run on hosts {', '.join(sorted(hosts))}; this version runs a workflow on one "
                              "host (pass --host)", src)
-        if the_host.protocol not in ("local", "slurm", "pbs", "loadleveler"):
+        if the_host.protocol not in ("local", "ssh", "slurm", "pbs", "loadleveler"):
             raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version does "
-                             "not submit to yet (local, slurm, pbs and loadleveler work)", src)
+                             "not submit to yet (local, ssh, slurm, pbs and loadleveler work)", src)
         if the_host.contact != "local" and the_host.protocol == "local":
             raise InputError(f"host '{the_host.name}': protocol local runs on this machine; for a remote head "
                              "node use its batch protocol (slurm, pbs, loadleveler)", src)
@@ -397,7 +398,7 @@ class Engine:
 
         live = [p for p in self.pilots.values() if p.alive and p.job]
         now = time.time()
-        if not live or now - self._last_status < self.status_every:
+        if not live or now - self._last_status < self._status_interval:
             return
         self._last_status = now
         from protocols.runner import ContactError
@@ -406,6 +407,9 @@ class Engine:
             states = self.protocol.status([p.job for p in live])
         except ContactError:
             return  # unknown, not failed: ask again next time
+        # back off while nothing changes (kind to the scheduler); look again soon after a change
+        changed = any(states.get(p.job) != p.job_state for p in live)
+        self._status_interval = self.status_every if changed else min(60.0, self._status_interval * 1.5)
         for pilot in live:
             state = states.get(pilot.job, JobState.UNKNOWN)
             pilot.job_state = state
@@ -555,8 +559,13 @@ class Engine:
             env["PWE_PARAM_" + name.upper()] = value_text(value)
         for name, value in pn.spec.env.items():
             env[name] = value_text(value)
-        return {"k": "task", "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": cwd,
-                "env": env, "cores": ranks * threads, "wall": sched.maxWallTimePerMember}
+        task = {"k": "task", "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": cwd,
+                "env": env, "ranks": ranks, "threads": threads, "wall": sched.maxWallTimePerMember}
+        if sched.shareNodes is False:
+            task["exclusive"] = True  # whole nodes, shared with no other member
+        if sched.coreUsageRule:
+            task["cap"] = sched.coreUsageRule  # most cores of a node this kind of member may use
+        return task
 
     # -- cancel and shutdown -----------------------------------------------------------------
     def cancel(self) -> bool:
@@ -725,6 +734,7 @@ USED_SCHEDULING = {
     "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
                                "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
     "pbs": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
+    "ssh": _MEMBER_FIELDS | {"maxWallTime"},
     "loadleveler": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "reservation", "maxTotalMemory", "maxCpus",
                                      "minCpus", "maxNodes"},
 }

@@ -127,3 +127,24 @@ def test_missing_file_and_directory(tmp_path):
 def test_real_entry_point_exit_status_and_no_traceback(write):
     status, out, err = run_cli("validate", write("name: a\nnodes:\n  a: {run: x, after: [zz]}\n"))
     assert status == 2 and out == "" and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_line_break_cannot_smuggle_a_line_into_a_job_script(write, tmp_path):
+    path = write('name: a\ndefaults:\n  scheduling: {account: "abc\\ntouch /tmp/pwned"}\nnodes:\n  a: {run: x}\n')
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and result.stderr.startswith(f"{path}:3: ")
+    assert "must be one line" in result.stderr
+    hosts = tmp_path / "h.yaml"
+    hosts.write_text('hosts:\n  c:\n    protocol: slurm\n    partitions:\n      - {name: "short\\nrm -rf x"}\n')
+    result = CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)])
+    assert result.exit_code == 2 and "must be one line" in result.stderr
+
+
+def test_example_hosts_file_is_valid():
+    from conftest import EXAMPLES
+
+    result = CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(EXAMPLES / "hosts.yaml"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    assert {h["name"] for h in json.loads(result.stdout)} >= {"cluster", "torque", "four", "head", "local"}

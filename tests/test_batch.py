@@ -280,3 +280,30 @@ def test_a_head_node_with_an_unknown_host_key_is_refused(slurm_cluster, ssh_node
     assert "Traceback" not in proc.stderr
     journal = (tmp_path / "run" / "journal.jsonl").read_text()
     assert '"e":"pilot"' not in journal  # nothing was submitted
+
+
+def test_interactive_ssh_protocol_runs_the_pilot_under_nohup_on_the_head_node(ssh_nodes, tmp_path):
+    (tmp_path / "hosts.yaml").write_text("""
+hosts:
+  head:
+    protocol: ssh
+    contact: ssh://root@127.0.0.1:2222
+    identity_file: /var/tmp/pwe-ssh/id_ed25519
+    known_hosts: /var/tmp/pwe-ssh/known_hosts
+    cores_per_node: 2
+""")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: inter\nnodes:\n  m:\n    parameters: {i: {range: [0, 10]}}\n"
+                  "    run: echo pid=$PPID >> $PWE_OUTPUTS\n    scheduling: {maxWallTime: 5}\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "head", "--run-dir",
+                           str(tmp_path / "run")], cwd=tmp_path, env=dict(ENV, HOME=str(home)), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    journal = [json.loads(l) for l in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    pilot = next(r for r in journal if r["e"] == "pilot")
+    assert pilot["batch"] == "ssh" and pilot["job"].isdigit()
+    up = json.loads((tmp_path / "run" / "pilots" / "p1" / "events.jsonl").read_text().splitlines()[0])
+    assert up["k"] == "up"
+    assert all(r["outputs"]["pid"] == str(up["pid"]) for r in outputs(tmp_path / "run"))

@@ -149,3 +149,11 @@ def test_hosts_file_errors_and_unknown_hosts(tmp_path):
     assert status == 0 and '"protocol": "slurm"' in out
     status, _, err = run_cli("hosts", "show", "clustr", "--hosts", hf)
     assert status == 2 and "did you mean 'cluster'" in err
+
+
+def test_core_usage_rule_per_member_kind():
+    p = Packer(nodes(8))
+    assert p.place(1, 2, cap=4) and p.place(1, 2, cap=4)
+    assert p.place(1, 2, cap=4) is None  # 4 of the node's 8 cores used: the cap is reached
+    assert p.place(1, 2) is not None  # members without the rule still fill the node
+    assert "at most 4" in p.why_never(1, 6, cap=4)

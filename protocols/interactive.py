@@ -1,0 +1,56 @@
+"""``ssh`` (interactive): the pilot runs on the host's head node itself, no batch system.
+
+Started under ``nohup`` over the host's contact (SSH, or this machine), so it outlives
+the connection; its job id is its process id. Status is one ``ps`` for all pilots;
+cancel is SIGTERM (the pilot hands its members back, as when a batch system stops it).
+"""
+
+from __future__ import annotations
+
+from .base import JobState, PilotJob, Protocol, SubmitError
+from .runner import CommandTimeout
+
+
+class Interactive(Protocol):
+    name = "ssh"
+    template = "ssh.sh.j2"
+    cancel_command = ["kill", "-TERM"]
+
+    def submit(self, job: PilotJob, script_path: str) -> str:
+        # the script's own path marks the process, so find_by_name can spot a duplicate
+        start = 'cd "$1" && nohup bash "$2" > job.out 2> job.err < /dev/null & echo $!'
+        try:
+            res = self.runner.run(["sh", "-c", start, "sh", job.pilot_dir, script_path], timeout=self.timeout)
+        except CommandTimeout:
+            found = self.find_by_name(script_path)
+            if found:
+                return found
+            raise SubmitError(f"starting the pilot timed out and no process runs {script_path}")
+        pid = res.stdout.strip()
+        if res.status != 0 or not pid.isdigit():
+            raise SubmitError(f"cannot start the pilot: {res.stderr.strip() or res.stdout.strip()}",
+                              res.command, res.status, res.stderr)
+        return pid
+
+    def status(self, job_ids: list[str]) -> dict[str, JobState]:
+        if not job_ids:
+            return {}
+        try:
+            res = self.runner.run(["ps", "-o", "pid=,stat=", "-p", ",".join(job_ids)], timeout=self.timeout)
+        except CommandTimeout:
+            return {j: JobState.UNKNOWN for j in job_ids}
+        alive = {}
+        for line in res.stdout.splitlines():
+            words = line.split()
+            if len(words) == 2:
+                alive[words[0]] = words[1]
+        return {j: JobState.RUNNING if j in alive and not alive[j].startswith("Z") else JobState.COMPLETED
+                for j in job_ids}
+
+    def find_by_name(self, name: str) -> str | None:
+        try:
+            res = self.runner.run(["pgrep", "-f", "--", name], timeout=self.timeout)
+        except CommandTimeout:
+            return None
+        pids = res.stdout.split()
+        return pids[0] if pids else None
