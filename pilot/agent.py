@@ -371,6 +371,8 @@ class Pilot:
 
         head = shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
             node=name, nodes=name, hosts=name, nnodes=1, ranks=1, threads=1, cwd="/"))
+        if head and head[0].endswith("ssh"):
+            head[1:1] = ["-S", "none"]  # a fresh connection: the shared one may be the dead one
         try:
             return subprocess.run(head + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, timeout=8).returncode == 0
