@@ -88,7 +88,7 @@ def read_outputs(path: str) -> dict[str, str]:
 
 class Member:
     __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
-                 "term_at")
+                 "term_at", "agent", "key")
 
     def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
         self.task = task
@@ -102,6 +102,52 @@ class Member:
         self.deadline = self.started + wall * 60 if wall else None
         self.killed: str | None = None
         self.term_at = 0.0
+        self.agent: "NodeAgent | None" = None  # set when a node agent runs it on another node
+        self.key = pid
+
+
+class NodeAgent:
+    """The pilot's end of one ssh session to a node running ``pilot.nodeagent``."""
+
+    def __init__(self, node: str, proc, sel):
+        self.node = node
+        self.proc = proc
+        self.partial = b""
+        self.members: dict[int, Member] = {}
+        self.sel = sel
+        os.set_blocking(proc.stdout.fileno(), False)
+        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, self)
+
+    def send(self, **msg: Any) -> bool:
+        try:
+            self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def read(self) -> list[dict] | None:
+        """New messages, or None when the session ended."""
+        try:
+            data = os.read(self.proc.stdout.fileno(), 1 << 16)
+        except BlockingIOError:
+            return []
+        if not data:
+            return None
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        try:
+            self.sel.unregister(self.proc.stdout.fileno())
+        except (KeyError, ValueError):
+            pass
+        for fh in (self.proc.stdin, self.proc.stdout):
+            try:
+                fh.close()
+            except OSError:
+                pass
 
 
 def _shape(task: dict) -> tuple[int, int, bool, int | None]:
@@ -148,6 +194,9 @@ class Pilot:
         self.write_blocked = False
         self._base_env = dict(os.environ)
         self._which: dict[tuple[str, str], str | None] = {}
+        self.agents: dict[str, NodeAgent] = {}
+        self.sel: selectors.BaseSelector | None = None
+        self._next_key = -1
 
     @property
     def free(self) -> int:
@@ -227,6 +276,9 @@ class Pilot:
         env = self._base_env.copy()
         env.update(member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
+        if launcher == "ssh" and len(placement) == 1 and ranks == 1:
+            self.launch_on_agent(task, placement, threads, exclusive, member_env)
+            return
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env,
                     self.launcher_prefix)
         try:
@@ -262,6 +314,103 @@ class Pilot:
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
         nodes = [n.name for n, _ in placement]
         self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
+
+    def launch_on_agent(self, task: dict, placement: Placement, threads: int, exclusive: bool,
+                        member_env: dict) -> None:
+        """Run a member on another node through that node's agent (one ssh session per
+        node instead of one per member: no key exchange or login per member)."""
+        node = placement[0][0].name
+        agent = self.agents.get(node) or self.start_agent(node)
+        key = self._next_key
+        self._next_key -= 1
+        member = Member(task, 0, placement, threads, exclusive, "ssh")
+        member.agent, member.key = agent, key
+        if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cwd=task["cwd"],
+                                            env=member_env):
+            self.packer.release(placement, threads, exclusive)
+            self.node_failed(node, [task])
+            return
+        agent.members[key] = member
+        self.running[key] = member
+        self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
+
+    def start_agent(self, node: str) -> NodeAgent | None:
+        import subprocess
+
+        import pilot as pkg
+
+        head = shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
+            node=node, nodes=node, hosts=node, nnodes=1, ranks=1, threads=1, cwd="/"))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
+        remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
+        try:
+            proc = subprocess.Popen(head + [remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=open(os.path.join(self.dir, f"agent-{node}.log"), "ab"),
+                                    start_new_session=True)
+        except OSError as exc:
+            _say(f"cannot start ssh to {node}: {exc}")
+            return None
+        agent = NodeAgent(node, proc, self.sel)
+        self.agents[node] = agent
+        return agent
+
+    def read_agent(self, agent: NodeAgent) -> None:
+        msgs = agent.read()
+        if msgs is None:  # the session ended: the node died, or its agent did
+            agent.close()
+            self.agents.pop(agent.node, None)
+            lost = list(agent.members.values())
+            for m in lost:
+                self.running.pop(m.key, None)
+                self.packer.release(m.placement, m.threads, m.exclusive)
+            try:
+                with open(os.path.join(self.dir, f"agent-{agent.node}.log"), "rb") as fh:
+                    said = fh.read()[-2000:].decode("utf-8", "replace").strip()
+            except OSError:
+                said = ""
+            self.node_failed(agent.node, [m.task for m in lost if not m.killed],
+                             killed=[m for m in lost if m.killed], said=said)
+            return
+        for msg in msgs:
+            member = agent.members.get(msg.get("id"))
+            if member is None:
+                continue
+            if msg["k"] == "started":
+                member.pid = msg["pid"]
+            elif msg["k"] in ("ended", "failed"):
+                agent.members.pop(member.key, None)
+                self.running.pop(member.key, None)
+                self.packer.release(member.placement, member.threads, member.exclusive)
+                if msg["k"] == "failed":
+                    self.fail_now(member.task, msg["rc"], msg["why"])
+                else:
+                    self.finish(member, msg["rc"])
+
+    def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "") -> None:
+        """A node's session broke. If the node is gone, run its members elsewhere (not
+        their fault); if it still answers, run them again anyway (no result came back)."""
+        if not self.node_alive(node):
+            self.packer.kill_node(node)
+            for t in tasks:
+                self.emit("node_lost", node=node, n=t["n"], m=t["m"], why=said[-300:])
+                try:  # so that `pwe logs` of the member says what happened to its node
+                    os.makedirs(t["cwd"], exist_ok=True)
+                    with open(os.path.join(t["cwd"], "stderr"), "ab") as se:
+                        se.write(f"pwe: node {node} became unreachable: {said}\n".encode())
+                except OSError:
+                    pass
+            _say(f"node {node} is unreachable ({said[-300:]}); its members go to the other nodes")
+        for t in reversed(tasks):
+            self.queue.appendleft(t)
+        for m in killed:  # members we were stopping anyway: report as if reaped
+            self.finish(m, -signal.SIGKILL)
+        self.fail_unplaceable()
+
+    def signal_member(self, m: Member, sig: int) -> None:
+        if m.agent is not None:
+            m.agent.send(k="kill", id=m.key, sig=int(sig))
+        else:
+            _killpg(m.pid, sig)
 
     def fail_now(self, task: dict, rc: int, why: str) -> None:
         try:
@@ -337,20 +486,25 @@ class Pilot:
                     self.queue.appendleft(t)
                     self.fail_unplaceable()
                     continue
-            if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
-                self.hand_back(t, "the allocation ended while it ran")
-                continue
-            if rc in (-signal.SIGTERM, -signal.SIGKILL) and not member.killed:
-                # killed by someone else: when the batch system ends the job it signals the
-                # members and the pilot at once. Wait a moment for our own SIGTERM before
-                # calling it the member's failure.
-                self.signalled.append((time.time(), member, rc))
-                continue
-            fields: dict[str, Any] = {}
-            if member.killed:
-                fields["why"] = member.killed
-            self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                      out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+            self.finish(member, rc)
+
+    def finish(self, member: Member, rc: int) -> None:
+        """Report a member that ended (its cores are already released)."""
+        t = member.task
+        if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
+            self.hand_back(t, "the allocation ended while it ran")
+            return
+        if rc in (-signal.SIGTERM, -signal.SIGKILL) and not member.killed:
+            # killed by someone else: when the batch system ends the job it signals the
+            # members and the pilot at once. Wait a moment for our own SIGTERM before
+            # calling it the member's failure.
+            self.signalled.append((time.time(), member, rc))
+            return
+        fields: dict[str, Any] = {}
+        if member.killed:
+            fields["why"] = member.killed
+        self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
+                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -397,9 +551,9 @@ class Pilot:
             if m.deadline and now > m.deadline and not m.killed:
                 m.killed = "timeout"
                 m.term_at = now
-                _killpg(m.pid, signal.SIGTERM)
+                self.signal_member(m, signal.SIGTERM)
             elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:
-                _killpg(m.pid, signal.SIGKILL)
+                self.signal_member(m, signal.SIGKILL)
                 m.term_at = 0.0
 
     def drain(self, now: float, why: str = "the allocation ends") -> None:
@@ -415,14 +569,14 @@ class Pilot:
             if not m.killed:
                 m.killed = "allocation ends"
                 m.term_at = now
-                _killpg(m.pid, signal.SIGTERM)
+                self.signal_member(m, signal.SIGTERM)
 
     def cancel(self) -> None:
         self.cancelled = True
         self.queue.clear()
         for m in self.running.values():
             m.killed = "cancelled"
-            _killpg(m.pid, signal.SIGKILL)
+            self.signal_member(m, signal.SIGKILL)
 
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -433,7 +587,7 @@ class Pilot:
         signal.set_wakeup_fd(wfd)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
-        sel = selectors.DefaultSelector()
+        sel = self.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
         self.emit("up", pid=os.getpid(), host=socket.gethostname(), slots=self.slots, allocation=self.alloc.kind,
                   job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
@@ -472,12 +626,17 @@ class Pilot:
                 break
             # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to
             # look for new tasks
-            for _key, _ in sel.select(timeout=self.poll if self.free > 0 else max(self.poll, 0.05)):
+            for key, _ in sel.select(timeout=self.poll if self.free > 0 else max(self.poll, 0.05)):
+                if isinstance(key.data, NodeAgent):
+                    self.read_agent(key.data)
+                    continue
                 try:
                     while os.read(rfd, 4096):
                         pass
                 except BlockingIOError:
                     pass
+        for agent in list(self.agents.values()):
+            agent.close()  # its stdin closes: the agent leaves
         self.emit("down", why=why)
         self.flush()
         return 0

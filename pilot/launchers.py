@@ -24,10 +24,9 @@ PREFIXES = {
     "srun": "srun --exact --quiet --nodes={nnodes} --ntasks={ranks} --cpus-per-task={threads} "
             "--nodelist={nodes} --chdir={cwd}",
     "mpiexec": "mpiexec -n {ranks} --host {hosts}",
-    # one multiplexed connection per node (ControlMaster): a member costs a session on it,
-    # not a fresh key exchange and login (about 1 s each here without it)
-    "ssh": "ssh -o BatchMode=yes -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -o ConnectTimeout=5 "
-           "-o ControlMaster=auto -o ControlPath=/tmp/pwe-%i-%C -o ControlPersist=60 {node}",
+    # the pilot keeps one session per node open to a node agent (pilot/nodeagent.py), so
+    # members cost no key exchange or login; ServerAlive notices a dead node within ~6 s
+    "ssh": "ssh -o BatchMode=yes -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -o ConnectTimeout=5 {node}",
 }
 
 #: ssh exits with this when the connection (not the member) failed
