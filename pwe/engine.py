@@ -66,6 +66,9 @@ class Pilot:
         self.down = False
         self.came_up = False
         self.draining = False
+        self.full = False  # given all it may take (maxMembers, or members too long for it)
+        self.given = 0
+        self.refused: set[tuple[str, int]] = set()
         self.job_state = None
         self.last_heard = time.time()
         self._tasks = open(directory / "tasks.jsonl", "ab", buffering=0)
@@ -462,6 +465,8 @@ class Engine:
                 if self._record({"e": "unassign", "n": ev["n"], "m": ev["m"], "p": pilot.id,
                                  "why": ev.get("why")}) is not None:
                     pilot.outstanding -= 1
+                    if (ev.get("why") or "").startswith("needs "):
+                        pilot.refused.add((ev["n"], ev["m"]))
             elif k == "drain":
                 pilot.draining = True
             elif k == "down":
@@ -513,7 +518,7 @@ class Engine:
 
     def _live_pilot(self) -> Pilot | None:
         for pilot in self.pilots.values():
-            if pilot.alive and not pilot.down and not pilot.draining:
+            if pilot.alive and not pilot.down and not pilot.draining and not pilot.full:
                 return pilot
         return None
 
@@ -527,17 +532,36 @@ class Engine:
             pilot = self._start_pilot()
         window = max(8 * pilot.slots, 256)
         fed = 0
-        while st.ready and pilot.outstanding < window:
+        refused: list[tuple[str, int]] = []
+        while st.ready and pilot.outstanding < window and not pilot.full:
             nid, i = st.ready.popleft()
             ns = st.nodes[nid]
             if ns.state[i] != READY:
                 continue  # a stale entry: assigned or finished since it was queued
+            if (nid, i) in pilot.refused:
+                refused.append((nid, i))  # too long for what is left of this allocation
+                continue
+            most = self.plan.nodes[nid].scheduling.maxMembers
+            if most and pilot.given >= most:
+                # this pilot has had its share (maxMembers): it finishes them and leaves;
+                # the next ready member goes to a new pilot
+                pilot.full = True
+                pilot.send({"k": "stop"})
+                st.ready.appendleft((nid, i))
+                break
             attempt = ns.attempt[i] + 1
             task = self._task(nid, i, attempt)
             self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id})
             pilot.send(task)
             pilot.outstanding += 1
+            pilot.given += 1
             fed += 1
+        if refused:
+            st.ready.extend(refused)
+            if self.protocol is not None and all(not p.alive or p.full or p.draining or p is pilot
+                                                 for p in self.pilots.values()):
+                pilot.full = True  # a fresh allocation has its whole walltime ahead of it
+                pilot.send({"k": "stop"})
         return fed
 
     def _task(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
@@ -629,12 +653,15 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
     nid = ready[0][0] if ready else next(iter(plan.nodes))
     sched = plan.nodes[nid].scheduling
     cpn = host.cores_per_node or 1
+    if sched.maxMembers:
+        ready = ready[: sched.maxMembers]
     want = sum(plan.nodes[n].scheduling.cores_per_member() for n, _ in ready) or sched.cores_per_member()
+    usable = min(cpn, sched.coreUsageRule) if sched.coreUsageRule else cpn
     if sched.maxCpus:
         want = min(want, sched.maxCpus)
     if sched.minCpus:
         want = max(want, sched.minCpus)
-    nodes = max(1, -(-want // cpn))
+    nodes = max(1, -(-want // usable))
     if sched.maxNodes:
         nodes = min(nodes, sched.maxNodes)
     if host.max_nodes:
@@ -690,6 +717,12 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
         if sched.coreUsageRule:
             per_node = min(per_node, sched.coreUsageRule)
         n_nodes = len(host.nodes) or 1
+        if host.protocol != "local" and sched.maxWallTimePerMember and \
+                sched.maxWallTimePerMember >= float(sched.maxWallTime or 60):
+            raise InputError(
+                f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) does not fit in a pilot's "
+                f"maxWallTime ({float(sched.maxWallTime or 60):g} min, less its hand-back margin); raise maxWallTime",
+                src, pn.line)
         if host.protocol == "local" and not host.nodes:
             if ranks * threads > per_node:
                 raise InputError(

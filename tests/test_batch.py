@@ -307,3 +307,29 @@ hosts:
     up = json.loads((tmp_path / "run" / "pilots" / "p1" / "events.jsonl").read_text().splitlines()[0])
     assert up["k"] == "up"
     assert all(r["outputs"]["pid"] == str(up["pid"]) for r in outputs(tmp_path / "run"))
+
+
+def test_max_members_splits_the_work_over_pilots(slurm_cluster, tmp_path):
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: mm\nnodes:\n  m:\n    parameters: {i: {range: [0, 20]}}\n    run: 'true'\n"
+                  "    scheduling: {maxWallTime: 5, maxMembers: 8}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir",
+                           str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    pilots = [r["p"] for r in journal if r["e"] == "pilot"]
+    assert len(pilots) == 3
+    per_pilot = {p: sum(1 for r in journal if r["e"] == "assign" and r["p"] == p) for p in pilots}
+    assert sorted(per_pilot.values()) == [4, 8, 8]
+
+
+def test_a_member_longer_than_the_pilot_walltime_is_refused_at_plan_time(tmp_path):
+    from conftest import run_cli
+
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  m:\n    run: 'true'\n    scheduling: {maxWallTime: 10, maxWallTimePerMember: 30}\n")
+    status, _, err = run_cli("plan", wf, "--host", "cluster")
+    assert status == 2 and "does not fit in a pilot's maxWallTime" in err
