@@ -495,6 +495,13 @@ def status(run: str | None, as_json: bool) -> None:
     for name, counts in rows:
         vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
         click.echo(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+    pilots = snap.get("pilots") or {}
+    if pilots:
+        click.echo("pilots: " + "; ".join(
+            f"{pid} {('up' if holder else 'released') if p.get('alive') else 'gone'}"
+            + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
+            + (f": {p['why']}" if p.get("why") and not p.get("alive") else "")
+            for pid, p in pilots.items()))
 
 
 def _mtime(path) -> float:

@@ -295,6 +295,8 @@ class RunState:
             "totals": dict(zip(NAMES, self.totals())),
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,
+            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "slots", "why")}
+                       for pid, p in self.pilots.items()},
         }
 
     def inflight(self, pilot: str) -> list[tuple[str, int]]:
