@@ -10,7 +10,7 @@ The Python API::
 
 from .errors import InputError, PweError
 
-__all__ = ["Engine", "InputError", "Plan", "PweError", "plan_workflow", "run_workflow"]
+__all__ = ["Engine", "InputError", "Plan", "PweError", "RunResult", "plan_workflow", "run_workflow"]
 __version__ = "0.1.0"
 
 
@@ -20,8 +20,12 @@ def __getattr__(name):
         from . import plan
 
         return getattr(plan, name)
-    if name in ("Engine", "run_workflow"):
-        from . import engine
+    if name == "Engine":
+        from .engine import Engine
 
-        return getattr(engine, name)
+        return Engine
+    if name in ("run_workflow", "RunResult"):
+        from . import results
+
+        return getattr(results, name)
     raise AttributeError(name)

@@ -144,9 +144,9 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
 
         import hostinfo
 
-        from .engine import check_hosts
+        from .placement import check_hosts
 
-        from .engine import preview_pilot_script
+        from .placement import preview_pilot_script
 
         p = _load(file, sets, host)
         used = check_hosts(p, hostinfo.load(Path(file), hosts_file), Path(file))
@@ -466,7 +466,7 @@ def status(run: str | None, as_json: bool) -> None:
         # the engine stopped before its last snapshot (killed, disk full): the journal is
         # the record, so count from it
         try:
-            from .engine import load_state
+            from .results import load_state
 
             eng, st = load_state(d)
             snap = {**snap, **st.snapshot(), "run_id": eng.run_id, "total_members": eng.plan.total_members}
@@ -519,7 +519,7 @@ def _mtime(path) -> float:
 @_json_option
 def show(run: str, node: str | None, only: str | None, limit: int, as_json: bool) -> None:
     """Members of RUN with parameters, state, attempts, exit status and outputs."""
-    from .engine import load_state, member_record
+    from .results import load_state, member_record
 
     try:
         d = _find(run)

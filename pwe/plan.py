@@ -20,7 +20,7 @@ import jinja2
 import networkx as nx
 
 from . import model
-from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
+from .errors import TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
 from .params import ParameterSpace, RangeValues, Values, read_values
 from .source import LineDict, did_you_mean, locate, value_text

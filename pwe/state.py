@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .plan import Edge, Plan
+from .plan import Plan
 
 # member states
 WAITING, READY, ASSIGNED, RUNNING, DONE, FAILED, SKIPPED, CANCELLED = range(8)

@@ -140,7 +140,7 @@ def run_on(host, tmp_path, members, payload, name="wf"):
 
 
 def outputs(run_dir):
-    from pwe.engine import load_state, member_record
+    from pwe.results import load_state, member_record
 
     _, st = load_state(run_dir)
     return [member_record(st, "m", i) for i in range(st.nodes["m"].size)]

@@ -636,7 +636,7 @@ def test_cancel_stops_a_submitted_run(tmp_path, write, reaper):
 
 def test_python_api_run_workflow(tmp_path):
     import pwe as api
-    from pwe.engine import load_state
+    from pwe.results import load_state
 
     res = api.run_workflow(EXAMPLES / "quickstart.yaml", {"nsteps": 5}, run_dir=tmp_path / "run")
     assert res.ok is True

@@ -245,8 +245,20 @@ stop_slurm() {
 
 # ---------------------------------------------------------------- ssh
 
+clear_stale_shell_locks() {
+    # Every ssh session here runs root's login shell, whose ~/.bashrc runs `pyenv init`;
+    # a shell killed mid-rehash (a node killed by a test, an interrupted run) leaves
+    # pyenv's lock behind, and then every later login waits 60 s for it. A lock older
+    # than a minute is stale.
+    local lock="${HOME:-/root}/.pyenv/shims/.pyenv-shim"
+    if [ -e "$lock" ] && [ -n "$(find "$lock" -mmin +1 2>/dev/null)" ]; then
+        rm -f "$lock"
+    fi
+}
+
 ssh_keys() {
     local name
+    clear_stale_shell_locks
     mkdir -p "$PWE_SSH_DIR"/{hostkeys,sshd,run,log} && chmod 700 "$PWE_SSH_DIR"
     [ -s "$PWE_SSH_DIR/id_ed25519" ] ||
         ssh-keygen -q -t ed25519 -N '' -C pwe-tests -f "$PWE_SSH_DIR/id_ed25519" || return 1

@@ -22,6 +22,8 @@ case "$1" in
         ip link set "$(node_veth "$n")" down || exit 1
         kill_node_procs "$n" || { echo "node.sh: processes left in $ns: $(ip netns pids "$ns" | tr '\n' ' ')" >&2; exit 1; }
         rm -f "$PWE_SSH_DIR/run/$ns.pid"
+        # a login shell killed mid `pyenv rehash` leaves its lock: nobody holds it now
+        pgrep -f pyenv-rehash >/dev/null || rm -f "${HOME:-/root}/.pyenv/shims/.pyenv-shim"
         echo "$ns: killed"
         ;;
     revive)

@@ -1,0 +1,156 @@
+"""Where members run: does a host fit a workflow, how large a pilot to ask for, and
+which scheduling fields a host acts on.
+
+Used by the engine when it submits pilots, and by ``pwe plan --host`` to show them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .plan import Plan
+
+
+def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str, Any]:
+    """How large a pilot job to ask for: enough nodes for the ready members (capped by
+    maxCpus, maxNodes, the host and the partition), their walltime, the first partition
+    in the host's priority order whose limit fits (``queue`` in the profile overrides)."""
+    nid = ready[0][0] if ready else next(iter(plan.nodes))
+    sched = plan.nodes[nid].scheduling
+    cpn = host.cores_per_node or 1
+    if sched.maxMembers:
+        ready = ready[: sched.maxMembers]
+    want = sum(plan.nodes[n].scheduling.cores_per_member() for n, _ in ready) or sched.cores_per_member()
+    usable = min(cpn, sched.coreUsageRule) if sched.coreUsageRule else cpn
+    if sched.maxCpus:
+        want = min(want, sched.maxCpus)
+    if sched.minCpus:
+        want = max(want, sched.minCpus)
+    nodes = max(1, -(-want // usable))
+    if sched.maxNodes:
+        nodes = min(nodes, sched.maxNodes)
+    if host.max_nodes:
+        nodes = min(nodes, host.max_nodes)
+    walltime = float(sched.maxWallTime or 60)
+    partition = sched.queue
+    if partition is None:
+        for part in host.partitions:
+            if part.max_walltime is None or part.max_walltime >= walltime:
+                partition = part.name
+                if part.max_nodes:
+                    nodes = min(nodes, part.max_nodes)
+                break
+    return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
+            "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
+            "memory_mb": sched.maxTotalMemory}
+
+
+def preview_pilot_script(plan: Plan, host: Any) -> str:
+    """The job script the first pilot for this plan would be submitted with (pwe plan --host)."""
+    import pilot as pilot_pkg
+    from protocols.base import PilotJob
+    from protocols.base import get as get_protocol
+    from protocols.runner import LocalRunner
+
+    roots = [(nid, i) for nid, pn in plan.nodes.items() if not plan.edges_into(nid) for i in range(min(pn.size, 100000))]
+    d = "RUN_DIR/pilots/p1"
+    job = PilotJob(pilot_id="p1", pilot_dir=d, job_name=f"pwe-{plan.workflow.name}-RUN-p1",
+                   **pilot_shape(plan, host, roots), python=sys.executable,
+                   pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent), account=host.account,
+                   setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
+                   notify=shlex.join([sys.executable, "-m", "pwe", "notify", "--run", "RUN_DIR", "--pilot", "p1"]),
+                   pilot_args=pilot_args_for(host) + ["--heartbeat", "5.0", "--idle-timeout", "60"])
+    return get_protocol(host.protocol, LocalRunner()).render(job)
+
+
+def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
+    """Every node's host exists and can hold one of its members; the hosts used, by name.
+
+    A rank's threads never straddle nodes, so threadsPerRank must fit one node (capped by
+    coreUsageRule); all ranks must fit the host's nodes together.
+    """
+    used = {}
+    for nid, pn in plan.nodes.items():
+        try:
+            host = registry.get(pn.host)
+        except InputError as exc:
+            raise InputError(f"node '{nid}': {exc.message}", src, pn.line) from None
+        used[host.name] = host
+        sched = pn.scheduling
+        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+        per_node = host.cores_per_node or 1
+        if sched.coreUsageRule:
+            per_node = min(per_node, sched.coreUsageRule)
+        n_nodes = len(host.nodes) or 1
+        if host.protocol != "local" and sched.maxWallTimePerMember and \
+                sched.maxWallTimePerMember >= float(sched.maxWallTime or 60):
+            raise InputError(
+                f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) does not fit in a pilot's "
+                f"maxWallTime ({float(sched.maxWallTime or 60):g} min, less its hand-back margin); raise maxWallTime",
+                src, pn.line)
+        if host.protocol == "local" and not host.nodes:
+            if ranks * threads > per_node:
+                raise InputError(
+                    f"node '{nid}': a member needs {ranks * threads} cores (ranksPerMember {ranks} x threadsPerRank "
+                    f"{threads}) but host '{host.name}' has {per_node}; lower them or use a larger host",
+                    src, pn.line)
+        elif threads > per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {threads} cores for one rank (threadsPerRank) but host "
+                f"'{host.name}' has nodes of {per_node} cores, and a rank cannot straddle nodes",
+                src, pn.line)
+        elif host.nodes and ranks * threads > per_node * n_nodes:
+            raise InputError(
+                f"node '{nid}': a member needs {ranks * threads} cores but host '{host.name}' has "
+                f"{n_nodes} nodes of {per_node}", src, pn.line)
+    return used
+
+
+def pilot_args_for(host: Any) -> list[str]:
+    """How the local protocol starts a pilot for this host: its nodes and launcher."""
+    args: list[str] = []
+    if host.nodes:
+        args += ["--hosts", ",".join(f"{n}:{host.cores_per_node or 1}" for n in host.nodes)]
+        launcher = host.launcher if host.launcher != "auto" else "ssh"
+        args += ["--launcher", launcher]
+        prefix = host.launcher_prefix
+        if prefix is None and launcher == "ssh" and host.ssh_config:
+            from pilot.launchers import PREFIXES
+
+            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {host.ssh_config} ", 1)
+        if prefix:
+            args += ["--launcher-prefix", prefix]
+    elif host.launcher not in ("auto", "fork"):
+        args += ["--launcher", host.launcher]
+    return args
+
+
+#: Scheduling profile fields each protocol acts on; the rest are reported, never dropped.
+_MEMBER_FIELDS = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType", "coreUsageRule"}
+USED_SCHEDULING = {
+    "local": _MEMBER_FIELDS,
+    "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
+                               "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
+    "pbs": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
+    "ssh": _MEMBER_FIELDS | {"maxWallTime"},
+    "loadleveler": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "reservation", "maxTotalMemory", "maxCpus",
+                                     "minCpus", "maxNodes"},
+}
+
+
+def unsupported_scheduling(plan: Plan, protocol: str = "local") -> list[str]:
+    """One warning per node naming the profile fields its host does not act on: never
+    dropped silently (DESIGN.md)."""
+    out = []
+    used = USED_SCHEDULING.get(protocol, _MEMBER_FIELDS)
+    for nid, pn in plan.nodes.items():
+        given = pn.scheduling.model_dump(exclude_none=True)
+        ignored = sorted(k for k in given if k not in used)
+        if ignored:
+            what = "has no batch system" if protocol == "local" else f"({protocol}) does not use them"
+            out.append(f"node '{nid}': host '{pn.host}' {what}; scheduling {', '.join(ignored)} not used")
+    return out

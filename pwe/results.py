@@ -1,0 +1,65 @@
+"""Reading a run back: its members' states, attempts, exit statuses and outputs.
+
+The Python API (``pwe.run_workflow``) and ``pwe show`` / ``pwe status`` use these; they
+replay the journal read-only and never take the run's lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .engine import Engine
+from .journal import replay
+from .state import DONE, FAILED, RunState
+
+
+def run_workflow(workflow: str | Path, sets: dict[str, Any] | None = None, *, cores: int | None = None,
+                 run_dir: str | Path | None = None) -> "RunResult":
+    """Run a workflow on this machine to the end and return its results (the Python API)."""
+    engine = Engine.create(workflow, sets, cores=cores, run_dir=run_dir)
+    ok = engine.run()
+    return RunResult(engine.dir, ok)
+
+
+class RunResult:
+    """A finished (or interrupted) run, read back from its run directory."""
+
+    def __init__(self, run_dir: Path, ok: bool | None = None):
+        self.dir = Path(run_dir)
+        self.ok = ok
+        self._state: RunState | None = None
+
+    @property
+    def state(self) -> RunState:
+        if self._state is None:
+            self._state = load_state(self.dir)[1]
+        return self._state
+
+    def members(self, node: str) -> list[dict[str, Any]]:
+        """Every member of ``node``: index, parameters, state, attempts, exit status, outputs."""
+        return [member_record(self.state, node, i) for i in range(self.state.nodes[node].size)]
+
+
+def load_state(run_dir: Path) -> tuple[Engine, RunState]:
+    """Replay a run's journal (read-only; no lock taken)."""
+    engine = Engine.open(run_dir)
+    state = RunState(engine.plan)
+    for rec in replay(run_dir / "journal.jsonl"):
+        state.apply(rec)
+    return engine, state
+
+
+def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
+    from .state import NAMES
+
+    ns = state.nodes[node]
+    rec = {
+        "node": node, "member": i, "parameters": state.plan.nodes[node].space.values_of(i),
+        "state": NAMES[ns.state[i]], "attempts": ns.attempt[i],
+        "exit_status": ns.rc.get(i, 0) if ns.state[i] in (DONE, FAILED) else None,
+        "outputs": ns.outputs.get(i, {}),
+    }
+    if i in ns.why:
+        rec["why"] = ns.why[i]
+    return rec
