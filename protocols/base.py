@@ -13,7 +13,6 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
