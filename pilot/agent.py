@@ -328,6 +328,9 @@ class Pilot:
         if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cwd=task["cwd"],
                                             env=member_env):
             self.packer.release(placement, threads, exclusive)
+            if agent is not None:  # its session is broken: the next member starts a new one
+                agent.close()
+                self.agents.pop(node, None)
             self.node_failed(node, [task])
             return
         agent.members[key] = member

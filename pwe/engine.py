@@ -201,7 +201,6 @@ class Engine:
         rundir.create(path)
         copy = path / f"workflow{src.suffix or '.yaml'}"
         shutil.copyfile(src, copy)
-        # parameter files are read relative to the workflow: keep the run's copy beside them
         info = {
             "run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
             "host": host, "cores": cores, "created": time.time(), **options,
