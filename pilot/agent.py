@@ -328,10 +328,10 @@ class Pilot:
         if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cwd=task["cwd"],
                                             env=member_env):
             self.packer.release(placement, threads, exclusive)
-            if agent is not None:  # its session is broken: the next member starts a new one
-                agent.close()
-                self.agents.pop(node, None)
-            self.node_failed(node, [task])
+            if agent is not None:  # its session is broken: its members and this one go back
+                self.agent_lost(agent, extra=[task])
+            else:
+                self.node_failed(node, [task])
             return
         agent.members[key] = member
         self.running[key] = member
@@ -360,19 +360,7 @@ class Pilot:
     def read_agent(self, agent: NodeAgent) -> None:
         msgs = agent.read()
         if msgs is None:  # the session ended: the node died, or its agent did
-            agent.close()
-            self.agents.pop(agent.node, None)
-            lost = list(agent.members.values())
-            for m in lost:
-                self.running.pop(m.key, None)
-                self.packer.release(m.placement, m.threads, m.exclusive)
-            try:
-                with open(os.path.join(self.dir, f"agent-{agent.node}.log"), "rb") as fh:
-                    said = fh.read()[-2000:].decode("utf-8", "replace").strip()
-            except OSError:
-                said = ""
-            self.node_failed(agent.node, [m.task for m in lost if not m.killed],
-                             killed=[m for m in lost if m.killed], said=said)
+            self.agent_lost(agent)
             return
         for msg in msgs:
             member = agent.members.get(msg.get("id"))
@@ -388,6 +376,23 @@ class Pilot:
                     self.fail_now(member.task, msg["rc"], msg["why"])
                 else:
                     self.finish(member, msg["rc"])
+
+    def agent_lost(self, agent: NodeAgent, extra: list[dict] = ()) -> None:
+        """A node's session is gone: what ran there (and ``extra``) goes back to the queue."""
+        agent.close()
+        self.agents.pop(agent.node, None)
+        lost = list(agent.members.values())
+        agent.members.clear()
+        for m in lost:
+            self.running.pop(m.key, None)
+            self.packer.release(m.placement, m.threads, m.exclusive)
+        try:
+            with open(os.path.join(self.dir, f"agent-{agent.node}.log"), "rb") as fh:
+                said = fh.read()[-2000:].decode("utf-8", "replace").strip()
+        except OSError:
+            said = ""
+        self.node_failed(agent.node, [m.task for m in lost if not m.killed] + list(extra),
+                         killed=[m for m in lost if m.killed], said=said)
 
     def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "") -> None:
         """A node's session broke. If the node is gone, run its members elsewhere (not
