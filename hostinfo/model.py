@@ -40,6 +40,7 @@ class Host(BaseModel):
     gpus_per_node: Annotated[StrictInt, Field(ge=0)] = 0
     shared_nodes: StrictBool = True
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="most nodes one pilot job asks for")
+    max_pilots: Annotated[StrictInt, Field(ge=1)] = Field(1, description="most pilot jobs at once on this host")
     nodes: list[StrictStr] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
     partitions: list[Partition] = Field(default_factory=list)
     account: StrictStr | None = None

@@ -34,6 +34,7 @@ from typing import Any
 
 from .allocation import Allocation, discover
 from .launchers import PREFIXES, SSH_FAILED, choose, wrap
+from .nodeagent import member_base_env
 from .packing import Packer, Placement
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
@@ -192,7 +193,7 @@ class Pilot:
         self._events = open(os.path.join(directory, "events.jsonl"), "ab", buffering=0)
         self._out: list[bytes] = []
         self.write_blocked = False
-        self._base_env = dict(os.environ)
+        self._base_env = member_base_env()
         self._which: dict[tuple[str, str], str | None] = {}
         self.agents: dict[str, NodeAgent] = {}
         self.sel: selectors.BaseSelector | None = None

@@ -31,9 +31,21 @@ _FILE_ACTIONS = [
 ]
 
 
+#: A shell that sees these thinks sshd started it and reads ~/.bashrc (Debian's bash
+#: does): members are not login sessions, and a slow or locked rc file would stall each.
+SSH_SESSION_VARS = ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")
+
+
+def member_base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for k in SSH_SESSION_VARS:
+        env.pop(k, None)
+    return env
+
+
 def main() -> None:
     out = sys.stdout.buffer
-    base_env = dict(os.environ)
+    base_env = member_base_env()
     running: dict[int, int] = {}  # pid -> id
     by_id: dict[int, int] = {}    # id -> pid
     which: dict[tuple[str, str], str | None] = {}

@@ -516,21 +516,34 @@ class Engine:
                     last = "(no output)"
                 raise PweError(f"3 pilots in a row died before starting; the last said: {last}  (see {log})")
 
-    def _live_pilot(self) -> Pilot | None:
-        for pilot in self.pilots.values():
-            if pilot.alive and not pilot.down and not pilot.draining and not pilot.full:
-                return pilot
-        return None
-
     # -- feeding ------------------------------------------------------------------------------
     def _feed(self) -> int:
+        """Hand ready members to live pilots; start pilots when there are none (or, on a
+        batch host, when every live pilot is busy and the host allows more at once)."""
         st = self.state
         if not st.ready or st.cancelled:
             return 0
-        pilot = self._live_pilot()
-        if pilot is None:
-            pilot = self._start_pilot()
-        window = max(8 * pilot.slots, 256)
+        live = self._live_pilots()
+        if not live:
+            live = [self._start_pilot()]
+        fed = sum(self._feed_pilot(p) for p in live)
+        most = self.host.max_pilots if self.protocol is not None else 1
+        while (st.totals()[READY] > 0 and len(self._live_pilots()) < most
+               and all(p.outstanding >= self._window(p) for p in self._live_pilots())):
+            fed += self._feed_pilot(self._start_pilot())
+        return fed
+
+    def _live_pilots(self) -> list[Pilot]:
+        return [p for p in self.pilots.values() if p.alive and not p.down and not p.draining and not p.full]
+
+    def _window(self, pilot: Pilot) -> int:
+        # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
+        # per core, so that the rest can go to other pilots when the host allows several
+        return max(8 * pilot.slots, 256) if self.protocol is None else max(2 * pilot.slots, 2)
+
+    def _feed_pilot(self, pilot: Pilot) -> int:
+        st = self.state
+        window = self._window(pilot)
         fed = 0
         refused: list[tuple[str, int]] = []
         while st.ready and pilot.outstanding < window and not pilot.full:

@@ -333,3 +333,29 @@ def test_a_member_longer_than_the_pilot_walltime_is_refused_at_plan_time(tmp_pat
     wf.write_text("name: w\nnodes:\n  m:\n    run: 'true'\n    scheduling: {maxWallTime: 10, maxWallTimePerMember: 30}\n")
     status, _, err = run_cli("plan", wf, "--host", "cluster")
     assert status == 2 and "does not fit in a pilot's maxWallTime" in err
+
+
+def test_several_pilots_at_once_when_the_host_allows(slurm_cluster, tmp_path):
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  small:\n    protocol: slurm\n    cores_per_node: 2\n    max_nodes: 1\n    max_pilots: 3\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: many\nnodes:\n  m:\n    parameters: {i: {range: [0, 18]}}\n    run: sleep 1\n"
+                  "    scheduling: {maxWallTime: 5}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "small", "--run-dir",
+                           str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    pilots = [r["p"] for r in journal if r["e"] == "pilot"]
+    assert 2 <= len(pilots) <= 3
+    # members of different pilots ran at the same time
+    spans = {}
+    for p in pilots:
+        ev = [json.loads(l) for l in (run_dir / "pilots" / p / "events.jsonl").read_text().splitlines()]
+        starts = [e["t"] for e in ev if e["k"] == "start"]
+        ends = [e["t"] for e in ev if e["k"] == "end"]
+        if starts:
+            spans[p] = (min(starts), max(ends))
+    (a0, a1), (b0, b1) = sorted(spans.values())[:2]
+    assert b0 < a1, spans
+    assert sorted(r["m"] for r in journal if r["e"] == "end" and r["rc"] == 0) == list(range(18))
