@@ -27,19 +27,29 @@ else
     say "slurm: FAILED: munge is not running"; failed+=(slurm)
 fi
 
-ssh_err=$(
+start_ssh_nodes() (
     ssh_keys || { echo "cannot make the ssh keys in $PWE_SSH_DIR"; exit 1; }
     setup_bridge || { echo "cannot make bridge $PWE_BRIDGE"; exit 1; }
     for n in $(seq "$PWE_NODES"); do
         setup_node_net "$n" || { echo "cannot make the network of $(node_ns "$n")"; exit 1; }
     done
-    for n in $(seq "$PWE_NODES"); do start_node_sshd "$n" & done
-    rc=0; for n in $(seq "$PWE_NODES"); do wait -n || rc=1; done
+    # wait for exactly these jobs (a bare `wait -n` can be handed some other child and
+    # then find none left: exit status 127, no message)
+    pids=(); for n in $(seq "$PWE_NODES"); do start_node_sshd "$n" & pids+=($!); done
+    rc=0; for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
     [ "$rc" = 0 ] || exit 1
     start_local_sshd || exit 1
     write_ssh_client_files || exit 1
     write_etc_hosts || echo "warning: could not add the node names to /etc/hosts" >&2
-) || { [ -n "$ssh_err" ] || ssh_err="failed"; }
+)
+
+# twice: a node's sshd can lose a race with the previous test session's teardown of it
+for attempt in 1 2; do
+    ssh_err=$(start_ssh_nodes) && [ -z "$ssh_err" ] && break
+    [ -n "$ssh_err" ] || ssh_err="failed"
+    echo "setup.sh: ssh nodes did not start (attempt $attempt): $ssh_err" >&2
+    sleep 1
+done
 
 if [ -z "$ssh_err" ]; then
     # a real login on each, with the tests' identity and strict host key checking
