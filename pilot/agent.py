@@ -343,8 +343,7 @@ class Pilot:
 
         import pilot as pkg
 
-        head = shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
-            node=node, nodes=node, hosts=node, nnodes=1, ranks=1, threads=1, cwd="/"))
+        head = self._ssh_head(node)
         root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
         remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
         try:
@@ -402,12 +401,8 @@ class Pilot:
             self.packer.kill_node(node)
             for t in tasks:
                 self.emit("node_lost", node=node, n=t["n"], m=t["m"], why=said[-300:])
-                try:  # so that `pwe logs` of the member says what happened to its node
-                    os.makedirs(t["cwd"], exist_ok=True)
-                    with open(os.path.join(t["cwd"], "stderr"), "ab") as se:
-                        se.write(f"pwe: node {node} became unreachable: {said}\n".encode())
-                except OSError:
-                    pass
+                # so that `pwe logs` of the member says what happened to its node
+                _note_stderr(t, f"node {node} became unreachable: {said}")
             _say(f"node {node} is unreachable ({said[-300:]}); its members go to the other nodes")
         for t in reversed(tasks):
             self.queue.appendleft(t)
@@ -421,13 +416,13 @@ class Pilot:
         else:
             _killpg(m.pid, sig)
 
+    def _ssh_head(self, node: str) -> list[str]:
+        """The ssh command (host's prefix or the default) that reaches one node."""
+        return shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
+            node=node, nodes=node, hosts=node, nnodes=1, ranks=1, threads=1, cwd="/"))
+
     def fail_now(self, task: dict, rc: int, why: str) -> None:
-        try:
-            os.makedirs(task["cwd"], exist_ok=True)
-            with open(os.path.join(task["cwd"], "stderr"), "ab") as se:
-                se.write(f"pwe: {why}: {task['cmd']}\n".encode())
-        except OSError:
-            pass
+        _note_stderr(task, f"{why}: {task['cmd']}")
         self.emit("end", n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
 
     def _resolve(self, name: str, path: str) -> str | None:
@@ -532,10 +527,9 @@ class Pilot:
         """One short ssh round trip: can the node still run a command?"""
         import subprocess
 
-        head = shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
-            node=name, nodes=name, hosts=name, nnodes=1, ranks=1, threads=1, cwd="/"))
+        head = self._ssh_head(name)
         if head and head[0].endswith("ssh"):
-            head[1:1] = ["-S", "none"]  # a fresh connection: the shared one may be the dead one
+            head[1:1] = ["-S", "none"]  # a fresh connection, even if the prefix multiplexes
         try:
             return subprocess.run(head + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, timeout=8).returncode == 0
@@ -654,6 +648,16 @@ class Pilot:
         # the batch system is taking the allocation back (scancel, preemption, walltime):
         # not the members' fault; the loop hands them back (see drain)
         self.terminated = True
+
+
+def _note_stderr(task: dict, text: str) -> None:
+    """A `pwe: ...` line appended to a member's stderr (best effort: the disk may be full)."""
+    try:
+        os.makedirs(task["cwd"], exist_ok=True)
+        with open(os.path.join(task["cwd"], "stderr"), "ab") as se:
+            se.write(f"pwe: {text}\n".encode())
+    except OSError:
+        pass
 
 
 def _say(msg: str) -> None:

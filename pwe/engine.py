@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from . import rundir
 from .errors import InputError, PweError
-from .journal import Journal, JournalError, replay
+from .journal import Journal, JournalError, append_whole, replay
 from .placement import check_hosts, pilot_args_for, pilot_shape, unsupported_scheduling
 from .plan import Plan, plan_workflow
 from .state import ASSIGNED, DONE, READY, RunState
@@ -84,19 +84,9 @@ class Pilot:
             return
         data = b"".join(self._out)
         self._out.clear()
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[self._tasks.write(view):]
-        except OSError as exc:
-            # never leave a torn task line for the pilot: cut back this batch; the journal
-            # has these assignments, and a resumed engine hands them back (_reattach)
-            try:
-                self._tasks.truncate(self._tasks.seek(0, os.SEEK_END) - (len(data) - len(view)))
-            except OSError:
-                pass
-            raise JournalError(f"cannot write {self.dir / 'tasks.jsonl'}: {exc.strerror}; the run is stopped "
-                               "with its state intact: free space, then pwe resume") from None
+        # never a torn task line for the pilot: on a write error the batch is cut back;
+        # the journal has these assignments and a resumed engine hands them back (_reattach)
+        append_whole(self._tasks, data, self.dir / "tasks.jsonl")
 
     def read_events(self) -> list[dict[str, Any]]:
         if self._events is None:
@@ -528,7 +518,7 @@ class Engine:
             live = [self._start_pilot()]
         fed = sum(self._feed_pilot(p) for p in live)
         most = self.host.max_pilots if self.protocol is not None else 1
-        while (st.totals()[READY] > 0 and len(self._live_pilots()) < most
+        while (len(self._live_pilots()) < most and st.totals()[READY] > 0
                and all(p.outstanding >= self._window(p) for p in self._live_pilots())):
             fed += self._feed_pilot(self._start_pilot())
         return fed

@@ -35,6 +35,28 @@ def replay(path: Path) -> Iterator[dict[str, Any]]:
                 return
 
 
+def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
+    """Append ``data`` (whole JSON lines) to a file with one writer, or none of it.
+
+    On a write error (disk full, quota) whatever part got written is cut back, so a
+    reader never meets a torn line followed by the next writer's lines; then
+    :class:`JournalError` says what to do.
+    """
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[fh.write(view):]
+        if fsync:
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        try:
+            fh.truncate(fh.seek(0, os.SEEK_END) - (len(data) - len(view)))
+        except OSError:
+            pass
+        raise JournalError(f"cannot write {path}: {exc.strerror}; the run is stopped with its state intact: "
+                           "free space, then pwe resume") from None
+
+
 class Journal:
     def __init__(self, path: Path, fsync: bool = False):
         self.path = path
@@ -66,21 +88,7 @@ class Journal:
     def flush(self) -> None:
         if not self._buf:
             return
-        data = b"".join(self._buf)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[self._fh.write(view):]
-            if self.fsync:
-                os.fsync(self._fh.fileno())
-        except OSError as exc:
-            # keep the journal whole: cut back whatever part of this batch got written
-            try:
-                self._fh.truncate(self._fh.seek(0, os.SEEK_END) - (len(data) - len(view)))
-            except OSError:
-                pass
-            raise JournalError(f"cannot write {self.path}: {exc.strerror}; the run is stopped with its state "
-                               "intact: free space, then pwe resume") from None
+        append_whole(self._fh, b"".join(self._buf), self.path, self.fsync)
         self._buf.clear()
 
     def close(self) -> None:
