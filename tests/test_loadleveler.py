@@ -3,6 +3,7 @@ pilot runs through the command-level emulator in tests/llemu (llsubmit, llq, llc
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -194,7 +195,9 @@ def submit(ll, pj):
 
 def test_a_pilot_runs_its_members_inside_an_emulated_allocation(emu, tmp_path, monkeypatch):
     monkeypatch.setenv("LLEMU_PROBE", "copied")  # environment = COPY_ALL
-    pj = pilot_job(tmp_path, ["printf 'probe=%s\\nstep=%s\\n' $LLEMU_PROBE $LOADL_STEP_ID >> $PWE_OUTPUTS"] * 6,
+    gate = tmp_path / "gate"  # members wait for it, so the step is provably live when first polled
+    pj = pilot_job(tmp_path, [f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done; "
+                              "printf 'probe=%s\\nstep=%s\\n' $LLEMU_PROBE $LOADL_STEP_ID >> $PWE_OUTPUTS"] * 6,
                    partition="short", account="abc123")
     jid = submit(emu, pj)
     host = socket.gethostname()
@@ -202,8 +205,10 @@ def test_a_pilot_runs_its_members_inside_an_emulated_allocation(emu, tmp_path, m
     assert emu.find_by_name(pj.job_name) == jid
     row = subprocess.run(["llq", "-r", "%id", "%jn", "%c", "%a", jid], capture_output=True, text=True).stdout
     assert row.strip() == f"{jid}!{pj.job_name}!short!abc123"
+    assert emu.status([jid])[jid] in (JobState.PENDING, JobState.RUNNING)
+    gate.touch()
     state, seen = wait_for(emu, jid)
-    assert state == JobState.COMPLETED and seen[0] in (JobState.PENDING, JobState.RUNNING), seen
+    assert state == JobState.COMPLETED, seen
     evs = events(pj.pilot_dir)
     up = next(e for e in evs if e["k"] == "up")
     assert up["allocation"] == "loadleveler" and up["job"] == jid
