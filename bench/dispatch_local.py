@@ -62,9 +62,56 @@ def span(run_dir: Path) -> float:
     return max(times["end"]) - min(times["start"])
 
 
+def settle() -> None:
+    """Write back what is dirty before a timed run (outside the timed part).
+
+    This VM's root is ext4 *without a journal*. There, every new inode skips the inodes
+    deleted in the last 60 s (360 s while their inode-table block is still dirty): the
+    kernel's recently_deleted() check, seen in `perf` at a third of all CPU when a run
+    followed the removal of an earlier one. So the script removes no run directory until
+    every run of a row is over, and syncs before each run.
+    """
+    os.sync()
+
+
+def bare_loop(base: Path, members: int, slots: int) -> float:
+    """The machine's ceiling at this moment: members/s of a bare loop, no engine, no pilot.
+
+    The same work per member as the pilot's minimum (a directory, stdout and stderr files
+    created by the child, posix_spawn of /bin/true, reaping), at most `slots` at a time.
+    The host this VM runs on varies by a quarter within an hour, so every row of `true`
+    is printed beside this figure measured just before it.
+    """
+    d = base / f"bare-{time.time_ns()}"
+    d.mkdir()
+    create = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    actions = [(os.POSIX_SPAWN_OPEN, 1, "stdout", create, 0o644), (os.POSIX_SPAWN_OPEN, 2, "stderr", create, 0o644)]
+    here = os.getcwd()
+    settle()
+    t0 = time.perf_counter()
+    live = 0
+    try:
+        for i in range(members):
+            md = d / str(i)
+            os.mkdir(md)
+            os.chdir(md)
+            os.posix_spawn("/bin/true", ["true"], {}, file_actions=actions)
+            live += 1
+            if live >= slots:
+                os.wait()
+                live -= 1
+        while live:
+            os.wait()
+            live -= 1
+    finally:
+        os.chdir(here)
+    return members / (time.perf_counter() - t0)
+
+
 def one(base: Path, members: int, cores: int, payload: str) -> tuple[float, float]:
     run_dir = base / f"run-{time.time_ns()}"
     wf = workflow(base, members, payload)
+    settle()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
@@ -73,9 +120,7 @@ def one(base: Path, members: int, cores: int, payload: str) -> tuple[float, floa
     if proc.returncode != 0:
         raise SystemExit(f"pwe run failed ({proc.returncode}): {proc.stderr}")
     check(run_dir, members)
-    inner = span(run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    return wall, inner
+    return wall, span(run_dir)
 
 
 def main() -> None:
@@ -90,11 +135,13 @@ def main() -> None:
     wheres = ["disk", "tmpfs"] if args.where == "both" else [args.where]
     payloads = ["true", "bash", "sleep"] if args.payload == "all" else [args.payload]
     print(f"{'payload':8} {'where':6} {'members':>8} {'cores':>5} {'wall s (median)':>16} {'members/s':>10}  extra")
-    for payload in payloads:
-        for where in wheres:
-            places[where].mkdir(parents=True, exist_ok=True)
-            base = Path(tempfile.mkdtemp(prefix="pwe-bench-", dir=places[where]))
-            try:
+    bases: list[Path] = []  # removed only at the very end: see settle()
+    try:
+        for payload in payloads:
+            for where in wheres:
+                places[where].mkdir(parents=True, exist_ok=True)
+                base = Path(tempfile.mkdtemp(prefix="pwe-bench-", dir=places[where]))
+                bases.append(base)
                 if payload == "sleep":
                     n, cores, cmd = 400, 8, "sleep 0.05"
                 else:
@@ -104,14 +151,17 @@ def main() -> None:
                 wall = statistics.median(walls)
                 inner = statistics.median(i for _, i in results)
                 extra = f"first start->last end {inner:.3f} s ({n / inner:.0f}/s)"
+                if payload == "true":
+                    extra += f", bare loop {bare_loop(base, n, cores):.0f}/s"
                 if payload == "sleep":
                     ideal = n * 0.05 / cores
                     extra = (f"efficiency end-to-end {ideal / wall:.2f}, first start->last end {ideal / inner:.2f}"
                              f" (ideal {ideal:.2f} s)")
                 print(f"{payload:8} {where:6} {n:8} {cores:5} {wall:16.3f} {n / wall:10.0f}  {extra}"
                       f"  runs: {', '.join(f'{w:.2f}' for w in walls)}", flush=True)
-            finally:
-                shutil.rmtree(base, ignore_errors=True)
+    finally:
+        for base in bases:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
