@@ -19,12 +19,10 @@ its events wait in the file until an engine reads them.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import selectors
 import shlex
-import shutil
 import signal
 import socket
 import sys
@@ -34,8 +32,8 @@ from typing import Any
 
 from .allocation import Allocation, discover
 from .launchers import PREFIXES, SSH_FAILED, choose, wrap
-from .nodeagent import member_base_env
 from .packing import Packer, Placement
+from .spawn import Spawner, member_base_env, start_failure
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
@@ -50,12 +48,6 @@ _BUILTINS = {
     "help", "mapfile", "readarray", "caller", "compgen", "complete", "compopt", "fc", "suspend", "logout",
 }
 _OUTPUTS_LIMIT = 64 * 1024
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-_FILE_ACTIONS = [
-    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-    (os.POSIX_SPAWN_OPEN, 1, "stdout", _CREATE, 0o644),
-    (os.POSIX_SPAWN_OPEN, 2, "stderr", _CREATE, 0o644),
-]
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
 
@@ -194,7 +186,7 @@ class Pilot:
         self._out: list[bytes] = []
         self.write_blocked = False
         self._base_env = member_base_env()
-        self._which: dict[tuple[str, str], str | None] = {}
+        self.spawner = Spawner()
         self.agents: dict[str, NodeAgent] = {}
         self.sel: selectors.BaseSelector | None = None
         self._next_key = -1
@@ -283,34 +275,11 @@ class Pilot:
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env,
                     self.launcher_prefix)
         try:
-            try:
-                os.mkdir(cwd)
-            except FileNotFoundError:  # the first member of its shard
-                os.makedirs(cwd, exist_ok=True)
-            except FileExistsError:  # a retry
-                pass
-            # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python, and
-            # the child opens its own stdout/stderr. It has no cwd argument: the pilot is
-            # single-threaded, so stepping into the member's directory around it is safe.
-            # (every other path the pilot uses is absolute, so it never steps back out)
-            os.chdir(cwd)
-            exe = self._resolve(argv[0], env.get("PATH", ""))
-            try:
-                if exe:
-                    pid = os.posix_spawn(exe, argv, env, file_actions=_FILE_ACTIONS, setsid=True)
-                else:  # let exec report the error as the shell would
-                    pid = os.posix_spawnp(argv[0], argv, env, file_actions=_FILE_ACTIONS, setsid=True)
-            except OSError as exc:
-                if exc.errno != errno.ENOEXEC or argv[0] == "bash":
-                    raise
-                # a script without a #! line: a shell runs it as a shell script
-                argv = ["bash", "-c", task["cmd"]]
-                pid = os.posix_spawnp("bash", argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+            pid = self.spawner.spawn(argv, env, cwd, task["cmd"])
         except OSError as exc:
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)
-            rc = 127 if exc.errno == errno.ENOENT else 126
-            self.fail_now(task, rc, f"cannot start: {exc.strerror or exc}")
+            self.fail_now(task, *start_failure(exc))
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
         nodes = [n.name for n, _ in placement]
@@ -326,8 +295,8 @@ class Pilot:
         self._next_key -= 1
         member = Member(task, 0, placement, threads, exclusive, "ssh")
         member.agent, member.key = agent, key
-        if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cwd=task["cwd"],
-                                            env=member_env):
+        if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
+                                            cwd=task["cwd"], env=member_env):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back
                 self.agent_lost(agent, extra=[task])
@@ -424,16 +393,6 @@ class Pilot:
     def fail_now(self, task: dict, rc: int, why: str) -> None:
         _note_stderr(task, f"{why}: {task['cmd']}")
         self.emit("end", n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
-
-    def _resolve(self, name: str, path: str) -> str | None:
-        """The program's full path, looked up once per PATH: a spawn that walks a long
-        PATH fails one exec per directory before it finds /usr/bin/true."""
-        if "/" in name:
-            return name
-        key = (name, path)
-        if key not in self._which:
-            self._which[key] = shutil.which(name, path=path)
-        return self._which[key]
 
     def time_left(self, now: float) -> float | None:
         return None if self.alloc.end is None else self.alloc.end - self.margin - now

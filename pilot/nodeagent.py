@@ -3,7 +3,7 @@
 Started by the pilot as ``ssh NODE python3 -m pilot.nodeagent``; reads JSON lines on
 stdin and answers on stdout (standard library only):
 
-    in:  {"k": "run", "id": N, "argv": [...], "cwd": DIR, "env": {...}}
+    in:  {"k": "run", "id": N, "argv": [...], "cmd": SHELL_CMD, "cwd": DIR, "env": {...}}
          {"k": "kill", "id": N, "sig": 15}
     out: {"k": "started", "id": N, "pid": P} | {"k": "ended", "id": N, "rc": RC}
          {"k": "failed", "id": N, "rc": 126|127, "why": "..."}
@@ -15,32 +15,13 @@ stdout/stderr files there.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import selectors
-import shutil
 import signal
 import sys
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-_FILE_ACTIONS = [
-    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-    (os.POSIX_SPAWN_OPEN, 1, "stdout", _CREATE, 0o644),
-    (os.POSIX_SPAWN_OPEN, 2, "stderr", _CREATE, 0o644),
-]
-
-
-#: A shell that sees these thinks sshd started it and reads ~/.bashrc (Debian's bash
-#: does): members are not login sessions, and a slow or locked rc file would stall each.
-SSH_SESSION_VARS = ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")
-
-
-def member_base_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for k in SSH_SESSION_VARS:
-        env.pop(k, None)
-    return env
+from .spawn import Spawner, member_base_env, start_failure
 
 
 def main() -> None:
@@ -48,7 +29,7 @@ def main() -> None:
     base_env = member_base_env()
     running: dict[int, int] = {}  # pid -> id
     by_id: dict[int, int] = {}    # id -> pid
-    which: dict[tuple[str, str], str | None] = {}
+    spawner = Spawner()
 
     def say(**msg) -> None:
         out.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
@@ -59,23 +40,10 @@ def main() -> None:
         env.update(msg.get("env") or {})
         argv = msg["argv"]
         try:
-            os.makedirs(msg["cwd"], exist_ok=True)
-            os.chdir(msg["cwd"])
-            key = (argv[0], env.get("PATH", ""))
-            if key not in which:
-                which[key] = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=key[1])
-            exe = which[key]
-            try:
-                pid = (os.posix_spawn(exe, argv, env, file_actions=_FILE_ACTIONS, setsid=True) if exe else
-                       os.posix_spawnp(argv[0], argv, env, file_actions=_FILE_ACTIONS, setsid=True))
-            except OSError as exc:
-                if exc.errno != errno.ENOEXEC or argv[0] == "bash":
-                    raise
-                argv = ["bash", "-c", " ".join(argv)]
-                pid = os.posix_spawnp("bash", argv, env, file_actions=_FILE_ACTIONS, setsid=True)
+            pid = spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv))
         except OSError as exc:
-            say(k="failed", id=msg["id"], rc=127 if exc.errno == errno.ENOENT else 126,
-                why=f"cannot start: {exc.strerror or exc}")
+            rc, why = start_failure(exc)
+            say(k="failed", id=msg["id"], rc=rc, why=why)
             return
         running[pid] = msg["id"]
         by_id[msg["id"]] = pid

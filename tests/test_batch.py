@@ -194,7 +194,6 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
     """scancel of a pilot's job mid-run: its 'ended' edge event (the job script's trap)
     reaches the engine, which reissues the members to a new pilot; a forged event is
     ignored."""
-    import threading
     import time
 
     (tmp_path / "hosts.yaml").write_text(HOSTS)

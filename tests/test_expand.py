@@ -2,7 +2,6 @@
 
 import itertools
 import json
-import shlex
 import subprocess
 
 import pytest

@@ -1,0 +1,83 @@
+"""Starting one member process: the one way members are spawned, on the pilot's own node
+and by a node agent on the others (standard library only).
+
+A member gets its own directory (created here), its own session (so a kill reaches
+everything it started), stdin from /dev/null, and stdout/stderr files in its directory
+that the child opens itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+FILE_ACTIONS = [
+    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+    (os.POSIX_SPAWN_OPEN, 1, "stdout", _CREATE, 0o644),
+    (os.POSIX_SPAWN_OPEN, 2, "stderr", _CREATE, 0o644),
+]
+
+#: A shell that sees these thinks sshd started it and reads ~/.bashrc (Debian's bash
+#: does): members are not login sessions, and a slow or locked rc file would stall each.
+SSH_SESSION_VARS = ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")
+
+
+def member_base_env() -> dict[str, str]:
+    """The environment every member starts from: ours, minus the ssh session's marks."""
+    env = dict(os.environ)
+    for k in SSH_SESSION_VARS:
+        env.pop(k, None)
+    return env
+
+
+def start_failure(exc: OSError) -> tuple[int, str]:
+    """Exit status and reason for a member that could not be started, as a shell says it."""
+    return (127 if exc.errno == errno.ENOENT else 126), f"cannot start: {exc.strerror or exc}"
+
+
+class Spawner:
+    """Spawns members; remembers where each program was found, per PATH."""
+
+    def __init__(self) -> None:
+        self._which: dict[tuple[str, str], str | None] = {}
+
+    def resolve(self, name: str, path: str) -> str | None:
+        """The program's full path, looked up once per PATH: a spawn that walks a long
+        PATH fails one exec per directory before it finds /usr/bin/true."""
+        if "/" in name:
+            return name
+        key = (name, path)
+        if key not in self._which:
+            self._which[key] = shutil.which(name, path=path)
+        return self._which[key]
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, shell_cmd: str) -> int:
+        """Start ``argv`` in ``cwd`` (made if missing); its pid. Raises OSError when it
+        cannot start (not found, not executable, no space for its files).
+
+        ``shell_cmd`` is what runs under ``bash -c`` when ``argv[0]`` is a script without a
+        ``#!`` line, as a shell would run it.
+        """
+        try:
+            os.mkdir(cwd)
+        except FileNotFoundError:  # the first member of its shard
+            os.makedirs(cwd, exist_ok=True)
+        except FileExistsError:  # a retry
+            pass
+        # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python, and the
+        # child opens its own stdout/stderr. It has no cwd argument: callers are
+        # single-threaded, so stepping into the member's directory around it is safe (every
+        # other path they use is absolute, so they never step back out).
+        os.chdir(cwd)
+        exe = self.resolve(argv[0], env.get("PATH", ""))
+        try:
+            if exe:
+                return os.posix_spawn(exe, argv, env, file_actions=FILE_ACTIONS, setsid=True)
+            # not found on PATH: let exec report the error as the shell would
+            return os.posix_spawnp(argv[0], argv, env, file_actions=FILE_ACTIONS, setsid=True)
+        except OSError as exc:
+            if exc.errno != errno.ENOEXEC or argv[0] == "bash":
+                raise
+            return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=FILE_ACTIONS, setsid=True)
