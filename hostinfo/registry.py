@@ -59,7 +59,7 @@ def load(workflow: Path | None = None, extra: str | Path | None = None, cores: i
             if extra is not None and path == Path(extra):
                 raise InputError("no such hosts file", path)
             continue
-        raw = read_yaml(path)
+        raw = read_yaml(path, what="a hosts file", needs="'hosts'")
         try:
             parsed = HostsFile.model_validate(raw)
         except ValidationError as exc:

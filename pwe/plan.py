@@ -20,7 +20,7 @@ import jinja2
 import networkx as nx
 
 from . import model
-from .errors import TemplateError, WorkflowGraphError, WorkflowSchemaError
+from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
 from .params import ParameterSpace, RangeValues, Values, read_values
 from .source import LineDict, did_you_mean, locate, value_text
@@ -130,7 +130,16 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
     """Load, validate and expand a workflow file. Raises :class:`InputError`."""
     path = Path(path)
     wf, raw = load_workflow(path, sets)
-    return build_plan(wf, raw, path, host=host)
+    plan = build_plan(wf, raw, path, host=host)
+    if sets:
+        # a --set that no payload reads changes nothing: almost always a misspelt name
+        # (a node's own parameter of that name shadows the property there)
+        used = set().union(*(n.template.names - set(n.space.names) for n in plan.nodes.values()))
+        for name, value in sets.items():
+            if name not in used:
+                raise InputError(f"--set {name}={value_text(value)}: no payload in {path.name} uses the "
+                                 f"property '{name}'{did_you_mean(name, used)}")
+    return plan
 
 
 def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None = None) -> Plan:

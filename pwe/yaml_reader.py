@@ -73,14 +73,22 @@ for _tag, _regexp, _first in (
     _Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", _regexp, list(_first))
 
 
-def read_text(path: Path) -> str:
-    """The file as UTF-8 text, or an error naming the line of the first bad byte."""
+def _file(what: str) -> str:
+    """'a workflow' -> 'a workflow file'; 'a hosts file' stays."""
+    return what if what.endswith(" file") else what + " file"
+
+
+def read_text(path: Path, what: str = "a workflow") -> str:
+    """The file as UTF-8 text, or an error naming the line of the first bad byte.
+
+    ``what`` names the kind of file in messages ("a workflow", "a hosts file").
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise WorkflowSyntaxError("no such file", path) from None
     except IsADirectoryError:
-        raise WorkflowSyntaxError("is a directory, not a workflow file", path) from None
+        raise WorkflowSyntaxError(f"is a directory, not {_file(what)}", path) from None
     except OSError as exc:
         raise WorkflowSyntaxError(f"cannot read: {exc.strerror}", path) from None
     try:
@@ -88,24 +96,28 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise WorkflowSyntaxError(
-            f"not UTF-8 text (byte 0x{data[exc.start]:02x}); a workflow file must be UTF-8 YAML or XML",
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x}); {_file(what)} must be UTF-8 text",
             path,
             line,
         ) from None
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
-        raise WorkflowSyntaxError("binary data (a NUL byte); a workflow file must be text", path, line)
+        raise WorkflowSyntaxError(f"binary data (a NUL byte); {_file(what)} must be text", path, line)
     return text.lstrip("\ufeff")
 
 
-def read_yaml(path: Path, text: str | None = None) -> LineDict:
-    """Parse a YAML workflow file into a :class:`LineDict`."""
+def read_yaml(path: Path, text: str | None = None, what: str = "a workflow", needs: str = "'name' and 'nodes'"
+              ) -> LineDict:
+    """Parse a YAML file (a workflow unless ``what`` says otherwise) into a :class:`LineDict`.
+
+    ``needs`` names the top-level keys the document must have, for messages.
+    """
     if text is None:
-        text = read_text(path)
+        text = read_text(path, what)
     if not text.strip() or all(
         not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()
     ):
-        raise WorkflowSchemaError("the file is empty; a workflow needs at least 'name' and 'nodes'", path)
+        raise WorkflowSchemaError(f"the file is empty; {what} needs at least {needs}", path)
     try:
         docs = list(yaml.load_all(text, Loader=_Loader))
     except _Located as exc:
@@ -128,12 +140,12 @@ def read_yaml(path: Path, text: str | None = None) -> LineDict:
         raise WorkflowSyntaxError("YAML nested too deeply", path) from None
     if len(docs) != 1:
         raise WorkflowSchemaError(
-            f"the file holds {len(docs)} YAML documents; a workflow file holds exactly one", path
+            f"the file holds {len(docs)} YAML documents; {_file(what)} holds exactly one", path
         )
     doc = docs[0]
     if not isinstance(doc, LineDict):
         kind = "a list" if isinstance(doc, list) else f"a single value ({type(doc).__name__})"
         raise WorkflowSchemaError(
-            f"the document is {kind}; a workflow is a mapping with 'name' and 'nodes'", path, 1
+            f"the document is {kind}; {what} is a mapping with {needs}", path, 1
         )
     return doc

@@ -118,6 +118,22 @@ def test_bad_set_option(write):
     assert result.exit_code == 2 and "expected NAME=VALUE" in result.stderr
 
 
+def test_set_that_no_payload_uses_is_refused_before_anything_runs(write, tmp_path):
+    path = write("name: a\nproperties: {nsteps: 10}\nnodes:\n  a:\n    run: echo {{ nsteps }}\n")
+    run_dir = tmp_path / "run"
+    status, out, err = run_cli("run", path, "--set", "nstep=3", "--run-dir", run_dir)
+    assert status == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err == f"--set nstep=3: no payload in {path.name} uses the property 'nstep' (did you mean 'nsteps'?)\n"
+    assert not run_dir.exists()
+    # a name the payload reads is fine, declared under properties or not
+    assert CliRunner().invoke(cli, ["plan", str(path), "--set", "nsteps=3"]).exit_code == 0
+    other = write("name: b\nnodes:\n  a:\n    run: echo {{ t }}\n", name="b.yaml")
+    assert CliRunner().invoke(cli, ["plan", str(other), "--set", "t=1"]).exit_code == 0
+    shadowed = write("name: c\nnodes:\n  a:\n    parameters: {t: [1, 2]}\n    run: echo {{ t }}\n", name="c.yaml")
+    result = CliRunner().invoke(cli, ["plan", str(shadowed), "--set", "t=5"])
+    assert result.exit_code == 2 and "no payload in c.yaml uses the property 't'" in result.stderr
+
+
 def test_missing_file_and_directory(tmp_path):
     for target, phrase in ((tmp_path / "nope.yaml", "no such file"), (tmp_path, "is a directory")):
         result = CliRunner().invoke(cli, ["validate", str(target)])
@@ -138,6 +154,21 @@ def test_a_line_break_cannot_smuggle_a_line_into_a_job_script(write, tmp_path):
     hosts.write_text('hosts:\n  c:\n    protocol: slurm\n    partitions:\n      - {name: "short\\nrm -rf x"}\n')
     result = CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)])
     assert result.exit_code == 2 and "must be one line" in result.stderr
+
+
+@pytest.mark.parametrize("text, line, phrase", [
+    ("root:x:0:0:root:/root:/bin/bash\n", 1, "the document is a single value (str); a hosts file is a mapping with 'hosts'"),
+    ("", None, "the file is empty; a hosts file needs at least 'hosts'"),
+    ("hosts:\n  c:\n    protocl: slurm\n", 3, "'hosts.c.protocl': unknown key (did you mean 'protocol'?)"),
+    ("hosts:\n  c: {protocol: slurm, cores_per_node: many}\n", 2, "'hosts.c.cores_per_node'"),
+])
+def test_bad_hosts_file_is_one_line_naming_it(tmp_path, text, line, phrase):
+    hosts = tmp_path / "h.yaml"
+    hosts.write_text(text)
+    result = CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)])
+    where = f"{hosts}:{line}: " if line else f"{hosts}: "
+    assert result.exit_code == 2 and result.stderr.startswith(where + phrase), result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 def test_example_hosts_file_is_valid():
