@@ -585,7 +585,8 @@ def logs(run: str, member: str) -> None:
         from .source import did_you_mean
 
         known = [p.name for p in (d / "members").iterdir()] if (d / "members").is_dir() else []
-        click.echo(f"run {d.name} has no member output for node '{node}'{did_you_mean(node, known)}", err=True)
+        click.echo(f"run {d.name} has no member output for node '{node}'{did_you_mean(node, known)}"
+                   + (f"; nodes with output: {', '.join(sorted(known))}" if known else ""), err=True)
         sys.exit(2)
     if not md.is_dir():
         click.echo(f"{node}[{idx}] has not run yet (no {md})", err=True)

@@ -176,6 +176,9 @@ def test_quickstart_end_to_end(tmp_path):
     assert rc == 0, err
     assert "T=300 seed=2 steps=1000" in out
     assert "seed=3" not in out and "seed=1" not in out
+    rc, out, err = pwe("logs", run_id, "simulat:2", cwd=tmp_path)
+    assert rc == 2 and err.strip() == (f"run {run_id} has no member output for node 'simulat' (did you mean "
+                                       "'simulate'?); nodes with output: analyze, prepare, simulate"), err
 
     # the run directory keeps everything
     assert (d / "workflow.yaml").read_bytes() == wf.read_bytes()
