@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, pwe_env
 
 
 def workflow(d: Path, members: int, payload: str) -> Path:
@@ -108,11 +108,10 @@ def bare_loop(base: Path, members: int, slots: int) -> float:
     return members / (time.perf_counter() - t0)
 
 
-def one(base: Path, members: int, cores: int, payload: str) -> tuple[float, float]:
+def one(base: Path, members: int, cores: int, payload: str, env: dict[str, str]) -> tuple[float, float]:
     run_dir = base / f"run-{time.time_ns()}"
     wf = workflow(base, members, payload)
     settle()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
                            str(run_dir)], capture_output=True, text=True, env=env)
@@ -131,6 +130,7 @@ def main() -> None:
     ap.add_argument("--where", choices=["disk", "tmpfs", "both"], default="both")
     ap.add_argument("--payload", choices=["true", "bash", "sleep", "all"], default="all")
     args = ap.parse_args()
+    env = pwe_env()
     places = {"disk": ROOT / "bench" / "out", "tmpfs": Path("/dev/shm")}
     wheres = ["disk", "tmpfs"] if args.where == "both" else [args.where]
     payloads = ["true", "bash", "sleep"] if args.payload == "all" else [args.payload]
@@ -146,7 +146,7 @@ def main() -> None:
                     n, cores, cmd = 400, 8, "sleep 0.05"
                 else:
                     n, cores, cmd = args.members, args.cores, "true" if payload == "true" else "true;"
-                results = [one(base, n, cores, cmd) for _ in range(args.repeat)]
+                results = [one(base, n, cores, cmd, env) for _ in range(args.repeat)]
                 walls = [w for w, _ in results]
                 wall = statistics.median(walls)
                 inner = statistics.median(i for _, i in results)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import pwe_env
 
 
 def main() -> None:
@@ -36,7 +35,7 @@ def main() -> None:
         "    ssh_config: /var/tmp/pwe-ssh/ssh_config\n")
     wf = d / "wf.yaml"
     wf.write_text(f"name: ssh\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {args.members}]}}}}\n    run: 'true'\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = pwe_env()
     rows = []
     for k in range(args.repeat):
         run_dir = d / f"run{k}"

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import pwe_env
 CMDS = ("sbatch", "squeue", "scontrol", "scancel")
 
 
@@ -35,7 +35,7 @@ def shim(d: Path) -> tuple[dict, Path]:
         p = bindir / cmd
         p.write_text(f'#!/bin/sh\necho {cmd} >> {log}\nexec {real} "$@"\n')
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
-    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+    env = pwe_env(PATH=f"{bindir}:{os.environ['PATH']}")
     return env, log
 
 

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+from common import ROOT, pwe_env
+ENV = pwe_env()
 
 
 def timed(args: list[str], repeat: int) -> float:

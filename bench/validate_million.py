@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import pwe_env
+
 N = 1_000_000
 
 
@@ -78,6 +80,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         files = workflows(Path(tmp))
+        env = pwe_env()
         print(f"{'case':8} {'wall s (median)':>16} {'peak MB (max)':>14}  report")
         for name, path in files.items():
             if args.case and name not in args.case:
@@ -85,7 +88,7 @@ def main() -> None:
             walls, peaks, line = [], [], ""
             for _ in range(args.repeat):
                 out = subprocess.run([sys.executable, __file__, "--one", str(path)], capture_output=True,
-                                     text=True, check=True).stdout.split(" ", 2)
+                                     text=True, check=True, env=env).stdout.split(" ", 2)
                 walls.append(float(out[0]))
                 peaks.append(float(out[1]))
                 line = out[2].strip()
