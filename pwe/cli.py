@@ -265,8 +265,39 @@ def _follow(engine, **kwargs) -> None:
     parts = [f"{t[k]} {NAMES[k]}" for k in (4, 5, 6, 7) if t[k] or k == 4]
     click.echo(f"{engine.run_id}: {', '.join(parts)} of {total}  ({engine.dir})")
     if t[5]:
+        shown = _failed_examples(engine, limit=3)
+        for _, line in shown:
+            click.echo(line, err=True)
         click.echo(f"see: pwe show {ref} --state failed", err=True)
+        if shown:  # NODE:INDEX, not NODE[INDEX]: brackets are a glob to the shell it is pasted into
+            click.echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
     sys.exit(0 if ok else 1)
+
+
+def _failed_examples(engine: Any, limit: int) -> list[tuple[str, str]]:
+    """(NODE:INDEX, a line) for the first few failed members: exit status or reason, and
+    the last line the member wrote to stderr (what a user looks for first)."""
+    from .rundir import member_dir
+    from .state import FAILED
+
+    lines: list[tuple[str, str]] = []
+    for nid, ns in engine.state.nodes.items():
+        i = ns.state.find(FAILED) if ns.counts[FAILED] else -1
+        while i >= 0 and len(lines) < limit:
+            what = ns.why.get(i) or f"exit {ns.rc.get(i)}"
+            tail = ""
+            try:
+                with open(member_dir(engine.dir, nid, i) / "stderr", "rb") as fh:
+                    fh.seek(max(0, fh.seek(0, 2) - 4096))
+                    last = fh.read().decode("utf-8", "replace").strip().splitlines()
+                tail = f"  | {last[-1][:120]}" if last else ""
+            except OSError:
+                pass
+            lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))
+            i = ns.state.find(FAILED, i + 1)
+        if len(lines) >= limit:
+            break
+    return lines
 
 
 def _ref(engine) -> str:

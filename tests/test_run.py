@@ -866,16 +866,21 @@ def test_cancel_of_a_finished_run_keeps_its_outcome(tmp_path, write):
 def test_hints_printed_by_run_work_with_run_dir(tmp_path, write):
     """`pwe run` ends a failed run with `see: pwe show RUN-ID --state failed`; that
     command, typed as printed from the same directory, must work."""
-    wf = write("name: hint\nnodes:\n  a:\n    run: exit 4\n")
+    wf = write("name: hint\nnodes:\n  a:\n    parameters: {i: [1, 2]}\n"
+               "    run: |\n      echo warming up >&2\n      echo 'no such input: x'{{ i }} >&2\n      exit {{ i }}\n")
     rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "elsewhere" / "r1", cwd=tmp_path)
     assert rc == 1, err
-    hint = [line for line in err.splitlines() if line.startswith("see: pwe ")]
-    assert hint, f"no hint on stderr:\n{err}"
-    words = hint[0].split()[2:]  # after "see: pwe"
-    rc, out, err = pwe(*words, cwd=tmp_path)
-    assert rc == 0 and "exit=4" in out, (
-        f"BUG pwe/cli.py _follow prints `{hint[0][5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
-        "looked up only under ./pwe-runs (rundir.find); print the run directory when --run-dir put it elsewhere")
+    # the first failed members, each with its exit status and the last line of its stderr
+    assert "  a[0] failed: exit 1  | no such input: x1\n  a[1] failed: exit 2  | no such input: x2\n" in err, err
+    hints = [line for line in err.splitlines() if line.startswith("see: pwe ")]
+    assert [h.split()[2] for h in hints] == ["show", "logs"], f"hints on stderr:\n{err}"
+    for hint in hints:
+        words = hint.split()[2:]  # after "see: pwe"
+        rc, out, err = pwe(*words, cwd=tmp_path)
+        assert rc == 0, (
+            f"BUG pwe/cli.py _follow prints `{hint[5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
+            "looked up only under ./pwe-runs (rundir.find); print the run directory when --run-dir put it elsewhere")
+        assert ("exit=1" in out) if words[0] == "show" else ("no such input: x1" in out), out
 
 
 def test_run_dir_already_used(tmp_path, write):
