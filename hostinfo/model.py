@@ -38,6 +38,8 @@ class Host(BaseModel):
     contact: StrictStr = Field("local", description="'local' (this machine) or ssh://user@login-node[:port]")
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="default: this machine's")
     gpus_per_node: Annotated[StrictInt, Field(ge=0)] = 0
+    memory_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None, description="MB of memory per node members may use; when given, members are packed by memoryPerMember")
     shared_nodes: StrictBool = True
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="most nodes one pilot job asks for")
     max_pilots: Annotated[StrictInt, Field(ge=1)] = Field(1, description="most pilot jobs at once on this host")

@@ -7,6 +7,7 @@ Read, in order: ``$XDG_CONFIG_HOME/pwe/hosts.yaml`` (``~/.config/pwe/hosts.yaml`
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,8 +26,29 @@ def local_cores() -> int:
         return os.cpu_count() or 1
 
 
+def local_gpus() -> int:
+    """GPUs members may use here: CUDA_VISIBLE_DEVICES when set, else the NVIDIA devices."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)]) if os.path.isdir("/dev") else 0
+
+
+def local_memory_mb() -> int | None:
+    """This machine's memory in MB (Linux), for packing members by memoryPerMember."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def builtin_local(cores: int | None = None) -> Host:
-    return Host(name="local", protocol="local", contact="local", cores_per_node=cores or local_cores())
+    return Host(name="local", protocol="local", contact="local", cores_per_node=cores or local_cores(),
+                gpus_per_node=local_gpus(), memory_per_node=local_memory_mb())
 
 
 class Registry:

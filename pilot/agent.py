@@ -143,14 +143,16 @@ class NodeAgent:
                 pass
 
 
-def _shape(task: dict) -> tuple[int, int, bool, int | None]:
-    """(ranks, threads, exclusive, per-node core cap) a task asks for."""
+def _shape(task: dict) -> tuple[int, int, bool, int | None, int, int]:
+    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB) a task asks for:
+    the packer's arguments, in its order."""
     ranks = max(1, int(task.get("ranks") or 1))
     threads = max(1, int(task.get("threads") or task.get("cores") or 1))
     if "ranks" not in task and "threads" not in task:
         ranks, threads = 1, max(1, int(task.get("cores") or 1))
     cap = task.get("cap")
-    return ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None
+    return (ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None,
+            int(task.get("gpus") or 0), int(task.get("mem") or 0))
 
 
 class Pilot:
@@ -266,6 +268,8 @@ class Pilot:
         cwd = task["cwd"]
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
+        if placement.gpu_ids:  # the GPUs of its node that are this member's alone
+            member_env["CUDA_VISIBLE_DEVICES"] = member_env["PWE_GPUS"] = ",".join(map(str, placement.gpu_ids))
         env = self._base_env.copy()
         env.update(member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
@@ -406,19 +410,20 @@ class Pilot:
         i = 0
         while self.queue and i < 64 and self.free > 0:
             task = self.queue[i]
-            ranks, threads, exclusive, cap = _shape(task)
+            shape = _shape(task)
+            ranks, threads, exclusive = shape[:3]
             wall = task.get("wall")
             if left is not None and wall and wall * 60 > left:
                 # it cannot finish before the allocation ends: the next pilot runs it
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.packer.why_never(ranks, threads, exclusive, cap)
+            never = self.packer.why_never(*shape)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
                 continue
-            placement = self.packer.place(ranks, threads, exclusive, cap)
+            placement = self.packer.place(*shape)
             if placement is None:
                 i += 1
                 continue
@@ -474,8 +479,7 @@ class Pilot:
         instead of waiting for cores that will never come back."""
         keep: deque[dict] = deque()
         for task in self.queue:
-            ranks, threads, exclusive, cap = _shape(task)
-            never = self.packer.why_never(ranks, threads, exclusive, cap)
+            never = self.packer.why_never(*_shape(task))
             if never:
                 self.fail_now(task, 1, f"cannot be placed: {never}")
             else:
@@ -645,6 +649,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--launcher-prefix", default=None, help="the launcher's command, with {node} {nodes} "
                     "{hosts} {nnodes} {ranks} {threads} {cwd}")
     ap.add_argument("--core-cap", type=int, default=None, help="most cores used per node (coreUsageRule)")
+    ap.add_argument("--gpus-per-node", type=int, default=None, help="GPUs on each node (default: from the batch "
+                    "system, or CUDA_VISIBLE_DEVICES here)")
+    ap.add_argument("--memory-per-node", type=int, default=None, help="MB of memory on each node for members")
     ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
     ap.add_argument("--margin", type=float, default=None,
                     help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
@@ -652,7 +659,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
     ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
     args = ap.parse_args(argv)
-    alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime)
+    alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
+                     gpus_per_node=args.gpus_per_node, memory_per_node=args.memory_per_node)
     if args.margin is None:
         args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
     os.chdir(args.dir)

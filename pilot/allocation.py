@@ -19,6 +19,7 @@ class Node:
     cores: int
     gpus: int = 0
     local: bool = False  # the pilot's own node: members are forked, not launched remotely
+    memory_mb: int | None = None  # None: not known, so members are not packed by memory
 
 
 @dataclass
@@ -90,14 +91,36 @@ def _mark_local(nodes: list[Node]) -> list[Node]:
 
 def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfile: str | None = None,
              cores: int | None = None, walltime_minutes: float | None = None,
-             started: float | None = None) -> Allocation:
+             started: float | None = None, gpus_per_node: int | None = None,
+             memory_per_node: int | None = None) -> Allocation:
     """The allocation this pilot runs in.
 
     Precedence: an explicit ``hosts`` ("h1:4,h2:4") or ``hostfile`` (lines "host [cores]"),
     then SLURM, PBS, LoadLeveler from ``env``, then this machine (``cores`` or its own).
     ``walltime_minutes`` (from the job script) sets the end, counted from ``started``.
+    GPUs and memory (MB) per node come from the host's definition when given, else from
+    SLURM (``SLURM_GPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``) or, on this machine alone, from
+    ``CUDA_VISIBLE_DEVICES``; memory left unknown is not packed by.
     """
     env = dict(os.environ if env is None else env)
+    alloc = _nodes(env, hosts, hostfile, cores, walltime_minutes, started)
+    gpus = gpus_per_node
+    if gpus is None:
+        if alloc.kind == "slurm" and env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+            gpus = int(env["SLURM_GPUS_ON_NODE"])
+        elif alloc.kind == "local" and env.get("CUDA_VISIBLE_DEVICES"):
+            gpus = len([d for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
+    memory = memory_per_node
+    if memory is None and alloc.kind == "slurm" and env.get("SLURM_MEM_PER_NODE", "").isdigit():
+        memory = int(env["SLURM_MEM_PER_NODE"])
+    for n in alloc.nodes:
+        n.gpus = gpus or 0
+        n.memory_mb = memory
+    return alloc
+
+
+def _nodes(env: dict[str, str], hosts: str | None, hostfile: str | None, cores: int | None,
+           walltime_minutes: float | None, started: float | None) -> Allocation:
     started = started or time.time()
     end = started + walltime_minutes * 60 if walltime_minutes else None
     if hosts or hostfile:

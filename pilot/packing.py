@@ -5,13 +5,23 @@ A member needs ``ranks x threads`` cores. It goes on one node when one node can 
 later); otherwise its ranks spread over nodes, each rank's threads on one node: a rank
 never straddles nodes. ``core_cap`` (coreUsageRule) caps the cores used on each node;
 ``exclusive`` (shareNodes: false) gives a member whole nodes that nothing else shares.
+
+A member that asks for GPUs or memory (gpusPerMember, memoryPerMember) runs on one node
+that has them free as well as the cores: it is given GPU ids of that node, and the
+memory is counted against the node's (when the node's memory is known). Nothing here
+enforces memory use; it keeps members from being packed beyond what the node holds.
 """
 
 from __future__ import annotations
 
 from .allocation import Node
 
-Placement = list[tuple[Node, int]]  # (node, ranks on it)
+
+class Placement(list):
+    """``[(node, ranks on it), ...]``, and what a one-node member took besides cores."""
+
+    gpu_ids: tuple[int, ...] = ()
+    mem: int = 0
 
 
 class Packer:
@@ -19,7 +29,13 @@ class Packer:
         self.nodes = list(nodes)
         self.cap = {n.name: min(n.cores, core_cap) if core_cap else n.cores for n in nodes}
         self.free = dict(self.cap)
+        self.gpus_free = {n.name: list(range(n.gpus)) for n in nodes}
+        self.mem_free = {n.name: n.memory_mb for n in nodes}  # None: not known, not counted
         self.dead: set[str] = set()
+
+    def _has(self, name: str, gpus: int, mem: int) -> bool:
+        m = self.mem_free[name]
+        return len(self.gpus_free[name]) >= gpus and (m is None or m >= mem)
 
     def _limit(self, name: str, cap: int | None) -> int:
         return min(self.cap[name], cap) if cap else self.cap[name]
@@ -29,11 +45,23 @@ class Packer:
         used = self.cap[name] - self.free[name]
         return max(0, min(self.free[name], self._limit(name, cap) - used))
 
-    def why_never(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None) -> str | None:
+    def why_never(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
+                  gpus: int = 0, mem: int = 0) -> str | None:
         """Why a member can never be placed here (even on an empty allocation), or None."""
         live = [n for n in self.nodes if n.name not in self.dead]
         if not live:
             return "no node of the allocation is left"
+        if gpus or mem:
+            need = ranks * threads
+            whole = [n for n in live if self._limit(n.name, cap) >= need]
+            if not whole:
+                return (f"a member that asks for GPUs or memory runs on one node; it needs {need} cores and nodes "
+                        f"here have at most {max(self._limit(n.name, cap) for n in live)} usable")
+            if gpus > max(n.gpus for n in whole):
+                return f"needs {gpus} GPUs on one node; nodes here have at most {max(n.gpus for n in whole)}"
+            known = [n.memory_mb for n in whole if n.memory_mb is not None]
+            if mem and known and len(known) == len(whole) and mem > max(known):
+                return f"needs {mem} MB of memory on one node; nodes here have at most {max(known)} MB"
         biggest = max(self._limit(n.name, cap) for n in live)
         if threads > biggest:
             return (f"a rank needs {threads} cores (threadsPerRank) but nodes here have at most {biggest}"
@@ -43,11 +71,27 @@ class Packer:
             return f"needs {ranks} ranks of {threads} cores; the allocation holds {total}"
         return None
 
-    def place(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None) -> Placement | None:
+    def place(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
+              gpus: int = 0, mem: int = 0) -> Placement | None:
         live = [n for n in self.nodes if n.name not in self.dead]
         need = ranks * threads
+        if gpus or mem:  # one node with the cores, the GPUs and the memory free
+            fits = [n for n in live if self._has(n.name, gpus, mem) and (
+                self.free[n.name] == self.cap[n.name] and self._limit(n.name, cap) >= need if exclusive
+                else self._room(n.name, cap) >= need)]
+            if not fits:
+                return None
+            node = min(fits, key=lambda n: (self.free[n.name], len(self.gpus_free[n.name]), not n.local))
+            got = Placement([(node, ranks)])
+            got.gpu_ids = tuple(self.gpus_free[node.name][:gpus])
+            del self.gpus_free[node.name][:gpus]
+            if self.mem_free[node.name] is not None:
+                got.mem = mem
+                self.mem_free[node.name] -= mem
+            self.free[node.name] = 0 if exclusive else self.free[node.name] - need
+            return got
         if exclusive:
-            chosen: Placement = []
+            chosen = Placement()
             left = ranks
             for n in live:
                 if self.free[n.name] == self.cap[n.name] and left > 0:
@@ -64,8 +108,8 @@ class Packer:
         if fits:
             node = min(fits, key=lambda n: (self.free[n.name], not n.local))
             self.free[node.name] -= need
-            return [(node, ranks)]
-        chosen = []
+            return Placement([(node, ranks)])
+        chosen = Placement()
         left = ranks
         for n in sorted(live, key=lambda n: -self._room(n.name, cap)):
             k = min(left, self._room(n.name, cap) // threads)
@@ -85,6 +129,12 @@ class Packer:
             if n.name in self.dead:
                 continue
             self.free[n.name] = self.cap[n.name] if exclusive else self.free[n.name] + k * threads
+            gpu_ids = getattr(placement, "gpu_ids", ())
+            if gpu_ids:
+                self.gpus_free[n.name].extend(gpu_ids)
+                self.gpus_free[n.name].sort()
+            if getattr(placement, "mem", 0):
+                self.mem_free[n.name] += placement.mem
 
     def kill_node(self, name: str) -> None:
         self.dead.add(name)

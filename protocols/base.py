@@ -59,6 +59,7 @@ class PilotJob:
     reservation: str | None = None
     constraint: str | None = None
     memory_mb: int | None = None
+    gpus_per_node: int = 0   # asked for when members of this pilot need GPUs
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     pilot_args: list[str] = field(default_factory=list)

@@ -185,7 +185,7 @@ class Engine:
         cores = the_host.cores_per_node
         options.setdefault("pilot_args", pilot_args_for(the_host))
         options["host_def"] = the_host.model_dump()
-        warnings = unsupported_scheduling(plan, the_host.protocol)
+        warnings = unsupported_scheduling(plan, the_host)
         run_id = rundir.new_run_id(plan.workflow.name)
         path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
         rundir.create(path)
@@ -592,6 +592,10 @@ class Engine:
             task["exclusive"] = True  # whole nodes, shared with no other member
         if sched.coreUsageRule:
             task["cap"] = sched.coreUsageRule  # most cores of a node this kind of member may use
+        if sched.gpusPerMember:
+            task["gpus"] = sched.gpusPerMember
+        if sched.memoryPerMember:
+            task["mem"] = sched.memoryPerMember
         return task
 
     # -- cancel and shutdown -----------------------------------------------------------------

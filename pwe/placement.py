@@ -44,9 +44,11 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
                 if part.max_nodes:
                     nodes = min(nodes, part.max_nodes)
                 break
+    # members that need GPUs get them only if the job asks for the nodes' GPUs
+    gpus = host.gpus_per_node if any(plan.nodes[n].scheduling.gpusPerMember for n, _ in ready) else 0
     return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
             "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
-            "memory_mb": sched.maxTotalMemory}
+            "memory_mb": sched.maxTotalMemory, "gpus_per_node": gpus}
 
 
 def preview_pilot_script(plan: Plan, host: Any) -> str:
@@ -107,6 +109,20 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
             raise InputError(
                 f"node '{nid}': a member needs {ranks * threads} cores but host '{host.name}' has "
                 f"{n_nodes} nodes of {per_node}", src, pn.line)
+        gpus, mem = sched.gpusPerMember or 0, sched.memoryPerMember or 0
+        if (gpus or mem) and ranks * threads > per_node:
+            raise InputError(
+                f"node '{nid}': a member that asks for GPUs or memory runs on one node, but it needs "
+                f"{ranks * threads} cores and host '{host.name}' has nodes of {per_node}", src, pn.line)
+        if gpus > host.gpus_per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but host '{host.name}' has "
+                f"{host.gpus_per_node} per node; set gpus_per_node in its hosts.yaml entry or use a GPU host",
+                src, pn.line)
+        if mem and host.memory_per_node and mem > host.memory_per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {mem} MB (memoryPerMember) but host '{host.name}' has "
+                f"{host.memory_per_node} MB per node", src, pn.line)
     return used
 
 
@@ -126,11 +142,16 @@ def pilot_args_for(host: Any) -> list[str]:
             args += ["--launcher-prefix", prefix]
     elif host.launcher not in ("auto", "fork"):
         args += ["--launcher", host.launcher]
+    if host.gpus_per_node:
+        args += ["--gpus-per-node", str(host.gpus_per_node)]
+    if host.memory_per_node:
+        args += ["--memory-per-node", str(host.memory_per_node)]
     return args
 
 
 #: Scheduling profile fields each protocol acts on; the rest are reported, never dropped.
-_MEMBER_FIELDS = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType", "coreUsageRule"}
+_MEMBER_FIELDS = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType", "coreUsageRule",
+                  "gpusPerMember", "memoryPerMember"}
 USED_SCHEDULING = {
     "local": _MEMBER_FIELDS,
     "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
@@ -142,15 +163,20 @@ USED_SCHEDULING = {
 }
 
 
-def unsupported_scheduling(plan: Plan, protocol: str = "local") -> list[str]:
+def unsupported_scheduling(plan: Plan, host: Any) -> list[str]:
     """One warning per node naming the profile fields its host does not act on: never
     dropped silently (DESIGN.md)."""
     out = []
-    used = USED_SCHEDULING.get(protocol, _MEMBER_FIELDS)
+    protocol = host.protocol
+    used = set(USED_SCHEDULING.get(protocol, _MEMBER_FIELDS))
+    if not host.memory_per_node:
+        used.discard("memoryPerMember")  # nothing to count it against
     for nid, pn in plan.nodes.items():
         given = pn.scheduling.model_dump(exclude_none=True)
         ignored = sorted(k for k in given if k not in used)
         if ignored:
             what = "has no batch system" if protocol == "local" else f"({protocol}) does not use them"
+            if ignored == ["memoryPerMember"]:
+                what = "states no memory_per_node"
             out.append(f"node '{nid}': host '{pn.host}' {what}; scheduling {', '.join(ignored)} not used")
     return out

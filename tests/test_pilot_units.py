@@ -157,3 +157,58 @@ def test_core_usage_rule_per_member_kind():
     assert p.place(1, 2, cap=4) is None  # 4 of the node's 8 cores used: the cap is reached
     assert p.place(1, 2) is not None  # members without the rule still fill the node
     assert "at most 4" in p.why_never(1, 6, cap=4)
+
+
+def test_gpus_and_memory_pack_on_one_node():
+    p = Packer([Node("a", 4, gpus=2, memory_mb=1000), Node("b", 4)])
+    one, two = p.place(1, 1, gpus=1), p.place(1, 1, gpus=1)
+    assert one[0][0].name == two[0][0].name == "a" and {one.gpu_ids, two.gpu_ids} == {(0,), (1,)}
+    assert p.place(1, 1, gpus=1) is None  # cores are left, GPUs are not
+    assert p.place(1, 1) is not None  # a member without GPUs still finds cores
+    p.release(one, 1)
+    assert p.place(1, 1, gpus=1).gpu_ids == one.gpu_ids  # the released GPU is handed out again
+    assert "at most 2" in p.why_never(1, 1, gpus=3)
+    assert "one node" in Packer([Node("d", 2, gpus=1), Node("e", 2, gpus=1)]).why_never(2, 2, gpus=1)
+
+    m = Packer([Node("c", 8, memory_mb=1000)])
+    a, b = m.place(1, 1, mem=400), m.place(1, 1, mem=400)
+    assert a and b and m.place(1, 1, mem=400) is None and m.place(1, 1) is not None
+    m.release(a, 1)
+    assert m.place(1, 1, mem=400) is not None
+    assert "at most 1000 MB" in m.why_never(1, 1, mem=2000)
+    # memory the allocation does not state is not counted
+    u = Packer([Node("u", 2)])
+    assert u.place(1, 1, mem=10**6) is not None and u.why_never(1, 1, mem=10**6) is None
+
+
+def test_gpus_and_memory_discovered():
+    env = {"SLURM_JOB_NODELIST": "g[1-2]", "SLURM_JOB_CPUS_PER_NODE": "8(x2)", "SLURM_GPUS_ON_NODE": "4",
+           "SLURM_MEM_PER_NODE": "64000"}
+    a = discover(env=env)
+    assert [(n.gpus, n.memory_mb) for n in a.nodes] == [(4, 64000), (4, 64000)]
+    a = discover(env=env, gpus_per_node=2, memory_per_node=1000)  # the host's definition wins
+    assert [(n.gpus, n.memory_mb) for n in a.nodes] == [(2, 1000), (2, 1000)]
+    assert discover(env={"CUDA_VISIBLE_DEVICES": "0,3"}, cores=2).nodes[0].gpus == 2
+    assert discover(env={}, cores=2).nodes[0].gpus == 0
+
+
+def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
+    from conftest import run_cli
+
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  gpu:\n    protocol: slurm\n    cores_per_node: 8\n    gpus_per_node: 4\n    memory_per_node: 64000\n"
+        "  torque:\n    protocol: pbs\n    cores_per_node: 8\n    gpus_per_node: 4\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, 8]}}\n    run: x\n"
+                  "    scheduling: {gpusPerMember: 1, memoryPerMember: 8000, maxWallTime: 30}\n")
+    status, out, err = run_cli("plan", wf, "--host", "gpu")
+    assert status == 0, err
+    assert "#SBATCH --gpus-per-node=4\n" in out
+    assert "--gpus-per-node 4 --memory-per-node 64000" in out  # the pilot packs by both
+    status, out, err = run_cli("plan", wf, "--host", "torque")
+    assert status == 0, err
+    assert "#PBS -l nodes=1:ppn=8:gpus=4\n" in out
+    # a node without GPU members asks for none
+    wf.write_text("name: w\nnodes:\n  a:\n    run: x\n    scheduling: {maxWallTime: 30}\n")
+    status, out, err = run_cli("plan", wf, "--host", "gpu")
+    assert status == 0 and "--gpus-per-node=" not in out, out

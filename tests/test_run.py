@@ -560,6 +560,58 @@ def test_no_oversubscription(tmp_path, write):
     assert one >= 2, "members of 1 thread on 4 cores never overlapped: packing is broken"
 
 
+GPU_HOST = "hosts:\n  local: {protocol: local, cores_per_node: 4, gpus_per_node: 2, memory_per_node: 1000}\n"
+
+
+def test_gpus_and_memory_limit_packing(tmp_path, write):
+    """4 cores, 2 GPUs, 1000 MB (hosts.yaml beside the workflow): members of one GPU run
+    two at a time, each on its own GPU; members of 400 MB run two at a time. Both nodes
+    run side by side, so the cores alone would have let four of each run."""
+    (tmp_path / "hosts.yaml").write_text(GPU_HOST)
+    ledger = tmp_path / "ledger"
+    wf = write(f"""\
+name: gpus
+nodes:
+  g:
+    parameters: {{k: {{range: [0, 6]}}}}
+    run: s=$EPOCHREALTIME; sleep 0.4; echo "g ${{CUDA_VISIBLE_DEVICES:-none}} ${{PWE_GPUS:-none}} $s $EPOCHREALTIME" >> {ledger}
+    scheduling: {{gpusPerMember: 1}}
+  m:
+    parameters: {{k: {{range: [0, 6]}}}}
+    run: s=$EPOCHREALTIME; sleep 0.4; echo "m ${{CUDA_VISIBLE_DEVICES:-none}} - $s $EPOCHREALTIME" >> {ledger}
+    scheduling: {{memoryPerMember: 400}}
+""")
+    rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 0, err
+    rows = [line.split() for line in ledger.read_text().splitlines()]
+    g = [(r[1], r[2], float(r[3]), float(r[4])) for r in rows if r[0] == "g"]
+    m = [(float(r[3]), float(r[4])) for r in rows if r[0] == "m"]
+    assert len(g) == 6 and len(m) == 6
+    assert all(dev in ("0", "1") and dev == same for dev, same, _, _ in g), g
+    assert max_overlap([(s, e) for _, _, s, e in g]) == 2, g
+    for dev, _, s, e in g:  # two members at once never share a GPU
+        assert not [d for d, _, s2, e2 in g if d == dev and (s2, e2) != (s, e) and s2 < e and s < e2], g
+    assert max_overlap(m) == 2, m
+    assert all(r[1] == "none" for r in rows if r[0] == "m")  # no GPU asked, none given
+
+
+@pytest.mark.parametrize("sched, phrase", [
+    ("gpusPerMember: 3", "a member needs 3 GPUs (gpusPerMember) but host 'local' has 2 per node"),
+    ("memoryPerMember: 2000", "a member needs 2000 MB (memoryPerMember) but host 'local' has 1000 MB per node"),
+    ("gpusPerMember: 1, ranksPerMember: 2, threadsPerRank: 4",
+     "a member that asks for GPUs or memory runs on one node, but it needs 8 cores and host 'pair' has nodes of 4"),
+])
+def test_gpus_or_memory_no_node_has_are_refused_at_plan_time(tmp_path, write, sched, phrase):
+    # 'pair': two nodes of 4 cores and 1 GPU (never contacted: this is refused at plan time)
+    (tmp_path / "hosts.yaml").write_text(GPU_HOST + "  pair: {protocol: local, nodes: [n1, n2], cores_per_node: 4, "
+                                         "gpus_per_node: 1}\n")
+    host = "pair" if "ranksPerMember" in sched else "local"
+    wf = write(f"name: big\nnodes:\n  a:\n    run: 'true'\n    host: {host}\n    scheduling: {{{sched}}}\n")
+    rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 2 and phrase in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
 # -- 11. a member wider than the machine -------------------------------------------------------
 
 
