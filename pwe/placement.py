@@ -31,6 +31,14 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
     if sched.minCpus:
         want = max(want, sched.minCpus)
     nodes = max(1, -(-want // usable))
+    # members that need GPUs or memory may need more nodes than their cores say
+    picked = [plan.nodes[n].scheduling for n, _ in ready]
+    gpus = sum(s.gpusPerMember or 0 for s in picked)
+    if gpus and host.gpus_per_node:
+        nodes = max(nodes, -(-gpus // host.gpus_per_node))
+    mem = sum(s.memoryPerMember or 0 for s in picked)
+    if mem and host.memory_per_node:
+        nodes = max(nodes, -(-mem // host.memory_per_node))
     if sched.maxNodes:
         nodes = min(nodes, sched.maxNodes)
     if host.max_nodes:
@@ -44,11 +52,10 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
                 if part.max_nodes:
                     nodes = min(nodes, part.max_nodes)
                 break
-    # members that need GPUs get them only if the job asks for the nodes' GPUs
-    gpus = host.gpus_per_node if any(plan.nodes[n].scheduling.gpusPerMember for n, _ in ready) else 0
     return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
             "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
-            "memory_mb": sched.maxTotalMemory, "gpus_per_node": gpus}
+            # members that need GPUs get them only if the job asks for the nodes' GPUs
+            "memory_mb": sched.maxTotalMemory, "gpus_per_node": host.gpus_per_node if gpus else 0}
 
 
 def preview_pilot_script(plan: Plan, host: Any) -> str:

@@ -204,11 +204,15 @@ def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
     status, out, err = run_cli("plan", wf, "--host", "gpu")
     assert status == 0, err
     assert "#SBATCH --gpus-per-node=4\n" in out
+    assert "#SBATCH --nodes=2\n" in out  # 8 members of one GPU: two nodes of 4 GPUs (their 8 cores fit one)
     assert "--gpus-per-node 4 --memory-per-node 64000" in out  # the pilot packs by both
     status, out, err = run_cli("plan", wf, "--host", "torque")
     assert status == 0, err
-    assert "#PBS -l nodes=1:ppn=8:gpus=4\n" in out
-    # a node without GPU members asks for none
-    wf.write_text("name: w\nnodes:\n  a:\n    run: x\n    scheduling: {maxWallTime: 30}\n")
+    assert "#PBS -l nodes=2:ppn=8:gpus=4\n" in out
+    # memory can call for more nodes too: 8 x 16000 MB on nodes of 64000 MB
+    wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, 8]}}\n    run: x\n"
+                  "    scheduling: {memoryPerMember: 16000, maxWallTime: 30}\n")
     status, out, err = run_cli("plan", wf, "--host", "gpu")
-    assert status == 0 and "--gpus-per-node=" not in out, out
+    assert status == 0 and "#SBATCH --nodes=2\n" in out, out
+    # a node without GPU members asks for none
+    assert "--gpus-per-node=" not in out, out
