@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,8 +53,9 @@ class Pilot:
     """The engine's view of one pilot: its files and how far they have been read."""
 
     def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
-                 popen: subprocess.Popen | None = None, offset: int = 0, job: str | None = None):
+                 popen: subprocess.Popen | None = None, offset: int = 0, job: str | None = None, lane: str = ""):
         self.id = pid_
+        self.lane = lane  # the registry host it serves
         self.job = job  # a batch job id: its liveness comes from the scheduler and heartbeats
         self.dir = directory
         self.os_pid = os_pid
@@ -122,15 +124,40 @@ class Pilot:
             self._events.close()
 
 
+class Lane:
+    """One host of the run: how its pilots start (a process here, or a batch job through
+    its protocol), the members ready for it, and the pace of its status queries."""
+
+    def __init__(self, host: Any, cores: int, pilot_args: list[str], status_every: float):
+        self.host = host
+        self.name = host.name
+        self.cores = cores
+        self.pilot_args = [str(a) for a in pilot_args]
+        self.protocol = None
+        if host.protocol != "local":
+            from protocols.base import get as get_protocol
+            from protocols.ssh import runner_for
+
+            # commands go to the host's head node: here, or over SSH (host keys verified)
+            self.protocol = get_protocol(host.protocol, runner_for(host))
+        self.ready: deque[tuple[str, int]] = deque()
+        self.status_every = status_every
+        self.status_interval = status_every
+        self.last_status = 0.0
+
+
 class Engine:
-    """Runs one run directory to its end. Use :meth:`create` or :meth:`open`."""
+    """Runs one run directory to its end. Use :meth:`create` or :meth:`open`.
+
+    Each node runs on its own host (its ``host``, or ``--host`` for all); the engine keeps
+    one :class:`Lane` per host used, each with its own pilots.
+    """
 
     def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any]):
         self.dir = Path(run_dir).resolve()  # pilots and members run elsewhere: absolute paths only
         self.plan = plan
         self.info = info
         self.run_id = info["run_id"]
-        self.cores = int(info.get("cores") or 1)
         self.heartbeat = float(info.get("heartbeat", 5.0))
         self.lost_after = float(info.get("lost_after", 60.0))
         self.state: RunState | None = None
@@ -145,17 +172,14 @@ class Engine:
         self._members = str(self.dir / "members")
         from hostinfo.model import Host
 
-        self.host = Host(**info["host_def"]) if info.get("host_def") else Host(name="local")
-        self.protocol = None
-        if self.host.protocol != "local":
-            from protocols.base import get as get_protocol
-            from protocols.ssh import runner_for
-
-            # commands go to the host's head node: here, or over SSH (host keys verified)
-            self.protocol = get_protocol(self.host.protocol, runner_for(self.host))
-        self.status_every = float(info.get("status_every", 5.0))
-        self._status_interval = self.status_every
-        self._last_status = 0.0
+        status_every = float(info.get("status_every", 5.0))
+        self.lanes: dict[str, Lane] = {
+            name: Lane(Host(**lane["host_def"]), int(lane.get("cores") or 1), lane.get("pilot_args", []), status_every)
+            for name, lane in info["lanes"].items()
+        }
+        # each node's lane; a node whose host the run did not record runs on the first
+        first = next(iter(self.lanes))
+        self._lane_of = {nid: pn.host if pn.host in self.lanes else first for nid, pn in plan.nodes.items()}
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -169,23 +193,25 @@ class Engine:
         plan = plan_workflow(src, sets, host=host)
         registry = hostinfo.load(src, hosts_file, cores=cores)
         hosts = check_hosts(plan, registry, src)
-        the_host = next(iter(hosts.values()))
-        if len(hosts) > 1:
-            raise InputError(f"nodes run on hosts {', '.join(sorted(hosts))}; this version runs a workflow on one "
-                             "host (pass --host)", src)
-        if the_host.protocol not in ("local", "ssh", "slurm", "pbs", "loadleveler"):
-            raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version does "
-                             "not submit to yet (local, ssh, slurm, pbs and loadleveler work)", src)
-        if the_host.contact != "local" and the_host.protocol == "local":
-            raise InputError(f"host '{the_host.name}': protocol local runs on this machine; for a remote head "
-                             "node use its batch protocol (slurm, pbs, loadleveler)", src)
-        if the_host.contact != "local" and not the_host.shared_fs:
-            raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: false); "
-                             "this version needs the run directory visible on the host at the same path", src)
-        cores = the_host.cores_per_node
-        options.setdefault("pilot_args", pilot_args_for(the_host))
-        options["host_def"] = the_host.model_dump()
-        warnings = unsupported_scheduling(plan, the_host)
+        for the_host in hosts.values():
+            if the_host.protocol not in ("local", "ssh", "slurm", "pbs", "loadleveler"):
+                raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version "
+                                 "does not submit to yet (local, ssh, slurm, pbs and loadleveler work)", src)
+            if the_host.contact != "local" and the_host.protocol == "local":
+                raise InputError(f"host '{the_host.name}': protocol local runs on this machine; for a remote head "
+                                 "node use its batch protocol (slurm, pbs, loadleveler)", src)
+            if the_host.contact != "local" and not the_host.shared_fs:
+                raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: "
+                                 "false); this version needs the run directory visible on the host at the same "
+                                 "path", src)
+        extra_args = options.pop("pilot_args", None)  # (tests and the API: for every host)
+        options["lanes"] = {
+            name: {"host_def": h.model_dump(), "cores": h.cores_per_node,
+                   "pilot_args": extra_args if extra_args is not None else pilot_args_for(h)}
+            for name, h in hosts.items()
+        }
+        cores = next(iter(hosts.values())).cores_per_node
+        warnings = unsupported_scheduling(plan, hosts)
         run_id = rundir.new_run_id(plan.workflow.name)
         path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
         rundir.create(path)
@@ -255,7 +281,7 @@ class Engine:
 
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
         pilot = Pilot(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
-                      offset=p.get("offset", 0), job=p.get("job"))
+                      offset=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
         self.pilots[pid_] = pilot
         # assignments journaled but never written to the pilot (killed in between): hand back
         sent: set[tuple[str, int, int]] = set()
@@ -329,80 +355,83 @@ class Engine:
         return self.state.apply(rec)
 
     # -- pilots ---------------------------------------------------------------------------------
-    def _start_pilot(self) -> Pilot:
-        if self.protocol is not None:
-            return self._submit_pilot()
+    def _start_pilot(self, lane: Lane) -> Pilot:
+        if lane.protocol is not None:
+            return self._submit_pilot(lane)
         from protocols.local import start_pilot
 
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
-        popen = start_pilot(d, self.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)),
-                            extra_args=[str(a) for a in self.info.get("pilot_args", [])])
+        popen = start_pilot(d, lane.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)),
+                            extra_args=lane.pilot_args)
         host = socket.gethostname()
-        self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "slots": self.cores,
-                      "t": time.time()})
-        pilot = Pilot(pid_, d, popen.pid, host, self.cores, popen=popen)
+        self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
+                      "slots": lane.cores, "t": time.time()})
+        pilot = Pilot(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name)
         self.pilots[pid_] = pilot
         return pilot
 
-    def _submit_pilot(self) -> Pilot:
+    def _submit_pilot(self, lane: Lane) -> Pilot:
         """Glide in: one batch job that becomes a pilot, sized for the members ready now."""
         from protocols.base import PilotJob
 
         import pilot as pilot_pkg
 
+        host = lane.host
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
         d.mkdir(parents=True, exist_ok=True)
         (d / "tasks.jsonl").touch()
-        job = PilotJob(pilot_id=pid_, pilot_dir=str(d), job_name=f"pwe-{self.run_id}-{pid_}", **self._pilot_shape(),
+        job = PilotJob(pilot_id=pid_, pilot_dir=str(d), job_name=f"pwe-{self.run_id}-{pid_}",
+                       **self._pilot_shape(lane),
                        python=sys.executable, pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
-                       account=self.host.account, setup=list(self.host.setup),
-                       env={k: str(v) for k, v in self.host.env.items()},
+                       account=host.account, setup=list(host.setup),
+                       env={k: str(v) for k, v in host.env.items()},
                        notify=f"{shlex.join([sys.executable, '-m', 'pwe', 'notify', '--run', str(self.dir), '--pilot', pid_])}",
-                       pilot_args=[str(a) for a in self.info.get("pilot_args", [])]
+                       pilot_args=lane.pilot_args
                        + ["--heartbeat", str(self.heartbeat), "--idle-timeout",
                           str(self.info.get("idle_timeout", 60))])
         script = d / "job.sh"
-        script.write_text(self.protocol.render(job))
+        script.write_text(lane.protocol.render(job))
         from protocols.base import SubmitError
         from protocols.runner import ContactError
 
         try:
-            job_id = self.protocol.submit(job, str(script))
+            job_id = lane.protocol.submit(job, str(script))
         except (SubmitError, ContactError) as exc:
-            raise PweError(f"cannot submit a pilot to host '{self.host.name}': {exc}") from None
-        self._record({"e": "pilot", "p": pid_, "job": job_id, "host": self.host.name, "slots": job.nodes *
-                      job.cores_per_node, "batch": self.protocol.name, "t": time.time()})
-        pilot = Pilot(pid_, d, 0, self.host.name, job.nodes * job.cores_per_node, job=job_id)
+            raise PweError(f"cannot submit a pilot to host '{host.name}': {exc}") from None
+        self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
+                      "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
+        pilot = Pilot(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name)
         self.pilots[pid_] = pilot
         return pilot
 
-    def _pilot_shape(self) -> dict[str, Any]:
+    def _pilot_shape(self, lane: Lane) -> dict[str, Any]:
         st = self.state
-        ready = [(n, i) for n, i in st.ready if st.nodes[n].state[i] == READY]
-        return pilot_shape(self.plan, self.host, ready)
+        ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
+        return pilot_shape(self.plan, lane.host, ready)
 
-    def _poll_jobs(self) -> None:
-        """One batched status query for every live batch pilot, at most every status_every s."""
+    def _poll_jobs(self, lane: Lane) -> None:
+        """One batched status query for every live batch pilot of a host, at most every
+        status_every s."""
         from protocols.base import JobState
 
-        live = [p for p in self.pilots.values() if p.alive and p.job]
+        live = [p for p in self.pilots.values() if p.alive and p.job and p.lane == lane.name]
         now = time.time()
-        if not live or now - self._last_status < self._status_interval:
+        if not live or now - lane.last_status < lane.status_interval:
             return
-        self._last_status = now
+        lane.last_status = now
         from protocols.runner import ContactError
 
         try:
-            states = self.protocol.status([p.job for p in live])
+            states = lane.protocol.status([p.job for p in live])
         except ContactError:
             return  # unknown, not failed: ask again next time
         # back off while nothing changes (kind to the scheduler); look again soon after a change
         changed = any(states.get(p.job) != p.job_state for p in live)
-        self._status_interval = self.status_every if changed else min(60.0, self._status_interval * 1.5)
+        lane.status_interval = lane.status_every if changed else min(60.0, lane.status_interval * 1.5)
         for pilot in live:
             state = states.get(pilot.job, JobState.UNKNOWN)
             pilot.job_state = state
@@ -414,7 +443,7 @@ class Engine:
                 self._pilot_gone(pilot, why)
             elif state is JobState.RUNNING and pilot.came_up and now - pilot.last_heard > self.lost_after:
                 self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
-                self.protocol.cancel([pilot.job])
+                lane.protocol.cancel([pilot.job])
 
     def _take_edges(self) -> None:
         """Batch systems' edge events (pwe notify): journal the authentic ones; a job that
@@ -468,8 +497,9 @@ class Engine:
         return len(events)
 
     def _check_pilots(self) -> None:
-        if self.protocol is not None:
-            self._poll_jobs()
+        for lane in self.lanes.values():
+            if lane.protocol is not None:
+                self._poll_jobs(lane)
         now = time.time()
         for pilot in self.pilots.values():
             if not pilot.alive:
@@ -508,36 +538,49 @@ class Engine:
 
     # -- feeding ------------------------------------------------------------------------------
     def _feed(self) -> int:
-        """Hand ready members to live pilots; start pilots when there are none (or, on a
-        batch host, when every live pilot is busy and the host allows more at once)."""
+        """Hand ready members to the live pilots of their host; start pilots when a host
+        has none (or, on a batch host, when every live pilot is busy and the host allows
+        more at once)."""
         st = self.state
-        if not st.ready or st.cancelled:
+        if st.cancelled:
             return 0
-        live = self._live_pilots()
-        if not live:
-            live = [self._start_pilot()]
-        fed = sum(self._feed_pilot(p) for p in live)
-        most = self.host.max_pilots if self.protocol is not None else 1
-        while (len(self._live_pilots()) < most and st.totals()[READY] > 0
-               and all(p.outstanding >= self._window(p) for p in self._live_pilots())):
-            fed += self._feed_pilot(self._start_pilot())
+        if st.ready:  # to the lane of each member's node
+            lane_of, nodes = self._lane_of, st.nodes
+            while st.ready:
+                nid, i = st.ready.popleft()
+                if nodes[nid].state[i] == READY:
+                    self.lanes[lane_of[nid]].ready.append((nid, i))
+        fed = 0
+        for lane in self.lanes.values():
+            if not lane.ready:
+                continue
+            live = self._live_pilots(lane)
+            if not live:
+                live = [self._start_pilot(lane)]
+            fed += sum(self._feed_pilot(p, lane) for p in live)
+            most = lane.host.max_pilots if lane.protocol is not None else 1
+            while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
+                   and all(p.outstanding >= self._window(p) for p in self._live_pilots(lane))):
+                fed += self._feed_pilot(self._start_pilot(lane), lane)
         return fed
 
-    def _live_pilots(self) -> list[Pilot]:
-        return [p for p in self.pilots.values() if p.alive and not p.down and not p.draining and not p.full]
+    def _live_pilots(self, lane: Lane) -> list[Pilot]:
+        return [p for p in self.pilots.values()
+                if p.lane == lane.name and p.alive and not p.down and not p.draining and not p.full]
 
     def _window(self, pilot: Pilot) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
         # per core, so that the rest can go to other pilots when the host allows several
-        return max(8 * pilot.slots, 256) if self.protocol is None else max(2 * pilot.slots, 2)
+        return max(8 * pilot.slots, 256) if pilot.job is None else max(2 * pilot.slots, 2)
 
-    def _feed_pilot(self, pilot: Pilot) -> int:
+    def _feed_pilot(self, pilot: Pilot, lane: Lane) -> int:
         st = self.state
         window = self._window(pilot)
         fed = 0
         refused: list[tuple[str, int]] = []
-        while st.ready and pilot.outstanding < window and not pilot.full:
-            nid, i = st.ready.popleft()
+        ready = lane.ready
+        while ready and pilot.outstanding < window and not pilot.full:
+            nid, i = ready.popleft()
             ns = st.nodes[nid]
             if ns.state[i] != READY:
                 continue  # a stale entry: assigned or finished since it was queued
@@ -550,7 +593,7 @@ class Engine:
                 # the next ready member goes to a new pilot
                 pilot.full = True
                 pilot.send({"k": "stop"})
-                st.ready.appendleft((nid, i))
+                ready.appendleft((nid, i))
                 break
             attempt = ns.attempt[i] + 1
             task = self._task(nid, i, attempt)
@@ -560,9 +603,9 @@ class Engine:
             pilot.given += 1
             fed += 1
         if refused:
-            st.ready.extend(refused)
-            if self.protocol is not None and all(not p.alive or p.full or p.draining or p is pilot
-                                                 for p in self.pilots.values()):
+            ready.extend(refused)
+            if lane.protocol is not None and all(not p.alive or p.full or p.draining or p is pilot
+                                                 for p in self.pilots.values() if p.lane == lane.name):
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
                 pilot.send({"k": "stop"})
         return fed
@@ -615,24 +658,26 @@ class Engine:
         """Tell pilots there is nothing more, close files, release the run. Never raises
         over an error already on its way out (a full disk fails these writes too)."""
         try:
-            pending = []
+            pending: dict[str, list[str]] = {}
             for pilot in self.pilots.values():
                 try:
                     if pilot.alive and not pilot.down:
                         pilot.send({"k": "stop"})
                         if pilot.job and not pilot.came_up and self.state is not None and \
                                 self.state.unfinished() == 0:
-                            pending.append(pilot.job)  # queued still, and nothing left to do
+                            pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
                     pilot.close()
                 except OSError:
                     pass  # the pilot keeps running what it has; resume takes its events in
-            if pending and self.protocol is not None:
-                try:
-                    self.protocol.cancel(pending)
-                except Exception:  # a scheduler that does not answer must not hide the run's outcome
-                    pass
-            if self.protocol is not None:
-                self.protocol.runner.close()
+            for lane in self.lanes.values():
+                if lane.protocol is None:
+                    continue
+                if pending.get(lane.name):
+                    try:
+                        lane.protocol.cancel(pending[lane.name])
+                    except Exception:  # a scheduler that does not answer must not hide the run's outcome
+                        pass
+                lane.protocol.runner.close()
             if self.journal is not None:
                 try:
                     self.journal.close()

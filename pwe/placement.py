@@ -170,15 +170,16 @@ USED_SCHEDULING = {
 }
 
 
-def unsupported_scheduling(plan: Plan, host: Any) -> list[str]:
+def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
     """One warning per node naming the profile fields its host does not act on: never
-    dropped silently (DESIGN.md)."""
+    dropped silently (DESIGN.md). ``hosts``: the hosts the run uses, by name."""
     out = []
-    protocol = host.protocol
-    used = set(USED_SCHEDULING.get(protocol, _MEMBER_FIELDS))
-    if not host.memory_per_node:
-        used.discard("memoryPerMember")  # nothing to count it against
     for nid, pn in plan.nodes.items():
+        host = hosts[pn.host]
+        protocol = host.protocol
+        used = set(USED_SCHEDULING.get(protocol, _MEMBER_FIELDS))
+        if not host.memory_per_node:
+            used.discard("memoryPerMember")  # nothing to count it against
         given = pn.scheduling.model_dump(exclude_none=True)
         ignored = sorted(k for k in given if k not in used)
         if ignored:

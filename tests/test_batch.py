@@ -358,3 +358,50 @@ def test_several_pilots_at_once_when_the_host_allows(slurm_cluster, tmp_path):
     (a0, a1), (b0, b1) = sorted(spans.values())[:2]
     assert b0 < a1, spans
     assert sorted(r["m"] for r in journal if r["e"] == "end" and r["rc"] == 0) == list(range(18))
+
+
+def test_one_workflow_over_two_hosts_this_machine_and_slurm(slurm_cluster, tmp_path):
+    """A pipeline whose middle node names the SLURM host: prepare and summarize run on this
+    machine's pilot, the sweep in one SLURM pilot job, matched member by member."""
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = tmp_path / "mixed.yaml"
+    wf.write_text("""\
+name: mixed
+nodes:
+  prep:
+    parameters: {k: {range: [0, 6]}}
+    run: echo "job=${SLURM_JOB_ID:-none}" >> $PWE_OUTPUTS
+  sim:
+    host: cluster
+    after: [prep]
+    parameters: {k: {range: [0, 6]}}
+    run: echo "job=${SLURM_JOB_ID:-none}" >> $PWE_OUTPUTS
+    scheduling: {maxWallTime: 5}
+  post:
+    after: [sim]
+    parameters: {k: {range: [0, 6]}}
+    run: echo "job=${SLURM_JOB_ID:-none}" >> $PWE_OUTPUTS
+""")
+    bindir, log = shim(tmp_path)
+    env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    from pwe.results import load_state, member_record
+
+    _, st = load_state(run_dir)
+    jobs = {nid: {member_record(st, nid, k)["outputs"]["job"] for k in range(6)} for nid in ("prep", "sim", "post")}
+    assert jobs["prep"] == jobs["post"] == {"none"}  # this machine, no batch job
+    assert len(jobs["sim"]) == 1 and "none" not in jobs["sim"]  # all six in one SLURM pilot job
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    lanes = {r["p"]: r["lane"] for r in journal if r["e"] == "pilot"}
+    assert sorted(lanes.values()) == ["cluster", "local"], lanes
+    on = {(r["n"], lanes[r["p"]]) for r in journal if r["e"] == "assign"}
+    assert on == {("prep", "local"), ("sim", "cluster"), ("post", "local")}
+    # each sim member started after its own prep member ended, and before post's
+    order = [r for r in journal if r["e"] in ("start", "end")]
+    pos = {(r["n"], r["m"], r["e"]): i for i, r in enumerate(order)}
+    for k in range(6):
+        assert pos[("prep", k, "end")] < pos[("sim", k, "start")] and pos[("sim", k, "end")] < pos[("post", k, "start")]
+    assert log.read_text().split().count("sbatch") == 1

@@ -612,6 +612,43 @@ def test_gpus_or_memory_no_node_has_are_refused_at_plan_time(tmp_path, write, sc
     assert not (tmp_path / "run").exists()
 
 
+def test_nodes_on_two_hosts_each_get_their_own_pilot(tmp_path, write):
+    """Node 'a' names a one-core host, node 'b' this machine: both run at once, each in a
+    pilot of its own host, and 'a' never runs two members at a time."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  small: {protocol: local, cores_per_node: 1}\n"
+                                         "  twin: {protocol: local, cores_per_node: 2}\n")
+    ledger = tmp_path / "ledger"
+    wf = write(f"""\
+name: lanes
+nodes:
+  a:
+    host: small
+    parameters: {{k: {{range: [0, 4]}}}}
+    run: s=$EPOCHREALTIME; sleep 0.3; echo "a $s $EPOCHREALTIME" >> {ledger}
+  b:
+    host: twin
+    parameters: {{j: {{range: [0, 4]}}}}
+    run: s=$EPOCHREALTIME; sleep 0.3; echo "b $s $EPOCHREALTIME" >> {ledger}
+  c:
+    after: [a, b]
+    host: small
+    run: echo done
+""")
+    run = tmp_path / "run"
+    rc, out, err = pwe("run", wf, "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    rows = [line.split() for line in ledger.read_text().splitlines()]
+    spans = {n: [(float(s), float(e)) for m, s, e in rows if m == n] for n in "ab"}
+    assert max_overlap(spans["a"]) == 1 and max_overlap(spans["b"]) == 2, spans
+    assert max_overlap(spans["a"] + spans["b"]) == 3, "the two hosts' pilots did not run side by side"
+    journal = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    lanes = {r["p"]: (r["lane"], r["slots"]) for r in journal if r["e"] == "pilot"}
+    assert sorted(lanes.values()) == [("small", 1), ("twin", 2)], lanes
+    assert {(r["n"], lanes[r["p"]][0]) for r in journal if r["e"] == "assign"} == \
+        {("a", "small"), ("b", "twin"), ("c", "small")}
+    assert all(r["state"] == "done" for r in show(run))
+
+
 # -- 11. a member wider than the machine -------------------------------------------------------
 
 
