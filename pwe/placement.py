@@ -65,7 +65,9 @@ def preview_pilot_script(plan: Plan, host: Any) -> str:
     from protocols.base import get as get_protocol
     from protocols.runner import LocalRunner
 
-    roots = [(nid, i) for nid, pn in plan.nodes.items() if not plan.edges_into(nid) for i in range(min(pn.size, 100000))]
+    # the first node (in graph order) that runs on this host: its members ask for the first pilot
+    first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
+    roots = [(first, i) for i in range(min(plan.nodes[first].size, 100000))]
     d = "RUN_DIR/pilots/p1"
     job = PilotJob(pilot_id="p1", pilot_dir=d, job_name=f"pwe-{plan.workflow.name}-RUN-p1",
                    **pilot_shape(plan, host, roots), python=sys.executable,

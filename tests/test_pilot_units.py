@@ -216,3 +216,19 @@ def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
     assert status == 0 and "#SBATCH --nodes=2\n" in out, out
     # a node without GPU members asks for none
     assert "--gpus-per-node=" not in out, out
+
+
+def test_plan_sizes_each_hosts_pilot_by_that_hosts_nodes(tmp_path):
+    from conftest import run_cli
+
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  cluster:\n    protocol: slurm\n    cores_per_node: 8\n"
+                                         "    partitions: [{name: short, max_walltime: 10}, {name: long}]\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  prep:\n    run: x\n  sim:\n    host: cluster\n    after: [prep]\n"
+                  "    parameters: {k: {range: [0, 20]}}\n    run: y\n    scheduling: {maxWallTime: 5}\n")
+    status, out, err = run_cli("plan", wf)
+    assert status == 0, err
+    # sized by 'sim' (20 members, 5 min), not by 'prep', the first node of the graph
+    assert "first pilot job for host cluster" in out
+    assert "#SBATCH --time=0:05:00\n" in out and "#SBATCH --partition=short\n" in out
+    assert "#SBATCH --nodes=3\n" in out
