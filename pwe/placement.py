@@ -184,9 +184,13 @@ def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
             used.discard("memoryPerMember")  # nothing to count it against
         given = pn.scheduling.model_dump(exclude_none=True)
         ignored = sorted(k for k in given if k not in used)
-        if ignored:
+        parts = []
+        others = [k for k in ignored if k != "memoryPerMember"]
+        if others:
             what = "has no batch system" if protocol == "local" else f"({protocol}) does not use them"
-            if ignored == ["memoryPerMember"]:
-                what = "states no memory_per_node"
-            out.append(f"node '{nid}': host '{pn.host}' {what}; scheduling {', '.join(ignored)} not used")
+            parts.append(f"{what}; scheduling {', '.join(others)} not used")
+        if "memoryPerMember" in ignored:
+            parts.append("states no memory_per_node; memoryPerMember not used")
+        if parts:
+            out.append(f"node '{nid}': host '{pn.host}' " + "; it ".join(parts))
     return out

@@ -595,6 +595,16 @@ nodes:
     assert all(r[1] == "none" for r in rows if r[0] == "m")  # no GPU asked, none given
 
 
+def test_memory_per_member_on_a_host_that_states_no_memory_is_reported(tmp_path, write):
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {protocol: local, cores_per_node: 2}\n")
+    wf = write("name: m\nnodes:\n  a:\n    host: box\n    run: 'true'\n"
+               "    scheduling: {memoryPerMember: 100, account: abc}\n")
+    rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 0, err
+    assert ("warning: node 'a': host 'box' has no batch system; scheduling account not used; it states no "
+            "memory_per_node; memoryPerMember not used\n") in err, err
+
+
 @pytest.mark.parametrize("sched, phrase", [
     ("gpusPerMember: 3", "a member needs 3 GPUs (gpusPerMember) but host 'local' has 2 per node"),
     ("memoryPerMember: 2000", "a member needs 2000 MB (memoryPerMember) but host 'local' has 1000 MB per node"),
