@@ -405,3 +405,19 @@ nodes:
     for k in range(6):
         assert pos[("prep", k, "end")] < pos[("sim", k, "start")] and pos[("sim", k, "end")] < pos[("post", k, "start")]
     assert log.read_text().split().count("sbatch") == 1
+
+
+def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
+    from conftest import EXAMPLES
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(EXAMPLES / "hybrid.yaml"), "--run-dir",
+                           str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    from pwe.results import load_state, member_record
+
+    _, st = load_state(run_dir)
+    jobs = {member_record(st, "sweep", k)["outputs"]["job"] for k in range(8)}
+    assert len(jobs) == 1 and jobs != {""}, jobs  # the whole sweep in one SLURM job
+    assert (run_dir / "members" / "prepare" / "0" / "3" / "input.txt").read_text() == "input 3\n"
+    assert (run_dir / "members" / "summarize" / "0" / "0" / "stdout").read_text() == "summarized\n"
