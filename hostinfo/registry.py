@@ -28,9 +28,11 @@ def local_cores() -> int:
 
 def local_gpus() -> int:
     """GPUs members may use here: CUDA_VISIBLE_DEVICES when set, else the NVIDIA devices."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    from pilot.allocation import visible_gpus
+
+    visible = visible_gpus(os.environ)
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+        return len(visible)
     return len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)]) if os.path.isdir("/dev") else 0
 
 

@@ -30,7 +30,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .allocation import Allocation, discover
+from .allocation import Allocation, discover, visible_gpus
 from .launchers import PREFIXES, SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
 from .spawn import Spawner, member_base_env, start_failure
@@ -188,6 +188,7 @@ class Pilot:
         self._out: list[bytes] = []
         self.write_blocked = False
         self._base_env = member_base_env()
+        self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
         self.agents: dict[str, NodeAgent] = {}
         self.sel: selectors.BaseSelector | None = None
@@ -269,7 +270,11 @@ class Pilot:
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
         if placement.gpu_ids:  # the GPUs of its node that are this member's alone
-            member_env["CUDA_VISIBLE_DEVICES"] = member_env["PWE_GPUS"] = ",".join(map(str, placement.gpu_ids))
+            ids = [str(j) for j in placement.gpu_ids]
+            if placement[0][0].local and self._visible_gpus:
+                # the allocation's own GPU ids here (SLURM may give the job devices 2,3)
+                ids = [self._visible_gpus[j] if j < len(self._visible_gpus) else str(j) for j in placement.gpu_ids]
+            member_env["CUDA_VISIBLE_DEVICES"] = member_env["PWE_GPUS"] = ",".join(ids)
         env = self._base_env.copy()
         env.update(member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)

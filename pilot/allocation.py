@@ -89,6 +89,15 @@ def _mark_local(nodes: list[Node]) -> list[Node]:
     return nodes
 
 
+def visible_gpus(env: dict[str, str] | os._Environ) -> list[str] | None:
+    """The GPU ids ``CUDA_VISIBLE_DEVICES`` names (None when it is not set; ``-1`` is none)."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    ids = [d.strip() for d in value.split(",") if d.strip()]
+    return [] if ids[:1] == ["-1"] else ids
+
+
 def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfile: str | None = None,
              cores: int | None = None, walltime_minutes: float | None = None,
              started: float | None = None, gpus_per_node: int | None = None,
@@ -108,8 +117,8 @@ def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfi
     if gpus is None:
         if alloc.kind == "slurm" and env.get("SLURM_GPUS_ON_NODE", "").isdigit():
             gpus = int(env["SLURM_GPUS_ON_NODE"])
-        elif alloc.kind == "local" and env.get("CUDA_VISIBLE_DEVICES"):
-            gpus = len([d for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
+        elif alloc.kind == "local" and visible_gpus(env):
+            gpus = len(visible_gpus(env))
     memory = memory_per_node
     if memory is None and alloc.kind == "slurm" and env.get("SLURM_MEM_PER_NODE", "").isdigit():
         memory = int(env["SLURM_MEM_PER_NODE"])

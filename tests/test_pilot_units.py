@@ -189,6 +189,7 @@ def test_gpus_and_memory_discovered():
     a = discover(env=env, gpus_per_node=2, memory_per_node=1000)  # the host's definition wins
     assert [(n.gpus, n.memory_mb) for n in a.nodes] == [(2, 1000), (2, 1000)]
     assert discover(env={"CUDA_VISIBLE_DEVICES": "0,3"}, cores=2).nodes[0].gpus == 2
+    assert discover(env={"CUDA_VISIBLE_DEVICES": "-1"}, cores=2).nodes[0].gpus == 0  # CUDA's "none"
     assert discover(env={}, cores=2).nodes[0].gpus == 0
 
 

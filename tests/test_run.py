@@ -563,10 +563,12 @@ def test_no_oversubscription(tmp_path, write):
 GPU_HOST = "hosts:\n  local: {protocol: local, cores_per_node: 4, gpus_per_node: 2, memory_per_node: 1000}\n"
 
 
-def test_gpus_and_memory_limit_packing(tmp_path, write):
+@pytest.mark.parametrize("visible, devices", [(None, ("0", "1")), ("5,7", ("5", "7"))])
+def test_gpus_and_memory_limit_packing(tmp_path, write, visible, devices):
     """4 cores, 2 GPUs, 1000 MB (hosts.yaml beside the workflow): members of one GPU run
     two at a time, each on its own GPU; members of 400 MB run two at a time. Both nodes
-    run side by side, so the cores alone would have let four of each run."""
+    run side by side, so the cores alone would have let four of each run. When the
+    allocation's GPUs are named (CUDA_VISIBLE_DEVICES=5,7), members get those names."""
     (tmp_path / "hosts.yaml").write_text(GPU_HOST)
     ledger = tmp_path / "ledger"
     wf = write(f"""\
@@ -581,18 +583,20 @@ nodes:
     run: s=$EPOCHREALTIME; sleep 0.4; echo "m ${{CUDA_VISIBLE_DEVICES:-none}} - $s $EPOCHREALTIME" >> {ledger}
     scheduling: {{memoryPerMember: 400}}
 """)
-    rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path,
+                           env={"CUDA_VISIBLE_DEVICES": visible} if visible else None)
     assert rc == 0, err
     rows = [line.split() for line in ledger.read_text().splitlines()]
     g = [(r[1], r[2], float(r[3]), float(r[4])) for r in rows if r[0] == "g"]
     m = [(float(r[3]), float(r[4])) for r in rows if r[0] == "m"]
     assert len(g) == 6 and len(m) == 6
-    assert all(dev in ("0", "1") and dev == same for dev, same, _, _ in g), g
+    assert all(dev in devices and dev == same for dev, same, _, _ in g), g
     assert max_overlap([(s, e) for _, _, s, e in g]) == 2, g
     for dev, _, s, e in g:  # two members at once never share a GPU
         assert not [d for d, _, s2, e2 in g if d == dev and (s2, e2) != (s, e) and s2 < e and s < e2], g
     assert max_overlap(m) == 2, m
-    assert all(r[1] == "none" for r in rows if r[0] == "m")  # no GPU asked, none given
+    if not visible:
+        assert all(r[1] == "none" for r in rows if r[0] == "m")  # no GPU asked, none given
 
 
 def test_memory_per_member_on_a_host_that_states_no_memory_is_reported(tmp_path, write):
