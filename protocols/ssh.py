@@ -16,6 +16,11 @@ imported on the first connection, not with this module.
   the remote program as one literal argument. One connection is opened on first use and
   kept; a dropped one is reopened once, and only before a command started, so a
   submission never runs twice.
+- **Timeouts.** A command that does not answer in time raises
+  :class:`~protocols.runner.CommandTimeout` here, and the host's own ``timeout``
+  (coreutils) ends it a moment later there: closing an SSH channel does not stop the
+  remote program (OpenSSH ignores a channel's signal request). Hosts without ``timeout``
+  run the command as it is.
 - **Errors.** paramiko's and the socket's exceptions become
   :class:`~protocols.runner.ContactError` here and nowhere else.
 """
@@ -45,6 +50,12 @@ _BUF = 65536
 MAX_SESSIONS = 8  # commands at once over the one connection
 _QUIET = logging.NullHandler()
 _EXIT_GRACE = 0.5  # s to wait for the end of output once the remote command has exited
+#: The remote end of a timeout: the host's coreutils `timeout` (process group: TERM, then
+#: KILL 5 s later), given a little longer than we wait so that our CommandTimeout comes
+#: first. Without `timeout` on the host, the command runs as it is.
+_REMOTE_SLACK = 2
+_BOUNDED = ('if command -v timeout >/dev/null 2>&1; then exec timeout -k 5 "$0" "$@"; '
+            'else exec "$@"; fi')
 
 
 def runner_for(host: Any) -> CommandRunner:
@@ -148,7 +159,8 @@ class SshRunner(CommandRunner):
 
     # -- the two methods --------------------------------------------------------------------
     def _run(self, argv: list[str], timeout: float, input: str | None, cwd: str | None) -> CommandResult:
-        command = shlex.join(argv)
+        limit = str(int(timeout + 0.999) + _REMOTE_SLACK)
+        command = shlex.join(["sh", "-c", _BOUNDED, limit, *argv])
         if cwd:
             command = f"cd {shlex.quote(cwd)} && {command}"
         with self._sessions:

@@ -80,12 +80,22 @@ def test_a_hostile_argument_arrives_as_one_literal_argument(runner, tmp_path):
 
 
 def test_a_command_that_does_not_answer_raises_command_timeout(runner):
+    marker = f"30.{os.getpid()}{int(time.time() * 1000) % 100000}"  # this test's own sleep, to find it
     t0 = time.monotonic()
     with pytest.raises(CommandTimeout, match="sleep did not answer within 1 s"):
-        runner.run(["sleep", "9"], timeout=1)
+        runner.run(["sleep", marker], timeout=1)
     assert time.monotonic() - t0 < 4
     assert runner.run(["echo", "still here"]).stdout == "still here\n"
     assert runner.connects == 1
+    # and on the host the command was ended too (closing the channel alone leaves it running)
+    left = []
+    for _ in range(60):  # the host's timeout ends it 2 s after ours, well before 30 s
+        left = [line for line in runner.run(["ps", "-eo", "args"]).stdout.splitlines()
+                if line.startswith("sleep " + marker)]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"the timed-out command still runs on the host: {left}"
 
 
 def test_a_command_leaving_a_background_process_returns(runner):
