@@ -74,11 +74,18 @@ def ledger_counts(ledger: Path):
     return starts, ends
 
 
-def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path):
+@pytest.mark.parametrize("hosts", ["one", "two"])
+def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path, hosts):
+    """With 'two', node b runs on a second host: its own pilot, reattached on resume."""
     ledger = tmp_path / "ledger"
     n = 40
     wf = tmp_path / "wf.yaml"
-    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=0.1))
+    text = LEDGER_WF.format(ledger=ledger, n=n, sleep=0.1)
+    if hosts == "two":
+        (tmp_path / "hosts.yaml").write_text("hosts:\n  other: {protocol: local, cores_per_node: 2}\n")
+        text = text.replace("    after: [a]\n", "    after: [a]\n    host: other\n")
+        assert "host: other" in text
+    wf.write_text(text)
     run_dir = tmp_path / "run"
     pwe("submit", wf, "--cores", "4", "--run-dir", run_dir, cwd=tmp_path, check=0)
     wait_for(lambda: count_ends(run_dir) >= 15, what="15 members to finish")
@@ -100,6 +107,10 @@ def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path):
     assert len(done) == 2 * n
     status = json.loads(pwe("status", run_dir, "--json", cwd=tmp_path, check=0).stdout)
     assert status["totals"]["done"] == 2 * n and status["phase"] == "succeeded"
+    if hosts == "two":  # each node's members went only to pilots of its own host, before and after
+        lanes = {r["p"]: r["lane"] for r in recs if r["e"] == "pilot"}
+        for node, host in (("a", "local"), ("b", "other")):
+            assert {lanes[r["p"]] for r in recs if r["e"] == "assign" and r["n"] == node} == {host}
 
 
 def test_kill_pilot_members_it_held_run_again(tmp_path):
