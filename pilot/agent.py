@@ -33,7 +33,7 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import PREFIXES, SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
-from .spawn import Spawner, member_base_env, start_failure
+from .spawn import Spawner, member_base_env, reaped, start_failure
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
@@ -436,17 +436,10 @@ class Pilot:
             self.launch(task, placement, ranks, threads, exclusive)
 
     def reap(self) -> None:
-        while self.running:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, rc in reaped(lambda: self.running):
             member = self.running.pop(pid, None)
             if member is None:
                 continue
-            rc = os.waitstatus_to_exitcode(status)
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
             if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:

@@ -117,8 +117,8 @@ def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfi
     if gpus is None:
         if alloc.kind == "slurm" and env.get("SLURM_GPUS_ON_NODE", "").isdigit():
             gpus = int(env["SLURM_GPUS_ON_NODE"])
-        elif alloc.kind == "local" and visible_gpus(env):
-            gpus = len(visible_gpus(env))
+        elif alloc.kind == "local":
+            gpus = len(visible_gpus(env) or [])
     memory = memory_per_node
     if memory is None and alloc.kind == "slurm" and env.get("SLURM_MEM_PER_NODE", "").isdigit():
         memory = int(env["SLURM_MEM_PER_NODE"])

@@ -21,7 +21,7 @@ import selectors
 import signal
 import sys
 
-from .spawn import Spawner, member_base_env, start_failure
+from .spawn import Spawner, member_base_env, reaped, start_failure
 
 
 def main() -> None:
@@ -96,18 +96,12 @@ def main() -> None:
                             os.killpg(by_id[msg["id"]], int(msg.get("sig", 15)))
                         except OSError:
                             pass
-        while running:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        for pid, rc in reaped(lambda: running):
             ident = running.pop(pid, None)
             if ident is not None:
                 by_id.pop(ident, None)
                 try:
-                    say(k="ended", id=ident, rc=os.waitstatus_to_exitcode(status))
+                    say(k="ended", id=ident, rc=rc)
                 except BrokenPipeError:
                     pass
 

@@ -1,5 +1,5 @@
-"""Starting one member process: the one way members are spawned, on the pilot's own node
-and by a node agent on the others (standard library only).
+"""Starting and reaping member processes: the one way members are spawned and collected,
+on the pilot's own node and by a node agent on the others (standard library only).
 
 A member gets its own directory (created here), its own session (so a kill reaches
 everything it started), stdin from /dev/null, and stdout/stderr files in its directory
@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from typing import Callable, Iterator
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 FILE_ACTIONS = [
@@ -81,3 +82,18 @@ class Spawner:
             if exc.errno != errno.ENOEXEC or argv[0] == "bash":
                 raise
             return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=FILE_ACTIONS, setsid=True)
+
+
+def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int]]:
+    """(pid, exit status) of each child that has ended, without waiting for more; a
+    signal shows as its negative number. ``wanted()`` is asked before each collection:
+    children that are not members (ssh sessions to node agents) are left to their owner
+    once no member is left."""
+    while wanted():
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, os.waitstatus_to_exitcode(status)
