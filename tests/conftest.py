@@ -7,6 +7,30 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+def read_journal(run_dir) -> list[dict]:
+    """A finished run's journal, every line whole (a torn line fails the test)."""
+    import json
+
+    out = []
+    with open(Path(run_dir) / "journal.jsonl", "rb") as fh:
+        for line in fh:
+            assert line.endswith(b"\n"), "torn journal line"
+            out.append(json.loads(line))
+    return out
+
+
+def sample_pilot_job(**kw):
+    """A PilotJob with a value in every field, for job-script and scheduler tests."""
+    from protocols.base import PilotJob
+
+    base = dict(pilot_id="p1", pilot_dir="/runs/r1/pilots/p1", job_name="pwe-r1-p1", nodes=2, cores_per_node=8,
+                walltime=90, python="/usr/bin/python3", pythonpath="/opt/pwe", partition="short", account="abc123",
+                setup=["module load python"], env={"OMP_PLACES": "cores", "ODD": "a b'c"},
+                pilot_args=["--heartbeat", "5"], notify="pwe notify --run /runs/r1 --pilot p1")
+    base.update(kw)
+    return PilotJob(**base)
+
+
 @pytest.fixture
 def write(tmp_path):
     """write(text, name='wf.yaml') -> Path of a file holding text (str or bytes)."""

@@ -10,21 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from protocols.base import JobState, PilotJob, get
+from conftest import ROOT, read_journal, sample_pilot_job
+from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
 GOLDEN = Path(__file__).parent / "golden"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
-def job(**kw):
-    base = dict(pilot_id="p1", pilot_dir="/runs/r1/pilots/p1", job_name="pwe-r1-p1", nodes=2, cores_per_node=8,
-                walltime=90, python="/usr/bin/python3", pythonpath="/opt/pwe", partition="short", account="abc123",
-                setup=["module load python"], env={"OMP_PLACES": "cores", "ODD": "a b'c"},
-                pilot_args=["--heartbeat", "5"], notify="pwe notify --run /runs/r1 --pilot p1")
-    base.update(kw)
-    return PilotJob(**base)
+job = sample_pilot_job
 
 
 @pytest.mark.parametrize("name", ["slurm", "pbs"])
@@ -152,7 +146,7 @@ def test_workflow_runs_through_one_slurm_pilot(slurm_cluster, tmp_path):
     recs = outputs(run_dir)
     jobs = {r["outputs"]["job"] for r in recs}
     assert len(jobs) == 1 and all(r["state"] == "done" for r in recs)
-    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(run_dir)
     pilots = [r for r in journal if r["e"] == "pilot"]
     assert [p["job"] for p in pilots] == list(jobs)
     assert calls.count("sbatch") == 1
@@ -222,7 +216,7 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(run_dir)
     assert any(r["e"] == "note" and "bad signature" in r["what"] for r in journal)
     ended = [r for r in journal if r["e"] == "edge" and r["event"] == "ended" and r["pilot"] == "p1"]
     assert ended and ended[0]["job"] == job
@@ -300,7 +294,7 @@ hosts:
                            str(tmp_path / "run")], cwd=tmp_path, env=dict(ENV, HOME=str(home)), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    journal = [json.loads(l) for l in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(tmp_path / "run")
     pilot = next(r for r in journal if r["e"] == "pilot")
     assert pilot["batch"] == "ssh" and pilot["job"].isdigit()
     up = json.loads((tmp_path / "run" / "pilots" / "p1" / "events.jsonl").read_text().splitlines()[0])
@@ -317,7 +311,7 @@ def test_max_members_splits_the_work_over_pilots(slurm_cluster, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir",
                            str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(run_dir)
     pilots = [r["p"] for r in journal if r["e"] == "pilot"]
     assert len(pilots) == 3
     per_pilot = {p: sum(1 for r in journal if r["e"] == "assign" and r["p"] == p) for p in pilots}
@@ -344,7 +338,7 @@ def test_several_pilots_at_once_when_the_host_allows(slurm_cluster, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "small", "--run-dir",
                            str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(run_dir)
     pilots = [r["p"] for r in journal if r["e"] == "pilot"]
     assert 2 <= len(pilots) <= 3
     # members of different pilots ran at the same time
@@ -394,7 +388,7 @@ nodes:
     jobs = {nid: {member_record(st, nid, k)["outputs"]["job"] for k in range(6)} for nid in ("prep", "sim", "post")}
     assert jobs["prep"] == jobs["post"] == {"none"}  # this machine, no batch job
     assert len(jobs["sim"]) == 1 and "none" not in jobs["sim"]  # all six in one SLURM pilot job
-    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(run_dir)
     lanes = {r["p"]: r["lane"] for r in journal if r["e"] == "pilot"}
     assert sorted(lanes.values()) == ["cluster", "local"], lanes
     on = {(r["n"], lanes[r["p"]]) for r in journal if r["e"] == "assign"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, read_journal
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -26,15 +26,6 @@ def pwe(*args, cwd, check=None, timeout=120):
     if check is not None:
         assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
     return proc
-
-
-def journal(run_dir: Path) -> list[dict]:
-    out = []
-    with open(run_dir / "journal.jsonl", "rb") as fh:
-        for line in fh:
-            assert line.endswith(b"\n"), "torn journal line"
-            out.append(json.loads(line))
-    return out
 
 
 def wait_for(cond, timeout=60.0, what="condition"):
@@ -101,7 +92,7 @@ def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path, hosts)
     assert set(ends) == expected
     assert all(c == 1 for c in ends.values()), [k for k, c in ends.items() if c > 1]
     assert all(c == 1 for c in starts.values()), "a member that had finished ran again"
-    recs = journal(run_dir)
+    recs = read_journal(run_dir)
     assert [r["e"] for r in recs].count("resume") == 1
     done = {(r["n"], r["m"]) for r in recs if r["e"] == "end" and r["rc"] == 0}
     assert len(done) == 2 * n
@@ -137,7 +128,7 @@ def test_kill_pilot_members_it_held_run_again(tmp_path):
     assert all(c == 1 for c in ends.values())
     rerun = [k for k, c in starts.items() if c > 1]
     assert rerun, "no member was running when the pilot was killed"
-    recs = journal(run_dir)
+    recs = read_journal(run_dir)
     gone = [r for r in recs if r["e"] == "pilot_gone"]
     assert gone and gone[0]["p"] == "p1"
     assert any(r["e"] == "pilot" and r["p"] == "p2" for r in recs)
@@ -173,13 +164,13 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     assert first.returncode != 0
     assert "Traceback" not in first.stderr
     assert first.stderr.strip().splitlines()[-1].startswith(f"the filesystem of {run_dir.resolve()} is full")
-    recs = journal(run_dir)  # every line whole
+    recs = read_journal(run_dir)  # every line whole
     done_before = {r["m"] for r in recs if r["e"] == "end" and r["rc"] == 0}
     # free space: the filesystem grows, as after a clean-up or a quota raise
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
     second = pwe("resume", run_dir, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    recs = journal(run_dir)
+    recs = read_journal(run_dir)
     done = {r["m"] for r in recs if r["e"] == "end" and r["rc"] == 0}
     assert done == set(range(n))
     assert done_before <= done

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, read_journal, sample_pilot_job
 from protocols.base import JobState, PilotJob, SubmitError, get
 from protocols.loadleveler import STATES
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
@@ -21,13 +21,7 @@ GOLDEN = Path(__file__).parent / "golden"
 LLEMU = Path(__file__).parent / "llemu"
 
 
-def job(**kw):
-    base = dict(pilot_id="p1", pilot_dir="/runs/r1/pilots/p1", job_name="pwe-r1-p1", nodes=2, cores_per_node=8,
-                walltime=90, python="/usr/bin/python3", pythonpath="/opt/pwe", partition="short", account="abc123",
-                setup=["module load python"], env={"OMP_PLACES": "cores", "ODD": "a b'c"},
-                pilot_args=["--heartbeat", "5"], notify="pwe notify --run /runs/r1 --pilot p1")
-    base.update(kw)
-    return PilotJob(**base)
+job = sample_pilot_job
 
 
 def test_command_file_matches_golden_file():
@@ -283,7 +277,7 @@ def test_llsubmit_rejects_a_command_file_without_queue(emu, tmp_path):
 
 def test_engine_runs_a_workflow_through_loadleveler_pilots(tmp_path):
     """The whole path: pwe run on a loadleveler host, llsubmit/llq of the emulator."""
-    _json, _os, _sp, _sys = json, os, subprocess, sys
+    _os, _sp, _sys = os, subprocess, sys
     root = ROOT
     (tmp_path / "hosts.yaml").write_text("hosts:\n  ll:\n    protocol: loadleveler\n    cores_per_node: 4\n"
                                          "    max_nodes: 1\n")
@@ -296,7 +290,7 @@ def test_engine_runs_a_workflow_through_loadleveler_pilots(tmp_path):
     proc = _sp.run([_sys.executable, "-m", "pwe", "run", str(wf), "--host", "ll", "--run-dir", str(tmp_path / "run")],
                    cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    journal = [_json.loads(l) for l in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(tmp_path / "run")
     pilots = [r for r in journal if r["e"] == "pilot"]
     assert pilots and pilots[0]["batch"] == "loadleveler"
     steps = {r["out"]["step"] for r in journal if r["e"] == "end" and r.get("out")}

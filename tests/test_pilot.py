@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, read_journal
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -69,7 +69,7 @@ def test_engine_gives_handed_back_members_to_the_next_pilot_without_spending_att
     lines = ledger.read_text().split()
     done = Counter(lines[0::2])
     assert sorted(done) == sorted(str(i) for i in range(12)) and set(done.values()) == {1}
-    journal = [json.loads(l) for l in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(tmp_path / "run")
     pilots = [r["p"] for r in journal if r["e"] == "pilot"]
     assert len(pilots) >= 2, "no pilot ran out of walltime"
     assert any(r["e"] == "unassign" and "allocation" in (r.get("why") or "") for r in journal)

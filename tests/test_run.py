@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLES, ROOT, run_cli
+from conftest import EXAMPLES, ROOT, read_journal, run_cli
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -28,6 +28,13 @@ from conftest import EXAMPLES, ROOT, run_cli
 def pwe(*args, cwd, timeout=60):
     """The real CLI from ``cwd``: (exit status, stdout, stderr)."""
     return run_cli(*args, cwd=cwd, timeout=timeout)
+
+
+def start_run(wf: Path, cwd: Path, *args) -> subprocess.Popen:
+    """`pwe run WF ARGS` in the background, in a session of its own (a test signals it)."""
+    return subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), *map(str, args)], cwd=cwd,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def mdir(run_dir: Path, node: str, i: int) -> Path:
@@ -184,7 +191,7 @@ def test_quickstart_end_to_end(tmp_path):
     assert (d / "workflow.yaml").read_bytes() == wf.read_bytes()
     info = json.loads((d / "run.json").read_text())
     assert info["run_id"] == run_id
-    journal = [json.loads(line) for line in (d / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(d)
     assert sum(1 for r in journal if r["e"] == "end") == 14
     for name in ("tasks.jsonl", "events.jsonl", "pilot.log"):
         assert (d / "pilots" / "p1" / name).is_file(), f"pilots/p1/{name} missing"
@@ -655,7 +662,7 @@ nodes:
     spans = {n: [(float(s), float(e)) for m, s, e in rows if m == n] for n in "ab"}
     assert max_overlap(spans["a"]) == 1 and max_overlap(spans["b"]) == 2, spans
     assert max_overlap(spans["a"] + spans["b"]) == 3, "the two hosts' pilots did not run side by side"
-    journal = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    journal = read_journal(run)
     lanes = {r["p"]: (r["lane"], r["slots"]) for r in journal if r["e"] == "pilot"}
     assert sorted(lanes.values()) == [("small", 1), ("twin", 2)], lanes
     assert {(r["n"], lanes[r["p"]][0]) for r in journal if r["e"] == "assign"} == \
@@ -849,10 +856,7 @@ nodes:
     run: echo after
 """)
     run = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--set", f"t={marker}", "--set",
-                             f"go={go}", "--cores", "2", "--run-dir", str(run)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_run(wf, tmp_path, "--set", f"t={marker}", "--set", f"go={go}", "--cores", "2", "--run-dir", run)
     try:
         assert wait_until(lambda: len(pids_matching(f"sleep {marker}")) >= 2, 8), "members never started"
         proc.send_signal(signal.SIGINT)
@@ -923,10 +927,8 @@ nodes:
     counts = tmp_path / "counts"
     counts.mkdir()
     run = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--set", f"t={marker}", "--set",
-                             f"counts={counts}", "--cores", "2", "--run-dir", str(run)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_run(wf, tmp_path, "--set", f"t={marker}", "--set", f"counts={counts}", "--cores", "2",
+                     "--run-dir", run)
     try:
         assert wait_until(lambda: len(pids_matching(f"sleep {marker}")) >= 2, 8), "members never started"
         time.sleep(0.2)  # let the engine take in their start events
