@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
     cpn = host.cores_per_node or 1
     if sched.maxMembers:
         ready = ready[: sched.maxMembers]
-    want = sum(plan.nodes[n].scheduling.cores_per_member() for n, _ in ready) or sched.cores_per_member()
+    # what the ready members ask for, counted per node (one pass over them, however many)
+    per_node = [(plan.nodes[n].scheduling, k) for n, k in Counter(n for n, _ in ready).items()]
+    want = sum(s.cores_per_member() * k for s, k in per_node) or sched.cores_per_member()
     usable = min(cpn, sched.coreUsageRule) if sched.coreUsageRule else cpn
     if sched.maxCpus:
         want = min(want, sched.maxCpus)
@@ -32,11 +35,10 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
         want = max(want, sched.minCpus)
     nodes = max(1, -(-want // usable))
     # members that need GPUs or memory may need more nodes than their cores say
-    picked = [plan.nodes[n].scheduling for n, _ in ready]
-    gpus = sum(s.gpusPerMember or 0 for s in picked)
+    gpus = sum((s.gpusPerMember or 0) * k for s, k in per_node)
     if gpus and host.gpus_per_node:
         nodes = max(nodes, -(-gpus // host.gpus_per_node))
-    mem = sum(s.memoryPerMember or 0 for s in picked)
+    mem = sum((s.memoryPerMember or 0) * k for s, k in per_node)
     if mem and host.memory_per_node:
         nodes = max(nodes, -(-mem // host.memory_per_node))
     if sched.maxNodes:
