@@ -7,7 +7,6 @@ Read, in order: ``$XDG_CONFIG_HOME/pwe/hosts.yaml`` (``~/.config/pwe/hosts.yaml`
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -27,13 +26,10 @@ def local_cores() -> int:
 
 
 def local_gpus() -> int:
-    """GPUs members may use here: CUDA_VISIBLE_DEVICES when set, else the NVIDIA devices."""
-    from pilot.allocation import visible_gpus
+    """GPUs members may use here, counted as a pilot on this machine counts them."""
+    from pilot.allocation import local_gpu_ids
 
-    visible = visible_gpus(os.environ)
-    if visible is not None:
-        return len(visible)
-    return len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)]) if os.path.isdir("/dev") else 0
+    return len(local_gpu_ids(os.environ))
 
 
 def local_memory_mb() -> int | None:

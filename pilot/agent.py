@@ -413,7 +413,7 @@ class Pilot:
         left = self.time_left(now)
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
         i = 0
-        while self.queue and i < 64 and self.free > 0:
+        while i < len(self.queue) and i < 64 and self.free > 0:
             task = self.queue[i]
             shape = _shape(task)
             ranks, threads, exclusive = shape[:3]
@@ -557,8 +557,28 @@ class Pilot:
                   job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
                   nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
         self.flush()
+        try:
+            why = self._loop(sel, rfd)
+        except Exception as exc:
+            # a defect in the pilot: say what it was, end the members it started (nobody
+            # would reap or report them; the engine runs them again) and leave with a
+            # reason the engine counts as a failure, never as a clean exit
+            import traceback
+
+            _say("internal error, leaving:\n" + traceback.format_exc().rstrip())
+            for m in self.running.values():
+                self.signal_member(m, signal.SIGKILL)
+            why = f"error: {type(exc).__name__}: {exc}"
+        for agent in list(self.agents.values()):
+            agent.close()  # its stdin closes: the agent leaves
+        self.emit("down", why=why)
+        self.flush()
+        return 1 if why.startswith("error") else 0
+
+    def _loop(self, sel: selectors.BaseSelector, rfd: int) -> str:
+        """Take tasks, start and reap members, report, until there is nothing left to do;
+        why the pilot leaves."""
         last_hb = last_activity = time.time()
-        why = "stop"
         while True:
             if not self.cancelled:
                 if self.read_tasks():
@@ -582,12 +602,10 @@ class Pilot:
             self.flush()
             if not self.running and not self.signalled and (
                     self.cancelled or self.draining or (self.stopping and not self.queue)):
-                why = ("cancel" if self.cancelled else "terminated" if self.terminated
-                       else "walltime" if self.draining else "stop")
-                break
+                return ("cancel" if self.cancelled else "terminated" if self.terminated
+                        else "walltime" if self.draining else "stop")
             if not self.running and not self.queue and now - last_activity > self.idle_timeout:
-                why = "idle"
-                break
+                return "idle"
             # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to
             # look for new tasks
             for key, _ in sel.select(timeout=self.poll if self.free > 0 else max(self.poll, 0.05)):
@@ -599,11 +617,6 @@ class Pilot:
                         pass
                 except BlockingIOError:
                     pass
-        for agent in list(self.agents.values()):
-            agent.close()  # its stdin closes: the agent leaves
-        self.emit("down", why=why)
-        self.flush()
-        return 0
 
     def _on_term(self, signum: int, _frame: Any) -> None:
         # the batch system is taking the allocation back (scancel, preemption, walltime):

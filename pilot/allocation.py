@@ -98,6 +98,24 @@ def visible_gpus(env: dict[str, str] | os._Environ) -> list[str] | None:
     return [] if ids[:1] == ["-1"] else ids
 
 
+def local_gpu_ids(env: dict[str, str] | os._Environ, dev: str = "/dev") -> list[str]:
+    """This machine's GPUs that members may use, by the ids CUDA takes.
+
+    ``CUDA_VISIBLE_DEVICES`` when it is set (a batch system or the user chose them),
+    else one id per NVIDIA device node (``/dev/nvidia0`` ... : CUDA numbers them 0..N-1).
+    The one way pwe counts a machine's GPUs: the built-in ``local`` host (hostinfo) and a
+    pilot on this machine both call it, so they never disagree.
+    """
+    visible = visible_gpus(env)
+    if visible is not None:
+        return visible
+    try:
+        count = sum(1 for d in os.listdir(dev) if re.fullmatch(r"nvidia\d+", d))
+    except OSError:
+        count = 0
+    return [str(j) for j in range(count)]
+
+
 def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfile: str | None = None,
              cores: int | None = None, walltime_minutes: float | None = None,
              started: float | None = None, gpus_per_node: int | None = None,
@@ -108,8 +126,8 @@ def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfi
     then SLURM, PBS, LoadLeveler from ``env``, then this machine (``cores`` or its own).
     ``walltime_minutes`` (from the job script) sets the end, counted from ``started``.
     GPUs and memory (MB) per node come from the host's definition when given, else from
-    SLURM (``SLURM_GPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``) or, on this machine alone, from
-    ``CUDA_VISIBLE_DEVICES``; memory left unknown is not packed by.
+    SLURM (``SLURM_GPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``) or, on this machine alone, as
+    :func:`local_gpu_ids` counts them; memory left unknown is not packed by.
     """
     env = dict(os.environ if env is None else env)
     alloc = _nodes(env, hosts, hostfile, cores, walltime_minutes, started)
@@ -118,7 +136,7 @@ def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfi
         if alloc.kind == "slurm" and env.get("SLURM_GPUS_ON_NODE", "").isdigit():
             gpus = int(env["SLURM_GPUS_ON_NODE"])
         elif alloc.kind == "local":
-            gpus = len(visible_gpus(env) or [])
+            gpus = len(local_gpu_ids(env))
     memory = memory_per_node
     if memory is None and alloc.kind == "slurm" and env.get("SLURM_MEM_PER_NODE", "").isdigit():
         memory = int(env["SLURM_MEM_PER_NODE"])

@@ -68,6 +68,8 @@ class Pilot:
         self.alive = True
         self.down = False
         self.came_up = False
+        self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
+        self.finished_any = False  # an end event of one of its members was taken in
         self.draining = False
         self.full = False  # given all it may take (maxMembers, or members too long for it)
         self.given = 0
@@ -165,7 +167,7 @@ class Engine:
         self.pilots: dict[str, Pilot] = {}
         self.lock = rundir.EngineLock(run_dir)
         self._next_pilot = 1
-        self._failed_starts = 0
+        self._failed_pilots = 0  # pilots in a row that broke before finishing any member
         self._edges_seen: set[str] = set()
         self.warnings: list[str] = []
         self._member_env_base = {"PWE_RUN_ID": self.run_id}
@@ -480,6 +482,8 @@ class Engine:
                     rec["dt"] = ev.get("dt")
                 if self._record(rec) is not None and k == "end":
                     pilot.outstanding -= 1
+                    pilot.finished_any = True
+                    self._failed_pilots = 0
             elif k == "back":  # handed back unstarted (or stopped by the allocation's end)
                 if self._record({"e": "unassign", "n": ev["n"], "m": ev["m"], "p": pilot.id,
                                  "why": ev.get("why")}) is not None:
@@ -490,9 +494,9 @@ class Engine:
                 pilot.draining = True
             elif k == "down":
                 pilot.down = True
+                pilot.down_why = ev.get("why") or ""
             elif k == "up":
                 pilot.came_up = True
-                self._failed_starts = 0
         self._record({"e": "offset", "p": pilot.id, "off": pilot.offset})
         return len(events)
 
@@ -526,15 +530,22 @@ class Engine:
         pilot.outstanding = 0
         if pilot.popen is not None:
             pilot.popen.poll()
-        if not pilot.came_up:
-            self._failed_starts += 1
-            if self._failed_starts >= 3:
-                log = pilot.dir / "pilot.log"
-                try:
-                    last = log.read_text(errors="replace").strip().splitlines()[-1]
-                except (OSError, IndexError):
-                    last = "(no output)"
-                raise PweError(f"3 pilots in a row died before starting; the last said: {last}  (see {log})")
+        # A pilot that never came up, died without saying goodbye, or left on an error, and
+        # finished nothing: three in a row is a pilot that cannot work here (a defect, a
+        # broken environment). Stop with its words instead of starting pilots forever.
+        broken = not pilot.came_up or not pilot.down or pilot.down_why.startswith("error")
+        if not broken or pilot.finished_any:
+            return
+        self._failed_pilots += 1
+        if self._failed_pilots >= 3:
+            log = pilot.dir / "pilot.log"
+            try:
+                last = log.read_text(errors="replace").strip().splitlines()[-1]
+            except (OSError, IndexError):
+                last = "(no output)"
+            what = "died before starting" if not pilot.came_up else "failed before finishing any member"
+            raise PweError(f"3 pilots in a row {what}; the last said: {last}  (see {log}); the run is stopped "
+                           "with its state intact: pwe resume RUN once the cause is fixed")
 
     # -- feeding ------------------------------------------------------------------------------
     def _feed(self) -> int:

@@ -151,8 +151,11 @@ def pilot_args_for(host: Any) -> list[str]:
             prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {host.ssh_config} ", 1)
         if prefix:
             args += ["--launcher-prefix", prefix]
-    elif host.launcher not in ("auto", "fork"):
-        args += ["--launcher", host.launcher]
+    else:
+        if host.launcher not in ("auto", "fork"):
+            args += ["--launcher", host.launcher]
+        if host.launcher_prefix:  # (it was dropped here: a host's setting is never ignored)
+            args += ["--launcher-prefix", host.launcher_prefix]
     if host.gpus_per_node:
         args += ["--gpus-per-node", str(host.gpus_per_node)]
     if host.memory_per_node:

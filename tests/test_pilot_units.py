@@ -1,5 +1,7 @@
 """Pure tier for the pilot: allocation discovery, packing, launcher command lines."""
 
+import os
+import re
 import socket
 
 import pytest
@@ -190,7 +192,21 @@ def test_gpus_and_memory_discovered():
     assert [(n.gpus, n.memory_mb) for n in a.nodes] == [(2, 1000), (2, 1000)]
     assert discover(env={"CUDA_VISIBLE_DEVICES": "0,3"}, cores=2).nodes[0].gpus == 2
     assert discover(env={"CUDA_VISIBLE_DEVICES": "-1"}, cores=2).nodes[0].gpus == 0  # CUDA's "none"
-    assert discover(env={}, cores=2).nodes[0].gpus == 0
+    here = len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)])
+    assert discover(env={}, cores=2).nodes[0].gpus == here  # this machine's NVIDIA devices
+
+
+def test_local_gpus_counted_one_way(tmp_path):
+    """CUDA_VISIBLE_DEVICES when set, else one id per /dev/nvidiaN (not nvidiactl, nvidia-uvm);
+    the local host and the pilot count with the same function."""
+    from pilot.allocation import local_gpu_ids
+
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
+        (tmp_path / name).touch()
+    assert local_gpu_ids({}, dev=str(tmp_path)) == ["0", "1"]
+    assert local_gpu_ids({"CUDA_VISIBLE_DEVICES": "3"}, dev=str(tmp_path)) == ["3"]
+    assert local_gpu_ids({"CUDA_VISIBLE_DEVICES": "-1"}, dev=str(tmp_path)) == []
+    assert local_gpu_ids({}, dev=str(tmp_path / "absent")) == []
 
 
 def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
