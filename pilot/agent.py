@@ -32,6 +32,7 @@ from typing import Any
 
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import PREFIXES, SSH_FAILED, choose, wrap
+from .mpi import find as find_mpi
 from .packing import Packer, Placement
 from .spawn import Spawner, member_base_env, reaped, start_failure
 
@@ -281,8 +282,16 @@ class Pilot:
         if launcher == "ssh" and len(placement) == 1 and ranks == 1:
             self.launch_on_agent(task, placement, threads, exclusive, member_env)
             return
-        argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env,
-                    self.launcher_prefix)
+        # the host's prefix is for the launcher it chose (or for any, when it chose none)
+        prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
+        if launcher == "mpiexec" and prefix is None:
+            mpi = find_mpi()
+            if isinstance(mpi, str):  # never through a launcher that would not run the payload
+                self.packer.release(placement, threads, exclusive)
+                self.fail_now(task, 127, f"cannot start {ranks} ranks: {mpi}")
+                return
+            prefix = mpi.prefix(sorted(member_env))
+        argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
         try:
             pid = self.spawner.spawn(argv, env, cwd, task["cmd"])
         except OSError as exc:

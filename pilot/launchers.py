@@ -6,7 +6,8 @@ member's command:
 
     srun     inside SLURM: one job step per member (``--exact``), pinned to its node(s)
     ssh      to the nodes of a node file (PBS, LoadLeveler, a host list)
-    mpiexec  members with more than one rank, where srun is not the launcher
+    mpiexec  members with more than one rank, where srun is not the launcher: which
+             mpiexec is installed decides how it is called (``mpi.py``)
 
 Each is a prefix template with ``{node}``, ``{nodes}``, ``{ranks}``, ``{threads}``,
 ``{cwd}`` fields, overridable per host (``--launcher-prefix``), followed by
@@ -39,6 +40,8 @@ def choose(kind: str, placement: Placement, ranks: int, configured: str | None =
     if configured and configured != "auto":
         if configured == "ssh" and on_own_node:
             return "fork"
+        if ranks > 1 and configured in ("ssh", "fork"):
+            return "mpiexec"  # ssh and fork start one process: ranks need an MPI launcher
         return configured
     if on_own_node:
         return "fork"  # the pilot's own node: no launcher is faster than posix_spawn

@@ -134,7 +134,27 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
             raise InputError(
                 f"node '{nid}': a member needs {mem} MB (memoryPerMember) but host '{host.name}' has "
                 f"{host.memory_per_node} MB per node", src, pn.line)
+    check_mpi(plan, used, src)
     return used
+
+
+def check_mpi(plan: Plan, hosts: dict[str, Any], src: Path) -> None:
+    """Members of more than one rank on a host whose pilot runs on this machine (protocol
+    local) need an MPI launcher here that pwe can call: refused now, in one line, rather
+    than member by member (or, before pilot/mpi.py, run through SLURM's mpiexec wrapper,
+    which never ran them and reported success). A host's launcher_prefix is the user's
+    own launcher and is taken as it is; batch hosts are checked by the pilot on its node."""
+    for nid, pn in plan.nodes.items():
+        host = hosts[pn.host]
+        ranks = pn.scheduling.ranksPerMember or 1
+        if ranks < 2 or host.protocol != "local" or host.launcher_prefix or host.launcher == "srun":
+            continue
+        from pilot.mpi import find
+
+        found = find()
+        if isinstance(found, str):
+            raise InputError(f"node '{nid}': ranksPerMember {ranks} needs an MPI launcher on host '{host.name}': "
+                             f"{found}", src, pn.line)
 
 
 def pilot_args_for(host: Any) -> list[str]:

@@ -114,3 +114,90 @@ def test_a_pilot_that_keeps_breaking_stops_the_run_with_its_words(tmp_path):
     journal = read_journal(tmp_path / "run")
     assert sum(r["e"] == "pilot" for r in journal) == 3
     assert not any(r["e"] == "end" for r in journal)  # nothing ran, nothing was reported as run
+
+
+# -- MPI ------------------------------------------------------------------------------------
+
+MPI_WF = """\
+name: mpi
+nodes:
+  hello:
+    parameters: {k: [1, 2]}
+    run: echo "rank ${OMPI_COMM_WORLD_RANK:-$PMI_RANK} of ${OMPI_COMM_WORLD_SIZE:-$PMI_SIZE} k={{ k }}"
+    scheduling: {ranksPerMember: 2}
+  bad:
+    run: exit 7
+    scheduling: {ranksPerMember: 2}
+"""
+
+
+def _open_mpi() -> str:
+    path = shutil.which("mpiexec.openmpi")
+    _need(path is not None, "Open MPI is not installed (Debian openmpi-bin; tests/services/setup.sh installs it)")
+    return path
+
+
+def test_mpi_members_run_every_rank_through_open_mpi(tmp_path):
+    """Issue 8.2: a 2-rank member prints both ranks; `exit 7` is a failure with status 7."""
+    from pilot.mpi import classify, find
+
+    _open_mpi()
+    found = find()
+    assert not isinstance(found, str) and found.kind in ("openmpi", "hydra"), found
+    assert classify(shutil.which("mpiexec.openmpi"))[0] == "openmpi"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(MPI_WF)
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=120)
+    assert rc == 1, err  # `bad` failed
+    members = tmp_path / "run" / "members"
+    for m, k in ((0, 1), (1, 2)):
+        lines = sorted((members / "hello" / "0" / str(m) / "stdout").read_text().splitlines())
+        assert lines == [f"rank 0 of 2 k={k}", f"rank 1 of 2 k={k}"], lines
+    ends = {(r["n"], r["m"]): r for r in read_journal(tmp_path / "run") if r["e"] == "end"}
+    assert ends[("hello", 0)]["rc"] == 0 and ends[("hello", 1)]["rc"] == 0
+    assert ends[("bad", 0)]["rc"] == 7, ends[("bad", 0)]
+
+
+def _path_with_only_slurms_mpiexec(tmp_path):
+    """A PATH on which `mpiexec` is SLURM's wrapper and there is no other MPI (as on this
+    machine before openmpi-bin, and on many clusters' login nodes)."""
+    wrapper = shutil.which("mpiexec.slurm") or "/usr/bin/mpiexec.slurm"
+    _need(os.path.exists(wrapper), "SLURM's mpiexec wrapper is not installed (Debian slurm-wlm)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mpiexec").symlink_to(wrapper)
+    for tool in ("bash", "sh", "true", "echo", "env", "sleep", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return str(bin_dir)
+
+
+def test_slurms_mpiexec_wrapper_is_refused_not_recorded_as_success(tmp_path):
+    """Issue 8.2: /usr/bin/mpiexec was SLURM's wrapper, which starts an srun job and
+    re-splits `bash -c CMD`: the payload never ran, and `exit 7` was recorded as done with
+    status 0. Now `pwe run` refuses before anything runs, in one line, exit 2; and a pilot
+    asked to launch ranks there fails the member with the reason, never a success."""
+    from pilot.mpi import classify, find
+
+    path = _path_with_only_slurms_mpiexec(tmp_path)
+    assert classify(os.path.join(path, "mpiexec"))[0] == "slurm-wrapper"
+    reason = find(path)
+    assert isinstance(reason, str) and "SLURM's mpiexec wrapper" in reason, reason
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(MPI_WF)
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, env={"PATH": path})
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "wf.yaml:3: node 'hello': ranksPerMember 2 needs an MPI launcher" in err and "openmpi-bin" in err, err
+    assert not (tmp_path / "run").exists()  # nothing made
+    # the pilot on its own (as inside a PBS allocation with that PATH): the member fails, with the reason
+    d = tmp_path / "pilot"
+    d.mkdir()
+    task = {"k": "task", "n": "bad", "m": 0, "a": 1, "cmd": "exit 7", "cwd": str(d / "m"), "env": {}, "ranks": 2,
+            "threads": 1, "wall": None}
+    (d / "tasks.jsonl").write_text(json.dumps(task) + "\n" + json.dumps({"k": "stop"}) + "\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=path)
+    subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "2"], env=env, timeout=60, check=True)
+    ends = [json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()
+            if json.loads(line)["k"] == "end"]
+    assert len(ends) == 1 and ends[0]["rc"] == 127 and "SLURM's mpiexec wrapper" in ends[0]["why"], ends
+    assert not any(json.loads(line)["k"] == "start" for line in (d / "events.jsonl").read_text().splitlines())

@@ -103,6 +103,9 @@ def test_launcher_choice_and_command_lines():
     assert choose("slurm", [(local, 1)], 1) == "fork"
     assert choose("slurm", [(local, 1)], 1, configured="srun") == "srun"
     assert choose("pbs", [(remote, 2)], 2) == "mpiexec"
+    # ssh and fork start one process: a member of 2 ranks goes through MPI, never as one process
+    assert choose("hosts", [(remote, 2)], 2, configured="ssh") == "mpiexec"
+    assert choose("local", [(local, 2)], 2, configured="fork") == "mpiexec"
     env = {"PWE_MEMBER": "3", "X": "a b; $(rm -rf /)"}
     argv = wrap("srun", ["true"], "echo hi", [(remote, 2)], 2, 3, "/runs/m/3", env)
     assert argv == ["srun", "--exact", "--quiet", "--nodes=1", "--ntasks=2", "--cpus-per-task=3",
@@ -249,3 +252,17 @@ def test_plan_sizes_each_hosts_pilot_by_that_hosts_nodes(tmp_path):
     assert "first pilot job for host cluster" in out
     assert "#SBATCH --time=0:05:00\n" in out and "#SBATCH --partition=short\n" in out
     assert "#SBATCH --nodes=3\n" in out
+
+
+def test_each_mpi_is_called_its_own_way():
+    from pilot.mpi import Mpi
+
+    ompi = Mpi("/usr/bin/mpiexec.openmpi", "openmpi", "mpiexec (OpenRTE) 4.1.4")
+    argv = wrap("mpiexec", ["true"], "./app", [(Node("a", 4), 2), (Node("b", 4), 2)], 4, 1, "/d", {"PWE_MEMBER": "1"},
+                prefix=ompi.prefix(["PWE_MEMBER"]))
+    assert argv[:9] == ["/usr/bin/mpiexec.openmpi", "-n", "4", "--host", "a:2,b:2", "--bind-to", "none", "--wdir",
+                        "/d"]
+    assert argv[-5:] == ["-x", "PWE_MEMBER", "bash", "-c", "./app"]  # remote ranks get the member's variables
+    hydra = Mpi("/usr/bin/mpiexec.hydra", "hydra", "HYDRA build details:")
+    argv = wrap("mpiexec", ["true"], "./app", [(Node("a", 4), 2)], 2, 1, "/d", {}, prefix=hydra.prefix())
+    assert argv == ["/usr/bin/mpiexec.hydra", "-n", "2", "-hosts", "a:2", "-wdir", "/d", "bash", "-c", "./app"]

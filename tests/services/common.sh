@@ -18,7 +18,7 @@ PWE_BRIDGE=pwe-br0
 PWE_HEAD_ADDR=10.233.0.1
 PWE_LOCAL_PORT=2222
 SLURM_CONF=/etc/slurm/slurm.conf
-PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps)
+PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps openmpi-bin)
 
 export DEBIAN_FRONTEND=noninteractive
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
