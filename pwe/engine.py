@@ -255,6 +255,9 @@ class Engine:
         try:
             self._load()
             if retry:
+                # a cancel request the last engine never took in (it ended first) is stale:
+                # retrying is the user asking for the run again
+                (self.dir / "control" / "cancel").unlink(missing_ok=True)
                 self._record({"e": "retry", "t": time.time()})
             if cancel:
                 self.cancel()
@@ -312,8 +315,11 @@ class Engine:
         last_snap = 0.0
         cancel_file = self.dir / "control" / "cancel"
         while True:
-            if cancel_file.exists() and not st.cancelled:
-                self.cancel()
+            if cancel_file.exists():
+                if not st.cancelled:
+                    self.cancel()  # journaled (and flushed) before the request is taken away
+                # consumed: a later `pwe retry` or `pwe resume` must not cancel again
+                cancel_file.unlink(missing_ok=True)
             busy = 0
             for pilot in list(self.pilots.values()):
                 if pilot.alive:

@@ -1024,3 +1024,30 @@ nodes:
         "BUG scheduling stdin/stdout are silently dropped on host 'local': the member read /dev/null and wrote "
         f"members/.../stdout, and `pwe run` said nothing about it (stderr: {err.strip()!r}); pwe/engine.py "
         "Engine._task passes only ranksPerMember/threadsPerRank/walltime to the pilot")
+
+
+def test_retry_after_cancel_reruns_the_cancelled_members(tmp_path, write, reaper):
+    """Issue 8.3: `pwe retry` after `pwe cancel` cancelled again at once (the engine never
+    cleared control/cancel). The members wait on a gate; the run is cancelled while they
+    wait, the gate opens, and `pwe retry` runs every member to the end, each exactly once
+    to completion (the members' own ledger)."""
+    gate, ledger = tmp_path / "gate", tmp_path / "ledger"
+    wf = write("name: again\nnodes:\n  a:\n    parameters: {k: {range: [0, 4]}}\n"
+               f"    run: while [ ! -e {gate} ]; do sleep 0.05; done; echo $PWE_MEMBER >> {ledger}\n")
+    run = tmp_path / "run"
+    rc, out, err = pwe("submit", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    reaper(run, wait_until(lambda: engine_pid(run), 3))
+    assert wait_until(lambda: status(run)["totals"].get("running", 0) >= 2, 10), status(run)
+    reaper(run, *pilot_pids(run))
+    rc, out, err = pwe("cancel", run, cwd=tmp_path, timeout=30)
+    assert rc == 0, err
+    assert status(run)["phase"] == "cancelled"
+    gate.touch()
+    rc, out, err = pwe("retry", run, cwd=tmp_path, timeout=60)
+    assert rc == 0, err
+    no_traceback(err)
+    st = status(run)
+    assert st["phase"] == "succeeded" and st["totals"]["done"] == 4, st
+    assert sorted(ledger.read_text().split()) == ["0", "1", "2", "3"]
+    assert not (run / "control" / "cancel").exists()
