@@ -515,6 +515,14 @@ def status(run: str | None, as_json: bool) -> None:
         phase = "stopped (pwe resume continues it)"
     snap["phase"] = phase
     snap["run_dir"] = str(d)
+    from .rundir import pilot_states
+
+    heartbeat = 5.0
+    try:
+        heartbeat = float(json.loads((d / "run.json").read_text()).get("heartbeat", 5.0))
+    except (OSError, ValueError, TypeError):
+        pass
+    snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
     if as_json:
         click.echo(json.dumps(snap, indent=2))
         return
@@ -529,9 +537,9 @@ def status(run: str | None, as_json: bool) -> None:
     pilots = snap.get("pilots") or {}
     if pilots:
         click.echo("pilots: " + "; ".join(
-            f"{pid} {('up' if holder else 'released') if p.get('alive') else 'gone'}"
+            f"{pid} {p['state']}"
             + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
-            + (f": {p['why']}" if p.get("why") and not p.get("alive") else "")
+            + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
             for pid, p in pilots.items()))
 
 

@@ -137,3 +137,74 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,
+                 heartbeat: float = 5.0) -> dict[str, dict[str, Any]]:
+    """Each pilot as ``pwe status`` shows it, in text and JSON alike: the journal's record
+    of it plus ``state`` (``up``, ``gone`` or ``unknown``), ``alive`` (``state == "up"``)
+    and ``why``.
+
+    While an engine works on the run, the journal is current: alive there is up. Without
+    an engine the journal stops at the engine's last word, while a pilot may run on (it
+    finishes what it was given: kill -9 of the engine) or have left since (told to stop at
+    the run's end). Then the pilot's own files say: its last event ``down`` is gone; a pilot
+    of this machine is up while its process is; a batch pilot is up while its heartbeats
+    come, else unknown.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for pid_, p in pilots.items():
+        view = dict(p)
+        why = p.get("why")
+        if not p.get("alive"):
+            state = "gone"
+        elif engine_running:
+            state = "up"
+        else:
+            d = Path(run_dir) / "pilots" / pid_
+            last, age = _last_event(d / "events.jsonl", now)
+            if last.get("k") == "down":
+                state, why = "gone", f"left ({last.get('why')})"
+            elif not p.get("job") and p.get("host") == socket.gethostname():
+                state = "up" if _is_pilot_process(p.get("pid", 0), d) else "gone"
+                if state == "gone":
+                    why = "died (pwe resume hands its members on)"
+            elif age is not None and age <= 3 * heartbeat:
+                state = "up"
+            else:
+                state = "unknown"
+                why = "no word from it" + (f" for {age:.0f} s" if age is not None else "")
+        view.update(state=state, alive=state == "up", why=why)
+        out[pid_] = view
+    return out
+
+
+def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
+    """The last whole event in a pilot's events file and how long ago the file changed."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 4096))
+            tail = fh.read()
+            age = now - os.fstat(fh.fileno()).st_mtime
+    except OSError:
+        return {}, None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            return json.loads(line), age
+        except ValueError:
+            continue
+    return {}, age
+
+
+def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
+    """The pid is alive and is that pilot (not a process that reused the pid)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return str(pilot_dir).encode() in fh.read()
+    except OSError:
+        return True  # no /proc: trust the pid
+

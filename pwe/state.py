@@ -295,7 +295,7 @@ class RunState:
             "totals": dict(zip(NAMES, self.totals())),
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,
-            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "slots", "why")}
+            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why")}
                        for pid, p in self.pilots.items()},
         }
 

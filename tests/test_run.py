@@ -1051,3 +1051,42 @@ def test_retry_after_cancel_reruns_the_cancelled_members(tmp_path, write, reaper
     assert st["phase"] == "succeeded" and st["totals"]["done"] == 4, st
     assert sorted(ledger.read_text().split()) == ["0", "1", "2", "3"]
     assert not (run / "control" / "cancel").exists()
+
+
+def test_status_tells_each_pilots_state_the_same_in_text_and_json(tmp_path, write, reaper):
+    """Issue 8.6: after kill -9 of the engine, `pwe status` said `p1 released` while that
+    pilot still ran members, and `--json` said alive while the text said released. Now one
+    function decides each pilot's state for both: up while it runs, gone once it is."""
+    gate = tmp_path / "gate"
+    wf = write("name: orphaned\nnodes:\n  a:\n    parameters: {k: {range: [0, 4]}}\n"
+               f"    run: while [ ! -e {gate} ]; do sleep 0.05; done\n")
+    run = tmp_path / "run"
+    rc, out, err = pwe("submit", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    engine = wait_until(lambda: engine_pid(run), 3)
+    reaper(run, engine)
+    assert wait_until(lambda: status(run)["totals"].get("running", 0) >= 2, 10), status(run)
+    pilot = pilot_pids(run)[0]
+    reaper(run, pilot)
+
+    def both():
+        rc, text, err = pwe("status", run, cwd=tmp_path)
+        assert rc == 0, err
+        line = next(l for l in text.splitlines() if l.startswith("pilots:"))
+        return line, status(run)["pilots"]["p1"]
+
+    line, p1 = both()
+    assert line.startswith("pilots: p1 up") and p1["state"] == "up" and p1["alive"] is True, (line, p1)
+    os.kill(engine, signal.SIGKILL)
+    assert wait_until(lambda: not alive(engine), 3)
+    line, p1 = both()  # no engine; the pilot runs on with its members
+    assert line.startswith("pilots: p1 up") and p1["state"] == "up" and p1["alive"] is True, (line, p1)
+    os.kill(pilot, signal.SIGKILL)
+    assert wait_until(lambda: not alive(pilot), 3)
+    line, p1 = both()
+    assert line.startswith("pilots: p1 gone") and p1["state"] == "gone" and p1["alive"] is False, (line, p1)
+    gate.touch()  # its orphaned members leave; resume runs them again and finishes
+    rc, out, err = pwe("resume", run, cwd=tmp_path, timeout=60)
+    assert rc == 0, err
+    pilots = status(run)["pilots"]
+    assert pilots["p1"]["state"] == "gone" and pilots["p2"]["state"] in ("up", "gone"), pilots
