@@ -251,8 +251,15 @@ def _follow(engine, **kwargs) -> None:
                 last_line[0] = now
                 click.echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
 
+    from .errors import RunStopped
+
     try:
         ok = engine.run(progress=progress, **kwargs)
+    except RunStopped as exc:
+        if bar is not None:
+            bar.stop()
+        click.echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {ref}", err=True)
+        sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         if bar is not None:
             bar.stop()
@@ -465,7 +472,7 @@ def _engine_cmd(run_dir: str, retry: bool) -> None:
     from .engine import Engine
 
     try:
-        ok = Engine.open(Path(run_dir)).run(retry=retry)
+        ok = Engine.open(Path(run_dir), reload_hosts=True).run(retry=retry)
     except PweError as exc:
         _fail(exc)
     sys.exit(0 if ok else 1)
@@ -511,6 +518,8 @@ def status(run: str | None, as_json: bool) -> None:
         phase = "succeeded"
     elif snap.get("finished_ok") is False:
         phase = "finished with failures"
+    elif snap.get("stopped"):
+        phase = f"stopped: {snap['stopped']}; then: pwe resume"
     else:
         phase = "stopped (pwe resume continues it)"
     snap["phase"] = phase
@@ -688,7 +697,7 @@ def _continue(run: str | None, detach: bool, retry: bool) -> None:
 
     try:
         d = _find(run)
-        engine = Engine.open(d)
+        engine = Engine.open(d, reload_hosts=True)
         if detach:
             if engine.lock.holder():
                 raise PweError(f"an engine is already working on {d.name}")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import rundir
-from .errors import InputError, PweError
+from .errors import InputError, PweError, RunStopped
 from .journal import Journal, JournalError, append_whole, replay
 from .placement import check_hosts, pilot_args_for, pilot_shape, unsupported_scheduling
 from .plan import Plan, plan_workflow
@@ -170,6 +170,7 @@ class Engine:
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
         self._edges_seen: set[str] = set()
         self.warnings: list[str] = []
+        self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
         self._member_env_base = {"PWE_RUN_ID": self.run_id}
         self._members = str(self.dir / "members")
         from hostinfo.model import Host
@@ -192,6 +193,7 @@ class Engine:
         import hostinfo
 
         src = Path(workflow)
+        cores_option = cores
         plan = plan_workflow(src, sets, host=host)
         registry = hostinfo.load(src, hosts_file, cores=cores)
         hosts = check_hosts(plan, registry, src)
@@ -221,7 +223,10 @@ class Engine:
         shutil.copyfile(src, copy)
         info = {
             "run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
-            "host": host, "cores": cores, "created": time.time(), **options,
+            "host": host, "cores": cores, "created": time.time(),
+            # where its hosts came from, read again by resume and retry (a host fixed meanwhile)
+            "hosts_file": str(Path(hosts_file).resolve()) if hosts_file else None, "cores_option": cores_option,
+            **options,
         }
         rundir.write_json_atomic(path / "run.json", info)
         from .notify import make_secret
@@ -232,7 +237,10 @@ class Engine:
         return engine
 
     @classmethod
-    def open(cls, run_dir: Path) -> "Engine":
+    def open(cls, run_dir: Path, reload_hosts: bool = False) -> "Engine":
+        """The engine of an existing run. ``reload_hosts`` (resume, retry): take the hosts'
+        current definitions from the registry, so that a host fixed after its batch system
+        refused a pilot (a partition, an account) is used as fixed; the change is journaled."""
         info = json.loads((run_dir / "run.json").read_text())
         original = Path(info["workflow"])
         # re-plan from the original location when it still holds the same text (parameter
@@ -240,7 +248,10 @@ class Engine:
         copy = run_dir / info["copy"]
         src = original if original.is_file() and original.read_bytes() == copy.read_bytes() else copy
         plan = plan_workflow(src, info.get("sets") or {}, host=info.get("host"))
-        return cls(run_dir, plan, info)
+        changed = _current_hosts(run_dir, info) if reload_hosts else []
+        engine = cls(run_dir, plan, info)
+        engine._hosts_changed = changed
+        return engine
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self, progress: Callable[[RunState], None] | None = None, retry: bool = False,
@@ -254,6 +265,9 @@ class Engine:
         self.lock.acquire()
         try:
             self._load()
+            for name in self._hosts_changed:
+                self._record({"e": "note", "what": f"host '{name}' is defined differently than when the run began; "
+                              "new pilots use its current definition", "t": time.time()})
             if retry:
                 # a cancel request the last engine never took in (it ended first) is stale:
                 # retrying is the user asking for the run again
@@ -262,6 +276,14 @@ class Engine:
             if cancel:
                 self.cancel()
             return self._loop(progress)
+        except RunStopped as exc:
+            # said in the journal (when the disk still takes it), so `pwe status` shows why
+            try:
+                self._record({"e": "stopped", "why": str(exc), "t": time.time()})
+                self.journal.flush()
+            except (PweError, OSError):
+                pass
+            raise
         except KeyboardInterrupt:
             if self.journal is not None and self.state is not None and not self.state.cancelled:
                 self.cancel()
@@ -355,8 +377,8 @@ class Engine:
             return
         free = fs.f_bavail * fs.f_frsize
         if free < MIN_FREE_BYTES:
-            raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free); the run is stopped "
-                               "with its state intact (pilots hold their events): free space, then pwe resume")
+            raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free; pilots hold their events "
+                               "meanwhile): free space")
 
     def _record(self, rec: dict[str, Any]) -> Any:
         self.journal.append(rec)
@@ -409,7 +431,13 @@ class Engine:
         try:
             job_id = lane.protocol.submit(job, str(script))
         except (SubmitError, ContactError) as exc:
-            raise PweError(f"cannot submit a pilot to host '{host.name}': {exc}") from None
+            # the run keeps its state: fix the host (hosts.yaml, the account, the cluster) and resume
+            said = " / ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # one line
+            if isinstance(exc, ContactError):
+                raise RunStopped(f"cannot submit a pilot to host '{host.name}': {said}: fix its contact (hosts.yaml, "
+                                 "known_hosts, keys)") from None
+            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {said}: fix the host "
+                             "(its hosts.yaml entry, the account or partition it names)") from None
         self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
                       "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
         pilot = Pilot(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name)
@@ -550,8 +578,7 @@ class Engine:
             except (OSError, IndexError):
                 last = "(no output)"
             what = "died before starting" if not pilot.came_up else "failed before finishing any member"
-            raise PweError(f"3 pilots in a row {what}; the last said: {last}  (see {log}); the run is stopped "
-                           "with its state intact: pwe resume RUN once the cause is fixed")
+            raise RunStopped(f"3 pilots in a row {what}; the last said: {last}  (see {log}): fix what it says")
 
     # -- feeding ------------------------------------------------------------------------------
     def _feed(self) -> int:
@@ -726,3 +753,28 @@ def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
             os.replace(cwd / name, cwd / f"{name}.{attempt}")
         except FileNotFoundError:
             pass
+
+
+def _current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
+    """Update ``info``'s lanes (and run.json) to the hosts' current definitions, read from
+    the same places as when the run was made; the names of the hosts that changed. A
+    host no longer defined keeps its recorded definition."""
+    import hostinfo
+
+    registry = hostinfo.load(Path(info["workflow"]), info.get("hosts_file"), cores=info.get("cores_option"))
+    changed = []
+    for name, lane in info["lanes"].items():
+        host = registry.hosts.get(name)
+        if host is None or host.model_dump() == lane["host_def"]:
+            continue
+        from hostinfo.model import Host
+
+        if lane.get("pilot_args") == pilot_args_for(Host(**lane["host_def"])):
+            lane["pilot_args"] = pilot_args_for(host)  # (not when a caller gave its own)
+        lane["host_def"] = host.model_dump()
+        lane["cores"] = host.cores_per_node
+        changed.append(name)
+    if changed:
+        rundir.write_json_atomic(run_dir / "run.json", info)
+    return changed
+

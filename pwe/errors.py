@@ -1,6 +1,7 @@
 """The errors pwe raises, drawn as one tree.
 
     PweError                      anything pwe reports to a user (exit status 1 unless said)
+     +-- RunStopped               the run stopped before its end, state intact; resumable (exit status 3)
      +-- InputError               bad input: a workflow, a --set, a data file (exit status 2)
           +-- WorkflowSyntaxError   the file is not well-formed YAML / XML / text
           +-- WorkflowSchemaError   well-formed, but breaks the model or the XSD
@@ -21,6 +22,15 @@ class PweError(Exception):
     """Base of everything pwe reports to a user."""
 
     exit_status = 1
+
+
+class RunStopped(PweError):
+    """The run stopped before its end for a cause outside its members (a batch system
+    refused a pilot, the disk filled, pilots kept breaking). Its state is intact: fix the
+    cause, then ``pwe resume RUN``. Exit status 3, so scripts can tell it from failed
+    members (1) and bad input (2)."""
+
+    exit_status = 3
 
 
 class InputError(PweError):

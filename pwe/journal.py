@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import PweError
+from .errors import RunStopped
 
 
-class JournalError(PweError):
+class JournalError(RunStopped):
     """The journal cannot be written (disk full, permissions): the run stops cleanly."""
 
 
@@ -53,8 +53,7 @@ def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
             fh.truncate(fh.seek(0, os.SEEK_END) - (len(data) - len(view)))
         except OSError:
             pass
-        raise JournalError(f"cannot write {path}: {exc.strerror}; the run is stopped with its state intact: "
-                           "free space, then pwe resume") from None
+        raise JournalError(f"cannot write {path}: {exc.strerror}: free space") from None
 
 
 class Journal:

@@ -49,6 +49,7 @@ class RunState:
         self.pilots: dict[str, dict[str, Any]] = {}
         self.cancelled = False
         self.finished_ok: bool | None = None
+        self.stopped: str | None = None  # why the last engine stopped before the end
         for nid, pn in plan.nodes.items():
             n = pn.size
             self.nodes[nid] = NodeState(
@@ -192,9 +193,13 @@ class RunState:
         if e == "retry":
             self._retry()
             return True
-        if e in ("run", "resume", "finish", "note", "edge"):
+        if e in ("run", "resume", "finish", "note", "edge", "stopped"):
             if e == "finish":
                 self.finished_ok = r.get("ok")
+            if e == "stopped":
+                self.stopped = r.get("why")
+            elif e in ("run", "resume"):
+                self.stopped = None  # an engine works on it again
             return True
         raise ValueError(f"unknown journal record {e!r}")
 
@@ -295,6 +300,7 @@ class RunState:
             "totals": dict(zip(NAMES, self.totals())),
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,
+            "stopped": self.stopped,
             "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why")}
                        for pid, p in self.pilots.items()},
         }

@@ -267,7 +267,7 @@ def test_a_head_node_with_an_unknown_host_key_is_refused(slurm_cluster, ssh_node
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "remote", "--run-dir",
                            str(tmp_path / "run")], cwd=tmp_path, env=dict(ENV, HOME=str(home)), capture_output=True,
                           text=True, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # stopped, resumable once the host key is known
     last = proc.stderr.strip().splitlines()[-1]
     assert "cannot submit a pilot to host 'remote'" in last and "host key is not known" in last, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -415,3 +415,39 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
     assert len(jobs) == 1 and jobs != {""}, jobs  # the whole sweep in one SLURM job
     assert (run_dir / "members" / "prepare" / "0" / "3" / "input.txt").read_text() == "input 3\n"
     assert (run_dir / "members" / "summarize" / "0" / "0" / "stdout").read_text() == "summarized\n"
+
+
+def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_cluster, tmp_path):
+    """Issue 8.7 on the real SLURM: sbatch refuses the pilot job (a partition that does not
+    exist). The run stops with one line carrying sbatch's own answer, exit status 3, and
+    `pwe status` says why. The host is fixed in hosts.yaml; `pwe resume` submits with the
+    fixed definition and every member runs once."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  cl:\n    protocol: slurm\n    cores_per_node: 8\n    max_nodes: 1\n"
+                     "    partitions: [{name: nosuchpart}]\n")
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: refused\nnodes:\n  m:\n    parameters: {i: {range: [0, 5]}}\n"
+                  f"    run: echo $PWE_MEMBER >> {ledger}\n    scheduling: {{maxWallTime: 5}}\n")
+    run = tmp_path / "run"
+
+    def pwe(*args):
+        return subprocess.run([sys.executable, "-m", "pwe", *map(str, args)], cwd=tmp_path, env=ENV,
+                              capture_output=True, text=True, timeout=180)
+
+    first = pwe("run", wf, "--host", "cl", "--run-dir", run)
+    assert first.returncode == 3, first.stderr
+    assert "Traceback" not in first.stderr
+    last = first.stderr.strip().splitlines()[-1]
+    assert "the batch system refused a pilot job for host 'cl': sbatch failed: sbatch: error:" in last, last
+    assert "partition" in last.lower() and last.endswith(f"then: pwe resume {run}"), last
+    st = json.loads(pwe("status", run, "--json").stdout)
+    assert st["phase"].startswith("stopped: the batch system refused"), st
+    hosts.write_text(hosts.read_text().replace("nosuchpart", slurm_cluster.default_partition))
+    second = pwe("resume", run)
+    assert second.returncode == 0, second.stderr
+    assert sorted(ledger.read_text().split()) == [str(i) for i in range(5)]
+    script = (run / "pilots" / "p1" / "job.sh").read_text()
+    assert f"#SBATCH --partition={slurm_cluster.default_partition}" in script
+    notes = [r for r in read_journal(run) if r["e"] == "note"]
+    assert any("host 'cl' is defined differently" in r["what"] for r in notes), notes

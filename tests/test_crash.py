@@ -161,9 +161,12 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     )
     run_dir = small_fs / "run"
     first = pwe("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path)
-    assert first.returncode != 0
+    assert first.returncode == 3, first.stderr  # stopped, resumable
     assert "Traceback" not in first.stderr
-    assert first.stderr.strip().splitlines()[-1].startswith(f"the filesystem of {run_dir.resolve()} is full")
+    last = first.stderr.strip().splitlines()[-1]
+    assert f"stopped with its state intact: the filesystem of {run_dir.resolve()} is full" in last or \
+        f"stopped with its state intact: cannot write {run_dir.resolve()}" in last, last
+    assert last.endswith(f"then: pwe resume {run_dir.resolve()}"), last
     recs = read_journal(run_dir)  # every line whole
     done_before = {r["m"] for r in recs if r["e"] == "end" and r["rc"] == 0}
     # free space: the filesystem grows, as after a clean-up or a quota raise

@@ -295,3 +295,35 @@ def test_engine_runs_a_workflow_through_loadleveler_pilots(tmp_path):
     assert pilots and pilots[0]["batch"] == "loadleveler"
     steps = {r["out"]["step"] for r in journal if r["e"] == "end" and r.get("out")}
     assert steps == {pilots[0]["job"]}
+
+
+def test_a_missing_llsubmit_stops_the_run_resumably(tmp_path):
+    """Issue 8.7: a pilot submission that fails (here llsubmit is not installed) stops the
+    run with one line saying what the batch system answered, exit status 3, the run kept;
+    once the host works (the emulator on PATH), `pwe resume` runs every member once."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  ll:\n    protocol: loadleveler\n    cores_per_node: 4\n"
+                                         "    max_nodes: 1\n")
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: llmiss\nnodes:\n  a:\n    parameters: {i: {range: [0, 6]}}\n"
+                  f"    run: echo $PWE_MEMBER >> {ledger}\n    scheduling: {{maxWallTime: 5}}\n")
+    base = dict(os.environ, PYTHONPATH=str(ROOT), LLEMU_DIR=str(tmp_path / "llemu"))
+    run = tmp_path / "run"
+
+    def pwe(*args, path=os.environ["PATH"]):
+        return subprocess.run([sys.executable, "-m", "pwe", *map(str, args)], cwd=tmp_path,
+                              env=dict(base, PATH=path), capture_output=True, text=True, timeout=120)
+
+    first = pwe("run", wf, "--host", "ll", "--run-dir", run)
+    assert first.returncode == 3, first.stderr
+    last = first.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in first.stderr
+    assert "stopped with its state intact: the batch system refused a pilot job for host 'll'" in last, last
+    assert "llsubmit: command not found" in last and last.endswith(f"then: pwe resume {run}"), last
+    status = json.loads(pwe("status", run, "--json").stdout)
+    assert status["phase"].startswith("stopped: the batch system refused a pilot job"), status
+    assert status["totals"]["done"] == 0 and not ledger.exists()
+    second = pwe("resume", run, path=f"{LLEMU}:{os.environ['PATH']}")
+    assert second.returncode == 0, second.stderr
+    assert sorted(ledger.read_text().split()) == [str(i) for i in range(6)]
+    assert json.loads(pwe("status", run, "--json").stdout)["phase"] == "succeeded"
