@@ -614,14 +614,15 @@ def show(run: str, node: str | None, only: str | None, limit: int, as_json: bool
 @click.argument("run")
 @click.argument("member")
 def logs(run: str, member: str) -> None:
-    """A member's stdout and stderr. MEMBER is NODE[INDEX] (or NODE:INDEX; NODE alone for index 0)."""
+    """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
+    are a glob to zsh; NODE alone for index 0)."""
     import re
 
     from .rundir import member_dir
 
     m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
     if not m:
-        click.echo(f"member {member!r}: write NODE[INDEX], e.g. simulate[3]", err=True)
+        click.echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
         sys.exit(2)
     try:
         d = _find(run)
@@ -629,14 +630,21 @@ def logs(run: str, member: str) -> None:
         _fail(exc)
     node, idx = m.group(1), int(m.group(2) or 0)
     md = member_dir(d, node, idx)
-    if not (d / "members" / node).is_dir():
-        from .source import did_you_mean
-
-        known = [p.name for p in (d / "members").iterdir()] if (d / "members").is_dir() else []
-        click.echo(f"run {d.name} has no member output for node '{node}'{did_you_mean(node, known)}"
-                   + (f"; nodes with output: {', '.join(sorted(known))}" if known else ""), err=True)
-        sys.exit(2)
     if not md.is_dir():
+        try:
+            sizes = _node_sizes(d)
+        except PweError as exc:
+            _fail(exc)
+        if node in sizes and idx >= sizes[node]:
+            click.echo(f"{member}: no such member ({node} has {sizes[node]})", err=True)
+            sys.exit(2)
+        if node not in sizes:
+            from .source import did_you_mean
+
+            known = [p.name for p in (d / "members").iterdir()] if (d / "members").is_dir() else []
+            click.echo(f"run {d.name} has no member output for node '{node}'{did_you_mean(node, sizes or known)}"
+                       + (f"; nodes with output: {', '.join(sorted(known))}" if known else ""), err=True)
+            sys.exit(2)
         click.echo(f"{node}[{idx}] has not run yet (no {md})", err=True)
         sys.exit(1)
     for name in ("stdout", "stderr"):
@@ -644,6 +652,19 @@ def logs(run: str, member: str) -> None:
         text = p.read_text(errors="replace") if p.exists() else ""
         click.echo(f"==> {node}[{idx}] {name} ({p}) <==")
         click.echo(text, nl=not text.endswith("\n") and bool(text))
+
+
+def _node_sizes(d) -> dict[str, int]:
+    """Members per node of the run in ``d``: from state.json (each member is counted in
+    exactly one state), else, when the engine never wrote one, from the run's plan."""
+    try:
+        counts = json.loads((d / "state.json").read_text())["nodes"]
+        return {n: sum(c.values()) for n, c in counts.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    from .engine import Engine
+
+    return {nid: n.size for nid, n in Engine.open(d).plan.nodes.items()}
 
 
 @cli.command()

@@ -94,12 +94,15 @@ def _services_setup():
     return _SERVICES_SETUP[0]
 
 
+def service_up(output, prefix):
+    """Whether setup.sh's output has a line '<prefix> ... up' (and not FAILED)."""
+    return any(l.startswith(prefix) and " up" in l and "FAILED" not in l for l in output.splitlines())
+
+
 def _require_services(*prefixes):
     """Fail (CI) or skip unless setup.sh reported a line '<prefix> ... up' for each prefix."""
     rc, out = _services_setup()
-    lines = out.splitlines()
-    missing = [p for p in prefixes
-               if rc is None or not any(l.startswith(p) and " up" in l and "FAILED" not in l for l in lines)]
+    missing = [p for p in prefixes if rc is None or not service_up(out, p)]
     if not missing:
         return
     names = ", ".join(p.rstrip(":") for p in missing)

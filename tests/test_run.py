@@ -1090,3 +1090,29 @@ def test_status_tells_each_pilots_state_the_same_in_text_and_json(tmp_path, writ
     assert rc == 0, err
     pilots = status(run)["pilots"]
     assert pilots["p1"]["state"] == "gone" and pilots["p2"]["state"] in ("up", "gone"), pilots
+
+
+def test_logs_names_a_member_that_does_not_exist(tmp_path, write):
+    """`pwe logs RUN simulate[99]` on a node of 12 members: no such member (exit 2), not
+    "has not run yet"; a member that exists but never ran still says "has not run yet"."""
+    wf = write("name: lg\nnodes:\n  simulate:\n    parameters: {T: [1, 2, 3], seed: {range: [0, 4]}}\n"
+               "    run: echo T={{ T }} seed={{ seed }}\n"
+               "  bad:\n    run: exit 3\n  after_bad:\n    after: [bad]\n    run: echo never\n")
+    run = tmp_path / "run"
+    rc, out, err = pwe("run", wf, "--run-dir", run, cwd=tmp_path)
+    assert rc == 1, err
+    for ask in ("simulate[99]", "simulate:12"):
+        rc, out, err = pwe("logs", run, ask, cwd=tmp_path)
+        no_traceback(err)
+        assert (rc, err.strip()) == (2, f"{ask}: no such member (simulate has 12)"), (rc, err)
+    rc, out, err = pwe("logs", run, "simulate:11", cwd=tmp_path)
+    assert rc == 0 and "T=3 seed=3" in out, err
+    # after_bad exists (1 member) but was skipped: it has not run, and its node has no output at all
+    rc, out, err = pwe("logs", run, "after_bad:0", cwd=tmp_path)
+    assert rc == 1 and err.startswith("after_bad[0] has not run yet"), (rc, err)
+    rc, out, err = pwe("logs", run, "after_bad:1", cwd=tmp_path)
+    assert (rc, err.strip()) == (2, "after_bad:1: no such member (after_bad has 1)"), (rc, err)
+    # without state.json (an engine killed before its first snapshot) the plan answers
+    (run / "state.json").unlink()
+    rc, out, err = pwe("logs", run, "simulate[99]", cwd=tmp_path)
+    assert (rc, err.strip()) == (2, "simulate[99]: no such member (simulate has 12)"), (rc, err)

@@ -135,3 +135,72 @@ def test_killed_node_is_unreachable_until_revived(ssh_nodes):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# ---------------------------------------------------------------- setup.sh leaves others' files alone
+# The steps of tests/services/common.sh that edit system files, run against temporary files
+# (nothing here starts, stops or changes a service).
+
+def services_fn(call, *args, **env):
+    """`. common.sh; CALL ARGS` in bash, without CI / PWE_TEST_OVERWRITE_SLURM unless given."""
+    import os
+
+    from conftest import SERVICES
+
+    full = {k: v for k, v in os.environ.items() if k not in ("CI", "PWE_TEST_OVERWRITE_SLURM")}
+    full.update(env)
+    return run("bash", "-c", f'. "$0" && {call} "$@"', str(SERVICES / "common.sh"), *map(str, args), env=full)
+
+
+FOREIGN_CONF = "# my site's cluster\nClusterName=prod\nSlurmctldHost=head1\n"
+
+
+def test_setup_refuses_to_replace_a_slurm_conf_it_did_not_write(tmp_path):
+    from conftest import service_up
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(FOREIGN_CONF)
+    p = services_fn("may_write_slurm_conf", conf)
+    assert p.returncode != 0
+    lines = (p.stdout + p.stderr).splitlines()
+    assert len(lines) == 1 and str(conf) in lines[0] and "PWE_TEST_OVERWRITE_SLURM=1" in lines[0], lines
+    assert conf.read_text() == FOREIGN_CONF and sorted(tmp_path.iterdir()) == [conf]
+    # that line tells the fixtures SLURM is not up: its tests are skipped (failed only under CI)
+    assert not service_up(p.stdout + p.stderr, "slurm:")
+
+
+@pytest.mark.parametrize("env", [{"PWE_TEST_OVERWRITE_SLURM": "1"}, {"CI": "true"}])
+def test_setup_replaces_a_foreign_slurm_conf_when_told_and_keeps_it(tmp_path, env):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(FOREIGN_CONF)
+    p = services_fn("may_write_slurm_conf", conf, **env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp_path / "slurm.conf.before-pwe").read_text() == FOREIGN_CONF
+
+
+def test_setup_rewrites_its_own_slurm_conf(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    written = services_fn("slurm_conf_text").stdout
+    conf.write_text(written.replace("CPUs=8", "CPUs=4"))      # an older one of ours
+    p = services_fn("may_write_slurm_conf", conf)
+    assert (p.returncode, p.stdout + p.stderr) == (0, "")
+    p = services_fn("may_write_slurm_conf", tmp_path / "none.conf")  # none yet
+    assert (p.returncode, p.stdout + p.stderr) == (0, "")
+
+
+def test_setup_only_adds_a_marked_block_to_etc_hosts(tmp_path):
+    hosts = tmp_path / "hosts"
+    mine = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n\n# site hosts\n"
+            "10.0.0.5 fileserver\n")
+    hosts.write_text(mine)
+    p = services_fn("write_etc_hosts", PWE_ETC_HOSTS=hosts)
+    assert p.returncode == 0, p.stderr
+    text = hosts.read_text()
+    assert text.startswith(mine), text
+    added = text[len(mine):].splitlines()
+    assert added[0].startswith("# >>> pwe test nodes") and added[-1] == "# <<< pwe test nodes", added
+    assert "10.233.1.2 pwe-n1" in added
+    p = services_fn("write_etc_hosts", PWE_ETC_HOSTS=hosts)       # again: no second block
+    assert p.returncode == 0 and hosts.read_text() == text
+    p = services_fn("remove_etc_hosts", PWE_ETC_HOSTS=hosts)      # teardown.sh: back as it was
+    assert p.returncode == 0 and hosts.read_text() == mine

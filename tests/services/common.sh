@@ -18,6 +18,10 @@ PWE_BRIDGE=pwe-br0
 PWE_HEAD_ADDR=10.233.0.1
 PWE_LOCAL_PORT=2222
 SLURM_CONF=/etc/slurm/slurm.conf
+# The first line of every slurm.conf these scripts write: a slurm.conf without it is not
+# ours, and is replaced only when told (may_write_slurm_conf).
+SLURM_CONF_MARKER="# One-node SLURM cluster for pwe's tests (written by tests/services/setup.sh)."
+PWE_ETC_HOSTS=${PWE_ETC_HOSTS:-/etc/hosts}   # (another file only for the tests of these steps)
 PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps openmpi-bin)
 
 export DEBIAN_FRONTEND=noninteractive
@@ -134,7 +138,7 @@ start_munge() {
 
 slurm_conf_text() {
     cat <<EOF
-# One-node SLURM cluster for pwe's tests (written by tests/services/setup.sh).
+$SLURM_CONF_MARKER
 ClusterName=pwe
 SlurmctldHost=localhost
 SlurmUser=root
@@ -171,9 +175,28 @@ PartitionName=short Nodes=localhost MaxTime=10 State=UP
 EOF
 }
 
+# may_write_slurm_conf [CONF]: whether setup.sh may write CONF. Yes when there is none or
+# it is ours (its first line is SLURM_CONF_MARKER). Someone else's slurm.conf (a real
+# cluster's) is replaced only when CI or PWE_TEST_OVERWRITE_SLURM=1 is set, and kept as
+# CONF.before-pwe; otherwise this says in one line what to set and returns 1, and setup.sh
+# starts neither munge nor SLURM (the tests that need them are skipped).
+may_write_slurm_conf() {
+    local conf=${1:-$SLURM_CONF} first=
+    [ -e "$conf" ] || return 0
+    IFS= read -r first <"$conf"
+    [ "$first" = "$SLURM_CONF_MARKER" ] && return 0
+    if [ -n "${CI:-}" ] || [ "${PWE_TEST_OVERWRITE_SLURM:-}" = 1 ]; then
+        [ -e "$conf.before-pwe" ] || cp -p "$conf" "$conf.before-pwe" || return 1
+        warn "setup.sh: replacing $conf, which the test services did not write (CI or PWE_TEST_OVERWRITE_SLURM is set); the old one is $conf.before-pwe"
+        return 0
+    fi
+    say "slurm: not started: $conf was not written by pwe's test services; set PWE_TEST_OVERWRITE_SLURM=1 to let tests/services/setup.sh replace it (keeping it as $conf.before-pwe), else the SLURM and PBS tests are skipped"
+    return 1
+}
+
 slurm_node_state() { sinfo -h -N -n localhost -o %t 2>/dev/null | head -n1; }
 
-start_slurm() {
+start_slurm() {  # (setup.sh asks may_write_slurm_conf first)
     local changed=0 state i t0=$SECONDS cpus
     mkdir -p /etc/slurm "$PWE_SLURM_DIR"/{state,spool,run,log}
     if ! cmp -s <(slurm_conf_text) "$SLURM_CONF"; then
@@ -415,7 +438,8 @@ EOF
     chmod 644 "$kh" "$cfg"
 }
 
-# /etc/hosts names for the nodes and the head (so that a node can reach another by name)
+# /etc/hosts names for the nodes and the head (so that a node can reach another by name):
+# one block between two marker lines, added at the end; every other line is kept as it is
 HOSTS_BEGIN="# >>> pwe test nodes (tests/services/setup.sh)"
 HOSTS_END="# <<< pwe test nodes"
 hosts_block() {
@@ -426,27 +450,27 @@ hosts_block() {
 }
 # /etc/hosts without our block (exact lines); fails rather than print a partial file
 etc_hosts_without_block() {
-    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0 == b {skip = 1; next} $0 == e {skip = 0; next} !skip' /etc/hosts
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0 == b {skip = 1; next} $0 == e {skip = 0; next} !skip' "$PWE_ETC_HOSTS"
 }
 # rewrite /etc/hosts in place (cat >, since it may be a bind mount), only with a sane text
 replace_etc_hosts() {  # replace_etc_hosts TEXT
     local others
     others=$(grep -cv -e '^# >>> pwe' -e '^# <<< pwe' -e ' pwe-head$' -e ' pwe-n[0-9]*$' <<<"$1")
-    [ "$others" -ge "$(grep -cv -e '^# >>> pwe' -e '^# <<< pwe' -e ' pwe-head$' -e ' pwe-n[0-9]*$' /etc/hosts)" ] ||
-        { echo "refusing to rewrite /etc/hosts: lines would be lost" >&2; return 1; }
-    printf '%s\n' "$1" >/etc/hosts
+    [ "$others" -ge "$(grep -cv -e '^# >>> pwe' -e '^# <<< pwe' -e ' pwe-head$' -e ' pwe-n[0-9]*$' "$PWE_ETC_HOSTS")" ] ||
+        { echo "refusing to rewrite $PWE_ETC_HOSTS: lines would be lost" >&2; return 1; }
+    printf '%s\n' "$1" >"$PWE_ETC_HOSTS"
 }
 write_etc_hosts() {
     local kept want
     kept=$(etc_hosts_without_block) || return 1
     want=$(printf '%s\n' "$kept"; hosts_block)
-    [ "$want" = "$(cat /etc/hosts)" ] && return 0
+    [ "$want" = "$(cat "$PWE_ETC_HOSTS")" ] && return 0
     replace_etc_hosts "$want"
 }
 remove_etc_hosts() {
     local kept
     kept=$(etc_hosts_without_block) || return 1
-    [ "$kept" = "$(cat /etc/hosts)" ] || replace_etc_hosts "$kept"
+    [ "$kept" = "$(cat "$PWE_ETC_HOSTS")" ] || replace_etc_hosts "$kept"
 }
 
 # ssh_login NAME: a real login with the tests' identity

@@ -9,6 +9,9 @@
 # Idempotent: installs only missing packages, starts only what is down, repairs a node
 # left killed; a second run when all is up takes about a second.
 # Prints one line per service; exits 1 (with the reason) when any service cannot start.
+# System files: it writes /etc/slurm/slurm.conf only when there is none or its own is there
+# (else it says what to set and leaves SLURM down: may_write_slurm_conf), and adds its node
+# names to /etc/hosts as one marked block, keeping every other line.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/common.sh"
@@ -17,10 +20,13 @@ need_root
 take_lock 600
 t0=$SECONDS
 failed=()
+skipped=()
 
 install_packages || { echo "setup.sh: FAILED: cannot install packages" >&2; exit 1; }
 
-if start_munge; then
+if ! may_write_slurm_conf "$SLURM_CONF"; then
+    skipped+=(slurm)  # its line said why and what to set; munge serves only SLURM here
+elif start_munge; then
     start_slurm || failed+=(slurm)
 else
     failed+=(munge)
@@ -78,6 +84,10 @@ fi
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "setup.sh: FAILED: ${failed[*]} (after $((SECONDS - t0)) s)"
+    exit 1
+fi
+if [ "${#skipped[@]}" -gt 0 ]; then
+    echo "setup.sh: not started: ${skipped[*]} (see above); the rest is running, after $((SECONDS - t0)) s"
     exit 1
 fi
 say "services: all up in $((SECONDS - t0)) s"
