@@ -42,19 +42,20 @@ _set_option = click.option(
 _json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
-def _load(file: str, sets: tuple[str, ...], host: str | None = None):
-    from .load import parse_sets
-    from .plan import plan_workflow
-
-    return plan_workflow(file, parse_sets(sets), host=host)
-
-
 def _param_summary(plan, nid: str) -> str:
     space = plan.nodes[nid].space
     if not space.names:
         return "-"
     sep = " x " if space.combine == "product" else " zip "
     return sep.join(f"{n}({len(space.values[n])})" for n in space.names)
+
+
+def _checked(file: str, sets: tuple[str, ...], host: str | None, hosts_file: str | None):
+    """(plan, hosts used): as the engine checks a run before it makes anything."""
+    from .load import parse_sets
+    from .placement import plan_for_hosts
+
+    return plan_for_hosts(file, parse_sets(sets), host=host, hosts_file=hosts_file)
 
 
 def _summary(plan) -> dict[str, Any]:
@@ -86,14 +87,18 @@ def _summary(plan) -> dict[str, Any]:
     }
 
 
+_hosts_option = click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+
+
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @_set_option
+@_hosts_option
 @_json_option
-def validate(file: str, sets: tuple[str, ...], as_json: bool) -> None:
-    """Parse and check FILE; print its nodes, members and edges."""
+def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: bool) -> None:
+    """Parse and check FILE (and that every node's host exists and fits it); print its nodes, members and edges."""
     try:
-        plan = _load(file, sets)
+        plan, _ = _checked(file, sets, None, hosts_file)
     except PweError as exc:
         _fail(exc)
     summary = _summary(plan)
@@ -134,23 +139,19 @@ def validate(file: str, sets: tuple[str, ...], as_json: bool) -> None:
 @_set_option
 @click.option("--host", default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, help="members shown per node")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @_json_option
 def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_file: str | None,
          as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
-        from pathlib import Path
-
-        import hostinfo
-
-        from .placement import check_hosts
+        from protocols.registry import info as protocol_info
 
         from .placement import preview_pilot_script
 
-        p = _load(file, sets, host)
-        used = check_hosts(p, hostinfo.load(Path(file), hosts_file), Path(file))
-        scripts = {name: preview_pilot_script(p, h) for name, h in used.items() if h.protocol != "local"}
+        p, used = _checked(file, sets, host, hosts_file)
+        scripts = {name: preview_pilot_script(p, h) for name, h in used.items()
+                   if protocol_info(h.protocol).job_class is not None}
         shown: dict[str, list[dict[str, Any]]] = {}
         for nid, n in p.nodes.items():
             idx = list(range(min(show, n.size)))
@@ -202,7 +203,7 @@ _run_options = [
     click.option("--host", default=None, help="run every node on this host"),
     click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
     click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill (default: all)"),
-    click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too"),
+    _hosts_option,
 ]
 
 
@@ -375,7 +376,7 @@ def _registry(workflow: str | None, hosts_file: str | None):
 
 
 @hosts.command(name="list")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
 @_json_option
 def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
@@ -397,7 +398,7 @@ def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> N
 
 @hosts.command(name="show")
 @click.argument("name")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
 @_json_option
 def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
@@ -419,7 +420,7 @@ def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json:
 
 @hosts.command(name="check")
 @click.argument("name")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
 @_json_option
 def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:

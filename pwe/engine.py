@@ -32,10 +32,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
+from protocols.registry import info as protocol_info
+
 from . import rundir
 from .errors import InputError, PweError
 from .journal import Journal, JournalError, append_whole, replay
-from .placement import check_hosts, pilot_args_for, pilot_shape, unsupported_scheduling
+from .placement import pilot_args_for, pilot_shape, plan_for_hosts, unsupported_scheduling
 from .plan import Plan, plan_workflow
 from .state import ASSIGNED, DONE, READY, RunState
 
@@ -133,9 +135,9 @@ class Lane:
         self.name = host.name
         self.cores = cores
         self.pilot_args = [str(a) for a in pilot_args]
-        self.protocol = None
-        if host.protocol != "local":
-            from protocols.base import get as get_protocol
+        self.protocol = None  # local: the pilot is a process here, not a job
+        if protocol_info(host.protocol).job_class is not None:
+            from protocols.registry import get as get_protocol
             from protocols.ssh import runner_for
 
             # commands go to the host's head node: here, or over SSH (host keys verified)
@@ -187,19 +189,9 @@ class Engine:
                cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
                **options: Any) -> "Engine":
         """Check the workflow, make its run directory, and return an engine for it."""
-        import hostinfo
-
         src = Path(workflow)
-        plan = plan_workflow(src, sets, host=host)
-        registry = hostinfo.load(src, hosts_file, cores=cores)
-        hosts = check_hosts(plan, registry, src)
+        plan, hosts = plan_for_hosts(src, sets, host=host, hosts_file=hosts_file, cores=cores)
         for the_host in hosts.values():
-            if the_host.protocol not in ("local", "ssh", "slurm", "pbs", "loadleveler"):
-                raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version "
-                                 "does not submit to yet (local, ssh, slurm, pbs and loadleveler work)", src)
-            if the_host.contact != "local" and the_host.protocol == "local":
-                raise InputError(f"host '{the_host.name}': protocol local runs on this machine; for a remote head "
-                                 "node use its batch protocol (slurm, pbs, loadleveler)", src)
             if the_host.contact != "local" and not the_host.shared_fs:
                 raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: "
                                  "false); this version needs the run directory visible on the host at the same "

@@ -12,8 +12,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from protocols.registry import PROTOCOLS
+
 from .errors import InputError
-from .plan import Plan
+from .plan import Plan, plan_workflow
+
+
+def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
+                   hosts_file: str | Path | None = None,
+                   cores: int | None = None) -> tuple[Plan, dict[str, Any]]:
+    """A workflow's plan checked against its hosts, before anything is made: every node's
+    host exists and fits it (:func:`check_hosts`). Returns the plan and the hosts it uses
+    by name. ``pwe validate``, ``pwe plan`` and the engine all start here."""
+    import hostinfo
+
+    src = Path(workflow)
+    plan = plan_workflow(src, sets, host=host)
+    return plan, check_hosts(plan, hostinfo.load(src, hosts_file, cores=cores), src)
 
 
 def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str, Any]:
@@ -64,7 +79,7 @@ def preview_pilot_script(plan: Plan, host: Any) -> str:
     """The job script the first pilot for this plan would be submitted with (pwe plan --host)."""
     import pilot as pilot_pkg
     from protocols.base import PilotJob
-    from protocols.base import get as get_protocol
+    from protocols.registry import get as get_protocol
     from protocols.runner import LocalRunner
 
     # the first node (in graph order) that runs on this host: its members ask for the first pilot
@@ -91,7 +106,9 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
         try:
             host = registry.get(pn.host)
         except InputError as exc:
-            raise InputError(f"node '{nid}': {exc.message}", src, pn.line) from None
+            if plan.host:
+                raise InputError(f"--host {plan.host}: {exc.message}") from None
+            raise InputError(f"node '{nid}': {exc.message}", src, pn.host_line or pn.line) from None
         used[host.name] = host
         sched = pn.scheduling
         ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
@@ -160,18 +177,11 @@ def pilot_args_for(host: Any) -> list[str]:
     return args
 
 
-#: Scheduling profile fields each protocol acts on; the rest are reported, never dropped.
+#: Scheduling profile fields each protocol acts on (those and what its job script states,
+#: protocols.registry); the rest are reported, never dropped.
 _MEMBER_FIELDS = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType", "coreUsageRule",
                   "gpusPerMember", "memoryPerMember"}
-USED_SCHEDULING = {
-    "local": _MEMBER_FIELDS,
-    "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
-                               "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
-    "pbs": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
-    "ssh": _MEMBER_FIELDS | {"maxWallTime"},
-    "loadleveler": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "reservation", "maxTotalMemory", "maxCpus",
-                                     "minCpus", "maxNodes"},
-}
+USED_SCHEDULING = {name: _MEMBER_FIELDS | p.script_fields for name, p in PROTOCOLS.items()}
 
 
 def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
@@ -181,7 +191,7 @@ def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
     for nid, pn in plan.nodes.items():
         host = hosts[pn.host]
         protocol = host.protocol
-        used = set(USED_SCHEDULING.get(protocol, _MEMBER_FIELDS))
+        used = set(USED_SCHEDULING[protocol])
         if not host.memory_per_node:
             used.discard("memoryPerMember")  # nothing to count it against
         given = pn.scheduling.model_dump(exclude_none=True)
