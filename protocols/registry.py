@@ -23,18 +23,24 @@ class ProtocolInfo:
     #: scheduling fields its job script states (through placement.pilot_shape), besides
     #: those every pilot acts on
     script_fields: frozenset[str] = frozenset()
+    #: the pilot runs on nodes the batch system allocates (else on the head node itself)
+    allocates: bool = False
+    #: submissionType values it does: glidein everywhere; interactive where the pilot
+    #: runs on this machine or the head node. batch (a job per member) nowhere yet.
+    submission_types: frozenset[str] = frozenset({"glidein"})
 
 
 _SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"}
 
 PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
-    ProtocolInfo("local", None, ("python3",)),
-    ProtocolInfo("ssh", "protocols.interactive:Interactive", ("python3",), frozenset({"maxWallTime"})),
+    ProtocolInfo("local", None, ("python3",), submission_types=frozenset({"glidein", "interactive"})),
+    ProtocolInfo("ssh", "protocols.interactive:Interactive", ("python3",), frozenset({"maxWallTime"}),
+                 submission_types=frozenset({"glidein", "interactive"})),
     ProtocolInfo("slurm", "protocols.slurm:Slurm", ("sbatch", "squeue", "scancel"),
-                 frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"})),
-    ProtocolInfo("pbs", "protocols.pbs:Pbs", ("qsub", "qstat", "qdel"), frozenset(_SIZE)),
+                 frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"}), allocates=True),
+    ProtocolInfo("pbs", "protocols.pbs:Pbs", ("qsub", "qstat", "qdel"), frozenset(_SIZE), allocates=True),
     ProtocolInfo("loadleveler", "protocols.loadleveler:LoadLeveler", ("llsubmit", "llq", "llcancel"),
-                 frozenset(_SIZE | {"reservation"})),
+                 frozenset(_SIZE | {"reservation"}), allocates=True),
 )}
 NAMES = tuple(PROTOCOLS)
 

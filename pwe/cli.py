@@ -36,6 +36,11 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
+def _warn(warnings: list[str]) -> None:
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
 _set_option = click.option(
     "--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property (repeatable)"
 )
@@ -51,14 +56,14 @@ def _param_summary(plan, nid: str) -> str:
 
 
 def _checked(file: str, sets: tuple[str, ...], host: str | None, hosts_file: str | None):
-    """(plan, hosts used): as the engine checks a run before it makes anything."""
+    """(plan, hosts used, warnings): as the engine checks a run before it makes anything."""
     from .load import parse_sets
     from .placement import plan_for_hosts
 
     return plan_for_hosts(file, parse_sets(sets), host=host, hosts_file=hosts_file)
 
 
-def _summary(plan) -> dict[str, Any]:
+def _summary(plan, warnings: list[str]) -> dict[str, Any]:
     path, length = plan.critical_path()
     return {
         "workflow": plan.workflow.name,
@@ -83,7 +88,7 @@ def _summary(plan) -> dict[str, Any]:
         ],
         "critical_path": path,
         "critical_path_minutes": length,
-        "warnings": plan.warnings,
+        "warnings": warnings,
     }
 
 
@@ -98,10 +103,10 @@ _hosts_option = click.option("--hosts", "hosts_file", default=None, type=click.P
 def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: bool) -> None:
     """Parse and check FILE (and that every node's host exists and fits it); print its nodes, members and edges."""
     try:
-        plan, _ = _checked(file, sets, None, hosts_file)
+        plan, _, warnings = _checked(file, sets, None, hosts_file)
     except PweError as exc:
         _fail(exc)
-    summary = _summary(plan)
+    summary = _summary(plan, warnings)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -130,8 +135,7 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
     path = summary["critical_path"]
     extra = f" ({summary['critical_path_minutes']:g} min per member chain)" if summary["critical_path_minutes"] else ""
     con.print(f"critical path: {' -> '.join(path)}{extra}")
-    for w in plan.warnings:
-        click.echo(f"warning: {w}", err=True)
+    _warn(warnings)
 
 
 @cli.command()
@@ -149,7 +153,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
 
         from .placement import preview_pilot_script
 
-        p, used = _checked(file, sets, host, hosts_file)
+        p, used, warnings = _checked(file, sets, host, hosts_file)
         scripts = {name: preview_pilot_script(p, h) for name, h in used.items()
                    if protocol_info(h.protocol).job_class is not None}
         shown: dict[str, list[dict[str, Any]]] = {}
@@ -162,7 +166,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             ]
     except PweError as exc:
         _fail(exc)
-    summary = _summary(p)
+    summary = _summary(p, warnings)
     if as_json:
         for node in summary["nodes"]:
             node["members_shown"] = shown[node["id"]]
@@ -192,8 +196,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
     for name, script in scripts.items():
         con.print(f"\n[bold]first pilot job for host {name}[/] (RUN_DIR and RUN are filled in at submission):")
         con.print(escape(script), end="")
-    for w in p.warnings:
-        click.echo(f"warning: {w}", err=True)
+    _warn(warnings)
 
 
 # -- running ------------------------------------------------------------------------------
@@ -321,8 +324,7 @@ def run(file, sets, host, run_dir, cores, hosts_file) -> None:
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
-        for w in engine.warnings:
-            click.echo(f"warning: {w}", err=True)
+        _warn(engine.warnings)
         _follow(engine)
     except PweError as exc:
         _fail(exc)
@@ -337,8 +339,7 @@ def submit(file, sets, host, run_dir, cores, hosts_file) -> None:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
     except PweError as exc:
         _fail(exc)
-    for w in engine.warnings:
-        click.echo(f"warning: {w}", err=True)
+    _warn(engine.warnings)
     _spawn_engine(engine.dir)
     click.echo(engine.run_id)
 
