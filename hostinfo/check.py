@@ -15,15 +15,6 @@ from .model import Host
 
 Check = tuple[str, bool, str]
 
-#: the commands each protocol runs on the host
-COMMANDS: dict[str, list[str]] = {
-    "local": ["python3"],
-    "ssh": ["python3"],
-    "slurm": ["sbatch", "squeue", "scancel"],
-    "pbs": ["qsub", "qstat", "qdel"],
-    "sge": ["qsub", "qstat", "qdel"],
-    "loadleveler": ["llsubmit", "llq", "llcancel"],
-}
 #: the pilot is standard-library Python; this is the oldest python3 it is written for
 MIN_PYTHON = (3, 8)
 TIMEOUT = 20.0
@@ -68,7 +59,9 @@ def check_host(host: Host, runner: Any = None) -> list[Check]:
 
 
 def _commands(host: Host, runner: Any) -> list[Check]:
-    names = list(dict.fromkeys(COMMANDS.get(host.protocol, []) + (["ssh"] if host.nodes else [])))
+    from protocols.registry import info
+
+    names = list(dict.fromkeys(info(host.protocol).commands + (("ssh",) if host.nodes else ())))
     res = runner.run(["sh", "-c", _WHICH, "sh", *names], timeout=TIMEOUT)
     found = dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
     return [(name, bool(found.get(name)), found.get(name) or f"not found on the PATH of {_on(host)}")

@@ -34,7 +34,7 @@ class Host(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: StrictStr = ""
-    protocol: Literal["local", "ssh", "slurm", "pbs", "loadleveler", "sge"] = "local"
+    protocol: StrictStr = Field("local", description="one of protocols.registry.NAMES")
     contact: StrictStr = Field("local", description="'local' (this machine) or ssh://user@login-node[:port]")
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="default: this machine's")
     gpus_per_node: Annotated[StrictInt, Field(ge=0)] = 0
@@ -62,10 +62,24 @@ class Host(BaseModel):
     _lines = field_validator("contact", "account", "scratch", "ssh_config", "identity_file", "known_hosts",
                              "launcher_prefix")(classmethod(lambda cls, v: _one_line(v)))
 
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, v: str) -> str:
+        from protocols.registry import info
+
+        info(v)  # the one list of protocols; an unknown name is one line with the known ones
+        return v
+
     @model_validator(mode="after")
     def _contact(self) -> "Host":
         if self.contact != "local" and not self.contact.startswith("ssh://"):
             raise ValueError(f"contact {self.contact!r}: write 'local' or ssh://user@host")
+        from protocols.registry import PROTOCOLS
+
+        if self.contact != "local" and PROTOCOLS[self.protocol].job_class is None:
+            remote = ", ".join(n for n, p in PROTOCOLS.items() if p.job_class is not None)
+            raise ValueError(f"protocol {self.protocol} runs on this machine (contact local); for a remote head node "
+                             f"use a protocol that submits there: {remote}")
         return self
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jinja2
 
+from .registry import get  # noqa: F401  (a protocol by name, from the one list)
 from .runner import CommandRunner, CommandTimeout, ContactError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -142,16 +143,3 @@ class Protocol:
             except CommandTimeout:
                 pass  # the next status poll shows whether it took
 
-
-def get(name: str, runner: CommandRunner) -> Protocol:
-    """A protocol by name, imported on first use."""
-    import importlib
-
-    modules = {"slurm": "protocols.slurm:Slurm", "pbs": "protocols.pbs:Pbs", "ssh": "protocols.interactive:Interactive",
-               "loadleveler": "protocols.loadleveler:LoadLeveler"}
-    if name not in modules:
-        from pwe.source import did_you_mean
-
-        raise ValueError(f"no protocol '{name}'{did_you_mean(name, modules)}")
-    mod, _, cls = modules[name].partition(":")
-    return getattr(importlib.import_module(mod), cls)(runner)

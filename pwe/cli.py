@@ -36,17 +36,15 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
+def _warn(warnings: list[str]) -> None:
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
 _set_option = click.option(
     "--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property (repeatable)"
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-
-
-def _load(file: str, sets: tuple[str, ...], host: str | None = None):
-    from .load import parse_sets
-    from .plan import plan_workflow
-
-    return plan_workflow(file, parse_sets(sets), host=host)
 
 
 def _param_summary(plan, nid: str) -> str:
@@ -57,7 +55,15 @@ def _param_summary(plan, nid: str) -> str:
     return sep.join(f"{n}({len(space.values[n])})" for n in space.names)
 
 
-def _summary(plan) -> dict[str, Any]:
+def _checked(file: str, sets: tuple[str, ...], host: str | None, hosts_file: str | None):
+    """(plan, hosts used, warnings): as the engine checks a run before it makes anything."""
+    from .load import parse_sets
+    from .placement import plan_for_hosts
+
+    return plan_for_hosts(file, parse_sets(sets), host=host, hosts_file=hosts_file)
+
+
+def _summary(plan, warnings: list[str]) -> dict[str, Any]:
     path, length = plan.critical_path()
     return {
         "workflow": plan.workflow.name,
@@ -82,21 +88,25 @@ def _summary(plan) -> dict[str, Any]:
         ],
         "critical_path": path,
         "critical_path_minutes": length,
-        "warnings": plan.warnings,
+        "warnings": warnings,
     }
+
+
+_hosts_option = click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
 
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @_set_option
+@_hosts_option
 @_json_option
-def validate(file: str, sets: tuple[str, ...], as_json: bool) -> None:
-    """Parse and check FILE; print its nodes, members and edges."""
+def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: bool) -> None:
+    """Parse and check FILE (and that every node's host exists and fits it); print its nodes, members and edges."""
     try:
-        plan = _load(file, sets)
+        plan, _, warnings = _checked(file, sets, None, hosts_file)
     except PweError as exc:
         _fail(exc)
-    summary = _summary(plan)
+    summary = _summary(plan, warnings)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -125,8 +135,7 @@ def validate(file: str, sets: tuple[str, ...], as_json: bool) -> None:
     path = summary["critical_path"]
     extra = f" ({summary['critical_path_minutes']:g} min per member chain)" if summary["critical_path_minutes"] else ""
     con.print(f"critical path: {' -> '.join(path)}{extra}")
-    for w in plan.warnings:
-        click.echo(f"warning: {w}", err=True)
+    _warn(warnings)
 
 
 @cli.command()
@@ -134,23 +143,19 @@ def validate(file: str, sets: tuple[str, ...], as_json: bool) -> None:
 @_set_option
 @click.option("--host", default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, help="members shown per node")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @_json_option
 def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_file: str | None,
          as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
-        from pathlib import Path
-
-        import hostinfo
-
-        from .placement import check_hosts
+        from protocols.registry import info as protocol_info
 
         from .placement import preview_pilot_script
 
-        p = _load(file, sets, host)
-        used = check_hosts(p, hostinfo.load(Path(file), hosts_file), Path(file))
-        scripts = {name: preview_pilot_script(p, h) for name, h in used.items() if h.protocol != "local"}
+        p, used, warnings = _checked(file, sets, host, hosts_file)
+        scripts = {name: preview_pilot_script(p, h) for name, h in used.items()
+                   if protocol_info(h.protocol).job_class is not None}
         shown: dict[str, list[dict[str, Any]]] = {}
         for nid, n in p.nodes.items():
             idx = list(range(min(show, n.size)))
@@ -161,7 +166,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             ]
     except PweError as exc:
         _fail(exc)
-    summary = _summary(p)
+    summary = _summary(p, warnings)
     if as_json:
         for node in summary["nodes"]:
             node["members_shown"] = shown[node["id"]]
@@ -191,8 +196,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
     for name, script in scripts.items():
         con.print(f"\n[bold]first pilot job for host {name}[/] (RUN_DIR and RUN are filled in at submission):")
         con.print(escape(script), end="")
-    for w in p.warnings:
-        click.echo(f"warning: {w}", err=True)
+    _warn(warnings)
 
 
 # -- running ------------------------------------------------------------------------------
@@ -202,7 +206,7 @@ _run_options = [
     click.option("--host", default=None, help="run every node on this host"),
     click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
     click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill (default: all)"),
-    click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too"),
+    _hosts_option,
 ]
 
 
@@ -327,8 +331,7 @@ def run(file, sets, host, run_dir, cores, hosts_file) -> None:
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
-        for w in engine.warnings:
-            click.echo(f"warning: {w}", err=True)
+        _warn(engine.warnings)
         _follow(engine)
     except PweError as exc:
         _fail(exc)
@@ -343,8 +346,7 @@ def submit(file, sets, host, run_dir, cores, hosts_file) -> None:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
     except PweError as exc:
         _fail(exc)
-    for w in engine.warnings:
-        click.echo(f"warning: {w}", err=True)
+    _warn(engine.warnings)
     _spawn_engine(engine.dir)
     click.echo(engine.run_id)
 
@@ -382,7 +384,7 @@ def _registry(workflow: str | None, hosts_file: str | None):
 
 
 @hosts.command(name="list")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
 @_json_option
 def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
@@ -404,7 +406,7 @@ def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> N
 
 @hosts.command(name="show")
 @click.argument("name")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
 @_json_option
 def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
@@ -426,7 +428,7 @@ def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json:
 
 @hosts.command(name="check")
 @click.argument("name")
-@click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+@_hosts_option
 @click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
 @_json_option
 def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:

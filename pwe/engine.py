@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
+from protocols.registry import info as protocol_info
+
 from . import rundir
 from .errors import InputError, PweError, RunStopped
 from .journal import Journal, JournalError, append_whole, replay
-from .placement import check_hosts, pilot_args_for, pilot_shape, unsupported_scheduling
+from .placement import pilot_args_for, pilot_job, plan_for_hosts
 from .plan import Plan, plan_workflow
 from .state import ASSIGNED, DONE, READY, RunState
 
@@ -135,9 +135,9 @@ class Lane:
         self.name = host.name
         self.cores = cores
         self.pilot_args = [str(a) for a in pilot_args]
-        self.protocol = None
-        if host.protocol != "local":
-            from protocols.base import get as get_protocol
+        self.protocol = None  # local: the pilot is a process here, not a job
+        if protocol_info(host.protocol).job_class is not None:
+            from protocols.registry import get as get_protocol
             from protocols.ssh import runner_for
 
             # commands go to the host's head node: here, or over SSH (host keys verified)
@@ -190,20 +190,10 @@ class Engine:
                cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
                **options: Any) -> "Engine":
         """Check the workflow, make its run directory, and return an engine for it."""
-        import hostinfo
-
         src = Path(workflow)
         cores_option = cores
-        plan = plan_workflow(src, sets, host=host)
-        registry = hostinfo.load(src, hosts_file, cores=cores)
-        hosts = check_hosts(plan, registry, src)
+        plan, hosts, warnings = plan_for_hosts(src, sets, host=host, hosts_file=hosts_file, cores=cores)
         for the_host in hosts.values():
-            if the_host.protocol not in ("local", "ssh", "slurm", "pbs", "loadleveler"):
-                raise InputError(f"host '{the_host.name}' uses protocol {the_host.protocol}, which this version "
-                                 "does not submit to yet (local, ssh, slurm, pbs and loadleveler work)", src)
-            if the_host.contact != "local" and the_host.protocol == "local":
-                raise InputError(f"host '{the_host.name}': protocol local runs on this machine; for a remote head "
-                                 "node use its batch protocol (slurm, pbs, loadleveler)", src)
             if the_host.contact != "local" and not the_host.shared_fs:
                 raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: "
                                  "false); this version needs the run directory visible on the host at the same "
@@ -215,7 +205,6 @@ class Engine:
             for name, h in hosts.items()
         }
         cores = next(iter(hosts.values())).cores_per_node
-        warnings = unsupported_scheduling(plan, hosts)
         run_id = rundir.new_run_id(plan.workflow.name)
         path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
         rundir.create(path)
@@ -404,25 +393,16 @@ class Engine:
 
     def _submit_pilot(self, lane: Lane) -> Pilot:
         """Glide in: one batch job that becomes a pilot, sized for the members ready now."""
-        from protocols.base import PilotJob
-
-        import pilot as pilot_pkg
-
         host = lane.host
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
         d.mkdir(parents=True, exist_ok=True)
         (d / "tasks.jsonl").touch()
-        job = PilotJob(pilot_id=pid_, pilot_dir=str(d), job_name=f"pwe-{self.run_id}-{pid_}",
-                       **self._pilot_shape(lane),
-                       python=sys.executable, pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
-                       account=host.account, setup=list(host.setup),
-                       env={k: str(v) for k, v in host.env.items()},
-                       notify=f"{shlex.join([sys.executable, '-m', 'pwe', 'notify', '--run', str(self.dir), '--pilot', pid_])}",
-                       pilot_args=lane.pilot_args
-                       + ["--heartbeat", str(self.heartbeat), "--idle-timeout",
-                          str(self.info.get("idle_timeout", 60))])
+        st = self.state
+        ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
+        job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
+                        heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60))
         script = d / "job.sh"
         script.write_text(lane.protocol.render(job))
         from protocols.base import SubmitError
@@ -443,11 +423,6 @@ class Engine:
         pilot = Pilot(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name)
         self.pilots[pid_] = pilot
         return pilot
-
-    def _pilot_shape(self, lane: Lane) -> dict[str, Any]:
-        st = self.state
-        ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
-        return pilot_shape(self.plan, lane.host, ready)
 
     def _poll_jobs(self, lane: Lane) -> None:
         """One batched status query for every live batch pilot of a host, at most every

@@ -51,8 +51,9 @@ class Scheduling(_Strict):
     """
 
     submissionType: Literal["glidein", "batch", "interactive"] | None = Field(
-        None, description="glidein: members run inside pilot jobs (default); batch: one job per member; "
-        "interactive: run on the host's head node"
+        None, description="glidein: members run inside pilot jobs (default); interactive: on the host's head node "
+        "(what hosts with protocol local or ssh do); batch: one job per member (not built: reported, and the "
+        "members run in pilot jobs)"
     )
     account: StrictStr | None = Field(None, description="account / project charged")
     queue: StrictStr | None = Field(None, description="partition or queue; overrides the host's choice")

@@ -1,7 +1,8 @@
 """Where members run: does a host fit a workflow, how large a pilot to ask for, and
 which scheduling fields a host acts on.
 
-Used by the engine when it submits pilots, and by ``pwe plan --host`` to show them.
+Used by the engine when it submits pilots, and by ``pwe plan --host`` to show them:
+both build the pilot job with :func:`pilot_job` and warn with :func:`run_warnings`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,26 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from protocols.registry import PROTOCOLS
+from protocols.registry import info as protocol_info
+
 from .errors import InputError
-from .plan import Plan
+from .plan import Plan, plan_workflow
+
+
+def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
+                   hosts_file: str | Path | None = None,
+                   cores: int | None = None) -> tuple[Plan, dict[str, Any], list[str]]:
+    """A workflow's plan checked against its hosts, before anything is made: every node's
+    host exists and fits it (:func:`check_hosts`). Returns the plan, the hosts it uses by
+    name, and the warnings ``pwe run`` prints (:func:`run_warnings`). ``pwe validate``,
+    ``pwe plan`` and the engine all start here."""
+    import hostinfo
+
+    src = Path(workflow)
+    plan = plan_workflow(src, sets, host=host)
+    hosts = check_hosts(plan, hostinfo.load(src, hosts_file, cores=cores), src)
+    return plan, hosts, run_warnings(plan, hosts)
 
 
 def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str, Any]:
@@ -54,29 +73,40 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
                 if part.max_nodes:
                     nodes = min(nodes, part.max_nodes)
                 break
+    if not protocol_info(host.protocol).allocates:
+        nodes = len(host.nodes) or 1  # the pilot runs on the head node (and the host's own nodes), not on an allocation
     return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
+            "account": sched.account or host.account,  # the profile's account wins over the host's
             "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
             # members that need GPUs get them only if the job asks for the nodes' GPUs
             "memory_mb": sched.maxTotalMemory, "gpus_per_node": host.gpus_per_node if gpus else 0}
 
 
-def preview_pilot_script(plan: Plan, host: Any) -> str:
-    """The job script the first pilot for this plan would be submitted with (pwe plan --host)."""
+def pilot_job(plan: Plan, host: Any, ready: list[tuple[str, int]], run_dir: str, run_id: str, pilot_id: str,
+              pilot_args: list[str], heartbeat: float, idle_timeout: float) -> Any:
+    """The pilot job to submit to ``host`` for the ``ready`` members: what the engine
+    submits, and what ``pwe plan --host`` shows (with RUN_DIR and RUN for the run's own)."""
     import pilot as pilot_pkg
     from protocols.base import PilotJob
-    from protocols.base import get as get_protocol
+
+    return PilotJob(pilot_id=pilot_id, pilot_dir=f"{run_dir}/pilots/{pilot_id}", job_name=f"pwe-{run_id}-{pilot_id}",
+                    **pilot_shape(plan, host, ready), python=sys.executable,
+                    pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
+                    setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
+                    notify=shlex.join([sys.executable, "-m", "pwe", "notify", "--run", run_dir, "--pilot", pilot_id]),
+                    pilot_args=[*pilot_args, "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout)])
+
+
+def preview_pilot_script(plan: Plan, host: Any) -> str:
+    """The job script the first pilot for this plan would be submitted with (pwe plan --host)."""
+    from protocols.registry import get as get_protocol
     from protocols.runner import LocalRunner
 
     # the first node (in graph order) that runs on this host: its members ask for the first pilot
     first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
     roots = [(first, i) for i in range(min(plan.nodes[first].size, 100000))]
-    d = "RUN_DIR/pilots/p1"
-    job = PilotJob(pilot_id="p1", pilot_dir=d, job_name=f"pwe-{plan.workflow.name}-RUN-p1",
-                   **pilot_shape(plan, host, roots), python=sys.executable,
-                   pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent), account=host.account,
-                   setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
-                   notify=shlex.join([sys.executable, "-m", "pwe", "notify", "--run", "RUN_DIR", "--pilot", "p1"]),
-                   pilot_args=pilot_args_for(host) + ["--heartbeat", "5.0", "--idle-timeout", "60"])
+    job = pilot_job(plan, host, roots, "RUN_DIR", f"{plan.workflow.name}-RUN", "p1", pilot_args_for(host),
+                    heartbeat=5.0, idle_timeout=60)
     return get_protocol(host.protocol, LocalRunner()).render(job)
 
 
@@ -91,7 +121,9 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
         try:
             host = registry.get(pn.host)
         except InputError as exc:
-            raise InputError(f"node '{nid}': {exc.message}", src, pn.line) from None
+            if plan.host:
+                raise InputError(f"--host {plan.host}: {exc.message}") from None
+            raise InputError(f"node '{nid}': {exc.message}", src, pn.host_line or pn.line) from None
         used[host.name] = host
         sched = pn.scheduling
         ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
@@ -183,31 +215,36 @@ def pilot_args_for(host: Any) -> list[str]:
     return args
 
 
-#: Scheduling profile fields each protocol acts on; the rest are reported, never dropped.
-_MEMBER_FIELDS = {"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "submissionType", "coreUsageRule",
-                  "gpusPerMember", "memoryPerMember"}
-USED_SCHEDULING = {
-    "local": _MEMBER_FIELDS,
-    "slurm": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "qos", "reservation", "nodeAttributes",
-                               "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
-    "pbs": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"},
-    "ssh": _MEMBER_FIELDS | {"maxWallTime"},
-    "loadleveler": _MEMBER_FIELDS | {"maxWallTime", "queue", "account", "reservation", "maxTotalMemory", "maxCpus",
-                                     "minCpus", "maxNodes"},
-}
+#: Scheduling fields every pilot acts on, whatever submits it: the engine's task for each
+#: member (ranks, threads, walltime per member, shareNodes -> exclusive, coreUsageRule ->
+#: cap, GPUs, memory) and its feeding (maxMembers: most members one pilot is given).
+MEMBER_FIELDS = frozenset({"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "shareNodes", "coreUsageRule",
+                           "gpusPerMember", "memoryPerMember", "maxMembers"})
+#: The fields each protocol acts on: those and what its job script states. The rest are
+#: reported, never dropped; submissionType is checked by value (registry: submission_types).
+USED_SCHEDULING = {name: MEMBER_FIELDS | p.script_fields for name, p in PROTOCOLS.items()}
+
+
+def run_warnings(plan: Plan, hosts: dict[str, Any]) -> list[str]:
+    """Everything ``pwe run`` warns about before it makes anything, and ``pwe plan`` and
+    ``pwe validate`` show as well: members that match nothing upstream, and what the
+    hosts will not do of each node's scheduling profile."""
+    return list(plan.warnings) + unsupported_scheduling(plan, hosts)
 
 
 def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
-    """One warning per node naming the profile fields its host does not act on: never
-    dropped silently (DESIGN.md). ``hosts``: the hosts the run uses, by name."""
+    """The profile fields each node's host does not act on (one warning a node), and a
+    submissionType it does not do: never dropped silently (DESIGN.md). ``hosts``: the
+    hosts the run uses, by name."""
     out = []
     for nid, pn in plan.nodes.items():
         host = hosts[pn.host]
         protocol = host.protocol
-        used = set(USED_SCHEDULING.get(protocol, _MEMBER_FIELDS))
+        used = set(USED_SCHEDULING[protocol])
         if not host.memory_per_node:
             used.discard("memoryPerMember")  # nothing to count it against
         given = pn.scheduling.model_dump(exclude_none=True)
+        kind = given.pop("submissionType", "glidein")
         ignored = sorted(k for k in given if k not in used)
         parts = []
         others = [k for k in ignored if k != "memoryPerMember"]
@@ -218,4 +255,12 @@ def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
             parts.append("states no memory_per_node; memoryPerMember not used")
         if parts:
             out.append(f"node '{nid}': host '{pn.host}' " + "; it ".join(parts))
+        if kind not in protocol_info(protocol).submission_types:
+            if kind == "batch":
+                out.append(f"node '{nid}': submissionType batch (one batch job per member) is not built; its "
+                           f"members run in pilot jobs on host '{pn.host}' ({protocol})")
+            else:
+                head = "protocol local" if host.contact == "local" else f"protocol ssh and contact {host.contact}"
+                out.append(f"node '{nid}': submissionType {kind} is not built for host '{pn.host}' ({protocol}); "
+                           f"its members run in pilot jobs (to run them on the head node: a host with {head})")
     return out

@@ -55,6 +55,7 @@ class PlannedNode:
     scheduling: model.Scheduling
     retries: int
     line: int | None = None
+    host_line: int | None = None  # where its host is named: its own 'host', else defaults.host
 
     @property
     def size(self) -> int:
@@ -76,6 +77,7 @@ class Plan:
     edges: list[Edge]
     graph: nx.DiGraph
     warnings: list[str] = field(default_factory=list)
+    host: str | None = None  # --host: every node on this host, whatever the file says
 
     @property
     def total_members(self) -> int:
@@ -232,6 +234,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             scheduling=sched,
             retries=node.retries if node.retries is not None else wf.defaults.retries,
             line=line_of("nodes", nid),
+            host_line=line_of("nodes", nid, "host") if node.host else line_of("defaults", "host"),
         )
 
     edges: list[Edge] = []
@@ -248,7 +251,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                     f"{name}={missing} match no member of '{a}' and will not wait for it"
                 )
     edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
-    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings)
+    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host)
 
 
 _COVER_LIMIT = 200_000

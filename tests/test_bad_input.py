@@ -161,6 +161,9 @@ def test_a_line_break_cannot_smuggle_a_line_into_a_job_script(write, tmp_path):
     ("", None, "the file is empty; a hosts file needs at least 'hosts'"),
     ("hosts:\n  c:\n    protocl: slurm\n", 3, "'hosts.c.protocl': unknown key (did you mean 'protocol'?)"),
     ("hosts:\n  c: {protocol: slurm, cores_per_node: many}\n", 2, "'hosts.c.cores_per_node'"),
+    ("hosts:\n  c:\n    protocol: local\n    contact: ssh://me@login\n", 2,
+     "'hosts.c': protocol local runs on this machine (contact local); for a remote head node use a protocol that "
+     "submits there: ssh, slurm, pbs, loadleveler"),
 ])
 def test_bad_hosts_file_is_one_line_naming_it(tmp_path, text, line, phrase):
     hosts = tmp_path / "h.yaml"
@@ -179,3 +182,40 @@ def test_example_hosts_file_is_valid():
     import json
 
     assert {h["name"] for h in json.loads(result.stdout)} >= {"cluster", "torque", "four", "head", "local"}
+
+
+def test_validate_checks_that_every_nodes_host_exists(tmp_path):
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  cluster: {protocol: slurm, cores_per_node: 8}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: a\nnodes:\n  prep:\n    run: x\n  sim:\n    after: [prep]\n    host: clustr\n    run: x\n")
+    status, out, err = run_cli("validate", wf)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert err == (f"{wf}:7: node 'sim': unknown host 'clustr' (did you mean 'cluster'?); known hosts: cluster, "
+                   "local (pwe hosts list)\n")
+    # from defaults: the line of defaults.host
+    wf.write_text("name: a\ndefaults:\n  host: clustr\nnodes:\n  prep:\n    run: x\n")
+    result = CliRunner().invoke(cli, ["validate", str(wf)])
+    assert result.exit_code == 2 and result.stderr.startswith(f"{wf}:3: node 'prep': unknown host 'clustr'")
+    # --hosts FILE, as plan and run read it
+    other = tmp_path / "other.yaml"
+    other.write_text("hosts:\n  clustr: {protocol: pbs, cores_per_node: 8}\n")
+    result = CliRunner().invoke(cli, ["validate", str(wf), "--hosts", str(other)])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_an_unknown_protocol_is_one_line_from_every_command(tmp_path):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  grid:\n    protocol: sge\n    cores_per_node: 8\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: a\nnodes:\n  a:\n    host: grid\n    run: x\n")
+    want = (f"{hosts}:3: 'hosts.grid.protocol': unknown protocol 'sge'; known: local, ssh, slurm, pbs, "
+            "loadleveler\n")
+    for args in (["plan", wf], ["plan", wf, "--host", "grid"], ["validate", wf], ["run", wf, "--run-dir",
+                 tmp_path / "run"], ["hosts", "list", "--hosts", hosts], ["hosts", "check", "grid", "--hosts", hosts]):
+        status, out, err = run_cli(*args, cwd=tmp_path)
+        assert (status, err) == (2, want), (args, err)
+    assert not (tmp_path / "run").exists()
+    hosts.write_text("hosts:\n  c: {protocol: slrum}\n")
+    status, _, err = run_cli("hosts", "list", "--hosts", hosts)
+    assert status == 2 and err == (f"{hosts}:2: 'hosts.c.protocol': unknown protocol 'slrum' (did you mean "
+                                   "'slurm'?); known: local, ssh, slurm, pbs, loadleveler\n"), err

@@ -1,0 +1,70 @@
+"""The one list of protocols: every name a host may give, and what pwe knows of each.
+
+The hosts model accepts exactly these names, ``pwe hosts check`` looks for each one's
+commands, placement reports the scheduling fields each does not act on, and the engine
+gets its protocol class here. Nothing is imported until it is used (hostinfo reads this
+list without jinja2 or paramiko).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProtocolInfo:
+    name: str
+    #: "module:Class" of the protocol that submits pilot jobs through the host's head node;
+    #: None for ``local``, whose pilot is a process on this machine (protocols.local)
+    job_class: str | None
+    #: the commands it runs on the host (what ``pwe hosts check`` looks for)
+    commands: tuple[str, ...]
+    #: scheduling fields its job script states (through placement.pilot_shape), besides
+    #: those every pilot acts on
+    script_fields: frozenset[str] = frozenset()
+    #: the pilot runs on nodes the batch system allocates (else on the head node itself)
+    allocates: bool = False
+    #: submissionType values it does: glidein everywhere; interactive where the pilot
+    #: runs on this machine or the head node. batch (a job per member) nowhere yet.
+    submission_types: frozenset[str] = frozenset({"glidein"})
+
+
+_SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"}
+
+PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
+    ProtocolInfo("local", None, ("python3",), submission_types=frozenset({"glidein", "interactive"})),
+    ProtocolInfo("ssh", "protocols.interactive:Interactive", ("python3",), frozenset({"maxWallTime"}),
+                 submission_types=frozenset({"glidein", "interactive"})),
+    ProtocolInfo("slurm", "protocols.slurm:Slurm", ("sbatch", "squeue", "scancel"),
+                 frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"}), allocates=True),
+    ProtocolInfo("pbs", "protocols.pbs:Pbs", ("qsub", "qstat", "qdel"), frozenset(_SIZE), allocates=True),
+    ProtocolInfo("loadleveler", "protocols.loadleveler:LoadLeveler", ("llsubmit", "llq", "llcancel"),
+                 frozenset(_SIZE | {"reservation"}), allocates=True),
+)}
+NAMES = tuple(PROTOCOLS)
+
+
+class UnknownProtocol(ValueError):
+    pass
+
+
+def info(name: str) -> ProtocolInfo:
+    """What pwe knows of protocol ``name``; :class:`UnknownProtocol` (one line) if nothing."""
+    if name not in PROTOCOLS:
+        from pwe.source import did_you_mean
+
+        raise UnknownProtocol(f"unknown protocol {name!r}{did_you_mean(name, NAMES)}; known: {', '.join(NAMES)}")
+    return PROTOCOLS[name]
+
+
+def get(name: str, runner: Any) -> Any:
+    """The protocol that submits pilot jobs for ``name``, talking through ``runner``,
+    imported on first use; None for ``local`` (its pilot is started here, not submitted)."""
+    import importlib
+
+    spec = info(name).job_class
+    if spec is None:
+        return None
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)(runner)
