@@ -245,7 +245,7 @@ hosts:
     properties: {{identity_file: {ident}, known_hosts: {kh}}}
   remote-nodes:
     protocol: local
-    contact: ssh://pwe-local
+    contact: local
     ssh_config: {ssh_nodes.ssh_config}
     nodes: [pwe-n1, pwe-n2]
   nowhere:
