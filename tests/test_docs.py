@@ -76,7 +76,7 @@ def test_every_example_workflow_validates_and_runs(wf, tmp_path):
     rc, out, err = run_cli("validate", wf, cwd=tmp_path)
     assert rc == 0, f"pwe validate {wf.name}: exit {rc}\n{err}"
     if wf.name in RUN_ELSEWHERE:
-        pytest.skip(f"run: {RUN_ELSEWHERE[wf.name]}")
+        return  # validated here; its run is the test RUN_ELSEWHERE names
     run = tmp_path / "run"
     rc, out, err = run_cli("run", wf, "--run-dir", run, *RUN_ARGS.get(wf.name, []), cwd=tmp_path, timeout=180)
     assert rc == 0, f"pwe run {wf.name}: exit {rc}\n{out}\n{err}"
