@@ -4,7 +4,9 @@ A protocol module gets allocations (pilot jobs): it renders a job script, submit
 asks for the state of many jobs in one call, and cancels. Everything it runs goes
 through one :class:`~protocols.runner.CommandRunner` (this machine or SSH to a login
 node), so timeouts, errors and logging live in one place. A protocol is mostly data:
-its commands and its job script template in ``protocols/templates/``.
+its commands and its job script template in ``protocols/templates/``. Errors are
+:class:`~pwe.errors.SubmitError`, :class:`~pwe.errors.CommandTimeout` and
+:class:`~pwe.errors.ContactError`, from the one tree in :mod:`pwe.errors`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ from pathlib import Path
 
 import jinja2
 
-from .registry import get  # noqa: F401  (a protocol by name, from the one list)
+from pwe.errors import SubmitError
+
+from .registry import get  # a protocol by name, from the one list
 from .runner import CommandRunner, CommandTimeout, ContactError
+
+__all__ = ["JobState", "PilotJob", "Protocol", "SubmitError", "get", "walltime_hms"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -67,12 +73,6 @@ class PilotJob:
     notify: str | None = None  # command a job's edge events call (pwe notify ...)
 
 
-class SubmitError(Exception):
-    def __init__(self, message: str, command: list[str] | None = None, status: int | None = None, stderr: str = ""):
-        super().__init__(message)
-        self.command, self.status, self.stderr = command, status, stderr
-
-
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 _ENV.filters["q"] = lambda v: __import__("shlex").quote(str(v))
@@ -108,17 +108,21 @@ class Protocol:
             res = self.runner.run(self.submit_command + self.submit_args(job) + [script_path], timeout=self.timeout,
                                   cwd=job.pilot_dir)
         except (CommandTimeout, ContactError) as exc:
-            if isinstance(exc, ContactError) and not getattr(exc, "maybe_ran", True):
+            if isinstance(exc, ContactError) and not exc.maybe_ran:
                 raise
             found = self.find_by_name(job.job_name)  # did it take? never submit twice
             if found:
                 return found
             raise SubmitError(f"{self.submit_command[0]} did not answer ({exc}) and no job named "
-                              f"{job.job_name} exists")
+                              f"{job.job_name} exists", exc.command) from exc
         if res.status != 0:
             raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)
-        return self.parse_job_id(res.stdout)
+        try:
+            return self.parse_job_id(res.stdout)
+        except SubmitError as exc:  # the answer names no job: keep what was run and what it said
+            exc.command, exc.status, exc.stderr = res.command, res.status, res.stderr
+            raise
 
     def submit_args(self, job: PilotJob) -> list[str]:
         """Options given on the submit command line (for what a script directive cannot say)."""
@@ -137,9 +141,11 @@ class Protocol:
         raise NotImplementedError
 
     def cancel(self, job_ids: list[str]) -> None:
+        """Ask the scheduler to end the jobs; whether it took, the next status poll shows
+        (so a cancel that times out or cannot reach the host is not an error)."""
         if job_ids:
             try:
                 self.runner.run(self.cancel_command + list(job_ids), timeout=self.timeout)
-            except CommandTimeout:
-                pass  # the next status poll shows whether it took
+            except (CommandTimeout, ContactError):
+                pass
 

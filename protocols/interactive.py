@@ -21,11 +21,11 @@ class Interactive(Protocol):
         start = 'cd "$1" && nohup bash "$2" > job.out 2> job.err < /dev/null & echo $!'
         try:
             res = self.runner.run(["sh", "-c", start, "sh", job.pilot_dir, script_path], timeout=self.timeout)
-        except CommandTimeout:
+        except CommandTimeout as exc:
             found = self.find_by_name(script_path)
             if found:
                 return found
-            raise SubmitError(f"starting the pilot timed out and no process runs {script_path}")
+            raise SubmitError(f"starting the pilot timed out and no process runs {script_path}", exc.command) from exc
         pid = res.stdout.strip()
         if res.status != 0 or not pid.isdigit():
             raise SubmitError(f"cannot start the pilot: {res.stderr.strip() or res.stdout.strip()}",
