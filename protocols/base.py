@@ -4,9 +4,15 @@ A protocol module gets allocations (pilot jobs): it renders a job script, submit
 asks for the state of many jobs in one call, and cancels. Everything it runs goes
 through one :class:`~protocols.runner.CommandRunner` (this machine or SSH to a login
 node), so timeouts, errors and logging live in one place. A protocol is mostly data:
-its commands and its job script template in ``protocols/templates/``. Errors are
-:class:`~pwe.errors.SubmitError`, :class:`~pwe.errors.CommandTimeout` and
-:class:`~pwe.errors.ContactError`, from the one tree in :mod:`pwe.errors`.
+its commands and its job script template in ``protocols/templates/``.
+
+What is common to every protocol is done here, once: the submission that timed out is
+looked up by name before anyone submits again, and :meth:`Protocol.status` answers UNKNOWN
+for every job asked about when the scheduler does not answer. A protocol says only how to
+ask (``_status_command``, ``_find_command``) and how to read the answer
+(``_parse_status``, ``_parse_find``). Errors are :class:`~pwe.errors.SubmitError`,
+:class:`~pwe.errors.CommandTimeout` and :class:`~pwe.errors.ContactError`, from the one
+tree in :mod:`pwe.errors`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import jinja2
 from pwe.errors import SubmitError
 
 from .registry import get  # a protocol by name, from the one list
-from .runner import CommandRunner, CommandTimeout, ContactError
+from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
 
 __all__ = ["JobState", "PilotJob", "Protocol", "SubmitError", "get", "walltime_hms"]
 
@@ -87,7 +93,8 @@ _ENV.filters["hms"] = walltime_hms
 
 
 class Protocol:
-    """Base of the batch protocols. Subclasses set the commands and the template."""
+    """Base of the batch protocols. A subclass sets its commands and its template, and
+    says how to ask for states and how to read the answer."""
 
     name = "base"
     template = ""
@@ -134,10 +141,48 @@ class Protocol:
             raise SubmitError(f"cannot find a job id in {out!r}")
         return m.group(1)
 
-    def status(self, job_ids: list[str]) -> dict[str, JobState]:  # pragma: no cover - abstract
+    def status(self, job_ids: list[str]) -> dict[str, JobState]:
+        """The state of every job in ``job_ids``, from one query. No ids, no query. When the
+        scheduler does not answer (the query timed out, the host cannot be reached, or the
+        answer is a failure, :meth:`_status_failed`) every job asked about is UNKNOWN: ask
+        again later, never "finished"."""
+        if not job_ids:
+            return {}
+        try:
+            res = self.runner.run(self._status_command(job_ids), timeout=self.timeout)
+            if not self._status_failed(res):
+                return self._parse_status(res, job_ids)
+        except (CommandTimeout, ContactError):
+            pass
+        return {j: JobState.UNKNOWN for j in job_ids}
+
+    def _status_command(self, job_ids: list[str]) -> list[str]:  # pragma: no cover - abstract
+        """The one command that asks for the state of all of ``job_ids``."""
         raise NotImplementedError
 
-    def find_by_name(self, name: str) -> str | None:  # pragma: no cover - abstract
+    def _status_failed(self, res: CommandResult) -> bool:
+        """Whether the status command failed (every job UNKNOWN) rather than answered. By
+        default any result is an answer: squeue, qstat and ps exit non-zero when asked only
+        of jobs they no longer list, which means those jobs have finished."""
+        return False
+
+    def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:  # pragma: no cover
+        """The state of every job in ``job_ids`` from the status command's answer."""
+        raise NotImplementedError
+
+    def find_by_name(self, name: str) -> str | None:
+        """The id of a job named ``name`` the scheduler lists, or None (also when the query
+        timed out: the caller reports that no such job was found)."""
+        try:
+            res = self.runner.run(self._find_command(name), timeout=self.timeout)
+        except CommandTimeout:
+            return None
+        return self._parse_find(res, name)
+
+    def _find_command(self, name: str) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _parse_find(self, res: CommandResult, name: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def cancel(self, job_ids: list[str]) -> None:
@@ -148,4 +193,3 @@ class Protocol:
                 self.runner.run(self.cancel_command + list(job_ids), timeout=self.timeout)
             except (CommandTimeout, ContactError):
                 pass
-

@@ -16,7 +16,7 @@ import pytest
 
 import pwe.errors
 from conftest import ROOT, run_cli, sample_pilot_job
-from protocols.base import get
+from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout, ContactError, LocalRunner
 from pwe.errors import HostsFileError, InputError, PweError, SubmitError, UnknownProtocol
 
@@ -157,9 +157,16 @@ def test_a_bad_ssh_contact_ran_nothing():
 
 
 @pytest.mark.parametrize("name", ["ssh", "slurm", "pbs", "loadleveler"])
-def test_a_cancel_that_does_not_reach_the_host_is_not_an_error(name):
-    """Was: a ContactError out of the engine's loop (cancelling a silent pilot). Whether
-    a cancel took, the next status poll tells."""
+def test_every_protocols_status_guard(name):
+    """The common part of status, once in the base: no ids, no query; no answer (a
+    timeout, an unreachable host), every job asked about UNKNOWN."""
+    r = scripted()
+    assert get(name, r).status([]) == {} and not r.calls
+    for no_answer in (CommandTimeout(["x"], 1), ContactError("h", "connection refused")):
+        r = scripted(no_answer)
+        assert get(name, r).status(["7", "8"]) == {"7": JobState.UNKNOWN, "8": JobState.UNKNOWN}
+        assert sum(r.calls.values()) == 1
+    # a cancel that does not reach the host is not an error: the next status poll tells
     get(name, scripted(ContactError("h", "connection refused"))).cancel(["7"])
 
 
