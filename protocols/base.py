@@ -4,7 +4,9 @@ A protocol module gets allocations (pilot jobs): it renders a job script, submit
 asks for the state of many jobs in one call, and cancels. Everything it runs goes
 through one :class:`~protocols.runner.CommandRunner` (this machine or SSH to a login
 node), so timeouts, errors and logging live in one place. A protocol is mostly data:
-its commands and its job script template in ``protocols/templates/``.
+its commands, the shell word that expands to its job id inside a job, and the header
+lines of its job script (``protocols/templates/<name>.j2``, which extends the one body,
+``_body.j2``).
 
 What is common to every protocol is done here, once: the submission that timed out is
 looked up by name before anyone submits again, and :meth:`Protocol.status` answers UNKNOWN
@@ -93,11 +95,13 @@ _ENV.filters["hms"] = walltime_hms
 
 
 class Protocol:
-    """Base of the batch protocols. A subclass sets its commands and its template, and
-    says how to ask for states and how to read the answer."""
+    """Base of the batch protocols. A subclass sets its commands, its template and its
+    job id variable, and says how to ask for states and how to read the answer."""
 
     name = "base"
     template = ""
+    #: the shell word that expands to the job's id inside its script (for ``pwe notify``)
+    job_id = ""
     submit_command: list[str] = []
     cancel_command: list[str] = []
     timeout = 30.0
@@ -106,7 +110,7 @@ class Protocol:
         self.runner = runner
 
     def render(self, job: PilotJob) -> str:
-        return _ENV.get_template(self.template).render(job=job, protocol=self.name)
+        return _ENV.get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
 
     def submit(self, job: PilotJob, script_path: str) -> str:
         """Submit; the job id. A submission that timed out is looked up by job name

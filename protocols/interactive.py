@@ -14,6 +14,7 @@ from .runner import CommandResult, CommandTimeout
 class Interactive(Protocol):
     name = "ssh"
     template = "ssh.sh.j2"
+    job_id = "$$"  # the script's own process: the pilot's job id is the pid `nohup bash` got
     cancel_command = ["kill", "-TERM"]
 
     def submit(self, job: PilotJob, script_path: str) -> str:

@@ -1,11 +1,12 @@
 """IBM Tivoli Workload Scheduler LoadLeveler: llsubmit / llq / llcancel.
 
 The job command file (``templates/loadleveler.cmd.j2``) carries its options as
-``# @ keyword = value`` lines ending with ``# @ queue``; the rest of the file is the same
-shell body as the SLURM script. ``# @ restart = no`` matters for a pilot: a restartable
-step that is vacated goes back to Idle and would run again later as a second pilot over
-the same task file; not restartable, a vacated step ends (state V) and the engine hands
-its members to a new pilot.
+``# @ keyword = value`` lines ending with ``# @ queue``; the rest of the file is the one
+body every job script shares (``templates/_body.j2``), with ``$LOADL_STEP_ID`` as the
+job id. ``# @ restart = no`` matters for a pilot: a restartable step that is vacated goes
+back to Idle and would run again later as a second pilot over the same task file; not
+restartable, a vacated step ends (state V) and the engine hands its members to a new
+pilot.
 
 Ids. ``llsubmit`` answers ``llsubmit: The job "host.example.com.123" has been submitted.``;
 that is the *job* id. A command file with one ``# @ queue`` has one step, ``.0``, and the
@@ -24,9 +25,9 @@ the site administrator configures (JOB_PROLOG / JOB_EPILOG, JOB_USER_PROLOG /
 JOB_USER_EPILOG in LoadL_config), and the user-level ``notification`` keyword only sends
 mail. A user cannot install an exit per job, so the command file calls the edge events
 itself, like the SLURM script: ``pwe notify ... started "$LOADL_STEP_ID"`` before the
-pilot and an EXIT trap for ``ended`` with the exit status. A step killed with SIGKILL
-(hard wall clock limit reached after the grace) never runs its trap; the status poll
-covers that edge.
+pilot and an EXIT trap for ``ended`` with the exit status; a TERM trap (llcancel, the
+wall clock limit) makes that status 143. A step killed with SIGKILL (hard wall clock
+limit reached after the grace) never runs its trap; the status poll covers that edge.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ _NO_STATUS = "no job status to report"
 class LoadLeveler(Protocol):
     name = "loadleveler"
     template = "loadleveler.cmd.j2"
+    job_id = "$LOADL_STEP_ID"
     submit_command = ["llsubmit"]
     cancel_command = ["llcancel"]
 

@@ -17,6 +17,9 @@ STATES = {
 class Pbs(Protocol):
     name = "pbs"
     template = "pbs.sh.j2"
+    #: Torque's qsub front end over SLURM (slurm-wlm-torque, as in the tests) sets no
+    #: PBS_JOBID in the job; its id there is SLURM's, which is what qsub answered
+    job_id = "${PBS_JOBID:-$SLURM_JOB_ID}"
     submit_command = ["qsub"]
     cancel_command = ["qdel"]
 

@@ -22,6 +22,7 @@ STATES = {
 class Slurm(Protocol):
     name = "slurm"
     template = "slurm.sh.j2"
+    job_id = "$SLURM_JOB_ID"
     submit_command = ["sbatch", "--parsable"]
     cancel_command = ["scancel"]
 
