@@ -65,15 +65,25 @@ class Host(BaseModel):
     @field_validator("protocol")
     @classmethod
     def _protocol(cls, v: str) -> str:
-        from protocols.registry import info
+        from protocols.registry import UnknownProtocol, info
 
-        info(v)  # the one list of protocols; an unknown name is one line with the known ones
+        try:
+            info(v)  # the one list of protocols; an unknown name is one line with the known ones
+        except UnknownProtocol as exc:  # pydantic takes a ValueError; hostinfo.registry adds file and line
+            raise ValueError(exc.message) from None
         return v
 
     @model_validator(mode="after")
     def _contact(self) -> "Host":
         if self.contact != "local" and not self.contact.startswith("ssh://"):
             raise ValueError(f"contact {self.contact!r}: write 'local' or ssh://user@host")
+        if self.contact != "local":
+            from protocols.ssh import split_contact
+
+            try:
+                split_contact(self.contact)  # as the SSH runner reads it, so a run never meets a bad one
+            except ValueError as exc:
+                raise ValueError(f"contact {self.contact!r}: {exc}") from None
         from protocols.registry import PROTOCOLS
 
         if self.contact != "local" and PROTOCOLS[self.protocol].job_class is None:

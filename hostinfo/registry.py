@@ -1,7 +1,9 @@
 """The host registry: built-in ``local``, then files, each later one overriding earlier.
 
 Read, in order: ``$XDG_CONFIG_HOME/pwe/hosts.yaml`` (``~/.config/pwe/hosts.yaml``), a
-``hosts.yaml`` beside the workflow, and ``--hosts FILE``.
+``hosts.yaml`` beside the workflow, and ``--hosts FILE``. Whatever is wrong with a file
+(unreadable, not YAML, against the hosts model: pydantic's errors) is one
+:class:`~pwe.errors.HostsFileError` naming it and the line, raised in :func:`load` only.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pwe.errors import InputError
+from pwe.errors import HostsFileError, InputError
 from pwe.source import did_you_mean, locate
 from pwe.yaml_reader import read_yaml
 
@@ -77,9 +79,12 @@ def load(workflow: Path | None = None, extra: str | Path | None = None, cores: i
     for path in default_files(workflow, extra):
         if not path.exists():
             if extra is not None and path == Path(extra):
-                raise InputError("no such hosts file", path)
+                raise HostsFileError("no such hosts file", path)
             continue
-        raw = read_yaml(path, what="a hosts file", needs="'hosts'")
+        try:
+            raw = read_yaml(path, what="a hosts file", needs="'hosts'")
+        except InputError as exc:  # the YAML reader's, said of a workflow file or any other
+            raise HostsFileError(exc.message, exc.file, exc.line) from None
         try:
             parsed = HostsFile.model_validate(raw)
         except ValidationError as exc:
@@ -91,7 +96,7 @@ def load(workflow: Path | None = None, extra: str | Path | None = None, cores: i
                 hint = did_you_mean(loc[-1], known)
             where = ".".join(str(p) for p in loc)
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            raise InputError(f"'{where}': {msg}{hint}", path, locate(raw, loc)) from None
+            raise HostsFileError(f"'{where}': {msg}{hint}", path, locate(raw, loc)) from None
         for name, host in parsed.hosts.items():
             if name == "local" and host.protocol == "local" and host.cores_per_node is None:
                 host = host.model_copy(update={"cores_per_node": cores or local_cores()})

@@ -4,7 +4,17 @@ A protocol module gets allocations (pilot jobs): it renders a job script, submit
 asks for the state of many jobs in one call, and cancels. Everything it runs goes
 through one :class:`~protocols.runner.CommandRunner` (this machine or SSH to a login
 node), so timeouts, errors and logging live in one place. A protocol is mostly data:
-its commands and its job script template in ``protocols/templates/``.
+its commands, the shell word that expands to its job id inside a job, and the header
+lines of its job script (``protocols/templates/<name>.j2``, which extends the one body,
+``_body.j2``).
+
+What is common to every protocol is done here, once: the submission that timed out is
+looked up by name before anyone submits again, and :meth:`Protocol.status` answers UNKNOWN
+for every job asked about when the scheduler does not answer. A protocol says only how to
+ask (``_status_command``, ``_find_command``) and how to read the answer
+(``_parse_status``, ``_parse_find``). Errors are :class:`~pwe.errors.SubmitError`,
+:class:`~pwe.errors.CommandTimeout` and :class:`~pwe.errors.ContactError`, from the one
+tree in :mod:`pwe.errors`.
 """
 
 from __future__ import annotations
@@ -16,8 +26,12 @@ from pathlib import Path
 
 import jinja2
 
-from .registry import get  # noqa: F401  (a protocol by name, from the one list)
-from .runner import CommandRunner, CommandTimeout, ContactError
+from pwe.errors import SubmitError
+
+from .registry import get  # a protocol by name, from the one list
+from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
+
+__all__ = ["JobState", "PilotJob", "Protocol", "SubmitError", "get", "walltime_hms"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -67,12 +81,6 @@ class PilotJob:
     notify: str | None = None  # command a job's edge events call (pwe notify ...)
 
 
-class SubmitError(Exception):
-    def __init__(self, message: str, command: list[str] | None = None, status: int | None = None, stderr: str = ""):
-        super().__init__(message)
-        self.command, self.status, self.stderr = command, status, stderr
-
-
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 _ENV.filters["q"] = lambda v: __import__("shlex").quote(str(v))
@@ -87,10 +95,13 @@ _ENV.filters["hms"] = walltime_hms
 
 
 class Protocol:
-    """Base of the batch protocols. Subclasses set the commands and the template."""
+    """Base of the batch protocols. A subclass sets its commands, its template and its
+    job id variable, and says how to ask for states and how to read the answer."""
 
     name = "base"
     template = ""
+    #: the shell word that expands to the job's id inside its script (for ``pwe notify``)
+    job_id = ""
     submit_command: list[str] = []
     cancel_command: list[str] = []
     timeout = 30.0
@@ -99,7 +110,7 @@ class Protocol:
         self.runner = runner
 
     def render(self, job: PilotJob) -> str:
-        return _ENV.get_template(self.template).render(job=job, protocol=self.name)
+        return _ENV.get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
 
     def submit(self, job: PilotJob, script_path: str) -> str:
         """Submit; the job id. A submission that timed out is looked up by job name
@@ -108,17 +119,21 @@ class Protocol:
             res = self.runner.run(self.submit_command + self.submit_args(job) + [script_path], timeout=self.timeout,
                                   cwd=job.pilot_dir)
         except (CommandTimeout, ContactError) as exc:
-            if isinstance(exc, ContactError) and not getattr(exc, "maybe_ran", True):
+            if isinstance(exc, ContactError) and not exc.maybe_ran:
                 raise
             found = self.find_by_name(job.job_name)  # did it take? never submit twice
             if found:
                 return found
             raise SubmitError(f"{self.submit_command[0]} did not answer ({exc}) and no job named "
-                              f"{job.job_name} exists")
+                              f"{job.job_name} exists", exc.command) from exc
         if res.status != 0:
             raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)
-        return self.parse_job_id(res.stdout)
+        try:
+            return self.parse_job_id(res.stdout)
+        except SubmitError as exc:  # the answer names no job: keep what was run and what it said
+            exc.command, exc.status, exc.stderr = res.command, res.status, res.stderr
+            raise
 
     def submit_args(self, job: PilotJob) -> list[str]:
         """Options given on the submit command line (for what a script directive cannot say)."""
@@ -130,16 +145,55 @@ class Protocol:
             raise SubmitError(f"cannot find a job id in {out!r}")
         return m.group(1)
 
-    def status(self, job_ids: list[str]) -> dict[str, JobState]:  # pragma: no cover - abstract
+    def status(self, job_ids: list[str]) -> dict[str, JobState]:
+        """The state of every job in ``job_ids``, from one query. No ids, no query. When the
+        scheduler does not answer (the query timed out, the host cannot be reached, or the
+        answer is a failure, :meth:`_status_failed`) every job asked about is UNKNOWN: ask
+        again later, never "finished"."""
+        if not job_ids:
+            return {}
+        try:
+            res = self.runner.run(self._status_command(job_ids), timeout=self.timeout)
+            if not self._status_failed(res):
+                return self._parse_status(res, job_ids)
+        except (CommandTimeout, ContactError):
+            pass
+        return {j: JobState.UNKNOWN for j in job_ids}
+
+    def _status_command(self, job_ids: list[str]) -> list[str]:  # pragma: no cover - abstract
+        """The one command that asks for the state of all of ``job_ids``."""
         raise NotImplementedError
 
-    def find_by_name(self, name: str) -> str | None:  # pragma: no cover - abstract
+    def _status_failed(self, res: CommandResult) -> bool:
+        """Whether the status command failed (every job UNKNOWN) rather than answered. By
+        default any result is an answer: squeue, qstat and ps exit non-zero when asked only
+        of jobs they no longer list, which means those jobs have finished."""
+        return False
+
+    def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:  # pragma: no cover
+        """The state of every job in ``job_ids`` from the status command's answer."""
+        raise NotImplementedError
+
+    def find_by_name(self, name: str) -> str | None:
+        """The id of a job named ``name`` the scheduler lists, or None (also when the query
+        timed out: the caller reports that no such job was found)."""
+        try:
+            res = self.runner.run(self._find_command(name), timeout=self.timeout)
+        except CommandTimeout:
+            return None
+        return self._parse_find(res, name)
+
+    def _find_command(self, name: str) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _parse_find(self, res: CommandResult, name: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def cancel(self, job_ids: list[str]) -> None:
+        """Ask the scheduler to end the jobs; whether it took, the next status poll shows
+        (so a cancel that times out or cannot reach the host is not an error)."""
         if job_ids:
             try:
                 self.runner.run(self.cancel_command + list(job_ids), timeout=self.timeout)
-            except CommandTimeout:
-                pass  # the next status poll shows whether it took
-
+            except (CommandTimeout, ContactError):
+                pass

@@ -8,12 +8,13 @@ cancel is SIGTERM (the pilot hands its members back, as when a batch system stop
 from __future__ import annotations
 
 from .base import JobState, PilotJob, Protocol, SubmitError
-from .runner import CommandTimeout
+from .runner import CommandResult, CommandTimeout
 
 
 class Interactive(Protocol):
     name = "ssh"
     template = "ssh.sh.j2"
+    job_id = "$$"  # the script's own process: the pilot's job id is the pid `nohup bash` got
     cancel_command = ["kill", "-TERM"]
 
     def submit(self, job: PilotJob, script_path: str) -> str:
@@ -21,24 +22,24 @@ class Interactive(Protocol):
         start = 'cd "$1" && nohup bash "$2" > job.out 2> job.err < /dev/null & echo $!'
         try:
             res = self.runner.run(["sh", "-c", start, "sh", job.pilot_dir, script_path], timeout=self.timeout)
-        except CommandTimeout:
+        except CommandTimeout as exc:
             found = self.find_by_name(script_path)
             if found:
                 return found
-            raise SubmitError(f"starting the pilot timed out and no process runs {script_path}")
+            raise SubmitError(f"starting the pilot timed out and no process runs {script_path}", exc.command) from exc
         pid = res.stdout.strip()
         if res.status != 0 or not pid.isdigit():
             raise SubmitError(f"cannot start the pilot: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)
         return pid
 
-    def status(self, job_ids: list[str]) -> dict[str, JobState]:
-        if not job_ids:
-            return {}
-        try:
-            res = self.runner.run(["ps", "-o", "pid=,stat=", "-p", ",".join(job_ids)], timeout=self.timeout)
-        except CommandTimeout:
-            return {j: JobState.UNKNOWN for j in job_ids}
+    def _status_command(self, job_ids: list[str]) -> list[str]:
+        """One ps for all the pilots."""
+        return ["ps", "-o", "pid=,stat=", "-p", ",".join(job_ids)]
+
+    def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
+        """Running while ps lists the process (a zombie has ended); ps exits 1 when it
+        lists none of them: all have ended."""
         alive = {}
         for line in res.stdout.splitlines():
             words = line.split()
@@ -47,10 +48,9 @@ class Interactive(Protocol):
         return {j: JobState.RUNNING if j in alive and not alive[j].startswith("Z") else JobState.COMPLETED
                 for j in job_ids}
 
-    def find_by_name(self, name: str) -> str | None:
-        try:
-            res = self.runner.run(["pgrep", "-f", "--", name], timeout=self.timeout)
-        except CommandTimeout:
-            return None
+    def _find_command(self, name: str) -> list[str]:
+        return ["pgrep", "-f", "--", name]
+
+    def _parse_find(self, res: CommandResult, name: str) -> str | None:
         pids = res.stdout.split()
         return pids[0] if pids else None

@@ -1,11 +1,12 @@
 """IBM Tivoli Workload Scheduler LoadLeveler: llsubmit / llq / llcancel.
 
 The job command file (``templates/loadleveler.cmd.j2``) carries its options as
-``# @ keyword = value`` lines ending with ``# @ queue``; the rest of the file is the same
-shell body as the SLURM script. ``# @ restart = no`` matters for a pilot: a restartable
-step that is vacated goes back to Idle and would run again later as a second pilot over
-the same task file; not restartable, a vacated step ends (state V) and the engine hands
-its members to a new pilot.
+``# @ keyword = value`` lines ending with ``# @ queue``; the rest of the file is the one
+body every job script shares (``templates/_body.j2``), with ``$LOADL_STEP_ID`` as the
+job id. ``# @ restart = no`` matters for a pilot: a restartable step that is vacated goes
+back to Idle and would run again later as a second pilot over the same task file; not
+restartable, a vacated step ends (state V) and the engine hands its members to a new
+pilot.
 
 Ids. ``llsubmit`` answers ``llsubmit: The job "host.example.com.123" has been submitted.``;
 that is the *job* id. A command file with one ``# @ queue`` has one step, ``.0``, and the
@@ -24,9 +25,9 @@ the site administrator configures (JOB_PROLOG / JOB_EPILOG, JOB_USER_PROLOG /
 JOB_USER_EPILOG in LoadL_config), and the user-level ``notification`` keyword only sends
 mail. A user cannot install an exit per job, so the command file calls the edge events
 itself, like the SLURM script: ``pwe notify ... started "$LOADL_STEP_ID"`` before the
-pilot and an EXIT trap for ``ended`` with the exit status. A step killed with SIGKILL
-(hard wall clock limit reached after the grace) never runs its trap; the status poll
-covers that edge.
+pilot and an EXIT trap for ``ended`` with the exit status; a TERM trap (llcancel, the
+wall clock limit) makes that status 143. A step killed with SIGKILL (hard wall clock
+limit reached after the grace) never runs its trap; the status poll covers that edge.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import re
 
 from .base import JobState, Protocol, SubmitError
-from .runner import CommandTimeout
+from .runner import CommandResult
 
 #: llq's short state codes (``%st``), mapped fully
 STATES = {
@@ -75,6 +76,7 @@ _NO_STATUS = "no job status to report"
 class LoadLeveler(Protocol):
     name = "loadleveler"
     template = "loadleveler.cmd.j2"
+    job_id = "$LOADL_STEP_ID"
     submit_command = ["llsubmit"]
     cancel_command = ["llcancel"]
 
@@ -85,24 +87,22 @@ class LoadLeveler(Protocol):
             raise SubmitError(f"cannot find a job id in llsubmit's answer {out.strip()!r}")
         return f"{m.group(1)}.0"
 
-    def _llq(self, fields: list[str], job_ids: list[str] | None = None) -> list[list[str]] | None:
-        """llq -r rows (fields split on '!'); None when llq did not answer or failed."""
-        try:
-            res = self.runner.run(["llq", "-r", *fields, *(job_ids or [])], timeout=self.timeout)
-        except CommandTimeout:
-            return None
-        if res.status != 0 and _NO_STATUS not in res.stdout + res.stderr:
-            return None
+    @staticmethod
+    def _rows(res: CommandResult) -> list[list[str]]:
+        """llq -r rows, fields split on '!'."""
         return [[f.strip() for f in line.split("!")] for line in res.stdout.splitlines() if "!" in line]
 
-    def status(self, job_ids: list[str]) -> dict[str, JobState]:
-        """One llq call for all the jobs; a step llq no longer lists has finished."""
-        if not job_ids:
-            return {}
-        rows = self._llq(["%id", "%st"], job_ids)
-        if rows is None:
-            return {j: JobState.UNKNOWN for j in job_ids}
-        listed = {row[0]: STATES.get(row[1], JobState.UNKNOWN) for row in rows if len(row) >= 2}
+    def _status_failed(self, res: CommandResult) -> bool:
+        """llq fails when the central manager does not answer; an empty queue is an answer."""
+        return res.status != 0 and _NO_STATUS not in res.stdout + res.stderr
+
+    def _status_command(self, job_ids: list[str]) -> list[str]:
+        """One llq call for all the jobs."""
+        return ["llq", "-r", "%id", "%st", *job_ids]
+
+    def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
+        """A step llq no longer lists has finished."""
+        listed = {row[0]: STATES.get(row[1], JobState.UNKNOWN) for row in self._rows(res) if len(row) >= 2}
         out: dict[str, JobState] = {}
         for j in job_ids:
             if j in listed:
@@ -112,9 +112,13 @@ class LoadLeveler(Protocol):
                 out[j] = steps[0] if steps else JobState.COMPLETED
         return out
 
-    def find_by_name(self, name: str) -> str | None:
-        rows = self._llq(["%id", "%jn"])
-        for row in rows or []:
+    def _find_command(self, name: str) -> list[str]:
+        return ["llq", "-r", "%id", "%jn"]
+
+    def _parse_find(self, res: CommandResult, name: str) -> str | None:
+        if self._status_failed(res):
+            return None
+        for row in self._rows(res):
             if len(row) >= 2 and row[1] == name:
                 return row[0]
         return None

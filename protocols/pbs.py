@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import JobState, Protocol
-from .runner import CommandTimeout
+from .runner import CommandResult
 
 #: qstat's one-letter states (Torque and PBS Pro)
 STATES = {
@@ -17,6 +17,9 @@ STATES = {
 class Pbs(Protocol):
     name = "pbs"
     template = "pbs.sh.j2"
+    #: Torque's qsub front end over SLURM (slurm-wlm-torque, as in the tests) sets no
+    #: PBS_JOBID in the job; its id there is SLURM's, which is what qsub answered
+    job_id = "${PBS_JOBID:-$SLURM_JOB_ID}"
     submit_command = ["qsub"]
     cancel_command = ["qdel"]
 
@@ -24,14 +27,12 @@ class Pbs(Protocol):
         # some qsub front ends ignore #PBS -o/-e in the script; the command line always works
         return ["-o", f"{job.pilot_dir}/job.out", "-e", f"{job.pilot_dir}/job.err"]
 
-    def status(self, job_ids: list[str]) -> dict[str, JobState]:
-        """One qstat call for all the jobs; a job qstat no longer lists has finished."""
-        if not job_ids:
-            return {}
-        try:
-            res = self.runner.run(["qstat", *job_ids], timeout=self.timeout)
-        except CommandTimeout:
-            return {j: JobState.UNKNOWN for j in job_ids}
+    def _status_command(self, job_ids: list[str]) -> list[str]:
+        """One qstat call for all the jobs."""
+        return ["qstat", *job_ids]
+
+    def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
+        """A job qstat no longer lists has finished."""
         out: dict[str, JobState] = {}
         for line in res.stdout.splitlines():
             words = line.split()
@@ -45,11 +46,10 @@ class Pbs(Protocol):
             out.setdefault(j, JobState.COMPLETED)
         return out
 
-    def find_by_name(self, name: str) -> str | None:
-        try:
-            res = self.runner.run(["qstat"], timeout=self.timeout)
-        except CommandTimeout:
-            return None
+    def _find_command(self, name: str) -> list[str]:
+        return ["qstat"]
+
+    def _parse_find(self, res: CommandResult, name: str) -> str | None:
         for line in res.stdout.splitlines():
             words = line.split()
             if len(words) >= 6 and words[1] == name[:len(words[1])] and words[4] in ("Q", "R", "H", "W"):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pwe.errors import UnknownProtocol
+
 
 @dataclass(frozen=True)
 class ProtocolInfo:
@@ -45,12 +47,9 @@ PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
 NAMES = tuple(PROTOCOLS)
 
 
-class UnknownProtocol(ValueError):
-    pass
-
-
 def info(name: str) -> ProtocolInfo:
-    """What pwe knows of protocol ``name``; :class:`UnknownProtocol` (one line) if nothing."""
+    """What pwe knows of protocol ``name``; :class:`~pwe.errors.UnknownProtocol` (one line,
+    bad input) if nothing."""
     if name not in PROTOCOLS:
         from pwe.source import did_you_mean
 

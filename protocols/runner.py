@@ -3,7 +3,10 @@
 ``LocalRunner`` runs on this machine; :class:`protocols.ssh.SshRunner` (paramiko) runs on
 a login node. Both return :class:`CommandResult` and raise :class:`CommandTimeout` (the SSH
 runner also :class:`ContactError` when the host cannot be reached), and count the
-commands they ran (the scheduler etiquette benchmark reads the counts).
+commands they ran (the scheduler etiquette benchmark reads the counts). A command that
+ran and failed is a result (its status and stderr), not an exception: a protocol decides
+what a failure means. The two exceptions belong to the one tree in :mod:`pwe.errors`
+(re-exported here); the subprocess module's are mapped in :class:`LocalRunner`, once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass
 
+from pwe.errors import CommandTimeout, ContactError
+
+__all__ = ["CommandResult", "CommandRunner", "CommandTimeout", "ContactError", "LocalRunner"]
+
 
 @dataclass
 class CommandResult:
@@ -19,21 +26,6 @@ class CommandResult:
     status: int
     stdout: str
     stderr: str
-
-
-class CommandTimeout(Exception):
-    def __init__(self, command: list[str], timeout: float):
-        super().__init__(f"{command[0]} did not answer within {timeout:g} s")
-        self.command = command
-
-
-class ContactError(Exception):
-    """A host could not be reached: nothing listens, its host key is unknown or changed,
-    authentication failed, or the connection dropped. Carries the host and the reason."""
-
-    def __init__(self, host: str, reason: str):
-        super().__init__(f"cannot reach {host}: {reason}")
-        self.host, self.reason = host, reason
 
 
 class CommandRunner:
@@ -67,6 +59,8 @@ class LocalRunner(CommandRunner):
             raise CommandTimeout(argv, timeout) from None
         except FileNotFoundError:
             return CommandResult(argv, 127, "", f"{argv[0]}: command not found")
+        except OSError as exc:  # found but cannot be run (not executable, a directory): as a shell says it
+            return CommandResult(argv, 126, "", f"{argv[0]}: {exc.strerror or exc}")
         return CommandResult(argv, p.returncode, p.stdout, p.stderr)
 
     def write_file(self, path: str, text: str, mode: int = 0o700) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import JobState, Protocol
-from .runner import CommandTimeout
+from .runner import CommandResult, CommandTimeout
 
 #: squeue's %T long state names, mapped fully
 STATES = {
@@ -22,22 +22,20 @@ STATES = {
 class Slurm(Protocol):
     name = "slurm"
     template = "slurm.sh.j2"
+    job_id = "$SLURM_JOB_ID"
     submit_command = ["sbatch", "--parsable"]
     cancel_command = ["scancel"]
 
     def parse_job_id(self, out: str) -> str:
         return out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"
 
-    def status(self, job_ids: list[str]) -> dict[str, JobState]:
-        """One squeue call for all the jobs. A job squeue has forgotten (MinJobAge) is
-        asked of scontrol; one neither knows is COMPLETED (its pilot's events tell the rest)."""
-        if not job_ids:
-            return {}
-        try:
-            res = self.runner.run(["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(job_ids)],
-                                  timeout=self.timeout)
-        except CommandTimeout:
-            return {j: JobState.UNKNOWN for j in job_ids}
+    def _status_command(self, job_ids: list[str]) -> list[str]:
+        """One squeue call for all the jobs."""
+        return ["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(job_ids)]
+
+    def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
+        """A job squeue has forgotten (MinJobAge) is asked of scontrol; one neither knows
+        is COMPLETED (its pilot's events tell the rest)."""
         out: dict[str, JobState] = {}
         for line in res.stdout.splitlines():
             words = line.split()
@@ -58,10 +56,9 @@ class Slurm(Protocol):
                 return STATES.get(word.split("=", 1)[1], JobState.UNKNOWN)
         return JobState.COMPLETED
 
-    def find_by_name(self, name: str) -> str | None:
-        try:
-            res = self.runner.run(["squeue", "-h", "-t", "all", "-o", "%i", "-n", name], timeout=self.timeout)
-        except CommandTimeout:
-            return None
+    def _find_command(self, name: str) -> list[str]:
+        return ["squeue", "-h", "-t", "all", "-o", "%i", "-n", name]
+
+    def _parse_find(self, res: CommandResult, name: str) -> str | None:
         ids = res.stdout.split()
         return ids[0] if ids else None

@@ -22,7 +22,8 @@ imported on the first connection, not with this module.
   remote program (OpenSSH ignores a channel's signal request). Hosts without ``timeout``
   run the command as it is.
 - **Errors.** paramiko's and the socket's exceptions become
-  :class:`~protocols.runner.ContactError` here and nowhere else.
+  :class:`~protocols.runner.ContactError` here and nowhere else (:meth:`SshRunner._map`);
+  one raised before this runner ever connected says so (``maybe_ran`` False: nothing ran).
 """
 
 from __future__ import annotations
@@ -87,9 +88,18 @@ class _Target:
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
 
-class _UnknownHostKey(Exception):
-    def __init__(self, key: Any):
-        self.key = key
+def split_contact(contact: str) -> tuple[str | None, str, int | None]:
+    """``(user, host, port)`` of ``ssh://[user@]host[:port]``; ValueError saying how to
+    write it otherwise (the hosts model checks contacts with this, so a bad one is a
+    hosts file error before anything runs)."""
+    url = urlsplit(contact)
+    try:
+        port = url.port
+    except ValueError:
+        port = -1
+    if url.scheme != "ssh" or not url.hostname or port == -1 or url.path not in ("", "/"):
+        raise ValueError("write the contact as ssh://user@host or ssh://user@host:port")
+    return (unquote(url.username) if url.username else None), url.hostname, port
 
 
 def fingerprint(key: Any) -> str:
@@ -105,18 +115,12 @@ class SshRunner(CommandRunner):
                  ssh_config: str | None = None, accept_new_host_keys: bool = False,
                  connect_timeout: float | None = None, name: str | None = None):
         super().__init__()
-        url = urlsplit(contact)
         try:
-            port = url.port
-        except ValueError:
-            port = -1
-        if url.scheme != "ssh" or not url.hostname or port == -1 or url.path not in ("", "/"):
-            raise ContactError(contact, "write the contact as ssh://user@host or ssh://user@host:port")
+            self.url_user, self.alias, self.url_port = split_contact(contact)
+        except ValueError as exc:
+            raise ContactError(contact, str(exc), maybe_ran=False) from None
         self.contact = contact
         self.name = name
-        self.alias = url.hostname
-        self.url_user = unquote(url.username) if url.username else None
-        self.url_port = port
         self.identity_file = identity_file
         self.known_hosts = known_hosts
         self.ssh_config = ssh_config
@@ -280,7 +284,12 @@ class SshRunner(CommandRunner):
         with self._lock:
             if not self._alive():
                 self._drop_locked()
-                self._connect()
+                try:
+                    self._connect()
+                except ContactError as exc:
+                    if not self.connects:  # never connected: no command ever ran over this runner
+                        exc.maybe_ran = False
+                    raise
             return self._client.get_transport()
 
     def _sftp_client(self) -> Any:
@@ -383,14 +392,8 @@ class SshRunner(CommandRunner):
         import paramiko
 
         where = f"{t.hostname}:{t.port}"
-        if isinstance(exc, ContactError):
+        if isinstance(exc, ContactError):  # an unknown host key, from _HostKeyPolicy
             return exc
-        if isinstance(exc, _UnknownHostKey):
-            return self._error(
-                f"its host key is not known ({fingerprint(exc.key)}); nothing was run. Check that "
-                f"fingerprint with the host's administrators, then add the key with "
-                f"`ssh-keyscan -p {t.port} {t.hostname} >> {_tilde(t.record_to)}`, or set "
-                f"accept_new_host_keys: true in the host entry to trust it on first use")
         if isinstance(exc, paramiko.BadHostKeyException):
             files = _files_holding(t.known_hosts, t.key_name)
             return self._error(
@@ -438,8 +441,13 @@ class _HostKeyPolicy:
         self.runner, self.target = runner, target
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        t = self.target
         if not self.runner.accept_new_host_keys:
-            raise _UnknownHostKey(key)
+            raise self.runner._error(
+                f"its host key is not known ({fingerprint(key)}); nothing was run. Check that "
+                f"fingerprint with the host's administrators, then add the key with "
+                f"`ssh-keyscan -p {t.port} {t.hostname} >> {_tilde(t.record_to)}`, or set "
+                f"accept_new_host_keys: true in the host entry to trust it on first use")
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = self.target.record_to
         try:

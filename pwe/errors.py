@@ -1,21 +1,53 @@
-"""The errors pwe raises, drawn as one tree.
+"""The errors pwe raises, drawn as one tree: every exception that pwe, protocols and
+hostinfo raise to a user is one of these (tests/test_errors.py walks those packages and
+this drawing, so neither can drift).
 
-    PweError                      anything pwe reports to a user (exit status 1 unless said)
-     +-- RunStopped               the run stopped before its end, state intact; resumable (exit status 3)
-     +-- InputError               bad input: a workflow, a --set, a data file (exit status 2)
-          +-- WorkflowSyntaxError   the file is not well-formed YAML / XML / text
-          +-- WorkflowSchemaError   well-formed, but breaks the model or the XSD
-          +-- WorkflowGraphError    cycles, unknown or self dependencies, duplicates
-          +-- TemplateError         a payload template that cannot render
+    class                         exit  what                                          raised in
+    PweError                       1    anything pwe reports to a user                pwe.rundir, pwe.cli, pwe.notify
+     +-- RunStopped                3    stopped early, state intact: resumable        pwe.engine
+     |    +-- JournalError         3    cannot write the run directory (disk full)    pwe.journal, pwe.engine
+     +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry
+     |    +-- WorkflowSyntaxError  2    not well-formed YAML / XML / UTF-8 text       pwe.yaml_reader, pwe.xml_reader
+     |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  pwe.load, pwe.plan, the readers
+     |    +-- WorkflowGraphError   2    a cycle, an unknown or self dependency        pwe.plan
+     |    +-- TemplateError        2    a payload that cannot compile or render       pwe.plan
+     |    +-- HostsFileError       2    a hosts file unreadable or against the model  hostinfo.registry
+     |    +-- UnknownProtocol      2    a protocol name not in the one list           protocols.registry
+     |    +-- RunNotFound          2    no run by that id or directory                pwe.rundir
+     +-- HostError                 1    a host did not do what was asked (a base)     -
+          +-- SubmitError          1    the batch system refused a pilot job          protocols.base, protocols.*
+          +-- CommandTimeout       1    a command did not answer in time              protocols.runner, protocols.ssh
+          +-- ContactError         1    the host cannot be reached                    protocols.ssh
 
-Backend exceptions (PyYAML, lxml, pydantic, jinja2, OSError) are mapped into these once,
-at the boundary where they are raised, so that the CLI prints one line and never a
-traceback. Every InputError carries the file and, where the file has one, the line.
+A HostError keeps the command, its exit status and its stderr as attributes, and its
+``str()`` is one line carrying the host's own answer. The engine stops a run on a pilot
+submission's SubmitError or ContactError with RunStopped (exit status 3, chained to it);
+a status query's CommandTimeout or ContactError makes the jobs UNKNOWN, never "failed".
+
+This is the one module of pwe that the layers below the engine (``protocols``,
+``hostinfo``) may import: it uses the standard library only and imports nothing else of
+pwe, and importing it does not import the engine (``pwe/__init__`` loads its public
+names lazily). The pilot package imports none of it: it is standard library only and
+reports its failures over the wire (events), not as exceptions.
+
+Backend exceptions are mapped into this tree once, at the boundary where they are
+raised: PyYAML in pwe.yaml_reader, lxml in pwe.xml_reader, pydantic in pwe.load (a
+workflow) and hostinfo.registry (a hosts file), jinja2 in pwe.plan, subprocess in
+protocols.runner, paramiko and the socket in protocols.ssh, OSError where a file is
+read or written (the readers, pwe.journal, pwe.rundir, pwe.notify). So the CLI prints
+one line and never a traceback. Every InputError carries the file and, where the file
+has one, the line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
+
+
+def one_line(text: object) -> str:
+    """``text`` folded onto one line: its non-blank lines, stripped, joined by `` / ``."""
+    return " / ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 class PweError(Exception):
@@ -31,6 +63,10 @@ class RunStopped(PweError):
     members (1) and bad input (2)."""
 
     exit_status = 3
+
+
+class JournalError(RunStopped):
+    """The journal cannot be written (disk full, permissions): the run stops cleanly."""
 
 
 class InputError(PweError):
@@ -64,4 +100,61 @@ class WorkflowGraphError(InputError):
 
 
 class TemplateError(InputError):
-    """A payload template is malformed or names something undefined."""
+    """A payload template is malformed, names something undefined, or cannot render."""
+
+
+class HostsFileError(InputError):
+    """A hosts file cannot be read, or does not describe valid hosts."""
+
+
+class UnknownProtocol(InputError):
+    """A protocol name that is not in ``protocols.registry``'s one list."""
+
+
+class RunNotFound(InputError):
+    """No run by that id or path."""
+
+
+class HostError(PweError):
+    """A host (its head node, its batch system) did not do what was asked.
+
+    ``command`` (the argv run, when there was one), ``status`` (its exit status, when it
+    ended) and ``stderr`` are kept as attributes; ``str()`` is one line that carries what
+    the user needs, the host's own answer included."""
+
+    def __init__(self, message: str, command: Sequence[str] | None = None, status: int | None = None,
+                 stderr: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.command = list(command) if command is not None else None
+        self.status = status
+        self.stderr = stderr
+
+    def __str__(self) -> str:
+        return one_line(self.message)
+
+
+class SubmitError(HostError):
+    """The batch system refused a pilot job, or its answer names no job id."""
+
+
+class CommandTimeout(HostError):
+    """A command did not answer within its timeout. For a status query that means
+    UNKNOWN (ask again later), never "failed"."""
+
+    def __init__(self, command: Sequence[str], timeout: float):
+        super().__init__(f"{command[0]} did not answer within {timeout:g} s", command)
+        self.timeout = timeout
+
+
+class ContactError(HostError):
+    """A host could not be reached: nothing listens, its host key is unknown or changed,
+    authentication failed, or the connection dropped. Carries the host and the reason.
+
+    ``maybe_ran`` is False when the command certainly did not start (no connection was
+    made), so a submission need not be looked up by name before it is reported."""
+
+    def __init__(self, host: str, reason: str, command: Sequence[str] | None = None, maybe_ran: bool = True):
+        super().__init__(f"cannot reach {host}: {reason}", command)
+        self.host, self.reason = host, reason
+        self.maybe_ran = maybe_ran

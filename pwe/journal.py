@@ -12,11 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import RunStopped
-
-
-class JournalError(RunStopped):
-    """The journal cannot be written (disk full, permissions): the run stops cleanly."""
+from .errors import JournalError  # the run stops cleanly (drawn in pwe.errors)
 
 
 def replay(path: Path) -> Iterator[dict[str, Any]]:

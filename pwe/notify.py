@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .errors import PweError
+
 EVENTS = ("queued", "started", "ended")
 
 
@@ -41,17 +43,22 @@ def _mac(key: bytes, body: dict[str, Any]) -> str:
 
 
 def send(run_dir: Path, pilot: str, event: str, job: str, status: int | None = None) -> Path:
-    """Record one edge event (what `pwe notify` does)."""
+    """Record one edge event (what `pwe notify` does); :class:`~pwe.errors.PweError` (one
+    line in the job's stderr) when the run directory cannot be read or written."""
     if event not in EVENTS:
         raise ValueError(f"event must be one of {', '.join(EVENTS)}")
     body = {"pilot": pilot, "event": event, "job": job, "status": status, "t": round(time.time(), 3)}
-    msg = {**body, "mac": _mac(_key(run_dir), body)}
     d = run_dir / "edges"
-    d.mkdir(exist_ok=True)
     name = f"{pilot}-{event}-{time.time_ns()}-{os.getpid()}.json"
     tmp = d / f".{name}.tmp"
-    tmp.write_text(json.dumps(msg))
-    os.replace(tmp, d / name)
+    try:
+        msg = {**body, "mac": _mac(_key(run_dir), body)}
+        d.mkdir(exist_ok=True)
+        tmp.write_text(json.dumps(msg))
+        os.replace(tmp, d / name)
+    except OSError as exc:
+        raise PweError(f"pwe notify: cannot record the {event} event of pilot {pilot} in {d}: "
+                       f"{exc.strerror or exc}") from None
     return d / name
 
 

@@ -56,6 +56,7 @@ class PlannedNode:
     retries: int
     line: int | None = None
     host_line: int | None = None  # where its host is named: its own 'host', else defaults.host
+    run_line: int | None = None
 
     @property
     def size(self) -> int:
@@ -88,9 +89,15 @@ class Plan:
         return dict(self.workflow.properties)
 
     def render(self, node_id: str, index: int) -> str:
-        """The command member ``index`` of ``node_id`` runs."""
+        """The command member ``index`` of ``node_id`` runs; :class:`TemplateError` when its
+        values make the payload fail (``{{ x / 0 }}``, an attribute the sandbox refuses)."""
         node = self.nodes[node_id]
-        return node.template.render(node.context(self.workflow.properties, index))
+        try:
+            return node.template.render(node.context(self.workflow.properties, index))
+        except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
+            what = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else f"{type(exc).__name__}: {exc}"
+            raise TemplateError(f"node '{node_id}': member {index} cannot render 'run': {what}", self.file,
+                                node.run_line) from None
 
     def edges_into(self, node_id: str) -> list[Edge]:
         return [e for e in self.edges if e.dst == node_id]
@@ -235,6 +242,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             retries=node.retries if node.retries is not None else wf.defaults.retries,
             line=line_of("nodes", nid),
             host_line=line_of("nodes", nid, "host") if node.host else line_of("defaults", "host"),
+            run_line=run_line,
         )
 
     edges: list[Edge] = []

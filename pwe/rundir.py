@@ -27,13 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, PweError
+from .errors import InputError, PweError, RunNotFound
 
 DEFAULT_ROOT = Path("pwe-runs")
-
-
-class RunNotFound(InputError):
-    """No run by that id or path."""
 
 
 def new_run_id(name: str) -> str:

@@ -34,9 +34,10 @@ class _Loader(yaml.SafeLoader):
             try:
                 hash(key)
             except TypeError:
-                raise _Located(line, "a mapping key must be a plain value, not a list or mapping")
+                # the file is not known here: read_yaml adds it
+                raise WorkflowSchemaError("a mapping key must be a plain value, not a list or mapping", line=line)
             if key in seen:
-                raise _Located(line, f"duplicate key '{key}' (first given on line {seen[key]})")
+                raise WorkflowSchemaError(f"duplicate key '{key}' (first given on line {seen[key]})", line=line)
             seen[key] = line
         self.flatten_mapping(node)
         data = LineDict(line=node.start_mark.line + 1)
@@ -52,13 +53,6 @@ class _Loader(yaml.SafeLoader):
             data.append(self.construct_object(item, deep=True))
             data.item_lines.append(item.start_mark.line + 1)
         return data
-
-
-class _Located(Exception):
-    def __init__(self, line: int, message: str):
-        super().__init__(message)
-        self.line = line
-        self.message = message
 
 
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
@@ -120,7 +114,7 @@ def read_yaml(path: Path, text: str | None = None, what: str = "a workflow", nee
         raise WorkflowSchemaError(f"the file is empty; {what} needs at least {needs}", path)
     try:
         docs = list(yaml.load_all(text, Loader=_Loader))
-    except _Located as exc:
+    except WorkflowSchemaError as exc:  # from _Loader, which does not know the file
         raise WorkflowSchemaError(exc.message, path, exc.line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

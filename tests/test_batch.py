@@ -30,6 +30,22 @@ def test_job_scripts_match_golden_files(name):
     assert text == golden.read_text()
 
 
+def test_every_job_script_is_the_one_body_under_its_schedulers_header():
+    """Issue 9.6: one body (protocols/templates/_body.j2), the TERM trap and the edge
+    events in every script, each with its own scheduler's job id; only the header differs."""
+    bodies = {}
+    for name in ("slurm", "pbs", "loadleveler", "ssh"):
+        protocol = get(name, CommandRunner())
+        text = protocol.render(job())
+        assert text.startswith("#!/bin/bash\n") and protocol.job_id
+        notify = "pwe notify --run /runs/r1 --pilot p1"
+        assert (f'{notify} started "{protocol.job_id}"\ntrap \'exit 143\' TERM\n'
+                f'trap \'{notify} ended "{protocol.job_id}" $?\' EXIT\n') in text, text
+        body = text[text.index("\nmodule load python\n"):]  # after the header and the line saying what it is
+        bodies[name] = body.replace(protocol.job_id, "JOB_ID")
+    assert len(set(bodies.values())) == 1, bodies
+
+
 class Scripted(CommandRunner):
     """A scripted conversation: (argv prefix, result) pairs, consumed in order."""
 
