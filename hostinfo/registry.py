@@ -14,7 +14,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from pwe.errors import HostsFileError, InputError
-from pwe.source import did_you_mean, locate
+from pwe.errors import did_you_mean
+from pwe.source import locate
 from pwe.yaml_reader import read_yaml
 
 from .model import Host, HostsFile

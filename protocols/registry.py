@@ -51,7 +51,7 @@ def info(name: str) -> ProtocolInfo:
     """What pwe knows of protocol ``name``; :class:`~pwe.errors.UnknownProtocol` (one line,
     bad input) if nothing."""
     if name not in PROTOCOLS:
-        from pwe.source import did_you_mean
+        from pwe.errors import did_you_mean
 
         raise UnknownProtocol(f"unknown protocol {name!r}{did_you_mean(name, NAMES)}; known: {', '.join(NAMES)}")
     return PROTOCOLS[name]

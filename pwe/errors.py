@@ -42,7 +42,7 @@ has one, the line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 
 def one_line(text: object) -> str:
@@ -158,3 +158,13 @@ class ContactError(HostError):
         super().__init__(f"cannot reach {host}: {reason}", command)
         self.host, self.reason = host, reason
         self.maybe_ran = maybe_ran
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when a close choice exists, else ``''``: the hint every
+    "unknown name" message carries, here so that the lower layers may give it too."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+

@@ -8,9 +8,10 @@ so YAML and XML share every rule and every error message.
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any, Iterable
+
+from .errors import did_you_mean  # noqa: F401  (its home is the error tree; readers import it from here)
 
 
 class LineDict(dict):
@@ -83,12 +84,6 @@ def value_text(value: Any) -> str:
     if value is None:
         return ""
     return str(value)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` when a close choice exists, else ``''``."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def locate(tree: Any, path: Iterable[Any]) -> int | None:
