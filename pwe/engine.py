@@ -30,11 +30,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
+from pilot.transport import EngineSpool
+from pilot.wire import BACK, CANCEL, DOWN, DRAIN, END, START, STOP, TASK, UP, VERSION
 from protocols.registry import info as protocol_info
 
 from . import rundir
 from .errors import InputError, PweError, RunStopped
-from .journal import Journal, JournalError, append_whole, replay
+from .journal import Journal, JournalError, cannot_write, replay
 from .placement import pilot_args_for, pilot_job, plan_for_hosts
 from .plan import Plan, plan_workflow
 from .state import ASSIGNED, DONE, READY, RunState
@@ -49,21 +51,21 @@ SNAPSHOT_EVERY = 0.5
 MIN_FREE_BYTES = 64 * 1024
 
 
-class Pilot:
-    """The engine's view of one pilot: its files and how far they have been read."""
+class PilotHandle:
+    """The engine's handle on one pilot: its transport, how far its messages have been
+    read (the cursor, opaque), and what the engine knows of it."""
 
     def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
-                 popen: subprocess.Popen | None = None, offset: int = 0, job: str | None = None, lane: str = ""):
+                 popen: subprocess.Popen | None = None, cursor: Any = 0, job: str | None = None, lane: str = ""):
         self.id = pid_
         self.lane = lane  # the registry host it serves
         self.job = job  # a batch job id: its liveness comes from the scheduler and heartbeats
-        self.dir = directory
+        self.dir = directory  # its own directory: its log, a batch pilot's job script
         self.os_pid = os_pid
         self.host = host
         self.slots = slots
         self.popen = popen
-        self.offset = offset
-        self.partial = b""
+        self.cursor = cursor  # where the next receive starts (journaled as `offset`)
         self.outstanding = 0
         self.alive = True
         self.down = False
@@ -76,39 +78,29 @@ class Pilot:
         self.refused: set[tuple[str, int]] = set()
         self.job_state = None
         self.last_heard = time.time()
-        self._tasks = open(directory / "tasks.jsonl", "ab", buffering=0)
-        self._events = None
-        self._out: list[bytes] = []
+        self.transport = EngineSpool(directory)
+        self._out: list[dict[str, Any]] = []
 
     def send(self, msg: dict[str, Any]) -> None:
-        self._out.append(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        self._out.append(msg)
 
     def flush(self) -> None:
         if not self._out:
             return
-        data = b"".join(self._out)
-        self._out.clear()
+        out, self._out = self._out, []
         # never a torn task line for the pilot: on a write error the batch is cut back;
         # the journal has these assignments and a resumed engine hands them back (_reattach)
-        append_whole(self._tasks, data, self.dir / "tasks.jsonl")
+        try:
+            self.transport.send(out)
+        except OSError as exc:
+            raise cannot_write(exc.filename, exc) from None
 
-    def read_events(self) -> list[dict[str, Any]]:
-        if self._events is None:
-            try:
-                self._events = open(self.dir / "events.jsonl", "rb")
-            except FileNotFoundError:
-                return []
-            self._events.seek(self.offset)
-        data = self._events.read()
-        if not data:
-            return []
-        data = self.partial + data
-        cut = data.rfind(b"\n") + 1
-        self.partial = data[cut:]
-        complete = data[:cut]
-        self.offset = self._events.tell() - len(self.partial)
-        self.last_heard = time.time()
-        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+    def receive(self) -> list[dict[str, Any]]:
+        """The pilot's new messages; the cursor moves past them."""
+        msgs, self.cursor = self.transport.receive(self.cursor)
+        if msgs:
+            self.last_heard = time.time()
+        return msgs
 
     def process_gone(self) -> bool:
         if self.job is not None:
@@ -121,9 +113,7 @@ class Pilot:
 
     def close(self) -> None:
         self.flush()
-        self._tasks.close()
-        if self._events:
-            self._events.close()
+        self.transport.close()
 
 
 class Lane:
@@ -164,7 +154,7 @@ class Engine:
         self.lost_after = float(info.get("lost_after", 60.0))
         self.state: RunState | None = None
         self.journal: Journal | None = None
-        self.pilots: dict[str, Pilot] = {}
+        self.pilots: dict[str, PilotHandle] = {}
         self.lock = rundir.EngineLock(run_dir)
         self._next_pilot = 1
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
@@ -296,18 +286,11 @@ class Engine:
         self.journal.flush()
 
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
-        pilot = Pilot(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
-                      offset=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
+        pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
+                            cursor=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
         self.pilots[pid_] = pilot
-        # assignments journaled but never written to the pilot (killed in between): hand back
-        sent: set[tuple[str, int, int]] = set()
-        for line in (pilot.dir / "tasks.jsonl").read_bytes().splitlines():
-            try:
-                t = json.loads(line)
-            except ValueError:
-                continue
-            if t.get("k") == "task":
-                sent.add((t["n"], t["m"], t["a"]))
+        # assignments journaled but never sent to the pilot (killed in between): hand back
+        sent = pilot.transport.sent()
         st = self.state
         for nid, i in st.inflight(pid_):
             ns = st.nodes[nid]
@@ -374,7 +357,7 @@ class Engine:
         return self.state.apply(rec)
 
     # -- pilots ---------------------------------------------------------------------------------
-    def _start_pilot(self, lane: Lane) -> Pilot:
+    def _start_pilot(self, lane: Lane) -> PilotHandle:
         if lane.protocol is not None:
             return self._submit_pilot(lane)
         from protocols.local import start_pilot
@@ -387,11 +370,11 @@ class Engine:
         host = socket.gethostname()
         self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
                       "slots": lane.cores, "t": time.time()})
-        pilot = Pilot(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name)
+        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name)
         self.pilots[pid_] = pilot
         return pilot
 
-    def _submit_pilot(self, lane: Lane) -> Pilot:
+    def _submit_pilot(self, lane: Lane) -> PilotHandle:
         """Glide in: one batch job that becomes a pilot, sized for the members ready now."""
         host = lane.host
         pid_ = f"p{self._next_pilot}"
@@ -420,7 +403,7 @@ class Engine:
                              "(its hosts.yaml entry, the account or partition it names)") from None
         self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
                       "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
-        pilot = Pilot(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name)
+        pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name)
         self.pilots[pid_] = pilot
         return pilot
 
@@ -472,15 +455,15 @@ class Engine:
                 self._ingest(pilot)  # pilot events win: take in all it said first
                 self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
 
-    def _ingest(self, pilot: Pilot) -> int:
-        events = pilot.read_events()
+    def _ingest(self, pilot: PilotHandle) -> int:
+        events = pilot.receive()
         if not events:
             return 0
         for ev in events:
             k = ev["k"]
-            if k in ("start", "end"):
+            if k == START or k == END:
                 rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pilot.id}
-                if k == "start":
+                if k == START:
                     rec["pid"] = ev.get("pid", 0)
                 else:
                     rec["rc"] = ev["rc"]
@@ -489,25 +472,36 @@ class Engine:
                     if ev.get("why"):
                         rec["why"] = ev["why"]
                     rec["dt"] = ev.get("dt")
-                if self._record(rec) is not None and k == "end":
+                if self._record(rec) is not None and k == END:
                     pilot.outstanding -= 1
                     pilot.finished_any = True
                     self._failed_pilots = 0
-            elif k == "back":  # handed back unstarted (or stopped by the allocation's end)
+            elif k == BACK:  # handed back unstarted (or stopped by the allocation's end)
                 if self._record({"e": "unassign", "n": ev["n"], "m": ev["m"], "p": pilot.id,
                                  "why": ev.get("why")}) is not None:
                     pilot.outstanding -= 1
                     if (ev.get("why") or "").startswith("needs "):
                         pilot.refused.add((ev["n"], ev["m"]))
-            elif k == "drain":
+            elif k == DRAIN:
                 pilot.draining = True
-            elif k == "down":
+            elif k == DOWN:
                 pilot.down = True
                 pilot.down_why = ev.get("why") or ""
-            elif k == "up":
+            elif k == UP:
+                if ev.get("v") != VERSION:
+                    self._refuse(pilot, ev.get("v"))
                 pilot.came_up = True
-        self._record({"e": "offset", "p": pilot.id, "off": pilot.offset})
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor})
         return len(events)
+
+    def _refuse(self, pilot: PilotHandle, version: Any) -> None:
+        """A pilot that speaks another version of the messages: tell it to leave, hand its
+        members back, and stop the run with one line."""
+        pilot.send({"k": CANCEL})
+        pilot.flush()
+        self._pilot_gone(pilot, f"speaks wire version {version}", broke=False)
+        raise RunStopped(f"pilot {pilot.id} on {pilot.host} speaks version {version} of the engine-pilot messages, "
+                         f"this engine version {VERSION}: run the same pwe on both sides (its pilot package)")
 
     def _check_pilots(self) -> None:
         for lane in self.lanes.values():
@@ -523,7 +517,7 @@ class Engine:
             elif pilot.job is None and now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
                 self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
 
-    def _pilot_gone(self, pilot: Pilot, why: str) -> None:
+    def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         st = self.state
         for nid, i in st.inflight(pilot.id):
             pid = st.nodes[nid].pid.get(i)
@@ -543,7 +537,7 @@ class Engine:
         # finished nothing: three in a row is a pilot that cannot work here (a defect, a
         # broken environment). Stop with its words instead of starting pilots forever.
         broken = not pilot.came_up or not pilot.down or pilot.down_why.startswith("error")
-        if not broken or pilot.finished_any:
+        if not broke or not broken or pilot.finished_any:
             return
         self._failed_pilots += 1
         if self._failed_pilots >= 3:
@@ -583,16 +577,16 @@ class Engine:
                 fed += self._feed_pilot(self._start_pilot(lane), lane)
         return fed
 
-    def _live_pilots(self, lane: Lane) -> list[Pilot]:
+    def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
         return [p for p in self.pilots.values()
                 if p.lane == lane.name and p.alive and not p.down and not p.draining and not p.full]
 
-    def _window(self, pilot: Pilot) -> int:
+    def _window(self, pilot: PilotHandle) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
         # per core, so that the rest can go to other pilots when the host allows several
         return max(8 * pilot.slots, 256) if pilot.job is None else max(2 * pilot.slots, 2)
 
-    def _feed_pilot(self, pilot: Pilot, lane: Lane) -> int:
+    def _feed_pilot(self, pilot: PilotHandle, lane: Lane) -> int:
         st = self.state
         window = self._window(pilot)
         fed = 0
@@ -611,7 +605,7 @@ class Engine:
                 # this pilot has had its share (maxMembers): it finishes them and leaves;
                 # the next ready member goes to a new pilot
                 pilot.full = True
-                pilot.send({"k": "stop"})
+                pilot.send({"k": STOP})
                 ready.appendleft((nid, i))
                 break
             attempt = ns.attempt[i] + 1
@@ -626,7 +620,7 @@ class Engine:
             if lane.protocol is not None and all(not p.alive or p.full or p.draining or p is pilot
                                                  for p in self.pilots.values() if p.lane == lane.name):
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
-                pilot.send({"k": "stop"})
+                pilot.send({"k": STOP})
         return fed
 
     def _task(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
@@ -648,7 +642,7 @@ class Engine:
             env["PWE_PARAM_" + name.upper()] = value_text(value)
         for name, value in pn.spec.env.items():
             env[name] = value_text(value)
-        task = {"k": "task", "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": cwd,
+        task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": cwd,
                 "env": env, "ranks": ranks, "threads": threads, "wall": sched.maxWallTimePerMember}
         if sched.shareNodes is False:
             task["exclusive"] = True  # whole nodes, shared with no other member
@@ -667,7 +661,7 @@ class Engine:
             return False
         for pilot in self.pilots.values():
             if pilot.alive:
-                pilot.send({"k": "cancel"})
+                pilot.send({"k": CANCEL})
                 pilot.flush()
         self._record({"e": "cancel", "t": time.time()})
         self.journal.flush()
@@ -681,7 +675,7 @@ class Engine:
             for pilot in self.pilots.values():
                 try:
                     if pilot.alive and not pilot.down:
-                        pilot.send({"k": "stop"})
+                        pilot.send({"k": STOP})
                         if pilot.job and not pilot.came_up and self.state is not None and \
                                 self.state.unfinished() == 0:
                             pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
