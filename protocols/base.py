@@ -87,9 +87,14 @@ _ENV.filters["hms"] = walltime_hms
 
 
 class Protocol:
-    """Base of the batch protocols. Subclasses set the commands and the template."""
+    """Base of the protocols. Subclasses set the commands and the template, and say what
+    they can do (the engine asks these, never the protocol's name)."""
 
     name = "base"
+    #: submits pilot jobs (a script, a job id); else :meth:`start` runs the pilot here
+    batch = True
+    #: one :meth:`status` call answers for all its pilots; else each pilot's process is asked
+    polls_status = True
     template = ""
     submit_command: list[str] = []
     cancel_command: list[str] = []
@@ -135,6 +140,10 @@ class Protocol:
 
     def find_by_name(self, name: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of the runner's connection."""
+        self.runner.close()
 
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:

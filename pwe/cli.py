@@ -149,13 +149,10 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
          as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
-        from protocols.registry import info as protocol_info
-
         from .placement import preview_pilot_script
 
         p, used, warnings = _checked(file, sets, host, hosts_file)
-        scripts = {name: preview_pilot_script(p, h) for name, h in used.items()
-                   if protocol_info(h.protocol).job_class is not None}
+        scripts = {name: script for name, h in used.items() if (script := preview_pilot_script(p, h)) is not None}
         shown: dict[str, list[dict[str, Any]]] = {}
         for nid, n in p.nodes.items():
             idx = list(range(min(show, n.size)))

@@ -30,9 +30,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from pilot.transport import EngineSpool
+from pilot.transport import EngineSpool, Transport
 from pilot.wire import BACK, CANCEL, DOWN, DRAIN, END, START, STOP, TASK, UP, VERSION
-from protocols.registry import info as protocol_info
 
 from . import rundir
 from .errors import InputError, PweError, RunStopped
@@ -56,7 +55,8 @@ class PilotHandle:
     read (the cursor, opaque), and what the engine knows of it."""
 
     def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
-                 popen: subprocess.Popen | None = None, cursor: Any = 0, job: str | None = None, lane: str = ""):
+                 popen: subprocess.Popen | None = None, cursor: Any = 0, job: str | None = None, lane: str = "",
+                 transport: Transport | None = None):
         self.id = pid_
         self.lane = lane  # the registry host it serves
         self.job = job  # a batch job id: its liveness comes from the scheduler and heartbeats
@@ -78,7 +78,7 @@ class PilotHandle:
         self.refused: set[tuple[str, int]] = set()
         self.job_state = None
         self.last_heard = time.time()
-        self.transport = EngineSpool(directory)
+        self.transport = transport or EngineSpool(directory)
         self._out: list[dict[str, Any]] = []
 
     def send(self, msg: dict[str, Any]) -> None:
@@ -102,15 +102,6 @@ class PilotHandle:
             self.last_heard = time.time()
         return msgs
 
-    def process_gone(self) -> bool:
-        if self.job is not None:
-            return False  # asked of the batch system, for all pilots at once (_poll_jobs)
-        if self.popen is not None:
-            return self.popen.poll() is not None
-        if self.host != socket.gethostname():
-            return False  # another host: heartbeats tell (batch protocols)
-        return not rundir.pid_alive(self.os_pid)
-
     def close(self) -> None:
         self.flush()
         self.transport.close()
@@ -125,13 +116,11 @@ class Lane:
         self.name = host.name
         self.cores = cores
         self.pilot_args = [str(a) for a in pilot_args]
-        self.protocol = None  # local: the pilot is a process here, not a job
-        if protocol_info(host.protocol).job_class is not None:
-            from protocols.registry import get as get_protocol
-            from protocols.ssh import runner_for
+        from protocols.registry import get as get_protocol
+        from protocols.ssh import runner_for
 
-            # commands go to the host's head node: here, or over SSH (host keys verified)
-            self.protocol = get_protocol(host.protocol, runner_for(host))
+        # commands go to the host's head node: here, or over SSH (host keys verified)
+        self.protocol = get_protocol(host.protocol, runner_for(host))
         self.ready: deque[tuple[str, int]] = deque()
         self.status_every = status_every
         self.status_interval = status_every
@@ -298,7 +287,7 @@ class Engine:
                 self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
         pilot.outstanding = len(st.inflight(pid_))
         self._ingest(pilot)
-        if pilot.process_gone() and not pilot.down:
+        if self._process_gone(pilot) and not pilot.down:
             self._ingest(pilot)
             self._pilot_gone(pilot, "lost while the engine was down")
 
@@ -358,19 +347,18 @@ class Engine:
 
     # -- pilots ---------------------------------------------------------------------------------
     def _start_pilot(self, lane: Lane) -> PilotHandle:
-        if lane.protocol is not None:
+        if lane.protocol.batch:
             return self._submit_pilot(lane)
-        from protocols.local import start_pilot
-
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
-        popen = start_pilot(d, lane.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)),
-                            extra_args=lane.pilot_args)
+        transport = EngineSpool(d)  # before the pilot looks for its tasks
+        popen = lane.protocol.start(d, lane.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)),
+                                    extra_args=lane.pilot_args)
         host = socket.gethostname()
         self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
                       "slots": lane.cores, "t": time.time()})
-        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name)
+        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
         self.pilots[pid_] = pilot
         return pilot
 
@@ -380,8 +368,7 @@ class Engine:
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "tasks.jsonl").touch()
+        transport = EngineSpool(d)  # its tasks are there before the job starts
         st = self.state
         ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
@@ -403,7 +390,8 @@ class Engine:
                              "(its hosts.yaml entry, the account or partition it names)") from None
         self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
                       "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
-        pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name)
+        pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
+                            transport=transport)
         self.pilots[pid_] = pilot
         return pilot
 
@@ -505,17 +493,23 @@ class Engine:
 
     def _check_pilots(self) -> None:
         for lane in self.lanes.values():
-            if lane.protocol is not None:
+            if lane.protocol.polls_status:
                 self._poll_jobs(lane)
         now = time.time()
         for pilot in self.pilots.values():
             if not pilot.alive:
                 continue
-            if pilot.down or pilot.process_gone():
+            if pilot.down or self._process_gone(pilot):
                 self._ingest(pilot)  # whatever it said before it went
                 self._pilot_gone(pilot, "exited" if pilot.down else "died")
             elif pilot.job is None and now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
                 self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
+
+    def _process_gone(self, pilot: PilotHandle) -> bool:
+        """A pilot whose process is gone; never one whose liveness the batch system tells
+        (asked for all pilots at once: _poll_jobs)."""
+        protocol = self.lanes[pilot.lane].protocol
+        return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
 
     def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         st = self.state
@@ -571,7 +565,7 @@ class Engine:
             if not live:
                 live = [self._start_pilot(lane)]
             fed += sum(self._feed_pilot(p, lane) for p in live)
-            most = lane.host.max_pilots if lane.protocol is not None else 1
+            most = lane.host.max_pilots if lane.protocol.batch else 1
             while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
                    and all(p.outstanding >= self._window(p) for p in self._live_pilots(lane))):
                 fed += self._feed_pilot(self._start_pilot(lane), lane)
@@ -617,7 +611,7 @@ class Engine:
             fed += 1
         if refused:
             ready.extend(refused)
-            if lane.protocol is not None and all(not p.alive or p.full or p.draining or p is pilot
+            if lane.protocol.batch and all(not p.alive or p.full or p.draining or p is pilot
                                                  for p in self.pilots.values() if p.lane == lane.name):
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
                 pilot.send({"k": STOP})
@@ -683,14 +677,12 @@ class Engine:
                 except OSError:
                     pass  # the pilot keeps running what it has; resume takes its events in
             for lane in self.lanes.values():
-                if lane.protocol is None:
-                    continue
                 if pending.get(lane.name):
                     try:
                         lane.protocol.cancel(pending[lane.name])
                     except Exception:  # a scheduler that does not answer must not hide the run's outcome
                         pass
-                lane.protocol.runner.close()
+                lane.protocol.close()
             if self.journal is not None:
                 try:
                     self.journal.close()

@@ -53,7 +53,7 @@ def observe(d, protocol: str, sched: dict) -> dict:
         lane = engine.lanes["h"]
         lane.ready.extend(engine.state.ready)
         engine.state.ready.clear()
-        if lane.protocol is not None:
+        if lane.protocol.batch:
             lane.protocol.submit = lambda job, path: "123"  # submitted nowhere
             pilot = engine._submit_pilot(lane)
             script = (pilot.dir / "job.sh").read_text()
