@@ -43,6 +43,11 @@ class Transport:
     def receive(self, cursor: Any) -> tuple[list[dict[str, Any]], Any]:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def sent(self) -> set[tuple[str, int, int]]:  # pragma: no cover - interface
+        """(The engine's side.) (node, member, attempt) of every task the pilot was sent:
+        a resumed engine hands back what it journaled as assigned but never sent."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 

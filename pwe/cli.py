@@ -505,8 +505,8 @@ def status(run: str | None, as_json: bool) -> None:
         try:
             from .results import load_state
 
-            eng, st = load_state(d)
-            snap = {**snap, **st.snapshot(), "run_id": eng.run_id, "total_members": eng.plan.total_members}
+            info, st = load_state(d)
+            snap = {**snap, **st.snapshot(), "run_id": info["run_id"], "total_members": st.plan.total_members}
         except PweError as exc:
             _fail(exc)
     if holder:
@@ -661,9 +661,9 @@ def _node_sizes(d) -> dict[str, int]:
         return {n: sum(c.values()) for n, c in counts.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    from .engine import Engine
+    from .runs import read
 
-    return {nid: n.size for nid, n in Engine.open(d).plan.nodes.items()}
+    return {nid: n.size for nid, n in read(d)[1].nodes.items()}
 
 
 @cli.command()
