@@ -535,8 +535,8 @@ class PilotAgent:
             signal.signal(sig, self._on_term)
         sel = self.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
-        self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots, allocation=self.alloc.kind,
-                  job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
+        self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots,
+                  allocation=self.alloc.kind, job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
                   nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
         self.flush()
         try:

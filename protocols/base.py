@@ -16,10 +16,11 @@ from pathlib import Path
 
 import jinja2
 
-from .registry import get  # noqa: F401  (a protocol by name, from the one list)
+from . import registry
 from .runner import CommandRunner, CommandTimeout, ContactError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+get = registry.get  # a protocol by name, from the one list
 
 
 class JobState(enum.Enum):

@@ -104,6 +104,13 @@ def hosts() -> None:
     """The host registry: built-in local, ~/.config/pwe/hosts.yaml, hosts.yaml beside a workflow."""
 
 
+def _registry_options(f):
+    """--hosts and --workflow (where the registry is read from, besides the usual places), --json."""
+    workflow_option = click.option("--workflow", default=None, type=click.Path(),
+                                   help="also read the hosts.yaml beside this workflow")
+    return hosts_option(workflow_option(json_option(f)))
+
+
 def _registry(workflow: str | None, hosts_file: str | None):
     from pathlib import Path
 
@@ -113,9 +120,7 @@ def _registry(workflow: str | None, hosts_file: str | None):
 
 
 @hosts.command(name="list")
-@hosts_option
-@click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
-@json_option
+@_registry_options
 def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """Every known host: protocol, contact, cores per node, nodes, where it was defined."""
     try:
@@ -135,9 +140,7 @@ def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> N
 
 @hosts.command(name="show")
 @click.argument("name")
-@hosts_option
-@click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
-@json_option
+@_registry_options
 def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """One host, every property."""
     try:
@@ -157,9 +160,7 @@ def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json:
 
 @hosts.command(name="check")
 @click.argument("name")
-@hosts_option
-@click.option("--workflow", default=None, type=click.Path(), help="also read the hosts.yaml beside this workflow")
-@json_option
+@_registry_options
 def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """Reach host NAME and check its commands, python3 and nodes; exit 0 when all pass, else 1."""
     from hostinfo.check import check_host

@@ -133,8 +133,8 @@ class PilotWork:
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
         transport = EngineSpool(d)  # before the pilot looks for its tasks
-        popen = lane.protocol.start(d, lane.cores, self.heartbeat, idle_timeout=float(self.info.get("idle_timeout", 300)),
-                                    extra_args=lane.pilot_args)
+        popen = lane.protocol.start(d, lane.cores, self.heartbeat,
+                                    idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args)
         host = socket.gethostname()
         self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
                       "slots": lane.cores, "t": time.time()})
@@ -269,7 +269,7 @@ class PilotWork:
         pilot.flush()
         self._pilot_gone(pilot, f"speaks wire version {version}", broke=False)
         raise RunStopped(f"pilot {pilot.id} on {pilot.host} speaks version {version} of the engine-pilot messages, "
-                         f"this engine version {VERSION}: run the same pwe on both sides (its pilot package)")
+                         f"this engine speaks {VERSION}: run the same pwe on both sides (its pilot package)")
 
     def _check_pilots(self) -> None:
         for lane in self.lanes.values():

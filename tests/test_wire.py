@@ -16,7 +16,8 @@ def test_what_both_ends_write_is_what_the_wire_module_lists(tmp_path):
     from pwe.engine import Engine
 
     wf = tmp_path / "wf.yaml"
-    wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [1, 2, 3]}\n    run: echo x=$PWE_PARAM_I >> $PWE_OUTPUTS\n"
+    wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [1, 2, 3]}\n"
+                  "    run: echo x=$PWE_PARAM_I >> $PWE_OUTPUTS\n"
                   "    scheduling: {maxWallTimePerMember: 1, shareNodes: false}\n"
                   "  b:\n    after: [a]\n    run: exit 3\n")
     engine = Engine.create(wf, cores=2, run_dir=tmp_path / "run")
@@ -52,7 +53,7 @@ def test_a_pilot_of_another_version_is_refused_with_one_line(tmp_path):
         with pytest.raises(RunStopped) as err:
             engine._ingest(pilot)
         assert str(err.value) == (f"pilot p1 on elsewhere speaks version {wire.VERSION + 1} of the engine-pilot "
-                                  f"messages, this engine version {wire.VERSION}: run the same pwe on both sides "
+                                  f"messages, this engine speaks {wire.VERSION}: run the same pwe on both sides "
                                   "(its pilot package)")
         assert not pilot.alive
         assert json.loads((d / "tasks.jsonl").read_text()) == {"k": "cancel"}
