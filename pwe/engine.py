@@ -215,8 +215,7 @@ class Engine(PilotWork):
         self.journal.append(rec)
         return self.state.apply(rec)
 
-    # -- pilots ---------------------------------------------------------------------------------
-    # -- feeding ------------------------------------------------------------------------------
+    # -- feeding (starting pilots and taking in their messages: pwe/pilots.py) -------------------
     def _feed(self) -> int:
         """Hand ready members to the live pilots of their host; start pilots when a host
         has none (or, on a batch host, when every live pilot is busy and the host allows
