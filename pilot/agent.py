@@ -168,7 +168,6 @@ class PilotAgent:
         self.margin = margin
         self.heartbeat = heartbeat
         self.idle_timeout = idle_timeout
-        self.fsync = fsync
         self.poll = poll
         self.queue: deque[dict] = deque()
         self.running: dict[int, Member] = {}

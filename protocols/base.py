@@ -92,7 +92,7 @@ class Protocol:
     they can do (the engine asks these, never the protocol's name)."""
 
     name = "base"
-    #: submits pilot jobs (a script, a job id); else :meth:`start` runs the pilot here
+    #: submits pilot jobs (a script, a job id); else its ``start()`` runs the pilot here (local)
     batch = True
     #: one :meth:`status` call answers for all its pilots; else each pilot's process is asked
     polls_status = True
