@@ -86,8 +86,8 @@ class Host(BaseModel):
                 raise ValueError(f"contact {self.contact!r}: {exc}") from None
         from protocols.registry import PROTOCOLS
 
-        if self.contact != "local" and PROTOCOLS[self.protocol].job_class is None:
-            remote = ", ".join(n for n, p in PROTOCOLS.items() if p.job_class is not None)
+        if self.contact != "local" and not PROTOCOLS[self.protocol].remote:
+            remote = ", ".join(n for n, p in PROTOCOLS.items() if p.remote)
             raise ValueError(f"protocol {self.protocol} runs on this machine (contact local); for a remote head node "
                              f"use a protocol that submits there: {remote}")
         return self

@@ -1,19 +1,11 @@
 """The pilot's main loop: read tasks, launch members, reap them, report events.
 
-Messages are JSON lines in two files of the pilot's own directory (a shared filesystem
-is the bus; each file has exactly one writer, so appends never interleave):
-
-``tasks.jsonl`` (engine -> pilot)
-    ``{"k": "task", "n": node, "m": index, "a": attempt, "cmd": shell command,
-    "cwd": dir, "env": {...}, "cores": c, "wall": minutes|null}``,
-    ``{"k": "stop"}`` (run what is queued, then leave), ``{"k": "cancel"}`` (kill all, leave).
-``events.jsonl`` (pilot -> engine)
-    ``up``, ``start`` (with the member's pid), ``end`` (exit status ``rc``, a negative
-    number for a signal, ``why`` for timeouts and launch errors, ``out`` the member's
-    ``key=value`` outputs), ``hb`` heartbeats, ``down``.
+The pilot talks to the engine through its transport (:mod:`pilot.transport`: today two
+JSON-lines files in its own directory, each with one writer); the messages, their kinds
+and fields are listed once, in :mod:`pilot.wire`.
 
 The pilot does not need the engine to be alive: it keeps running what it was given and
-its events wait in the file until an engine reads them.
+its events wait for an engine to read them.
 """
 
 from __future__ import annotations
@@ -35,6 +27,8 @@ from .launchers import PREFIXES, SSH_FAILED, choose, wrap
 from .mpi import find as find_mpi
 from .packing import Packer, Placement
 from .spawn import Spawner, member_base_env, reaped, start_failure
+from .transport import PilotSpool
+from .wire import BACK, CANCEL, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UP, VERSION
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
@@ -156,7 +150,7 @@ def _shape(task: dict) -> tuple[int, int, bool, int | None, int, int]:
             int(task.get("gpus") or 0), int(task.get("mem") or 0))
 
 
-class Pilot:
+class PilotAgent:
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
@@ -174,7 +168,6 @@ class Pilot:
         self.margin = margin
         self.heartbeat = heartbeat
         self.idle_timeout = idle_timeout
-        self.fsync = fsync
         self.poll = poll
         self.queue: deque[dict] = deque()
         self.running: dict[int, Member] = {}
@@ -183,10 +176,9 @@ class Pilot:
         self.terminated = False
         self.signalled: list[tuple[float, Member, int]] = []
         self.cancelled = False
-        self._tasks_fh = None
-        self._partial = b""
-        self._events = open(os.path.join(directory, "events.jsonl"), "ab", buffering=0)
-        self._out: list[bytes] = []
+        self.transport = PilotSpool(directory, fsync)
+        self._task_cursor = 0
+        self._out: list[dict[str, Any]] = []
         self.write_blocked = False
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
@@ -203,67 +195,47 @@ class Pilot:
     def emit(self, kind: str, **fields: Any) -> None:
         fields["k"] = kind
         fields["t"] = round(time.time(), 3)
-        self._out.append(json.dumps(fields, separators=(",", ":")).encode() + b"\n")
+        self._out.append(fields)
 
     def flush(self) -> bool:
-        """Append the pending events; False (events kept) when the disk refuses them."""
-        if not self._out:
+        """Send the pending events, one write; False (events held) when the disk refuses them."""
+        if not self._out and not self.transport.held:
             return True
-        data = b"".join(self._out)
-        # one write per batch; a single writer means a reader never sees interleaving
-        view = memoryview(data)
+        out, self._out = self._out, []
         try:
-            while view:
-                view = view[self._events.write(view):]
-            if self.fsync:
-                os.fsync(self._events.fileno())
+            self.transport.send(out)
         except OSError as exc:
-            # disk full or quota: keep what was not written and stop starting members
-            # until it can be (their events would have nowhere to go)
-            self._out = [bytes(view)]
+            # disk full or quota: the transport holds what was not written; start no member
+            # until it is (their events would have nowhere to go)
             if not self.write_blocked:
                 _say(f"cannot write events: {exc.strerror}; holding them, starting no member until they are written")
             self.write_blocked = True
             return False
-        self._out.clear()
         self.write_blocked = False
         return True
 
     # -- tasks ----------------------------------------------------------------------------
     def read_tasks(self) -> bool:
-        """Take in whatever complete task lines were appended; True if any arrived."""
-        if self._tasks_fh is None:
-            try:
-                self._tasks_fh = open(os.path.join(self.dir, "tasks.jsonl"), "rb")
-            except FileNotFoundError:
-                return False
-        data = self._tasks_fh.read()
-        if not data:
-            return False
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()  # a line the engine is still writing
+        """Take in whatever complete task messages were sent; True if any arrived."""
+        msgs, self._task_cursor = self.transport.receive(self._task_cursor)
         got = False
-        for line in lines:
-            if not line.strip():
-                continue
-            msg = json.loads(line)
+        for msg in msgs:
             kind = msg.get("k")
-            if kind == "task":
+            if kind == TASK:
                 if self.draining:
                     self.hand_back(msg, "the allocation is ending")
                 else:
                     self.queue.append(msg)
                 got = True
-            elif kind == "stop":
+            elif kind == STOP:
                 self.stopping = True
-            elif kind == "cancel":
+            elif kind == CANCEL:
                 self.cancel()
         return got
 
     def hand_back(self, task: dict, why: str) -> None:
         """Return an unstarted member to the engine; it costs no attempt."""
-        self.emit("back", n=task["n"], m=task["m"], a=task["a"], why=why)
+        self.emit(BACK, n=task["n"], m=task["m"], a=task["a"], why=why)
 
     # -- members --------------------------------------------------------------------------
     def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
@@ -301,7 +273,7 @@ class Pilot:
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
         nodes = [n.name for n, _ in placement]
-        self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
 
     def launch_on_agent(self, task: dict, placement: Placement, threads: int, exclusive: bool,
                         member_env: dict) -> None:
@@ -323,7 +295,7 @@ class Pilot:
             return
         agent.members[key] = member
         self.running[key] = member
-        self.emit("start", n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
 
     def start_agent(self, node: str) -> NodeAgent | None:
         import subprocess
@@ -387,7 +359,7 @@ class Pilot:
         if not self.node_alive(node):
             self.packer.kill_node(node)
             for t in tasks:
-                self.emit("node_lost", node=node, n=t["n"], m=t["m"], why=said[-300:])
+                self.emit(NODE_LOST, node=node, n=t["n"], m=t["m"], why=said[-300:])
                 # so that `pwe logs` of the member says what happened to its node
                 _note_stderr(t, f"node {node} became unreachable: {said}")
             _say(f"node {node} is unreachable ({said[-300:]}); its members go to the other nodes")
@@ -410,7 +382,7 @@ class Pilot:
 
     def fail_now(self, task: dict, rc: int, why: str) -> None:
         _note_stderr(task, f"{why}: {task['cmd']}")
-        self.emit("end", n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
+        self.emit(END, n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
 
     def time_left(self, now: float) -> float | None:
         return None if self.alloc.end is None else self.alloc.end - self.margin - now
@@ -456,7 +428,7 @@ class Pilot:
                 if not self.node_alive(node.name):
                     # the node died under the member: not the member's fault, run it elsewhere
                     self.packer.kill_node(node.name)
-                    self.emit("node_lost", node=node.name, n=t["n"], m=t["m"])
+                    self.emit(NODE_LOST, node=node.name, n=t["n"], m=t["m"])
                     _say(f"node {node.name} is unreachable; its members go to the other nodes")
                     self.queue.appendleft(t)
                     self.fail_unplaceable()
@@ -478,7 +450,7 @@ class Pilot:
         fields: dict[str, Any] = {}
         if member.killed:
             fields["why"] = member.killed
-        self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
+        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                   out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
 
     def fail_unplaceable(self) -> None:
@@ -513,7 +485,7 @@ class Pilot:
             if self.terminated:
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
-                self.emit("end", n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
+                self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
                           out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}")
             else:
                 keep.append((at, member, rc))
@@ -535,7 +507,7 @@ class Pilot:
         if not self.draining:
             self.draining = True
             left = round(self.alloc.end - now, 1) if self.alloc.end else None
-            self.emit("drain", why=why, left=left)
+            self.emit(DRAIN, why=why, left=left)
             while self.queue:
                 self.hand_back(self.queue.popleft(), "the allocation is ending")
         for m in self.running.values():
@@ -562,8 +534,8 @@ class Pilot:
             signal.signal(sig, self._on_term)
         sel = self.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
-        self.emit("up", pid=os.getpid(), host=socket.gethostname(), slots=self.slots, allocation=self.alloc.kind,
-                  job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
+        self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots,
+                  allocation=self.alloc.kind, job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
                   nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
         self.flush()
         try:
@@ -580,7 +552,7 @@ class Pilot:
             why = f"error: {type(exc).__name__}: {exc}"
         for agent in list(self.agents.values()):
             agent.close()  # its stdin closes: the agent leaves
-        self.emit("down", why=why)
+        self.emit(DOWN, why=why)
         self.flush()
         return 1 if why.startswith("error") else 0
 
@@ -606,7 +578,7 @@ class Pilot:
                 last_activity = now
                 self.enforce_walltimes(now)
             if now - last_hb >= self.heartbeat:
-                self.emit("hb", running=len(self.running), queued=len(self.queue))
+                self.emit(HB, running=len(self.running), queued=len(self.queue))
                 last_hb = now
             self.flush()
             if not self.running and not self.signalled and (
@@ -684,7 +656,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.margin is None:
         args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
     os.chdir(args.dir)
-    pilot = Pilot(os.path.abspath(args.dir), alloc, args.heartbeat, args.idle_timeout, args.fsync,
+    pilot = PilotAgent(os.path.abspath(args.dir), alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
                   margin=args.margin)
     sys.exit(pilot.run())

@@ -97,3 +97,20 @@ def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int]]:
         if pid == 0:
             return
         yield pid, os.waitstatus_to_exitcode(status)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this machine runs (a zombie does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

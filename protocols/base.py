@@ -28,12 +28,13 @@ import jinja2
 
 from pwe.errors import SubmitError
 
-from .registry import get  # a protocol by name, from the one list
+from . import registry
 from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
 
 __all__ = ["JobState", "PilotJob", "Protocol", "SubmitError", "get", "walltime_hms"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+get = registry.get  # a protocol by name, from the one list
 
 
 class JobState(enum.Enum):
@@ -95,10 +96,15 @@ _ENV.filters["hms"] = walltime_hms
 
 
 class Protocol:
-    """Base of the batch protocols. A subclass sets its commands, its template and its
-    job id variable, and says how to ask for states and how to read the answer."""
+    """Base of the protocols. A subclass sets its commands, its template and its job id
+    variable, says how to ask for states and how to read the answer, and says what it can
+    do (the engine asks these, never the protocol's name)."""
 
     name = "base"
+    #: submits pilot jobs (a script, a job id); else its ``start()`` runs the pilot here (local)
+    batch = True
+    #: one :meth:`status` call answers for all its pilots; else each pilot's process is asked
+    polls_status = True
     template = ""
     #: the shell word that expands to the job's id inside its script (for ``pwe notify``)
     job_id = ""
@@ -188,6 +194,10 @@ class Protocol:
 
     def _parse_find(self, res: CommandResult, name: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of the runner's connection."""
+        self.runner.close()
 
     def cancel(self, job_ids: list[str]) -> None:
         """Ask the scheduler to end the jobs; whether it took, the next status poll shows

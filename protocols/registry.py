@@ -17,9 +17,8 @@ from pwe.errors import UnknownProtocol
 @dataclass(frozen=True)
 class ProtocolInfo:
     name: str
-    #: "module:Class" of the protocol that submits pilot jobs through the host's head node;
-    #: None for ``local``, whose pilot is a process on this machine (protocols.local)
-    job_class: str | None
+    #: "module:Class" of the protocol (what it can do: its class attributes)
+    cls: str
     #: the commands it runs on the host (what ``pwe hosts check`` looks for)
     commands: tuple[str, ...]
     #: scheduling fields its job script states (through placement.pilot_shape), besides
@@ -27,6 +26,8 @@ class ProtocolInfo:
     script_fields: frozenset[str] = frozenset()
     #: the pilot runs on nodes the batch system allocates (else on the head node itself)
     allocates: bool = False
+    #: its pilots may start on another machine, the host's contact (not ``local``: a process here)
+    remote: bool = True
     #: submissionType values it does: glidein everywhere; interactive where the pilot
     #: runs on this machine or the head node. batch (a job per member) nowhere yet.
     submission_types: frozenset[str] = frozenset({"glidein"})
@@ -35,7 +36,8 @@ class ProtocolInfo:
 _SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"}
 
 PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
-    ProtocolInfo("local", None, ("python3",), submission_types=frozenset({"glidein", "interactive"})),
+    ProtocolInfo("local", "protocols.local:Local", ("python3",), remote=False,
+                 submission_types=frozenset({"glidein", "interactive"})),
     ProtocolInfo("ssh", "protocols.interactive:Interactive", ("python3",), frozenset({"maxWallTime"}),
                  submission_types=frozenset({"glidein", "interactive"})),
     ProtocolInfo("slurm", "protocols.slurm:Slurm", ("sbatch", "squeue", "scancel"),
@@ -58,12 +60,8 @@ def info(name: str) -> ProtocolInfo:
 
 
 def get(name: str, runner: Any) -> Any:
-    """The protocol that submits pilot jobs for ``name``, talking through ``runner``,
-    imported on first use; None for ``local`` (its pilot is started here, not submitted)."""
+    """The protocol ``name``, talking through ``runner``, imported on first use."""
     import importlib
 
-    spec = info(name).job_class
-    if spec is None:
-        return None
-    module, _, cls = spec.partition(":")
+    module, _, cls = info(name).cls.partition(":")
     return getattr(importlib.import_module(module), cls)(runner)

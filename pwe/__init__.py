@@ -20,12 +20,12 @@ def __getattr__(name):
         from . import plan
 
         return getattr(plan, name)
-    if name == "Engine":
-        from .engine import Engine
+    if name in ("Engine", "run_workflow"):
+        from . import engine
 
-        return Engine
-    if name in ("run_workflow", "RunResult"):
-        from . import results
+        return getattr(engine, name)
+    if name == "RunResult":
+        from .results import RunResult
 
-        return getattr(results, name)
+        return RunResult
     raise AttributeError(name)

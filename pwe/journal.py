@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from pilot import transport
+
 from .errors import JournalError  # the run stops cleanly (drawn in pwe.errors)
 
 
@@ -38,18 +40,15 @@ def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
     reader never meets a torn line followed by the next writer's lines; then
     :class:`JournalError` says what to do.
     """
-    view = memoryview(data)
     try:
-        while view:
-            view = view[fh.write(view):]
-        if fsync:
-            os.fsync(fh.fileno())
+        transport.append_whole(fh, data, fsync)
     except OSError as exc:
-        try:
-            fh.truncate(fh.seek(0, os.SEEK_END) - (len(data) - len(view)))
-        except OSError:
-            pass
-        raise JournalError(f"cannot write {path}: {exc.strerror}: free space") from None
+        raise cannot_write(path, exc) from None
+
+
+def cannot_write(where: Any, exc: OSError) -> JournalError:
+    """The error that stops a run whose files the disk refuses."""
+    return JournalError(f"cannot write {where}: {exc.strerror}: free space")
 
 
 class Journal:

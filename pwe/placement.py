@@ -97,17 +97,21 @@ def pilot_job(plan: Plan, host: Any, ready: list[tuple[str, int]], run_dir: str,
                     pilot_args=[*pilot_args, "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout)])
 
 
-def preview_pilot_script(plan: Plan, host: Any) -> str:
-    """The job script the first pilot for this plan would be submitted with (pwe plan --host)."""
+def preview_pilot_script(plan: Plan, host: Any) -> str | None:
+    """The job script the first pilot for this plan would be submitted with (pwe plan
+    --host); None for a host whose pilots are no jobs (``local``)."""
     from protocols.registry import get as get_protocol
     from protocols.runner import LocalRunner
 
+    protocol = get_protocol(host.protocol, LocalRunner())
+    if not protocol.batch:
+        return None
     # the first node (in graph order) that runs on this host: its members ask for the first pilot
     first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
     roots = [(first, i) for i in range(min(plan.nodes[first].size, 100000))]
     job = pilot_job(plan, host, roots, "RUN_DIR", f"{plan.workflow.name}-RUN", "p1", pilot_args_for(host),
                     heartbeat=5.0, idle_timeout=60)
-    return get_protocol(host.protocol, LocalRunner()).render(job)
+    return protocol.render(job)
 
 
 def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Reading a run back: its members' states, attempts, exit statuses and outputs.
 
-The Python API (``pwe.run_workflow``) and ``pwe show`` / ``pwe status`` use these; they
-replay the journal read-only and never take the run's lock.
+The Python API (:class:`RunResult` of ``pwe.run_workflow``) and ``pwe show`` / ``pwe
+status`` use these. They need only the run's plan and its journal: they replay the
+journal read-only, never take the run's lock, and start nothing (no engine, no
+protocol, no connection to a host).
 """
 
 from __future__ import annotations
@@ -9,17 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .engine import Engine
 from .journal import replay
-from .state import DONE, FAILED, RunState
-
-
-def run_workflow(workflow: str | Path, sets: dict[str, Any] | None = None, *, cores: int | None = None,
-                 run_dir: str | Path | None = None) -> "RunResult":
-    """Run a workflow on this machine to the end and return its results (the Python API)."""
-    engine = Engine.create(workflow, sets, cores=cores, run_dir=run_dir)
-    ok = engine.run()
-    return RunResult(engine.dir, ok)
+from .state import DONE, FAILED, NAMES, RunState
 
 
 class RunResult:
@@ -41,18 +34,18 @@ class RunResult:
         return [member_record(self.state, node, i) for i in range(self.state.nodes[node].size)]
 
 
-def load_state(run_dir: Path) -> tuple[Engine, RunState]:
-    """Replay a run's journal (read-only; no lock taken)."""
-    engine = Engine.open(run_dir)
-    state = RunState(engine.plan)
+def load_state(run_dir: Path) -> tuple[dict[str, Any], RunState]:
+    """A run's run.json and its state, from its journal (read-only; no lock taken)."""
+    from .runs import read
+
+    info, plan = read(run_dir)
+    state = RunState(plan)
     for rec in replay(run_dir / "journal.jsonl"):
         state.apply(rec)
-    return engine, state
+    return info, state
 
 
 def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
-    from .state import NAMES
-
     ns = state.nodes[node]
     rec = {
         "node": node, "member": i, "parameters": state.plan.nodes[node].space.values_of(i),

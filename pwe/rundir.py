@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pilot.spawn import pid_alive  # (pwe.rundir.pid_alive: the one way, the pilot's)
+
 from .errors import InputError, PweError, RunNotFound
 
 DEFAULT_ROOT = Path("pwe-runs")
@@ -117,22 +119,6 @@ class EngineLock:
         if self.held:
             self.path.unlink(missing_ok=True)
             self.held = False
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,

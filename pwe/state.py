@@ -15,9 +15,10 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from .plan import Plan
+if TYPE_CHECKING:  # (pwe status reads the state's names without planning anything)
+    from .plan import Plan
 
 # member states
 WAITING, READY, ASSIGNED, RUNNING, DONE, FAILED, SKIPPED, CANCELLED = range(8)

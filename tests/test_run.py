@@ -790,7 +790,7 @@ nodes:
     assert recs[("quoted", 0)]["state"] == "done", recs[("quoted", 0)]
     assert (mdir(run, "quoted", 0) / "stdout").read_text() == "ran without shebang\n"
     assert recs[("plain", 0)]["state"] == "done", (
-        "BUG pilot/agent.py Pilot.launch: an executable script without a #! line, run as a plain payload, "
+        "BUG pilot/agent.py PilotAgent.launch: an executable script without a #! line, run as a plain payload, "
         f"fails with {recs[('plain', 0)]} (posix_spawn ENOEXEC) where `bash -c` runs it as a shell script")
     assert (mdir(run, "plain", 0) / "stdout").read_text() == "ran without shebang\n"
     assert rc == 0, err

@@ -43,7 +43,7 @@ def observe(d, protocol: str, sched: dict) -> dict:
     script it submits (the pilot's arguments for ``local``), the task it sends for member
     0 (without the environment, which only mirrors the task), and how many members it
     gives one pilot."""
-    from pwe.engine import Engine, Pilot
+    from pwe.engine import Engine, PilotHandle
 
     d.mkdir()
     (d / "hosts.yaml").write_text(HOST.format(p=protocol, extra=""))
@@ -53,13 +53,13 @@ def observe(d, protocol: str, sched: dict) -> dict:
         lane = engine.lanes["h"]
         lane.ready.extend(engine.state.ready)
         engine.state.ready.clear()
-        if lane.protocol is not None:
+        if lane.protocol.batch:
             lane.protocol.submit = lambda job, path: "123"  # submitted nowhere
             pilot = engine._submit_pilot(lane)
             script = (pilot.dir / "job.sh").read_text()
         else:
             (engine.dir / "pilots" / "p1").mkdir(parents=True)
-            pilot = Pilot("p1", engine.dir / "pilots" / "p1", 0, "here", lane.cores, lane="h")
+            pilot = PilotHandle("p1", engine.dir / "pilots" / "p1", 0, "here", lane.cores, lane="h")
             script = " ".join(lane.pilot_args)
         task = engine._task("m", 0, 1)
         task.pop("env")

@@ -1,0 +1,178 @@
+"""How messages travel between the engine and one pilot: one interface, one side each.
+
+Each end holds a :class:`Transport` for each pilot it talks to:
+
+``send(msgs)``
+    Deliver a batch of messages (:mod:`pilot.wire` kinds) to the other side, in order, with
+    one write. Raises :class:`OSError` when the medium refuses (a full disk); what the
+    side keeps of an unsent batch is its own (see each implementation).
+``receive(cursor) -> (msgs, cursor)``
+    The messages the other side sent after ``cursor``, and the cursor after them. A
+    cursor is opaque to the caller: it only keeps it (the engine journals it, so that a
+    restarted engine reads on from where the last one stopped) and gives it back. The
+    start is ``0``.
+
+The first and only implementation is the **spool**: two append-only JSON-lines files in
+the pilot's directory, ``tasks.jsonl`` (the engine writes) and ``events.jsonl`` (the
+pilot writes). Each file has exactly one writer, so appends never interleave and nothing
+needs a lock on NFS, GPFS or Lustre; the cursor is a byte offset; a partial last line is
+held back until its writer finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .wire import TASK, decode, encode
+
+TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
+
+
+class Transport:
+    """What each end uses to talk to the other (see the module's docstring)."""
+
+    #: where the messages go, for error messages (never opened by the caller)
+    where = ""
+
+    def send(self, msgs: list[dict[str, Any]]) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def receive(self, cursor: Any) -> tuple[list[dict[str, Any]], Any]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def sent(self) -> set[tuple[str, int, int]]:  # pragma: no cover - interface
+        """(The engine's side.) (node, member, attempt) of every task the pilot was sent:
+        a resumed engine hands back what it journaled as assigned but never sent."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _Inbox:
+    """Reading one spool file from a byte offset; a partial last line is held back."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fh = None
+        self._at = 0  # the cursor of the last read: the file's position less the partial line
+        self._partial = b""
+
+    def read(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
+        fh = self._fh
+        if fh is None or cursor != self._at:
+            if fh is None:
+                try:
+                    fh = self._fh = open(self.path, "rb")
+                except FileNotFoundError:
+                    return [], cursor
+            fh.seek(cursor)
+            self._at, self._partial = cursor, b""
+        data = fh.read()
+        if not data:
+            return [], cursor
+        msgs, self._partial = decode(self._partial + data)
+        self._at = fh.tell() - len(self._partial)
+        return msgs, self._at
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+
+
+def append_whole(fh, data: bytes, fsync: bool = False) -> None:
+    """Append ``data`` to a file with one writer, or none of it: on a write error (disk
+    full, quota) the part written is cut back, so that a reader never meets a torn line,
+    and the :class:`OSError` goes on."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[fh.write(view):]
+        if fsync:
+            os.fsync(fh.fileno())
+    except OSError:
+        try:
+            fh.truncate(fh.seek(0, os.SEEK_END) - (len(data) - len(view)))
+        except OSError:
+            pass
+        raise
+
+
+class EngineSpool(Transport):
+    """The engine's side of a pilot's spool: writes ``tasks.jsonl``, reads ``events.jsonl``.
+
+    A batch is appended whole or not at all; the engine journals each assignment before
+    sending it, so a batch lost to a full disk is handed back by a resumed engine
+    (:meth:`sent` tells which tasks the pilot did get)."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = str(directory)
+        self.where = os.path.join(self.dir, TASKS)
+        os.makedirs(self.dir, exist_ok=True)
+        self._out = open(self.where, "ab", buffering=0)
+        self._in = _Inbox(os.path.join(self.dir, EVENTS))
+
+    def send(self, msgs: list[dict[str, Any]]) -> None:
+        try:
+            append_whole(self._out, encode(msgs))
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self.where) from None
+
+    def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
+        return self._in.read(cursor)
+
+    def sent(self) -> set[tuple[str, int, int]]:
+        """(node, member, attempt) of every task the pilot was sent."""
+        out = set()
+        with open(self.where, "rb") as fh:
+            for line in fh:
+                try:
+                    t = json.loads(line)
+                except ValueError:
+                    continue
+                if t.get("k") == TASK:
+                    out.add((t["n"], t["m"], t["a"]))
+        return out
+
+    def close(self) -> None:
+        self._out.close()
+        self._in.close()
+
+
+class PilotSpool(Transport):
+    """The pilot's side of its spool: writes ``events.jsonl``, reads ``tasks.jsonl``.
+
+    A batch the disk refuses is held (what was written of it stays: the pilot is the
+    only writer and finishes the line later) and sent first with the next batch."""
+
+    def __init__(self, directory: str, fsync: bool = False):
+        self.where = os.path.join(directory, EVENTS)
+        self.fsync = fsync
+        self._out = open(self.where, "ab", buffering=0)
+        self._in = _Inbox(os.path.join(directory, TASKS))
+        self.held = b""  # what the disk refused: sent before anything new
+
+    def send(self, msgs: list[dict[str, Any]]) -> None:
+        data = self.held + encode(msgs) if self.held else encode(msgs)
+        if not data:
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._out.write(view):]
+            if self.fsync:
+                os.fsync(self._out.fileno())
+        except OSError:
+            self.held = bytes(view)
+            raise
+        self.held = b""
+
+    def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
+        return self._in.read(cursor)
+
+    def close(self) -> None:
+        self._out.close()
+        self._in.close()

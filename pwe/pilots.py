@@ -1,0 +1,316 @@
+"""The engine's side of its pilots: a handle on each, the lanes (hosts) that start them,
+and the work with them: start or submit one, take in what it says, tell when it is gone.
+
+A pilot is reached only through its transport (:mod:`pilot.transport`): the engine asks it
+for the pilot's new messages after a cursor, journals the cursor it gets back, and sends
+batches of tasks. Whether a pilot is a process here or a batch job is its lane's
+protocol's business: the engine asks the protocol's capabilities (``batch``,
+``polls_status``), never its name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from pilot.transport import EngineSpool, Transport
+from pilot.wire import BACK, CANCEL, DOWN, DRAIN, END, START, UP, VERSION
+
+from .errors import ContactError, RunStopped, SubmitError
+from .journal import cannot_write
+from .placement import pilot_job
+from .state import ASSIGNED, READY
+
+
+class PilotHandle:
+    """The engine's handle on one pilot: its transport, how far its messages have been
+    read (the cursor, opaque), and what the engine knows of it."""
+
+    def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
+                 popen: subprocess.Popen | None = None, cursor: Any = 0, job: str | None = None, lane: str = "",
+                 transport: Transport | None = None):
+        self.id = pid_
+        self.lane = lane  # the registry host it serves
+        self.job = job  # a batch job id: its liveness comes from the scheduler and heartbeats
+        self.dir = directory  # its own directory: its log, a batch pilot's job script
+        self.os_pid = os_pid
+        self.host = host
+        self.slots = slots
+        self.popen = popen
+        self.cursor = cursor  # where the next receive starts (journaled as `offset`)
+        self.outstanding = 0
+        self.alive = True
+        self.down = False
+        self.came_up = False
+        self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
+        self.finished_any = False  # an end event of one of its members was taken in
+        self.draining = False
+        self.full = False  # given all it may take (maxMembers, or members too long for it)
+        self.given = 0
+        self.refused: set[tuple[str, int]] = set()
+        self.job_state = None
+        self.last_heard = time.time()
+        self.transport = transport or EngineSpool(directory)
+        self._out: list[dict[str, Any]] = []
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self._out.append(msg)
+
+    def flush(self) -> None:
+        if not self._out:
+            return
+        out, self._out = self._out, []
+        # never a torn task line for the pilot: on a write error the batch is cut back;
+        # the journal has these assignments and a resumed engine hands them back (_reattach)
+        try:
+            self.transport.send(out)
+        except OSError as exc:
+            raise cannot_write(exc.filename, exc) from None
+
+    def receive(self) -> list[dict[str, Any]]:
+        """The pilot's new messages; the cursor moves past them."""
+        msgs, self.cursor = self.transport.receive(self.cursor)
+        if msgs:
+            self.last_heard = time.time()
+        return msgs
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+
+class Lane:
+    """One host of the run: how its pilots start (a process here, or a batch job through
+    its protocol), the members ready for it, and the pace of its status queries."""
+
+    def __init__(self, host: Any, cores: int, pilot_args: list[str], status_every: float):
+        self.host = host
+        self.name = host.name
+        self.cores = cores
+        self.pilot_args = [str(a) for a in pilot_args]
+        from protocols.registry import get as get_protocol
+        from protocols.ssh import runner_for
+
+        # commands go to the host's head node: here, or over SSH (host keys verified)
+        self.protocol = get_protocol(host.protocol, runner_for(host))
+        self.ready: deque[tuple[str, int]] = deque()
+        self.status_every = status_every
+        self.status_interval = status_every
+        self.last_status = 0.0
+
+
+class PilotWork:
+    """The engine's work with its pilots, split out of :class:`~pwe.engine.Engine` (its
+    base class) by job: it uses the engine's state, journal (``_record``) and lanes."""
+
+    def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
+        pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
+                            cursor=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
+        self.pilots[pid_] = pilot
+        # assignments journaled but never sent to the pilot (killed in between): hand back
+        sent = pilot.transport.sent()
+        st = self.state
+        for nid, i in st.inflight(pid_):
+            ns = st.nodes[nid]
+            if ns.state[i] == ASSIGNED and (nid, i, ns.attempt[i]) not in sent:
+                self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+        pilot.outstanding = len(st.inflight(pid_))
+        self._ingest(pilot)
+        if self._process_gone(pilot) and not pilot.down:
+            self._ingest(pilot)
+            self._pilot_gone(pilot, "lost while the engine was down")
+
+    def _start_pilot(self, lane: Lane) -> PilotHandle:
+        if lane.protocol.batch:
+            return self._submit_pilot(lane)
+        pid_ = f"p{self._next_pilot}"
+        self._next_pilot += 1
+        d = self.dir / "pilots" / pid_
+        transport = EngineSpool(d)  # before the pilot looks for its tasks
+        popen = lane.protocol.start(d, lane.cores, self.heartbeat,
+                                    idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args)
+        host = socket.gethostname()
+        self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
+                      "slots": lane.cores, "t": time.time()})
+        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
+        self.pilots[pid_] = pilot
+        return pilot
+
+    def _submit_pilot(self, lane: Lane) -> PilotHandle:
+        """Glide in: one batch job that becomes a pilot, sized for the members ready now."""
+        host = lane.host
+        pid_ = f"p{self._next_pilot}"
+        self._next_pilot += 1
+        d = self.dir / "pilots" / pid_
+        transport = EngineSpool(d)  # its tasks are there before the job starts
+        st = self.state
+        ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
+        job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
+                        heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60))
+        script = d / "job.sh"
+        script.write_text(lane.protocol.render(job))
+        try:
+            job_id = lane.protocol.submit(job, str(script))
+        except (SubmitError, ContactError) as exc:
+            # the run keeps its state: fix the host (hosts.yaml, the account, the cluster) and resume;
+            # str(exc) is one line with the host's own answer, the chain keeps command, status, stderr
+            if isinstance(exc, ContactError):
+                raise RunStopped(f"cannot submit a pilot to host '{host.name}': {exc}: fix its contact (hosts.yaml, "
+                                 "known_hosts, keys)") from exc
+            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {exc}: fix the host "
+                             "(its hosts.yaml entry, the account or partition it names)") from exc
+        self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
+                      "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
+        pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
+                            transport=transport)
+        self.pilots[pid_] = pilot
+        return pilot
+
+    def _poll_jobs(self, lane: Lane) -> None:
+        """One batched status query for every live batch pilot of a host, at most every
+        status_every s."""
+        from protocols.base import JobState
+
+        live = [p for p in self.pilots.values() if p.alive and p.job and p.lane == lane.name]
+        now = time.time()
+        if not live or now - lane.last_status < lane.status_interval:
+            return
+        lane.last_status = now
+        states = lane.protocol.status([p.job for p in live])  # UNKNOWN when the host does not answer
+        # back off while nothing changes (kind to the scheduler); look again soon after a change
+        changed = any(states.get(p.job) != p.job_state for p in live)
+        lane.status_interval = lane.status_every if changed else min(60.0, lane.status_interval * 1.5)
+        for pilot in live:
+            state = states.get(pilot.job, JobState.UNKNOWN)
+            pilot.job_state = state
+            if state.finished:
+                self._ingest(pilot)  # whatever it said before its job ended
+                why = f"batch job {pilot.job} {state.value}"
+                if state is JobState.TIMEOUT:
+                    why += " (walltime: expected for a pilot)"
+                self._pilot_gone(pilot, why)
+            elif state is JobState.RUNNING and pilot.came_up and now - pilot.last_heard > self.lost_after:
+                self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
+                lane.protocol.cancel([pilot.job])
+
+    def _take_edges(self) -> None:
+        """Batch systems' edge events (pwe notify): journal the authentic ones; a job that
+        ended while its pilot still looks alive is gone now, not at the next status poll."""
+        from .notify import receive
+
+        for msg, ok in receive(self.dir, self._edges_seen):
+            if not ok:
+                self._record({"e": "note", "what": "edge event with a bad signature ignored",
+                              "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
+                continue
+            self._record({"e": "edge", **{k: msg.get(k) for k in ("pilot", "event", "job", "status", "t")}})
+            pilot = self.pilots.get(msg.get("pilot"))
+            if msg.get("event") == "ended" and pilot is not None and pilot.alive:
+                self._ingest(pilot)  # pilot events win: take in all it said first
+                self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
+
+    def _ingest(self, pilot: PilotHandle) -> int:
+        events = pilot.receive()
+        if not events:
+            return 0
+        for ev in events:
+            k = ev["k"]
+            if k == START or k == END:
+                rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pilot.id}
+                if k == START:
+                    rec["pid"] = ev.get("pid", 0)
+                else:
+                    rec["rc"] = ev["rc"]
+                    if ev.get("out"):
+                        rec["out"] = ev["out"]
+                    if ev.get("why"):
+                        rec["why"] = ev["why"]
+                    rec["dt"] = ev.get("dt")
+                if self._record(rec) is not None and k == END:
+                    pilot.outstanding -= 1
+                    pilot.finished_any = True
+                    self._failed_pilots = 0
+            elif k == BACK:  # handed back unstarted (or stopped by the allocation's end)
+                if self._record({"e": "unassign", "n": ev["n"], "m": ev["m"], "p": pilot.id,
+                                 "why": ev.get("why")}) is not None:
+                    pilot.outstanding -= 1
+                    if (ev.get("why") or "").startswith("needs "):
+                        pilot.refused.add((ev["n"], ev["m"]))
+            elif k == DRAIN:
+                pilot.draining = True
+            elif k == DOWN:
+                pilot.down = True
+                pilot.down_why = ev.get("why") or ""
+            elif k == UP:
+                if ev.get("v") != VERSION:
+                    self._refuse(pilot, ev.get("v"))
+                pilot.came_up = True
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor})
+        return len(events)
+
+    def _refuse(self, pilot: PilotHandle, version: Any) -> None:
+        """A pilot that speaks another version of the messages: tell it to leave, hand its
+        members back, and stop the run with one line."""
+        pilot.send({"k": CANCEL})
+        pilot.flush()
+        self._pilot_gone(pilot, f"speaks wire version {version}", broke=False)
+        raise RunStopped(f"pilot {pilot.id} on {pilot.host} speaks version {version} of the engine-pilot messages, "
+                         f"this engine speaks {VERSION}: run the same pwe on both sides (its pilot package)")
+
+    def _check_pilots(self) -> None:
+        for lane in self.lanes.values():
+            if lane.protocol.polls_status:
+                self._poll_jobs(lane)
+        now = time.time()
+        for pilot in self.pilots.values():
+            if not pilot.alive:
+                continue
+            if pilot.down or self._process_gone(pilot):
+                self._ingest(pilot)  # whatever it said before it went
+                self._pilot_gone(pilot, "exited" if pilot.down else "died")
+            elif pilot.job is None and now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
+                self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
+
+    def _process_gone(self, pilot: PilotHandle) -> bool:
+        """A pilot whose process is gone; never one whose liveness the batch system tells
+        (asked for all pilots at once: _poll_jobs)."""
+        protocol = self.lanes[pilot.lane].protocol
+        return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
+
+    def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
+        st = self.state
+        for nid, i in st.inflight(pilot.id):
+            pid = st.nodes[nid].pid.get(i)
+            if pid and pilot.host == socket.gethostname():
+                # a member orphaned by a killed pilot would run on beside its re-issue
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self._record({"e": "unassign", "n": nid, "m": i, "p": pilot.id})
+        self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": time.time()})
+        pilot.alive = False
+        pilot.outstanding = 0
+        if pilot.popen is not None:
+            pilot.popen.poll()
+        # A pilot that never came up, died without saying goodbye, or left on an error, and
+        # finished nothing: three in a row is a pilot that cannot work here (a defect, a
+        # broken environment). Stop with its words instead of starting pilots forever.
+        broken = not pilot.came_up or not pilot.down or pilot.down_why.startswith("error")
+        if not broke or not broken or pilot.finished_any:
+            return
+        self._failed_pilots += 1
+        if self._failed_pilots >= 3:
+            log = pilot.dir / "pilot.log"
+            try:
+                last = log.read_text(errors="replace").strip().splitlines()[-1]
+            except (OSError, IndexError):
+                last = "(no output)"
+            what = "died before starting" if not pilot.came_up else "failed before finishing any member"
+            raise RunStopped(f"3 pilots in a row {what}; the last said: {last}  (see {log}): fix what it says")

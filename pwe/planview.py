@@ -1,0 +1,74 @@
+"""A workflow seen before it runs: what ``pwe validate`` and ``pwe plan`` show, worked out
+the way the engine checks a run before it makes anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def check(file: str, sets: tuple[str, ...], host: str | None, hosts_file: str | None):
+    """(plan, hosts used by name, warnings) of ``file`` with ``--set`` texts ``sets``."""
+    from .load import parse_sets
+    from .placement import plan_for_hosts
+
+    return plan_for_hosts(file, parse_sets(sets), host=host, hosts_file=hosts_file)
+
+
+def param_summary(plan: Any, nid: str) -> str:
+    """A node's parameters and their counts: ``T(3) x seed(4)``, ``-`` for none."""
+    space = plan.nodes[nid].space
+    if not space.names:
+        return "-"
+    sep = " x " if space.combine == "product" else " zip "
+    return sep.join(f"{n}({len(space.values[n])})" for n in space.names)
+
+
+def summary(plan: Any, warnings: list[str]) -> dict[str, Any]:
+    """What ``pwe validate --json`` prints: nodes, members, edges, critical path, warnings."""
+    path, length = plan.critical_path()
+    return {
+        "workflow": plan.workflow.name,
+        "file": str(plan.file),
+        "total_members": plan.total_members,
+        "nodes": [
+            {
+                "id": nid,
+                "members": n.size,
+                "parameters": {p: len(n.space.values[p]) for p in n.space.names},
+                "combine": n.space.combine,
+                "host": n.host,
+                "after": list(n.spec.after),
+                "retries": n.retries,
+                "cores_per_member": n.scheduling.cores_per_member(),
+            }
+            for nid, n in plan.nodes.items()
+        ],
+        "edges": [
+            {"from": e.src, "to": e.dst, "matching": "barrier" if e.barrier else "matched", "on": list(e.shared)}
+            for e in plan.edges
+        ],
+        "critical_path": path,
+        "critical_path_minutes": length,
+        "warnings": warnings,
+    }
+
+
+def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) -> dict[str, Any]:
+    """What ``pwe plan --json`` prints: the summary, each node with its first ``show``
+    members (and its last) and their commands and its scheduling, and the first pilot
+    job's script of each batch host."""
+    from .placement import preview_pilot_script
+
+    scripts = {name: script for name, h in hosts.items() if (script := preview_pilot_script(plan, h)) is not None}
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for nid, n in plan.nodes.items():
+        idx = list(range(min(show, n.size)))
+        if n.size > show:
+            idx.append(n.size - 1)
+        shown[nid] = [{"member": i, "parameters": n.space.values_of(i), "command": plan.render(nid, i)} for i in idx]
+    out = summary(plan, warnings)
+    for node in out["nodes"]:
+        node["members_shown"] = shown[node["id"]]
+        node["scheduling"] = plan.nodes[node["id"]].scheduling.model_dump(exclude_none=True)
+    out["pilot_scripts"] = scripts
+    return out

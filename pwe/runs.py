@@ -1,0 +1,97 @@
+"""Making a run and opening one again: what a run directory holds about what was run.
+
+:func:`create` checks a workflow against its hosts and makes its run directory (the
+workflow's copy, ``run.json``, the secret); :func:`read` gives back ``run.json`` and the
+plan, re-planned the same way for the engine that resumes a run and for whoever only
+reads it (``pwe show``, ``pwe status``, the Python API). Nothing here starts a pilot or
+talks to a host.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from . import rundir
+from .errors import InputError
+from .plan import Plan, plan_workflow
+
+
+def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
+           cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
+           **options: Any) -> tuple[Path, Plan, dict[str, Any], list[str]]:
+    """Check the workflow, make its run directory; (its path, the plan, run.json's
+    content, the warnings ``pwe run`` prints)."""
+    from .placement import pilot_args_for, plan_for_hosts
+
+    src = Path(workflow)
+    cores_option = cores
+    plan, hosts, warnings = plan_for_hosts(src, sets, host=host, hosts_file=hosts_file, cores=cores)
+    for the_host in hosts.values():
+        if the_host.contact != "local" and not the_host.shared_fs:
+            raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: "
+                             "false); this version needs the run directory visible on the host at the same "
+                             "path", src)
+    extra_args = options.pop("pilot_args", None)  # (tests and the API: for every host)
+    options["lanes"] = {
+        name: {"host_def": h.model_dump(), "cores": h.cores_per_node,
+               "pilot_args": extra_args if extra_args is not None else pilot_args_for(h)}
+        for name, h in hosts.items()
+    }
+    cores = next(iter(hosts.values())).cores_per_node
+    run_id = rundir.new_run_id(plan.workflow.name)
+    path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
+    rundir.create(path)
+    copy = path / f"workflow{src.suffix or '.yaml'}"
+    shutil.copyfile(src, copy)
+    info = {
+        "run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
+        "host": host, "cores": cores, "created": time.time(),
+        # where its hosts came from, read again by resume and retry (a host fixed meanwhile)
+        "hosts_file": str(Path(hosts_file).resolve()) if hosts_file else None, "cores_option": cores_option,
+        **options,
+    }
+    rundir.write_json_atomic(path / "run.json", info)
+    from .notify import make_secret
+
+    make_secret(path)
+    return path, plan, info, warnings
+
+
+def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
+    """An existing run: run.json's content and its plan. Re-planned from the workflow's
+    original location when that still holds the same text (parameter files live beside
+    it), else from the run's own copy."""
+    info = json.loads((run_dir / "run.json").read_text())
+    original = Path(info["workflow"])
+    copy = run_dir / info["copy"]
+    src = original if original.is_file() and original.read_bytes() == copy.read_bytes() else copy
+    return info, plan_workflow(src, info.get("sets") or {}, host=info.get("host"))
+
+
+def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
+    """Update ``info``'s lanes (and run.json) to the hosts' current definitions, read from
+    the same places as when the run was made; the names of the hosts that changed. A
+    host no longer defined keeps its recorded definition."""
+    import hostinfo
+    from hostinfo.model import Host
+
+    from .placement import pilot_args_for
+
+    registry = hostinfo.load(Path(info["workflow"]), info.get("hosts_file"), cores=info.get("cores_option"))
+    changed = []
+    for name, lane in info["lanes"].items():
+        host = registry.hosts.get(name)
+        if host is None or host.model_dump() == lane["host_def"]:
+            continue
+        if lane.get("pilot_args") == pilot_args_for(Host(**lane["host_def"])):
+            lane["pilot_args"] = pilot_args_for(host)  # (not when a caller gave its own)
+        lane["host_def"] = host.model_dump()
+        lane["cores"] = host.cores_per_node
+        changed.append(name)
+    if changed:
+        rundir.write_json_atomic(run_dir / "run.json", info)
+    return changed

@@ -1,0 +1,181 @@
+"""A run seen from outside its engine: its phase, counts, pilots, members and their output,
+worked out for ``pwe status``, ``pwe show``, ``pwe logs`` and the last lines of ``pwe run``.
+
+Reading only: nothing here takes the run's lock or starts anything. ``status`` answers from
+``state.json`` and imports nothing heavy (not even the state's own module) unless the
+journal is newer than the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, PweError
+from .rundir import DEFAULT_ROOT, EngineLock, member_dir, pilot_states
+
+
+def status(run_dir: Path) -> dict[str, Any]:
+    """What ``pwe status`` shows: the snapshot's counts per node and in total, the run's
+    ``phase`` in words, ``run_dir``, and each pilot's state (:func:`rundir.pilot_states`)."""
+    d = run_dir
+    try:
+        snap = json.loads((d / "state.json").read_text())
+    except (OSError, ValueError):
+        snap = {"run_id": d.name, "nodes": {}, "totals": {}, "finished_ok": None}
+    holder = EngineLock(d).holder()
+    if not holder and _mtime(d / "journal.jsonl") > _mtime(d / "state.json"):
+        # the engine stopped before its last snapshot (killed, disk full): the journal is
+        # the record, so count from it
+        from .results import load_state
+
+        info, st = load_state(d)
+        snap = {**snap, **st.snapshot(), "run_id": info["run_id"], "total_members": st.plan.total_members}
+    snap["phase"] = _phase(snap, bool(holder))
+    snap["run_dir"] = str(d)
+    heartbeat = 5.0
+    try:
+        heartbeat = float(json.loads((d / "run.json").read_text()).get("heartbeat", 5.0))
+    except (OSError, ValueError, TypeError):
+        pass
+    snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
+    return snap
+
+
+def _phase(snap: dict[str, Any], engine_running: bool) -> str:
+    if engine_running:
+        return "running"
+    if snap.get("cancelled"):
+        return "cancelled"
+    if snap.get("finished_ok") is True:
+        return "succeeded"
+    if snap.get("finished_ok") is False:
+        return "finished with failures"
+    if snap.get("stopped"):
+        return f"stopped: {snap['stopped']}; then: pwe resume"
+    return "stopped (pwe resume continues it)"
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def members(run_dir: Path, node: str | None = None, state: str | None = None, limit: int = 0) -> list[dict[str, Any]]:
+    """Members of a run as ``pwe show`` lists them (:func:`results.member_record`), of one
+    node and in one state when given, at most ``limit`` (0: all)."""
+    from .results import load_state, member_record
+    from .state import NAMES
+
+    _, st = load_state(run_dir)
+    if node is not None and node not in st.nodes:
+        from .source import did_you_mean
+
+        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+    want = None if state is None else state.lower()
+    if want is not None and want not in NAMES:
+        raise InputError(f"--state: one of {', '.join(NAMES)}")
+    out: list[dict[str, Any]] = []
+    for nid, ns in st.nodes.items():
+        if node and nid != node:
+            continue
+        for i in range(ns.size):
+            if want is not None and NAMES[ns.state[i]] != want:
+                continue
+            out.append(member_record(st, nid, i))
+            if limit and len(out) >= limit:
+                return out
+    return out
+
+
+def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple[str, Path, str]]:
+    """A member's stdout and stderr as (name, path, text). A member that does not exist
+    is bad input; one that has not run yet is an error of exit status 1. ``said`` is how
+    the user named the member."""
+    md = member_dir(run_dir, node, index)
+    if not md.is_dir():
+        sizes = node_sizes(run_dir)
+        if node in sizes and index >= sizes[node]:
+            raise InputError(f"{said}: no such member ({node} has {sizes[node]})")
+        if node not in sizes:
+            from .source import did_you_mean
+
+            known = [p.name for p in (run_dir / "members").iterdir()] if (run_dir / "members").is_dir() else []
+            raise InputError(f"run {run_dir.name} has no member output for node '{node}'"
+                             f"{did_you_mean(node, sizes or known)}"
+                             + (f"; nodes with output: {', '.join(sorted(known))}" if known else ""))
+        raise PweError(f"{node}[{index}] has not run yet (no {md})")
+    out = []
+    for name in ("stdout", "stderr"):
+        p = md / name
+        out.append((name, p, p.read_text(errors="replace") if p.exists() else ""))
+    return out
+
+
+def node_sizes(run_dir: Path) -> dict[str, int]:
+    """Members per node of a run: from state.json (each member is counted in exactly one
+    state), else, when the engine never wrote one, from the run's plan."""
+    try:
+        counts = json.loads((run_dir / "state.json").read_text())["nodes"]
+        return {n: sum(c.values()) for n, c in counts.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    from .runs import read
+
+    return {nid: n.size for nid, n in read(run_dir)[1].nodes.items()}
+
+
+# -- a run followed to its end (pwe run, resume, retry) ----------------------------------------
+def progress(totals: list[int]) -> tuple[int, str]:
+    """(members finished, a line of what runs and what failed) for a progress display."""
+    from .state import FAILED, FINAL, RUNNING, SKIPPED
+
+    finished = sum(totals[s] for s in FINAL)
+    extra = f"running {totals[RUNNING]}  failed {totals[FAILED]}" + (
+        f"  skipped {totals[SKIPPED]}" if totals[SKIPPED] else "")
+    return finished, extra
+
+
+def outcome(totals: list[int]) -> str:
+    """The final counts in words: done always, failed, skipped and cancelled when any."""
+    from .state import FINAL, NAMES
+
+    return ", ".join(f"{totals[s]} {NAMES[s]}" for s in FINAL if totals[s] or s == FINAL[0])
+
+
+def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, str]]:
+    """(NODE:INDEX, a line) for the first few failed members: exit status or reason, and
+    the last line the member wrote to stderr (what a user looks for first)."""
+    from .state import FAILED
+
+    lines: list[tuple[str, str]] = []
+    for nid, ns in state.nodes.items():
+        i = ns.state.find(FAILED) if ns.counts[FAILED] else -1
+        while i >= 0 and len(lines) < limit:
+            what = ns.why.get(i) or f"exit {ns.rc.get(i)}"
+            tail = ""
+            try:
+                with open(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
+                    fh.seek(max(0, fh.seek(0, 2) - 4096))
+                    last = fh.read().decode("utf-8", "replace").strip().splitlines()
+                tail = f"  | {last[-1][:120]}" if last else ""
+            except OSError:
+                pass
+            lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))
+            i = ns.state.find(FAILED, i + 1)
+        if len(lines) >= limit:
+            break
+    return lines
+
+
+def run_ref(run_dir: Path, run_id: str) -> str:
+    """How to name a run on the command line: its id under ./pwe-runs, else its path."""
+    try:
+        if (DEFAULT_ROOT / run_id).resolve() == run_dir:
+            return run_id
+    except OSError:
+        pass
+    return str(run_dir)

@@ -1,0 +1,69 @@
+"""A member's task: the message that hands one attempt of it to a pilot.
+
+Built once per attempt, on the dispatch path (thousands a second): plain dicts, the
+environment's fixed part computed once per run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pilot.wire import TASK
+
+from .plan import Plan
+from .source import value_text
+
+
+class TaskBuilder:
+    """The ``task`` messages of one run's members (pilot/wire.py lists their fields)."""
+
+    def __init__(self, plan: Plan, run_id: str, run_dir: Path):
+        self.plan = plan
+        self._env_base = {"PWE_RUN_ID": run_id}
+        self._members = str(run_dir / "members")
+
+    def build(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
+        """Member ``i`` of node ``nid``, attempt ``attempt``: its command, directory,
+        environment and what it asks of a node. An earlier attempt's files are set aside."""
+        pn = self.plan.nodes[nid]
+        sched = pn.scheduling
+        cwd = f"{self._members}/{nid}/{i // 1000}/{i}"  # rundir.member_dir, without pathlib's cost
+        if attempt > 1:
+            _keep_previous_attempt(Path(cwd), attempt - 1)
+        env = dict(self._env_base)
+        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+        env.update({
+            "PWE_NODE": nid, "PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt), "PWE_HOST": pn.host,
+            "PWE_RANKS": str(ranks), "PWE_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+            "PWE_WALLTIME_MINUTES": _minutes(sched.maxWallTimePerMember or sched.maxWallTime),
+        })
+        for name, value in pn.space.values_of(i).items():
+            env["PWE_PARAM_" + name.upper()] = value_text(value)
+        for name, value in pn.spec.env.items():
+            env[name] = value_text(value)
+        task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": cwd,
+                "env": env, "ranks": ranks, "threads": threads, "wall": sched.maxWallTimePerMember}
+        if sched.shareNodes is False:
+            task["exclusive"] = True  # whole nodes, shared with no other member
+        if sched.coreUsageRule:
+            task["cap"] = sched.coreUsageRule  # most cores of a node this kind of member may use
+        if sched.gpusPerMember:
+            task["gpus"] = sched.gpusPerMember
+        if sched.memoryPerMember:
+            task["mem"] = sched.memoryPerMember
+        return task
+
+
+def _minutes(v: float | None) -> str:
+    return "" if v is None else f"{v:g}"
+
+
+def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
+    """Rename the previous attempt's files so that the next one starts clean."""
+    for name in ("stdout", "stderr", "outputs"):
+        try:
+            os.replace(cwd / name, cwd / f"{name}.{attempt}")
+        except FileNotFoundError:
+            pass
