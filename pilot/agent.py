@@ -11,10 +11,8 @@ its events wait for an engine to read them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import selectors
-import shlex
 import signal
 import socket
 import sys
@@ -23,134 +21,20 @@ from collections import deque
 from typing import Any
 
 from .allocation import Allocation, discover, visible_gpus
-from .launchers import PREFIXES, SSH_FAILED, choose, wrap
+from .launchers import SSH_FAILED, choose, wrap
 from .mpi import find as find_mpi
 from .packing import Packer, Placement
 from .spawn import Spawner, member_base_env, reaped, start_failure
+from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
+from .remote import NodeAgent, RemoteNodes
 from .transport import PilotSpool
 from .wire import BACK, CANCEL, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UP, VERSION
 
-#: A payload made only of these characters, whose first word is no shell builtin, is
-#: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
-#: (about half the cost of a tiny member).
-_PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,+@ ")
-_BUILTINS = {
-    "cd", "exit", "export", "source", ".", "set", "unset", "ulimit", "umask", "alias", "eval", "exec",
-    "read", "shift", "trap", "wait", "return", "break", "continue", "builtin", "command", "declare",
-    "local", "readonly", "type", "hash", "times", "let", "shopt", "pushd", "popd", "dirs", "history",
-    "if", "then", "else", "fi", "for", "while", "until", "do", "done", "case", "esac", "function", "select",
-    "time", "coproc", "!", "{", "}", "[[", "]]", ":", "getopts", "jobs", "fg", "bg", "disown", "enable",
-    "help", "mapfile", "readarray", "caller", "compgen", "complete", "compopt", "fc", "suspend", "logout",
-}
-_OUTPUTS_LIMIT = 64 * 1024
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
 
 
-def argv_for(cmd: str, shell: str = "bash") -> list[str]:
-    """The argv a member's command runs as: direct exec when that is exactly what the
-    shell would do, else ``bash -c CMD``."""
-    words = cmd.split()
-    if words and set(cmd) <= _PLAIN and words[0] not in _BUILTINS:
-        return words
-    return [shell, "-c", cmd]
-
-
-def read_outputs(path: str) -> dict[str, str]:
-    """``key=value`` lines a member appended to ``$PWE_OUTPUTS`` (later lines win)."""
-    out: dict[str, str] = {}
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(_OUTPUTS_LIMIT + 1)
-    except OSError:
-        return out
-    if len(data) > _OUTPUTS_LIMIT:
-        out["_pwe_error"] = f"outputs larger than {_OUTPUTS_LIMIT} bytes; truncated"
-        data = data[:_OUTPUTS_LIMIT]
-    for line in data.decode("utf-8", "replace").splitlines():
-        key, eq, value = line.partition("=")
-        if eq and key.strip():
-            out[key.strip()] = value
-    return out
-
-
-class Member:
-    __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
-                 "term_at", "agent", "key")
-
-    def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
-        self.task = task
-        self.pid = pid
-        self.placement = placement
-        self.threads = threads
-        self.exclusive = exclusive
-        self.launcher = launcher
-        self.started = time.time()
-        wall = task.get("wall")
-        self.deadline = self.started + wall * 60 if wall else None
-        self.killed: str | None = None
-        self.term_at = 0.0
-        self.agent: "NodeAgent | None" = None  # set when a node agent runs it on another node
-        self.key = pid
-
-
-class NodeAgent:
-    """The pilot's end of one ssh session to a node running ``pilot.nodeagent``."""
-
-    def __init__(self, node: str, proc, sel):
-        self.node = node
-        self.proc = proc
-        self.partial = b""
-        self.members: dict[int, Member] = {}
-        self.sel = sel
-        os.set_blocking(proc.stdout.fileno(), False)
-        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, self)
-
-    def send(self, **msg: Any) -> bool:
-        try:
-            self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError):
-            return False
-
-    def read(self) -> list[dict] | None:
-        """New messages, or None when the session ended."""
-        try:
-            data = os.read(self.proc.stdout.fileno(), 1 << 16)
-        except BlockingIOError:
-            return []
-        if not data:
-            return None
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def close(self) -> None:
-        try:
-            self.sel.unregister(self.proc.stdout.fileno())
-        except (KeyError, ValueError):
-            pass
-        for fh in (self.proc.stdin, self.proc.stdout):
-            try:
-                fh.close()
-            except OSError:
-                pass
-
-
-def _shape(task: dict) -> tuple[int, int, bool, int | None, int, int]:
-    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB) a task asks for:
-    the packer's arguments, in its order."""
-    ranks = max(1, int(task.get("ranks") or 1))
-    threads = max(1, int(task.get("threads") or task.get("cores") or 1))
-    if "ranks" not in task and "threads" not in task:
-        ranks, threads = 1, max(1, int(task.get("cores") or 1))
-    cap = task.get("cap")
-    return (ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None,
-            int(task.get("gpus") or 0), int(task.get("mem") or 0))
-
-
-class PilotAgent:
+class PilotAgent(RemoteNodes):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
@@ -208,7 +92,7 @@ class PilotAgent:
             # disk full or quota: the transport holds what was not written; start no member
             # until it is (their events would have nowhere to go)
             if not self.write_blocked:
-                _say(f"cannot write events: {exc.strerror}; holding them, starting no member until they are written")
+                say(f"cannot write events: {exc.strerror}; holding them, starting no member until they are written")
             self.write_blocked = True
             return False
         self.write_blocked = False
@@ -275,113 +159,14 @@ class PilotAgent:
         nodes = [n.name for n, _ in placement]
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
 
-    def launch_on_agent(self, task: dict, placement: Placement, threads: int, exclusive: bool,
-                        member_env: dict) -> None:
-        """Run a member on another node through that node's agent (one ssh session per
-        node instead of one per member: no key exchange or login per member)."""
-        node = placement[0][0].name
-        agent = self.agents.get(node) or self.start_agent(node)
-        key = self._next_key
-        self._next_key -= 1
-        member = Member(task, 0, placement, threads, exclusive, "ssh")
-        member.agent, member.key = agent, key
-        if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
-                                            cwd=task["cwd"], env=member_env):
-            self.packer.release(placement, threads, exclusive)
-            if agent is not None:  # its session is broken: its members and this one go back
-                self.agent_lost(agent, extra=[task])
-            else:
-                self.node_failed(node, [task])
-            return
-        agent.members[key] = member
-        self.running[key] = member
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
-
-    def start_agent(self, node: str) -> NodeAgent | None:
-        import subprocess
-
-        import pilot as pkg
-
-        head = self._ssh_head(node)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
-        remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
-        try:
-            proc = subprocess.Popen(head + [remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=open(os.path.join(self.dir, f"agent-{node}.log"), "ab"),
-                                    start_new_session=True)
-        except OSError as exc:
-            _say(f"cannot start ssh to {node}: {exc}")
-            return None
-        agent = NodeAgent(node, proc, self.sel)
-        self.agents[node] = agent
-        return agent
-
-    def read_agent(self, agent: NodeAgent) -> None:
-        msgs = agent.read()
-        if msgs is None:  # the session ended: the node died, or its agent did
-            self.agent_lost(agent)
-            return
-        for msg in msgs:
-            member = agent.members.get(msg.get("id"))
-            if member is None:
-                continue
-            if msg["k"] == "started":
-                member.pid = msg["pid"]
-            elif msg["k"] in ("ended", "failed"):
-                agent.members.pop(member.key, None)
-                self.running.pop(member.key, None)
-                self.packer.release(member.placement, member.threads, member.exclusive)
-                if msg["k"] == "failed":
-                    self.fail_now(member.task, msg["rc"], msg["why"])
-                else:
-                    self.finish(member, msg["rc"])
-
-    def agent_lost(self, agent: NodeAgent, extra: list[dict] = ()) -> None:
-        """A node's session is gone: what ran there (and ``extra``) goes back to the queue."""
-        agent.close()
-        self.agents.pop(agent.node, None)
-        lost = list(agent.members.values())
-        agent.members.clear()
-        for m in lost:
-            self.running.pop(m.key, None)
-            self.packer.release(m.placement, m.threads, m.exclusive)
-        try:
-            with open(os.path.join(self.dir, f"agent-{agent.node}.log"), "rb") as fh:
-                said = fh.read()[-2000:].decode("utf-8", "replace").strip()
-        except OSError:
-            said = ""
-        self.node_failed(agent.node, [m.task for m in lost if not m.killed] + list(extra),
-                         killed=[m for m in lost if m.killed], said=said)
-
-    def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "") -> None:
-        """A node's session broke. If the node is gone, run its members elsewhere (not
-        their fault); if it still answers, run them again anyway (no result came back)."""
-        if not self.node_alive(node):
-            self.packer.kill_node(node)
-            for t in tasks:
-                self.emit(NODE_LOST, node=node, n=t["n"], m=t["m"], why=said[-300:])
-                # so that `pwe logs` of the member says what happened to its node
-                _note_stderr(t, f"node {node} became unreachable: {said}")
-            _say(f"node {node} is unreachable ({said[-300:]}); its members go to the other nodes")
-        for t in reversed(tasks):
-            self.queue.appendleft(t)
-        for m in killed:  # members we were stopping anyway: report as if reaped
-            self.finish(m, -signal.SIGKILL)
-        self.fail_unplaceable()
-
     def signal_member(self, m: Member, sig: int) -> None:
         if m.agent is not None:
             m.agent.send(k="kill", id=m.key, sig=int(sig))
         else:
-            _killpg(m.pid, sig)
-
-    def _ssh_head(self, node: str) -> list[str]:
-        """The ssh command (host's prefix or the default) that reaches one node."""
-        return shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
-            node=node, nodes=node, hosts=node, nnodes=1, ranks=1, threads=1, cwd="/"))
+            killpg(m.pid, sig)
 
     def fail_now(self, task: dict, rc: int, why: str) -> None:
-        _note_stderr(task, f"{why}: {task['cmd']}")
+        note_stderr(task, f"{why}: {task['cmd']}")
         self.emit(END, n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
 
     def time_left(self, now: float) -> float | None:
@@ -396,7 +181,7 @@ class PilotAgent:
         i = 0
         while i < len(self.queue) and i < 64 and self.free > 0:
             task = self.queue[i]
-            shape = _shape(task)
+            shape = task_shape(task)
             ranks, threads, exclusive = shape[:3]
             wall = task.get("wall")
             if left is not None and wall and wall * 60 > left:
@@ -429,7 +214,7 @@ class PilotAgent:
                     # the node died under the member: not the member's fault, run it elsewhere
                     self.packer.kill_node(node.name)
                     self.emit(NODE_LOST, node=node.name, n=t["n"], m=t["m"])
-                    _say(f"node {node.name} is unreachable; its members go to the other nodes")
+                    say(f"node {node.name} is unreachable; its members go to the other nodes")
                     self.queue.appendleft(t)
                     self.fail_unplaceable()
                     continue
@@ -458,25 +243,12 @@ class PilotAgent:
         instead of waiting for cores that will never come back."""
         keep: deque[dict] = deque()
         for task in self.queue:
-            never = self.packer.why_never(*_shape(task))
+            never = self.packer.why_never(*task_shape(task))
             if never:
                 self.fail_now(task, 1, f"cannot be placed: {never}")
             else:
                 keep.append(task)
         self.queue = keep
-
-    def node_alive(self, name: str) -> bool:
-        """One short ssh round trip: can the node still run a command?"""
-        import subprocess
-
-        head = self._ssh_head(name)
-        if head and head[0].endswith("ssh"):
-            head[1:1] = ["-S", "none"]  # a fresh connection, even if the prefix multiplexes
-        try:
-            return subprocess.run(head + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=8).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
 
     def settle_signalled(self, now: float) -> None:
         keep = []
@@ -546,7 +318,7 @@ class PilotAgent:
             # reason the engine counts as a failure, never as a clean exit
             import traceback
 
-            _say("internal error, leaving:\n" + traceback.format_exc().rstrip())
+            say("internal error, leaving:\n" + traceback.format_exc().rstrip())
             for m in self.running.values():
                 self.signal_member(m, signal.SIGKILL)
             why = f"error: {type(exc).__name__}: {exc}"
@@ -603,31 +375,6 @@ class PilotAgent:
         # the batch system is taking the allocation back (scancel, preemption, walltime):
         # not the members' fault; the loop hands them back (see drain)
         self.terminated = True
-
-
-def _note_stderr(task: dict, text: str) -> None:
-    """A `pwe: ...` line appended to a member's stderr (best effort: the disk may be full)."""
-    try:
-        os.makedirs(task["cwd"], exist_ok=True)
-        with open(os.path.join(task["cwd"], "stderr"), "ab") as se:
-            se.write(f"pwe: {text}\n".encode())
-    except OSError:
-        pass
-
-
-def _say(msg: str) -> None:
-    """A line in pilot.log, if the disk takes it (a full disk must not kill the pilot)."""
-    try:
-        print(f"pilot: {msg}", file=sys.stderr, flush=True)
-    except OSError:
-        pass
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(argv: list[str] | None = None) -> None:

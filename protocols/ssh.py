@@ -24,6 +24,10 @@ imported on the first connection, not with this module.
 - **Errors.** paramiko's and the socket's exceptions become
   :class:`~protocols.runner.ContactError` here and nowhere else (:meth:`SshRunner._map`);
   one raised before this runner ever connected says so (``maybe_ran`` False: nothing ran).
+
+Why one module of ~500 lines: the contact, the host-key policy, the connection and the
+command path share one connection's state, and the security checks (which key is
+trusted, when a command may be sent again) are easiest to review read together.
 """
 
 from __future__ import annotations

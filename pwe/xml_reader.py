@@ -14,6 +14,10 @@ typed by :func:`pwe.source.typed_scalar` unless ``type="string"``; a field the X
 (``retries``, ``maxCpus``, ``shareNodes``, ...) is converted by its XSD type, which the
 document was just validated against (so ``<shareNodes>1</shareNodes>``, valid XSD, is
 True rather than the integer 1); every other text field is a string.
+
+Why one module of ~500 lines: the three steps share the schema's shapes (which element
+holds which type, in which order), and half of it is the rewriting of libxml2's messages,
+which only makes sense beside the validation that produced them.
 """
 
 from __future__ import annotations

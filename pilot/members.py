@@ -1,0 +1,112 @@
+"""A member as the pilot sees it: how its command is run, what it asked for, what it
+returned, and the few words the pilot adds to its stderr. Standard library only."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from .packing import Placement
+
+if TYPE_CHECKING:
+    from .remote import NodeAgent
+
+#: A payload made only of these characters, whose first word is no shell builtin, is
+#: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
+#: (about half the cost of a tiny member).
+_PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,+@ ")
+_BUILTINS = {
+    "cd", "exit", "export", "source", ".", "set", "unset", "ulimit", "umask", "alias", "eval", "exec",
+    "read", "shift", "trap", "wait", "return", "break", "continue", "builtin", "command", "declare",
+    "local", "readonly", "type", "hash", "times", "let", "shopt", "pushd", "popd", "dirs", "history",
+    "if", "then", "else", "fi", "for", "while", "until", "do", "done", "case", "esac", "function", "select",
+    "time", "coproc", "!", "{", "}", "[[", "]]", ":", "getopts", "jobs", "fg", "bg", "disown", "enable",
+    "help", "mapfile", "readarray", "caller", "compgen", "complete", "compopt", "fc", "suspend", "logout",
+}
+_OUTPUTS_LIMIT = 64 * 1024
+
+
+def argv_for(cmd: str, shell: str = "bash") -> list[str]:
+    """The argv a member's command runs as: direct exec when that is exactly what the
+    shell would do, else ``bash -c CMD``."""
+    words = cmd.split()
+    if words and set(cmd) <= _PLAIN and words[0] not in _BUILTINS:
+        return words
+    return [shell, "-c", cmd]
+
+
+def read_outputs(path: str) -> dict[str, str]:
+    """``key=value`` lines a member appended to ``$PWE_OUTPUTS`` (later lines win)."""
+    out: dict[str, str] = {}
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_OUTPUTS_LIMIT + 1)
+    except OSError:
+        return out
+    if len(data) > _OUTPUTS_LIMIT:
+        out["_pwe_error"] = f"outputs larger than {_OUTPUTS_LIMIT} bytes; truncated"
+        data = data[:_OUTPUTS_LIMIT]
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip():
+            out[key.strip()] = value
+    return out
+
+
+class Member:
+    __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
+                 "term_at", "agent", "key")
+
+    def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
+        self.task = task
+        self.pid = pid
+        self.placement = placement
+        self.threads = threads
+        self.exclusive = exclusive
+        self.launcher = launcher
+        self.started = time.time()
+        wall = task.get("wall")
+        self.deadline = self.started + wall * 60 if wall else None
+        self.killed: str | None = None
+        self.term_at = 0.0
+        self.agent: NodeAgent | None = None  # set when a node agent runs it on another node
+        self.key = pid
+
+
+def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int]:
+    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB) a task asks for:
+    the packer's arguments, in its order."""
+    ranks = max(1, int(task.get("ranks") or 1))
+    threads = max(1, int(task.get("threads") or task.get("cores") or 1))
+    if "ranks" not in task and "threads" not in task:
+        ranks, threads = 1, max(1, int(task.get("cores") or 1))
+    cap = task.get("cap")
+    return (ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None,
+            int(task.get("gpus") or 0), int(task.get("mem") or 0))
+
+
+def note_stderr(task: dict, text: str) -> None:
+    """A `pwe: ...` line appended to a member's stderr (best effort: the disk may be full)."""
+    try:
+        os.makedirs(task["cwd"], exist_ok=True)
+        with open(os.path.join(task["cwd"], "stderr"), "ab") as se:
+            se.write(f"pwe: {text}\n".encode())
+    except OSError:
+        pass
+
+
+def say(msg: str) -> None:
+    """A line in pilot.log, if the disk takes it (a full disk must not kill the pilot)."""
+    try:
+        print(f"pilot: {msg}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

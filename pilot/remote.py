@@ -1,0 +1,181 @@
+"""Members on the allocation's other nodes, over ssh: one session per node to a node
+agent (``pilot.nodeagent``) that forks the members there, so a member costs no key
+exchange or login. A broken session is a node to probe: gone, its members run
+elsewhere; still there, they run again (no result came back). Standard library only."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import signal
+import sys
+from typing import Any
+
+from .launchers import PREFIXES
+from .members import Member, note_stderr, say, argv_for
+from .packing import Placement
+from .wire import NODE_LOST, START
+
+
+class NodeAgent:
+    """The pilot's end of one ssh session to a node running ``pilot.nodeagent``."""
+
+    def __init__(self, node: str, proc, sel):
+        self.node = node
+        self.proc = proc
+        self.partial = b""
+        self.members: dict[int, Member] = {}
+        self.sel = sel
+        os.set_blocking(proc.stdout.fileno(), False)
+        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, self)
+
+    def send(self, **msg: Any) -> bool:
+        try:
+            self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def read(self) -> list[dict] | None:
+        """New messages, or None when the session ended."""
+        try:
+            data = os.read(self.proc.stdout.fileno(), 1 << 16)
+        except BlockingIOError:
+            return []
+        if not data:
+            return None
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        try:
+            self.sel.unregister(self.proc.stdout.fileno())
+        except (KeyError, ValueError):
+            pass
+        for fh in (self.proc.stdin, self.proc.stdout):
+            try:
+                fh.close()
+            except OSError:
+                pass
+
+
+
+class RemoteNodes:
+    """The part of :class:`pilot.agent.PilotAgent` that runs members on other nodes through
+    their agents (a mixin: it uses the pilot's queue, packer, running members and events)."""
+
+    def launch_on_agent(self, task: dict, placement: Placement, threads: int, exclusive: bool,
+                        member_env: dict) -> None:
+        """Run a member on another node through that node's agent (one ssh session per
+        node instead of one per member: no key exchange or login per member)."""
+        node = placement[0][0].name
+        agent = self.agents.get(node) or self.start_agent(node)
+        key = self._next_key
+        self._next_key -= 1
+        member = Member(task, 0, placement, threads, exclusive, "ssh")
+        member.agent, member.key = agent, key
+        if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
+                                            cwd=task["cwd"], env=member_env):
+            self.packer.release(placement, threads, exclusive)
+            if agent is not None:  # its session is broken: its members and this one go back
+                self.agent_lost(agent, extra=[task])
+            else:
+                self.node_failed(node, [task])
+            return
+        agent.members[key] = member
+        self.running[key] = member
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
+
+    def start_agent(self, node: str) -> NodeAgent | None:
+        import subprocess
+
+        import pilot as pkg
+
+        head = self._ssh_head(node)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
+        remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
+        try:
+            proc = subprocess.Popen(head + [remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=open(os.path.join(self.dir, f"agent-{node}.log"), "ab"),
+                                    start_new_session=True)
+        except OSError as exc:
+            say(f"cannot start ssh to {node}: {exc}")
+            return None
+        agent = NodeAgent(node, proc, self.sel)
+        self.agents[node] = agent
+        return agent
+
+    def read_agent(self, agent: NodeAgent) -> None:
+        msgs = agent.read()
+        if msgs is None:  # the session ended: the node died, or its agent did
+            self.agent_lost(agent)
+            return
+        for msg in msgs:
+            member = agent.members.get(msg.get("id"))
+            if member is None:
+                continue
+            if msg["k"] == "started":
+                member.pid = msg["pid"]
+            elif msg["k"] in ("ended", "failed"):
+                agent.members.pop(member.key, None)
+                self.running.pop(member.key, None)
+                self.packer.release(member.placement, member.threads, member.exclusive)
+                if msg["k"] == "failed":
+                    self.fail_now(member.task, msg["rc"], msg["why"])
+                else:
+                    self.finish(member, msg["rc"])
+
+    def agent_lost(self, agent: NodeAgent, extra: list[dict] = ()) -> None:
+        """A node's session is gone: what ran there (and ``extra``) goes back to the queue."""
+        agent.close()
+        self.agents.pop(agent.node, None)
+        lost = list(agent.members.values())
+        agent.members.clear()
+        for m in lost:
+            self.running.pop(m.key, None)
+            self.packer.release(m.placement, m.threads, m.exclusive)
+        try:
+            with open(os.path.join(self.dir, f"agent-{agent.node}.log"), "rb") as fh:
+                said = fh.read()[-2000:].decode("utf-8", "replace").strip()
+        except OSError:
+            said = ""
+        self.node_failed(agent.node, [m.task for m in lost if not m.killed] + list(extra),
+                         killed=[m for m in lost if m.killed], said=said)
+
+    def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "") -> None:
+        """A node's session broke. If the node is gone, run its members elsewhere (not
+        their fault); if it still answers, run them again anyway (no result came back)."""
+        if not self.node_alive(node):
+            self.packer.kill_node(node)
+            for t in tasks:
+                self.emit(NODE_LOST, node=node, n=t["n"], m=t["m"], why=said[-300:])
+                # so that `pwe logs` of the member says what happened to its node
+                note_stderr(t, f"node {node} became unreachable: {said}")
+            say(f"node {node} is unreachable ({said[-300:]}); its members go to the other nodes")
+        for t in reversed(tasks):
+            self.queue.appendleft(t)
+        for m in killed:  # members we were stopping anyway: report as if reaped
+            self.finish(m, -signal.SIGKILL)
+        self.fail_unplaceable()
+
+    def _ssh_head(self, node: str) -> list[str]:
+        """The ssh command (host's prefix or the default) that reaches one node."""
+        return shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
+            node=node, nodes=node, hosts=node, nnodes=1, ranks=1, threads=1, cwd="/"))
+
+    def node_alive(self, name: str) -> bool:
+        """One short ssh round trip: can the node still run a command?"""
+        import subprocess
+
+        head = self._ssh_head(name)
+        if head and head[0].endswith("ssh"):
+            head[1:1] = ["-S", "none"]  # a fresh connection, even if the prefix multiplexes
+        try:
+            return subprocess.run(head + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=8).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
