@@ -56,7 +56,7 @@ def wait_gone(env: dict, name: str) -> None:
 
 def sbatch_each(d: Path, env: dict, n: int) -> float:
     t0 = time.perf_counter()
-    for i in range(n):
+    for _ in range(n):
         subprocess.run(["sbatch", "-J", "bench-each", "-o", "/dev/null", "--wrap", "true"], env=env, check=True,
                        capture_output=True)
     wait_gone(env, "bench-each")

@@ -208,8 +208,8 @@ class Engine(PilotWork):
             return
         free = fs.f_bavail * fs.f_frsize
         if free < MIN_FREE_BYTES:
-            raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free; pilots hold their events "
-                               "meanwhile): free space")
+            raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free; pilots hold their "
+                               "events meanwhile): free space")
 
     def _record(self, rec: dict[str, Any]) -> Any:
         self.journal.append(rec)

@@ -76,7 +76,8 @@ def load_workflow(path: str | Path, sets: Mapping[str, Any] | None = None) -> tu
         if props is None:
             props = raw["properties"] = LineDict(line=None)
         if not isinstance(props, dict):
-            raise WorkflowSchemaError("'properties' must be a mapping of name: value", path, locate(raw, ["properties"]))
+            raise WorkflowSchemaError("'properties' must be a mapping of name: value", path,
+                                      locate(raw, ["properties"]))
         props.update(sets)
     return validate_raw(raw, path), raw
 
@@ -121,10 +122,12 @@ def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
     else:
         text = _PLAIN.get(kind) or err["msg"].removeprefix("Value error, ")
         if kind in ("greater_than", "greater_than_equal"):
-            text = f"must be {'greater than' if kind == 'greater_than' else 'at least'} {err['ctx'].get('gt', err['ctx'].get('ge'))}"
+            bound = err["ctx"].get("gt", err["ctx"].get("ge"))
+            text = f"must be {'greater than' if kind == 'greater_than' else 'at least'} {bound}"
         got = _value(err.get("input"))
         # a validator's own message already says what is wrong with a list or mapping
-        msg = f"{where}: {text}" if kind == "value_error" and got in ("a list", "a mapping") else f"{where}: {text} (got {got})"
+        plain = kind == "value_error" and got in ("a list", "a mapping")
+        msg = f"{where}: {text}" if plain else f"{where}: {text} (got {got})"
     if loc and isinstance(loc[-1], str) and "WallTime" in loc[-1]:
         msg += "; walltimes are minutes"
     return WorkflowSchemaError(msg, path, line)
@@ -190,7 +193,8 @@ def _missing_hint(loc: tuple) -> str:
 
 
 def _pattern_extra(loc: tuple) -> str:
-    return ", '.' and '-'" if (len(loc) == 2 and loc[0] == "nodes") or loc == ("name",) else "; not starting with a digit"
+    node_or_name = (len(loc) == 2 and loc[0] == "nodes") or loc == ("name",)
+    return ", '.' and '-'" if node_or_name else "; not starting with a digit"
 
 
 def _value(v: Any) -> str:

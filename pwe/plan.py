@@ -95,7 +95,10 @@ class Plan:
         try:
             return node.template.render(node.context(self.workflow.properties, index))
         except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
-            what = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, jinja2.TemplateError) and exc.message:
+                what = exc.message
+            else:
+                what = f"{type(exc).__name__}: {exc}"
             raise TemplateError(f"node '{node_id}': member {index} cannot render 'run': {what}", self.file,
                                 node.run_line) from None
 
@@ -160,7 +163,8 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     for nid, node in wf.nodes.items():
         for i, dep in enumerate(node.after):
             if dep == nid:
-                raise WorkflowGraphError(f"node '{nid}' lists itself in 'after'", path, line_of("nodes", nid, "after", i))
+                raise WorkflowGraphError(f"node '{nid}' lists itself in 'after'", path,
+                                         line_of("nodes", nid, "after", i))
             if dep not in wf.nodes:
                 raise WorkflowGraphError(
                     f"node '{nid}' waits for unknown node '{dep}'{did_you_mean(dep, wf.nodes)}",

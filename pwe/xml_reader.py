@@ -266,8 +266,10 @@ def _schema_message(raw: str, el: etree._Element | None, shapes: dict[str, _Shap
     if "No matching global declaration available for the validation root" in what:
         if head["el"].startswith("{"):
             ns = head["el"][1 : head["el"].index("}")]
-            return f"the root element <{name}> is in the XML namespace '{ns}'; pwe workflows use no namespace (remove xmlns)", line
-        return f'the root element is <{name}>; an XML workflow\'s root element is <workflow name="...">{did_you_mean(name, ["workflow"])}', line
+            return (f"the root element <{name}> is in the XML namespace '{ns}'; pwe workflows use no namespace "
+                    "(remove xmlns)"), line
+        hint = did_you_mean(name, ["workflow"])
+        return f'the root element is <{name}>; an XML workflow\'s root element is <workflow name="...">{hint}', line
 
     if "This element is not expected" in what and el is not None and parent is not None:
         return _unexpected(el, parent, expected, shapes)
@@ -325,14 +327,16 @@ def _schema_message(raw: str, el: etree._Element | None, shapes: dict[str, _Shap
     return f"{here}: {_strip_ns(what).rstrip('.')}", line
 
 
-def _unexpected(el: etree._Element, parent: etree._Element, expected: list[str], shapes: dict[str, _Shape]) -> tuple[str, int]:
+def _unexpected(el: etree._Element, parent: etree._Element, expected: list[str],
+                shapes: dict[str, _Shape]) -> tuple[str, int]:
     """An element where the XSD allows none: misspelt, given twice, mixed or out of order."""
     tag, line = etree.QName(el).localname, el.sourceline
     shape = shapes.get(etree.QName(parent).localname)
     allowed = shape.children if shape else ()
     where = _desc(parent)
     if etree.QName(el).namespace:
-        return f"<{tag}> in namespace '{etree.QName(el).namespace}' is not allowed in {where}; pwe uses no namespace", line
+        ns = etree.QName(el).namespace
+        return f"<{tag}> in namespace '{ns}' is not allowed in {where}; pwe uses no namespace", line
     if tag not in allowed:
         hint = did_you_mean(tag, expected or allowed)
         if not hint and (expected or allowed):

@@ -35,7 +35,8 @@ class _Loader(yaml.SafeLoader):
                 hash(key)
             except TypeError:
                 # the file is not known here: read_yaml adds it
-                raise WorkflowSchemaError("a mapping key must be a plain value, not a list or mapping", line=line)
+                raise WorkflowSchemaError("a mapping key must be a plain value, not a list or mapping",
+                                          line=line) from None
             if key in seen:
                 raise WorkflowSchemaError(f"duplicate key '{key}' (first given on line {seen[key]})", line=line)
             seen[key] = line

@@ -1,3 +1,8 @@
+import contextlib as _contextlib
+import dataclasses as _dataclasses
+import os as _os
+import subprocess as _subprocess
+import time as _time
 import sys
 from pathlib import Path
 
@@ -68,11 +73,6 @@ def run_cli(*args, cwd=None, timeout=120, env=None):
 # 127.0.0.1:2222. tests/run.sh starts them before pytest; these fixtures run
 # tests/services/setup.sh once per session as well (about 2 s when all is up) so that a
 # bare `pytest` works too. Services that cannot start: pytest.fail under CI, else skip.
-import contextlib as _contextlib
-import dataclasses as _dataclasses
-import os as _os
-import subprocess as _subprocess
-import time as _time
 
 SERVICES = ROOT / "tests" / "services"
 _SERVICES_SETUP = []  # [(returncode or None when not root, output)], once per session

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need, starts the
-# real test services (SLURM + munge, qsub, SSH nodes: tests/services/setup.sh), then pytest.
+# real test services (SLURM + munge, qsub, SSH nodes: tests/services/setup.sh), lints
+# (ruff, and import-linter's layer contracts from pyproject.toml), then pytest.
 # Usage: bash tests/run.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+echo "run.sh: ruff check"
+.venv/bin/ruff check .
+echo "run.sh: lint-imports (the layers: pwe over hostinfo over protocols over pilot)"
+layers=$(.venv/bin/lint-imports --no-cache) || { echo "$layers"; exit 1; }
+echo "$layers" | grep -E " KEPT| BROKEN"
 if [ "$(id -u)" = 0 ]; then
     if ! bash tests/services/setup.sh; then
         if [ -n "${CI:-}" ]; then

@@ -82,7 +82,9 @@ def test_every_state_code_is_mapped_in_one_llq_call():
 
 
 def test_llq_that_fails_or_times_out_is_unknown_and_an_empty_queue_is_finished():
-    ll = lambda *steps: get("loadleveler", Scripted(steps))
+    def ll(*steps):
+        return get("loadleveler", Scripted(steps))
+
     assert ll((["llq"], "TIMEOUT")).status(["h.1.0"]) == {"h.1.0": JobState.UNKNOWN}
     down = "llq: 2512-301 An error occurred while receiving data from the LoadL_negotiator daemon.\n"
     assert ll((["llq"], down, 1)).status(["h.1.0"]) == {"h.1.0": JobState.UNKNOWN}

@@ -52,7 +52,7 @@ def test_members_fan_out_over_ssh_nodes_without_oversubscribing(ssh_nodes, tmp_p
     # at most 2 members (the node's cores) at once on any node
     for node in per_node:
         depth = peak = 0
-        for t, where, what, *_ in sorted((l for l in lines if l[1] == node), key=lambda l: int(l[0])):
+        for _t, _where, what, *_ in sorted((l for l in lines if l[1] == node), key=lambda l: int(l[0])):
             depth += 1 if what == "start" else -1
             peak = max(peak, depth)
         assert peak <= 2, (node, peak)

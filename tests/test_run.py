@@ -288,7 +288,7 @@ def test_wide_graph_order(tmp_path):
 
     # by parameter values, independently of how pwe numbers members
     by = {}
-    for (node, m), (i, rep, s, e) in recs.items():
+    for (node, _m), (i, rep, s, e) in recs.items():
         by[(node, i, rep)] = (s, e)
     assert {k for k in by if k[0] == "sim"} == {("sim", str(i), str(r)) for i in range(700) for r in (0, 1)}
     start_end = by[("start", "-", "-")][1]
