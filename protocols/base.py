@@ -10,11 +10,13 @@ lines of its job script (``protocols/templates/<name>.j2``, which extends the on
 
 What is common to every protocol is done here, once: the submission that timed out is
 looked up by name before anyone submits again, and :meth:`Protocol.status` answers UNKNOWN
-for every job asked about when the scheduler does not answer. A protocol says only how to
-ask (``_status_command``, ``_find_command``) and how to read the answer
+for every job asked about when the scheduler does not answer (and says why in
+``no_answer``). A failed query is never an end state: only an answer the protocol
+recognises (:meth:`Protocol._status_failed`) says a job is no longer listed. A protocol
+says only how to ask (``_status_command``, ``_find_command``) and how to read the answer
 (``_parse_status``, ``_parse_find``). Errors are :class:`~pwe.errors.SubmitError`,
-:class:`~pwe.errors.CommandTimeout` and :class:`~pwe.errors.ContactError`, from the one
-tree in :mod:`pwe.errors`.
+:class:`~pwe.errors.SchedulerUnreachable`, :class:`~pwe.errors.CommandTimeout` and
+:class:`~pwe.errors.ContactError`, from the one tree in :mod:`pwe.errors`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from pathlib import Path
 
 import jinja2
 
-from pwe.errors import SubmitError
+from pwe.errors import SchedulerUnreachable, SubmitError
 
 from . import registry
 from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
 
-__all__ = ["JobState", "PilotJob", "Protocol", "SubmitError", "get", "walltime_hms"]
+__all__ = ["JobState", "PilotJob", "Protocol", "SchedulerUnreachable", "SubmitError", "get", "walltime_hms"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 get = registry.get  # a protocol by name, from the one list
@@ -111,9 +113,16 @@ class Protocol:
     submit_command: list[str] = []
     cancel_command: list[str] = []
     timeout = 30.0
+    #: words in a failed command's answer saying that the scheduler could not be asked (its
+    #: controller down, restarting, overloaded), not that it refused: ask again later
+    unreachable_words: tuple[str, ...] = ("unable to contact", "not responding", "socket timed out",
+                                          "connection refused", "connection timed out", "cannot connect to server",
+                                          "connection reset")
 
     def __init__(self, runner: CommandRunner):
         self.runner = runner
+        #: why the last status query got no answer (its words); None when it was answered
+        self.no_answer: str | None = None
 
     def render(self, job: PilotJob) -> str:
         return _ENV.get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
@@ -127,11 +136,14 @@ class Protocol:
         except (CommandTimeout, ContactError) as exc:
             if isinstance(exc, ContactError) and not exc.maybe_ran:
                 raise
-            found = self.find_by_name(job.job_name)  # did it take? never submit twice
+            found = self._taken(job.job_name, exc)  # did it take? never submit twice
             if found:
                 return found
             raise SubmitError(f"{self.submit_command[0]} did not answer ({exc}) and no job named "
                               f"{job.job_name} exists", exc.command) from exc
+        if res.status != 0 and self._unreachable(res):  # not taken, not refused: the controller is away
+            raise SchedulerUnreachable(f"{self.submit_command[0]} failed: {_said(res)}", res.command, res.status,
+                                       res.stderr)
         if res.status != 0:
             raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)
@@ -140,6 +152,16 @@ class Protocol:
         except SubmitError as exc:  # the answer names no job: keep what was run and what it said
             exc.command, exc.status, exc.stderr = res.command, res.status, res.stderr
             raise
+
+    def _taken(self, name: str, exc: Exception) -> str | None:
+        """After a submission that did not answer (``exc``): the job it made, found by its
+        name, or None. When the lookup cannot answer either, nobody can tell whether it
+        took: :class:`~pwe.errors.SchedulerUnreachable` with ``maybe_ran``."""
+        try:
+            return self.find_by_name(name)
+        except SchedulerUnreachable as again:
+            raise SchedulerUnreachable(f"{exc}, nor did the lookup of {name} answer ({again})",
+                                       getattr(exc, "command", None), maybe_ran=True) from exc
 
     def submit_args(self, job: PilotJob) -> list[str]:
         """Options given on the submit command line (for what a script directive cannot say)."""
@@ -160,10 +182,13 @@ class Protocol:
             return {}
         try:
             res = self.runner.run(self._status_command(job_ids), timeout=self.timeout)
+        except (CommandTimeout, ContactError) as exc:
+            self.no_answer = str(exc)
+        else:
             if not self._status_failed(res):
+                self.no_answer = None
                 return self._parse_status(res, job_ids)
-        except (CommandTimeout, ContactError):
-            pass
+            self.no_answer = f"{res.command[0]} failed: {_said(res)}"
         return {j: JobState.UNKNOWN for j in job_ids}
 
     def _status_command(self, job_ids: list[str]) -> list[str]:  # pragma: no cover - abstract
@@ -172,21 +197,31 @@ class Protocol:
 
     def _status_failed(self, res: CommandResult) -> bool:
         """Whether the status command failed (every job UNKNOWN) rather than answered. By
-        default any result is an answer: squeue, qstat and ps exit non-zero when asked only
-        of jobs they no longer list, which means those jobs have finished."""
+        default any result is an answer (ps exits 1 when it lists none of the processes:
+        they have ended); a scheduler whose query exits non-zero both when it no longer
+        lists the jobs and when its controller is away tells the two apart here."""
         return False
+
+    def _unreachable(self, res: CommandResult) -> bool:
+        """Whether a failed command's answer says the scheduler could not be asked."""
+        said = (res.stdout + res.stderr).lower()
+        return any(w in said for w in self.unreachable_words)
 
     def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:  # pragma: no cover
         """The state of every job in ``job_ids`` from the status command's answer."""
         raise NotImplementedError
 
     def find_by_name(self, name: str) -> str | None:
-        """The id of a job named ``name`` the scheduler lists, or None (also when the query
-        timed out: the caller reports that no such job was found)."""
+        """The id of a job named ``name`` the scheduler lists, or None when it lists none.
+        :class:`~pwe.errors.SchedulerUnreachable` when the query got no answer (timed out,
+        failed): then nobody can tell, and nothing may be submitted again yet."""
         try:
             res = self.runner.run(self._find_command(name), timeout=self.timeout)
-        except CommandTimeout:
-            return None
+        except (CommandTimeout, ContactError) as exc:
+            raise SchedulerUnreachable(f"looking up {name}: {exc}", exc.command) from exc
+        if self._status_failed(res):
+            raise SchedulerUnreachable(f"looking up {name}: {res.command[0]} failed: {_said(res)}", res.command,
+                                       res.status, res.stderr)
         return self._parse_find(res, name)
 
     def _find_command(self, name: str) -> list[str]:  # pragma: no cover - abstract
@@ -207,3 +242,8 @@ class Protocol:
                 self.runner.run(self.cancel_command + list(job_ids), timeout=self.timeout)
             except (CommandTimeout, ContactError):
                 pass
+
+
+def _said(res: CommandResult) -> str:
+    """What a failed command said, for a message: its stderr, else its stdout, else its status."""
+    return res.stderr.strip() or res.stdout.strip() or f"exit status {res.status}"

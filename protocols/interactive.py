@@ -23,7 +23,7 @@ class Interactive(Protocol):
         try:
             res = self.runner.run(["sh", "-c", start, "sh", job.pilot_dir, script_path], timeout=self.timeout)
         except CommandTimeout as exc:
-            found = self.find_by_name(script_path)
+            found = self._taken(script_path, exc)
             if found:
                 return found
             raise SubmitError(f"starting the pilot timed out and no process runs {script_path}", exc.command) from exc

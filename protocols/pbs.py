@@ -1,4 +1,9 @@
-"""PBS / Torque: qsub / qstat / qdel."""
+"""PBS / Torque: qsub / qstat / qdel.
+
+qstat exits 153 (Torque's and PBS Pro's "Unknown Job Id") when it lists none of the jobs
+asked about: they ended. Any other failure ("cannot connect to server"; slurm-wlm-torque's
+"Problem loading jobs.", exit 8, when SLURM's controller is away) is no answer: UNKNOWN.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ STATES = {
     "R": JobState.RUNNING, "E": JobState.RUNNING, "B": JobState.RUNNING,
     "C": JobState.COMPLETED, "F": JobState.COMPLETED, "X": JobState.COMPLETED,
 }
+#: qstat's exit status for job ids it does not know (PBSE_UNKJOBID 15001, as an exit status)
+UNKNOWN_JOB_STATUS = 153
 
 
 class Pbs(Protocol):
@@ -30,6 +37,12 @@ class Pbs(Protocol):
     def _status_command(self, job_ids: list[str]) -> list[str]:
         """One qstat call for all the jobs."""
         return ["qstat", *job_ids]
+
+    def _status_failed(self, res: CommandResult) -> bool:
+        """qstat answered unless it failed for another reason than not knowing the jobs."""
+        said = res.stdout + res.stderr
+        return res.status not in (0, UNKNOWN_JOB_STATUS) and "Unknown Job Id" not in said \
+            and "Job has finished" not in said
 
     def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
         """A job qstat no longer lists has finished."""

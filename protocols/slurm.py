@@ -1,9 +1,18 @@
-"""SLURM: sbatch / squeue / scancel."""
+"""SLURM: sbatch / squeue / scancel.
+
+squeue and scontrol exit 1 both when asked only of jobs the controller no longer knows
+(they ended: "Invalid job id specified") and when the controller does not answer
+("Unable to contact slurm controller", "Socket timed out"); only the first is an answer.
+A query that failed is UNKNOWN, never an end state.
+"""
 
 from __future__ import annotations
 
 from .base import JobState, Protocol
-from .runner import CommandResult, CommandTimeout
+from .runner import CommandResult, CommandTimeout, ContactError
+
+#: what squeue and scontrol say of a job id the controller no longer knows (or never knew)
+INVALID_JOB = "Invalid job id specified"
 
 #: squeue's %T long state names, mapped fully
 STATES = {
@@ -33,9 +42,13 @@ class Slurm(Protocol):
         """One squeue call for all the jobs."""
         return ["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(job_ids)]
 
+    def _status_failed(self, res: CommandResult) -> bool:
+        """squeue answered unless it failed for another reason than not knowing the jobs."""
+        return res.status != 0 and INVALID_JOB not in res.stderr + res.stdout
+
     def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
-        """A job squeue has forgotten (MinJobAge) is asked of scontrol; one neither knows
-        is COMPLETED (its pilot's events tell the rest)."""
+        """A job squeue has forgotten (MinJobAge) is asked of scontrol; one that scontrol
+        says is an invalid id is COMPLETED (its pilot's events tell the rest)."""
         out: dict[str, JobState] = {}
         for line in res.stdout.splitlines():
             words = line.split()
@@ -49,12 +62,14 @@ class Slurm(Protocol):
     def _scontrol(self, job_id: str) -> JobState:
         try:
             res = self.runner.run(["scontrol", "-o", "show", "job", job_id], timeout=self.timeout)
-        except CommandTimeout:
+        except (CommandTimeout, ContactError):
             return JobState.UNKNOWN
         for word in res.stdout.split():
             if word.startswith("JobState="):
                 return STATES.get(word.split("=", 1)[1], JobState.UNKNOWN)
-        return JobState.COMPLETED
+        if res.status != 0 and INVALID_JOB in res.stderr + res.stdout:
+            return JobState.COMPLETED  # the controller forgot it: it ended long ago
+        return JobState.UNKNOWN  # no answer (the controller is away): never an end
 
     def _find_command(self, name: str) -> list[str]:
         return ["squeue", "-h", "-t", "all", "-o", "%i", "-n", name]

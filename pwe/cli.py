@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 
@@ -239,6 +240,10 @@ def status(run: str | None, as_json: bool) -> None:
         return
     cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
     click.echo(f"{snap.get('run_id', d.name)}: {snap['phase']}  ({d})")
+    for name, u in (snap.get("unreachable") or {}).items():
+        since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
+        click.echo(f"host '{name}': its batch system does not answer, since {since} "
+                   f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
     width = max([len(n) for n in snap["nodes"]] + [4])
     click.echo(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
     rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]

@@ -64,7 +64,11 @@ class Engine(PilotWork):
         self.info = info
         self.run_id = info["run_id"]
         self.heartbeat = float(info.get("heartbeat", 5.0))
-        self.lost_after = float(info.get("lost_after", 60.0))
+        # silence that gives a pilot up: many heartbeats, and at least a minute (a busy node,
+        # a filesystem that stalls for a while must not cost a pilot)
+        self.lost_after = float(info.get("lost_after") or max(60.0, 12 * self.heartbeat))
+        # how long a pilot given up for silence may take to end once its job is cancelled
+        self.end_wait = float(info.get("end_wait") or max(60.0, 2 * self.lost_after))
         self.state: RunState | None = None
         self.journal: Journal | None = None
         self.pilots: dict[str, PilotHandle] = {}
@@ -152,6 +156,7 @@ class Engine(PilotWork):
         for rec in replay(self.dir / "journal.jsonl"):
             self.state.apply(rec)
             fresh = False
+        self._edges_seen = set(self.state.edge_files)  # taken in already: not read again
         self.journal = Journal(self.dir / "journal.jsonl", fsync=bool(self.info.get("fsync")))
         self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid()})
         for pid_, p in self.state.pilots.items():
@@ -235,17 +240,26 @@ class Engine(PilotWork):
                 continue
             live = self._live_pilots(lane)
             if not live:
-                live = [self._start_pilot(lane)]
+                # (not while the lane's batch system does not answer: _may_submit)
+                started = self._start_pilot(lane) if self._may_submit(lane) else None
+                if started is None:
+                    continue
+                live = [started]
             fed += sum(self._feed_pilot(p, lane) for p in live)
             most = lane.host.max_pilots if lane.protocol.batch else 1
             while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
-                   and all(p.outstanding >= self._window(p) for p in self._live_pilots(lane))):
-                fed += self._feed_pilot(self._start_pilot(lane), lane)
+                   and all(p.outstanding >= self._window(p) for p in self._live_pilots(lane))
+                   and self._may_submit(lane)):
+                started = self._start_pilot(lane)
+                if started is None:
+                    break
+                fed += self._feed_pilot(started, lane)
         return fed
 
     def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
         return [p for p in self.pilots.values()
-                if p.lane == lane.name and p.alive and not p.down and not p.draining and not p.full]
+                if p.lane == lane.name and p.alive and not p.down and not p.draining and not p.full
+                and not p.given_up]
 
     def _window(self, pilot: PilotHandle) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
@@ -337,7 +351,10 @@ class Engine(PilotWork):
         snap = self.state.snapshot()
         snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": time.time(),
                      "engine": {"pid": os.getpid(), "host": socket.gethostname()},
-                     "total_members": self.plan.total_members})
+                     "total_members": self.plan.total_members,
+                     # hosts whose batch system does not answer: nothing new is submitted there
+                     "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
+                                     for lane in self.lanes.values() if lane.unreachable_since is not None}})
         try:
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:

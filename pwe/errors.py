@@ -18,11 +18,14 @@ this drawing, so neither can drift).
           +-- SubmitError          1    the batch system refused a pilot job          protocols.base, protocols.*
           +-- CommandTimeout       1    a command did not answer in time              protocols.runner, protocols.ssh
           +-- ContactError         1    the host cannot be reached                    protocols.ssh
+          +-- SchedulerUnreachable 1    the batch system did not answer: ask later    protocols.base
 
 A HostError keeps the command, its exit status and its stderr as attributes, and its
 ``str()`` is one line carrying the host's own answer. The engine stops a run on a pilot
 submission's SubmitError or ContactError with RunStopped (exit status 3, chained to it);
 a status query's CommandTimeout or ContactError makes the jobs UNKNOWN, never "failed".
+A submission the batch system could not take because its controller did not answer
+(SchedulerUnreachable) is tried again later, with back-off: it does not stop the run.
 
 This is the one module of pwe that the layers below the engine (``protocols``,
 ``hostinfo``) may import: it uses the standard library only and imports nothing else of
@@ -157,6 +160,21 @@ class ContactError(HostError):
     def __init__(self, host: str, reason: str, command: Sequence[str] | None = None, maybe_ran: bool = True):
         super().__init__(f"cannot reach {host}: {reason}", command)
         self.host, self.reason = host, reason
+        self.maybe_ran = maybe_ran
+
+
+class SchedulerUnreachable(HostError):
+    """The batch system's controller did not answer (down, restarting, overloaded): its
+    commands ran on the head node and said so, or timed out. Nothing is known, nothing is
+    refused: ask again later.
+
+    ``maybe_ran`` is True when a submission may have taken all the same (it timed out and
+    the lookup by name could not answer either): look it up by name before submitting
+    again."""
+
+    def __init__(self, message: str, command: Sequence[str] | None = None, status: int | None = None,
+                 stderr: str = "", maybe_ran: bool = False):
+        super().__init__(message, command, status, stderr)
         self.maybe_ran = maybe_ran
 
 

@@ -8,6 +8,10 @@ secret (``DIR/secret``, owner-only). The engine takes in only events whose signa
 verifies, journals them, and lets them cover what a dead pilot never said: a job that
 ended before its pilot reported gets its members reissued at once, without waiting for
 the next status poll. Pilot events win over edge events.
+
+Each event carries an ``id`` (random, under the signature): the engine journals an event
+once, and a replay of it (the same signed file again, under any name, or delivered twice)
+is known by its id and ignored, with a note in the journal that counts it.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ def send(run_dir: Path, pilot: str, event: str, job: str, status: int | None = N
     line in the job's stderr) when the run directory cannot be read or written."""
     if event not in EVENTS:
         raise ValueError(f"event must be one of {', '.join(EVENTS)}")
-    body = {"pilot": pilot, "event": event, "job": job, "status": status, "t": round(time.time(), 3)}
+    body = {"pilot": pilot, "event": event, "job": job, "status": status, "t": round(time.time(), 3),
+            "id": secrets.token_hex(8)}
     d = run_dir / "edges"
     name = f"{pilot}-{event}-{time.time_ns()}-{os.getpid()}.json"
     tmp = d / f".{name}.tmp"
@@ -63,7 +68,9 @@ def send(run_dir: Path, pilot: str, event: str, job: str, status: int | None = N
 
 
 def receive(run_dir: Path, seen: set[str]) -> list[tuple[dict[str, Any], bool]]:
-    """New edge events as (event, verified), oldest first; ``seen`` names are skipped."""
+    """New edge events as (event, verified), oldest first; files whose names are in ``seen``
+    are skipped (and the names read are added). Each event carries ``file`` (its name) and
+    ``id`` (an event written before events had ids: its signature)."""
     d = run_dir / "edges"
     try:
         names = sorted(n for n in os.listdir(d) if n.endswith(".json") and not n.startswith(".") and n not in seen)
@@ -77,7 +84,9 @@ def receive(run_dir: Path, seen: set[str]) -> list[tuple[dict[str, Any], bool]]:
             msg = json.loads((d / name).read_text())
             mac = msg.pop("mac")
             ok = isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, msg))
+            msg.setdefault("id", mac)
         except (OSError, ValueError, KeyError, AttributeError, TypeError):
-            msg, ok = {"file": name}, False
+            msg, ok = {}, False
+        msg["file"] = name
         out.append((msg, ok))
     return out

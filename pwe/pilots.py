@@ -6,6 +6,13 @@ for the pilot's new messages after a cursor, journals the cursor it gets back, a
 batches of tasks. Whether a pilot is a process here or a batch job is its lane's
 protocol's business: the engine asks the protocol's capabilities (``batch``,
 ``polls_status``), never its name.
+
+Nothing a pilot said is lost when it is given up: whatever the reason (its job ended, an
+edge event, its process gone, silence), every message it wrote is taken in first. A pilot
+gone silent while its job may still run is not given up at once: its job is cancelled, and
+its members are handed on only once the batch system says the job ended (or after
+``end_wait``), its messages taken in again. A lane whose batch system does not answer
+(:attr:`Lane.unreachable_since`) submits nothing new until it does.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 from pilot.transport import EngineSpool, Transport
 from pilot.wire import BACK, CANCEL, DOWN, DRAIN, END, START, UP, VERSION
 
-from .errors import ContactError, RunStopped, SubmitError
+from .errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from .journal import cannot_write
 from .placement import pilot_job
 from .state import ASSIGNED, READY
@@ -56,6 +63,8 @@ class PilotHandle:
         self.refused: set[tuple[str, int]] = set()
         self.job_state = None
         self.last_heard = time.time()
+        self.given_up = ""  # (silent) why it is being given up: its job is cancelled, its end awaited
+        self.given_up_at = 0.0
         self.transport = transport or EngineSpool(directory)
         self._out: list[dict[str, Any]] = []
 
@@ -103,6 +112,13 @@ class Lane:
         self.status_every = status_every
         self.status_interval = status_every
         self.last_status = 0.0
+        # while its batch system does not answer: since when, what it said, when to try a
+        # submission again (back-off), and a pilot id whose submission may have taken
+        self.unreachable_since: float | None = None
+        self.unreachable_why = ""
+        self.backoff = status_every
+        self.retry_at = 0.0
+        self.retry_pilot: tuple[str, bool] | None = None  # (pilot id, maybe submitted)
 
 
 class PilotWork:
@@ -123,10 +139,9 @@ class PilotWork:
         pilot.outstanding = len(st.inflight(pid_))
         self._ingest(pilot)
         if self._process_gone(pilot) and not pilot.down:
-            self._ingest(pilot)
             self._pilot_gone(pilot, "lost while the engine was down")
 
-    def _start_pilot(self, lane: Lane) -> PilotHandle:
+    def _start_pilot(self, lane: Lane) -> PilotHandle | None:
         if lane.protocol.batch:
             return self._submit_pilot(lane)
         pid_ = f"p{self._next_pilot}"
@@ -142,11 +157,16 @@ class PilotWork:
         self.pilots[pid_] = pilot
         return pilot
 
-    def _submit_pilot(self, lane: Lane) -> PilotHandle:
-        """Glide in: one batch job that becomes a pilot, sized for the members ready now."""
+    def _submit_pilot(self, lane: Lane) -> PilotHandle | None:
+        """Glide in: one batch job that becomes a pilot, sized for the members ready now.
+        None when the batch system did not answer: tried again after a back-off."""
         host = lane.host
-        pid_ = f"p{self._next_pilot}"
-        self._next_pilot += 1
+        maybe_taken = False
+        if lane.retry_pilot:  # its submission did not get through: the same pilot, the same job name
+            pid_, maybe_taken = lane.retry_pilot
+        else:
+            pid_ = f"p{self._next_pilot}"
+            self._next_pilot += 1
         d = self.dir / "pilots" / pid_
         transport = EngineSpool(d)  # its tasks are there before the job starts
         st = self.state
@@ -156,7 +176,14 @@ class PilotWork:
         script = d / "job.sh"
         script.write_text(lane.protocol.render(job))
         try:
-            job_id = lane.protocol.submit(job, str(script))
+            # an earlier submission that may have taken is looked up first: never two jobs
+            job_id = lane.protocol.find_by_name(job.job_name) if maybe_taken else None
+            if job_id is None:
+                job_id = lane.protocol.submit(job, str(script))
+        except SchedulerUnreachable as exc:
+            lane.retry_pilot = (pid_, maybe_taken or exc.maybe_ran)
+            self._unreachable(lane, str(exc))
+            return None
         except (SubmitError, ContactError) as exc:
             # the run keeps its state: fix the host (hosts.yaml, the account, the cluster) and resume;
             # str(exc) is one line with the host's own answer, the chain keeps command, status, stderr
@@ -165,6 +192,8 @@ class PilotWork:
                                  "known_hosts, keys)") from exc
             raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {exc}: fix the host "
                              "(its hosts.yaml entry, the account or partition it names)") from exc
+        lane.retry_pilot = None
+        self._reachable(lane)
         self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
                       "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
@@ -183,36 +212,82 @@ class PilotWork:
             return
         lane.last_status = now
         states = lane.protocol.status([p.job for p in live])  # UNKNOWN when the host does not answer
-        # back off while nothing changes (kind to the scheduler); look again soon after a change
+        if lane.protocol.no_answer:
+            self._unreachable(lane, lane.protocol.no_answer)
+        else:
+            self._reachable(lane)
+        # back off while nothing changes (kind to the scheduler); look again soon after a
+        # change, and while a pilot given up waits for its job to end
         changed = any(states.get(p.job) != p.job_state for p in live)
-        lane.status_interval = lane.status_every if changed else min(60.0, lane.status_interval * 1.5)
+        lane.status_interval = lane.status_every if changed or any(p.given_up for p in live) else \
+            min(60.0, lane.status_interval * 1.5)
         for pilot in live:
             state = states.get(pilot.job, JobState.UNKNOWN)
             pilot.job_state = state
             if state.finished:
-                self._ingest(pilot)  # whatever it said before its job ended
                 why = f"batch job {pilot.job} {state.value}"
                 if state is JobState.TIMEOUT:
                     why += " (walltime: expected for a pilot)"
                 self._pilot_gone(pilot, why)
-            elif state is JobState.RUNNING and pilot.came_up and now - pilot.last_heard > self.lost_after:
-                self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
-                lane.protocol.cancel([pilot.job])
+
+    def _unreachable(self, lane: Lane, why: str) -> None:
+        """The lane's batch system did not answer: say so once (journal, ``pwe status``),
+        and submit nothing there before ``retry_at`` (back-off, up to a minute)."""
+        now = time.time()
+        if lane.unreachable_since is None:
+            lane.unreachable_since = now
+            lane.backoff = lane.status_every
+            self._record({"e": "note", "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
+                          "waiting for it: no new pilot is submitted there until it answers", "t": now})
+        else:
+            lane.backoff = min(60.0, lane.backoff * 1.5)
+        lane.unreachable_why = why
+        lane.retry_at = now + lane.backoff
+
+    def _reachable(self, lane: Lane) -> None:
+        if lane.unreachable_since is not None:
+            now = time.time()
+            self._record({"e": "note", "what": f"the batch system of host '{lane.name}' answers again, after "
+                          f"{now - lane.unreachable_since:.0f} s", "t": now})
+            lane.unreachable_since = None
+            lane.unreachable_why = ""
+
+    def _may_submit(self, lane: Lane) -> bool:
+        """Whether a new pilot may be started on the lane now: not while its batch system
+        does not answer, except as a retry, after the back-off, when no pilot of the lane
+        is polled (a submission is then the only way to learn it answers again); never
+        more pilots alive at once than the host allows (one given up counts until its job
+        ended)."""
+        if not lane.protocol.batch:
+            return True
+        alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
+        if any(p.given_up for p in alive) and len(alive) >= lane.host.max_pilots:
+            return False
+        if lane.unreachable_since is None:
+            return True
+        return time.time() >= lane.retry_at and not any(p.job for p in alive)
 
     def _take_edges(self) -> None:
-        """Batch systems' edge events (pwe notify): journal the authentic ones; a job that
-        ended while its pilot still looks alive is gone now, not at the next status poll."""
+        """Batch systems' edge events (pwe notify): journal the authentic ones, each once (by
+        its id: a replay is ignored and counted); a job that ended while its pilot still
+        looks alive is gone now, not at the next status poll."""
         from .notify import receive
 
+        st = self.state
         for msg, ok in receive(self.dir, self._edges_seen):
             if not ok:
                 self._record({"e": "note", "what": "edge event with a bad signature ignored",
                               "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
                 continue
-            self._record({"e": "edge", **{k: msg.get(k) for k in ("pilot", "event", "job", "status", "t")}})
+            if msg["id"] in st.edges:
+                self._record({"e": "note", "what": "edge event already applied: its replay ignored",
+                              "replay_of": msg["id"], "replays": st.edges[msg["id"]] + 1, "file": msg["file"],
+                              "pilot": msg.get("pilot"), "t": time.time()})
+                continue
+            self._record({"e": "edge", **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status",
+                                                                    "t")}})
             pilot = self.pilots.get(msg.get("pilot"))
             if msg.get("event") == "ended" and pilot is not None and pilot.alive:
-                self._ingest(pilot)  # pilot events win: take in all it said first
                 self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
 
     def _ingest(self, pilot: PilotHandle) -> int:
@@ -268,14 +343,43 @@ class PilotWork:
             if lane.protocol.polls_status:
                 self._poll_jobs(lane)
         now = time.time()
-        for pilot in self.pilots.values():
+        for pilot in list(self.pilots.values()):
             if not pilot.alive:
                 continue
             if pilot.down or self._process_gone(pilot):
-                self._ingest(pilot)  # whatever it said before it went
                 self._pilot_gone(pilot, "exited" if pilot.down else "died")
-            elif pilot.job is None and now - pilot.last_heard > self.lost_after and pilot.host != socket.gethostname():
-                self._pilot_gone(pilot, f"silent for {now - pilot.last_heard:.0f} s")
+            elif pilot.given_up:
+                if now - pilot.given_up_at > self.end_wait:
+                    self._pilot_gone(pilot, f"its job did not end within {self.end_wait:.0f} s")
+            elif self._silent(pilot, now):
+                why = f"silent for {now - pilot.last_heard:.0f} s"
+                if pilot.job is None:  # no job to end: what it said is all there is
+                    self._pilot_gone(pilot, why)
+                    continue
+                # its job may still run (a frozen process, a stalled filesystem) and its members
+                # with it: end the job, and hand its members on only once it has ended and
+                # everything it wrote has been taken in
+                lane = self.lanes[pilot.lane]
+                lane.protocol.cancel([pilot.job])
+                pilot.given_up, pilot.given_up_at = why, now
+                lane.status_interval, lane.last_status = lane.status_every, 0.0  # ask soon
+                self._record({"e": "note", "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
+                              "its members are handed on once the job has ended", "p": pilot.id, "t": now})
+
+    def _silent(self, pilot: PilotHandle, now: float) -> bool:
+        """A pilot that should be speaking (its job runs, or it is a process on another
+        machine) and has said nothing for ``lost_after`` s, even now."""
+        if now - pilot.last_heard <= self.lost_after:
+            return False
+        if pilot.job is not None:
+            from protocols.base import JobState
+
+            if not (pilot.came_up and pilot.job_state is JobState.RUNNING):
+                return False  # queued, or its batch system does not answer: its word is awaited
+        elif pilot.host == socket.gethostname():
+            return False  # a process here: whether it lives is asked of the process
+        self._ingest(pilot)  # what it said while the engine was busy (a slow status query)
+        return now - pilot.last_heard > self.lost_after
 
     def _process_gone(self, pilot: PilotHandle) -> bool:
         """A pilot whose process is gone; never one whose liveness the batch system tells
@@ -284,6 +388,12 @@ class PilotWork:
         return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
 
     def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
+        """Give a pilot up: take in everything it wrote first (pilot events win), then hand
+        its unfinished members on."""
+        if pilot.alive:
+            self._ingest(pilot)
+        if pilot.given_up:
+            why = f"{pilot.given_up}, its job cancelled; then {why}"
         st = self.state
         for nid, i in st.inflight(pilot.id):
             pid = st.nodes[nid].pid.get(i)

@@ -18,7 +18,9 @@ from .rundir import DEFAULT_ROOT, EngineLock, member_dir, pilot_states
 
 def status(run_dir: Path) -> dict[str, Any]:
     """What ``pwe status`` shows: the snapshot's counts per node and in total, the run's
-    ``phase`` in words, ``run_dir``, and each pilot's state (:func:`rundir.pilot_states`)."""
+    ``phase`` in words, ``run_dir``, each pilot's state (:func:`rundir.pilot_states`), and
+    ``unreachable``: the hosts whose batch system does not answer the running engine, each
+    with ``since`` (a time) and ``why`` (what it said)."""
     d = run_dir
     try:
         snap = json.loads((d / "state.json").read_text())
@@ -33,6 +35,8 @@ def status(run_dir: Path) -> dict[str, Any]:
         info, st = load_state(d)
         snap = {**snap, **st.snapshot(), "run_id": info["run_id"], "total_members": st.plan.total_members}
     snap["phase"] = _phase(snap, bool(holder))
+    if not holder:
+        snap["unreachable"] = {}  # an engine's word on its hosts' batch systems, true while it runs
     snap["run_dir"] = str(d)
     heartbeat = 5.0
     try:

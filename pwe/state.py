@@ -51,6 +51,8 @@ class RunState:
         self.cancelled = False
         self.finished_ok: bool | None = None
         self.stopped: str | None = None  # why the last engine stopped before the end
+        self.edges: dict[str, int] = {}  # edge events applied, by id: how many replays of each were ignored
+        self.edge_files: set[str] = set()  # files of edges/ taken in (applied, replayed or refused)
         for nid, pn in plan.nodes.items():
             n = pn.size
             self.nodes[nid] = NodeState(
@@ -193,6 +195,14 @@ class RunState:
             return True
         if e == "retry":
             self._retry()
+            return True
+        if e in ("edge", "note") and (r.get("file") or r.get("id")):
+            if r.get("file"):
+                self.edge_files.add(r["file"])
+            if e == "edge" and r.get("id"):
+                self.edges[r["id"]] = 0
+            elif r.get("replay_of") in self.edges:
+                self.edges[r["replay_of"]] += 1
             return True
         if e in ("run", "resume", "finish", "note", "edge", "stopped"):
             if e == "finish":

@@ -142,6 +142,54 @@ class SlurmCluster:
     def job_state(self, job_id):
         return self.job(job_id).get("JobState")
 
+    # The controller, stopped and started again as tests/services/common.sh (start_slurm)
+    # starts it. Whoever stops it holds /tmp/pwe-slurm.lock (other test sessions share this
+    # SLURM: run such tests as `flock /tmp/pwe-slurm.lock pytest ...`) and starts it again,
+    # whatever happens: use controller_down().
+    run_dir: Path = Path("/var/tmp/pwe-slurm/run")
+
+    def _controller_pid(self):
+        try:
+            pid = int((self.run_dir / "slurmctld.pid").read_text())
+            return pid if Path(f"/proc/{pid}/comm").read_text().strip() == "slurmctld" else None
+        except (OSError, ValueError):
+            return None
+
+    def stop_controller(self, timeout=30):
+        """Stop slurmctld (SIGTERM: it saves its state; slurmd and the jobs run on)."""
+        pid = self._controller_pid()
+        if pid is None:
+            return
+        _os.kill(pid, 15)
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            _time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            raise AssertionError(f"slurmctld {pid} did not stop within {timeout} s")
+
+    def start_controller(self, timeout=60):
+        """Start slurmctld again (it recovers its jobs) and wait until it answers."""
+        if self._controller_pid() is None:
+            with open(self.log_dir / "slurmctld.out", "ab") as out:  # (no inherited lock descriptor: close_fds)
+                _subprocess.run(["slurmctld"], stdout=out, stderr=out, stdin=_subprocess.DEVNULL, check=True,
+                                timeout=60)
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline:
+            p = _subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+            if "UP" in p.stdout:
+                return
+            _time.sleep(0.3)
+        raise AssertionError(f"slurmctld does not answer {timeout} s after it was started")
+
+    @_contextlib.contextmanager
+    def controller_down(self):
+        """with slurm_cluster.controller_down(): ...  (slurmctld is started again on exit)"""
+        self.stop_controller()
+        try:
+            yield
+        finally:
+            self.start_controller()
+
     def wait_job(self, job_id, timeout=120):
         """Poll until the job reaches a final state; return that state (AssertionError on timeout)."""
         deadline = _time.monotonic() + timeout

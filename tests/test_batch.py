@@ -47,18 +47,20 @@ def test_every_job_script_is_the_one_body_under_its_schedulers_header():
 
 
 class Scripted(CommandRunner):
-    """A scripted conversation: (argv prefix, result) pairs, consumed in order."""
+    """A scripted conversation: (argv prefix, stdout[, exit status[, stderr]]) steps,
+    consumed in order; stdout "TIMEOUT" times out."""
 
     def __init__(self, steps):
         super().__init__()
         self.steps = list(steps)
 
     def _run(self, argv, timeout, input, cwd):
-        prefix, out = self.steps.pop(0)
+        step = self.steps.pop(0)
+        prefix, out, status, err = (*step, *(0, "")[len(step) - 2:])
         assert argv[: len(prefix)] == prefix, (argv, prefix)
         if out == "TIMEOUT":
             raise CommandTimeout(argv, timeout)
-        return CommandResult(argv, 0, out, "")
+        return CommandResult(argv, status, out, err)
 
 
 def test_slurm_states_are_mapped_and_batched():
@@ -81,6 +83,45 @@ def test_a_scheduler_that_times_out_is_unknown_not_failed():
     states = get("slurm", Scripted([(["squeue"], "TIMEOUT")])).status(["5", "6"])
     assert states == {"5": JobState.UNKNOWN, "6": JobState.UNKNOWN}
     assert not JobState.UNKNOWN.finished
+
+
+DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+INVALID = "slurm_load_jobs error: Invalid job id specified"
+
+
+def test_a_controller_that_does_not_answer_is_unknown_never_an_end():
+    """Issue 10.1: squeue and scontrol exit 1 both for jobs SLURM no longer knows (ended)
+    and when its controller is down; only the first is an end. qstat over SLURM the same."""
+    slurm = get("slurm", Scripted([(["squeue"], "", 1, DOWN)]))
+    assert slurm.status(["5", "6"]) == {"5": JobState.UNKNOWN, "6": JobState.UNKNOWN}
+    assert "Unable to contact slurm controller" in slurm.no_answer
+    # squeue answers (it lists 5), then the controller goes away before scontrol is asked of 6
+    slurm = get("slurm", Scripted([(["squeue"], "5 RUNNING\n"), (["scontrol"], "", 1, DOWN)]))
+    assert slurm.status(["5", "6"]) == {"5": JobState.RUNNING, "6": JobState.UNKNOWN}
+    assert slurm.no_answer is None
+    # jobs neither squeue nor scontrol knows any more: they ended
+    slurm = get("slurm", Scripted([(["squeue"], "", 1, INVALID), (["scontrol"], "", 1, INVALID)]))
+    assert slurm.status(["7"]) == {"7": JobState.COMPLETED}
+    pbs = get("pbs", Scripted([(["qstat"], "", 8, "Problem loading jobs.\n")]))
+    assert pbs.status(["31"]) == {"31": JobState.UNKNOWN} and pbs.no_answer
+    assert get("pbs", Scripted([(["qstat"], "", 153)])).status(["31"]) == {"31": JobState.COMPLETED}
+
+
+def test_a_submission_the_controller_could_not_take_is_unreachable_not_refused():
+    from pwe.errors import SchedulerUnreachable, SubmitError
+
+    said = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
+    with pytest.raises(SchedulerUnreachable) as err:
+        get("slurm", Scripted([(["sbatch"], "", 1, said)])).submit(job(), "/runs/r1/pilots/p1/job.sh")
+    assert not err.value.maybe_ran and "Unable to contact slurm controller" in str(err.value)
+    refused = "sbatch: error: Batch job submission failed: Invalid partition name specified"
+    with pytest.raises(SubmitError):
+        get("slurm", Scripted([(["sbatch"], "", 1, refused)])).submit(job(), "/runs/r1/pilots/p1/job.sh")
+    # timed out, and the lookup by name cannot answer either: it may have taken
+    r = Scripted([(["sbatch"], "TIMEOUT"), (["squeue"], "", 1, DOWN)])
+    with pytest.raises(SchedulerUnreachable) as err:
+        get("slurm", r).submit(job(), "/runs/r1/pilots/p1/job.sh")
+    assert err.value.maybe_ran
 
 
 def test_a_submission_that_timed_out_is_found_by_name_not_resubmitted():
@@ -467,3 +508,208 @@ def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_clus
     assert f"#SBATCH --partition={slurm_cluster.default_partition}" in script
     notes = [r for r in read_journal(run) if r["e"] == "note"]
     assert any("host 'cl' is defined differently" in r["what"] for r in notes), notes
+
+
+def test_a_replayed_edge_event_is_journaled_once(tmp_path):
+    """Issue 10.7: an edge event is journaled once, by its id; the same signed event again
+    (copied back under another name, delivered twice), to this engine or a resumed one, is
+    ignored, and each replay is counted in a journal note."""
+    import shutil
+
+    from pwe.engine import Engine
+    from pwe.notify import send
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: e\nnodes:\n  m:\n    run: 'true'\n")
+    engine = Engine.create(wf, run_dir=tmp_path / "run")
+    engine._load()
+    sent = send(engine.dir, "p1", "started", "123")
+    engine._take_edges()
+    shutil.copy(sent, sent.with_name("p1-started-1-1.json"))
+    engine._take_edges()
+    engine._take_edges()
+    engine.journal.close()
+    resumed = Engine.open(engine.dir)
+    resumed._load()
+    shutil.copy(sent, sent.with_name("p1-started-2-2.json"))
+    resumed._take_edges()
+    resumed.journal.close()
+    journal = read_journal(engine.dir)
+    edges = [r for r in journal if r["e"] == "edge"]
+    assert len(edges) == 1 and edges[0]["id"] and edges[0]["file"] == sent.name, edges
+    replays = [r for r in journal if r["e"] == "note" and r.get("replay_of")]
+    assert [(r["replay_of"], r["replays"]) for r in replays] == [(edges[0]["id"], 1), (edges[0]["id"], 2)], replays
+
+
+ENGINE = """
+import sys
+from pwe.engine import Engine
+engine = Engine.create(sys.argv[1], host="cluster", run_dir=sys.argv[2], **eval(sys.argv[3]))
+sys.exit(0 if engine.run() else 1)
+"""
+
+
+def start_engine(tmp_path, members, script, options, env=None):
+    """A run of `members` members of `script` (sh, $PWE_MEMBER) on host cluster, its engine
+    in the background with engine options (a short heartbeat...): (process, run dir, ledger)."""
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "member.sh").write_text(script)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: faults\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"
+                  f"    run: sh {tmp_path / 'member.sh'}\n    scheduling: {{maxWallTime: 5}}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", ENGINE, str(wf), str(run_dir), repr(options)], cwd=tmp_path,
+                            env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, run_dir, tmp_path / "ledger"
+
+
+def ledger_counts(ledger):
+    from collections import Counter
+
+    words = [line.split() for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    return (Counter(int(w[1]) for w in words if w[0] == "start"), Counter(int(w[1]) for w in words if w[0] == "end"))
+
+
+def wait_until(cond, timeout, what):
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def journal_now(run_dir):
+    try:
+        lines = (run_dir / "journal.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # (a line being written)
+    return out
+
+
+def pwe_status(run_dir):
+    proc = subprocess.run([sys.executable, "-m", "pwe", "status", str(run_dir), "--json"], env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    return json.loads(proc.stdout) if proc.returncode == 0 else {}
+
+
+def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluster, tmp_path):
+    """Issue 10.1 on the real SLURM (run under flock /tmp/pwe-slurm.lock: it stops slurmctld).
+    Mid-run the controller stops for a minute: squeue and scontrol fail. The engine reads
+    that as no answer, never as an end: it keeps the pilot (whose job slurmd runs on),
+    takes in its members' ends, says in `pwe status` that the host's batch system does not
+    answer, submits nothing, and goes on when the controller is back. Every member runs
+    exactly once (its own ledger), in one pilot job."""
+    import time
+
+    script = (f'echo "start $PWE_MEMBER" >> {tmp_path}/ledger\nsleep $((1 + PWE_MEMBER % 3))\n'
+              f'if [ "$PWE_MEMBER" -ge 32 ]; then while [ ! -e {tmp_path}/gate ]; do sleep 0.2; done; fi\n'
+              f'echo "end $PWE_MEMBER" >> {tmp_path}/ledger\n')
+    bindir, calls = shim(tmp_path)
+    env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
+    began = time.time()
+    proc, run_dir, ledger = start_engine(tmp_path, 40, script, {"status_every": 2}, env)
+    try:
+        wait_until(lambda: sum(ledger_counts(ledger)[0].values()) >= 8, 90, "members running")
+        down_at = time.time()
+        with slurm_cluster.controller_down():
+            wait_until(lambda: "cluster" in (pwe_status(run_dir).get("unreachable") or {}), 55,
+                       "pwe status saying the batch system does not answer")
+            text = subprocess.run([sys.executable, "-m", "pwe", "status", str(run_dir)], env=ENV,
+                                  capture_output=True, text=True, timeout=60).stdout
+            assert "host 'cluster': its batch system does not answer" in text, text
+            time.sleep(max(0.0, down_at + 60 - time.time()))
+            assert proc.poll() is None, proc.communicate()
+            assert calls.read_text().split().count("sbatch") == 1
+        wait_until(lambda: any("answers again" in r.get("what", "") for r in journal_now(run_dir)), 90,
+                   "the engine hearing the controller again")
+        assert not pwe_status(run_dir).get("unreachable")
+        (tmp_path / "gate").touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    print(f"outage test: {time.time() - began:.0f} s in all, the controller down {60} s")
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert starts == ends == {i: 1 for i in range(40)}, (starts, ends)
+    journal = read_journal(run_dir)
+    assert len([r for r in journal if r["e"] == "pilot"]) == 1
+    assert not [r for r in journal if r["e"] == "pilot_gone"]
+    assert calls.read_text().split().count("sbatch") == 1
+
+
+def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, tmp_path):
+    """Issue 10.1: sbatch cannot reach the controller ("Unable to contact slurm controller"):
+    not a refusal that stops the run, but a wait; `pwe status` says so, and the submission
+    is tried again (with back-off) until the controller answers. One pilot job."""
+    script = f'echo "start $PWE_MEMBER" >> {tmp_path}/ledger\necho "end $PWE_MEMBER" >> {tmp_path}/ledger\n'
+    bindir, calls = shim(tmp_path)
+    env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
+    with slurm_cluster.controller_down():
+        proc, run_dir, ledger = start_engine(tmp_path, 6, script, {"status_every": 2}, env)
+        try:
+            wait_until(lambda: "cluster" in (pwe_status(run_dir).get("unreachable") or {}), 60,
+                       "pwe status saying the batch system does not answer")
+            assert proc.poll() is None, proc.communicate()
+        except BaseException:
+            proc.kill()
+            raise
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert starts == ends == {i: 1 for i in range(6)}
+    journal = read_journal(run_dir)
+    assert [r["p"] for r in journal if r["e"] == "pilot"] == ["p1"]
+    notes = [r["what"] for r in journal if r["e"] == "note"]
+    assert any("does not answer" in n and "Unable to contact slurm controller" in n for n in notes), notes
+    assert calls.read_text().split().count("sbatch") >= 2
+
+
+def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, tmp_path):
+    """Issue 10.3 on the real SLURM: the pilot process is stopped (SIGSTOP) past the silence
+    limit, its members finishing meanwhile. The engine cancels its job and hands its
+    members on only once the job has ended and every event the pilot wrote (it writes the
+    ends when SLURM continues it to end it) is taken in: no member runs to completion
+    twice, and none it finished runs again."""
+    import signal
+
+    script = (f'echo "start $PWE_MEMBER" >> {tmp_path}/ledger\nsleep 3\n'
+              f'echo "end $PWE_MEMBER" >> {tmp_path}/ledger\n')
+    proc, run_dir, ledger = start_engine(tmp_path, 24, script, {"heartbeat": 1, "lost_after": 4,
+                                                                "status_every": 1})
+    events = run_dir / "pilots" / "p1" / "events.jsonl"
+    try:
+        wait_until(lambda: sum(ledger_counts(ledger)[0].values()) >= 8, 90, "members running")
+        pid = json.loads(events.read_text().splitlines()[0])["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: any(r.get("p") == "p1" and r["e"] in ("note", "pilot_gone")
+                                   for r in journal_now(run_dir)), 90, "the engine giving the pilot up")
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        out, err = proc.communicate(timeout=150)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert ends == {i: 1 for i in range(24)}, ends  # every member ran to completion, once
+    finished_by_p1 = {e["m"] for e in map(json.loads, events.read_text().splitlines())
+                      if e["k"] == "end" and e["rc"] == 0}
+    assert finished_by_p1 and all(starts[m] == 1 for m in finished_by_p1), (finished_by_p1, starts)
+    journal = read_journal(run_dir)
+    assert any(r["e"] == "pilot_gone" and r["p"] == "p1" and "silent" in r["why"] for r in journal)
+    assert any(r["e"] == "pilot" and r["p"] == "p2" for r in journal)
