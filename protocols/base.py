@@ -117,7 +117,7 @@ class Protocol:
     #: controller down, restarting, overloaded), not that it refused: ask again later
     unreachable_words: tuple[str, ...] = ("unable to contact", "not responding", "socket timed out",
                                           "connection refused", "connection timed out", "cannot connect to server",
-                                          "connection reset")
+                                          "unable to connect", "connection reset")
 
     def __init__(self, runner: CommandRunner):
         self.runner = runner
