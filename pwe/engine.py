@@ -64,11 +64,11 @@ class Engine(PilotWork):
         self.info = info
         self.run_id = info["run_id"]
         self.heartbeat = float(info.get("heartbeat", 5.0))
-        # silence that gives a pilot up: many heartbeats, and at least a minute (a busy node,
-        # a filesystem that stalls for a while must not cost a pilot)
-        self.lost_after = float(info.get("lost_after") or max(60.0, 12 * self.heartbeat))
+        # silence that gives a pilot up: many heartbeats, and two minutes at least (a busy
+        # node, or a filesystem that stalls for a minute, must not cost a pilot)
+        self.lost_after = float(info.get("lost_after") or max(120.0, 24 * self.heartbeat))
         # how long a pilot given up for silence may take to end once its job is cancelled
-        self.end_wait = float(info.get("end_wait") or max(60.0, 2 * self.lost_after))
+        self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
         self.state: RunState | None = None
         self.journal: Journal | None = None
         self.pilots: dict[str, PilotHandle] = {}

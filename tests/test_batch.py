@@ -541,6 +541,17 @@ def test_a_replayed_edge_event_is_journaled_once(tmp_path):
     assert [(r["replay_of"], r["replays"]) for r in replays] == [(edges[0]["id"], 1), (edges[0]["id"], 2)], replays
 
 
+def test_the_silence_that_gives_a_pilot_up_is_many_heartbeats(tmp_path):
+    """Issue 10.3: lost_after is max(120 s, 24 heartbeats) unless the run says otherwise."""
+    from pwe.engine import Engine
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: e\nnodes:\n  m:\n    run: 'true'\n")
+    for heartbeat, options, lost_after in ((5.0, {}, 120.0), (10.0, {}, 240.0), (1.0, {"lost_after": 4}, 4.0)):
+        engine = Engine.create(wf, run_dir=tmp_path / f"run{heartbeat}", heartbeat=heartbeat, **options)
+        assert engine.lost_after == lost_after and engine.end_wait >= 60
+
+
 ENGINE = """
 import sys
 from pwe.engine import Engine
