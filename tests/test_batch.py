@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, read_journal, sample_pilot_job
+from test_crash import ledger_counts, wait_for
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
@@ -574,24 +575,6 @@ def start_engine(tmp_path, members, script, options, env=None):
     return proc, run_dir, tmp_path / "ledger"
 
 
-def ledger_counts(ledger):
-    from collections import Counter
-
-    words = [line.split() for line in ledger.read_text().splitlines()] if ledger.exists() else []
-    return (Counter(int(w[1]) for w in words if w[0] == "start"), Counter(int(w[1]) for w in words if w[0] == "end"))
-
-
-def wait_until(cond, timeout, what):
-    import time
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
 def journal_now(run_dir):
     try:
         lines = (run_dir / "journal.jsonl").read_text().splitlines()
@@ -621,18 +604,18 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
     exactly once (its own ledger), in one pilot job."""
     import time
 
-    script = (f'echo "start $PWE_MEMBER" >> {tmp_path}/ledger\nsleep $((1 + PWE_MEMBER % 3))\n'
+    script = (f'echo "start m $PWE_MEMBER" >> {tmp_path}/ledger\nsleep $((1 + PWE_MEMBER % 3))\n'
               f'if [ "$PWE_MEMBER" -ge 32 ]; then while [ ! -e {tmp_path}/gate ]; do sleep 0.2; done; fi\n'
-              f'echo "end $PWE_MEMBER" >> {tmp_path}/ledger\n')
+              f'echo "end m $PWE_MEMBER" >> {tmp_path}/ledger\n')
     bindir, calls = shim(tmp_path)
     env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
     began = time.time()
     proc, run_dir, ledger = start_engine(tmp_path, 40, script, {"status_every": 2}, env)
     try:
-        wait_until(lambda: sum(ledger_counts(ledger)[0].values()) >= 8, 90, "members running")
+        wait_for(lambda: ledger.exists() and sum(ledger_counts(ledger)[0].values()) >= 8, 90, "members running")
         down_at = time.time()
         with slurm_cluster.controller_down():
-            wait_until(lambda: "cluster" in (pwe_status(run_dir).get("unreachable") or {}), 55,
+            wait_for(lambda: "cluster" in (pwe_status(run_dir).get("unreachable") or {}), 55,
                        "pwe status saying the batch system does not answer")
             text = subprocess.run([sys.executable, "-m", "pwe", "status", str(run_dir)], env=ENV,
                                   capture_output=True, text=True, timeout=60).stdout
@@ -640,7 +623,7 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
             time.sleep(max(0.0, down_at + 60 - time.time()))
             assert proc.poll() is None, proc.communicate()
             assert calls.read_text().split().count("sbatch") == 1
-        wait_until(lambda: any("answers again" in r.get("what", "") for r in journal_now(run_dir)), 90,
+        wait_for(lambda: any("answers again" in r.get("what", "") for r in journal_now(run_dir)), 90,
                    "the engine hearing the controller again")
         assert not pwe_status(run_dir).get("unreachable")
         (tmp_path / "gate").touch()
@@ -650,7 +633,7 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
     print(f"outage test: {time.time() - began:.0f} s in all, the controller down {60} s")
     assert proc.returncode == 0, err
     starts, ends = ledger_counts(ledger)
-    assert starts == ends == {i: 1 for i in range(40)}, (starts, ends)
+    assert starts == ends == {("m", str(i)): 1 for i in range(40)}, (starts, ends)
     journal = read_journal(run_dir)
     assert len([r for r in journal if r["e"] == "pilot"]) == 1
     assert not [r for r in journal if r["e"] == "pilot_gone"]
@@ -661,13 +644,13 @@ def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, t
     """Issue 10.1: sbatch cannot reach the controller ("Unable to contact slurm controller"):
     not a refusal that stops the run, but a wait; `pwe status` says so, and the submission
     is tried again (with back-off) until the controller answers. One pilot job."""
-    script = f'echo "start $PWE_MEMBER" >> {tmp_path}/ledger\necho "end $PWE_MEMBER" >> {tmp_path}/ledger\n'
+    script = f'echo "start m $PWE_MEMBER" >> {tmp_path}/ledger\necho "end m $PWE_MEMBER" >> {tmp_path}/ledger\n'
     bindir, calls = shim(tmp_path)
     env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
     with slurm_cluster.controller_down():
         proc, run_dir, ledger = start_engine(tmp_path, 6, script, {"status_every": 2}, env)
         try:
-            wait_until(lambda: "cluster" in (pwe_status(run_dir).get("unreachable") or {}), 60,
+            wait_for(lambda: "cluster" in (pwe_status(run_dir).get("unreachable") or {}), 60,
                        "pwe status saying the batch system does not answer")
             assert proc.poll() is None, proc.communicate()
         except BaseException:
@@ -679,7 +662,7 @@ def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, t
         proc.kill()
     assert proc.returncode == 0, err
     starts, ends = ledger_counts(ledger)
-    assert starts == ends == {i: 1 for i in range(6)}
+    assert starts == ends == {("m", str(i)): 1 for i in range(6)}
     journal = read_journal(run_dir)
     assert [r["p"] for r in journal if r["e"] == "pilot"] == ["p1"]
     notes = [r["what"] for r in journal if r["e"] == "note"]
@@ -695,17 +678,17 @@ def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, t
     twice, and none it finished runs again."""
     import signal
 
-    script = (f'echo "start $PWE_MEMBER" >> {tmp_path}/ledger\nsleep 3\n'
-              f'echo "end $PWE_MEMBER" >> {tmp_path}/ledger\n')
+    script = (f'echo "start m $PWE_MEMBER" >> {tmp_path}/ledger\nsleep 3\n'
+              f'echo "end m $PWE_MEMBER" >> {tmp_path}/ledger\n')
     proc, run_dir, ledger = start_engine(tmp_path, 24, script, {"heartbeat": 1, "lost_after": 4,
                                                                 "status_every": 1})
     events = run_dir / "pilots" / "p1" / "events.jsonl"
     try:
-        wait_until(lambda: sum(ledger_counts(ledger)[0].values()) >= 8, 90, "members running")
+        wait_for(lambda: ledger.exists() and sum(ledger_counts(ledger)[0].values()) >= 8, 90, "members running")
         pid = json.loads(events.read_text().splitlines()[0])["pid"]
         os.kill(pid, signal.SIGSTOP)
         try:
-            wait_until(lambda: any(r.get("p") == "p1" and r["e"] in ("note", "pilot_gone")
+            wait_for(lambda: any(r.get("p") == "p1" and r["e"] in ("note", "pilot_gone")
                                    for r in journal_now(run_dir)), 90, "the engine giving the pilot up")
         finally:
             try:
@@ -717,10 +700,10 @@ def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, t
         proc.kill()
     assert proc.returncode == 0, err
     starts, ends = ledger_counts(ledger)
-    assert ends == {i: 1 for i in range(24)}, ends  # every member ran to completion, once
+    assert ends == {("m", str(i)): 1 for i in range(24)}, ends  # every member ran to completion, once
     finished_by_p1 = {e["m"] for e in map(json.loads, events.read_text().splitlines())
                       if e["k"] == "end" and e["rc"] == 0}
-    assert finished_by_p1 and all(starts[m] == 1 for m in finished_by_p1), (finished_by_p1, starts)
+    assert finished_by_p1 and all(starts[("m", str(m))] == 1 for m in finished_by_p1), (finished_by_p1, starts)
     journal = read_journal(run_dir)
     assert any(r["e"] == "pilot_gone" and r["p"] == "p1" and "silent" in r["why"] for r in journal)
     assert any(r["e"] == "pilot" and r["p"] == "p2" for r in journal)
