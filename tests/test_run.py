@@ -1033,7 +1033,9 @@ def test_retry_after_cancel_reruns_the_cancelled_members(tmp_path, write, reaper
     to completion (the members' own ledger)."""
     gate, ledger = tmp_path / "gate", tmp_path / "ledger"
     wf = write("name: again\nnodes:\n  a:\n    parameters: {k: {range: [0, 4]}}\n"
-               f"    run: while [ ! -e {gate} ]; do sleep 0.05; done; echo $PWE_MEMBER >> {ledger}\n")
+               # (bounded: a member left behind by a failed test ends by itself within 60 s)
+               f"    run: for i in $(seq 1200); do [ -e {gate} ] && break; sleep 0.05; done; "
+               f"echo $PWE_MEMBER >> {ledger}\n")
     run = tmp_path / "run"
     rc, out, err = pwe("submit", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
@@ -1059,7 +1061,7 @@ def test_status_tells_each_pilots_state_the_same_in_text_and_json(tmp_path, writ
     function decides each pilot's state for both: up while it runs, gone once it is."""
     gate = tmp_path / "gate"
     wf = write("name: orphaned\nnodes:\n  a:\n    parameters: {k: {range: [0, 4]}}\n"
-               f"    run: while [ ! -e {gate} ]; do sleep 0.05; done\n")
+               f"    run: for i in $(seq 1200); do [ -e {gate} ] && break; sleep 0.05; done\n")
     run = tmp_path / "run"
     rc, out, err = pwe("submit", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
