@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from array import array
 from collections import deque
 from typing import Any
 
@@ -28,7 +29,7 @@ from .spawn import Spawner, member_base_env, reaped, start_failure
 from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .transport import PilotSpool
-from .wire import BACK, CANCEL, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UP, VERSION
+from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UP, VERSION
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
@@ -62,6 +63,7 @@ class PilotAgent(RemoteNodes):
         self.cancelled = False
         self.transport = PilotSpool(directory, fsync)
         self._task_cursor = 0
+        self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
         self._out: list[dict[str, Any]] = []
         self.write_blocked = False
         self._base_env = member_base_env()
@@ -106,6 +108,8 @@ class PilotAgent(RemoteNodes):
         for msg in msgs:
             kind = msg.get("k")
             if kind == TASK:
+                if not self.take(msg):
+                    continue
                 if self.draining:
                     self.hand_back(msg, "the allocation is ending")
                 else:
@@ -115,10 +119,37 @@ class PilotAgent(RemoteNodes):
                 self.stopping = True
             elif kind == CANCEL:
                 self.cancel()
+            elif kind == DAMAGED:
+                say(f"a damaged line in the tasks file skipped: {msg.get('text')!r}")
         return got
 
+    def take(self, task: dict) -> bool:
+        """Whether a task is new to this pilot: an attempt of a member it has taken (and
+        not handed back) is never taken again, so it never runs twice, whatever the
+        engine sends (a resumed engine whose journal lost the assignment). Kept per node
+        as the highest attempt taken of each member, 4 bytes a member."""
+        try:
+            n, m, a = task["n"], int(task["m"]), int(task["a"])
+        except (KeyError, TypeError, ValueError):
+            say(f"a task without node, member and attempt ignored: {str(task)[:200]}")
+            return False
+        taken = self.taken.get(n)
+        if taken is None:
+            taken = self.taken[n] = array("I")
+        if m >= len(taken):
+            taken.frombytes(bytes(4 * (max(m + 1, 2 * len(taken)) - len(taken))))
+        if a <= taken[m]:
+            say(f"task {n}[{m}] attempt {a} ignored: this pilot took attempt {taken[m]} of it already")
+            return False
+        taken[m] = a
+        return True
+
     def hand_back(self, task: dict, why: str) -> None:
-        """Return an unstarted member to the engine; it costs no attempt."""
+        """Return an unstarted member to the engine; it costs no attempt (and the engine
+        may give this attempt to this pilot again)."""
+        taken = self.taken.get(task["n"])
+        if taken is not None and task["m"] < len(taken) and taken[task["m"]] == task["a"]:
+            taken[task["m"]] = task["a"] - 1
         self.emit(BACK, n=task["n"], m=task["m"], a=task["a"], why=why)
 
     # -- members --------------------------------------------------------------------------

@@ -39,6 +39,10 @@ kind           fields
 
 The engine refuses a pilot whose ``up`` names another :data:`VERSION`. How the bytes
 travel is :mod:`pilot.transport`'s business.
+
+A line that is not a message (damaged on disk) is never sent; :func:`decode` gives it to
+the reader as a ``damaged`` message (``text``: its first bytes), which the reader notes
+and skips: the messages after it are read as usual.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ VERSION = 1
 TASK, STOP, CANCEL = "task", "stop", "cancel"
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
+#: (never sent) what decode() makes of a line that is not a message
+DAMAGED = "damaged"
 
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
@@ -88,4 +94,21 @@ def decode(data: bytes) -> tuple[list[dict[str, Any]], bytes]:
     cut = data.rfind(b"\n") + 1
     if not cut:
         return [], data
-    return [_decode(line) for line in data[:cut].decode().split("\n") if line.strip()], data[cut:]
+    try:
+        msgs = [_decode(line) for line in data[:cut].decode().split("\n") if line.strip()]
+        if all(type(m) is dict and "k" in m for m in msgs):
+            return msgs, data[cut:]
+    except ValueError:
+        pass
+    return [_message(line) for line in data[:cut].split(b"\n") if line.strip()], data[cut:]
+
+
+def _message(line: bytes) -> dict[str, Any]:
+    """One line as a message, or as a ``damaged`` one."""
+    try:
+        msg = _decode(line.decode())
+        if type(msg) is dict and isinstance(msg.get("k"), str):
+            return msg
+    except ValueError:
+        pass
+    return {"k": DAMAGED, "text": line[:80].decode("utf-8", "replace")}

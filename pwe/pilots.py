@@ -15,12 +15,12 @@ import signal
 import socket
 import subprocess
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import BACK, CANCEL, DOWN, DRAIN, END, START, UP, VERSION
+from pilot.wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, START, UP, VERSION
 
 from .errors import ContactError, RunStopped, SubmitError
 from .journal import cannot_write
@@ -105,6 +105,13 @@ class Lane:
         self.last_status = 0.0
 
 
+def _task_key(msg: dict[str, Any]) -> tuple[str, int, int] | None:
+    """(node, member, attempt) of a task or of a pilot's message about one; None when it
+    has not those fields (damaged)."""
+    n, m, a = msg.get("n"), msg.get("m"), msg.get("a")
+    return (n, m, a) if isinstance(n, str) and isinstance(m, int) and isinstance(a, int) else None
+
+
 class PilotWork:
     """The engine's work with its pilots, split out of :class:`~pwe.engine.Engine` (its
     base class) by job: it uses the engine's state, journal (``_record``) and lanes."""
@@ -121,10 +128,87 @@ class PilotWork:
             if ns.state[i] == ASSIGNED and (nid, i, ns.attempt[i]) not in sent:
                 self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
         pilot.outstanding = len(st.inflight(pid_))
+        for ev in self._recovered.pop(pid_, ()):
+            self._take(pilot, ev)  # what it said of itself (up, drain, down), read by _recover
         self._ingest(pilot)
         if self._process_gone(pilot) and not pilot.down:
             self._ingest(pilot)
             self._pilot_gone(pilot, "lost while the engine was down")
+
+    def _recover(self) -> None:
+        """The journal was damaged (records skipped) or cut short: what it lost, the pilots'
+        own files still say, and they are read whole again.
+
+        Each pilot's tasks file says what it was sent, its events what it handed back,
+        started and ended. So: a member the journal has on a pilot that is gone, or on
+        one that does not hold it (never sent, or handed back), is handed back; a task a
+        pilot holds that the journal forgot is that pilot's again (never sent twice:
+        the pilot would run it twice); then every start and end is applied again (one
+        already applied changes nothing). Only what changes the state is journaled, and
+        each pilot's cursor moves to the end of what was read."""
+        st = self.state
+        files: dict[str, tuple[list[dict[str, Any]], Any, Counter]] = {}
+        for pid_ in st.pilots:
+            spool = EngineSpool(self.dir / "pilots" / pid_)
+            try:
+                events, cursor = spool.receive(0)
+                backs = Counter(_task_key(ev) for ev in events if ev.get("k") == BACK)
+                files[pid_] = (events, cursor, spool.sent() - backs)
+            except OSError:
+                files[pid_] = ([], 0, Counter())
+            finally:
+                spool.close()
+
+        def holds(pid_: str, nid: str, i: int, a: int) -> bool:
+            return bool(st.pilots.get(pid_, {}).get("alive")) and (nid, i, a) in files[pid_][2]
+
+        def hand_back_strays() -> None:
+            for nid, ns in st.nodes.items():
+                for i, pid_ in list(ns.pilot.items()):
+                    if not holds(pid_, nid, i, ns.attempt[i]):
+                        self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+
+        hand_back_strays()
+        started = {_task_key(ev): pid_ for pid_, (events, _, _) in files.items() for ev in events
+                   if ev.get("k") == START}
+        live = [q for q in reversed(list(files)) if st.pilots[q].get("alive")]
+
+        def adopt() -> int:
+            # a task the journal forgot: the pilot that started it has it, else the newest
+            # live pilot that holds it; one nobody started on a pilot that is gone runs again
+            n = 0
+            for key, pid_ in list(started.items()) + [(key, q) for q in live for key in files[q][2]]:
+                nid, i, a = key or ("", -1, 0)
+                ns = st.nodes.get(nid)
+                if ns is not None and 0 <= i < ns.size and ns.state[i] == READY and ns.attempt[i] == a - 1 \
+                        and key in files[pid_][2]:
+                    self._record({"e": "assign", "n": nid, "m": i, "a": a, "p": pid_})
+                    n += 1
+            return n
+
+        def apply_again() -> int:
+            n = 0
+            for pid_, (events, _, _) in files.items():
+                for ev in events:
+                    key = _task_key(ev) if ev.get("k") in (START, END) else None
+                    ns = st.nodes.get(key[0]) if key else None
+                    if ns is None or not 0 <= key[1] < ns.size or (ev["k"] == START and ns.state[key[1]] != ASSIGNED):
+                        continue  # (a start of one already running changes nothing)
+                    rec = self._event_record(pid_, ev)
+                    if rec is not None and st.apply(rec) is not None:
+                        self.journal.append(rec)
+                        n += 1
+            return n
+
+        # an end applied again may release members whose assignment the journal skipped
+        # (they were not ready then): until nothing changes
+        while adopt() + apply_again():
+            pass
+        for pid_, (_, cursor, _) in files.items():
+            if st.pilots[pid_].get("alive"):
+                self._record({"e": "offset", "p": pid_, "off": cursor})
+                self._recovered[pid_] = [ev for ev in files[pid_][0] if ev.get("k") in (UP, DRAIN, DOWN)]
+        hand_back_strays()  # (a pilot that is gone and had started one the journal forgot)
 
     def _start_pilot(self, lane: Lane) -> PilotHandle:
         if lane.protocol.batch:
@@ -220,39 +304,66 @@ class PilotWork:
         if not events:
             return 0
         for ev in events:
-            k = ev["k"]
-            if k == START or k == END:
-                rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pilot.id}
-                if k == START:
-                    rec["pid"] = ev.get("pid", 0)
-                else:
-                    rec["rc"] = ev["rc"]
-                    if ev.get("out"):
-                        rec["out"] = ev["out"]
-                    if ev.get("why"):
-                        rec["why"] = ev["why"]
-                    rec["dt"] = ev.get("dt")
-                if self._record(rec) is not None and k == END:
+            self._take(pilot, ev)
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor})
+        return len(events)
+
+    @staticmethod
+    def _event_record(pid_: str, ev: dict[str, Any]) -> dict[str, Any] | None:
+        """The journal record of a pilot's ``start``, ``end`` or ``back``; None for a
+        message without the fields its kind has (damaged)."""
+        k = ev["k"]
+        try:
+            if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
+                return {"e": "unassign", "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
+            rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_}
+            if k == START:
+                rec["pid"] = ev.get("pid", 0)
+            else:
+                rec["rc"] = ev["rc"]
+                if ev.get("out"):
+                    rec["out"] = ev["out"]
+                if ev.get("why"):
+                    rec["why"] = ev["why"]
+                rec["dt"] = ev.get("dt")
+        except KeyError:
+            return None
+        return rec
+
+    def _take(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
+        """Act on one message of a pilot."""
+        k = ev["k"]
+        if k == START or k == END or k == BACK:
+            rec = self._event_record(pilot.id, ev)
+            if rec is None:
+                k = DAMAGED
+            else:
+                try:
+                    applied = self.state.apply(rec)
+                except (KeyError, ValueError, TypeError, IndexError):
+                    applied, k = None, DAMAGED  # (a node or member this run does not have)
+                if k != DAMAGED:
+                    self.journal.append(rec)
+                if applied is not None and k == END:
                     pilot.outstanding -= 1
                     pilot.finished_any = True
                     self._failed_pilots = 0
-            elif k == BACK:  # handed back unstarted (or stopped by the allocation's end)
-                if self._record({"e": "unassign", "n": ev["n"], "m": ev["m"], "p": pilot.id,
-                                 "why": ev.get("why")}) is not None:
+                elif applied is not None and k == BACK:
                     pilot.outstanding -= 1
                     if (ev.get("why") or "").startswith("needs "):
                         pilot.refused.add((ev["n"], ev["m"]))
-            elif k == DRAIN:
-                pilot.draining = True
-            elif k == DOWN:
-                pilot.down = True
-                pilot.down_why = ev.get("why") or ""
-            elif k == UP:
-                if ev.get("v") != VERSION:
-                    self._refuse(pilot, ev.get("v"))
-                pilot.came_up = True
-        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor})
-        return len(events)
+        if k == DRAIN:
+            pilot.draining = True
+        elif k == DOWN:
+            pilot.down = True
+            pilot.down_why = ev.get("why") or ""
+        elif k == UP:
+            if ev.get("v") != VERSION:
+                self._refuse(pilot, ev.get("v"))
+            pilot.came_up = True
+        elif k == DAMAGED:
+            self._record({"e": "note", "what": f"pilot {pilot.id}: a damaged message skipped", "text":
+                          str(ev.get("text", ev))[:80], "t": time.time()})
 
     def _refuse(self, pilot: PilotHandle, version: Any) -> None:
         """A pilot that speaks another version of the messages: tell it to leave, hand its

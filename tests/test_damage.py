@@ -4,14 +4,18 @@ journal, damaged or missing files. Nothing lost, nothing run twice, and never a 
 import json
 import multiprocessing
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli
 from pwe.rundir import EngineLock
 
 TRIALS = 200
@@ -88,3 +92,102 @@ def test_status_tells_who_holds_the_lock(tmp_path):
     lock = EngineLock(tmp_path)
     lock.acquire()
     lock.release()
+
+
+# -- a damaged journal --------------------------------------------------------------------------
+
+LEDGER_WF = """
+name: damaged
+properties: {{ledger: {ledger}}}
+nodes:
+  a:
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+  b:
+    after: [a]
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+"""
+
+
+def _wait(cond, timeout=60.0, what="a condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _journal_ends(run_dir):
+    try:
+        return (run_dir / "journal.jsonl").read_bytes().count(b'"e":"end"')
+    except FileNotFoundError:
+        return 0
+
+
+def engine_killed_midrun(tmp_path, n=40, sleep=0.1, ends=15):
+    """A run of 2 x n members of `sleep` s each whose engine was killed (-9) after `ends` of
+    them ended; its pilot runs on. (run_dir, ledger, n)."""
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=sleep))
+    run_dir = tmp_path / "run"
+    rc, _, err = run_cli("submit", wf, "--cores", "4", "--run-dir", run_dir, cwd=tmp_path)
+    assert rc == 0, err
+    _wait(lambda: _journal_ends(run_dir) >= ends, what=f"{ends} members to end")
+    os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
+    assert _journal_ends(run_dir) < 2 * n, "the run finished before its engine was killed"
+    return run_dir, ledger, n
+
+
+def assert_each_attempt_ran_once(ledger, n):
+    """From the members' own ledger: every member ended, and no attempt of one ran twice."""
+    lines = ledger.read_text().splitlines()
+    ends = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("end"))
+    starts = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("start"))
+    twice = sorted(k for k, c in ends.items() if c > 1) + sorted(k for k, c in starts.items() if c > 1)
+    assert not twice, f"attempts that ran twice: {twice}"
+    assert {(node, m) for node, m, _ in ends} == {(node, str(i)) for node in "ab" for i in range(n)}
+
+
+def assert_readers_agree(run_dir, tmp_path, n):
+    shown = json.loads(run_cli("show", run_dir, "--json", "--limit", "0", cwd=tmp_path)[1])
+    assert len(shown) == 2 * n and all(m["state"] == "done" for m in shown)
+    snap = json.loads(run_cli("status", run_dir, "--json", cwd=tmp_path)[1])
+    assert snap["totals"]["done"] == 2 * n and snap["phase"] == "succeeded", snap
+
+
+def test_garbage_in_the_middle_of_the_journal_is_skipped_and_nothing_runs_twice(tmp_path):
+    run_dir, ledger, n = engine_killed_midrun(tmp_path)
+    journal = run_dir / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    # one line of garbage in the middle, and one end record overwritten in place (a bad block)
+    lost = next(k for k in range(len(lines) // 3, len(lines)) if b'"e":"end"' in lines[k])
+    lines[lost] = b"\x00" * (len(lines[lost]) - 1) + b"\n"
+    lines.insert(len(lines) // 2, b'{"e":"assign","n":"a","m":3,"a":1,"p":"p1\n')
+    journal.write_bytes(b"".join(lines))
+    rc, out, err = run_cli("resume", run_dir, cwd=tmp_path)
+    assert rc == 0, err
+    assert f"{2 * n} done of {2 * n}" in out
+    assert "Traceback" not in err
+    assert_each_attempt_ran_once(ledger, n)
+    assert re.search(r"warning: .*journal\.jsonl line \d+ .*skipped", err), err
+    assert_readers_agree(run_dir, tmp_path, n)
+
+
+def test_torn_journal_never_hands_a_pilot_the_same_task_twice(tmp_path):
+    run_dir, ledger, n = engine_killed_midrun(tmp_path)
+    journal = run_dir / "journal.jsonl"
+    data = journal.read_bytes()
+    # the journal lost its last records, the last one torn: among them an assignment whose
+    # task the pilot has (and runs)
+    at = data.rindex(b'{"e":"assign"')
+    journal.write_bytes(data[:at + 20])
+    rc, out, err = run_cli("resume", run_dir, cwd=tmp_path)
+    assert rc == 0, err
+    assert f"{2 * n} done of {2 * n}" in out
+    assert_each_attempt_ran_once(ledger, n)
+    assert_readers_agree(run_dir, tmp_path, n)
+    for log in (run_dir / "pilots").glob("*/pilot.log"):
+        assert "Traceback" not in log.read_text()
