@@ -191,3 +191,20 @@ def test_torn_journal_never_hands_a_pilot_the_same_task_twice(tmp_path):
     assert_readers_agree(run_dir, tmp_path, n)
     for log in (run_dir / "pilots").glob("*/pilot.log"):
         assert "Traceback" not in log.read_text()
+
+
+def test_a_journal_of_an_earlier_pwe_without_checksums_resumes(tmp_path):
+    run_dir, ledger, n = engine_killed_midrun(tmp_path)
+    journal = run_dir / "journal.jsonl"
+    plain = []
+    for line in journal.read_bytes().splitlines(keepends=True):
+        if line.endswith(b"\n"):
+            rec = json.loads(line)
+            rec.pop("c")
+            plain.append(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
+    journal.write_bytes(b"".join(plain))
+    rc, out, err = run_cli("resume", run_dir, cwd=tmp_path)
+    assert rc == 0, err
+    assert f"{2 * n} done of {2 * n}" in out and "warning" not in err, err
+    assert_each_attempt_ran_once(ledger, n)
+    assert_readers_agree(run_dir, tmp_path, n)
