@@ -234,6 +234,7 @@ def status(run: str | None, as_json: bool) -> None:
         snap = run_status(d)
     except PweError as exc:
         fail(exc)
+    warn(snap.get("warnings", []))
     if as_json:
         click.echo(json.dumps(snap, indent=2))
         return

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from pilot import transport
 
-from .errors import JournalError  # the run stops cleanly (drawn in pwe.errors)
+from .errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
@@ -65,6 +65,7 @@ class Replayed:
     path: Path
     damaged: list[int] = field(default_factory=list)  # line numbers of records skipped
     torn: bool = False  # the last line was cut short (a crash mid-write, or damage)
+    applied: int = 0
 
     def warnings(self) -> list[str]:
         """One line per damaged record (at most ten, then how many more)."""
@@ -80,7 +81,9 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any]) -> Replayed:
 
     A damaged record (its checksum does not match, it is not JSON, or ``apply`` cannot
     understand it) is skipped and replay goes on with the next line; a torn last line
-    was never acted on and is dropped. Both are reported in what is returned."""
+    was never acted on and is dropped. Both are reported in what is returned. A journal
+    of which no line can be read is :class:`RunDamaged`: replaying nothing would run
+    every member again."""
     done = Replayed(Path(path))
     try:
         fh = open(path, "rb")
@@ -98,8 +101,13 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any]) -> Replayed:
                 continue
             try:
                 apply(rec)
+                done.applied += 1
             except _NOT_UNDERSTOOD:
                 done.damaged.append(number)
+    if done.damaged and not done.applied:
+        raise RunDamaged(f"{path} is damaged: none of its {len(done.damaged)} lines can be read, so the run's record "
+                         "of its members is lost (resuming would run every member again); put a good copy back, or "
+                         "start a new run; `pwe status` still shows the last counts, `pwe logs` the members' output")
     return done
 
 

@@ -208,3 +208,65 @@ def test_a_journal_of_an_earlier_pwe_without_checksums_resumes(tmp_path):
     assert f"{2 * n} done of {2 * n}" in out and "warning" not in err, err
     assert_each_attempt_ran_once(ledger, n)
     assert_readers_agree(run_dir, tmp_path, n)
+
+
+# -- damaged run directories: every command says what is wrong in one line -----------------------
+
+SMALL_WF = """
+name: small
+nodes:
+  a:
+    parameters: {i: [1, 2, 3]}
+    run: echo a $PWE_PARAM_I >> ../../../../ran
+  b:
+    after: [a]
+    run: echo b >> ../../../../ran
+"""
+
+
+def _garbage(path):
+    path.write_bytes(b"\x00\xffnot what pwe wrote {[\n" * 3)
+
+
+DAMAGES = {
+    # what is damaged: (how, the file named in the one line when a command cannot go on)
+    "run.json garbage": (lambda d: _garbage(d / "run.json"), "run.json"),
+    "run.json not a run's": (lambda d: (d / "run.json").write_text('{"run_id": 3}'), "run.json"),
+    "workflow copy deleted": (lambda d: (d / "workflow.yaml").unlink(), "workflow.yaml"),
+    "state.json garbage": (lambda d: _garbage(d / "state.json"), "state.json"),
+    "journal deleted": (lambda d: (d / "journal.jsonl").unlink(), "journal.jsonl"),
+    "journal all garbage": (lambda d: _garbage(d / "journal.jsonl"), "journal.jsonl"),
+    "secret truncated": (lambda d: (d / "secret").write_text((d / "secret").read_text()[:5]), "secret"),
+    "events garbage": (lambda d: _garbage(d / "pilots" / "p1" / "events.jsonl"), "events.jsonl"),
+    "tasks garbage": (lambda d: _garbage(d / "pilots" / "p1" / "tasks.jsonl"), "tasks.jsonl"),
+}
+COMMANDS = [("status",), ("status", "--json"), ("show",), ("logs", "a:0"), ("resume",), ("retry",), ("cancel",)]
+
+
+def test_damaged_run_directories_never_end_in_a_traceback(tmp_path):
+    import shutil
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(SMALL_WF)
+    good = tmp_path / "good"
+    rc, _, err = run_cli("run", wf, "--cores", "2", "--run-dir", good, cwd=tmp_path)
+    assert rc == 0, err
+    os.unlink(wf)  # only the run's own copy of the workflow is left
+    failures = []
+    for name, (damage, named) in DAMAGES.items():
+        run_dir = tmp_path / name.replace(" ", "-")
+        shutil.copytree(good, run_dir)
+        damage(run_dir)
+        for command in COMMANDS:
+            rc, out, err = run_cli(command[0], run_dir, *command[1:], cwd=tmp_path, timeout=60)
+            said = f"{name}: pwe {' '.join(command)} -> {rc}\n{out}{err}"
+            lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning: ")]
+            if "Traceback" in err or rc not in (0, 1, 2, 3):
+                failures.append(said)
+            elif rc != 0 and (len(lines) != 1 or named not in lines[0]):
+                failures.append(f"not one line naming {named}: {said}")
+            elif command == ("status", "--json") and rc == 0:
+                json.loads(out)
+        if (run_dir / "ran").read_text() != (good / "ran").read_text():
+            failures.append(f"{name}: members ran again:\n{(run_dir / 'ran').read_text()}")
+    assert not failures, "\n\n".join(failures)
