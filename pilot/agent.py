@@ -179,6 +179,11 @@ class PilotAgent(RemoteNodes):
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
+        # its start on disk before it exists (one write, no fsync): a pilot killed at any
+        # moment, even inside the spawn, leaves no member running that the engine does not
+        # know of (it finds it by its environment and ends it before running it again)
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[n.name for n, _ in placement])
+        self.flush()
         try:
             pid = self.spawner.spawn(argv, env, cwd, task["cmd"])
         except OSError as exc:
@@ -187,8 +192,6 @@ class PilotAgent(RemoteNodes):
             self.fail_now(task, *start_failure(exc))
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
-        nodes = [n.name for n, _ in placement]
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
 
     def signal_member(self, m: Member, sig: int) -> None:
         if m.agent is not None:
@@ -231,6 +234,8 @@ class PilotAgent(RemoteNodes):
                 continue
             del self.queue[i]
             self.launch(task, placement, ranks, threads, exclusive)
+            if not self.flush():  # (a member of another node: its start, as its agent starts it)
+                return
 
     def reap(self) -> None:
         for pid, rc in reaped(lambda: self.running):

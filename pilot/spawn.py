@@ -114,3 +114,30 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def members_of(run_id: str) -> dict[int, tuple[str, str, str]]:
+    """The processes of this machine that are members of the run ``run_id`` (or their
+    children): pid -> (node, member index, attempt), from the environment each started
+    with (``PWE_RUN_ID``, ``PWE_NODE``, ``PWE_MEMBER``, ``PWE_ATTEMPT``). Empty where
+    there is no /proc. For the engine, which ends what a dead pilot left running."""
+    want = f"PWE_RUN_ID={run_id}".encode()
+    out: dict[int, tuple[str, str, str]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if want not in env:
+            continue
+        found = dict(v.split(b"=", 1) for v in env if v.startswith((b"PWE_NODE=", b"PWE_MEMBER=", b"PWE_ATTEMPT=")))
+        try:
+            out[pid] = (found[b"PWE_NODE"].decode(), found[b"PWE_MEMBER"].decode(), found[b"PWE_ATTEMPT"].decode())
+        except (KeyError, UnicodeDecodeError):
+            continue
+    return out

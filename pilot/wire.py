@@ -24,7 +24,8 @@ kind           fields
 =============  ============================================================================
 ``up``         ``v`` wire version, ``pid``, ``host``, ``slots``, ``allocation`` (its kind),
                ``job``, ``end`` (epoch s or null), ``margin`` s, ``nodes`` {name: cores}
-``start``      ``n``, ``m``, ``a``, ``pid`` (0 on another node), ``nodes`` [names]
+``start``      ``n``, ``m``, ``a``, ``pid`` (0: it is written before the member is
+               spawned; pilots before that gave the pid), ``nodes`` [names]
 ``end``        ``n``, ``m``, ``a``, ``rc`` (negative: a signal), ``dt`` s, ``out`` {key:
                value} outputs; ``why`` for timeouts, launch errors, signals
 ``back``       ``n``, ``m``, ``a``, ``why``: handed back unstarted (or stopped by the

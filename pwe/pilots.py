@@ -105,6 +105,13 @@ class Lane:
         self.last_status = 0.0
 
 
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _task_key(msg: dict[str, Any]) -> tuple[str, int, int] | None:
     """(node, member, attempt) of a task or of a pilot's message about one; None when it
     has not those fields (damaged)."""
@@ -209,6 +216,32 @@ class PilotWork:
                 self._record({"e": "offset", "p": pid_, "off": cursor})
                 self._recovered[pid_] = [ev for ev in files[pid_][0] if ev.get("k") in (UP, DRAIN, DOWN)]
         hand_back_strays()  # (a pilot that is gone and had started one the journal forgot)
+
+    def _end_orphans(self, pilot: PilotHandle, inflight: list[tuple[str, int]]) -> None:
+        """End what a pilot of this machine that is gone left running: a member orphaned by
+        a killed pilot would run on beside its re-issue. The pilot writes a member's
+        start before it spawns it, and its messages were read to the end first, so each
+        member it may have started is known; they are found by the environment they
+        started with (their pid is not known: written before the spawn) and their process
+        groups killed. One found that the journal has not seen start has its start
+        journaled (the attempt happened). Members on the pilot's other nodes end with
+        their node agents, whose ssh sessions end with the pilot."""
+        from pilot.spawn import members_of
+
+        st = self.state
+        mine = {(nid, str(i), str(st.nodes[nid].attempt[i])): (nid, i) for nid, i in inflight}
+        for nid, i in inflight:
+            if st.nodes[nid].pid.get(i):  # (a pilot of an earlier pwe said its members' pids)
+                _kill_group(st.nodes[nid].pid[i])
+        for pid, key in (members_of(self.run_id).items() if mine else ()):
+            if key in mine:
+                nid, i = mine[key]
+                if st.nodes[nid].state[i] == ASSIGNED:
+                    self._record({"e": "start", "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
+                try:
+                    _kill_group(os.getpgid(pid))
+                except ProcessLookupError:
+                    pass
 
     def _start_pilot(self, lane: Lane) -> PilotHandle:
         if lane.protocol.batch:
@@ -396,14 +429,10 @@ class PilotWork:
 
     def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         st = self.state
-        for nid, i in st.inflight(pilot.id):
-            pid = st.nodes[nid].pid.get(i)
-            if pid and pilot.host == socket.gethostname():
-                # a member orphaned by a killed pilot would run on beside its re-issue
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        inflight = st.inflight(pilot.id)
+        if pilot.host == socket.gethostname():
+            self._end_orphans(pilot, inflight)
+        for nid, i in inflight:
             self._record({"e": "unassign", "n": nid, "m": i, "p": pilot.id})
         self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": time.time()})
         pilot.alive = False

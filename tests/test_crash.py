@@ -179,3 +179,48 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     assert done_before <= done
     shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
     assert len(shown) == n and all(m["state"] == "done" for m in shown)
+
+
+def test_pilot_killed_again_and_again_never_runs_an_attempt_twice(tmp_path):
+    """Many short members, 2 at a time; the pilot is killed (-9) five times mid-run. Each
+    member's start is on disk as it starts, and the engine ends what a dead pilot left
+    running before it hands its members on: from the members' own ledger, no attempt
+    of a member started or ended twice, and every member ended."""
+    n = 2000
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        f"name: kills\nproperties: {{ledger: {ledger}}}\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
+        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; '
+        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ended() -> int:
+        try:
+            return ledger.read_bytes().count(b"end ")
+        except FileNotFoundError:
+            return 0
+
+    try:
+        for k, share in enumerate((0.1, 0.25, 0.4, 0.55, 0.7), start=1):
+            events = run_dir / "pilots" / f"p{k}" / "events.jsonl"
+            wait_for(lambda ev=events, want=share * n: ev.exists() and b'"k":"up"' in ev.read_bytes()
+                     and ended() >= want, timeout=120, what=f"pilot p{k} and {share:.0%} of the members")
+            up = json.loads(events.read_text().splitlines()[0])
+            assert up["k"] == "up"
+            os.kill(up["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert f"{n} done of {n}" in out
+    lines = ledger.read_text().splitlines()
+    starts = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("start"))
+    ends = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("end"))
+    assert not [k for k, c in ends.items() if c > 1], "attempts that ended twice"
+    assert not [k for k, c in starts.items() if c > 1], "attempts that started twice"
+    assert {m for m, _ in ends} == {str(i) for i in range(n)}
+    recs = read_journal(run_dir)
+    assert [r["p"] for r in recs if r["e"] == "pilot_gone"][:5] == ["p1", "p2", "p3", "p4", "p5"]
