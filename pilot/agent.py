@@ -25,11 +25,11 @@ from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .mpi import find as find_mpi
 from .packing import Packer, Placement
-from .spawn import Spawner, member_base_env, reaped, start_failure
+from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
 from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .transport import PilotSpool
-from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UP, VERSION
+from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UNWRITABLE, UP, VERSION
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
@@ -66,6 +66,7 @@ class PilotAgent(RemoteNodes):
         self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
         self._out: list[dict[str, Any]] = []
         self.write_blocked = False
+        self._unwritable = ""  # the last member directory that refused, said once in pilot.log
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
@@ -155,6 +156,18 @@ class PilotAgent(RemoteNodes):
     # -- members --------------------------------------------------------------------------
     def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
         cwd = task["cwd"]
+        try:
+            make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
+        except DirectoryError as exc:
+            # the run's cause, not the member's: handed back, no attempt spent; the engine
+            # stops the run, to be resumed once the directory takes files again
+            self.packer.release(placement, threads, exclusive)
+            why = f"{UNWRITABLE}{exc.filename}: {exc.strerror}"
+            if why != self._unwritable:
+                say(f"{why}: handing members back")
+                self._unwritable = why
+            self.hand_back(task, why)
+            return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
         if placement.gpu_ids:  # the GPUs of its node that are this member's alone
@@ -185,7 +198,7 @@ class PilotAgent(RemoteNodes):
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[n.name for n, _ in placement])
         self.flush()
         try:
-            pid = self.spawner.spawn(argv, env, cwd, task["cmd"])
+            pid = self.spawner.spawn(argv, env, cwd, task["cmd"], made=True)
         except OSError as exc:
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)

@@ -29,7 +29,9 @@ kind           fields
 ``end``        ``n``, ``m``, ``a``, ``rc`` (negative: a signal), ``dt`` s, ``out`` {key:
                value} outputs; ``why`` for timeouts, launch errors, signals
 ``back``       ``n``, ``m``, ``a``, ``why``: handed back unstarted (or stopped by the
-               allocation's end); no attempt spent
+               allocation's end); no attempt spent. A ``why`` that begins with
+               :data:`UNWRITABLE` (``cannot write DIR: reason``) is the run's cause:
+               the member's directory cannot be made or written
 ``drain``      ``why``, ``left`` s: the allocation ends, nothing more is taken
 ``node_lost``  ``node``, ``n``, ``m``, ``why`` (its ssh session's last words; not always):
                that member runs again on another node
@@ -60,6 +62,8 @@ TASK, STOP, CANCEL = "task", "stop", "cancel"
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
 #: (never sent) what decode() makes of a line that is not a message
 DAMAGED = "damaged"
+#: how a ``back`` says the member's directory cannot be made or written (the run's cause)
+UNWRITABLE = "cannot write "
 
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {

@@ -74,6 +74,7 @@ class Engine(PilotWork):
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
         self._edges_seen: set[str] = set()
         self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
+        self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
         self.warnings: list[str] = []
         #: says what the engine found wrong but worked around (a damaged journal line)
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
@@ -323,7 +324,7 @@ class Engine(PilotWork):
                                 self.state.unfinished() == 0:
                             pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
                     pilot.close()
-                except OSError:
+                except (OSError, PweError):
                     pass  # the pilot keeps running what it has; resume takes its events in
             for lane in self.lanes.values():
                 if pending.get(lane.name):

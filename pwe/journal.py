@@ -15,6 +15,7 @@ checksum (a journal written by an earlier version of pwe) replay as they are.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import zlib
@@ -125,8 +126,9 @@ def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
 
 
 def cannot_write(where: Any, exc: OSError) -> JournalError:
-    """The error that stops a run whose files the disk refuses."""
-    return JournalError(f"cannot write {where}: {exc.strerror}: free space")
+    """The error that stops a run whose files the disk refuses, with what to do."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    return JournalError(f"cannot write {where}: {exc.strerror}: {'free space' if full else 'make it writable'}")
 
 
 class Journal:

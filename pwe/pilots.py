@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, START, UP, VERSION
+from pilot.wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, START, UNWRITABLE, UP, VERSION
 
 from .errors import ContactError, RunStopped, SubmitError
 from .journal import cannot_write
@@ -339,6 +339,9 @@ class PilotWork:
         for ev in events:
             self._take(pilot, ev)
         self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor})
+        if self._unwritable:
+            # the members' directories cannot be made: the run's cause, not theirs
+            raise RunStopped(f"{self._unwritable}: make it writable")
         return len(events)
 
     @staticmethod
@@ -385,6 +388,14 @@ class PilotWork:
                     pilot.outstanding -= 1
                     if (ev.get("why") or "").startswith("needs "):
                         pilot.refused.add((ev["n"], ev["m"]))
+                if k == BACK and str(ev.get("why")).startswith(UNWRITABLE):
+                    from pilot.spawn import writable
+
+                    # the run stops once this batch is journaled, if it still cannot write
+                    # there (not for what a stopped run's pilot handed back meanwhile)
+                    where = str(ev["why"])[len(UNWRITABLE):].rsplit(": ", 1)[0]
+                    if not writable(where):
+                        self._unwritable = str(ev["why"])
         if k == DRAIN:
             pilot.draining = True
         elif k == DOWN:

@@ -224,3 +224,62 @@ def test_pilot_killed_again_and_again_never_runs_an_attempt_twice(tmp_path):
     assert {m for m, _ in ends} == {str(i) for i in range(n)}
     recs = read_journal(run_dir)
     assert [r["p"] for r in recs if r["e"] == "pilot_gone"][:5] == ["p1", "p2", "p3", "p4", "p5"]
+
+
+def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_finishes(tmp_path):
+    """The run's cause, not the members': no member fails, no attempt is spent; the run
+    stops (exit 3) with one line naming the directory; made writable again, `pwe resume`
+    finishes it, every member once. Root is not stopped by chmod: a read-only bind mount
+    over the members directory does it (files already open keep writing)."""
+    n = 400
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        f"name: ro\nproperties: {{ledger: {ledger}}}\ndefaults: {{retries: 2}}\nnodes:\n  a:\n"
+        f"    parameters: {{i: {{range: [0, {n}]}}}}\n"
+        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.01; '
+        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
+    run_dir = tmp_path / "run"
+    members = run_dir / "members"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    mounted = False
+    try:
+        wait_for(lambda: ledger.exists() and ledger.read_text().count("end") >= 60, what="60 members to end")
+        # made read-only aside (where nothing has a file open), then moved over it at once
+        stage = tmp_path / "stage"
+        stage.mkdir()
+        res = subprocess.run(["mount", "--bind", str(members), str(stage)], capture_output=True, text=True)
+        if res.returncode != 0:
+            proc.kill()
+            if os.environ.get("CI"):
+                pytest.fail(f"cannot bind-mount: {res.stderr}")
+            pytest.skip(f"cannot bind-mount here: {res.stderr.strip()}")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(stage)], check=True, capture_output=True)
+            subprocess.run(["mount", "--move", str(stage), str(members)], check=True, capture_output=True)
+            mounted = True
+        finally:
+            if not mounted:
+                subprocess.run(["umount", str(stage)])
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if mounted:
+            subprocess.run(["umount", "-l", str(members)], check=True)
+    assert proc.returncode == 3, (out, err)
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "stopped with its state intact" in last and f"{members.resolve()}" in last and "writable" in last, last
+    assert last.endswith(f"then: pwe resume {run_dir.resolve()}"), last
+    shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
+    assert not [m for m in shown if m["state"] == "failed" or m["attempts"] > 1], "the run's cause spent attempts"
+    time.sleep(0.5)  # what the stopped run's pilot still had queued, it hands back before leaving
+    second = pwe("resume", run_dir, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert f"{n} done of {n}" in second.stdout
+    lines = ledger.read_text().splitlines()
+    starts = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("start"))
+    ends = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("end"))
+    assert set(ends) == {(str(i), "1") for i in range(n)}, "a member that ended twice, or not at attempt 1"
+    assert all(c == 1 for c in ends.values()) and all(c == 1 for c in starts.values())
