@@ -239,7 +239,9 @@ def status(run: str | None, as_json: bool) -> None:
         click.echo(json.dumps(snap, indent=2))
         return
     cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
-    click.echo(f"{snap.get('run_id', d.name)}: {snap['phase']}  ({d})")
+    engine = snap.get("engine") if snap["phase"] == "running" else None
+    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
+    click.echo(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
     width = max([len(n) for n in snap["nodes"]] + [4])
     click.echo(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
     rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]

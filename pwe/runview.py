@@ -35,6 +35,8 @@ def status(run_dir: Path) -> dict[str, Any]:
                 raise
             snap["warnings"] = [f"{exc}; these counts are the last snapshot's"]
     snap["phase"] = _phase(snap, bool(holder))
+    if holder:
+        snap["engine"] = {"pid": holder.get("pid"), "host": holder.get("host")}  # who holds engine.lock
     snap["run_dir"] = str(d)
     heartbeat = 5.0
     try:

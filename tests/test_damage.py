@@ -85,6 +85,10 @@ def test_status_tells_who_holds_the_lock(tmp_path):
             EngineLock(tmp_path).acquire()
         # asking, from this process, twice, takes nothing from the holder
         assert EngineLock(tmp_path).holder()["pid"] == holder.pid
+        from pwe.runview import status
+
+        (tmp_path / "state.json").write_text('{"nodes": {}, "totals": {}}')
+        assert status(tmp_path)["phase"] == "running" and status(tmp_path)["engine"] == {"pid": holder.pid, "host": socket.gethostname()}
     finally:
         holder.kill()
         holder.wait()
