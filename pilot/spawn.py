@@ -50,9 +50,10 @@ def make_member_dir(cwd: str) -> None:
     try:
         try:
             os.mkdir(cwd)
+            return  # (made just now: it takes files)
         except FileNotFoundError:  # the first member of its shard
             os.makedirs(cwd, exist_ok=True)
-        except FileExistsError:  # a retry
+        except FileExistsError:  # a retry: is it still writable?
             pass
         if os.access(cwd, os.W_OK):
             return
