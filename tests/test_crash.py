@@ -10,12 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_journal
+from conftest import LEDGER_WF, ROOT, count_ends, ledger_counts, read_journal, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -28,41 +27,11 @@ def pwe(*args, cwd, check=None, timeout=120):
     return proc
 
 
-def wait_for(cond, timeout=60.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def count_ends(run_dir: Path) -> int:
-    try:
-        return sum(1 for line in open(run_dir / "journal.jsonl", "rb") if b'"e":"end"' in line)
-    except FileNotFoundError:
-        return 0
-
-
-LEDGER_WF = """
-name: crash
-properties: {{ledger: {ledger}}}
-nodes:
-  a:
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}
-  b:
-    after: [a]
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}
-"""
-
-
-def ledger_counts(ledger: Path):
-    lines = ledger.read_text().splitlines()
-    starts = Counter(tuple(l.split()[1:]) for l in lines if l.startswith("start"))
-    ends = Counter(tuple(l.split()[1:]) for l in lines if l.startswith("end"))
-    return starts, ends
+def kill_pilot(events: Path) -> None:
+    """kill -9 of the pilot whose events file this is (its pid is in its first line, `up`)."""
+    up = json.loads(events.read_text().splitlines()[0])
+    assert up["k"] == "up"
+    os.kill(up["pid"], signal.SIGKILL)
 
 
 @pytest.mark.parametrize("hosts", ["one", "two"])
@@ -116,9 +85,7 @@ def test_kill_pilot_members_it_held_run_again(tmp_path):
         events = run_dir / "pilots" / "p1" / "events.jsonl"
         wait_for(lambda: events.exists() and events.read_bytes().count(b'"k":"end"') >= 4, what="4 members to end")
         wait_for(lambda: ledger.read_text().count("start") > ledger.read_text().count("end"), what="running members")
-        up = json.loads(events.read_text().splitlines()[0])
-        assert up["k"] == "up"
-        os.kill(up["pid"], signal.SIGKILL)
+        kill_pilot(events)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
@@ -208,17 +175,13 @@ def test_pilot_killed_again_and_again_never_runs_an_attempt_twice(tmp_path):
             events = run_dir / "pilots" / f"p{k}" / "events.jsonl"
             wait_for(lambda ev=events, want=share * n: ev.exists() and b'"k":"up"' in ev.read_bytes()
                      and ended() >= want, timeout=120, what=f"pilot p{k} and {share:.0%} of the members")
-            up = json.loads(events.read_text().splitlines()[0])
-            assert up["k"] == "up"
-            os.kill(up["pid"], signal.SIGKILL)
+            kill_pilot(events)
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
     assert f"{n} done of {n}" in out
-    lines = ledger.read_text().splitlines()
-    starts = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("start"))
-    ends = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("end"))
+    starts, ends = ledger_counts(ledger, attempts=True)
     assert not [k for k, c in ends.items() if c > 1], "attempts that ended twice"
     assert not [k for k, c in starts.items() if c > 1], "attempts that started twice"
     assert {m for m, _ in ends} == {str(i) for i in range(n)}
@@ -278,8 +241,6 @@ def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_fini
     second = pwe("resume", run_dir, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert f"{n} done of {n}" in second.stdout
-    lines = ledger.read_text().splitlines()
-    starts = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("start"))
-    ends = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("end"))
+    starts, ends = ledger_counts(ledger, attempts=True)
     assert set(ends) == {(str(i), "1") for i in range(n)}, "a member that ended twice, or not at attempt 1"
     assert all(c == 1 for c in ends.values()) and all(c == 1 for c in starts.values())

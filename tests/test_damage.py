@@ -9,13 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import LEDGER_WF, ROOT, count_ends, ledger_counts, run_cli, wait_for
 from pwe.rundir import EngineLock
 
 TRIALS = 200
@@ -100,36 +98,6 @@ def test_status_tells_who_holds_the_lock(tmp_path):
 
 # -- a damaged journal --------------------------------------------------------------------------
 
-LEDGER_WF = """
-name: damaged
-properties: {{ledger: {ledger}}}
-nodes:
-  a:
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
-  b:
-    after: [a]
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
-"""
-
-
-def _wait(cond, timeout=60.0, what="a condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _journal_ends(run_dir):
-    try:
-        return (run_dir / "journal.jsonl").read_bytes().count(b'"e":"end"')
-    except FileNotFoundError:
-        return 0
-
-
 def engine_killed_midrun(tmp_path, n=40, sleep=0.1, ends=15):
     """A run of 2 x n members of `sleep` s each whose engine was killed (-9) after `ends` of
     them ended; its pilot runs on. (run_dir, ledger, n)."""
@@ -139,17 +107,15 @@ def engine_killed_midrun(tmp_path, n=40, sleep=0.1, ends=15):
     run_dir = tmp_path / "run"
     rc, _, err = run_cli("submit", wf, "--cores", "4", "--run-dir", run_dir, cwd=tmp_path)
     assert rc == 0, err
-    _wait(lambda: _journal_ends(run_dir) >= ends, what=f"{ends} members to end")
+    wait_for(lambda: count_ends(run_dir) >= ends, what=f"{ends} members to end")
     os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
-    assert _journal_ends(run_dir) < 2 * n, "the run finished before its engine was killed"
+    assert count_ends(run_dir) < 2 * n, "the run finished before its engine was killed"
     return run_dir, ledger, n
 
 
 def assert_each_attempt_ran_once(ledger, n):
     """From the members' own ledger: every member ended, and no attempt of one ran twice."""
-    lines = ledger.read_text().splitlines()
-    ends = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("end"))
-    starts = Counter(tuple(line.split()[1:]) for line in lines if line.startswith("start"))
+    starts, ends = ledger_counts(ledger, attempts=True)
     twice = sorted(k for k, c in ends.items() if c > 1) + sorted(k for k, c in starts.items() if c > 1)
     assert not twice, f"attempts that ran twice: {twice}"
     assert {(node, m) for node, m, _ in ends} == {(node, str(i)) for node in "ab" for i in range(n)}

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import ROOT
+from pilot.spawn import pid_alive
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 SSH = Path("/var/tmp/pwe-ssh")
@@ -128,13 +129,13 @@ def test_members_on_other_nodes_die_with_their_pilot(ssh_nodes, tmp_path):
         while time.time() < deadline and not all((tmp_path / f"pid{m}").exists() for m in range(2)):
             time.sleep(0.05)
         pids = [int((tmp_path / f"pid{m}").read_text()) for m in range(2)]
-        assert all(_alive(p) for p in pids)  # (the nodes share this machine's processes)
+        assert all(pid_alive(p) for p in pids)  # (the nodes share this machine's processes)
         pilot.kill()
         pilot.wait()
         deadline = time.time() + 10
-        while time.time() < deadline and any(_alive(p) for p in pids):
+        while time.time() < deadline and any(pid_alive(p) for p in pids):
             time.sleep(0.05)
-        assert not any(_alive(p) for p in pids), "a member on pwe-n1 outlived its pilot"
+        assert not any(pid_alive(p) for p in pids), "a member on pwe-n1 outlived its pilot"
     finally:
         pilot.kill()
         for p in pids:
@@ -142,11 +143,3 @@ def test_members_on_other_nodes_die_with_their_pilot(ssh_nodes, tmp_path):
                 os.killpg(p, signal.SIGKILL)
             except OSError:
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
