@@ -131,6 +131,8 @@ class PilotAgent(RemoteNodes):
         as the highest attempt taken of each member, 4 bytes a member."""
         try:
             n, m, a = task["n"], int(task["m"]), int(task["a"])
+            if m < 0 or a < 1:
+                raise ValueError(m, a)
         except (KeyError, TypeError, ValueError):
             say(f"a task without node, member and attempt ignored: {str(task)[:200]}")
             return False
