@@ -156,13 +156,17 @@ class PilotWork:
         st = self.state
         files: dict[str, tuple[list[dict[str, Any]], Any, Counter]] = {}
         for pid_ in st.pilots:
-            spool = EngineSpool(self.dir / "pilots" / pid_)
+            files[pid_] = ([], 0, Counter())
+            try:
+                spool = EngineSpool(self.dir / "pilots" / pid_)
+            except OSError:
+                continue  # (its directory is gone, and cannot be made: nothing to read)
             try:
                 events, cursor = spool.receive(0)
                 backs = Counter(_task_key(ev) for ev in events if ev.get("k") == BACK)
                 files[pid_] = (events, cursor, spool.sent() - backs)
             except OSError:
-                files[pid_] = ([], 0, Counter())
+                pass
             finally:
                 spool.close()
 
