@@ -156,7 +156,7 @@ class PilotWork:
         st = self.state
         files: dict[str, tuple[list[dict[str, Any]], Any, Counter]] = {}
         for pid_ in st.pilots:
-            files[pid_] = ([], 0, Counter())
+            files[pid_] = ([], None, Counter())  # (unread: its cursor stays where it was)
             try:
                 spool = EngineSpool(self.dir / "pilots" / pid_)
             except OSError:
@@ -216,7 +216,7 @@ class PilotWork:
         while adopt() + apply_again():
             pass
         for pid_, (_, cursor, _) in files.items():
-            if st.pilots[pid_].get("alive"):
+            if st.pilots[pid_].get("alive") and cursor is not None:
                 self._record({"e": "offset", "p": pid_, "off": cursor})
                 self._recovered[pid_] = [ev for ev in files[pid_][0] if ev.get("k") in (UP, DRAIN, DOWN)]
         hand_back_strays()  # (a pilot that is gone and had started one the journal forgot)
