@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from array import array
 from collections import deque
 from typing import Any
 
@@ -24,11 +25,11 @@ from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .mpi import find as find_mpi
 from .packing import Packer, Placement
-from .spawn import Spawner, member_base_env, reaped, start_failure
+from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
 from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .transport import PilotSpool
-from .wire import BACK, CANCEL, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UP, VERSION
+from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UNWRITABLE, UP, VERSION
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
@@ -62,8 +63,10 @@ class PilotAgent(RemoteNodes):
         self.cancelled = False
         self.transport = PilotSpool(directory, fsync)
         self._task_cursor = 0
+        self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
         self._out: list[dict[str, Any]] = []
         self.write_blocked = False
+        self._unwritable = ""  # the last member directory that refused, said once in pilot.log
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
@@ -106,6 +109,8 @@ class PilotAgent(RemoteNodes):
         for msg in msgs:
             kind = msg.get("k")
             if kind == TASK:
+                if not self.take(msg):
+                    continue
                 if self.draining:
                     self.hand_back(msg, "the allocation is ending")
                 else:
@@ -115,15 +120,56 @@ class PilotAgent(RemoteNodes):
                 self.stopping = True
             elif kind == CANCEL:
                 self.cancel()
+            elif kind == DAMAGED:
+                say(f"a damaged line in the tasks file skipped: {msg.get('text')!r}")
         return got
 
+    def take(self, task: dict) -> bool:
+        """Whether a task is new to this pilot: an attempt of a member it has taken (and
+        not handed back) is never taken again, so it never runs twice, whatever the
+        engine sends (a resumed engine whose journal lost the assignment). Kept per node
+        as the highest attempt taken of each member, 4 bytes a member."""
+        try:
+            n, m, a = task["n"], int(task["m"]), int(task["a"])
+            if m < 0 or a < 1:
+                raise ValueError(m, a)
+        except (KeyError, TypeError, ValueError):
+            say(f"a task without node, member and attempt ignored: {str(task)[:200]}")
+            return False
+        taken = self.taken.get(n)
+        if taken is None:
+            taken = self.taken[n] = array("I")
+        if m >= len(taken):
+            taken.frombytes(bytes(4 * (max(m + 1, 2 * len(taken)) - len(taken))))
+        if a <= taken[m]:
+            say(f"task {n}[{m}] attempt {a} ignored: this pilot took attempt {taken[m]} of it already")
+            return False
+        taken[m] = a
+        return True
+
     def hand_back(self, task: dict, why: str) -> None:
-        """Return an unstarted member to the engine; it costs no attempt."""
+        """Return an unstarted member to the engine; it costs no attempt (and the engine
+        may give this attempt to this pilot again)."""
+        taken = self.taken.get(task["n"])
+        if taken is not None and task["m"] < len(taken) and taken[task["m"]] == task["a"]:
+            taken[task["m"]] = task["a"] - 1
         self.emit(BACK, n=task["n"], m=task["m"], a=task["a"], why=why)
 
     # -- members --------------------------------------------------------------------------
     def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
         cwd = task["cwd"]
+        try:
+            make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
+        except DirectoryError as exc:
+            # the run's cause, not the member's: handed back, no attempt spent; the engine
+            # stops the run, to be resumed once the directory takes files again
+            self.packer.release(placement, threads, exclusive)
+            why = f"{UNWRITABLE}{exc.filename}: {exc.strerror}"
+            if why != self._unwritable:
+                say(f"{why}: handing members back")
+                self._unwritable = why
+            self.hand_back(task, why)
+            return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
         if placement.gpu_ids:  # the GPUs of its node that are this member's alone
@@ -148,16 +194,19 @@ class PilotAgent(RemoteNodes):
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
+        # its start on disk before it exists (one write, no fsync): a pilot killed at any
+        # moment, even inside the spawn, leaves no member running that the engine does not
+        # know of (it finds it by its environment and ends it before running it again)
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[n.name for n, _ in placement])
+        self.flush()
         try:
-            pid = self.spawner.spawn(argv, env, cwd, task["cmd"])
+            pid = self.spawner.spawn(argv, env, cwd, task["cmd"], made=True)
         except OSError as exc:
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
-        nodes = [n.name for n, _ in placement]
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=pid, nodes=nodes)
 
     def signal_member(self, m: Member, sig: int) -> None:
         if m.agent is not None:
@@ -200,6 +249,8 @@ class PilotAgent(RemoteNodes):
                 continue
             del self.queue[i]
             self.launch(task, placement, ranks, threads, exclusive)
+            if not self.flush():  # (a member of another node: its start, as its agent starts it)
+                return
 
     def reap(self) -> None:
         for pid, rc in reaped(lambda: self.running):

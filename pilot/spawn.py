@@ -38,6 +38,45 @@ def start_failure(exc: OSError) -> tuple[int, str]:
     return (127 if exc.errno == errno.ENOENT else 126), f"cannot start: {exc.strerror or exc}"
 
 
+class DirectoryError(OSError):
+    """A member's directory cannot be made or written: the run's cause, not the member's
+    (``filename``: the directory that refuses)."""
+
+
+def make_member_dir(cwd: str) -> None:
+    """Make a member's directory (and its shard) if missing, and check it takes files:
+    :class:`DirectoryError` naming the directory that refuses (read-only, no permission,
+    no space), before anything of the member starts."""
+    try:
+        try:
+            os.mkdir(cwd)
+            return  # (made just now: it takes files)
+        except FileNotFoundError:  # the first member of its shard
+            os.makedirs(cwd, exist_ok=True)
+        except FileExistsError:  # a retry: is it still writable?
+            pass
+        if os.access(cwd, os.W_OK):
+            return
+        err: OSError = PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as exc:
+        err = exc
+    where = cwd
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)  # the deepest directory there is: the one that refuses
+    if err.errno == errno.EACCES and not writable(where):
+        try:  # a read-only filesystem says so to access(), not to a directory that exists
+            if os.statvfs(where).f_flag & os.ST_RDONLY:
+                err = OSError(errno.EROFS, os.strerror(errno.EROFS))
+        except OSError:
+            pass
+    raise DirectoryError(err.errno, err.strerror, where)
+
+
+def writable(directory: str) -> bool:
+    """Whether files can be made in ``directory`` now (permission, a read-only mount)."""
+    return os.access(directory, os.W_OK)
+
+
 class Spawner:
     """Spawns members; remembers where each program was found, per PATH."""
 
@@ -54,19 +93,15 @@ class Spawner:
             self._which[key] = shutil.which(name, path=path)
         return self._which[key]
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, shell_cmd: str) -> int:
-        """Start ``argv`` in ``cwd`` (made if missing); its pid. Raises OSError when it
-        cannot start (not found, not executable, no space for its files).
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, shell_cmd: str, made: bool = False) -> int:
+        """Start ``argv`` in ``cwd`` (made if missing, unless ``made``); its pid. Raises
+        OSError when it cannot start (not found, not executable, no space for its files).
 
         ``shell_cmd`` is what runs under ``bash -c`` when ``argv[0]`` is a script without a
         ``#!`` line, as a shell would run it.
         """
-        try:
-            os.mkdir(cwd)
-        except FileNotFoundError:  # the first member of its shard
-            os.makedirs(cwd, exist_ok=True)
-        except FileExistsError:  # a retry
-            pass
+        if not made:
+            make_member_dir(cwd)
         # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python, and the
         # child opens its own stdout/stderr. It has no cwd argument: callers are
         # single-threaded, so stepping into the member's directory around it is safe (every
@@ -114,3 +149,30 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def members_of(run_id: str) -> dict[int, tuple[str, str, str]]:
+    """The processes of this machine that are members of the run ``run_id`` (or their
+    children): pid -> (node, member index, attempt), from the environment each started
+    with (``PWE_RUN_ID``, ``PWE_NODE``, ``PWE_MEMBER``, ``PWE_ATTEMPT``). Empty where
+    there is no /proc. For the engine, which ends what a dead pilot left running."""
+    want = f"PWE_RUN_ID={run_id}".encode()
+    out: dict[int, tuple[str, str, str]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if want not in env:
+            continue
+        found = dict(v.split(b"=", 1) for v in env if v.startswith((b"PWE_NODE=", b"PWE_MEMBER=", b"PWE_ATTEMPT=")))
+        try:
+            out[pid] = (found[b"PWE_NODE"].decode(), found[b"PWE_MEMBER"].decode(), found[b"PWE_ATTEMPT"].decode())
+        except (KeyError, UnicodeDecodeError):
+            continue
+    return out

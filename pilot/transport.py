@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,10 @@ class Transport:
     def receive(self, cursor: Any) -> tuple[list[dict[str, Any]], Any]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def sent(self) -> set[tuple[str, int, int]]:  # pragma: no cover - interface
-        """(The engine's side.) (node, member, attempt) of every task the pilot was sent:
-        a resumed engine hands back what it journaled as assigned but never sent."""
+    def sent(self) -> Counter[tuple[str, int, int]]:  # pragma: no cover - interface
+        """(The engine's side.) (node, member, attempt) of every task the pilot was sent,
+        and how many times: a resumed engine hands back what it journaled as assigned but
+        never sent, and takes back what was sent but the journal lost."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -124,17 +126,17 @@ class EngineSpool(Transport):
     def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
         return self._in.read(cursor)
 
-    def sent(self) -> set[tuple[str, int, int]]:
-        """(node, member, attempt) of every task the pilot was sent."""
-        out = set()
+    def sent(self) -> Counter[tuple[str, int, int]]:
+        """(node, member, attempt) of every task the pilot was sent, and how many times."""
+        out: Counter[tuple[str, int, int]] = Counter()
         with open(self.where, "rb") as fh:
             for line in fh:
                 try:
                     t = json.loads(line)
-                except ValueError:
-                    continue
-                if t.get("k") == TASK:
-                    out.add((t["n"], t["m"], t["a"]))
+                    if t.get("k") == TASK:
+                        out[(t["n"], t["m"], t["a"])] += 1
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue  # (a damaged line: the pilot could not read it either)
         return out
 
     def close(self) -> None:

@@ -24,11 +24,14 @@ kind           fields
 =============  ============================================================================
 ``up``         ``v`` wire version, ``pid``, ``host``, ``slots``, ``allocation`` (its kind),
                ``job``, ``end`` (epoch s or null), ``margin`` s, ``nodes`` {name: cores}
-``start``      ``n``, ``m``, ``a``, ``pid`` (0 on another node), ``nodes`` [names]
+``start``      ``n``, ``m``, ``a``, ``pid`` (0: it is written before the member is
+               spawned; pilots before that gave the pid), ``nodes`` [names]
 ``end``        ``n``, ``m``, ``a``, ``rc`` (negative: a signal), ``dt`` s, ``out`` {key:
                value} outputs; ``why`` for timeouts, launch errors, signals
 ``back``       ``n``, ``m``, ``a``, ``why``: handed back unstarted (or stopped by the
-               allocation's end); no attempt spent
+               allocation's end); no attempt spent. A ``why`` that begins with
+               :data:`UNWRITABLE` (``cannot write DIR: reason``) is the run's cause:
+               the member's directory cannot be made or written
 ``drain``      ``why``, ``left`` s: the allocation ends, nothing more is taken
 ``node_lost``  ``node``, ``n``, ``m``, ``why`` (its ssh session's last words; not always):
                that member runs again on another node
@@ -39,6 +42,10 @@ kind           fields
 
 The engine refuses a pilot whose ``up`` names another :data:`VERSION`. How the bytes
 travel is :mod:`pilot.transport`'s business.
+
+A line that is not a message (damaged on disk) is never sent; :func:`decode` gives it to
+the reader as a ``damaged`` message (``text``: its first bytes), which the reader notes
+and skips: the messages after it are read as usual.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ VERSION = 1
 TASK, STOP, CANCEL = "task", "stop", "cancel"
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
+#: (never sent) what decode() makes of a line that is not a message
+DAMAGED = "damaged"
+#: how a ``back`` says the member's directory cannot be made or written (the run's cause)
+UNWRITABLE = "cannot write "
 
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
@@ -88,4 +99,21 @@ def decode(data: bytes) -> tuple[list[dict[str, Any]], bytes]:
     cut = data.rfind(b"\n") + 1
     if not cut:
         return [], data
-    return [_decode(line) for line in data[:cut].decode().split("\n") if line.strip()], data[cut:]
+    try:
+        msgs = [_decode(line) for line in data[:cut].decode().split("\n") if line.strip()]
+        if all(type(m) is dict and "k" in m for m in msgs):
+            return msgs, data[cut:]
+    except ValueError:
+        pass
+    return [_message(line) for line in data[:cut].split(b"\n") if line.strip()], data[cut:]
+
+
+def _message(line: bytes) -> dict[str, Any]:
+    """One line as a message, or as a ``damaged`` one."""
+    try:
+        msg = _decode(line.decode())
+        if type(msg) is dict and isinstance(msg.get("k"), str):
+            return msg
+    except ValueError:
+        pass
+    return {"k": DAMAGED, "text": line[:80].decode("utf-8", "replace")}

@@ -235,11 +235,14 @@ def status(run: str | None, as_json: bool) -> None:
         snap = run_status(d)
     except PweError as exc:
         fail(exc)
+    warn(snap.get("warnings", []))
     if as_json:
         click.echo(json.dumps(snap, indent=2))
         return
     cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
-    click.echo(f"{snap.get('run_id', d.name)}: {snap['phase']}  ({d})")
+    engine = snap.get("engine") if snap["phase"] == "running" else None
+    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
+    click.echo(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
     for name, u in (snap.get("unreachable") or {}).items():
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         click.echo(f"host '{name}': its batch system does not answer, since {since} "

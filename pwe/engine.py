@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -76,7 +77,11 @@ class Engine(PilotWork):
         self._next_pilot = 1
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
         self._edges_seen: set[str] = set()
+        self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
+        self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
         self.warnings: list[str] = []
+        #: says what the engine found wrong but worked around (a damaged journal line)
+        self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
         self._task = TaskBuilder(plan, self.run_id, self.dir).build  # a member's task message
         from hostinfo.model import Host
@@ -152,13 +157,17 @@ class Engine(PilotWork):
 
     def _load(self) -> None:
         self.state = RunState(self.plan)
-        fresh = True
-        for rec in replay(self.dir / "journal.jsonl"):
-            self.state.apply(rec)
-            fresh = False
+        path = self.dir / "journal.jsonl"
+        fresh = not runs.check_journal(self.dir)
+        replayed = replay(path, self.state.apply)
         self._edges_seen = set(self.state.edge_files)  # taken in already: not read again
-        self.journal = Journal(self.dir / "journal.jsonl", fsync=bool(self.info.get("fsync")))
+        self.journal = Journal(path, fsync=bool(self.info.get("fsync")))
         self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid()})
+        for line in replayed.warnings():
+            self.notice(line)
+            self._record({"e": "note", "what": line, "t": time.time()})
+        if replayed.damaged or replayed.torn:
+            self._recover()
         for pid_, p in self.state.pilots.items():
             n = int(pid_.lstrip("p") or 0)
             self._next_pilot = max(self._next_pilot, n + 1)
@@ -329,7 +338,7 @@ class Engine(PilotWork):
                                 self.state.unfinished() == 0:
                             pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
                     pilot.close()
-                except OSError:
+                except (OSError, PweError):
                     pass  # the pilot keeps running what it has; resume takes its events in
             for lane in self.lanes.values():
                 if pending.get(lane.name):

@@ -6,6 +6,7 @@ this drawing, so neither can drift).
     PweError                       1    anything pwe reports to a user                pwe.rundir, pwe.cli, pwe.notify
      +-- RunStopped                3    stopped early, state intact: resumable        pwe.engine
      |    +-- JournalError         3    cannot write the run directory (disk full)    pwe.journal, pwe.engine
+     +-- RunDamaged                1    a file of the run directory damaged or gone   pwe.runs, pwe.engine
      +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry
      |    +-- WorkflowSyntaxError  2    not well-formed YAML / XML / UTF-8 text       pwe.yaml_reader, pwe.xml_reader
      |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  pwe.load, pwe.plan, the readers
@@ -70,6 +71,11 @@ class RunStopped(PweError):
 
 class JournalError(RunStopped):
     """The journal cannot be written (disk full, permissions): the run stops cleanly."""
+
+
+class RunDamaged(PweError):
+    """A file the run directory needs is damaged or missing (``run.json``, the workflow's
+    copy, the journal): says which, and what can still be done."""
 
 
 class InputError(PweError):

@@ -3,34 +3,113 @@
 Exactly one process (the engine holding the run's lock) appends. Records are written in
 batches with one ``write`` call; a crash can leave at most a torn last line, which
 :func:`replay` drops (and :class:`Journal` truncates before appending again).
+
+Each record carries its own checksum, so that damage anywhere (a bad block, a stray
+write, a line of garbage) is found: a line stays one JSON object, with a last field
+``"c"``, the CRC-32 (8 hex digits) of the line as it would be without that field:
+``{"e":"end",...,"c":"1a2b3c4d"}``. :func:`replay` skips a damaged record with a warning
+and goes on after it; what such a record said, the pilots' own files still say (the
+engine reads them again: :meth:`pwe.pilots.PilotWork._recover`). Lines without a
+checksum (a journal written by an earlier version of pwe) replay as they are.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable
 
 from pilot import transport
 
-from .errors import JournalError  # the run stops cleanly (drawn in pwe.errors)
+from .errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
+_CRC = b',"c":"'
+_TAIL = len(b',"c":"00000000"}\n')
+#: What apply() raises for a record it cannot understand: that record is damaged too.
+_NOT_UNDERSTOOD = (KeyError, ValueError, TypeError, IndexError, AttributeError)
 
 
-def replay(path: Path) -> Iterator[dict[str, Any]]:
-    """Every complete record, in order."""
+def encode(record: dict[str, Any]) -> bytes:
+    """One record as its journal line: compact JSON with its checksum as the last field."""
+    body = _dumps(record).encode()
+    return b"%s,\"c\":\"%08x\"}\n" % (body[:-1], zlib.crc32(body))
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    """The record of one whole journal line; None when it is damaged."""
+    if line[-_TAIL:-_TAIL + 6] == _CRC:
+        body = line[:-_TAIL] + b"}"
+        try:
+            if int(line[-_TAIL + 6:-3], 16) != zlib.crc32(body):
+                return None
+            rec = _loads(body.decode())
+        except ValueError:
+            return None
+    else:  # written before records had checksums
+        try:
+            rec = _loads(line.decode())
+        except ValueError:
+            return None
+    return rec if isinstance(rec, dict) and "e" in rec else None
+
+
+@dataclass
+class Replayed:
+    """What :func:`replay` found besides the records it applied."""
+
+    path: Path
+    damaged: list[int] = field(default_factory=list)  # line numbers of records skipped
+    torn: bool = False  # the last line was cut short (a crash mid-write, or damage)
+    applied: int = 0
+
+    def warnings(self) -> list[str]:
+        """One line per damaged record (at most ten, then how many more)."""
+        out = [f"{self.path} line {n} is damaged (checksum or format); skipped" for n in self.damaged[:10]]
+        if len(self.damaged) > 10:
+            out.append(f"{self.path}: {len(self.damaged) - 10} more damaged lines skipped")
+        return out
+
+
+def replay(path: Path, apply: Callable[[dict[str, Any]], Any]) -> Replayed:
+    """Apply every whole, undamaged record of the journal at ``path``, in order. The one
+    replay: the engine's and every reader's (``pwe show``, ``pwe status``, the API).
+
+    A damaged record (its checksum does not match, it is not JSON, or ``apply`` cannot
+    understand it) is skipped and replay goes on with the next line; a torn last line
+    was never acted on and is dropped. Both are reported in what is returned. A journal
+    of which no line can be read is :class:`RunDamaged`: replaying nothing would run
+    every member again."""
+    done = Replayed(Path(path))
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
-        return
+        return done
     with fh:
-        for line in fh:
+        for number, line in enumerate(fh, 1):
             if not line.endswith(b"\n"):
-                return  # torn by a crash mid-write: never applied, so never happened
+                done.torn = True  # (only the last line can be)
+                break
+            rec = decode(line)
+            if rec is None:
+                if line.strip():
+                    done.damaged.append(number)
+                continue
             try:
-                yield json.loads(line)
-            except ValueError:
-                return
+                apply(rec)
+                done.applied += 1
+            except _NOT_UNDERSTOOD:
+                done.damaged.append(number)
+    if done.damaged and not done.applied:
+        raise RunDamaged(f"{path} is damaged: none of its {len(done.damaged)} lines can be read, so the run's record "
+                         "of its members is lost (resuming would run every member again); put a good copy back, or "
+                         "start a new run; `pwe status` still shows the last counts, `pwe logs` the members' output")
+    return done
 
 
 def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
@@ -47,8 +126,9 @@ def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
 
 
 def cannot_write(where: Any, exc: OSError) -> JournalError:
-    """The error that stops a run whose files the disk refuses."""
-    return JournalError(f"cannot write {where}: {exc.strerror}: free space")
+    """The error that stops a run whose files the disk refuses, with what to do."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    return JournalError(f"cannot write {where}: {exc.strerror}: {'free space' if full else 'make it writable'}")
 
 
 class Journal:
@@ -77,7 +157,7 @@ class Journal:
             pass
 
     def append(self, record: dict[str, Any]) -> None:
-        self._buf.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        self._buf.append(encode(record))
 
     def flush(self) -> None:
         if not self._buf:

@@ -8,6 +8,7 @@ protocol, no connection to a host).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,15 @@ class RunResult:
 
 
 def load_state(run_dir: Path) -> tuple[dict[str, Any], RunState]:
-    """A run's run.json and its state, from its journal (read-only; no lock taken)."""
-    from .runs import read
+    """A run's run.json and its state, from its journal (read-only; no lock taken). A
+    damaged journal line is skipped with a warning on stderr, as the engine skips it."""
+    from .runs import check_journal, read
 
     info, plan = read(run_dir)
     state = RunState(plan)
-    for rec in replay(run_dir / "journal.jsonl"):
-        state.apply(rec)
+    check_journal(run_dir)
+    for line in replay(run_dir / "journal.jsonl", state.apply).warnings():
+        print(f"warning: {line}", file=sys.stderr)
     return info, state
 
 

@@ -5,7 +5,7 @@
       workflow.<ext>      a copy of the workflow file as submitted
       journal.jsonl       the event history; the run's state store (one writer: the engine)
       state.json          a snapshot of per-node counts, rewritten atomically (pwe status)
-      engine.lock         held by the one engine working on the run
+      engine.lock         locked (flock) by the one engine working on the run; its pid and host
       engine.log          the background engine's output (pwe submit)
       control/cancel      a request to cancel, for a running engine to act on
       pilots/<id>/        tasks.jsonl (engine -> pilot), events.jsonl (pilot -> engine), pilot.log
@@ -19,6 +19,7 @@ last line is ignored), and replays in well under a second for a 100,000-member r
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -29,7 +30,7 @@ from typing import Any
 
 from pilot.spawn import pid_alive  # (pwe.rundir.pid_alive: the one way, the pilot's)
 
-from .errors import InputError, PweError, RunNotFound
+from .errors import InputError, PweError, RunNotFound, RunStopped
 
 DEFAULT_ROOT = Path("pwe-runs")
 
@@ -80,44 +81,87 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 class EngineLock:
-    """One engine per run. ``O_EXCL`` creation works on NFS v3+ and on local disks; a
-    lock left by a dead engine on this host is taken over, one on another host is not."""
+    """One engine per run: an exclusive ``flock`` on ``engine.lock``, a file the run keeps,
+    with the holder's pid and host inside (for ``pwe status`` and the refusal's words).
+
+    The kernel drops the lock when its holder dies (kill -9 included), so there is no
+    stale lock to take over and no check-then-take race: of two engines that try at
+    once, exactly one gets it. The lock belongs to the open file, not the process, so
+    asking who holds it (:meth:`holder`) never drops a lock this process holds. On NFS
+    the Linux client turns ``flock`` into a lock the server keeps (NLM, NFSv4), so two
+    engines on different hosts exclude each other as far as the server supports locks;
+    a filesystem that refuses locks (Lustre mounted without ``flock``) is said so."""
 
     def __init__(self, run_dir: Path):
-        self.path = run_dir / "engine.lock"
+        self.path = Path(run_dir) / "engine.lock"
         self.held = False
+        self._fd: int | None = None
 
     def holder(self) -> dict | None:
+        """The pid and host of the engine that holds the lock; None when none does."""
         try:
-            info = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
             return None
-        if info.get("host") == socket.gethostname() and not pid_alive(info.get("pid", -1)):
-            return None
-        return info
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass  # held
+            except OSError:
+                return None  # no locks on this filesystem: nobody can hold one
+            else:
+                return None  # taken (and given back when fd closes): nobody held it
+            try:
+                info = json.loads(os.pread(fd, 4096, 0))
+            except (OSError, ValueError):
+                info = None
+            return info if isinstance(info, dict) and info else {"pid": "?", "host": "?"}
+        finally:
+            os.close(fd)
 
     def acquire(self) -> None:
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                info = self.holder()
-                if info is not None:
-                    raise PweError(
-                        f"an engine is already working on this run (pid {info.get('pid')} on {info.get('host')}); "
-                        "use pwe status, or pwe cancel"
-                    ) from None
-                self.path.unlink(missing_ok=True)  # stale: its engine is gone
-                continue
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, fh)
-            self.held = True
-            return
-        raise PweError(f"cannot take {self.path}")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise RunStopped(f"cannot open {self.path}: {exc.strerror}: make the run directory writable") from None
+        try:
+            for wait in (0.002, 0.02, 0):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not wait:
+                        raise
+                    time.sleep(wait)  # (perhaps only someone asking who holds it, for a moment)
+        except BlockingIOError:
+            os.close(fd)
+            info = self.holder() or {}
+            raise PweError(
+                f"an engine is already working on this run (pid {info.get('pid')} on {info.get('host')}); "
+                "use pwe status, or pwe cancel"
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            raise PweError(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
+                           "with file locks (Lustre: mounted with -o flock)") from None
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info, 0)
+        except OSError:
+            pass  # held all the same; status names no holder
+        self._fd = fd
+        self.held = True
 
     def release(self) -> None:
-        if self.held:
-            self.path.unlink(missing_ok=True)
+        if self.held and self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)  # no holder named any more
+            except OSError:
+                pass  # (a read-only or full filesystem): the lock goes with the close all the same
+            os.close(self._fd)
+            self._fd = None
             self.held = False
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rundir
-from .errors import InputError
+from .errors import InputError, RunDamaged
 from .plan import Plan, plan_workflow
 
 
@@ -61,15 +61,60 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     return path, plan, info, warnings
 
 
+def read_info(run_dir: Path) -> dict[str, Any]:
+    """run.json's content; :class:`RunDamaged` (one line) when it cannot be read."""
+    path = run_dir / "run.json"
+    try:
+        info = json.loads(path.read_text())
+        if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in ("run_id", "workflow", "copy")) \
+                or not isinstance(info.get("lanes"), dict) or not info["lanes"]:
+            raise ValueError("not what pwe writes there")
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not the JSON pwe wrote"
+        raise RunDamaged(f"{path} is damaged ({why}): the run cannot be shown member by member or "
+                         "resumed; `pwe status` still shows its last counts, `pwe logs` its members' output") from None
+    return info
+
+
 def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
     """An existing run: run.json's content and its plan. Re-planned from the workflow's
     original location when that still holds the same text (parameter files live beside
     it), else from the run's own copy."""
-    info = json.loads((run_dir / "run.json").read_text())
+    info = read_info(run_dir)
     original = Path(info["workflow"])
     copy = run_dir / info["copy"]
-    src = original if original.is_file() and original.read_bytes() == copy.read_bytes() else copy
-    return info, plan_workflow(src, info.get("sets") or {}, host=info.get("host"))
+    try:
+        text = copy.read_bytes()
+    except OSError as exc:
+        raise RunDamaged(f"the run's copy of its workflow, {copy}, cannot be read ({exc.strerror}): put the "
+                         f"workflow it ran there (the original, {original}, if it has not changed since); "
+                         "`pwe status` still shows the run's counts, `pwe logs` its members' output") from None
+    try:
+        same = original.is_file() and original.read_bytes() == text
+    except OSError:
+        same = False
+    return info, plan_workflow(original if same else copy, info.get("sets") or {}, host=info.get("host"))
+
+
+def check_journal(run_dir: Path) -> bool:
+    """False for a run no engine has worked on yet (no journal); :class:`RunDamaged` when
+    the journal is missing or empty but the run has begun (it has pilots or a snapshot):
+    replaying nothing would run every member again."""
+    path = run_dir / "journal.jsonl"
+    try:
+        if path.stat().st_size > 0:
+            return True
+    except FileNotFoundError:
+        pass
+    try:
+        begun = (run_dir / "state.json").exists() or any((run_dir / "pilots").iterdir())
+    except OSError:
+        begun = False
+    if begun:
+        raise RunDamaged(f"{path} is missing or empty, but the run has begun: its record of its members is lost "
+                         "(resuming would run every member again); put the journal back, or start a new run; "
+                         "`pwe status` still shows the last counts, `pwe logs` the members' output")
+    return False
 
 
 def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:

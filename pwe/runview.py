@@ -22,21 +22,25 @@ def status(run_dir: Path) -> dict[str, Any]:
     ``unreachable``: the hosts whose batch system does not answer the running engine, each
     with ``since`` (a time) and ``why`` (what it said)."""
     d = run_dir
-    try:
-        snap = json.loads((d / "state.json").read_text())
-    except (OSError, ValueError):
-        snap = {"run_id": d.name, "nodes": {}, "totals": {}, "finished_ok": None}
+    snap = _snapshot(d / "state.json")
     holder = EngineLock(d).holder()
-    if not holder and _mtime(d / "journal.jsonl") > _mtime(d / "state.json"):
-        # the engine stopped before its last snapshot (killed, disk full): the journal is
-        # the record, so count from it
+    if snap is None or (not holder and _mtime(d / "journal.jsonl") > _mtime(d / "state.json")):
+        # the engine stopped before its last snapshot (killed, disk full), or the snapshot
+        # is damaged: the journal is the record, so count from it
         from .results import load_state
 
-        info, st = load_state(d)
-        snap = {**snap, **st.snapshot(), "run_id": info["run_id"], "total_members": st.plan.total_members}
+        try:
+            info, st = load_state(d)
+            snap = {**(snap or {}), **st.snapshot(), "run_id": info["run_id"], "total_members": st.plan.total_members}
+        except PweError as exc:
+            if snap is None:
+                raise
+            snap["warnings"] = [f"{exc}; these counts are the last snapshot's"]
     snap["phase"] = _phase(snap, bool(holder))
     if not holder:
         snap["unreachable"] = {}  # an engine's word on its hosts' batch systems, true while it runs
+    if holder:
+        snap["engine"] = {"pid": holder.get("pid"), "host": holder.get("host")}  # who holds engine.lock
     snap["run_dir"] = str(d)
     heartbeat = 5.0
     try:
@@ -45,6 +49,17 @@ def status(run_dir: Path) -> dict[str, Any]:
         pass
     snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
     return snap
+
+
+def _snapshot(path: Path) -> dict[str, Any] | None:
+    """state.json's content; None when it is missing or not what the engine writes."""
+    try:
+        snap = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(snap, dict) and all(isinstance(snap.get(k, {}), dict) for k in ("nodes", "totals", "pilots")) \
+        and "nodes" in snap and all(isinstance(c, dict) for k in ("nodes", "pilots") for c in snap.get(k, {}).values())
+    return snap if ok else None
 
 
 def _phase(snap: dict[str, Any], engine_running: bool) -> str:

@@ -162,8 +162,9 @@ class RunState:
         if e == "unassign":  # a lost pilot's member, or one it handed back: ready again
             ns = self.nodes[r["n"]]
             i = r["m"]
-            if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"]:
-                return None
+            if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"] or r.get("a", ns.attempt[i]) != \
+                    ns.attempt[i]:
+                return None  # (``a``, when there: only that attempt; records before it had none)
             if ns.state[i] == ASSIGNED:
                 ns.attempt[i] -= 1  # never started: this attempt did not happen
             self._set(r["n"], ns, i, READY)

@@ -67,3 +67,7 @@ def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
             os.replace(cwd / name, cwd / f"{name}.{attempt}")
         except FileNotFoundError:
             pass
+        except OSError as exc:  # the run's directory, not the member: the run stops
+            from .journal import cannot_write
+
+            raise cannot_write(cwd, exc) from None

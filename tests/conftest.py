@@ -24,6 +24,49 @@ def read_journal(run_dir) -> list[dict]:
     return out
 
 
+#: Two nodes of n members each (b[i] after a[i]) that write their own ledger: a line as each
+#: starts and as each ends, with node, index and attempt. LEDGER_WF.format(ledger=PATH, n=N, sleep=S)
+LEDGER_WF = """
+name: ledger
+properties: {{ledger: {ledger}}}
+nodes:
+  a:
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+  b:
+    after: [a]
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+"""
+
+
+def wait_for(cond, timeout=60.0, what="condition"):
+    deadline = _time.time() + timeout
+    while _time.time() < deadline:
+        if cond():
+            return
+        _time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def count_ends(run_dir) -> int:
+    """How many end records a run's journal has (0 before it has one)."""
+    try:
+        return (Path(run_dir) / "journal.jsonl").read_bytes().count(b'"e":"end"')
+    except FileNotFoundError:
+        return 0
+
+
+def ledger_counts(ledger, attempts: bool = False):
+    """(starts, ends): Counters of the ledger's lines by what follows "start" / "end" (the
+    node and index, and the attempt with ``attempts``), from the members' own records."""
+    from collections import Counter
+
+    lines = [line.split() for line in Path(ledger).read_text().splitlines()]
+    cut = None if attempts else -1
+    return tuple(Counter(tuple(words[1:cut]) for words in lines if words[0] == what) for what in ("start", "end"))
+
+
 def sample_pilot_job(**kw):
     """A PilotJob with a value in every field, for job-script and scheduler tests."""
     from protocols.base import PilotJob

@@ -10,12 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_journal
+from conftest import LEDGER_WF, ROOT, count_ends, ledger_counts, read_journal, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -28,41 +27,11 @@ def pwe(*args, cwd, check=None, timeout=120):
     return proc
 
 
-def wait_for(cond, timeout=60.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def count_ends(run_dir: Path) -> int:
-    try:
-        return sum(1 for line in open(run_dir / "journal.jsonl", "rb") if b'"e":"end"' in line)
-    except FileNotFoundError:
-        return 0
-
-
-LEDGER_WF = """
-name: crash
-properties: {{ledger: {ledger}}}
-nodes:
-  a:
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}
-  b:
-    after: [a]
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER" >> {{{{ ledger }}}}
-"""
-
-
-def ledger_counts(ledger: Path):
-    lines = ledger.read_text().splitlines()
-    starts = Counter(tuple(l.split()[1:]) for l in lines if l.startswith("start"))
-    ends = Counter(tuple(l.split()[1:]) for l in lines if l.startswith("end"))
-    return starts, ends
+def kill_pilot(events: Path) -> None:
+    """kill -9 of the pilot whose events file this is (its pid is in its first line, `up`)."""
+    up = json.loads(events.read_text().splitlines()[0])
+    assert up["k"] == "up"
+    os.kill(up["pid"], signal.SIGKILL)
 
 
 @pytest.mark.parametrize("hosts", ["one", "two"])
@@ -116,9 +85,7 @@ def test_kill_pilot_members_it_held_run_again(tmp_path):
         events = run_dir / "pilots" / "p1" / "events.jsonl"
         wait_for(lambda: events.exists() and events.read_bytes().count(b'"k":"end"') >= 4, what="4 members to end")
         wait_for(lambda: ledger.read_text().count("start") > ledger.read_text().count("end"), what="running members")
-        up = json.loads(events.read_text().splitlines()[0])
-        assert up["k"] == "up"
-        os.kill(up["pid"], signal.SIGKILL)
+        kill_pilot(events)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
@@ -179,3 +146,101 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     assert done_before <= done
     shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
     assert len(shown) == n and all(m["state"] == "done" for m in shown)
+
+
+def test_pilot_killed_again_and_again_never_runs_an_attempt_twice(tmp_path):
+    """Many short members, 2 at a time; the pilot is killed (-9) five times mid-run. Each
+    member's start is on disk as it starts, and the engine ends what a dead pilot left
+    running before it hands its members on: from the members' own ledger, no attempt
+    of a member started or ended twice, and every member ended."""
+    n = 2000
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        f"name: kills\nproperties: {{ledger: {ledger}}}\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
+        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; '
+        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ended() -> int:
+        try:
+            return ledger.read_bytes().count(b"end ")
+        except FileNotFoundError:
+            return 0
+
+    try:
+        for k, share in enumerate((0.1, 0.25, 0.4, 0.55, 0.7), start=1):
+            events = run_dir / "pilots" / f"p{k}" / "events.jsonl"
+            wait_for(lambda ev=events, want=share * n: ev.exists() and b'"k":"up"' in ev.read_bytes()
+                     and ended() >= want, timeout=120, what=f"pilot p{k} and {share:.0%} of the members")
+            kill_pilot(events)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert f"{n} done of {n}" in out
+    starts, ends = ledger_counts(ledger, attempts=True)
+    assert not [k for k, c in ends.items() if c > 1], "attempts that ended twice"
+    assert not [k for k, c in starts.items() if c > 1], "attempts that started twice"
+    assert {m for m, _ in ends} == {str(i) for i in range(n)}
+    recs = read_journal(run_dir)
+    assert [r["p"] for r in recs if r["e"] == "pilot_gone"][:5] == ["p1", "p2", "p3", "p4", "p5"]
+
+
+def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_finishes(tmp_path):
+    """The run's cause, not the members': no member fails, no attempt is spent; the run
+    stops (exit 3) with one line naming the directory; made writable again, `pwe resume`
+    finishes it, every member once. Root is not stopped by chmod: a read-only bind mount
+    over the members directory does it (files already open keep writing)."""
+    n = 400
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        f"name: ro\nproperties: {{ledger: {ledger}}}\ndefaults: {{retries: 2}}\nnodes:\n  a:\n"
+        f"    parameters: {{i: {{range: [0, {n}]}}}}\n"
+        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.01; '
+        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
+    run_dir = tmp_path / "run"
+    members = run_dir / "members"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    mounted = False
+    try:
+        wait_for(lambda: ledger.exists() and ledger.read_text().count("end") >= 60, what="60 members to end")
+        # made read-only aside (where nothing has a file open), then moved over it at once
+        stage = tmp_path / "stage"
+        stage.mkdir()
+        res = subprocess.run(["mount", "--bind", str(members), str(stage)], capture_output=True, text=True)
+        if res.returncode != 0:
+            proc.kill()
+            if os.environ.get("CI"):
+                pytest.fail(f"cannot bind-mount: {res.stderr}")
+            pytest.skip(f"cannot bind-mount here: {res.stderr.strip()}")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(stage)], check=True, capture_output=True)
+            subprocess.run(["mount", "--move", str(stage), str(members)], check=True, capture_output=True)
+            mounted = True
+        finally:
+            if not mounted:
+                subprocess.run(["umount", str(stage)])
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if mounted:
+            subprocess.run(["umount", "-l", str(members)], check=True)
+    assert proc.returncode == 3, (out, err)
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "stopped with its state intact" in last and f"{members.resolve()}" in last and "writable" in last, last
+    assert last.endswith(f"then: pwe resume {run_dir.resolve()}"), last
+    shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
+    assert not [m for m in shown if m["state"] == "failed" or m["attempts"] > 1], "the run's cause spent attempts"
+    time.sleep(0.5)  # what the stopped run's pilot still had queued, it hands back before leaving
+    second = pwe("resume", run_dir, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert f"{n} done of {n}" in second.stdout
+    starts, ends = ledger_counts(ledger, attempts=True)
+    assert set(ends) == {(str(i), "1") for i in range(n)}, "a member that ended twice, or not at attempt 1"
+    assert all(c == 1 for c in ends.values()) and all(c == 1 for c in starts.values())

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import ROOT
+from pilot.spawn import pid_alive
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 SSH = Path("/var/tmp/pwe-ssh")
@@ -107,3 +108,38 @@ def test_unknown_host_key_is_refused(ssh_nodes, tmp_path):
     assert proc.returncode == 1
     err = (tmp_path / "run" / "members" / "m" / "0" / "0" / "stderr").read_text()
     assert "Host key verification failed" in err
+
+
+def test_members_on_other_nodes_die_with_their_pilot(ssh_nodes, tmp_path):
+    """kill -9 of the pilot: its ssh session to a node ends, and the node agent there kills
+    its members' process groups (no member outlives its pilot unnoticed)."""
+    import signal
+
+    d = tmp_path / "pilot"
+    d.mkdir()
+    tasks = [{"k": "task", "n": "a", "m": m, "a": 1, "cmd": f"echo $$ > {tmp_path}/pid{m}; sleep 60; echo late",
+              "cwd": str(d / "m" / str(m)), "env": {}, "ranks": 1, "threads": 1, "wall": None} for m in range(2)]
+    (d / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    prefix = f"ssh -F {SSH / 'ssh_config'} -o BatchMode=yes {{node}}"
+    pilot = subprocess.Popen([sys.executable, "-m", "pilot", "--dir", str(d), "--hosts", "pwe-n1:2", "--launcher",
+                              "ssh", "--launcher-prefix", prefix], env=ENV, start_new_session=True)
+    pids = []
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not all((tmp_path / f"pid{m}").exists() for m in range(2)):
+            time.sleep(0.05)
+        pids = [int((tmp_path / f"pid{m}").read_text()) for m in range(2)]
+        assert all(pid_alive(p) for p in pids)  # (the nodes share this machine's processes)
+        pilot.kill()
+        pilot.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(pid_alive(p) for p in pids):
+            time.sleep(0.05)
+        assert not any(pid_alive(p) for p in pids), "a member on pwe-n1 outlived its pilot"
+    finally:
+        pilot.kill()
+        for p in pids:
+            try:
+                os.killpg(p, signal.SIGKILL)
+            except OSError:
+                pass

@@ -73,3 +73,28 @@ def test_engine_gives_handed_back_members_to_the_next_pilot_without_spending_att
     pilots = [r["p"] for r in journal if r["e"] == "pilot"]
     assert len(pilots) >= 2, "no pilot ran out of walltime"
     assert any(r["e"] == "unassign" and "allocation" in (r.get("why") or "") for r in journal)
+
+
+def test_the_pilot_never_takes_the_same_attempt_of_a_member_twice(tmp_path):
+    """An engine whose journal lost an assignment may send the same task again: the pilot
+    runs it once and says so in pilot.log. An attempt it handed back it may take again."""
+    d = tmp_path / "pilot"
+    d.mkdir()
+    ledger = tmp_path / "ledger"
+    run = f"echo $PWE_MEMBER $PWE_ATTEMPT >> {ledger}"
+    again = [task(d, 0, run, env={"PWE_MEMBER": "0", "PWE_ATTEMPT": "1"}),
+             task(d, 0, run, env={"PWE_MEMBER": "0", "PWE_ATTEMPT": "1"}),
+             {**task(d, 0, run, env={"PWE_MEMBER": "0", "PWE_ATTEMPT": "2"}), "a": 2},
+             {**task(d, 0, run, env={"PWE_MEMBER": "0", "PWE_ATTEMPT": "1"}), "a": 1},  # an older attempt
+             {"k": "stop"}]
+    (d / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in again))
+    log = open(d / "pilot.log", "wb")
+    proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "1"], env=ENV, timeout=30,
+                          stderr=log)
+    assert proc.returncode == 0
+    assert ledger.read_text().split("\n") == ["0 1", "0 2", ""]
+    said = (d / "pilot.log").read_text()
+    assert said.count("task a[0] attempt 1 ignored: this pilot took attempt") == 2, said
+    ev = events(d)
+    assert [(e["k"], e["a"]) for e in ev if e["k"] in ("start", "end")] == [("start", 1), ("end", 1), ("start", 2),
+                                                                             ("end", 2)]

@@ -69,7 +69,7 @@ def test_the_spool_holds_back_a_partial_line_and_reads_on_from_a_cursor(tmp_path
     got, cursor = pilot.receive(0)
     assert [m["k"] for m in got] == ["task", "stop"]
     assert pilot.receive(cursor) == ([], cursor)
-    assert engine.sent() == {("a", 0, 1)}
+    assert engine.sent() == {("a", 0, 1): 1}
     with open(tmp_path / "events.jsonl", "ab") as fh:
         fh.write(b'{"k":"up","v":1}\n{"k":"hb"')  # a line its writer is still writing
     got, cursor = engine.receive(0)
