@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_journal, sample_pilot_job
-from test_crash import ledger_counts, wait_for
+from conftest import ROOT, ledger_counts, read_journal, sample_pilot_job, wait_for
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
@@ -604,9 +603,9 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
     exactly once (its own ledger), in one pilot job."""
     import time
 
-    script = (f'echo "start m $PWE_MEMBER" >> {tmp_path}/ledger\nsleep $((1 + PWE_MEMBER % 3))\n'
+    script = (f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\nsleep $((1 + PWE_MEMBER % 3))\n'
               f'if [ "$PWE_MEMBER" -ge 32 ]; then while [ ! -e {tmp_path}/gate ]; do sleep 0.2; done; fi\n'
-              f'echo "end m $PWE_MEMBER" >> {tmp_path}/ledger\n')
+              f'echo "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n')
     bindir, calls = shim(tmp_path)
     env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
     began = time.time()
@@ -644,7 +643,7 @@ def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, t
     """Issue 10.1: sbatch cannot reach the controller ("Unable to contact slurm controller"):
     not a refusal that stops the run, but a wait; `pwe status` says so, and the submission
     is tried again (with back-off) until the controller answers. One pilot job."""
-    script = f'echo "start m $PWE_MEMBER" >> {tmp_path}/ledger\necho "end m $PWE_MEMBER" >> {tmp_path}/ledger\n'
+    script = f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\necho "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n'
     bindir, calls = shim(tmp_path)
     env = dict(ENV, PATH=f"{bindir}:{os.environ['PATH']}")
     with slurm_cluster.controller_down():
@@ -678,8 +677,8 @@ def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, t
     twice, and none it finished runs again."""
     import signal
 
-    script = (f'echo "start m $PWE_MEMBER" >> {tmp_path}/ledger\nsleep 3\n'
-              f'echo "end m $PWE_MEMBER" >> {tmp_path}/ledger\n')
+    script = (f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\nsleep 3\n'
+              f'echo "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n')
     proc, run_dir, ledger = start_engine(tmp_path, 24, script, {"heartbeat": 1, "lost_after": 4,
                                                                 "status_every": 1})
     events = run_dir / "pilots" / "p1" / "events.jsonl"
