@@ -204,7 +204,8 @@ def pilot_args_for(host: Any) -> list[str]:
         if prefix is None and launcher == "ssh" and host.ssh_config:
             from pilot.launchers import PREFIXES
 
-            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {host.ssh_config} ", 1)
+            config = shlex.quote(host.ssh_config).replace("{", "{{").replace("}", "}}")  # a word, not a field
+            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {config} ", 1)
         if prefix:
             args += ["--launcher-prefix", prefix]
     else:

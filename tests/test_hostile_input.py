@@ -1,0 +1,141 @@
+"""Hostile and broken input (issue 10, items 8-12): one line naming the file, the line and
+what to do, exit status 2, no traceback, nothing made. And where a value meets a command
+line, it cannot become an option or a command, even when the checks are bypassed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, run_cli
+from pwe.cli import cli
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def _one_line_refusal(result_or_tuple, where=None, phrase=None):
+    """exit 2, one line on stderr (starting with ``where``, holding ``phrase``), no traceback."""
+    if isinstance(result_or_tuple, tuple):
+        status, _, err = result_or_tuple
+    else:
+        status, err = result_or_tuple.exit_code, result_or_tuple.stderr
+    assert status == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1 and err.endswith("\n"), err
+    if where is not None:
+        assert err.startswith(where), err
+    if phrase is not None:
+        assert phrase in err, err
+    return err
+
+
+# -- 8. values that reach a command line ------------------------------------------------------
+
+EVIL_NODES = ["-oProxyCommand=touch${IFS}MARKER", "-oProxyCommand='touch MARKER'"]
+
+
+@pytest.mark.parametrize("evil", EVIL_NODES)
+def test_a_node_name_that_is_an_ssh_option_is_refused_at_load(tmp_path, evil):
+    marker = tmp_path / "pwned"
+    hosts = tmp_path / "hosts.yaml"
+    name = evil.replace("MARKER", str(marker))
+    hosts.write_text(f"hosts:\n  box:\n    cores_per_node: 1\n    nodes:\n      - n1\n      - {json.dumps(name)}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\ndefaults: {host: box}\nnodes:\n  a:\n    parameters: {k: [1, 2, 3]}\n    run: 'true'\n")
+    for args in (["hosts", "list", "--hosts", hosts], ["hosts", "check", "box", "--hosts", hosts], ["plan", wf],
+                 ["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
+        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{hosts}:6: ", "not a host name")
+    assert not (tmp_path / "run").exists()
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", ["hosts", "hostfile"])
+@pytest.mark.parametrize("evil", EVIL_NODES)
+def test_the_pilot_never_runs_a_node_name_even_bypassing_the_checks(tmp_path, evil, how):
+    """The pilot's --hosts argument (or host file) written directly, as no pwe command
+    would: the name never reaches ssh as an option, so its ProxyCommand never runs."""
+    marker = tmp_path / "pwned"
+    name = evil.replace("MARKER", str(marker))
+    d = tmp_path / "pilot"
+    d.mkdir()
+    task = {"k": "task", "n": "a", "m": 0, "a": 1, "cmd": "true", "cwd": str(d / "m0"), "env": {}, "ranks": 1,
+            "threads": 1, "wall": None}
+    (d / "tasks.jsonl").write_text(json.dumps(task) + "\n" + json.dumps({"k": "stop"}) + "\n")
+    if how == "hosts":
+        where = [f"--hosts={name}:1"]
+    else:
+        (tmp_path / "nodes").write_text(f"{name} 1\n")
+        where = ["--hostfile", str(tmp_path / "nodes")]
+    proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), *where, "--launcher", "ssh",
+                           "--idle-timeout", "2", "--heartbeat", "0.5"], env=ENV, timeout=60,
+                          capture_output=True, text=True)
+    time.sleep(0.5)  # (a ProxyCommand would have run by now)
+    assert not marker.exists()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "not a host name" in proc.stderr, proc.stderr
+
+
+def test_ssh_gets_node_names_after_double_dash():
+    """Defence in depth: whatever a node is called, ssh reads it as a host, never an option."""
+    from pilot.allocation import Node
+    from pilot.launchers import wrap
+
+    argv = wrap("ssh", ["true"], "true", [(Node("n1", 1), 1)], 1, 1, "/d", {})
+    assert argv[-3:-1] == ["--", "n1"]
+    # a prefix's fields are filled in word by word: a value never splits into more words
+    argv = wrap("srun", ["true"], "x", [(Node("a b", 1), 1)], 1, 1, "/d e", {}, prefix="srun -w {node} -D {cwd}")
+    assert argv == ["srun", "-w", "a b", "-D", "/d e", "bash", "-c", "x"]
+
+
+def test_job_ids_that_are_not_job_ids_never_reach_the_scheduler():
+    from protocols.runner import CommandResult, CommandRunner
+    from protocols.slurm import Slurm
+    from pwe.errors import SubmitError
+
+    class Recorder(CommandRunner):
+        def __init__(self, answer=""):
+            super().__init__()
+            self.ran, self.answer = [], answer
+
+        def _run(self, argv, timeout, input, cwd):
+            self.ran.append(argv)
+            return CommandResult(argv, 0, self.answer, "")
+
+    r = Recorder()
+    slurm = Slurm(r)
+    slurm.cancel(["-u", "12", "--me"])
+    assert r.ran == [["scancel", "12"]]
+    states = slurm.status(["--me", "13"])
+    assert states["--me"].value == "unknown"
+    assert all("--me" not in a for argv in r.ran for a in argv)
+    from conftest import sample_pilot_job
+
+    r = Recorder(answer="-u root\n")
+    with pytest.raises(SubmitError, match="job id"):
+        Slurm(r).submit(sample_pilot_job(), "/runs/r1/pilots/p1/job.sh")
+
+
+@pytest.mark.parametrize("field", ["queue", "account", "qos", "reservation", "nodeAttributes", "jobName", "mailUser",
+                                   "mailOptions"])
+@pytest.mark.parametrize("value", ["-x", "abc --wrap=id", "a\tb"])
+def test_scheduling_words_cannot_become_options(write, field, value):
+    path = write(f"name: a\ndefaults:\n  scheduling: {{{field}: {json.dumps(value)}}}\nnodes:\n  a: {{run: x}}\n")
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    _one_line_refusal(result, f"{path}:3: ", "must be one word")
+
+
+@pytest.mark.parametrize("entry, line, phrase", [
+    ("    partitions: [{name: '-p'}]\n", 4, "must be one word"),
+    ("    account: 'abc --wrap=id'\n", 4, "must be one word"),
+    ("    env: {'X=1; touch /tmp/pwned #': 1}\n", 4, "not a valid variable name"),
+    ("    ssh_config: -oProxyCommand=x\n", 4, "must not start with '-'"),
+    ("    identity_file: -i\n", 4, "must not start with '-'"),
+])
+def test_host_values_that_reach_a_job_script_or_ssh(tmp_path, entry, line, phrase):
+    hosts = tmp_path / "h.yaml"
+    hosts.write_text("hosts:\n  c:\n    protocol: slurm\n" + entry)
+    _one_line_refusal(CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)]), f"{hosts}:{line}: ", phrase)
