@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 
 import jinja2
 import networkx as nx
+from pydantic import ValidationError
 
 from . import model
 from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
@@ -235,7 +236,12 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                 path,
                 run_line,
             )
-        sched = wf.defaults.scheduling.merged(node.scheduling)
+        try:
+            sched = wf.defaults.scheduling.merged(node.scheduling)
+        except ValidationError as exc:  # each fine alone, contradicting each other merged
+            msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+            raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
+                                      line_of("nodes", nid, "scheduling")) from None
         nodes[nid] = PlannedNode(
             id=nid,
             spec=node,

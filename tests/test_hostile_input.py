@@ -139,3 +139,64 @@ def test_host_values_that_reach_a_job_script_or_ssh(tmp_path, entry, line, phras
     hosts = tmp_path / "h.yaml"
     hosts.write_text("hosts:\n  c:\n    protocol: slurm\n" + entry)
     _one_line_refusal(CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)]), f"{hosts}:{line}: ", phrase)
+
+
+# -- 12. hosts: refused by `pwe hosts check`, `plan` and `run` in one line, before anything is made
+
+BAD_HOSTS = [
+    ("contact-ssh-alone", "    protocol: slurm\n    contact: 'ssh://'\n", 4, "write the contact as ssh://user@host"),
+    ("contact-port-not-a-number", "    protocol: slurm\n    contact: 'ssh://me@login:ssh'\n", 4, "a port from 1"),
+    ("contact-port-zero", "    protocol: slurm\n    contact: 'ssh://me@login:0'\n", 4, "a port from 1"),
+    ("contact-an-option", "    protocol: slurm\n    contact: '-oProxyCommand=touch /tmp/pwned'\n", 4,
+     "write 'local' or ssh://user@host"),
+    ("contact-host-an-option", "    protocol: slurm\n    contact: 'ssh://-oProxyCommand=x'\n", 4, "not a host name"),
+    ("contact-user-an-option", "    protocol: slurm\n    contact: 'ssh://-lroot@login'\n", 4, "not a user name"),
+    ("duplicate-nodes", "    nodes: [n1, n2, n1]\n", 3, "node 'n1' is listed twice"),
+    ("local-with-ssh-contact", "    protocol: local\n    contact: ssh://me@login\n", 2, "protocol local runs on this"),
+]
+
+
+@pytest.mark.parametrize("case, entry, line, phrase", BAD_HOSTS, ids=[c[0] for c in BAD_HOSTS])
+def test_a_bad_host_is_refused_by_every_command(tmp_path, case, entry, line, phrase):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  c:\n" + entry + "    cores_per_node: 2\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    host: c\n    run: 'true'\n")
+    for args in (["hosts", "check", "c"], ["hosts", "list"], ["plan", wf], ["validate", wf],
+                 ["run", wf, "--run-dir", tmp_path / "run"]):
+        if args[0] == "hosts":
+            args = args + ["--hosts", hosts]
+        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{hosts}:{line}: ", phrase)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("host, scheduling, phrase", [
+    # the pilot of an ssh host runs on its head node alone: 4 x 2 cores never fit its 4
+    ("{protocol: ssh, contact: 'ssh://me@login', cores_per_node: 4}", "{ranksPerMember: 4, threadsPerRank: 2}",
+     "a member needs 8 cores"),
+    # one node per pilot at most
+    ("{protocol: slurm, cores_per_node: 4, max_nodes: 1}", "{ranksPerMember: 3, threadsPerRank: 2}",
+     "a member needs 6 cores"),
+    ("{protocol: slurm, cores_per_node: 4}", "{ranksPerMember: 3, threadsPerRank: 2, maxNodes: 1}",
+     "a member needs 6 cores"),
+    # three ranks of three threads: one per node of 4 cores, on two nodes
+    ("{protocol: local, cores_per_node: 4, nodes: [n1, n2]}", "{ranksPerMember: 3, threadsPerRank: 3}",
+     "a member needs 9 cores"),
+    ("{protocol: slurm, cores_per_node: 8}", "{ranksPerMember: 2, threadsPerRank: 2, maxCpus: 2}",
+     "maxCpus"),
+])
+def test_ranks_times_threads_wider_than_a_hosts_pilot_is_refused(tmp_path, host, scheduling, phrase):
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  c: {host}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: w\nnodes:\n  a:\n    host: c\n    run: 'true'\n    scheduling: {scheduling}\n")
+    for args in (["plan", wf], ["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
+        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{wf}:3: ", phrase)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_merged_scheduling_profile_that_contradicts_itself_is_one_line(write):
+    """defaults.scheduling and a node's scheduling, each fine alone, merged: was a pydantic traceback."""
+    path = write("name: a\ndefaults:\n  scheduling: {minCpus: 8}\nnodes:\n  a:\n    run: x\n"
+                 "    scheduling: {maxCpus: 2}\n")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:7: ",
+                      "node 'a': 'scheduling' with defaults.scheduling: minCpus (8) is larger than maxCpus (2)")
