@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from . import model
 from .errors import InputError
-from .source import did_you_mean, value_text
+from .source import did_you_mean, text_problem, value_text
 
 
 class Values(Sequence):
@@ -139,6 +139,8 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
                     v = row[column]
                     if not isinstance(v, (str, int, float, bool)):
                         raise InputError(f"'{column}' must be a string, number or boolean", path, n)
+                    if isinstance(v, str) and text_problem(v):
+                        raise InputError(f"'{column}' {text_problem(v)}", path, n)
                     values.append(v)
             else:
                 reader = csv.reader(fh)
@@ -157,6 +159,8 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
                     if col >= len(row):
                         raise InputError(f"row has {len(row)} fields, needs column {col + 1} ('{column}')",
                                          path, reader.line_num)
+                    if text_problem(row[col]):
+                        raise InputError(f"column '{column}' {text_problem(row[col])}", path, reader.line_num)
                     values.append(row[col])
         except UnicodeDecodeError:
             raise fail(f"parameter file {str(path)!r} is not UTF-8 text") from None

@@ -200,3 +200,77 @@ def test_a_merged_scheduling_profile_that_contradicts_itself_is_one_line(write):
                  "    scheduling: {maxCpus: 2}\n")
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:7: ",
                       "node 'a': 'scheduling' with defaults.scheduling: minCpus (8) is larger than maxCpus (2)")
+
+
+# -- 9. NUL bytes and lone surrogates: refused at validate, naming the value's place ---------
+
+@pytest.mark.parametrize("text, line, phrase", [
+    ('name: a\nproperties:\n  p: "a\\0b"\nnodes:\n  a: {run: "echo {{ p }}"}\n', 3, "property 'p'"),
+    ('name: a\nproperties:\n  p: "a\\ud800b"\nnodes:\n  a: {run: "echo {{ p }}"}\n', 3, "property 'p'"),
+    ('name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t: [1, "x\\x00"]\n', 6,
+     "parameter 't' of node 'a'"),
+    ('name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t:\n        - 1\n        - "\\udfff"\n', 8,
+     "parameter 't' of node 'a'"),
+    ('name: a\nnodes:\n  a:\n    run: echo\n    env:\n      X: "\\0"\n', 6, "env 'X' of node 'a'"),
+    ('name: a\nnodes:\n  a:\n    run: "echo \\0"\n', 4, "'run' of node 'a'"),
+])
+def test_nul_and_lone_surrogates_are_refused_at_validate(write, text, line, phrase):
+    path = write(text)
+    err = _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:{line}: ", phrase)
+    assert "NUL" in err or "surrogate" in err
+
+
+@pytest.mark.parametrize("name, content, line, phrase", [
+    ("v.csv", b"t\n1\nx\x00y\n", 3, "NUL"),
+    ("v.jsonl", b'{"t": 1}\n{"t": "a\\u0000"}\n', 2, "NUL"),
+    ("v.jsonl", b'{"t": 1}\n{"t": 2}\n{"t": "\\ud800"}\n', 3, "surrogate"),
+])
+def test_nul_and_lone_surrogates_in_a_parameter_file(write, tmp_path, name, content, line, phrase):
+    (tmp_path / name).write_bytes(content)
+    path = write(f"name: a\nnodes:\n  a:\n    run: echo {{{{ t }}}}\n    parameters:\n      t: {{file: {name}}}\n")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{tmp_path / name}:{line}: ", phrase)
+
+
+def test_a_lone_surrogate_from_the_command_line(write):
+    # a byte that is not UTF-8 in argv reaches Python as a lone surrogate
+    path = write("name: a\nproperties: {p: 1}\nnodes:\n  a: {run: 'echo {{ p }}'}\n")
+    _one_line_refusal(run_cli("validate", path, "--set", "p=a\udcffb"), "--set p: ", "surrogate")
+
+
+@pytest.mark.parametrize("ref", ["&#0;", "&#xD800;"])
+def test_xml_cannot_carry_them_either(write, ref):
+    path = write(f'<workflow name="a"><property name="p">a{ref}</property><node id="a"><run>echo</run></node>'
+                 '</workflow>\n', name="wf.xml")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:1: ")
+
+
+def test_nul_in_a_hosts_file(tmp_path):
+    hosts = tmp_path / "h.yaml"
+    hosts.write_text('hosts:\n  c:\n    protocol: slurm\n    env:\n      X: "a\\0"\n')
+    _one_line_refusal(CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)]), f"{hosts}:5: ", "NUL")
+
+
+def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
+    """Bypassing validate, a NUL reaches the pilot's posix_spawn: the member fails with the
+    reason (was: the pilot crashed, and three pilots in a row stopped the run, exit 3),
+    and the other members run in the same pilot."""
+    from conftest import read_journal
+    from pwe.engine import Engine
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: a\nnodes:\n  a:\n    parameters: {k: [1, 2, 3]}\n    run: echo {{ k }}\n")
+    engine = Engine.create(wf, run_dir=tmp_path / "run", cores=1)
+    task = engine._task
+
+    def poisoned(nid, i, attempt):
+        t = task(nid, i, attempt)
+        if i == 1:
+            t["env"]["X"] = "a\0b"
+        return t
+
+    engine._task = poisoned
+    assert engine.run() is False
+    ns = engine.state.nodes["a"]
+    assert [ns.state[i] for i in range(3)].count(ns.state[0]) == 2  # members 0 and 2 done
+    assert "embedded null byte" in ns.why[1]
+    assert sum(r["e"] == "pilot" for r in read_journal(tmp_path / "run")) == 1
