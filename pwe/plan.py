@@ -89,12 +89,14 @@ class Plan:
     def properties(self) -> dict[str, Any]:
         return dict(self.workflow.properties)
 
-    def render(self, node_id: str, index: int) -> str:
+    def render(self, node_id: str, index: int, check: bool = False) -> str:
         """The command member ``index`` of ``node_id`` runs; :class:`TemplateError` when its
-        values make the payload fail (``{{ x / 0 }}``, an attribute the sandbox refuses)."""
+        values make the payload fail (``{{ x / 0 }}``, an attribute the sandbox refuses).
+        ``check``: within a time limit and a command's size too (what validate does)."""
         node = self.nodes[node_id]
         try:
-            return node.template.render(node.context(self.workflow.properties, index))
+            render = node.template.check if check else node.template.render
+            return render(node.context(self.workflow.properties, index))
         except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
             if isinstance(exc, jinja2.TemplateError) and exc.message:
                 what = exc.message
@@ -144,6 +146,11 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
     path = Path(path)
     wf, raw = load_workflow(path, sets)
     plan = build_plan(wf, raw, path, host=host)
+    for nid, node in plan.nodes.items():
+        # a payload that cannot render (the sandbox refuses it, it divides by zero, it runs
+        # away) is found now, not member by member in a run: its first and last member
+        for index in sorted({0, node.size - 1}):
+            plan.render(nid, index, check=True)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)

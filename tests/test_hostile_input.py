@@ -274,3 +274,41 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
     assert [ns.state[i] for i in range(3)].count(ns.state[0]) == 2  # members 0 and 2 done
     assert "embedded null byte" in ns.why[1]
     assert sum(r["e"] == "pilot" for r in read_journal(tmp_path / "run")) == 1
+
+
+# -- 10. templates: rendered for the first and last member at validate, their computation bounded
+
+@pytest.mark.parametrize("payload, phrase", [
+    ("echo {{ x.__class__ }}", "access to attribute '__class__' of 'int' object is unsafe"),
+    ("echo {{ x.__class__.__mro__[1].__subclasses__() }}", "unsafe"),
+    ("echo {{ range(10**12) | length }}", "range"),
+    ("echo {{ 10 ** (10 ** 10) }}", "too large"),
+    ("echo {{ 'x' * 10 ** 10 }}", "too large"),
+    ("echo {{ [1] * 10 ** 10 }}", "too large"),
+    ("echo {{ '%0999999999d' % 1 }}", "too large"),
+    ("echo {{ '%0999999999d' | format(1) }}", "too large"),
+    ("echo {{ '{:0>999999999}'.format(1) }}", "too large"),
+    ("echo {{ 'x'.center(10 ** 9) }}", "too large"),
+    ("echo {{ ('x' * 100000).replace('x', 'yyyyyyyyyyyy') }}", "too large"),
+    ("echo {{ 'x' * 200000 }}", "bytes"),
+    ("echo {% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "seconds"),
+    ("echo {{ 10 / (x - 3) }}", "member 2 cannot render 'run': ZeroDivisionError"),
+])
+def test_a_template_that_fails_or_runs_away_is_one_line_at_validate(tmp_path, payload, phrase):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: a\nnodes:\n  a:\n    parameters: {{x: [1, 2, 3]}}\n    run: {json.dumps(payload)}\n")
+    t0 = time.monotonic()
+    for args in (["validate", wf], ["plan", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
+        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{wf}:5: node 'a': ", phrase)
+    assert time.monotonic() - t0 < 45
+    assert not (tmp_path / "run").exists()
+
+
+def test_bounded_templates_still_compute_what_payloads_need(write):
+    path = write("name: a\nproperties: {n: 12}\nnodes:\n  a:\n    parameters: {i: {range: [0, 3]}}\n"
+                 "    run: \"echo {{ '%04d' % i }} {{ 2 ** n }} {{ '-' * 3 }} {{ range(3) | join(',') }} "
+                 "{{ [i] * 2 }} {{ '{:>3}'.format(i) }} {{ '%.2f' | format(i / 3) }}\"\n")
+    result = CliRunner().invoke(cli, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    cmds = [m["command"] for m in json.loads(result.stdout)["nodes"][0]["members_shown"]]
+    assert cmds[1] == "echo 0001 4096 --- 0,1,2 '[1, 1]' '  1' 0.33"
