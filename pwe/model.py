@@ -10,6 +10,7 @@ verbatim (camelCase), so profiles written for PWE read unchanged. Walltimes are 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -131,6 +132,8 @@ class RangeSpec(_Strict):
     @field_validator("range")
     @classmethod
     def _step(cls, v: list) -> list:
+        if not all(math.isfinite(x) for x in v):
+            raise ValueError(f"the start, stop and step of a range must be finite numbers (got {v})")
         if len(v) == 3 and v[2] == 0:
             raise ValueError("the step of a range cannot be 0")
         step = v[2] if len(v) == 3 else 1

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from . import model
 from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
-from .params import ParameterSpace, RangeValues, Values, read_values
+from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
 from .source import LineDict, did_you_mean, locate, value_text
 from .templates import PayloadTemplate
 
@@ -228,6 +228,11 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                     path,
                     line_of("nodes", nid, "combine"),
                 )
+        space = ParameterSpace(values, node.combine)
+        if space.size > MAX_MEMBERS:
+            sizes = " x ".join(f"{n}({len(v):,})" for n, v in values.items())
+            raise WorkflowSchemaError(f"node '{nid}' has {space.size:,} members ({sizes}); a node has at most "
+                                      f"{MAX_MEMBERS:,}", path, line_of("nodes", nid, "parameters"))
         run_line = line_of("nodes", nid, "run")
         try:
             template = PayloadTemplate(node.run)
@@ -252,7 +257,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
         nodes[nid] = PlannedNode(
             id=nid,
             spec=node,
-            space=ParameterSpace(values, node.combine),
+            space=space,
             template=template,
             host=host or node.host or wf.defaults.host,
             scheduling=sched,
@@ -262,6 +267,9 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             run_line=run_line,
         )
 
+    total = sum(n.size for n in nodes.values())
+    if total > MAX_MEMBERS:
+        raise WorkflowSchemaError(f"the workflow has {total:,} members; a run has at most {MAX_MEMBERS:,}", path)
     edges: list[Edge] = []
     warnings: list[str] = []
     for a, b in graph.edges:

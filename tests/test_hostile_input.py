@@ -312,3 +312,64 @@ def test_bounded_templates_still_compute_what_payloads_need(write):
     assert result.exit_code == 0, result.stderr
     cmds = [m["command"] for m in json.loads(result.stdout)["nodes"][0]["members_shown"]]
     assert cmds[1] == "echo 0001 4096 --- 0,1,2 '[1, 1]' '  1' 0.33"
+
+
+# -- 11. sizes: each limit refused in one line, quickly ------------------------------------------
+
+def test_a_workflow_file_larger_than_the_limit(write):
+    from pwe.yaml_reader import MAX_FILE_BYTES
+
+    path = write("name: a\nnodes:\n  a: {run: x}\n" + ("#" * 79 + "\n") * (MAX_FILE_BYTES // 80 + 1))
+    t0 = time.monotonic()
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}: ", "at most 4 MiB")
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_workflow_or_parameter_file_that_is_no_regular_file(tmp_path, write, kind):
+    special = tmp_path / "special"
+    if kind == "device":
+        special.symlink_to("/dev/zero")
+    else:
+        os.mkfifo(special)
+    t0 = time.monotonic()
+    _one_line_refusal(run_cli("validate", special, timeout=30), f"{special}: ", "not a regular file")
+    path = write("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t: {file: special}\n")
+    _one_line_refusal(run_cli("validate", path, timeout=30), f"{path}:6: ", "not a regular file")
+    assert time.monotonic() - t0 < 20
+
+
+def test_a_parameter_file_larger_than_the_limit(tmp_path, write):
+    from pwe.params import MAX_PARAMETER_FILE_BYTES
+
+    with open(tmp_path / "v.csv", "wb") as fh:  # sparse: takes no disk
+        fh.write(b"t\n1\n")
+        fh.truncate(MAX_PARAMETER_FILE_BYTES + 1)
+    path = write("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t: {file: v.csv}\n")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:6: ", "at most 512 MiB")
+
+
+@pytest.mark.parametrize("bounds", ["[0, .inf]", "[-.inf, 0]", "[0, .nan]", "[0, 10, .nan]", "[.nan, 1]"])
+def test_a_range_with_a_bound_that_is_no_number(write, bounds):
+    path = write(f"name: a\nnodes:\n  a:\n    run: echo {{{{ t }}}}\n    parameters:\n      t: {{range: {bounds}}}\n")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:6: ", "finite")
+
+
+@pytest.mark.parametrize("params, line, phrase", [
+    ("      t: {range: [0, 1.0e+30]}\n", 6, "a node has at most 100,000,000 members"),
+    ("      t: {range: [0, 1, 1.0e-12]}\n", 6, "a node has at most 100,000,000 members"),
+    ("      t: {range: [0, 100000]}\n      u: {range: [0, 100000]}\n", 5, "node 'a' has 10,000,000,000 members"),
+])
+def test_members_beyond_the_limit_are_refused_at_validate(tmp_path, params, line, phrase):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n" + params)
+    for args in (["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
+        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{wf}:{line}: ", phrase)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_beyond_the_member_limit(write):
+    path = write("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters: {t: {range: [0, 60000000]}}\n"
+                 "  b:\n    run: echo {{ t }}\n    parameters: {t: {range: [0, 60000000]}}\n")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}: ",
+                      "120,000,000 members; a run has at most 100,000,000")
