@@ -119,22 +119,32 @@ def test_job_ids_that_are_not_job_ids_never_reach_the_scheduler():
         Slurm(r).submit(sample_pilot_job(), "/runs/r1/pilots/p1/job.sh")
 
 
-@pytest.mark.parametrize("field", ["queue", "account", "qos", "reservation", "nodeAttributes", "jobName", "mailUser",
-                                   "mailOptions"])
-@pytest.mark.parametrize("value", ["-x", "abc --wrap=id", "a\tb"])
+SCHEDULING_WORDS = ["queue", "account", "qos", "reservation", "nodeAttributes", "jobName", "mailUser", "mailOptions"]
+NOT_WORDS = ["-x", "abc --wrap=id", "a\tb"]
+
+
+def _scheduling(field, value):
+    return f"name: a\ndefaults:\n  scheduling: {{{field}: {json.dumps(value)}}}\nnodes:\n  a: {{run: x}}\n"
+
+
+@pytest.mark.parametrize("field", SCHEDULING_WORDS)
+@pytest.mark.parametrize("value", NOT_WORDS)
 def test_scheduling_words_cannot_become_options(write, field, value):
-    path = write(f"name: a\ndefaults:\n  scheduling: {{{field}: {json.dumps(value)}}}\nnodes:\n  a: {{run: x}}\n")
-    result = CliRunner().invoke(cli, ["validate", str(path)])
-    _one_line_refusal(result, f"{path}:3: ", "must be one word")
+    path = write(_scheduling(field, value))
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:3: ", "must be one word")
 
 
-@pytest.mark.parametrize("entry, line, phrase", [
+HOST_VALUES = [  # (a slurm host's entry, its line, what the one line says)
     ("    partitions: [{name: '-p'}]\n", 4, "must be one word"),
     ("    account: 'abc --wrap=id'\n", 4, "must be one word"),
     ("    env: {'X=1; touch /tmp/pwned #': 1}\n", 4, "not a valid variable name"),
     ("    ssh_config: -oProxyCommand=x\n", 4, "must not start with '-'"),
     ("    identity_file: -i\n", 4, "must not start with '-'"),
-])
+    ('    env:\n      X: "a\\0"\n', 5, "NUL"),
+]
+
+
+@pytest.mark.parametrize("entry, line, phrase", HOST_VALUES)
 def test_host_values_that_reach_a_job_script_or_ssh(tmp_path, entry, line, phrase):
     hosts = tmp_path / "h.yaml"
     hosts.write_text("hosts:\n  c:\n    protocol: slurm\n" + entry)
@@ -156,21 +166,24 @@ BAD_HOSTS = [
 ]
 
 
+def _bad_host(entry):
+    return "hosts:\n  c:\n" + entry + "    cores_per_node: 2\n"
+
+
+ON_HOST_C = "name: w\nnodes:\n  a:\n    host: c\n    run: 'true'\n"
+
+
 @pytest.mark.parametrize("case, entry, line, phrase", BAD_HOSTS, ids=[c[0] for c in BAD_HOSTS])
-def test_a_bad_host_is_refused_by_every_command(tmp_path, case, entry, line, phrase):
+def test_a_bad_host_is_refused_by_hosts_check_and_plan(tmp_path, case, entry, line, phrase):
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text("hosts:\n  c:\n" + entry + "    cores_per_node: 2\n")
+    hosts.write_text(_bad_host(entry))
     wf = tmp_path / "wf.yaml"
-    wf.write_text("name: w\nnodes:\n  a:\n    host: c\n    run: 'true'\n")
-    for args in (["hosts", "check", "c"], ["hosts", "list"], ["plan", wf], ["validate", wf],
-                 ["run", wf, "--run-dir", tmp_path / "run"]):
-        if args[0] == "hosts":
-            args = args + ["--hosts", hosts]
-        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{hosts}:{line}: ", phrase)
-    assert not (tmp_path / "run").exists()
+    wf.write_text(ON_HOST_C)
+    for args in (["hosts", "check", "c", "--hosts", str(hosts)], ["plan", str(wf)]):
+        _one_line_refusal(CliRunner().invoke(cli, args), f"{hosts}:{line}: ", phrase)
 
 
-@pytest.mark.parametrize("host, scheduling, phrase", [
+WIDE = [  # (host, scheduling, what the one line says)
     # the pilot of an ssh host runs on its head node alone: 4 x 2 cores never fit its 4
     ("{protocol: ssh, contact: 'ssh://me@login', cores_per_node: 4}", "{ranksPerMember: 4, threadsPerRank: 2}",
      "a member needs 8 cores"),
@@ -184,27 +197,35 @@ def test_a_bad_host_is_refused_by_every_command(tmp_path, case, entry, line, phr
      "a member needs 9 cores"),
     ("{protocol: slurm, cores_per_node: 8}", "{ranksPerMember: 2, threadsPerRank: 2, maxCpus: 2}",
      "maxCpus"),
-])
+]
+
+
+def _wide(host, scheduling):
+    return f"hosts:\n  c: {host}\n", ON_HOST_C + f"    scheduling: {scheduling}\n"
+
+
+@pytest.mark.parametrize("host, scheduling, phrase", WIDE)
 def test_ranks_times_threads_wider_than_a_hosts_pilot_is_refused(tmp_path, host, scheduling, phrase):
-    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  c: {host}\n")
+    hosts, text = _wide(host, scheduling)
+    (tmp_path / "hosts.yaml").write_text(hosts)
     wf = tmp_path / "wf.yaml"
-    wf.write_text(f"name: w\nnodes:\n  a:\n    host: c\n    run: 'true'\n    scheduling: {scheduling}\n")
-    for args in (["plan", wf], ["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
-        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{wf}:3: ", phrase)
-    assert not (tmp_path / "run").exists()
+    wf.write_text(text)
+    _one_line_refusal(CliRunner().invoke(cli, ["plan", str(wf)]), f"{wf}:3: ", phrase)
+
+
+MERGED = "name: a\ndefaults:\n  scheduling: {minCpus: 8}\nnodes:\n  a:\n    run: x\n    scheduling: {maxCpus: 2}\n"
 
 
 def test_a_merged_scheduling_profile_that_contradicts_itself_is_one_line(write):
     """defaults.scheduling and a node's scheduling, each fine alone, merged: was a pydantic traceback."""
-    path = write("name: a\ndefaults:\n  scheduling: {minCpus: 8}\nnodes:\n  a:\n    run: x\n"
-                 "    scheduling: {maxCpus: 2}\n")
+    path = write(MERGED)
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:7: ",
                       "node 'a': 'scheduling' with defaults.scheduling: minCpus (8) is larger than maxCpus (2)")
 
 
 # -- 9. NUL bytes and lone surrogates: refused at validate, naming the value's place ---------
 
-@pytest.mark.parametrize("text, line, phrase", [
+NUL_IN_WORKFLOW = [  # (workflow, line, the value's place)
     ('name: a\nproperties:\n  p: "a\\0b"\nnodes:\n  a: {run: "echo {{ p }}"}\n', 3, "property 'p'"),
     ('name: a\nproperties:\n  p: "a\\ud800b"\nnodes:\n  a: {run: "echo {{ p }}"}\n', 3, "property 'p'"),
     ('name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t: [1, "x\\x00"]\n', 6,
@@ -213,41 +234,51 @@ def test_a_merged_scheduling_profile_that_contradicts_itself_is_one_line(write):
      "parameter 't' of node 'a'"),
     ('name: a\nnodes:\n  a:\n    run: echo\n    env:\n      X: "\\0"\n', 6, "env 'X' of node 'a'"),
     ('name: a\nnodes:\n  a:\n    run: "echo \\0"\n', 4, "'run' of node 'a'"),
-])
+]
+
+
+@pytest.mark.parametrize("text, line, phrase", NUL_IN_WORKFLOW)
 def test_nul_and_lone_surrogates_are_refused_at_validate(write, text, line, phrase):
     path = write(text)
     err = _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:{line}: ", phrase)
     assert "NUL" in err or "surrogate" in err
 
 
-@pytest.mark.parametrize("name, content, line, phrase", [
+NUL_IN_PARAMETER_FILES = [  # (file name, its content, its line, what the one line says)
     ("v.csv", b"t\n1\nx\x00y\n", 3, "NUL"),
     ("v.jsonl", b'{"t": 1}\n{"t": "a\\u0000"}\n', 2, "NUL"),
     ("v.jsonl", b'{"t": 1}\n{"t": 2}\n{"t": "\\ud800"}\n', 3, "surrogate"),
-])
+]
+
+
+def _from_file(name):
+    return f"name: a\nnodes:\n  a:\n    run: echo {{{{ t }}}}\n    parameters:\n      t: {{file: {name}}}\n"
+
+
+@pytest.mark.parametrize("name, content, line, phrase", NUL_IN_PARAMETER_FILES)
 def test_nul_and_lone_surrogates_in_a_parameter_file(write, tmp_path, name, content, line, phrase):
     (tmp_path / name).write_bytes(content)
-    path = write(f"name: a\nnodes:\n  a:\n    run: echo {{{{ t }}}}\n    parameters:\n      t: {{file: {name}}}\n")
+    path = write(_from_file(name))
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{tmp_path / name}:{line}: ", phrase)
 
 
+USES_P = "name: a\nproperties: {p: 1}\nnodes:\n  a: {run: 'echo {{ p }}'}\n"
+SURROGATE_SET = ["--set", "p=a\udcffb"]  # a byte that is not UTF-8 in argv reaches Python as a lone surrogate
+
+
 def test_a_lone_surrogate_from_the_command_line(write):
-    # a byte that is not UTF-8 in argv reaches Python as a lone surrogate
-    path = write("name: a\nproperties: {p: 1}\nnodes:\n  a: {run: 'echo {{ p }}'}\n")
-    _one_line_refusal(run_cli("validate", path, "--set", "p=a\udcffb"), "--set p: ", "surrogate")
+    _one_line_refusal(run_cli("validate", write(USES_P), *SURROGATE_SET), "--set p: ", "surrogate")
+
+
+def _xml(ref):
+    return (f'<workflow name="a"><property name="p">a{ref}</property><node id="a"><run>echo</run></node>'
+            '</workflow>\n')
 
 
 @pytest.mark.parametrize("ref", ["&#0;", "&#xD800;"])
 def test_xml_cannot_carry_them_either(write, ref):
-    path = write(f'<workflow name="a"><property name="p">a{ref}</property><node id="a"><run>echo</run></node>'
-                 '</workflow>\n', name="wf.xml")
+    path = write(_xml(ref), name="wf.xml")
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:1: ")
-
-
-def test_nul_in_a_hosts_file(tmp_path):
-    hosts = tmp_path / "h.yaml"
-    hosts.write_text('hosts:\n  c:\n    protocol: slurm\n    env:\n      X: "a\\0"\n')
-    _one_line_refusal(CliRunner().invoke(cli, ["hosts", "list", "--hosts", str(hosts)]), f"{hosts}:5: ", "NUL")
 
 
 def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
@@ -278,7 +309,7 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
 
 # -- 10. templates: rendered for the first and last member at validate, their computation bounded
 
-@pytest.mark.parametrize("payload, phrase", [
+TEMPLATES = [  # (payload, what the one line says)
     ("echo {{ x.__class__ }}", "access to attribute '__class__' of 'int' object is unsafe"),
     ("echo {{ x.__class__.__mro__[1].__subclasses__() }}", "unsafe"),
     ("echo {{ range(10**12) | length }}", "range"),
@@ -293,15 +324,19 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
     ("echo {{ 'x' * 200000 }}", "bytes"),
     ("echo {% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "seconds"),
     ("echo {{ 10 / (x - 3) }}", "member 2 cannot render 'run': ZeroDivisionError"),
-])
-def test_a_template_that_fails_or_runs_away_is_one_line_at_validate(tmp_path, payload, phrase):
-    wf = tmp_path / "wf.yaml"
-    wf.write_text(f"name: a\nnodes:\n  a:\n    parameters: {{x: [1, 2, 3]}}\n    run: {json.dumps(payload)}\n")
+]
+
+
+def _payload(payload):
+    return f"name: a\nnodes:\n  a:\n    parameters: {{x: [1, 2, 3]}}\n    run: {json.dumps(payload)}\n"
+
+
+@pytest.mark.parametrize("payload, phrase", TEMPLATES)
+def test_a_template_that_fails_or_runs_away_is_one_line_at_validate(write, payload, phrase):
+    path = write(_payload(payload))
     t0 = time.monotonic()
-    for args in (["validate", wf], ["plan", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
-        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{wf}:5: node 'a': ", phrase)
-    assert time.monotonic() - t0 < 45
-    assert not (tmp_path / "run").exists()
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:5: node 'a': ", phrase)
+    assert time.monotonic() - t0 < 15
 
 
 def test_bounded_templates_still_compute_what_payloads_need(write):
@@ -316,60 +351,145 @@ def test_bounded_templates_still_compute_what_payloads_need(write):
 
 # -- 11. sizes: each limit refused in one line, quickly ------------------------------------------
 
-def test_a_workflow_file_larger_than_the_limit(write):
+def _oversized():
     from pwe.yaml_reader import MAX_FILE_BYTES
 
-    path = write("name: a\nnodes:\n  a: {run: x}\n" + ("#" * 79 + "\n") * (MAX_FILE_BYTES // 80 + 1))
+    return "name: a\nnodes:\n  a: {run: x}\n" + ("#" * 79 + "\n") * (MAX_FILE_BYTES // 80 + 1)
+
+
+def test_a_workflow_file_larger_than_the_limit(write):
+    path = write(_oversized())
     t0 = time.monotonic()
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}: ", "at most 4 MiB")
     assert time.monotonic() - t0 < 5
 
 
+def _special(path, kind):
+    """A device (a link to /dev/zero), a FIFO, or a sparse file larger than a parameter file may be."""
+    if kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        from pwe.params import MAX_PARAMETER_FILE_BYTES
+
+        with open(path, "wb") as fh:  # sparse: takes no disk
+            fh.write(b"t\n1\n")
+            fh.truncate(MAX_PARAMETER_FILE_BYTES + 1)
+
+
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_workflow_or_parameter_file_that_is_no_regular_file(tmp_path, write, kind):
     special = tmp_path / "special"
-    if kind == "device":
-        special.symlink_to("/dev/zero")
-    else:
-        os.mkfifo(special)
+    _special(special, kind)
     t0 = time.monotonic()
     _one_line_refusal(run_cli("validate", special, timeout=30), f"{special}: ", "not a regular file")
-    path = write("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t: {file: special}\n")
+    path = write(_from_file("special"))
     _one_line_refusal(run_cli("validate", path, timeout=30), f"{path}:6: ", "not a regular file")
     assert time.monotonic() - t0 < 20
 
 
 def test_a_parameter_file_larger_than_the_limit(tmp_path, write):
-    from pwe.params import MAX_PARAMETER_FILE_BYTES
-
-    with open(tmp_path / "v.csv", "wb") as fh:  # sparse: takes no disk
-        fh.write(b"t\n1\n")
-        fh.truncate(MAX_PARAMETER_FILE_BYTES + 1)
-    path = write("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n      t: {file: v.csv}\n")
+    _special(tmp_path / "v.csv", "large")
+    path = write(_from_file("v.csv"))
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:6: ", "at most 512 MiB")
 
 
-@pytest.mark.parametrize("bounds", ["[0, .inf]", "[-.inf, 0]", "[0, .nan]", "[0, 10, .nan]", "[.nan, 1]"])
+NOT_FINITE = ["[0, .inf]", "[-.inf, 0]", "[0, .nan]", "[0, 10, .nan]", "[.nan, 1]"]
+
+
+def _parameters(params):
+    return "name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n" + params
+
+
+@pytest.mark.parametrize("bounds", NOT_FINITE)
 def test_a_range_with_a_bound_that_is_no_number(write, bounds):
-    path = write(f"name: a\nnodes:\n  a:\n    run: echo {{{{ t }}}}\n    parameters:\n      t: {{range: {bounds}}}\n")
+    path = write(_parameters(f"      t: {{range: {bounds}}}\n"))
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:6: ", "finite")
 
 
-@pytest.mark.parametrize("params, line, phrase", [
+TOO_MANY = [  # (parameters, line, what the one line says)
     ("      t: {range: [0, 1.0e+30]}\n", 6, "a node has at most 100,000,000 members"),
     ("      t: {range: [0, 1, 1.0e-12]}\n", 6, "a node has at most 100,000,000 members"),
     ("      t: {range: [0, 100000]}\n      u: {range: [0, 100000]}\n", 5, "node 'a' has 10,000,000,000 members"),
-])
-def test_members_beyond_the_limit_are_refused_at_validate(tmp_path, params, line, phrase):
-    wf = tmp_path / "wf.yaml"
-    wf.write_text("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters:\n" + params)
-    for args in (["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
-        _one_line_refusal(run_cli(*args, cwd=tmp_path, timeout=60), f"{wf}:{line}: ", phrase)
-    assert not (tmp_path / "run").exists()
+]
+
+
+@pytest.mark.parametrize("params, line, phrase", TOO_MANY)
+def test_members_beyond_the_limit_are_refused_at_validate(write, params, line, phrase):
+    path = write(_parameters(params))
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:{line}: ", phrase)
+
+
+TOO_MANY_IN_A_RUN = ("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters: {t: {range: [0, 60000000]}}\n"
+                     "  b:\n    run: echo {{ t }}\n    parameters: {t: {range: [0, 60000000]}}\n")
 
 
 def test_a_run_beyond_the_member_limit(write):
-    path = write("name: a\nnodes:\n  a:\n    run: echo {{ t }}\n    parameters: {t: {range: [0, 60000000]}}\n"
-                 "  b:\n    run: echo {{ t }}\n    parameters: {t: {range: [0, 60000000]}}\n")
-    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}: ",
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(write(TOO_MANY_IN_A_RUN))]), None,
                       "120,000,000 members; a run has at most 100,000,000")
+
+
+# -- every hostile input above, through every command ------------------------------------------
+
+def _catalogue():
+    """(id, {file name: text, bytes or a _special kind}, extra arguments): every hostile input
+    of this file, as a directory holding wf.yaml (or wf.xml) and what it reads; a hostile
+    hosts file is hosts.yaml (beside the workflow: every command reads it)."""
+    out = []
+    for evil in EVIL_NODES:
+        out.append((f"node {evil}", {"hosts.yaml": "hosts:\n  c:\n    cores_per_node: 1\n    nodes: [n1, "
+                                     + json.dumps(evil.replace("MARKER", "/tmp/pwned-pwe")) + "]\n",
+                                     "wf.yaml": ON_HOST_C}, []))
+    out += [(f"{field}={value!r}", {"wf.yaml": _scheduling(field, value)}, [])
+            for field, value in zip(SCHEDULING_WORDS, NOT_WORDS * 3)]
+    out += [(f"host {entry.strip()}", {"hosts.yaml": "hosts:\n  c:\n    protocol: slurm\n" + entry,
+                                       "wf.yaml": ON_HOST_C}, []) for entry, _, _ in HOST_VALUES]
+    out += [(case, {"hosts.yaml": _bad_host(entry), "wf.yaml": ON_HOST_C}, []) for case, entry, _, _ in BAD_HOSTS]
+    # (its hosts file is fine; it is given with --hosts, so `hosts list` is not asked)
+    out += [(f"wide {phrase}", dict(zip(("wide.yaml", "wf.yaml"), _wide(host, sched))), ["--hosts", "wide.yaml"])
+            for host, sched, phrase in WIDE]
+    out.append(("merged-profile", {"wf.yaml": MERGED}, []))
+    out += [(f"nul {phrase} {line}", {"wf.yaml": text}, []) for text, line, phrase in NUL_IN_WORKFLOW]
+    out += [(f"nul in {name} {line}", {name: content, "wf.yaml": _from_file(name)}, [])
+            for name, content, line, _ in NUL_IN_PARAMETER_FILES]
+    out.append(("--set surrogate", {"wf.yaml": USES_P}, SURROGATE_SET))
+    out += [(f"xml {ref}", {"wf.xml": _xml(ref)}, []) for ref in ("&#0;", "&#xD800;")]
+    out += [(f"template {payload}", {"wf.yaml": _payload(payload)}, []) for payload, _ in TEMPLATES]
+    out.append(("oversized workflow", {"wf.yaml": _oversized()}, []))
+    out += [(f"workflow is a {kind}", {"wf.yaml": kind}, []) for kind in ("device", "fifo")]
+    out += [(f"parameter file is {kind}", {"v.csv": kind, "wf.yaml": _from_file("v.csv")}, [])
+            for kind in ("device", "fifo", "large")]
+    out += [(f"range {bounds}", {"wf.yaml": _parameters(f"      t: {{range: {bounds}}}\n")}, []) for bounds in NOT_FINITE]
+    out += [(f"members {params.strip()}", {"wf.yaml": _parameters(params)}, []) for params, _, _ in TOO_MANY]
+    out.append(("members in a run", {"wf.yaml": TOO_MANY_IN_A_RUN}, []))
+    return out
+
+
+CATALOGUE = _catalogue()
+
+
+@pytest.mark.parametrize("files, extra", [c[1:] for c in CATALOGUE], ids=[c[0] for c in CATALOGUE])
+def test_every_hostile_input_is_one_line_from_every_command(tmp_path, monkeypatch, files, extra):
+    """validate, plan, run (and hosts list, where the input is a hosts file): exit status 2,
+    one line, no traceback, no run directory, nothing else made."""
+    monkeypatch.chdir(tmp_path)
+    wf = None
+    for name, content in files.items():
+        path = tmp_path / name
+        if content in ("device", "fifo", "large"):
+            _special(path, content)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        wf = path if name.startswith("wf.") else wf
+    before = set(os.listdir(tmp_path))
+    commands = [["validate", str(wf)], ["plan", str(wf)], ["run", str(wf), "--run-dir", str(tmp_path / "run")]]
+    if "hosts.yaml" in files:
+        commands.append(["hosts", "list", "--workflow", str(wf)])
+    for args in commands:
+        result = CliRunner().invoke(cli, args + (extra if args[0] != "hosts" else []))
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
+        _one_line_refusal(result)
+    assert set(os.listdir(tmp_path)) == before  # no run directory, no ./pwe-runs
