@@ -352,9 +352,7 @@ def test_bounded_templates_still_compute_what_payloads_need(write):
 # -- 11. sizes: each limit refused in one line, quickly ------------------------------------------
 
 def _oversized():
-    from pwe.yaml_reader import MAX_FILE_BYTES
-
-    return "name: a\nnodes:\n  a: {run: x}\n" + ("#" * 79 + "\n") * (MAX_FILE_BYTES // 80 + 1)
+    return "name: a\nnodes:\n  a: {run: x}\n" + ("#" * 79 + "\n") * (4 * 1024 * 1024 // 80 + 1)  # 4 MiB: README
 
 
 def test_a_workflow_file_larger_than_the_limit(write):
@@ -493,3 +491,19 @@ def test_every_hostile_input_is_one_line_from_every_command(tmp_path, monkeypatc
         assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
         _one_line_refusal(result)
     assert set(os.listdir(tmp_path)) == before  # no run directory, no ./pwe-runs
+
+
+def test_an_engine_that_cannot_start_leaves_no_run_directory(tmp_path, monkeypatch):
+    """Defence in depth: whatever fails after the run directory is made and before the
+    engine exists (here: a lane's protocol) takes the directory away again."""
+    import pwe.engine
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no lane")
+
+    monkeypatch.setattr(pwe.engine, "Lane", broken)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: a\nnodes:\n  a: {run: 'true'}\n")
+    with pytest.raises(RuntimeError):
+        pwe.engine.Engine.create(wf, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
