@@ -2,31 +2,67 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      field_validator, model_validator)
+
+from pilot.allocation import check_node_name
 
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 
+#: An environment variable's name (what ``export NAME=...`` in a job script takes).
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-def _one_line(v):
-    # host values end up in job script directives: a line break would add a script line
+
+# The rules for values that reach a job script or a command line, shared with the
+# workflow's scheduling profile (pwe.model): each is a pydantic after-validator.
+
+def one_line(v):
+    """A value that ends up in a job script line: a line break would add a script line."""
     if isinstance(v, str) and any(c in v for c in "\n\r\x00"):
         raise ValueError("must be one line (no line breaks)")
     return v
+
+
+def one_word(v):
+    """A value passed to a batch system as an option's value (``#SBATCH --account=V``, a
+    queue, a job name): directives are split into words, and a word starting with '-' is
+    read as another option."""
+    one_line(v)
+    if isinstance(v, str) and (not v or v.startswith("-") or any(c.isspace() for c in v)):
+        raise ValueError(f"must be one word, not starting with '-' (it becomes a batch system option's value; "
+                         f"got {v!r})")
+    return v
+
+
+def not_an_option(v):
+    """A path given to ssh after an option (``-F PATH``)."""
+    one_line(v)
+    if isinstance(v, str) and v.startswith("-"):
+        raise ValueError(f"must not start with '-' (got {v!r}; write ./{v} for a file so named)")
+    return v
+
+
+def variable_name(v):
+    if not IDENTIFIER.fullmatch(v):
+        raise ValueError(f"{v!r} is not a valid variable name (letters, digits and '_', not starting with a digit)")
+    return v
+
+
+Word = Annotated[StrictStr, AfterValidator(one_word)]
+NodeName = Annotated[StrictStr, AfterValidator(check_node_name)]
 
 
 class Partition(BaseModel):
     """A partition (SLURM) or queue (PBS, LoadLeveler), in the host's priority order."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: StrictStr
+    name: Word
     max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
-
-    _line = field_validator("name")(classmethod(lambda cls, v: _one_line(v)))
 
 
 class Host(BaseModel):
@@ -43,12 +79,12 @@ class Host(BaseModel):
     shared_nodes: StrictBool = True
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="most nodes one pilot job asks for")
     max_pilots: Annotated[StrictInt, Field(ge=1)] = Field(1, description="most pilot jobs at once on this host")
-    nodes: list[StrictStr] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
+    nodes: list[NodeName] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
     partitions: list[Partition] = Field(default_factory=list)
-    account: StrictStr | None = None
+    account: Word | None = None
     setup: list[StrictStr] = Field(default_factory=list, description="lines run before the pilot starts")
     scratch: StrictStr | None = None
-    env: dict[StrictStr, Scalar] = Field(default_factory=dict)
+    env: dict[Annotated[StrictStr, AfterValidator(variable_name)], Scalar] = Field(default_factory=dict)
     launcher: Literal["auto", "fork", "srun", "ssh", "mpiexec"] = "auto"
     launcher_prefix: StrictStr | None = None
     ssh_config: StrictStr | None = Field(None, description="ssh client config file for contact and nodes")
@@ -59,8 +95,34 @@ class Host(BaseModel):
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
 
-    _lines = field_validator("contact", "account", "scratch", "ssh_config", "identity_file", "known_hosts",
-                             "launcher_prefix")(classmethod(lambda cls, v: _one_line(v)))
+    _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
+    _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))
+
+    @field_validator("nodes")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        seen = set()
+        for name in v:
+            if name in seen:
+                raise ValueError(f"node {name!r} is listed twice")
+            seen.add(name)
+        return v
+
+    @field_validator("contact")
+    @classmethod
+    def _contact_syntax(cls, v: str) -> str:
+        one_line(v)
+        if v == "local":
+            return v
+        if not v.startswith("ssh://"):
+            raise ValueError(f"contact {v!r}: write 'local' or ssh://user@host")
+        from protocols.ssh import split_contact
+
+        try:
+            split_contact(v)  # as the SSH runner reads it, so a run never meets a bad one
+        except ValueError as exc:
+            raise ValueError(f"contact {v!r}: {exc}") from None
+        return v
 
     @field_validator("protocol")
     @classmethod
@@ -75,15 +137,6 @@ class Host(BaseModel):
 
     @model_validator(mode="after")
     def _contact(self) -> "Host":
-        if self.contact != "local" and not self.contact.startswith("ssh://"):
-            raise ValueError(f"contact {self.contact!r}: write 'local' or ssh://user@host")
-        if self.contact != "local":
-            from protocols.ssh import split_contact
-
-            try:
-                split_contact(self.contact)  # as the SSH runner reads it, so a run never meets a bad one
-            except ValueError as exc:
-                raise ValueError(f"contact {self.contact!r}: {exc}") from None
         from protocols.registry import PROTOCOLS
 
         if self.contact != "local" and not PROTOCOLS[self.protocol].remote:

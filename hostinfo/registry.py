@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from pwe.errors import HostsFileError, InputError
 from pwe.errors import did_you_mean
-from pwe.source import locate
+from pwe.source import find_bad_text, locate
 from pwe.yaml_reader import read_yaml
 
 from .model import Host, HostsFile
@@ -86,6 +86,10 @@ def load(workflow: Path | None = None, extra: str | Path | None = None, cores: i
             raw = read_yaml(path, what="a hosts file", needs="'hosts'")
         except InputError as exc:  # the YAML reader's, said of a workflow file or any other
             raise HostsFileError(exc.message, exc.file, exc.line) from None
+        bad = find_bad_text(raw)
+        if bad:  # (a host's values reach job scripts and command lines)
+            loc, problem = bad
+            raise HostsFileError(f"'{'.'.join(map(str, loc))}' {problem}", path, locate(raw, loc))
         try:
             parsed = HostsFile.model_validate(raw)
         except ValidationError as exc:

@@ -449,8 +449,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
     ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
     args = ap.parse_args(argv)
-    alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
-                     gpus_per_node=args.gpus_per_node, memory_per_node=args.memory_per_node)
+    try:
+        alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
+                         gpus_per_node=args.gpus_per_node, memory_per_node=args.memory_per_node)
+    except (ValueError, OSError) as exc:  # a node that is no host name, a host file that cannot be read
+        ap.exit(2, f"python -m pilot: the allocation's nodes: {exc}\n")
     if args.margin is None:
         args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
     os.chdir(args.dir)

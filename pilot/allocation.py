@@ -13,6 +13,20 @@ import time
 from dataclasses import dataclass, field
 
 
+#: A node's name as ssh, srun and mpiexec take it (the DNS and ssh host name grammar):
+#: letters, digits, '.', '-' and '_', never starting with '-' (an option) or '.'.
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
+
+
+def check_node_name(name: str) -> str:
+    """``name`` if it is a host name; else ValueError saying what a host name is. Every
+    node name that reaches a launcher's command line passes here first."""
+    if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a host name (letters, digits, '.', '-' and '_', not starting "
+                         "with '-' or '.')")
+    return name
+
+
 @dataclass
 class Node:
     name: str
@@ -131,6 +145,8 @@ def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfi
     """
     env = dict(os.environ if env is None else env)
     alloc = _nodes(env, hosts, hostfile, cores, walltime_minutes, started)
+    for n in alloc.nodes:  # (ValueError: a name that would reach ssh or srun as an option)
+        check_node_name(n.name)
     gpus = gpus_per_node
     if gpus is None:
         if alloc.kind == "slurm" and env.get("SLURM_GPUS_ON_NODE", "").isdigit():
@@ -155,13 +171,13 @@ def _nodes(env: dict[str, str], hosts: str | None, hostfile: str | None, cores: 
         if hosts:
             for item in hosts.split(","):
                 name, _, n = item.strip().partition(":")
-                pairs.append((name, int(n) if n else (cores or 1)))
+                pairs.append((check_node_name(name), int(n) if n else (cores or 1)))
         else:
             with open(hostfile) as fh:  # type: ignore[arg-type]
                 for line in fh:
                     words = line.split()
                     if words and not words[0].startswith("#"):
-                        pairs.append((words[0], int(words[1]) if len(words) > 1 else (cores or 1)))
+                        pairs.append((check_node_name(words[0]), int(words[1]) if len(words) > 1 else (cores or 1)))
         return Allocation("hosts", _mark_local([Node(h, c) for h, c in pairs]), end=end)
     if env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
         names = expand_hostlist(env.get("SLURM_JOB_NODELIST") or env["SLURM_NODELIST"])

@@ -11,7 +11,10 @@ member's command:
 
 Each is a prefix template with ``{node}``, ``{nodes}``, ``{ranks}``, ``{threads}``,
 ``{cwd}`` fields, overridable per host (``--launcher-prefix``), followed by
-``bash -c CMD``. Values are shell-quoted where a remote shell reads them (ssh).
+``bash -c CMD``. The template is split into words first and each word filled in after
+(:func:`command`), so a value is never more than the word it stands in; ssh gets its host
+after ``--``, so no node name is read as an option. Values are shell-quoted where a
+remote shell reads them (ssh).
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ PREFIXES = {
     "mpiexec": "mpiexec -n {ranks} --host {hosts}",
     # the pilot keeps one session per node open to a node agent (pilot/nodeagent.py), so
     # members cost no key exchange or login; ServerAlive notices a dead node within ~6 s
-    "ssh": "ssh -o BatchMode=yes -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -o ConnectTimeout=5 {node}",
+    "ssh": "ssh -o BatchMode=yes -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -o ConnectTimeout=5 -- {node}",
 }
 
 #: ssh exits with this when the connection (not the member) failed
 SSH_FAILED = 255
+
+
+def command(prefix: str, **fields: object) -> list[str]:
+    """A launcher prefix as argv: split into words, then each word's fields filled in."""
+    return [word.format(**fields) for word in shlex.split(prefix)]
 
 
 def choose(kind: str, placement: Placement, ranks: int, configured: str | None = None) -> str:
@@ -67,7 +75,7 @@ def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: 
         "threads": threads,
         "cwd": cwd,
     }
-    head = shlex.split((prefix or PREFIXES[launcher]).format(**fields))
+    head = command(prefix or PREFIXES[launcher], **fields)
     if launcher == "ssh":
         # ssh hands one string to the remote login shell: everything in it is quoted, and
         # the environment goes along explicitly (ssh does not forward it)

@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Any
 
-from .launchers import PREFIXES
+from .launchers import PREFIXES, command
 from .members import Member, note_stderr, say, argv_for
 from .packing import Placement
 from .wire import NODE_LOST, START
@@ -164,8 +164,8 @@ class RemoteNodes:
 
     def _ssh_head(self, node: str) -> list[str]:
         """The ssh command (host's prefix or the default) that reaches one node."""
-        return shlex.split((self.launcher_prefix or PREFIXES["ssh"]).format(
-            node=node, nodes=node, hosts=node, nnodes=1, ranks=1, threads=1, cwd="/"))
+        return command(self.launcher_prefix or PREFIXES["ssh"], node=node, nodes=node, hosts=node, nnodes=1, ranks=1,
+                       threads=1, cwd="/")
 
     def node_alive(self, name: str) -> bool:
         """One short ssh round trip: can the node still run a command?"""

@@ -107,7 +107,13 @@ class Spawner:
         # single-threaded, so stepping into the member's directory around it is safe (every
         # other path they use is absolute, so they never step back out).
         os.chdir(cwd)
-        exe = self.resolve(argv[0], env.get("PATH", ""))
+        try:
+            return self._spawn(self.resolve(argv[0], env.get("PATH", "")), argv, env, shell_cmd)
+        except ValueError as exc:  # a NUL byte in an argument or the environment: this member's, not ours
+            raise OSError(errno.EINVAL, str(exc)) from None
+
+    @staticmethod
+    def _spawn(exe: str | None, argv: list[str], env: dict[str, str], shell_cmd: str) -> int:
         try:
             if exe:
                 return os.posix_spawn(exe, argv, env, file_actions=FILE_ACTIONS, setsid=True)

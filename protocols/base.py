@@ -84,6 +84,17 @@ class PilotJob:
     notify: str | None = None  # command a job's edge events call (pwe notify ...)
 
 
+#: What a job id looks like, for every scheduler here: SLURM's ``123`` or ``123_4``, PBS's
+#: ``123.server`` or ``123[].server``, LoadLeveler's ``login1.example.org.42.0``, a pid.
+#: Only such a word is ever passed to squeue, scancel, qdel, llcancel or kill: an id read
+#: back from the journal or a scheduler's answer can never become an option.
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\[\]-]{0,199}")
+
+
+def is_job_id(text: str) -> bool:
+    return isinstance(text, str) and JOB_ID.fullmatch(text) is not None
+
+
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 _ENV.filters["q"] = lambda v: __import__("shlex").quote(str(v))
@@ -137,7 +148,7 @@ class Protocol:
             if isinstance(exc, ContactError) and not exc.maybe_ran:
                 raise
             found = self._taken(job.job_name, exc)  # did it take? never submit twice
-            if found:
+            if found and is_job_id(found):
                 return found
             raise SubmitError(f"{self.submit_command[0]} did not answer ({exc}) and no job named "
                               f"{job.job_name} exists", exc.command) from exc
@@ -148,7 +159,10 @@ class Protocol:
             raise SubmitError(f"{self.submit_command[0]} failed: {res.stderr.strip() or res.stdout.strip()}",
                               res.command, res.status, res.stderr)
         try:
-            return self.parse_job_id(res.stdout)
+            job_id = self.parse_job_id(res.stdout)
+            if not is_job_id(job_id):
+                raise SubmitError(f"cannot find a job id in {self.submit_command[0]}'s answer {res.stdout.strip()!r}")
+            return job_id
         except SubmitError as exc:  # the answer names no job: keep what was run and what it said
             exc.command, exc.status, exc.stderr = res.command, res.status, res.stderr
             raise
@@ -178,18 +192,20 @@ class Protocol:
         scheduler does not answer (the query timed out, the host cannot be reached, or the
         answer is a failure, :meth:`_status_failed`) every job asked about is UNKNOWN: ask
         again later, never "finished"."""
-        if not job_ids:
-            return {}
+        out = {j: JobState.UNKNOWN for j in job_ids if not is_job_id(j)}  # never asked: not a job id
+        asked = [j for j in job_ids if j not in out]
+        if not asked:
+            return out
         try:
-            res = self.runner.run(self._status_command(job_ids), timeout=self.timeout)
+            res = self.runner.run(self._status_command(asked), timeout=self.timeout)
         except (CommandTimeout, ContactError) as exc:
             self.no_answer = str(exc)
         else:
             if not self._status_failed(res):
                 self.no_answer = None
-                return self._parse_status(res, job_ids)
+                return {**out, **self._parse_status(res, asked)}
             self.no_answer = f"{res.command[0]} failed: {_said(res)}"
-        return {j: JobState.UNKNOWN for j in job_ids}
+        return {**out, **{j: JobState.UNKNOWN for j in asked}}
 
     def _status_command(self, job_ids: list[str]) -> list[str]:  # pragma: no cover - abstract
         """The one command that asks for the state of all of ``job_ids``."""
@@ -237,9 +253,10 @@ class Protocol:
     def cancel(self, job_ids: list[str]) -> None:
         """Ask the scheduler to end the jobs; whether it took, the next status poll shows
         (so a cancel that times out or cannot reach the host is not an error)."""
+        job_ids = [j for j in job_ids if is_job_id(j)]
         if job_ids:
             try:
-                self.runner.run(self.cancel_command + list(job_ids), timeout=self.timeout)
+                self.runner.run(self.cancel_command + job_ids, timeout=self.timeout)
             except (CommandTimeout, ContactError):
                 pass
 

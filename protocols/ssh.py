@@ -38,6 +38,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import select
 import shlex
 import threading
@@ -45,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from pilot.allocation import check_node_name
 
 from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError, LocalRunner
 
@@ -92,6 +95,10 @@ class _Target:
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
 
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@$-]*")
+
+
 def split_contact(contact: str) -> tuple[str | None, str, int | None]:
     """``(user, host, port)`` of ``ssh://[user@]host[:port]``; ValueError saying how to
     write it otherwise (the hosts model checks contacts with this, so a bad one is a
@@ -101,9 +108,17 @@ def split_contact(contact: str) -> tuple[str | None, str, int | None]:
         port = url.port
     except ValueError:
         port = -1
-    if url.scheme != "ssh" or not url.hostname or port == -1 or url.path not in ("", "/"):
-        raise ValueError("write the contact as ssh://user@host or ssh://user@host:port")
-    return (unquote(url.username) if url.username else None), url.hostname, port
+    if url.scheme != "ssh" or not url.hostname or port in (-1, 0) or url.path not in ("", "/") or \
+            url.query or url.fragment or url.password is not None:
+        raise ValueError("write the contact as ssh://user@host or ssh://user@host:port (a port from 1 to 65535)")
+    host = url.hostname
+    if not (_IPV6.fullmatch(host) and ":" in host):
+        check_node_name(host)  # (ValueError: not a host name, e.g. an ssh option)
+    user = unquote(url.username) if url.username else None
+    if user is not None and not _USER.fullmatch(user):
+        raise ValueError(f"{user!r} is not a user name (letters, digits, '.', '_', '-', '@' and '$', not "
+                         "starting with '-')")
+    return user, host, port
 
 
 def fingerprint(key: Any) -> str:

@@ -102,7 +102,13 @@ class Engine(PilotWork):
                **options: Any) -> "Engine":
         """Check the workflow, make its run directory, and return an engine for it."""
         path, plan, info, warnings = runs.create(workflow, sets, host, cores, run_dir, hosts_file, **options)
-        engine = cls(path, plan, info)
+        try:
+            engine = cls(path, plan, info)
+        except BaseException:  # a run that cannot start leaves no half-made directory behind
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         engine.warnings = warnings
         return engine
 

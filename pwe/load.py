@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import model
 from .errors import InputError, WorkflowSchemaError
-from .source import LineDict, did_you_mean, locate, typed_scalar
+from .source import LineDict, did_you_mean, find_bad_text, locate, text_problem, typed_scalar
 from .yaml_reader import read_text, read_yaml
 
 _PARAM_TAGS = {"values", "range", "file"}
@@ -41,15 +41,37 @@ def _strip_branch(loc: tuple) -> tuple:
 
 
 def read_raw(path: Path) -> LineDict:
-    """The file's raw tree, by its extension (``.xml`` or YAML), sniffing otherwise."""
+    """The file's raw tree, by its extension (``.xml`` or YAML), sniffing otherwise.
+
+    Every key and text in it must be text a program can take (:func:`~pwe.source.text_problem`):
+    whatever the workflow holds may reach a command line or an environment."""
     text = read_text(path)
     if path.suffix.lower() == ".xml" or (
         path.suffix.lower() not in (".yaml", ".yml") and text.lstrip().startswith("<")
     ):
         from .xml_reader import read_xml
 
-        return read_xml(path, text)
-    return read_yaml(path, text)
+        raw = read_xml(path, text)
+    else:
+        raw = read_yaml(path, text)
+    bad = find_bad_text(raw)
+    if bad:
+        loc, problem = bad
+        raise WorkflowSchemaError(f"{_place(loc)} {problem}", path, locate(raw, loc))
+    return raw
+
+
+def _place(loc: tuple) -> str:
+    """Where a value is, said as a workflow's author names it: property 'p', parameter 't'
+    of node 'a', env 'X' of node 'a', 'run' of node 'a'."""
+    if len(loc) >= 2 and loc[0] == "properties":
+        return f"property '{loc[1]}'"
+    if len(loc) >= 3 and loc[0] == "nodes":
+        nid, what = loc[1], loc[2]
+        if what in ("parameters", "env") and len(loc) >= 4:
+            return f"{'parameter' if what == 'parameters' else 'env'} '{loc[3]}' of node '{nid}'"
+        return f"'{what}' of node '{nid}'"
+    return _describe(loc)
 
 
 def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
@@ -60,6 +82,9 @@ def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
         name = name.strip()
         if not eq or not name:
             raise InputError(f"--set {item!r}: expected NAME=VALUE, e.g. --set nsteps=500")
+        problem = text_problem(name) or text_problem(value)
+        if problem:  # (a byte that is not UTF-8 on the command line arrives as a lone surrogate)
+            raise InputError(f"--set {ascii(name)[1:-1]}: {problem}")
         out[name] = typed_scalar(value)
     return out
 

@@ -10,6 +10,7 @@ verbatim (camelCase), so profiles written for PWE read unchanged. Walltimes are 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -25,6 +26,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from hostinfo.model import one_line, one_word
 
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
@@ -89,15 +92,11 @@ class Scheduling(_Strict):
     mailUser: StrictStr | None = Field(None, description="address for batch system mail")
     mailOptions: StrictStr | None = Field(None, description="when to send mail, in the scheduler's terms")
 
-    @field_validator("account", "queue", "qos", "reservation", "nodeAttributes", "jobName", "mailUser",
-                     "mailOptions", "requestedStart", "stdout", "stderr", "stdin")
-    @classmethod
-    def _one_line(cls, v: str | None) -> str | None:
-        # these become batch directives (#SBATCH --account=...): a line break would start a
-        # new line of the job script, i.e. run whatever follows it
-        if v is not None and any(c in v for c in "\n\r\x00"):
-            raise ValueError("must be one line (no line breaks)")
-        return v
+    # these become batch directives (#SBATCH --account=...): a line break would start a new
+    # line of the job script, i.e. run whatever follows it; a space or a leading '-' another option
+    _words = field_validator("account", "queue", "qos", "reservation", "nodeAttributes", "jobName", "mailUser",
+                             "mailOptions")(classmethod(lambda cls, v: one_word(v)))
+    _lines = field_validator("requestedStart", "stdout", "stderr", "stdin")(classmethod(lambda cls, v: one_line(v)))
 
     @model_validator(mode="after")
     def _ranges(self) -> "Scheduling":
@@ -133,6 +132,8 @@ class RangeSpec(_Strict):
     @field_validator("range")
     @classmethod
     def _step(cls, v: list) -> list:
+        if not all(math.isfinite(x) for x in v):
+            raise ValueError(f"the start, stop and step of a range must be finite numbers (got {v})")
         if len(v) == 3 and v[2] == 0:
             raise ValueError("the step of a range cannot be 0")
         step = v[2] if len(v) == 3 else 1

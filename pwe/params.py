@@ -22,7 +22,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from . import model
 from .errors import InputError
-from .source import did_you_mean, value_text
+from .source import did_you_mean, text_problem, value_text
+from .yaml_reader import regular_file
 
 
 class Values(Sequence):
@@ -64,10 +65,16 @@ class RangeValues(Values):
     def __init__(self, start: float, stop: float, step: float = 1):
         self.start, self.stop, self.step = start, stop, step
         self._float = any(isinstance(x, float) for x in (start, stop, step))
-        self._len = max(0, math.ceil((stop - start) / step))
+        self._len = self.count(start, stop, step)
         if self._float:
             # 0, 0.1, ... 0.3 must read 0.3, not 0.30000000000000004
             self._digits = max(_decimals(x) for x in (start, stop, step))
+
+    @staticmethod
+    def count(start: float, stop: float, step: float = 1) -> int:
+        """How many values ``range: [start, stop, step]`` has (finite bounds; a Python int,
+        however large)."""
+        return max(0, math.ceil((stop - start) / step))
 
     def __len__(self) -> int:
         return self._len
@@ -102,9 +109,20 @@ def _decimals(x: float) -> int:
     return max(1, len(s.split(".")[1]))
 
 
+#: The most members of one node and of one run (the run's state takes 13 bytes a member;
+#: a node of 1,000,000 members is routine).
+MAX_MEMBERS = 100_000_000
+#: The largest parameter file read (CSV or JSON lines); it must be a regular file.
+MAX_PARAMETER_FILE_BYTES = 512 * 1024 * 1024
+
+
 def read_values(spec: Any, name: str, base: Path, wf_file: Path, line: int | None) -> Values:
     """The values of a parameter, from its validated spec."""
     if isinstance(spec, model.RangeSpec):
+        count = RangeValues.count(*spec.range)
+        if count > MAX_MEMBERS:
+            raise InputError(f"parameter '{name}': {{range: {spec.range}}} has {count:,} values; a node has at most "
+                             f"{MAX_MEMBERS:,} members", wf_file, line)
         return RangeValues(*spec.range)
     if isinstance(spec, model.FileSpec):
         return ListValues(_read_file_column(base / spec.file, spec.column or name, wf_file, line))
@@ -118,9 +136,12 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
         return InputError(msg, wf_file, line)
 
     try:
+        problem = regular_file(path, MAX_PARAMETER_FILE_BYTES, "a parameter file")
+        if problem:
+            raise fail(f"parameter file {str(path)!r}: {problem}")
         fh = path.open(newline="", encoding="utf-8")
     except OSError as exc:
-        raise fail(f"parameter file {str(path)!r}: {exc.strerror.lower()}") from None
+        raise fail(f"parameter file {str(path)!r}: {(exc.strerror or str(exc)).lower()}") from None
     values: list[Any] = []
     with fh:
         try:
@@ -139,6 +160,8 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
                     v = row[column]
                     if not isinstance(v, (str, int, float, bool)):
                         raise InputError(f"'{column}' must be a string, number or boolean", path, n)
+                    if isinstance(v, str) and text_problem(v):
+                        raise InputError(f"'{column}' {text_problem(v)}", path, n)
                     values.append(v)
             else:
                 reader = csv.reader(fh)
@@ -157,6 +180,8 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
                     if col >= len(row):
                         raise InputError(f"row has {len(row)} fields, needs column {col + 1} ('{column}')",
                                          path, reader.line_num)
+                    if text_problem(row[col]):
+                        raise InputError(f"column '{column}' {text_problem(row[col])}", path, reader.line_num)
                     values.append(row[col])
         except UnicodeDecodeError:
             raise fail(f"parameter file {str(path)!r} is not UTF-8 text") from None

@@ -134,28 +134,40 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
         per_node = host.cores_per_node or 1
         if sched.coreUsageRule:
             per_node = min(per_node, sched.coreUsageRule)
-        n_nodes = len(host.nodes) or 1
         if host.protocol != "local" and sched.maxWallTimePerMember and \
                 sched.maxWallTimePerMember >= float(sched.maxWallTime or 60):
             raise InputError(
                 f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) does not fit in a pilot's "
                 f"maxWallTime ({float(sched.maxWallTime or 60):g} min, less its hand-back margin); raise maxWallTime",
                 src, pn.line)
-        if host.protocol == "local" and not host.nodes:
-            if ranks * threads > per_node:
-                raise InputError(
-                    f"node '{nid}': a member needs {ranks * threads} cores (ranksPerMember {ranks} x threadsPerRank "
-                    f"{threads}) but host '{host.name}' has {per_node}; lower them or use a larger host",
-                    src, pn.line)
-        elif threads > per_node:
+        # the most nodes one pilot has: the head node (or the host's own nodes) where the
+        # protocol allocates none, else what max_nodes and maxNodes allow (None: no limit)
+        if not protocol_info(host.protocol).allocates:
+            n_nodes, which = len(host.nodes) or 1, ""
+        else:
+            caps = [(n, w) for n, w in ((host.max_nodes, "its max_nodes"), (sched.maxNodes, "maxNodes")) if n]
+            n_nodes, which = min(caps) if caps else (None, "")
+        single = n_nodes == 1 and not host.nodes and not which
+        if single and ranks * threads > per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {ranks * threads} cores (ranksPerMember {ranks} x threadsPerRank "
+                f"{threads}) but host '{host.name}' has {per_node}; lower them or use a larger host",
+                src, pn.line)
+        if threads > per_node:
             raise InputError(
                 f"node '{nid}': a member needs {threads} cores for one rank (threadsPerRank) but host "
                 f"'{host.name}' has nodes of {per_node} cores, and a rank cannot straddle nodes",
                 src, pn.line)
-        elif host.nodes and ranks * threads > per_node * n_nodes:
+        if n_nodes is not None and ranks > (per_node // threads) * n_nodes:  # (a rank never straddles nodes)
+            has = f"has {n_nodes} nodes of {per_node}" if not which else \
+                f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} of {per_node} cores ({which})"
             raise InputError(
-                f"node '{nid}': a member needs {ranks * threads} cores but host '{host.name}' has "
-                f"{n_nodes} nodes of {per_node}", src, pn.line)
+                f"node '{nid}': a member needs {ranks * threads} cores ({ranks} ranks of {threads} threads) but host "
+                f"'{host.name}' {has}", src, pn.line)
+        if sched.maxCpus and ranks * threads > sched.maxCpus:
+            raise InputError(
+                f"node '{nid}': a member needs {ranks * threads} cores but maxCpus ({sched.maxCpus}) makes every "
+                "pilot smaller than that; raise maxCpus or lower ranksPerMember x threadsPerRank", src, pn.line)
         gpus, mem = sched.gpusPerMember or 0, sched.memoryPerMember or 0
         if (gpus or mem) and ranks * threads > per_node:
             raise InputError(
@@ -204,7 +216,8 @@ def pilot_args_for(host: Any) -> list[str]:
         if prefix is None and launcher == "ssh" and host.ssh_config:
             from pilot.launchers import PREFIXES
 
-            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {host.ssh_config} ", 1)
+            config = shlex.quote(host.ssh_config).replace("{", "{{").replace("}", "}}")  # a word, not a field
+            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {config} ", 1)
         if prefix:
             args += ["--launcher-prefix", prefix]
     else:

@@ -18,11 +18,12 @@ from typing import Any, Iterator, Mapping
 
 import jinja2
 import networkx as nx
+from pydantic import ValidationError
 
 from . import model
 from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
-from .params import ParameterSpace, RangeValues, Values, read_values
+from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
 from .source import LineDict, did_you_mean, locate, value_text
 from .templates import PayloadTemplate
 
@@ -88,12 +89,14 @@ class Plan:
     def properties(self) -> dict[str, Any]:
         return dict(self.workflow.properties)
 
-    def render(self, node_id: str, index: int) -> str:
+    def render(self, node_id: str, index: int, check: bool = False) -> str:
         """The command member ``index`` of ``node_id`` runs; :class:`TemplateError` when its
-        values make the payload fail (``{{ x / 0 }}``, an attribute the sandbox refuses)."""
+        values make the payload fail (``{{ x / 0 }}``, an attribute the sandbox refuses).
+        ``check``: within a time limit and a command's size too (what validate does)."""
         node = self.nodes[node_id]
         try:
-            return node.template.render(node.context(self.workflow.properties, index))
+            render = node.template.check if check else node.template.render
+            return render(node.context(self.workflow.properties, index))
         except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
             if isinstance(exc, jinja2.TemplateError) and exc.message:
                 what = exc.message
@@ -143,6 +146,11 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
     path = Path(path)
     wf, raw = load_workflow(path, sets)
     plan = build_plan(wf, raw, path, host=host)
+    for nid, node in plan.nodes.items():
+        # a payload that cannot render (the sandbox refuses it, it divides by zero, it runs
+        # away) is found now, not member by member in a run: its first and last member
+        for index in sorted({0, node.size - 1}):
+            plan.render(nid, index, check=True)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
@@ -220,6 +228,11 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                     path,
                     line_of("nodes", nid, "combine"),
                 )
+        space = ParameterSpace(values, node.combine)
+        if space.size > MAX_MEMBERS:
+            sizes = " x ".join(f"{n}({len(v):,})" for n, v in values.items())
+            raise WorkflowSchemaError(f"node '{nid}' has {space.size:,} members ({sizes}); a node has at most "
+                                      f"{MAX_MEMBERS:,}", path, line_of("nodes", nid, "parameters"))
         run_line = line_of("nodes", nid, "run")
         try:
             template = PayloadTemplate(node.run)
@@ -235,11 +248,16 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                 path,
                 run_line,
             )
-        sched = wf.defaults.scheduling.merged(node.scheduling)
+        try:
+            sched = wf.defaults.scheduling.merged(node.scheduling)
+        except ValidationError as exc:  # each fine alone, contradicting each other merged
+            msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+            raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
+                                      line_of("nodes", nid, "scheduling")) from None
         nodes[nid] = PlannedNode(
             id=nid,
             spec=node,
-            space=ParameterSpace(values, node.combine),
+            space=space,
             template=template,
             host=host or node.host or wf.defaults.host,
             scheduling=sched,
@@ -249,6 +267,9 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             run_line=run_line,
         )
 
+    total = sum(n.size for n in nodes.values())
+    if total > MAX_MEMBERS:
+        raise WorkflowSchemaError(f"the workflow has {total:,} members; a run has at most {MAX_MEMBERS:,}", path)
     edges: list[Edge] = []
     warnings: list[str] = []
     for a, b in graph.edges:

@@ -86,6 +86,42 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
+def text_problem(text: str) -> str | None:
+    """What makes ``text`` unfit to reach a program (its arguments, its environment), or
+    None: a NUL byte (which ends a C string: posix_spawn refuses it) or a lone surrogate
+    (not text at all: it cannot be encoded). YAML's ``"\\0"`` and ``"\\ud800"`` escapes, a JSON
+    line's ``"\\u0000"`` and a command line's undecodable bytes all make them."""
+    if "\x00" in text:
+        return "holds a NUL byte (\\0), which no program's argument or environment can carry; remove it"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (f"holds a lone surrogate (U+{ord(text[exc.start]):04X}), which is not text; write the "
+                    "character itself")
+    return None
+
+
+def find_bad_text(tree: Any) -> tuple[tuple, str] | None:
+    """The first key or string value in a raw tree that :func:`text_problem` refuses: its
+    path in the tree and the problem; None when every one is fine."""
+    stack: list[tuple[tuple, Any]] = [((), tree)]
+    while stack:
+        loc, node = stack.pop()
+        if isinstance(node, str):
+            problem = text_problem(node)
+            if problem:
+                return loc, problem
+        elif isinstance(node, dict):
+            for key, value in reversed(list(node.items())):
+                if isinstance(key, str) and text_problem(key):
+                    return loc + (key,), text_problem(key)  # type: ignore[return-value]
+                stack.append((loc + (key,), value))
+        elif isinstance(node, list):
+            stack.extend((loc + (i,), v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
 def locate(tree: Any, path: Iterable[Any]) -> int | None:
     """The line of the deepest element of ``path`` that the tree knows a line for."""
     line = getattr(tree, "line", None)

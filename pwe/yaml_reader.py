@@ -8,6 +8,7 @@ silent overwrite, and every mapping key and sequence item keeps its line number.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +74,29 @@ def _file(what: str) -> str:
     return what if what.endswith(" file") else what + " file"
 
 
+#: The largest workflow or hosts file read (validating one this size takes about 12 s and
+#: 450 MB): long lists of values belong in a parameter file ({file: values.csv}).
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
 def read_text(path: Path, what: str = "a workflow") -> str:
     """The file as UTF-8 text, or an error naming the line of the first bad byte.
 
-    ``what`` names the kind of file in messages ("a workflow", "a hosts file").
+    ``what`` names the kind of file in messages ("a workflow", "a hosts file"). Only a
+    regular file of at most :data:`MAX_FILE_BYTES` is read (``/dev/zero`` or a FIFO would
+    never end).
     """
     try:
-        data = path.read_bytes()
+        problem = regular_file(path, MAX_FILE_BYTES, _file(what))
+        if problem:
+            hint = "" if problem.startswith("not") or "hosts" in what else \
+                " (long lists of values belong in a parameter file: {file: values.csv})"
+            raise WorkflowSyntaxError(problem + hint, path)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:  # (grew meanwhile, or a /proc file that says 0 bytes)
+            raise WorkflowSyntaxError(f"more than {MAX_FILE_BYTES >> 20} MiB; {_file(what)} holds at most "
+                                      f"{MAX_FILE_BYTES >> 20} MiB", path)
     except FileNotFoundError:
         raise WorkflowSyntaxError("no such file", path) from None
     except IsADirectoryError:
@@ -99,6 +116,25 @@ def read_text(path: Path, what: str = "a workflow") -> str:
         line = text[: text.index("\x00")].count("\n") + 1
         raise WorkflowSyntaxError(f"binary data (a NUL byte); {_file(what)} must be text", path, line)
     return text.lstrip("\ufeff")
+
+
+def regular_file(path: Path, limit: int, what: str) -> str | None:
+    """Why ``path`` is not a file to read (a device, a FIFO, a socket, larger than
+    ``limit`` bytes), said of ``what`` ("a workflow file"), or None. Asked before opening
+    it: opening a FIFO would wait for a writer. OSError (FileNotFoundError,
+    IsADirectoryError) as os.stat raises them."""
+    import stat
+
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else \
+            "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "special"
+        return f"not a regular file ({kind}); {what} must be a regular file"
+    if st.st_size > limit:
+        return f"{st.st_size / 2 ** 20:,.1f} MiB is too large; {what} holds at most {limit >> 20} MiB"
+    return None
 
 
 def read_yaml(path: Path, text: str | None = None, what: str = "a workflow", needs: str = "'name' and 'nodes'"

@@ -210,8 +210,9 @@ def test_a_contact_the_ssh_runner_cannot_read_is_refused_before_a_run(tmp_path):
     wf.write_text("name: a\nnodes:\n  a:\n    host: c\n    run: 'true'\n")
     for args in (["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
         status, _, err = run_cli(*args, cwd=tmp_path)
-        assert status == 2 and err == (f"{tmp_path / 'hosts.yaml'}:2: 'hosts.c': contact 'ssh://me@h:abc': write "
-                                       "the contact as ssh://user@host or ssh://user@host:port\n"), err
+        assert status == 2 and err == (f"{tmp_path / 'hosts.yaml'}:4: 'hosts.c.contact': contact 'ssh://me@h:abc': "
+                                       "write the contact as ssh://user@host or ssh://user@host:port (a port from 1 "
+                                       "to 65535)\n"), err
     assert not (tmp_path / "run").exists()
 
 

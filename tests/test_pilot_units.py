@@ -112,7 +112,7 @@ def test_launcher_choice_and_command_lines():
                     "--nodelist=far", "--chdir=/runs/m/3", "bash", "-c", "echo hi"]
     argv = wrap("ssh", ["true"], "echo 'hi there'", [(remote, 1)], 1, 1, "/runs/a b", env)
     assert argv[:-1] == ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3",
-                         "-o", "ConnectTimeout=5", "far"]
+                         "-o", "ConnectTimeout=5", "--", "far"]
     import shlex
 
     remote_words = shlex.split(argv[-1])  # what the remote shell will see
