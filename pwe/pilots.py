@@ -17,12 +17,10 @@ its members are handed on only once the batch system says the job ended (or afte
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import time
-from collections import Counter, deque
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,8 @@ from pilot.wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, START, UNWRITABL
 from .errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from .journal import cannot_write
 from .placement import pilot_job
-from .state import ASSIGNED, READY
+from .recovery import Recovery
+from .state import READY
 
 
 class PilotHandle:
@@ -121,146 +120,9 @@ class Lane:
         self.retry_pilot: tuple[str, bool] | None = None  # (pilot id, maybe submitted)
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _task_key(msg: dict[str, Any]) -> tuple[str, int, int] | None:
-    """(node, member, attempt) of a task or of a pilot's message about one; None when it
-    has not those fields (damaged)."""
-    n, m, a = msg.get("n"), msg.get("m"), msg.get("a")
-    return (n, m, a) if isinstance(n, str) and isinstance(m, int) and isinstance(a, int) else None
-
-
-class PilotWork:
+class PilotWork(Recovery):
     """The engine's work with its pilots, split out of :class:`~pwe.engine.Engine` (its
     base class) by job: it uses the engine's state, journal (``_record``) and lanes."""
-
-    def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
-        pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
-                            cursor=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
-        self.pilots[pid_] = pilot
-        # assignments journaled but never sent to the pilot (killed in between): hand back
-        sent = pilot.transport.sent()
-        st = self.state
-        for nid, i in st.inflight(pid_):
-            ns = st.nodes[nid]
-            if ns.state[i] == ASSIGNED and (nid, i, ns.attempt[i]) not in sent:
-                self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
-        pilot.outstanding = len(st.inflight(pid_))
-        for ev in self._recovered.pop(pid_, ()):
-            self._take(pilot, ev)  # what it said of itself (up, drain, down), read by _recover
-        self._ingest(pilot)
-        if self._process_gone(pilot) and not pilot.down:
-            self._pilot_gone(pilot, "lost while the engine was down")
-
-    def _recover(self) -> None:
-        """The journal was damaged (records skipped) or cut short: what it lost, the pilots'
-        own files still say, and they are read whole again.
-
-        Each pilot's tasks file says what it was sent, its events what it handed back,
-        started and ended. So: a member the journal has on a pilot that is gone, or on
-        one that does not hold it (never sent, or handed back), is handed back; a task a
-        pilot holds that the journal forgot is that pilot's again (never sent twice:
-        the pilot would run it twice); then every start and end is applied again (one
-        already applied changes nothing). Only what changes the state is journaled, and
-        each pilot's cursor moves to the end of what was read."""
-        st = self.state
-        files: dict[str, tuple[list[dict[str, Any]], Any, Counter]] = {}
-        for pid_ in st.pilots:
-            files[pid_] = ([], None, Counter())  # (unread: its cursor stays where it was)
-            try:
-                spool = EngineSpool(self.dir / "pilots" / pid_)
-            except OSError:
-                continue  # (its directory is gone, and cannot be made: nothing to read)
-            try:
-                events, cursor = spool.receive(0)
-                backs = Counter(_task_key(ev) for ev in events if ev.get("k") == BACK)
-                files[pid_] = (events, cursor, spool.sent() - backs)
-            except OSError:
-                pass
-            finally:
-                spool.close()
-
-        def holds(pid_: str, nid: str, i: int, a: int) -> bool:
-            return bool(st.pilots.get(pid_, {}).get("alive")) and (nid, i, a) in files[pid_][2]
-
-        def hand_back_strays() -> None:
-            for nid, ns in st.nodes.items():
-                for i, pid_ in list(ns.pilot.items()):
-                    if not holds(pid_, nid, i, ns.attempt[i]):
-                        self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
-
-        hand_back_strays()
-        started = {_task_key(ev): pid_ for pid_, (events, _, _) in files.items() for ev in events
-                   if ev.get("k") == START}
-        live = [q for q in reversed(list(files)) if st.pilots[q].get("alive")]
-
-        def adopt() -> int:
-            # a task the journal forgot: the pilot that started it has it, else the newest
-            # live pilot that holds it; one nobody started on a pilot that is gone runs again
-            n = 0
-            for key, pid_ in list(started.items()) + [(key, q) for q in live for key in files[q][2]]:
-                nid, i, a = key or ("", -1, 0)
-                ns = st.nodes.get(nid)
-                if ns is not None and 0 <= i < ns.size and ns.state[i] == READY and ns.attempt[i] == a - 1 \
-                        and key in files[pid_][2]:
-                    self._record({"e": "assign", "n": nid, "m": i, "a": a, "p": pid_})
-                    n += 1
-            return n
-
-        def apply_again() -> int:
-            n = 0
-            for pid_, (events, _, _) in files.items():
-                for ev in events:
-                    key = _task_key(ev) if ev.get("k") in (START, END) else None
-                    ns = st.nodes.get(key[0]) if key else None
-                    if ns is None or not 0 <= key[1] < ns.size or (ev["k"] == START and ns.state[key[1]] != ASSIGNED):
-                        continue  # (a start of one already running changes nothing)
-                    rec = self._event_record(pid_, ev)
-                    if rec is not None and st.apply(rec) is not None:
-                        self.journal.append(rec)
-                        n += 1
-            return n
-
-        # an end applied again may release members whose assignment the journal skipped
-        # (they were not ready then): until nothing changes
-        while adopt() + apply_again():
-            pass
-        for pid_, (_, cursor, _) in files.items():
-            if st.pilots[pid_].get("alive") and cursor is not None:
-                self._record({"e": "offset", "p": pid_, "off": cursor})
-                self._recovered[pid_] = [ev for ev in files[pid_][0] if ev.get("k") in (UP, DRAIN, DOWN)]
-        hand_back_strays()  # (a pilot that is gone and had started one the journal forgot)
-
-    def _end_orphans(self, pilot: PilotHandle, inflight: list[tuple[str, int]]) -> None:
-        """End what a pilot of this machine that is gone left running: a member orphaned by
-        a killed pilot would run on beside its re-issue. The pilot writes a member's
-        start before it spawns it, and its messages were read to the end first, so each
-        member it may have started is known; they are found by the environment they
-        started with (their pid is not known: written before the spawn) and their process
-        groups killed. One found that the journal has not seen start has its start
-        journaled (the attempt happened). Members on the pilot's other nodes end with
-        their node agents, whose ssh sessions end with the pilot."""
-        from pilot.spawn import members_of
-
-        st = self.state
-        mine = {(nid, str(i), str(st.nodes[nid].attempt[i])): (nid, i) for nid, i in inflight}
-        for nid, i in inflight:
-            if st.nodes[nid].pid.get(i):  # (a pilot of an earlier pwe said its members' pids)
-                _kill_group(st.nodes[nid].pid[i])
-        for pid, key in (members_of(self.run_id).items() if mine else ()):
-            if key in mine:
-                nid, i = mine[key]
-                if st.nodes[nid].state[i] == ASSIGNED:
-                    self._record({"e": "start", "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
-                try:
-                    _kill_group(os.getpgid(pid))
-                except ProcessLookupError:
-                    pass
 
     def _start_pilot(self, lane: Lane) -> PilotHandle | None:
         if lane.protocol.batch:
