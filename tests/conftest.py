@@ -336,3 +336,10 @@ def ssh_nodes():
     """The 4 SSH test nodes (an SshNodes list of (name, address)), or skip/fail (CI)."""
     _require_services("ssh nodes:", "ssh local:")
     return SshNodes((f"pwe-n{n}", f"10.233.{n}.2") for n in range(1, 5))
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """The URL (with its password) of the tests' real Redis on 127.0.0.1:6391, or skip/fail (CI)."""
+    _require_services("redis:")
+    return Path("/var/tmp/pwe-redis/url").read_text().strip()

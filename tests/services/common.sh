@@ -22,7 +22,10 @@ SLURM_CONF=/etc/slurm/slurm.conf
 # ours, and is replaced only when told (may_write_slurm_conf).
 SLURM_CONF_MARKER="# One-node SLURM cluster for pwe's tests (written by tests/services/setup.sh)."
 PWE_ETC_HOSTS=${PWE_ETC_HOSTS:-/etc/hosts}   # (another file only for the tests of these steps)
-PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps openmpi-bin)
+PWE_REDIS_DIR=/var/tmp/pwe-redis   # redis.conf, pid, log, and password + url (owner-only)
+PWE_REDIS_PORT=6391                 # not 6379: a machine's own Redis is left alone
+PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps openmpi-bin
+              redis-server chromium chromium-driver)
 
 export DEBIAN_FRONTEND=noninteractive
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
@@ -105,6 +108,51 @@ install_packages() {
         return 1
     fi
     say "packages: installed ${PWE_PACKAGES[*]} in $((SECONDS - t0)) s"
+}
+
+# ---------------------------------------------------------------- redis
+
+# A real Redis on 127.0.0.1:$PWE_REDIS_PORT with a password (requirepass), for the message
+# bus and the service. The password is made once, kept in $PWE_REDIS_DIR/password and the
+# whole URL in $PWE_REDIS_DIR/url (redis://default:PASSWORD@127.0.0.1:PORT/0), both mode 600.
+redis_url() { cat "$PWE_REDIS_DIR/url"; }
+redis_ok() { redis-cli -u "$(redis_url)" --no-auth-warning ping 2>/dev/null | grep -q PONG; }
+
+start_redis() {
+    local i pass
+    mkdir -p "$PWE_REDIS_DIR" && chmod 700 "$PWE_REDIS_DIR" || return 1
+    if [ ! -s "$PWE_REDIS_DIR/password" ]; then
+        (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PWE_REDIS_DIR/password")
+    fi
+    pass=$(cat "$PWE_REDIS_DIR/password")
+    (umask 077; printf 'redis://default:%s@127.0.0.1:%s/0\n' "$pass" "$PWE_REDIS_PORT" >"$PWE_REDIS_DIR/url")
+    if alive "$PWE_REDIS_DIR/redis.pid" redis-server && redis_ok; then
+        say "redis: up (127.0.0.1:$PWE_REDIS_PORT, password in $PWE_REDIS_DIR/password, url in $PWE_REDIS_DIR/url)"
+        return 0
+    fi
+    stop_pidfile "$PWE_REDIS_DIR/redis.pid" redis-server
+    (umask 077; cat >"$PWE_REDIS_DIR/redis.conf" <<CONF
+bind 127.0.0.1
+port $PWE_REDIS_PORT
+protected-mode yes
+requirepass $pass
+daemonize yes
+pidfile $PWE_REDIS_DIR/redis.pid
+logfile $PWE_REDIS_DIR/redis.log
+dir $PWE_REDIS_DIR
+save ""
+appendonly no
+CONF
+)
+    redis-server "$PWE_REDIS_DIR/redis.conf" >/dev/null 2>&1 9>&-  # (not the services lock)
+    for i in $(seq 50); do redis_ok && break; sleep 0.1; done
+    if redis_ok; then
+        say "redis: up (127.0.0.1:$PWE_REDIS_PORT, password in $PWE_REDIS_DIR/password, url in $PWE_REDIS_DIR/url)"
+        return 0
+    fi
+    say "redis: FAILED: no PONG from 127.0.0.1:$PWE_REDIS_PORT"
+    tail_log "$PWE_REDIS_DIR/redis.log"
+    return 1
 }
 
 # ---------------------------------------------------------------- munge

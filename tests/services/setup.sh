@@ -4,7 +4,9 @@
 #     with slurm-wlm-torque's qsub/qstat/qdel over it;
 #   - 4 ssh "nodes": network namespaces pwe-n1..pwe-n4 (10.233.N.2) each with its own sshd,
 #     on one bridge with the head (10.233.0.1), sharing this machine's filesystem;
-#   - an sshd on 127.0.0.1:2222 (ssh host pwe-local) for remote-contact tests.
+#   - an sshd on 127.0.0.1:2222 (ssh host pwe-local) for remote-contact tests;
+#   - Redis on 127.0.0.1:6391 with a password (url in /var/tmp/pwe-redis/url, mode 600);
+#   - (packages only) chromium and chromium-driver, for the report's browser test.
 # Use: ssh -F /var/tmp/pwe-ssh/ssh_config pwe-n1 CMD
 # Idempotent: installs only missing packages, starts only what is down, repairs a node
 # left killed; a second run when all is up takes about a second.
@@ -32,6 +34,8 @@ else
     failed+=(munge)
     say "slurm: FAILED: munge is not running"; failed+=(slurm)
 fi
+
+start_redis || failed+=(redis)
 
 start_ssh_nodes() (
     ssh_keys || { echo "cannot make the ssh keys in $PWE_SSH_DIR"; exit 1; }

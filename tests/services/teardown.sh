@@ -23,3 +23,4 @@ ip link del "$PWE_BRIDGE" >/dev/null 2>&1 && say "bridge $PWE_BRIDGE: deleted"
 remove_etc_hosts
 command -v scontrol >/dev/null && { stop_slurm; say "slurm: stopped"; }
 stop_pidfile /run/munge/munged.pid munged && say "munge: stopped"
+stop_pidfile "$PWE_REDIS_DIR/redis.pid" redis-server && say "redis: stopped"
