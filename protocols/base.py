@@ -25,6 +25,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -78,6 +79,7 @@ class PilotJob:
     constraint: str | None = None
     memory_mb: int | None = None
     gpus_per_node: int = 0   # asked for when members of this pilot need GPUs
+    begin: Any = None        # requestedStart: the earliest start, an aware datetime (pwe.starttime)
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     pilot_args: list[str] = field(default_factory=list)
@@ -106,6 +108,19 @@ def walltime_hms(minutes: float) -> str:
 
 
 _ENV.filters["hms"] = walltime_hms
+
+
+#: requestedStart in each scheduler's words: SLURM's --begin, PBS's -a, LoadLeveler's
+#: startdate. None has a time zone: they are written in this machine's (pwe.starttime says why).
+BEGIN_FORMS = {"slurm": "%Y-%m-%dT%H:%M:%S", "pbs": "%Y%m%d%H%M.%S", "loadleveler": "%m/%d/%Y %H:%M:%S"}
+
+
+def _begin(when: Any, form: str) -> str:
+    """A requested start (an aware datetime) in one scheduler's words."""
+    return when.astimezone().strftime(BEGIN_FORMS[form])
+
+
+_ENV.filters["begin"] = _begin
 
 
 class Protocol:

@@ -33,7 +33,7 @@ class ProtocolInfo:
     submission_types: frozenset[str] = frozenset({"glidein"})
 
 
-_SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes"}
+_SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes", "requestedStart"}
 
 PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
     ProtocolInfo("local", "protocols.local:Local", ("python3",), remote=False,

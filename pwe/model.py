@@ -96,7 +96,25 @@ class Scheduling(_Strict):
     # line of the job script, i.e. run whatever follows it; a space or a leading '-' another option
     _words = field_validator("account", "queue", "qos", "reservation", "nodeAttributes", "jobName", "mailUser",
                              "mailOptions")(classmethod(lambda cls, v: one_word(v)))
-    _lines = field_validator("requestedStart", "stdout", "stderr", "stdin")(classmethod(lambda cls, v: one_line(v)))
+    _lines = field_validator("stdout", "stderr", "stdin")(classmethod(lambda cls, v: one_line(v)))
+
+    @field_validator("requestedStart")
+    @classmethod
+    def _start(cls, v: str | None) -> str | None:
+        if v is not None:
+            from . import starttime
+
+            starttime.parse(one_line(v))  # refused here, at validate, not at the first submission
+        return v
+
+    def requested_start(self, now: Any = None) -> Any:
+        """The earliest start of this node's pilot jobs (an aware datetime), or None;
+        ``now``: when a ``now+`` delay counts from (the run's creation)."""
+        if self.requestedStart is None:
+            return None
+        from . import starttime
+
+        return starttime.parse(self.requestedStart, now)
 
     @model_validator(mode="after")
     def _ranges(self) -> "Scheduling":

@@ -155,7 +155,8 @@ class PilotWork(Recovery):
         st = self.state
         ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
-                        heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60))
+                        heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60),
+                        created=self.info.get("created"))
         script = d / "job.sh"
         script.write_text(lane.protocol.render(job))
         try:

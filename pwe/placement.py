@@ -35,10 +35,12 @@ def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, hos
     return plan, hosts, run_warnings(plan, hosts)
 
 
-def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str, Any]:
+def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: float | None = None) -> dict[str, Any]:
     """How large a pilot job to ask for: enough nodes for the ready members (capped by
     maxCpus, maxNodes, the host and the partition), their walltime, the first partition
-    in the host's priority order whose limit fits (``queue`` in the profile overrides)."""
+    in the host's priority order whose limit fits (``queue`` in the profile overrides),
+    and the earliest start (``requestedStart``; a ``now+`` delay counts from ``created``,
+    the run's creation, epoch seconds)."""
     nid = ready[0][0] if ready else next(iter(plan.nodes))
     sched = plan.nodes[nid].scheduling
     cpn = host.cores_per_node or 1
@@ -79,18 +81,25 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]]) -> dict[str
             "account": sched.account or host.account,  # the profile's account wins over the host's
             "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
             # members that need GPUs get them only if the job asks for the nodes' GPUs
-            "memory_mb": sched.maxTotalMemory, "gpus_per_node": host.gpus_per_node if gpus else 0}
+            "memory_mb": sched.maxTotalMemory, "gpus_per_node": host.gpus_per_node if gpus else 0,
+            "begin": sched.requested_start(_when(created))}
+
+
+def _when(epoch: float | None) -> Any:
+    from datetime import datetime
+
+    return None if epoch is None else datetime.fromtimestamp(epoch).astimezone()
 
 
 def pilot_job(plan: Plan, host: Any, ready: list[tuple[str, int]], run_dir: str, run_id: str, pilot_id: str,
-              pilot_args: list[str], heartbeat: float, idle_timeout: float) -> Any:
+              pilot_args: list[str], heartbeat: float, idle_timeout: float, created: float | None = None) -> Any:
     """The pilot job to submit to ``host`` for the ``ready`` members: what the engine
     submits, and what ``pwe plan --host`` shows (with RUN_DIR and RUN for the run's own)."""
     import pilot as pilot_pkg
     from protocols.base import PilotJob
 
     return PilotJob(pilot_id=pilot_id, pilot_dir=f"{run_dir}/pilots/{pilot_id}", job_name=f"pwe-{run_id}-{pilot_id}",
-                    **pilot_shape(plan, host, ready), python=sys.executable,
+                    **pilot_shape(plan, host, ready, created), python=sys.executable,
                     pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
                     setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
                     notify=shlex.join([sys.executable, "-m", "pwe", "notify", "--run", run_dir, "--pilot", pilot_id]),

@@ -1,0 +1,111 @@
+"""requestedStart reaches the batch system: SLURM's --begin (on the real cluster), PBS's
+-a and LoadLeveler's startdate (in their scripts), and ``pwe plan --host`` shows it."""
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import ROOT, read_journal, run_cli, wait_for
+from protocols.base import PilotJob, get
+from protocols.runner import LocalRunner
+from pwe import starttime
+
+HOSTS = """hosts:
+  cluster: {protocol: slurm, cores_per_node: 8, max_nodes: 1, partitions: [{name: debug}]}
+"""
+
+
+def _poll(fn, timeout, what):
+    """fn()'s first true value, asked every 0.2 s for up to ``timeout`` seconds."""
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if value := fn():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _wf(tmp_path, start):
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: later\nnodes:\n  m:\n    parameters: {i: {range: [0, 3]}}\n    run: 'true'\n"
+                  f"    scheduling: {{maxWallTime: 5, requestedStart: {json.dumps(start)}}}\n")
+    return wf
+
+
+def test_the_forms_a_workflow_may_write():
+    now = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
+    assert starttime.parse("now+90s", now) == now + timedelta(seconds=90)
+    assert starttime.parse("now+30min", now) == now + timedelta(minutes=30)
+    assert starttime.parse("now + 2h", now) == now + timedelta(hours=2)
+    assert starttime.parse("now+1d", now) == now + timedelta(days=1)
+    assert starttime.parse("2031-05-06T07:08:09Z") == datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+    assert starttime.parse("2031-05-06T09:08+02:00") == datetime(2031, 5, 6, 7, 8, tzinfo=timezone.utc)
+    local = starttime.parse("2031-05-06")  # a date: its midnight, here
+    assert (local.year, local.month, local.day, local.hour) == (2031, 5, 6, 0)
+    for bad in ("tomorrow", "now+", "now+5y", "2031-13-01", "31/05/2031"):
+        with pytest.raises(ValueError, match="not a time; write ISO 8601"):
+            starttime.parse(bad)
+
+
+def test_each_scheduler_writes_it_in_its_own_words():
+    when = datetime(2031, 5, 6, 7, 8, 9).astimezone()  # this machine's zone
+    job = PilotJob("p1", "/r/pilots/p1", "pwe-x-p1", 1, 8, 5.0, begin=when)
+    scripts = {name: get(name, LocalRunner()).render(job) for name in ("slurm", "pbs", "loadleveler")}
+    assert "#SBATCH --begin=2031-05-06T07:08:09\n" in scripts["slurm"]
+    assert "#PBS -a 203105060708.09\n" in scripts["pbs"]
+    assert "# @ startdate = 05/06/2031 07:08:09\n" in scripts["loadleveler"]
+    plain = PilotJob("p1", "/r/pilots/p1", "pwe-x-p1", 1, 8, 5.0)
+    assert not any(w in get(n, LocalRunner()).render(plain) for n in ("slurm", "pbs", "loadleveler")
+                   for w in ("--begin", "#PBS -a", "startdate"))
+
+
+def test_a_start_that_is_not_a_time_is_one_line_at_validate(tmp_path):
+    wf = _wf(tmp_path, "tomorrow")
+    rc, _, err = run_cli("validate", str(wf), "--hosts", str(tmp_path / "hosts.yaml"))
+    assert rc == 2
+    line, = err.strip().splitlines()
+    assert line.startswith(f"{wf}:6:") and "requestedStart" in line and "now+2h" in line
+
+
+def test_plan_shows_it_and_a_local_host_warns_it_is_not_used(tmp_path):
+    wf = _wf(tmp_path, "2031-05-06T07:08:09")
+    rc, out, err = run_cli("plan", str(wf), "--host", "cluster", "--hosts", str(tmp_path / "hosts.yaml"))
+    assert rc == 0, err
+    assert "#SBATCH --begin=2031-05-06T07:08:09" in out
+    rc, out, err = run_cli("plan", str(wf), "--host", "local", "--hosts", str(tmp_path / "hosts.yaml"))
+    assert rc == 0 and "requestedStart not used" in out + err
+
+
+def test_slurm_holds_the_pilot_until_the_requested_start(slurm_cluster, tmp_path):
+    """A run whose start is an hour away: its pilot job is on the real cluster, pending for
+    BeginTime with the StartTime asked for; cancelling the run removes it."""
+    wf = _wf(tmp_path, "now+1h")
+    run_dir = tmp_path / "run"
+    made = datetime.now().astimezone()
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir",
+                             str(run_dir), "--hosts", str(tmp_path / "hosts.yaml")], cwd=tmp_path,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/local/bin:/usr/bin:/bin"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job = _poll(lambda: next((r["job"] for r in (read_journal(run_dir) if (run_dir / "journal.jsonl").exists()
+                                                         else []) if r["e"] == "pilot" and r.get("job")), None),
+                       timeout=60, what="the pilot job's submission")
+        fields = _poll(lambda: (f := slurm_cluster.job(job)) and f.get("Reason") == "BeginTime" and f,
+                          timeout=30, what="SLURM to hold the job for its begin time")
+        assert fields["JobState"] == "PENDING"
+        start = datetime.fromisoformat(fields["StartTime"]).astimezone()
+        assert abs((start - (made + timedelta(hours=1))).total_seconds()) < 60, (fields["StartTime"], made)
+        assert not (run_dir / "pilots" / "p1" / "events.jsonl").exists()  # nothing ran
+    finally:
+        run_cli("cancel", str(run_dir))
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err  # cancelled members (README: exit statuses)
+    assert "3/3 finished" in err
+    wait_for(lambda: slurm_cluster.job_state(job) in (None, "CANCELLED") or not slurm_cluster.job(job),
+             timeout=60, what="the pilot job to be cancelled")
