@@ -58,6 +58,27 @@ def check_host(host: Host, runner: Any = None) -> list[Check]:
     return checks
 
 
+def missing_commands(host: Host, runner: Any = None) -> list[str]:
+    """The commands of ``host``'s protocol that are not on the PATH where pwe reaches it
+    (all of them when it cannot be reached at all)."""
+    from protocols.registry import info
+    from protocols.runner import CommandTimeout, ContactError
+
+    names = list(info(host.protocol).commands)
+    own = runner is None
+    try:
+        if own:
+            from protocols.ssh import runner_for
+
+            runner = runner_for(host)
+        return [name for name, ok, _ in _commands(host, runner) if not ok and name in names]
+    except (ContactError, CommandTimeout):
+        return names
+    finally:
+        if own and runner is not None:
+            runner.close()
+
+
 def _commands(host: Host, runner: Any) -> list[Check]:
     from protocols.registry import info
 

@@ -94,6 +94,8 @@ class Host(BaseModel):
     connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
+    fallback: Literal["none", "local"] = Field(
+        "none", description="'local': when the scheduler's commands are absent, warn and run the members here")
 
     _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
     _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))

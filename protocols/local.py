@@ -25,12 +25,13 @@ class Local(Protocol):
     cancel_command = ["kill", "-TERM"]
 
     def start(self, pilot_dir: Path, slots: int, heartbeat: float = 5.0, idle_timeout: float = 300.0,
-              extra_args: list[str] | tuple[str, ...] = ()) -> subprocess.Popen:
-        """Start a pilot filling ``slots`` cores of this machine; its process."""
+              extra_args: list[str] | tuple[str, ...] = (), host_env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a pilot filling ``slots`` cores of this machine; its process. ``host_env``:
+        the host entry's ``env``, which its members see (as a job script exports it)."""
         pilot_dir.mkdir(parents=True, exist_ok=True)
         # the pilot package sits beside pwe in one distribution; make it importable even when
         # pwe runs from a source tree
-        env = dict(os.environ)
+        env = {**os.environ, **(host_env or {})}
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         log = open(pilot_dir / "pilot.log", "ab")

@@ -132,7 +132,8 @@ class PilotWork(Recovery):
         d = self.dir / "pilots" / pid_
         transport = EngineSpool(d)  # before the pilot looks for its tasks
         popen = lane.protocol.start(d, lane.cores, self.heartbeat,
-                                    idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args)
+                                    idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args,
+                                    host_env={k: str(v) for k, v in lane.host.env.items()})
         host = socket.gethostname()
         self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
                       "slots": lane.cores, "t": time.time()})

@@ -31,8 +31,39 @@ def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, hos
 
     src = Path(workflow)
     plan = plan_workflow(src, sets, host=host)
-    hosts = check_hosts(plan, hostinfo.load(src, hosts_file, cores=cores), src)
-    return plan, hosts, run_warnings(plan, hosts)
+    registry = hostinfo.load(src, hosts_file, cores=cores)
+    swap, notes = fall_back(plan, registry)
+    hosts = check_hosts(plan, registry, src, swap)
+    return plan, hosts, notes + run_warnings(plan, hosts)
+
+
+def fall_back(plan: Plan, registry: Any) -> tuple[dict[str, Any], list[str]]:
+    """Hosts whose entry says ``fallback: local`` and whose scheduler's commands are not
+    there (looked for where pwe reaches the host): each becomes this machine under the
+    same name, its resources mapped as well as this machine allows (cores, GPUs, memory
+    are this machine's; its env is kept, its setup lines, written for the cluster, are
+    not run). Returns those stand-ins by name, and one warning for each."""
+    from hostinfo.check import missing_commands
+    from hostinfo.registry import builtin_local
+
+    swap, notes = {}, []
+    for name in dict.fromkeys(pn.host for pn in plan.nodes.values()):
+        try:
+            host = registry.get(name)
+        except InputError:
+            continue  # (check_hosts says so, with the node's line)
+        if host.fallback != "local" or host.protocol == "local":
+            continue
+        missing = missing_commands(host)
+        if not missing:
+            continue
+        here = builtin_local()
+        swap[name] = here.model_copy(update={"name": name, "env": host.env, "properties": host.properties})
+        dropped = f"; its {len(host.setup)} setup line(s) are not run" if host.setup else ""
+        notes.append(f"host '{name}' ({host.protocol}): {', '.join(missing)} not found "
+                     f"{'here' if host.contact == 'local' else 'at ' + host.contact}; fallback: local, so its members "
+                     f"run on this machine ({here.cores_per_node} cores, {here.gpus_per_node} GPUs){dropped}")
+    return swap, notes
 
 
 def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: float | None = None) -> dict[str, Any]:
@@ -123,8 +154,9 @@ def preview_pilot_script(plan: Plan, host: Any) -> str | None:
     return protocol.render(job)
 
 
-def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
-    """Every node's host exists and can hold one of its members; the hosts used, by name.
+def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every node's host exists and can hold one of its members; the hosts used, by name
+    (``swap``: stand-ins by name, from :func:`fall_back`).
 
     A rank's threads never straddle nodes, so threadsPerRank must fit one node (capped by
     coreUsageRule); all ranks must fit the host's nodes together.
@@ -132,7 +164,7 @@ def check_hosts(plan: Plan, registry: Any, src: Path) -> dict[str, Any]:
     used = {}
     for nid, pn in plan.nodes.items():
         try:
-            host = registry.get(pn.host)
+            host = (swap or {}).get(pn.host) or registry.get(pn.host)
         except InputError as exc:
             if plan.host:
                 raise InputError(f"--host {plan.host}: {exc.message}") from None
