@@ -107,7 +107,7 @@ def embedded(tmp_path_factory):
     the tests that do not kill it."""
     home = tmp_path_factory.mktemp("svc") / "home"
     svc = Service(home)
-    out = svc.ok("service", "start", "--json")
+    out = svc.ok("service", "start", "--json", env={"PWE_SERVICE_STALE": "8"})
     st = json.loads(out)
     assert st["running"] and st["broker"].startswith("filesystem://")
     yield svc
@@ -133,6 +133,18 @@ def test_embedded_service_runs_a_submission_to_its_end(embedded, tmp_path):
     # pwe status reads the service's run like any other
     rc, out, _ = run_cli("status", rec["run_dir"], "--json")
     assert rc == 0 and json.loads(out)["phase"] == "succeeded"
+    # a batch system's edge event for the run, over the broker: signed into the run as pwe notify does
+    sys.path.insert(0, str(ROOT))
+    from pwe.notify import receive
+    from pwe.service.app import send
+    from pwe.service.store import Store
+
+    send("filesystem://", "pwe", Store(embedded.dir), "pwe.notify", run_id=run_id, pilot="p9", event="started",
+         job="4242")
+    edges = Path(rec["run_dir"]) / "edges"
+    wait_for(lambda: edges.is_dir() and any(edges.iterdir()), 30, "the edge event in the run")
+    [(event, verified)] = receive(Path(rec["run_dir"]), set())
+    assert verified and event["pilot"] == "p9" and event["job"] == "4242" and event["event"] == "started"
 
 
 def test_a_submission_delivered_twice_is_one_run(embedded, tmp_path):
@@ -236,6 +248,44 @@ def test_cron_trigger_fires_runs_and_skips_while_one_runs(embedded, tmp_path):
     assert all(t["id"] != "every" for t in listed)
 
 
+def test_cron_trigger_with_overlap_queue_runs_one_after_another(embedded, tmp_path):
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "queued.yaml"
+    wf.write_text(TIMED_WF.format(name="queued", value="scheduled_time", ledger=ledger, sleep=1.5))
+    embedded.ok("trigger", "add", wf, "--cron", "* * * * * */2", "--overlap", "queue", "--id", "queued")
+    try:
+        wait_for(lambda: sum("end" in r for r in read_runs(ledger).values()) >= 3, 90, "three queued runs to end")
+    finally:
+        embedded.ok("trigger", "remove", "queued")
+    history = json.loads(embedded.ok("trigger", "history", "queued", "--limit", "0", "--json"))
+    queued = {h["run"] for h in history if h["what"] == "queued"}
+    fired = [h["run"] for h in history if h["what"] == "fired"]
+    assert queued and queued & set(fired), "no fire was queued and started later"
+    assert not any(h["what"] == "skipped" for h in history)
+    spans = sorted((r["start"], r.get("end", float("inf"))) for r in read_runs(ledger).values())
+    for (_, e1), (s2, _) in zip(spans, spans[1:]):
+        assert s2 >= e1, f"a queued run started at {s2} while the previous one ran until {e1}"
+
+
+def test_a_worker_that_stops_consuming_is_restarted(embedded, tmp_path):
+    """celery #8030 (a worker that stops consuming): stopped for real (SIGSTOP), the
+    service sees no tick reach it and starts worker and beat again; runs go on."""
+    old = json.loads((embedded.dir / "service.json").read_text())
+    os.kill(old["worker"], signal.SIGSTOP)
+    try:
+        wait_for(lambda: json.loads((embedded.dir / "service.json").read_text())["worker"] != old["worker"], 60,
+                 "a new worker")
+    finally:
+        if alive(old["worker"]):
+            os.kill(old["worker"], signal.SIGCONT)
+    wait_for(lambda: embedded.status()["consuming"], 60, "ticks to reach the new worker")
+    assert "celery #8030" in (embedded.dir / "service.log").read_text()
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=1, sleep=0.1))
+    embedded.wait_phase(embedded.ok("submit", "--service", wf).strip())
+
+
 def test_run_end_trigger_and_file_trigger_with_settle_time(embedded, tmp_path):
     ledger = tmp_path / "ledger"
     first = tmp_path / "first.yaml"
@@ -285,7 +335,7 @@ def test_service_killed_mid_run_and_started_again_finishes_the_run(tmp_path):
     svc = Service(tmp_path / "home")
     ledger = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"
-    n = 6
+    n = 4
     wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=1))
     try:
         svc.ok("service", "start")
@@ -307,6 +357,13 @@ def test_service_killed_mid_run_and_started_again_finishes_the_run(tmp_path):
     members = {(node, str(i)) for node in "ab" for i in range(n)}
     assert set(ends) == members, "a member was lost"
     assert set(starts.values()) == {1} and set(ends.values()) == {1}, "a member ran twice"
+
+
+def test_pwe_help_does_not_import_celery():
+    """Celery is imported by the service's commands only (every other command starts without it)."""
+    code = "import sys, pwe.cli; pwe.cli.cli.main(['--help'], standalone_mode=False); assert 'celery' not in sys.modules"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0 and "service" in proc.stdout and "trigger" in proc.stdout, proc.stderr
 
 
 # -- bad input ---------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def send(url: str, queue: str, store: Store | None, task: str, **kwargs: Any) ->
     """Publish one task (a client: ``pwe submit --service``); raises what the broker raised."""
     app = make_app(url, queue, store)
     with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=3)
+        conn.ensure_connection(max_retries=1)
         app.send_task(task, kwargs=kwargs, queue=queue, connection=conn)
 
 

@@ -28,8 +28,9 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import InputError, PweError
 from .store import Store, write_private
 
-#: Seconds without a tick reaching the worker before worker and beat are restarted.
-STALE = 30.0
+#: Seconds without a tick reaching the worker before worker and beat are restarted
+#: ($PWE_SERVICE_STALE overrides: the tests make it short).
+STALE = float(os.environ.get("PWE_SERVICE_STALE") or 30.0)
 #: How long `pwe service start` waits for the first tick.
 START_WAIT = 60.0
 
