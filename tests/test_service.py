@@ -95,6 +95,26 @@ def alive(pid) -> bool:
         return False
 
 
+def tcp_sockets(pids):
+    """The TCP connections (local, remote as hex addr:port) held by these processes."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[9] in inodes:
+                out.append((f[1], f[2]))
+    return out
+
+
 def one_line_error(rc, out, err):
     assert rc == 2, (rc, out, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -128,6 +148,8 @@ def test_embedded_service_runs_a_submission_to_its_end(embedded, tmp_path):
     st = embedded.status()
     assert st["running"] and st["consuming"] and isinstance(st["queue_depth"], int)
     assert st["broker"].startswith("filesystem://") and "redis" not in json.dumps(st)
+    # the embedded broker needs no server: worker and beat hold no TCP connection at all
+    assert tcp_sockets(embedded.processes()) == []
     assert Path(rec["run_dir"]).parent == embedded.dir / "runs"
     assert oct(embedded.dir.stat().st_mode & 0o777) == "0o700"
     # pwe status reads the service's run like any other
@@ -180,6 +202,9 @@ def test_service_over_redis_with_a_password_from_another_client(tmp_path, redis_
         password = url.split("@")[0].rsplit(":", 1)[1]
         assert st["broker"].startswith("redis://") and password not in json.dumps(st) and "***" in st["broker"]
         assert oct((svc.dir / "config.json").stat().st_mode & 0o777) == "0o600"
+        redis_port = int(re.search(r":(\d+)/", url).group(1))
+        port = f":{redis_port:04X}"
+        assert any(remote.endswith(port) for _, remote in tcp_sockets(svc.processes())), "not on Redis"
         # a client with no service of its own: only the broker's URL (another machine, in effect)
         client = Service(tmp_path / "client")
         ledger = tmp_path / "ledger"
