@@ -298,6 +298,8 @@ def history(tid: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:
+        click.echo("nothing yet" + (f" for trigger {tid}" if tid else ""))
     for r in rows:
         extra = " ".join(f"{k}={v}" for k, v in r.items() if k not in ("id", "trigger", "what", "t"))
         click.echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")
