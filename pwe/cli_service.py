@@ -24,7 +24,8 @@ def _store():
 
 
 def _when(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    """An instant as the service shows every time: UTC."""
+    return "-" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 # -- pwe service ------------------------------------------------------------------------------

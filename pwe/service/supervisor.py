@@ -49,12 +49,14 @@ def tick(store: Store, now: float | None = None) -> bool:
         ended = supervise(store, now)
         with store.locked():
             triggers = store.triggers()
+            before = json.dumps(triggers, sort_keys=True)
             for trig in triggers.values():
                 try:
                     evaluate(store, trig, now, ended)
                 except Exception as exc:  # one broken trigger must not stop the others
                     store.log(trig["id"], "error", f"{trig['id']}-error-{now}", why=str(exc))
-            store.save_triggers(triggers)
+            if json.dumps(triggers, sort_keys=True) != before:
+                store.save_triggers(triggers)
         for rec in ended:  # after the run-end triggers fired (a crash before: fired again, same ids)
             store.save_submission(rec)
     return True
