@@ -15,6 +15,7 @@ import click
 
 from .cli_base import fail, find, hosts_option, json_option, warn
 from .cli_check import hosts, plan, validate
+from .cli_service import service, trigger
 from .errors import PweError, RunStopped
 
 
@@ -24,7 +25,7 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
-for _command in (validate, plan, hosts):
+for _command in (validate, plan, hosts, service, trigger):
     cli.add_command(_command)
 
 
@@ -126,10 +127,16 @@ def run(file, sets, host, run_dir, cores, hosts_file) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @_with_run_options
-def submit(file, sets, host, run_dir, cores, hosts_file) -> None:
+@click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
+@click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
+def submit(file, sets, host, run_dir, cores, hosts_file, to_service, broker) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .control import spawn_engine
 
+    if to_service or broker:
+        from .cli_service import submit_to_service
+
+        return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file)
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
     except PweError as exc:

@@ -17,13 +17,15 @@ from .rundir import EngineLock
 CANCEL_WAIT = 10.0
 
 
-def spawn_engine(run_dir: Path, retry: bool = False) -> None:
+def spawn_engine(run_dir: Path, retry: bool = False) -> int:
     """Run the engine of ``run_dir`` in the background, detached from this terminal (its
-    own session), writing to ``engine.log`` (``pwe submit``, ``--detach``)."""
+    own session), writing to ``engine.log`` (``pwe submit``, ``--detach``, the service);
+    its pid."""
     log = open(run_dir / "engine.log", "ab")
-    subprocess.Popen([sys.executable, "-m", "pwe", "_engine", str(run_dir), *(["--retry"] if retry else [])],
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "_engine", str(run_dir), *(["--retry"] if retry else [])],
                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
     log.close()
+    return proc.pid
 
 
 def detach(run_dir: Path, retry: bool = False) -> str:

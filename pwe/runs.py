@@ -42,7 +42,8 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
         for name, h in hosts.items()
     }
     cores = next(iter(hosts.values())).cores_per_node
-    run_id = rundir.new_run_id(plan.workflow.name)
+    # (the service gives the id its client chose, so that a submission delivered twice finds its run)
+    run_id = options.pop("run_id", None) or rundir.new_run_id(plan.workflow.name)
     path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
     rundir.create(path)
     copy = path / f"workflow{src.suffix or '.yaml'}"

@@ -1,0 +1,306 @@
+"""``pwe service ...``, ``pwe trigger ...`` and ``pwe submit --service``: the command line of
+the service (:mod:`pwe.service`). Celery is imported inside these commands only, so that
+``pwe --help`` and every other command start without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .cli_base import fail, json_option, set_option
+from .errors import InputError, PweError
+
+
+def _store():
+    from .service.store import Store
+
+    return Store()
+
+
+def _when(t: float | None) -> str:
+    """An instant as the service shows every time: UTC."""
+    return "-" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+# -- pwe service ------------------------------------------------------------------------------
+@click.group()
+def service() -> None:
+    """pwe as a long-lived service (Celery worker and beat): submissions, triggers, adopting runs.
+
+    Its directory is $PWE_HOME/service (default ~/.pwe/service)."""
+
+
+@service.command()
+@click.option("--broker", default=None, metavar="URL",
+              help="redis://:PASSWORD@HOST:PORT/DB to serve across machines (default: the embedded broker, "
+                   "this machine only; 'embedded' to go back to it)")
+@click.option("--queue", default=None, help="the queue's name on the broker (default pwe)")
+@click.option("--run-root", default=None, type=click.Path(file_okay=False),
+              help="where runs go (default: SERVICE_DIR/runs)")
+@json_option
+def start(broker: str | None, queue: str | None, run_root: str | None, as_json: bool) -> None:
+    """Start the service in the background (it adopts the runs a stopped service left)."""
+    from .service import daemon
+
+    try:
+        st = daemon.start(_store(), broker, queue, run_root)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"pwe service running (pid {st['pid']}; worker {st['worker']}, beat {st['beat']})  "
+               f"broker {st['broker']}, queue {st['queue']}; runs under {st['run_root']}")
+
+
+@service.command()
+@json_option
+def stop(as_json: bool) -> None:
+    """Stop the service (worker and beat); runs already started go on, and a service
+    started again picks them up."""
+    from .service import daemon
+
+    held = daemon.stop(_store())
+    if as_json:
+        click.echo(json.dumps({"stopped": held is not None, "pid": (held or {}).get("pid")}))
+    elif held is None:
+        click.echo("pwe service is not running")
+    else:
+        click.echo(f"pwe service stopped (pid {held.get('pid')}); runs already started go on")
+
+
+@service.command(name="status")
+@json_option
+def service_status(as_json: bool) -> None:
+    """The service: its processes, broker, queue depth, liveness, runs and triggers (exit 1
+    when it does not run)."""
+    from .service import daemon
+
+    st = daemon.status(_store())
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        sys.exit(0 if st["running"] else 1)
+    if st["running"]:
+        age = st["last_tick_age"]
+        live = f"last tick {age:g} s ago" if age is not None else "no tick yet"
+        if not st["consuming"]:
+            live += " (NOT consuming: the service restarts its worker)"
+        click.echo(f"pwe service: running, pid {st['pid']} (worker {st['worker']}, beat {st['beat']}); {live}")
+    else:
+        click.echo(f"pwe service: not running ({st['service_dir']}); pwe service start")
+    depth = "?" if st["queue_depth"] is None else st["queue_depth"]
+    click.echo(f"broker: {st['broker']}; queue {st['queue']}: {depth} waiting")
+    click.echo(f"runs ({len(st['runs'])}, under {st['run_root']}):")
+    for r in st["runs"][-20:]:
+        by = f"  trigger {r['trigger']}" if r.get("trigger") else ""
+        err = f"  {r['error']}" if r.get("error") else ""
+        click.echo(f"  {r['run_id']}  {r['phase']}{by}{err}")
+    click.echo(f"triggers ({len(st['triggers'])}):")
+    for t in st["triggers"]:
+        click.echo(f"  {t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+                   + (f"  next {t['next']}" if t.get("next") else ""))
+    sys.exit(0 if st["running"] else 1)
+
+
+@service.command(name="_main", hidden=True)
+def service_main() -> None:
+    """The service process (internal: pwe service start runs it)."""
+    from .service import daemon
+
+    sys.exit(daemon.main(_store()))
+
+
+# -- pwe submit --service -------------------------------------------------------------------------
+def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores: int | None,
+                      broker: str | None, run_dir: str | None = None, hosts_file: str | None = None) -> None:
+    """Send FILE to the service (this machine's, or the one at --broker / $PWE_BROKER) and
+    print the run id it will have (chosen here: a submission delivered twice is one run)."""
+    import os
+
+    from .load import parse_sets
+    from .service import daemon
+    from .service.submit import prepare
+
+    try:
+        if run_dir or hosts_file:
+            raise InputError(f"{'--run-dir' if run_dir else '--hosts'} does not go with --service: the service "
+                             "keeps its runs under its run root and reads its own hosts")
+        req = prepare(file, parse_sets(sets), host, cores)
+        store = _store()
+        url = broker or os.environ.get("PWE_BROKER") or store.config().get("broker") or "filesystem://"
+        daemon.check_broker(url)
+        if url.startswith("filesystem:"):
+            store.make()
+        queue = os.environ.get("PWE_QUEUE") or store.queue()
+        from .service.app import send
+
+        try:
+            send(url, queue, store, "pwe.submit", req=req)
+        except Exception as exc:  # the broker's own error, whatever its kind, in one line
+            raise PweError(f"cannot reach the broker {daemon.redact(url)}: {exc}") from None
+    except PweError as exc:
+        fail(exc)
+    if url.startswith("filesystem:") and daemon._holder(store) is None:
+        click.echo("warning: the service is not running; the run starts when it does (pwe service start)", err=True)
+    click.echo(req["run_id"])
+
+
+# -- pwe trigger ------------------------------------------------------------------------------------
+@click.group()
+def trigger() -> None:
+    """Start workflows on a cron schedule, at the end of another run, or when a file appears
+    (the service fires them: pwe service start)."""
+
+
+@trigger.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--cron", "cron_expr", default=None, metavar="EXPR",
+              help="a cron expression: five fields, or six with seconds last ('* * * * * */10')")
+@click.option("--tz", default="UTC", show_default=True, help="the time zone the expression is read in (IANA name)")
+@click.option("--catch-up", "catchup", is_flag=True,
+              help="a schedule missed while the service was down fires once on its return (default: not at all)")
+@click.option("--after-run", "after", default=None, metavar="success|failure|any", help="fire when a run ends so")
+@click.option("--of", "of", default=None, metavar="WORKFLOW",
+              help="(--after-run) only runs of this workflow (its name)")
+@click.option("--on-file", "on_file", default=None, metavar="GLOB",
+              help="fire for each file that appears matching GLOB")
+@click.option("--settle", default=5.0, show_default=True, type=float,
+              help="(--on-file) seconds a file must stay unchanged before it is taken")
+@click.option("--overlap", default="skip", show_default=True, metavar="allow|skip|queue",
+              help="while this trigger's previous run runs: start another (allow), do not (skip), "
+                   "start it after (queue)")
+@click.option("--id", "tid", default=None, help="the trigger's name (default t1, t2, ...)")
+@set_option
+@click.option("--host", default=None, help="run every node on this host")
+@click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill")
+@json_option
+def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, sets, host, cores, as_json) -> None:
+    """Add a trigger that starts FILE. Runs get, as properties their payloads may use:
+    scheduled_time (ISO UTC), trigger_run (the run that ended), trigger_file (the file)."""
+    import glob
+    import os
+    import re
+
+    from .load import parse_sets
+    from .plan import plan_workflow
+    from .service import cron
+    from .service.supervisor import ENDS, OVERLAPS
+
+    try:
+        kinds = [k for k, v in (("--cron", cron_expr), ("--after-run", after), ("--on-file", on_file)) if v is not None]
+        if len(kinds) != 1:
+            raise InputError("give exactly one of --cron, --after-run, --on-file"
+                             + (f" (not {' and '.join(kinds)})" if kinds else ""))
+        if overlap not in OVERLAPS:
+            raise InputError(f"--overlap {overlap}: one of {', '.join(OVERLAPS)}")
+        if tid is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", tid):
+            raise InputError(f"--id {tid!r}: letters, digits, '_' and '-', at most 64")
+        path = Path(file).resolve()
+        plan = plan_workflow(path, parse_sets(sets), host=host)  # bad input is said now, not at 3 a.m.
+        trig: dict[str, Any] = {"workflow": str(path), "name": plan.workflow.name, "sets": parse_sets(sets),
+                                "host": host, "cores": cores, "overlap": overlap, "created": time.time()}
+        if cron_expr is not None:
+            expr = cron.check_expression(cron_expr)
+            cron.check_zone(tz)
+            trig.update(kind="cron", cron=expr, tz=tz, catchup=catchup)
+        elif after is not None:
+            if after not in ENDS:
+                raise InputError(f"--after-run {after}: one of {', '.join(ENDS)}")
+            trig.update(kind="run-end", on=after, of=of)
+        else:
+            if settle < 0:
+                raise InputError(f"--settle {settle:g}: seconds, 0 or more")
+            trig.update(kind="file", glob=os.path.abspath(on_file), settle=settle)
+            # files already there are not new: only files that appear from now on fire
+            trig["taken"] = {}
+            for p in glob.glob(trig["glob"]):
+                try:
+                    st = os.stat(p)
+                    trig["taken"][p] = [st.st_size, st.st_mtime]
+                except OSError:
+                    pass
+        store = _store().make()
+        with store.locked():
+            triggers = store.triggers()
+            if tid is None:
+                n = 1
+                while f"t{n}" in triggers:
+                    n += 1
+                tid = f"t{n}"
+            elif tid in triggers:
+                raise InputError(f"--id {tid}: a trigger of that name exists (pwe trigger remove {tid} first)")
+            trig["id"] = tid
+            triggers[tid] = trig
+            store.save_triggers(triggers)
+    except PweError as exc:
+        fail(exc)
+    from .service.daemon import describe
+
+    if as_json:
+        click.echo(json.dumps(describe(trig), indent=2))
+    else:
+        click.echo(f"trigger {tid}: {describe(trig)['when']}, overlap {overlap} -> {trig['workflow']}")
+
+
+@trigger.command(name="list")
+@json_option
+def list_triggers(as_json: bool) -> None:
+    """The triggers: what fires each, its overlap rule, its workflow, its last run."""
+    from .service.daemon import status
+
+    triggers = status(_store())["triggers"]
+    if as_json:
+        click.echo(json.dumps(triggers, indent=2))
+        return
+    if not triggers:
+        click.echo("no triggers (pwe trigger add)")
+    for t in triggers:
+        click.echo(f"{t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+                   + (f"  next {t['next']}" if t.get("next") else "")
+                   + (f"  last run {t['last_run']}" if t.get("last_run") else "")
+                   + (f"  ({t['pending']} queued)" if t.get("pending") else ""))
+
+
+@trigger.command()
+@click.argument("tid", metavar="ID")
+@json_option
+def remove(tid: str, as_json: bool) -> None:
+    """Remove trigger ID (runs it started go on)."""
+    from .source import did_you_mean
+
+    try:
+        store = _store().make()
+        with store.locked():
+            triggers = store.triggers()
+            if tid not in triggers:
+                raise InputError(f"no trigger '{tid}'{did_you_mean(tid, triggers)}; pwe trigger list")
+            del triggers[tid]
+            store.save_triggers(triggers)
+    except PweError as exc:
+        fail(exc)
+    click.echo(json.dumps({"removed": tid}) if as_json else f"trigger {tid} removed")
+
+
+@trigger.command()
+@click.argument("tid", metavar="[ID]", required=False)
+@click.option("--limit", default=50, show_default=True, help="the newest N (0: all)")
+@json_option
+def history(tid: str | None, limit: int, as_json: bool) -> None:
+    """What the triggers did, oldest first: fired (with the run), skipped, queued, missed."""
+    rows = _store().history(tid)
+    if limit:
+        rows = rows[-limit:]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("nothing yet" + (f" for trigger {tid}" if tid else ""))
+    for r in rows:
+        extra = " ".join(f"{k}={v}" for k, v in r.items() if k not in ("id", "trigger", "what", "t"))
+        click.echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")

@@ -1,0 +1,308 @@
+"""``pwe service start | stop | status``, and the service process itself.
+
+The service is one process (``pwe service _main``, detached, holding ``service.lock``)
+that keeps two Celery processes alive: a **worker** (solo pool: tasks take milliseconds,
+so one process runs them in turn; a run is never a task) and **beat** (in-memory
+scheduler: its one entry, the tick, keeps no state). It restarts either when it dies, and
+both when ticks stop reaching the worker for :data:`STALE` seconds: the liveness check
+against workers that stop consuming after a broker reconnect (celery #8030).
+
+Killing the service (``kill -9`` of all three, the machine going down) loses nothing: the
+runs' engines are detached processes with their own journals; one that dies with the
+machine is started again by the next tick after ``pwe service start`` (see
+:mod:`.supervisor`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import InputError, PweError
+from .store import Store, write_private
+
+#: Seconds without a tick reaching the worker before worker and beat are restarted
+#: ($PWE_SERVICE_STALE overrides: the tests make it short).
+STALE = float(os.environ.get("PWE_SERVICE_STALE") or 30.0)
+#: How long `pwe service start` waits for the first tick.
+START_WAIT = 60.0
+
+
+def redact(url: str) -> str:
+    """A broker URL with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def check_broker(url: str) -> str:
+    """A broker URL the service can use; :class:`InputError` (one line) otherwise."""
+    scheme = urlsplit(url).scheme
+    if scheme not in ("redis", "rediss", "filesystem"):
+        raise InputError(f"--broker {redact(url)}: give redis://[:PASSWORD@]HOST[:PORT][/DB] (or rediss://); "
+                         "with no --broker the service uses its embedded broker on this machine")
+    return url
+
+
+def _holder(store: Store) -> dict[str, Any] | None:
+    """service.json when the service holds its lock (it runs), else None."""
+    import fcntl
+
+    try:
+        fd = os.open(store.root / "service.lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            info = json.loads((store.root / "service.json").read_text())
+        except (OSError, ValueError):
+            info = {}
+        return info if isinstance(info, dict) else {}
+    finally:
+        os.close(fd)
+    return None
+
+
+def start(store: Store, broker: str | None, queue: str | None, run_root: str | None) -> dict[str, Any]:
+    """Start the service in the background; what it runs with once its first tick came."""
+    store.make()
+    held = _holder(store)
+    if held is not None:
+        raise PweError(f"the service of {store.root} is already running (pid {held.get('pid')}); "
+                       "pwe service status, or pwe service stop")
+    cfg = store.config()
+    if broker is not None:
+        cfg["broker"] = check_broker(broker) if broker != "embedded" else None
+    if queue is not None:
+        cfg["queue"] = queue
+    if run_root is not None:
+        cfg["run_root"] = str(Path(run_root).resolve())
+    from .app import queue_depth
+
+    url = cfg.get("broker") or "filesystem://"
+    if queue_depth(url, cfg.get("queue") or store.queue(), store) is None:
+        raise PweError(f"the broker {redact(url)} does not answer; check the URL, its password and that it runs")
+    store.write_config(cfg)
+    since = time.time()
+    env = {**os.environ, "PWE_HOME": str(store.root.parent)}
+    log = open(store.root / "service.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "service", "_main"], stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True, cwd=store.root, env=env)
+    log.close()
+    deadline = time.time() + START_WAIT
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise PweError(f"the service did not start (exit status {proc.returncode}); "
+                           f"see {store.root / 'service.log'}")
+        tick = store.last_tick()
+        if tick is not None and tick >= since and _holder(store):
+            return status(store)
+        time.sleep(0.2)
+    raise PweError(f"the service started (pid {proc.pid}) but no tick reached its worker within {START_WAIT:g} s; "
+                   f"see {store.root / 'worker.log'}")
+
+
+def stop(store: Store, wait: float = 30.0) -> dict[str, Any] | None:
+    """Stop the service (worker and beat with it); the runs' engines go on. None when it
+    was not running."""
+    held = _holder(store)
+    if held is None:
+        return None
+    pid = int(held.get("pid") or 0)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + wait
+    while time.time() < deadline and _holder(store) is not None:
+        time.sleep(0.1)
+    if _holder(store) is not None:
+        for p in (held.get("worker"), held.get("beat"), pid):
+            _kill(p, signal.SIGKILL)
+    return held
+
+
+def _kill(pid: Any, sig: int) -> None:
+    try:
+        if pid:
+            os.kill(int(pid), sig)
+    except (ProcessLookupError, PermissionError, ValueError):
+        pass
+
+
+def status(store: Store) -> dict[str, Any]:
+    """What ``pwe service status`` shows (also as JSON)."""
+    from . import cron
+    from .app import queue_depth
+    from .supervisor import run_phase
+
+    held = _holder(store)
+    cfg = store.config()
+    url = cfg.get("broker") or "filesystem://"
+    tick = store.last_tick()
+    now = time.time()
+    runs = []
+    for rec in store.submissions():
+        phase = rec.get("phase") or "submitted"
+        if not rec.get("final") and phase != "given up":
+            phase = run_phase(Path(rec["run_dir"]))[0]
+        runs.append({"run_id": rec["run_id"], "phase": phase, "run_dir": rec["run_dir"],
+                     "workflow": rec.get("workflow"), "trigger": rec.get("trigger"), "values": rec.get("values") or {},
+                     "submitted": rec.get("submitted"), "error": rec.get("error")})
+    triggers = []
+    for trig in store.triggers().values():
+        nxt = None
+        if trig["kind"] == "cron":
+            try:
+                nxt = cron.iso(cron.next_slot(trig["cron"], cron.check_zone(trig["tz"]), now))
+            except InputError:
+                pass
+        triggers.append({**describe(trig), "next": nxt})
+    out = {
+        "service_dir": str(store.root),
+        "running": held is not None,
+        "pid": held.get("pid") if held else None,
+        "worker": held.get("worker") if held else None,
+        "beat": held.get("beat") if held else None,
+        "started": held.get("started") if held else None,
+        "broker": redact(url) + ("" if cfg.get("broker") else f" (embedded: {store.broker_dir})"),
+        "queue": cfg.get("queue") or store.queue(),
+        "queue_depth": queue_depth(url, cfg.get("queue") or store.queue(), store),
+        "last_tick_age": round(now - tick, 1) if tick is not None else None,
+        "consuming": held is not None and tick is not None and now - tick < STALE,
+        "run_root": str(store.run_root()),
+        "runs": runs,
+        "triggers": triggers,
+    }
+    return out
+
+
+def describe(trig: dict[str, Any]) -> dict[str, Any]:
+    """A trigger as listings show it: id, kind, what fires it in words, overlap, workflow."""
+    if trig["kind"] == "cron":
+        when = f"cron '{trig['cron']}' {trig['tz']}" + (", catch-up once" if trig.get("catchup") else ", no catch-up")
+    elif trig["kind"] == "run-end":
+        when = f"end ({trig['on']}) of " + (f"a run of {trig['of']}" if trig.get("of") else "any run")
+    else:
+        when = f"file {trig['glob']} (settled {trig.get('settle', 5):g} s)"
+    keep = ("id", "kind", "workflow", "name", "overlap", "cron", "tz", "catchup", "on", "of", "glob", "settle", "sets",
+            "host", "cores", "created", "last_run")
+    return {**{k: trig[k] for k in keep if k in trig}, "when": when, "pending": len(trig.get("pending") or [])}
+
+
+# -- the service process ------------------------------------------------------------------------
+def main(store: Store) -> int:
+    """The service process: hold the lock, keep worker and beat alive, stop on SIGTERM."""
+    import fcntl
+
+    store.make()
+    lock = os.open(store.root / "service.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("another service holds this directory", file=sys.stderr)
+        return 1
+    _end_leftovers(store)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    queue = store.queue()
+    env = {**os.environ, "PWE_HOME": str(store.root.parent), "PWE_SERVICE_WORKER": "1"}
+    celery = [sys.executable, "-m", "celery", "-A", "pwe.service.app"]
+    commands = {
+        "worker": celery + ["worker", "--pool=solo", "-Q", queue, "--without-gossip", "--without-mingle",
+                            "--without-heartbeat", "-l", "WARNING", "-n", f"pwe-{os.getpid()}@%h"],
+        "beat": celery + ["beat", "-S", "celery.beat:Scheduler", "-l", "WARNING"],
+    }
+    procs: dict[str, subprocess.Popen] = {}
+    born: dict[str, float] = {}
+
+    def launch(name: str) -> None:
+        with open(store.root / f"{name}.log", "ab") as log:
+            procs[name] = subprocess.Popen(commands[name], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                           cwd=store.root, env=env)
+        born[name] = time.time()
+        _say(f"{name} started (pid {procs[name].pid})")
+
+    def record() -> None:
+        write_private(store.root / "service.json", {
+            "pid": os.getpid(), "worker": procs["worker"].pid, "beat": procs["beat"].pid, "started": started,
+            "broker": redact(store.config().get("broker") or "filesystem://"), "queue": queue})
+
+    started = time.time()
+    for name in commands:
+        launch(name)
+    record()
+    try:
+        while not stopping:
+            changed = False
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    _say(f"{name} exited (status {proc.returncode}); starting it again")
+                    launch(name)
+                    changed = True
+            tick = store.last_tick() or started
+            if time.time() - max(tick, min(born.values())) > STALE:
+                _say(f"no tick has reached the worker for {time.time() - tick:.0f} s: restarting worker and beat "
+                     "(a worker that stopped consuming, celery #8030)")
+                for name, proc in procs.items():
+                    _end(proc)
+                    launch(name)
+                changed = True
+            if changed:
+                record()
+            time.sleep(1.0)
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            _end(proc, 15.0)
+        (store.root / "service.json").unlink(missing_ok=True)
+        _say("stopped")
+    return 0
+
+
+def _end(proc: subprocess.Popen, wait: float = 5.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _end_leftovers(store: Store) -> None:
+    """A worker or beat of a service that was killed (kill -9 of its process alone) may
+    still run: ended here, so that one service never has two workers on its directory."""
+    try:
+        old = json.loads((store.root / "service.json").read_text())
+    except (OSError, ValueError):
+        return
+    marker = f"PWE_HOME={store.root.parent}".encode()
+    for key in ("worker", "beat"):
+        pid = old.get(key)
+        try:
+            with open(f"/proc/{int(pid)}/environ", "rb") as fh:
+                mine = marker in fh.read().split(b"\0")
+            with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+                mine = mine and b"pwe.service.app" in fh.read()
+        except (OSError, ValueError, TypeError):
+            continue
+        if mine:
+            _say(f"ending the {key} (pid {pid}) a killed service left behind")
+            _kill(pid, signal.SIGKILL)
+
+
+def _say(line: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", flush=True)

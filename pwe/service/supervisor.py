@@ -1,0 +1,265 @@
+"""The tick: what the service does every second (a Celery beat entry runs it in the worker).
+
+1. **Adopt runs.** Every run the service drives whose engine is not running (the engine
+   was killed, the machine or the service restarted) and that has not ended gets a new
+   engine, which resumes it from its journal: nothing finished runs again, nothing is
+   lost. ``engine.lock`` (flock) keeps it to one engine per run, so two ticks, or two
+   workers, that both start one cannot run it twice: the second engine finds the lock
+   taken and leaves.
+2. **Fire triggers**: cron slots (:mod:`.cron`), the end of another run, files that
+   appeared and settled; each with its overlap rule (allow, skip, queue).
+
+Every step is idempotent: a run a trigger starts has an id derived from what fired it (the
+slot, the run that ended, the file and its mtime), and :func:`~.submit.submit_run` finds a
+run that exists. So a tick repeated (a redelivered task, a crash between two writes) starts
+nothing twice. One tick runs at a time (``tick.lock``, not waited for).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..rundir import EngineLock
+from . import cron
+from .store import Store
+
+#: A started engine that has not taken its run's lock yet is given this long (imports, replay).
+START_GRACE = 30.0
+#: Engines started for one run without its journal moving before the service gives it up.
+MAX_FRUITLESS_STARTS = 3
+OVERLAPS = ("allow", "skip", "queue")
+ENDS = ("success", "failure", "any")
+#: Most fires a queue trigger keeps waiting; older ones beyond are dropped, with a history line.
+MAX_QUEUED = 100
+
+
+def tick(store: Store, now: float | None = None) -> bool:
+    """One round (see the module); False when another tick holds the lock."""
+    with store.locked("tick.lock", wait=False) as mine:
+        if not mine:
+            return False
+        store.mark_tick()
+        now = time.time() if now is None else now
+        ended = supervise(store, now)
+        with store.locked():
+            triggers = store.triggers()
+            before = json.dumps(triggers, sort_keys=True)
+            for trig in triggers.values():
+                try:
+                    evaluate(store, trig, now, ended)
+                except Exception as exc:  # one broken trigger must not stop the others
+                    store.log(trig["id"], "error", f"{trig['id']}-error-{now}", why=str(exc))
+            if json.dumps(triggers, sort_keys=True) != before:
+                store.save_triggers(triggers)
+        for rec in ended:  # after the run-end triggers fired (a crash before: fired again, same ids)
+            store.save_submission(rec)
+    return True
+
+
+# -- runs -------------------------------------------------------------------------------------
+def _alive(pid: Any) -> bool:
+    """The process lives and is not a zombie (an engine this worker started and that ended)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, ValueError, TypeError, IndexError):
+        return False
+
+
+def _journal_size(run_dir: Path) -> int:
+    try:
+        return (run_dir / "journal.jsonl").stat().st_size
+    except OSError:
+        return 0
+
+
+def start_engine(store: Store, rec: dict[str, Any]) -> None:
+    """Start an engine for the run (it resumes from the journal when there is one)."""
+    from ..control import spawn_engine
+
+    run_dir = Path(rec["run_dir"])
+    rec["pid"] = spawn_engine(run_dir)
+    rec["started"] = time.time()
+    rec["spawns"] = int(rec.get("spawns") or 0) + 1
+    rec["journal_at_start"] = _journal_size(run_dir)
+    rec["phase"] = "starting"
+    store.save_submission(rec)
+
+
+def run_phase(run_dir: Path) -> tuple[str, bool]:
+    """(phase, engine running) of a run, from its lock and its snapshot."""
+    holder = EngineLock(run_dir).holder()
+    try:
+        snap = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        snap = {}
+    if holder:
+        return "running", True
+    if snap.get("cancelled"):
+        return "cancelled", False
+    if snap.get("finished_ok") is True:
+        return "succeeded", False
+    if snap.get("finished_ok") is False:
+        return "failed", False
+    if snap.get("stopped"):
+        return f"stopped: {snap['stopped']}", False
+    return "interrupted", False
+
+
+def supervise(store: Store, now: float) -> list[dict[str, Any]]:
+    """Keep an engine on every unfinished run; the records of runs that ended just now
+    (marked final, saved by the caller once the run-end triggers have seen them)."""
+    ended = []
+    for rec in store.submissions():
+        if rec.get("final"):
+            continue
+        run_dir = Path(rec["run_dir"])
+        phase, running = run_phase(run_dir)
+        if phase in ("succeeded", "failed", "cancelled"):
+            rec.update(final=True, phase=phase, ended=now)
+            ended.append(rec)
+            continue
+        if running or phase.startswith("stopped") or rec.get("phase") == "given up":
+            if rec.get("phase") != phase and rec.get("phase") != "given up":
+                rec["phase"] = phase
+                store.save_submission(rec)
+            continue
+        # no engine: one starting (not holding the lock yet) is waited for, else one is started
+        if _alive(rec.get("pid")) and now - float(rec.get("started") or 0) < START_GRACE:
+            continue
+        if int(rec.get("spawns") or 0) >= MAX_FRUITLESS_STARTS and \
+                _journal_size(run_dir) == rec.get("journal_at_start"):
+            rec["phase"] = "given up"
+            rec["error"] = f"{rec['spawns']} engines in a row did nothing; see {run_dir / 'engine.log'}, " \
+                           f"then pwe resume {run_dir}"
+            store.save_submission(rec)
+            continue
+        if _journal_size(run_dir) != rec.get("journal_at_start"):
+            rec["spawns"] = 0  # the last engine got somewhere: this is not a loop
+        start_engine(store, rec)
+    return ended
+
+
+# -- triggers ---------------------------------------------------------------------------------
+def _run_id(trig: dict[str, Any], stamp: float, key: str) -> str:
+    """The run id of what a trigger starts, derived from what fired it (idempotence)."""
+    digest = hashlib.sha256(f"{trig['id']}\0{key}".encode()).hexdigest()[:6]
+    return f"{trig['name']}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(stamp))}-{digest}"
+
+
+def _active(store: Store, trig: dict[str, Any]) -> str | None:
+    """The trigger's last run while it has not ended."""
+    last = trig.get("last_run")
+    rec = store.submission(last) if last else None
+    return last if rec is not None and not rec.get("final") else None
+
+
+def _launch(store: Store, trig: dict[str, Any], fire: dict[str, Any]) -> None:
+    from .submit import submit_run
+
+    req = {"run_id": fire["run_id"], "path": trig["workflow"], "text": None, "name": trig["name"],
+           "sets": trig.get("sets") or {}, "host": trig.get("host"), "cores": trig.get("cores"),
+           "values": fire["values"], "trigger": trig["id"], "submitted": time.time(), "origin": "trigger"}
+    rec = submit_run(store, req)
+    trig["last_run"] = fire["run_id"]
+    fields = {"run": fire["run_id"], "values": fire["values"]}
+    if rec.get("error"):
+        store.log(trig["id"], "refused", fire["run_id"], why=rec["error"], **fields)
+    else:
+        store.log(trig["id"], "fired", fire["run_id"], **fields)
+
+
+def _fire(store: Store, trig: dict[str, Any], values: dict[str, Any], stamp: float, key: str) -> None:
+    """Start a run, or skip or queue it while the trigger's last run runs (its overlap)."""
+    fire = {"run_id": _run_id(trig, stamp, key), "values": values}
+    if store.submission(fire["run_id"]) is not None:
+        trig["last_run"] = fire["run_id"]
+        return  # fired already (a tick repeated)
+    busy = _active(store, trig)
+    overlap = trig.get("overlap", "skip")
+    if busy and overlap == "skip":
+        store.log(trig["id"], "skipped", f"skip-{fire['run_id']}", why=f"run {busy} still running", values=values)
+    elif busy and overlap == "queue" or (overlap == "queue" and trig.get("pending")):
+        pending = trig.setdefault("pending", [])
+        if all(p["run_id"] != fire["run_id"] for p in pending):
+            pending.append(fire)
+            store.log(trig["id"], "queued", f"queue-{fire['run_id']}", run=fire["run_id"], values=values,
+                      after=busy)
+        while len(pending) > MAX_QUEUED:
+            dropped = pending.pop(0)
+            store.log(trig["id"], "dropped", f"drop-{dropped['run_id']}", run=dropped["run_id"],
+                      why=f"more than {MAX_QUEUED} queued")
+    else:
+        _launch(store, trig, fire)
+
+
+def evaluate(store: Store, trig: dict[str, Any], now: float, ended: list[dict[str, Any]]) -> None:
+    """Evaluate one trigger (changes its record in place; the caller saves)."""
+    if trig.get("pending") and not _active(store, trig):
+        _launch(store, trig, trig["pending"].pop(0))  # a queued fire: its turn
+    kind = trig["kind"]
+    if kind == "cron":
+        zone = cron.check_zone(trig["tz"])
+        last = float(trig.get("last") or trig["created"])
+        if now <= last:
+            return
+        d = cron.decide(trig["cron"], zone, last, now, bool(trig.get("catchup")))
+        if d.missed:
+            store.log(trig["id"], "missed", f"{trig['id']}-missed-{d.missed[-1]}", slots=len(d.missed),
+                      first=cron.iso(d.missed[0]), last=cron.iso(d.missed[-1]),
+                      why="the service was not running; " + (
+                          "caught up: one run for the latest" if d.catchup else
+                          "a later slot ran" if d.fire is not None else "catch-up is off"))
+        if d.coalesced:
+            store.log(trig["id"], "coalesced", f"{trig['id']}-coalesced-{d.coalesced[-1]}", slots=len(d.coalesced))
+        trig["last"] = now
+        if d.fire is not None:
+            _fire(store, trig, {"scheduled_time": cron.iso(d.fire)}, d.fire, repr(d.fire))
+    elif kind == "run-end":
+        for rec in ended:
+            if rec.get("trigger") == trig["id"] or float(rec.get("ended") or 0) < trig["created"]:
+                continue  # never on its own runs (no loop); never on runs that ended before it was made
+            if trig.get("of") and rec.get("workflow") != trig["of"]:
+                continue
+            ok = rec.get("phase") == "succeeded"
+            if trig["on"] == "any" or (trig["on"] == "success") == ok:
+                _fire(store, trig, {"trigger_run": rec["run_id"]}, float(rec["ended"]), rec["run_id"])
+    elif kind == "file":
+        _files(store, trig, now)
+
+
+def _files(store: Store, trig: dict[str, Any], now: float) -> None:
+    """A file matching the glob fires once its size and mtime have not changed for
+    ``settle`` seconds (a file still being written is not taken half-done). A file taken
+    fires again only when it changes (another size or mtime)."""
+    taken = trig.setdefault("taken", {})
+    seen = trig.setdefault("seen", {})
+    settle = float(trig.get("settle", 5.0))
+    present = set()
+    for path in sorted(glob.glob(trig["glob"])):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not os.path.isfile(path):
+            continue
+        present.add(path)
+        sig = [st.st_size, st.st_mtime]
+        if taken.get(path) == sig:
+            continue
+        if seen.get(path, [None, None, None])[:2] != sig:
+            seen[path] = [*sig, now]  # new, or changed since the last look: the settle time starts again
+            continue
+        if now - seen[path][2] >= settle and now - st.st_mtime >= settle:
+            del seen[path]
+            taken[path] = sig
+            _fire(store, trig, {"trigger_file": os.path.abspath(path)}, st.st_mtime, f"{path}\0{sig}")
+    for path in list(seen):
+        if path not in present:
+            del seen[path]
