@@ -28,7 +28,6 @@ from typing import Any
 
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
-from .mpi import find as find_mpi
 from .packing import Packer, Placement
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
 from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
@@ -200,6 +199,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         # the host's prefix is for the launcher it chose (or for any, when it chose none)
         prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
         if launcher == "mpiexec" and prefix is None:
+            from .mpi import find as find_mpi  # (only members of several ranks pay for it)
+
             mpi = find_mpi()
             if isinstance(mpi, str):  # never through a launcher that would not run the payload
                 self.packer.release(placement, threads, exclusive)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from .members import Member, argv_for, say
 from .packing import Placement
@@ -55,6 +54,8 @@ class LocalSpawners:
     (a mixin: it uses the pilot's running members, packer, events and selector)."""
 
     def start_spawner(self, i: int) -> NodeAgent | None:
+        import subprocess
+
         import pilot as pkg
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
