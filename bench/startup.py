@@ -43,8 +43,9 @@ def median_of(n: int, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[
     return statistics.median(runs), runs
 
 
-def w2_pwe(base: Path, env: dict[str, str], k: int) -> tuple[float, float, float]:
-    """(wall, until the pilot's up, until the first member's start) of one whole `pwe run`."""
+def w2_pwe(base: Path, env: dict[str, str], k: int) -> tuple[float, float, float, float]:
+    """(wall, until the pilot's up, until the first member's start, from the last member's
+    end to the command's exit) of one whole `pwe run`."""
     wf = base / "w2.yaml"
     run_dir = base / f"w2-{k}"
     t_wall0 = time.time()
@@ -52,9 +53,10 @@ def w2_pwe(base: Path, env: dict[str, str], k: int) -> tuple[float, float, float
     ev = [json.loads(x) for p in (run_dir / "pilots").glob("*/events.jsonl") for x in p.read_text().splitlines()]
     up = min(e["t"] for e in ev if e["k"] == "up") - t_wall0
     first = min(e["t"] for e in ev if e["k"] == "start") - t_wall0
+    tail = wall - (max(e["t"] for e in ev if e["k"] == "end") - t_wall0)
     ends = sum(1 for e in ev if e["k"] == "end" and e["rc"] == 0)
     assert ends == 400, ends
-    return wall, up, first
+    return wall, up, first, tail
 
 
 def main() -> None:
@@ -85,12 +87,13 @@ def main() -> None:
                                       "    run: sleep 0.05\n")
         sleeps = b"".join(b"0.05\n" for _ in range(400))
         ideal = 400 * 0.05 / 8
-        pwe_walls, xargs_walls, ups, firsts = [], [], [], []
+        pwe_walls, xargs_walls, ups, firsts, tails = [], [], [], [], []
         for k in range(args.w2_repeat):  # alternated: the host drifts
             order = ("pwe", "xargs") if k % 2 == 0 else ("xargs", "pwe")
             for who in order:
                 if who == "pwe":
-                    wall, up, first = w2_pwe(base, env, k)
+                    wall, up, first, tail = w2_pwe(base, env, k)
+                    tails.append(tail)
                     pwe_walls.append(wall)
                     ups.append(up)
                     firsts.append(first)
@@ -100,7 +103,7 @@ def main() -> None:
         print(f"W2 pwe run        {pw:.3f} s  efficiency {ideal / pw:.3f}  bar >= 0.92: "
               f"{'met' if ideal / pw >= 0.92 else 'NOT met'}  runs: {', '.join(f'{w:.2f}' for w in pwe_walls)}")
         print(f"   (command start -> pilot up {statistics.median(ups):.3f} s, -> first member "
-              f"{statistics.median(firsts):.3f} s)")
+              f"{statistics.median(firsts):.3f} s; last member's end -> exit {statistics.median(tails):.3f} s)")
         print(f"W2 xargs -P8      {xw:.3f} s  efficiency {ideal / xw:.3f}  runs: "
               f"{', '.join(f'{w:.2f}' for w in xargs_walls)}")
 
