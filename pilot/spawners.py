@@ -63,9 +63,10 @@ class LocalSpawners:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         log = os.path.join(self.dir, f"spawner-{i}.log")
         try:
+            # -S: no site-packages to read (standard library only, found through PYTHONPATH);
             # its own session: a signal to the pilot's process group (Ctrl-C, the batch
             # system's SIGTERM) reaches the pilot, which stops the members through it
-            proc = subprocess.Popen([sys.executable, "-m", "pilot.nodeagent"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-S", "-m", "pilot.nodeagent"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=open(log, "ab"),
                                     env=env, cwd=self.dir, start_new_session=True)
         except OSError as exc:
