@@ -1,6 +1,6 @@
 """Benchmark: start-up (issue 13). Fresh processes, medians.
 
-    python bench/startup.py [--repeat 9] [--w2-repeat 5]
+    python bench/startup.py [--repeat 9] [--w2-repeat 5] [--against OLD_TREE]
 
 Prints:
   python -c pass          the interpreter alone (the floor under every command)
@@ -12,7 +12,9 @@ Prints:
                           run; efficiency = ideal (2.5 s) / wall; bar: pwe >= 0.92
 
 Where pwe's time goes before the first member starts is printed too, from the run's
-own records (pilot's `up` and first `start` against the command's start).
+own records (pilot's `up` and first `start` against the command's start). With
+``--against OLD_TREE`` (a worktree of an older pwe) every row is measured for it too,
+alternated with this tree's, so the change is told from the host's drift.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import pwe_env
+from common import PACKAGES, pwe_env
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path, stdin=None) -> float:
@@ -43,7 +45,7 @@ def median_of(n: int, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[
     return statistics.median(runs), runs
 
 
-def w2_pwe(base: Path, env: dict[str, str], k: int) -> tuple[float, float, float, float]:
+def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float, float, float]:
     """(wall, until the pilot's up, until the first member's start, from the last member's
     end to the command's exit) of one whole `pwe run`."""
     wf = base / "w2.yaml"
@@ -63,8 +65,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--w2-repeat", type=int, default=5)
+    ap.add_argument("--against", default=None, help="an older source tree to measure alternately")
     args = ap.parse_args()
     env = pwe_env()
+    trees = {"": env}
+    if args.against:
+        old = Path(args.against).resolve()
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(old / d) for d in PACKAGES)], check=True)
+        trees["old "] = dict(env, PYTHONPATH=str(old))
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="pwe-startup-", dir="/dev/shm") as tmp:
         base = Path(tmp)
@@ -79,31 +87,38 @@ def main() -> None:
             ("pilot import", [py, "-c", "import pilot.agent"], None),
         ]
         for name, argv, bar in rows:
-            med, runs = median_of(args.repeat, argv, env, base)
-            verdict = "" if bar is None else ("  bar < %.1f s: %s" % (bar, "met" if med < bar else "NOT met"))
-            print(f"{name:16} {med:.3f} s (median of {len(runs)}; min {min(runs):.3f}){verdict}", flush=True)
+            got: dict[str, list[float]] = {tag: [] for tag in trees}
+            for _ in range(args.repeat):
+                for tag, tenv in trees.items():
+                    got[tag].append(timed(argv, tenv, base))
+            for tag, runs in got.items():
+                med = statistics.median(runs)
+                verdict = "" if bar is None or tag else f"  bar < {bar} s: {'met' if med < bar else 'NOT met'}"
+                print(f"{tag + name:20} {med:.3f} s (median of {len(runs)}; min {min(runs):.3f}){verdict}", flush=True)
 
         (base / "w2.yaml").write_text("name: w2\nnodes:\n  m:\n    parameters: {i: {range: [0, 400]}}\n"
                                       "    run: sleep 0.05\n")
         sleeps = b"".join(b"0.05\n" for _ in range(400))
         ideal = 400 * 0.05 / 8
-        pwe_walls, xargs_walls, ups, firsts, tails = [], [], [], [], []
+        w2: dict[str, list[tuple[float, float, float, float]]] = {tag: [] for tag in trees}
+        xargs_walls = []
         for k in range(args.w2_repeat):  # alternated: the host drifts
-            order = ("pwe", "xargs") if k % 2 == 0 else ("xargs", "pwe")
+            order = [*trees, "xargs"] if k % 2 == 0 else ["xargs", *reversed(trees)]
             for who in order:
-                if who == "pwe":
-                    wall, up, first, tail = w2_pwe(base, env, k)
-                    tails.append(tail)
-                    pwe_walls.append(wall)
-                    ups.append(up)
-                    firsts.append(first)
-                else:
+                if who == "xargs":
                     xargs_walls.append(timed(["xargs", "-P8", "-n1", "sleep"], env, base, stdin=sleeps))
-        pw, xw = statistics.median(pwe_walls), statistics.median(xargs_walls)
-        print(f"W2 pwe run        {pw:.3f} s  efficiency {ideal / pw:.3f}  bar >= 0.92: "
-              f"{'met' if ideal / pw >= 0.92 else 'NOT met'}  runs: {', '.join(f'{w:.2f}' for w in pwe_walls)}")
-        print(f"   (command start -> pilot up {statistics.median(ups):.3f} s, -> first member "
-              f"{statistics.median(firsts):.3f} s; last member's end -> exit {statistics.median(tails):.3f} s)")
+                else:
+                    w2[who].append(w2_pwe(base, trees[who], f"{who.strip()}{k}"))
+        for tag, results in w2.items():
+            walls = [r[0] for r in results]
+            pw = statistics.median(walls)
+            up, first, tail = (statistics.median(r[i] for r in results) for i in (1, 2, 3))
+            verdict = "" if tag else f"  bar >= 0.92: {'met' if ideal / pw >= 0.92 else 'NOT met'}"
+            print(f"W2 {tag}pwe run    {pw:.3f} s  efficiency {ideal / pw:.3f}{verdict}  runs: "
+                  f"{', '.join(f'{w:.2f}' for w in walls)}")
+            print(f"   (command start -> pilot up {up:.3f} s, -> first member {first:.3f} s; "
+                  f"last member's end -> exit {tail:.3f} s)")
+        xw = statistics.median(xargs_walls)
         print(f"W2 xargs -P8      {xw:.3f} s  efficiency {ideal / xw:.3f}  runs: "
               f"{', '.join(f'{w:.2f}' for w in xargs_walls)}")
 
