@@ -127,3 +127,18 @@ def test_a_spawner_killed_9_has_its_members_run_again_elsewhere(tmp_path):
     ev_ends = [e for e in events(d) if e["k"] == "end"]
     assert sorted(e["m"] for e in ev_ends) == list(range(4)) and all(e["rc"] == 0 for e in ev_ends)
     assert "ended unexpectedly" in (d / "pilot.log").read_text()
+
+
+def test_the_pilot_alone_reports_rusage_too(tmp_path):
+    """Below 8 slots the pilot starts and reaps members itself: its end carries the same
+    cpu and rss, from wait4. A member that burns CPU shows it."""
+    d, ledger = tmp_path / "p", tmp_path / "ledger"
+    burn = {**member(d, 1, ledger, 0), "cmd": "python3 -c 'sum(range(3000000))'"}
+    proc = pilot(d, [member(d, 0, ledger, 0.01), burn], slots=2, spawners=0)
+    assert proc.wait(timeout=60) == 0
+    ends = {e["m"]: e for e in events(d) if e["k"] == "end"}
+    assert ends[0]["rc"] == 0 and ends[1]["rc"] == 0
+    assert all(isinstance(e["cpu"], float) and e["rss"] > 0 for e in ends.values())
+    assert ends[1]["cpu"] > ends[0]["cpu"]
+    starts = [ln for ln in ledger_lines(ledger) if ln[0] == "start"]
+    assert [int(ln[3]) for ln in starts] == [events(d)[0]["pid"]]  # started by the pilot itself
