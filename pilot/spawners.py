@@ -59,8 +59,11 @@ class LocalSpawners:
         import pilot as pkg
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
+        # its members start from its environment: the pilot's own, PYTHONPATH changed only
+        # where the pilot package was not on it already
         env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if root not in env.get("PYTHONPATH", "").split(os.pathsep):
+            env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         log = os.path.join(self.dir, f"spawner-{i}.log")
         try:
             # -S: no site-packages to read (standard library only, found through PYTHONPATH);
