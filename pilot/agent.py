@@ -28,11 +28,11 @@ from typing import Any
 
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
-from .mpi import find as find_mpi
 from .packing import Packer, Placement
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
 from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
 from .remote import NodeAgent, RemoteNodes
+from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool
 from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UNWRITABLE, UP, VERSION
 
@@ -40,13 +40,13 @@ _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
 
 
-class PilotAgent(RemoteNodes):
+class PilotAgent(RemoteNodes, LocalSpawners):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
                  idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
                  launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
-                 margin: float = 60.0):
+                 margin: float = 60.0, spawners: int | None = None):
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
@@ -76,6 +76,10 @@ class PilotAgent(RemoteNodes):
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
         self.agents: dict[str, NodeAgent] = {}
+        # many slots here: members are started by local spawners (pilot/spawners.py)
+        self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
+        self.spawners: dict[int, NodeAgent] = {}
+        self.pending: list[tuple[Member, dict]] = []  # handed to spawners once their starts are written
         self.sel: selectors.BaseSelector | None = None
         self._next_key = -1
 
@@ -186,12 +190,17 @@ class PilotAgent(RemoteNodes):
         env = self._base_env.copy()
         env.update(member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
+        if launcher == "fork" and self.n_spawners and self.launch_on_spawner(task, placement, threads, exclusive,
+                                                                            member_env):
+            return
         if launcher == "ssh" and len(placement) == 1 and ranks == 1:
             self.launch_on_agent(task, placement, threads, exclusive, member_env)
             return
         # the host's prefix is for the launcher it chose (or for any, when it chose none)
         prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
         if launcher == "mpiexec" and prefix is None:
+            from .mpi import find as find_mpi  # (only members of several ranks pay for it)
+
             mpi = find_mpi()
             if isinstance(mpi, str):  # never through a launcher that would not run the payload
                 self.packer.release(placement, threads, exclusive)
@@ -254,14 +263,18 @@ class PilotAgent(RemoteNodes):
                 continue
             del self.queue[i]
             self.launch(task, placement, ranks, threads, exclusive)
-            if not self.flush():  # (a member of another node: its start, as its agent starts it)
+            # (a member of another node: its start, as its agent starts it; members for
+            # local spawners: their starts in one write, after the pass)
+            if not self.pending and not self.flush():
                 return
+        self.send_pending()
 
     def reap(self) -> None:
-        for pid, rc in reaped(lambda: self.running):
+        for pid, rc, cpu, rss in reaped(lambda: self.running):
             member = self.running.pop(pid, None)
             if member is None:
                 continue
+            member.cpu, member.rss = cpu, rss
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
             if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:
@@ -292,7 +305,7 @@ class PilotAgent(RemoteNodes):
         if member.killed:
             fields["why"] = member.killed
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields, **member.usage())
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -314,7 +327,8 @@ class PilotAgent(RemoteNodes):
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}")
+                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}",
+                          **member.usage())
             else:
                 keep.append((at, member, rc))
         self.signalled = keep
@@ -378,8 +392,8 @@ class PilotAgent(RemoteNodes):
             for m in self.running.values():
                 self.signal_member(m, signal.SIGKILL)
             why = f"error: {type(exc).__name__}: {exc}"
-        for agent in list(self.agents.values()):
-            agent.close()  # its stdin closes: the agent leaves
+        for agent in list(self.agents.values()) + list(self.spawners.values()):
+            agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
         self.emit(DOWN, why=why)
         self.flush()
         return 1 if why.startswith("error") else 0
@@ -409,6 +423,7 @@ class PilotAgent(RemoteNodes):
                 self.emit(HB, running=len(self.running), queued=len(self.queue))
                 last_hb = now
             self.flush()
+            self.send_pending()  # (held while the disk refused their starts)
             if not self.running and not self.signalled and (
                     self.cancelled or self.draining or (self.stopping and not self.queue)):
                 return ("cancel" if self.cancelled else "terminated" if self.terminated
@@ -452,6 +467,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
     ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
+    ap.add_argument("--spawners", type=int, default=None,
+                    help="local spawner processes that start this node's members (default: none below 8 slots, "
+                         "one per 8 slots above; 0: the pilot starts them itself; or PWE_SPAWNERS)")
     ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
     args = ap.parse_args(argv)
     try:
@@ -464,5 +482,6 @@ def main(argv: list[str] | None = None) -> None:
     os.chdir(args.dir)
     pilot = PilotAgent(os.path.abspath(args.dir), alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
-                  margin=args.margin)
+                  margin=args.margin, spawners=args.spawners)
     sys.exit(pilot.run())
+

@@ -1,16 +1,21 @@
-"""The pilot's helper on another node: one ssh session per node, members forked there.
+"""The pilot's helper that starts members: one per other node (over ssh), and on the
+pilot's own node the local spawners (over pipes) that share its slots when it has many.
 
-Started by the pilot as ``ssh NODE python3 -m pilot.nodeagent``; reads JSON lines on
-stdin and answers on stdout (standard library only):
+Started by the pilot as ``ssh NODE python3 -m pilot.nodeagent``, or as a child of the
+pilot on its own node; reads JSON lines on stdin and answers on stdout (standard
+library only; never pickle):
 
-    in:  {"k": "run", "id": N, "argv": [...], "cmd": SHELL_CMD, "cwd": DIR, "env": {...}}
+    in:  {"k": "run", "id": N, "argv": [...], "cmd": SHELL_CMD, "cwd": DIR, "env": {...},
+          "made": true (optional: the pilot made DIR already)}
          {"k": "kill", "id": N, "sig": 15}
-    out: {"k": "started", "id": N, "pid": P} | {"k": "ended", "id": N, "rc": RC}
+    out: {"k": "started", "id": N, "pid": P}
+         {"k": "ended", "id": N, "rc": RC, "cpu": S, "rss": KB}  (rusage of the reaped member)
          {"k": "failed", "id": N, "rc": 126|127, "why": "..."}
 
-It ends, killing its members, when stdin closes: the pilot is gone, or the connection is.
-Members get the same treatment as on the pilot's own node: own directory, own session,
-stdout/stderr files there.
+What it says in one pass of its loop goes out in one write. It ends, killing its
+members, when stdin closes: the pilot is gone, or the connection is. Members get the
+same treatment as on the pilot's own node: own directory, own session, stdout/stderr
+files there.
 """
 
 from __future__ import annotations
@@ -31,16 +36,28 @@ def main() -> None:
     by_id: dict[int, int] = {}    # id -> pid
     spawner = Spawner()
 
+    said: list[bytes] = []
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+
     def say(**msg) -> None:
-        out.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-        out.flush()
+        said.append(encode(msg).encode() + b"\n")
+
+    def send() -> None:
+        if said:
+            data = b"".join(said)
+            said.clear()
+            try:
+                out.write(data)
+                out.flush()
+            except BrokenPipeError:
+                pass
 
     def run(msg: dict) -> None:
         env = base_env.copy()
         env.update(msg.get("env") or {})
         argv = msg["argv"]
         try:
-            pid = spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv))
+            pid = spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv), made=bool(msg.get("made")))
         except OSError as exc:
             rc, why = start_failure(exc)
             say(k="failed", id=msg["id"], rc=rc, why=why)
@@ -96,14 +113,12 @@ def main() -> None:
                             os.killpg(by_id[msg["id"]], int(msg.get("sig", 15)))
                         except OSError:
                             pass
-        for pid, rc in reaped(lambda: running):
+        for pid, rc, cpu, rss in reaped(lambda: running):
             ident = running.pop(pid, None)
             if ident is not None:
                 by_id.pop(ident, None)
-                try:
-                    say(k="ended", id=ident, rc=rc)
-                except BrokenPipeError:
-                    pass
+                say(k="ended", id=ident, rc=rc, cpu=cpu, rss=rss)
+        send()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ from .packing import Placement
 from .wire import NODE_LOST, START
 
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class NodeAgent:
     """The pilot's end of one ssh session to a node running ``pilot.nodeagent``."""
 
@@ -28,12 +31,17 @@ class NodeAgent:
         self.partial = b""
         self.members: dict[int, Member] = {}
         self.sel = sel
+        self.local = False  # a spawner on the pilot's own node (pilot.spawners), not ssh
         os.set_blocking(proc.stdout.fileno(), False)
         sel.register(proc.stdout.fileno(), selectors.EVENT_READ, self)
 
     def send(self, **msg: Any) -> bool:
+        return self.send_all([msg])
+
+    def send_all(self, msgs: list[dict]) -> bool:
+        """Messages in one write; False when the session or pipe is broken."""
         try:
-            self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            self.proc.stdin.write(b"".join(_encode(m).encode() + b"\n" for m in msgs))
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError):
@@ -112,7 +120,10 @@ class RemoteNodes:
     def read_agent(self, agent: NodeAgent) -> None:
         msgs = agent.read()
         if msgs is None:  # the session ended: the node died, or its agent did
-            self.agent_lost(agent)
+            if agent.local:
+                self.spawner_lost(agent)
+            else:
+                self.agent_lost(agent)
             return
         for msg in msgs:
             member = agent.members.get(msg.get("id"))
@@ -121,6 +132,7 @@ class RemoteNodes:
             if msg["k"] == "started":
                 member.pid = msg["pid"]
             elif msg["k"] in ("ended", "failed"):
+                member.cpu, member.rss = msg.get("cpu"), msg.get("rss")
                 agent.members.pop(member.key, None)
                 self.running.pop(member.key, None)
                 self.packer.release(member.placement, member.threads, member.exclusive)

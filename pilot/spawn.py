@@ -125,19 +125,21 @@ class Spawner:
             return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=FILE_ACTIONS, setsid=True)
 
 
-def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int]]:
-    """(pid, exit status) of each child that has ended, without waiting for more; a
-    signal shows as its negative number. ``wanted()`` is asked before each collection:
-    children that are not members (ssh sessions to node agents) are left to their owner
-    once no member is left."""
+def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int, float, int]]:
+    """(pid, exit status, cpu, rss) of each child that has ended, without waiting for
+    more; a signal shows as its negative number. ``cpu`` is the user + system seconds of
+    the child and the descendants it waited for, ``rss`` its peak resident set in KB (the
+    rusage of ``wait4``: what the ``end`` message carries). ``wanted()`` is asked before
+    each collection: children that are not members (ssh sessions to node agents, local
+    spawners) are left to their owner once no member is left."""
     while wanted():
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, use = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        yield pid, os.waitstatus_to_exitcode(status)
+        yield pid, os.waitstatus_to_exitcode(status), round(use.ru_utime + use.ru_stime, 3), use.ru_maxrss
 
 
 def pid_alive(pid: int) -> bool:

@@ -37,7 +37,9 @@ class Local(Protocol):
         log = open(pilot_dir / "pilot.log", "ab")
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", "pilot", "--dir", str(pilot_dir), "--slots", str(slots),
+                # -S: no site-packages (the pilot is standard library only, found through
+                # PYTHONPATH): ~20 ms less before the first member starts
+                [sys.executable, "-S", "-m", "pilot", "--dir", str(pilot_dir), "--slots", str(slots),
                  "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout), *extra_args],
                 cwd=pilot_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # imported on first use: `pwe status` must not pay for pydantic, networkx and jinja2
+    # imported on first use: `pwe status` must not pay for pydantic and jinja2
     if name in ("Plan", "plan_workflow"):
         from . import plan
 

@@ -3,7 +3,7 @@ a run named on the command line, the console.
 
 Every command that reads input maps :class:`~pwe.errors.InputError` to one line on
 stderr (``FILE:LINE: message``) and exit status 2; no traceback reaches a user.
-Heavy modules (pydantic, networkx, jinja2, rich) are imported inside the commands that
+Heavy modules (pydantic, jinja2, rich) are imported inside the commands that
 need them: ``pwe status`` answers from a snapshot file and must start fast.
 """
 

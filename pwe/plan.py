@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import jinja2
-import networkx as nx
 from pydantic import ValidationError
 
 from . import model
+from .dag import Graph
 from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
@@ -77,7 +77,7 @@ class Plan:
     file: Path
     nodes: dict[str, PlannedNode]
     edges: list[Edge]
-    graph: nx.DiGraph
+    graph: Graph
     warnings: list[str] = field(default_factory=list)
     host: str | None = None  # --host: every node on this host, whatever the file says
 
@@ -130,11 +130,11 @@ class Plan:
         every node on it gives one (minutes), else by node count (length None)."""
         weights = {n: p.scheduling.maxWallTimePerMember for n, p in self.nodes.items()}
         known = all(w is not None for w in weights.values())
-        g = nx.DiGraph()
+        g = Graph()
         g.add_nodes_from(self.graph.nodes)
         for a, b in self.graph.edges:
             g.add_edge(a, b, w=(weights[b] if known else 1))
-        path = nx.dag_longest_path(g, weight="w") if g.number_of_edges() else [next(iter(self.nodes))]
+        path = g.longest_path() if g.number_of_edges() else [next(iter(self.nodes))]
         if len(path) == 1 and g.number_of_edges() == 0:
             path = [max(self.nodes, key=lambda n: weights[n] or 0)] if known else path
         length = sum(weights[n] for n in path) if known else None
@@ -166,7 +166,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     def line_of(*loc: Any) -> int | None:
         return locate(raw, loc)
 
-    graph = nx.DiGraph()
+    graph = Graph()
     graph.add_nodes_from(wf.nodes)
     for nid, node in wf.nodes.items():
         for i, dep in enumerate(node.after):
@@ -183,10 +183,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                 raise WorkflowGraphError(f"node '{nid}' lists '{dep}' twice in 'after'", path,
                                          line_of("nodes", nid, "after", i))
             graph.add_edge(dep, nid)
-    try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        cycle = None
+    cycle = graph.find_cycle()
     if cycle:
         names = [a for a, _ in cycle] + [cycle[0][0]]
         first = cycle[0]
@@ -200,7 +197,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     nodes: dict[str, PlannedNode] = {}
     # nodes of one pipeline often read the same file column: read it (and hold it) once
     file_values: dict[tuple[Path, str], Values] = {}
-    for nid in nx.lexicographical_topological_sort(graph, key=list(wf.nodes).index):
+    for nid in graph.lexicographical_topological_sort(key=list(wf.nodes).index):
         node = wf.nodes[nid]
         values: dict[str, Values] = {}
         upper: dict[str, str] = {}

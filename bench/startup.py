@@ -1,0 +1,127 @@
+"""Benchmark: start-up (issue 13). Fresh processes, medians.
+
+    python bench/startup.py [--repeat 9] [--w2-repeat 5] [--against OLD_TREE]
+
+Prints:
+  python -c pass          the interpreter alone (the floor under every command)
+  pwe --help              bar: under 0.1 s
+  pwe status RUN          a finished 2-member run; bar: under 0.1 s
+  pilot import            python -c "import pilot.agent" (what a pilot pays before its loop)
+  W2                      400 x `sleep 0.05` on 8 slots as a whole `pwe run` command,
+                          alternated with `xargs -P8` of the same 400 sleeps in the same
+                          run; efficiency = ideal (2.5 s) / wall; bar: pwe >= 0.92
+
+Where pwe's time goes before the first member starts is printed too, from the run's
+own records (pilot's `up` and first `start` against the command's start). With
+``--against OLD_TREE`` (a worktree of an older pwe) every row is measured for it too,
+alternated with this tree's, so the change is told from the host's drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import PACKAGES, pwe_env
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path, stdin=None) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, input=stdin)
+    took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv}: exit {proc.returncode}: {proc.stderr[-500:]}")
+    return took
+
+
+def median_of(n: int, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, list[float]]:
+    runs = [timed(argv, env, cwd) for _ in range(n)]
+    return statistics.median(runs), runs
+
+
+def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float, float, float]:
+    """(wall, until the pilot's up, until the first member's start, from the last member's
+    end to the command's exit) of one whole `pwe run`."""
+    wf = base / "w2.yaml"
+    run_dir = base / f"w2-{k}"
+    t_wall0 = time.time()
+    wall = timed([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "8", "--run-dir", str(run_dir)], env, base)
+    ev = [json.loads(x) for p in (run_dir / "pilots").glob("*/events.jsonl") for x in p.read_text().splitlines()]
+    up = min(e["t"] for e in ev if e["k"] == "up") - t_wall0
+    first = min(e["t"] for e in ev if e["k"] == "start") - t_wall0
+    tail = wall - (max(e["t"] for e in ev if e["k"] == "end") - t_wall0)
+    ends = sum(1 for e in ev if e["k"] == "end" and e["rc"] == 0)
+    assert ends == 400, ends
+    return wall, up, first, tail
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--w2-repeat", type=int, default=5)
+    ap.add_argument("--against", default=None, help="an older source tree to measure alternately")
+    args = ap.parse_args()
+    env = pwe_env()
+    trees = {"": env}
+    if args.against:
+        old = Path(args.against).resolve()
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(old / d) for d in PACKAGES)], check=True)
+        trees["old "] = dict(env, PYTHONPATH=str(old))
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="pwe-startup-", dir="/dev/shm") as tmp:
+        base = Path(tmp)
+        (base / "two.yaml").write_text("name: two\nnodes:\n  m:\n    parameters: {i: {range: [0, 2]}}\n"
+                                       "    run: 'true'\n")
+        timed([py, "-m", "pwe", "run", str(base / "two.yaml"), "--cores", "2", "--run-dir", str(base / "two")], env,
+              base)
+        rows = [
+            ("python -c pass", [py, "-c", "pass"], None),
+            ("pwe --help", [py, "-m", "pwe", "--help"], 0.1),
+            ("pwe status RUN", [py, "-m", "pwe", "status", str(base / "two")], 0.1),
+            ("pilot import", [py, "-c", "import pilot.agent"], None),
+        ]
+        for name, argv, bar in rows:
+            got: dict[str, list[float]] = {tag: [] for tag in trees}
+            for _ in range(args.repeat):
+                for tag, tenv in trees.items():
+                    got[tag].append(timed(argv, tenv, base))
+            for tag, runs in got.items():
+                med = statistics.median(runs)
+                verdict = "" if bar is None or tag else f"  bar < {bar} s: {'met' if med < bar else 'NOT met'}"
+                print(f"{tag + name:20} {med:.3f} s (median of {len(runs)}; min {min(runs):.3f}){verdict}", flush=True)
+
+        (base / "w2.yaml").write_text("name: w2\nnodes:\n  m:\n    parameters: {i: {range: [0, 400]}}\n"
+                                      "    run: sleep 0.05\n")
+        sleeps = b"".join(b"0.05\n" for _ in range(400))
+        ideal = 400 * 0.05 / 8
+        w2: dict[str, list[tuple[float, float, float, float]]] = {tag: [] for tag in trees}
+        xargs_walls = []
+        for k in range(args.w2_repeat):  # alternated: the host drifts
+            order = [*trees, "xargs"] if k % 2 == 0 else ["xargs", *reversed(trees)]
+            for who in order:
+                if who == "xargs":
+                    xargs_walls.append(timed(["xargs", "-P8", "-n1", "sleep"], env, base, stdin=sleeps))
+                else:
+                    w2[who].append(w2_pwe(base, trees[who], f"{who.strip()}{k}"))
+        for tag, results in w2.items():
+            walls = [r[0] for r in results]
+            pw = statistics.median(walls)
+            up, first, tail = (statistics.median(r[i] for r in results) for i in (1, 2, 3))
+            verdict = "" if tag else f"  bar >= 0.92: {'met' if ideal / pw >= 0.92 else 'NOT met'}"
+            print(f"W2 {tag}pwe run    {pw:.3f} s  efficiency {ideal / pw:.3f}{verdict}  runs: "
+                  f"{', '.join(f'{w:.2f}' for w in walls)}")
+            print(f"   (command start -> pilot up {up:.3f} s, -> first member {first:.3f} s; "
+                  f"last member's end -> exit {tail:.3f} s)")
+        xw = statistics.median(xargs_walls)
+        print(f"W2 xargs -P8      {xw:.3f} s  efficiency {ideal / xw:.3f}  runs: "
+              f"{', '.join(f'{w:.2f}' for w in xargs_walls)}")
+
+
+if __name__ == "__main__":
+    main()

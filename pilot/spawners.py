@@ -1,0 +1,154 @@
+"""Local spawners: on a node with many slots, members are started by a few child
+processes of the pilot instead of the pilot itself (standard library only).
+
+One process that starts every member is the ceiling on a big node: posix_spawn waits
+in vfork until the child has exec'd, and the pilot also reads tasks, writes events and
+reaps. So with many local slots the pilot starts ``spawner_count`` spawners: each is a
+:mod:`pilot.nodeagent` (the very program that starts members on other nodes) run here
+over pipes instead of ssh, speaking its JSON lines (never pickle). The pilot keeps
+everything else: packing, the member's directory, its ``start`` written before the member
+is handed over (one write for all the members handed over in one pass), timeouts,
+cancels, drains. Each spawner starts and reaps the members it is given and says each
+one's exit status and rusage (``cpu``, ``rss``) back.
+
+A spawner that dies (it should not) has the members it ran killed by process group and
+run again (no result came back, as for a node that still answers); the next member
+starts a new spawner.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from .members import Member, argv_for, say
+from .packing import Placement
+from .remote import NodeAgent
+from .wire import START
+
+#: Slots one spawner serves. Below this many local slots the pilot spawns by itself, as
+#: it always did (a second process buys nothing on a few cores and costs a pipe message
+#: each way per member).
+SLOTS_PER_SPAWNER = 8
+MAX_SPAWNERS = 16
+
+
+def spawner_count(local_slots: int, asked: int | None = None) -> int:
+    """How many local spawners for this many slots on the pilot's node: ``asked`` when
+    given (``--spawners``, ``PWE_SPAWNERS``; 0: the pilot spawns by itself), else none
+    below :data:`SLOTS_PER_SPAWNER` slots and one per that many above."""
+    if asked is None:
+        try:
+            asked = int(os.environ["PWE_SPAWNERS"])
+        except (KeyError, ValueError):
+            pass
+    if asked is not None:
+        return max(0, asked)
+    if local_slots < SLOTS_PER_SPAWNER:
+        return 0
+    return min(MAX_SPAWNERS, -(-local_slots // SLOTS_PER_SPAWNER))
+
+
+class LocalSpawners:
+    """The part of :class:`pilot.agent.PilotAgent` that hands local members to spawners
+    (a mixin: it uses the pilot's running members, packer, events and selector)."""
+
+    def start_spawner(self, i: int) -> NodeAgent | None:
+        import subprocess
+
+        import pilot as pkg
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
+        # its members start from its environment: the pilot's own, PYTHONPATH changed only
+        # where the pilot package was not on it already
+        env = dict(os.environ)
+        if root not in env.get("PYTHONPATH", "").split(os.pathsep):
+            env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        log = os.path.join(self.dir, f"spawner-{i}.log")
+        try:
+            # -S: no site-packages to read (standard library only, found through PYTHONPATH);
+            # its own session: a signal to the pilot's process group (Ctrl-C, the batch
+            # system's SIGTERM) reaches the pilot, which stops the members through it
+            proc = subprocess.Popen([sys.executable, "-S", "-m", "pilot.nodeagent"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=open(log, "ab"),
+                                    env=env, cwd=self.dir, start_new_session=True)
+        except OSError as exc:
+            say(f"cannot start local spawner {i}: {exc}; the pilot starts its members itself")
+            return None
+        agent = NodeAgent(f"spawner-{i}", proc, self.sel)
+        agent.local = True
+        self.spawners[i] = agent
+        return agent
+
+    def launch_on_spawner(self, task: dict, placement: Placement, threads: int, exclusive: bool,
+                          member_env: dict) -> bool:
+        """Hand a member of this node to the least busy spawner: its ``start`` now, the
+        message once the ``start`` is written (:meth:`send_pending`). False: no spawner
+        could be started; the pilot starts the member itself."""
+        free = [i for i in range(self.n_spawners) if i not in self.spawners]
+        for i in free:
+            if self.start_spawner(i) is None:
+                break
+        if not self.spawners:
+            return False
+        agent = min(self.spawners.values(), key=lambda a: len(a.members))
+        key = self._next_key
+        self._next_key -= 1
+        member = Member(task, 0, placement, threads, exclusive, "fork")
+        member.agent, member.key = agent, key
+        agent.members[key] = member
+        self.running[key] = member
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[placement[0][0].name])
+        self.pending.append((member, {"k": "run", "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"],
+                                      "cwd": task["cwd"], "env": member_env, "made": True}))
+        return True
+
+    def send_pending(self) -> None:
+        """Hand the members placed in this pass to their spawners, once their ``start``
+        records are written (a pilot killed at any moment leaves no member the engine does
+        not know of); one write per spawner."""
+        if not self.pending or not self.flush():
+            return
+        batches: dict[NodeAgent, list[dict]] = {}
+        for member, msg in self.pending:
+            if member.killed:  # cancelled before it was handed over: it never ran
+                member.agent.members.pop(member.key, None)
+                self.running.pop(member.key, None)
+                self.packer.release(member.placement, member.threads, member.exclusive)
+                self.finish(member, -signal.SIGKILL)
+                continue
+            batches.setdefault(member.agent, []).append(msg)
+        self.pending.clear()
+        for agent, msgs in batches.items():
+            if not agent.send_all(msgs):
+                self.spawner_lost(agent)
+
+    def spawner_lost(self, agent: NodeAgent) -> None:
+        """A local spawner's pipe broke: kill what it ran (by process group, where its pid
+        was heard) and run it again; a new spawner starts with the next member."""
+        agent.close()
+        for i, a in list(self.spawners.items()):
+            if a is agent:
+                del self.spawners[i]
+        lost = list(agent.members.values())
+        agent.members.clear()
+        again = []
+        for m in lost:
+            self.running.pop(m.key, None)
+            self.packer.release(m.placement, m.threads, m.exclusive)
+            if m.pid:
+                try:
+                    os.killpg(m.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if m.killed:
+                self.finish(m, -signal.SIGKILL)
+            else:
+                again.append(m.task)
+        try:
+            agent.proc.kill()
+        except OSError:
+            pass
+        say(f"local {agent.node} ended unexpectedly; its {len(again)} running members start again")
+        for t in reversed(again):
+            self.queue.appendleft(t)
