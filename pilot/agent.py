@@ -258,10 +258,11 @@ class PilotAgent(RemoteNodes):
                 return
 
     def reap(self) -> None:
-        for pid, rc in reaped(lambda: self.running):
+        for pid, rc, usage in reaped(lambda: self.running):
             member = self.running.pop(pid, None)
             if member is None:
                 continue
+            member.usage = usage
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
             if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:
@@ -292,7 +293,7 @@ class PilotAgent(RemoteNodes):
         if member.killed:
             fields["why"] = member.killed
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **member.usage, **fields)
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -314,7 +315,8 @@ class PilotAgent(RemoteNodes):
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}")
+                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}",
+                          **member.usage)
             else:
                 keep.append((at, member, rc))
         self.signalled = keep

@@ -57,7 +57,7 @@ def read_outputs(path: str) -> dict[str, str]:
 
 class Member:
     __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
-                 "term_at", "agent", "key")
+                 "term_at", "agent", "key", "usage")
 
     def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
         self.task = task
@@ -73,6 +73,7 @@ class Member:
         self.term_at = 0.0
         self.agent: NodeAgent | None = None  # set when a node agent runs it on another node
         self.key = pid
+        self.usage: dict = {}  # cpu, rss: measured when it is reaped (spawn.reaped)
 
 
 def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int]:

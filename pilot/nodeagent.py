@@ -96,12 +96,12 @@ def main() -> None:
                             os.killpg(by_id[msg["id"]], int(msg.get("sig", 15)))
                         except OSError:
                             pass
-        for pid, rc in reaped(lambda: running):
+        for pid, rc, usage in reaped(lambda: running):
             ident = running.pop(pid, None)
             if ident is not None:
                 by_id.pop(ident, None)
                 try:
-                    say(k="ended", id=ident, rc=rc)
+                    say(k="ended", id=ident, rc=rc, **usage)
                 except BrokenPipeError:
                     pass
 

@@ -127,6 +127,7 @@ class RemoteNodes:
                 if msg["k"] == "failed":
                     self.fail_now(member.task, msg["rc"], msg["why"])
                 else:
+                    member.usage = {k: msg[k] for k in ("cpu", "rss") if k in msg}  # measured on its node
                     self.finish(member, msg["rc"])
 
     def agent_lost(self, agent: NodeAgent, extra: list[dict] = ()) -> None:

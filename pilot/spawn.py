@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 FILE_ACTIONS = [
@@ -125,19 +125,23 @@ class Spawner:
             return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=FILE_ACTIONS, setsid=True)
 
 
-def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int]]:
-    """(pid, exit status) of each child that has ended, without waiting for more; a
-    signal shows as its negative number. ``wanted()`` is asked before each collection:
-    children that are not members (ssh sessions to node agents) are left to their owner
-    once no member is left."""
+def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(pid, exit status, usage) of each child that has ended, without waiting for more; a
+    signal shows as its negative number. ``usage`` is what the kernel measured of the
+    child and the descendants it waited for (its process tree, less orphans that init
+    reaped): ``cpu``, user + system CPU seconds, and ``rss``, the peak resident set in KB
+    of its largest process (``ru_maxrss``): the ``end`` message's fields of the same
+    names. ``wanted()`` is asked before each collection: children that are not members
+    (ssh sessions to node agents) are left to their owner once no member is left."""
     while wanted():
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, ru = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        yield pid, os.waitstatus_to_exitcode(status)
+        yield pid, os.waitstatus_to_exitcode(status), {"cpu": round(ru.ru_utime + ru.ru_stime, 3),
+                                                        "rss": int(ru.ru_maxrss)}
 
 
 def pid_alive(pid: int) -> bool:

@@ -27,7 +27,10 @@ kind           fields
 ``start``      ``n``, ``m``, ``a``, ``pid`` (0: it is written before the member is
                spawned; pilots before that gave the pid), ``nodes`` [names]
 ``end``        ``n``, ``m``, ``a``, ``rc`` (negative: a signal), ``dt`` s, ``out`` {key:
-               value} outputs; ``why`` for timeouts, launch errors, signals
+               value} outputs; ``why`` for timeouts, launch errors, signals; for a
+               member that ran (not one that failed to start): ``cpu``, user+sys CPU
+               seconds of its process tree (float), ``rss``, its peak resident KB
+               (int, ``ru_maxrss``), both from the rusage of the reaped child
 ``back``       ``n``, ``m``, ``a``, ``why``: handed back unstarted (or stopped by the
                allocation's end); no attempt spent. A ``why`` that begins with
                :data:`UNWRITABLE` (``cannot write DIR: reason``) is the run's cause:
@@ -73,7 +76,7 @@ FIELDS: dict[str, frozenset[str]] = {
     CANCEL: frozenset(),
     UP: frozenset({"v", "pid", "host", "slots", "allocation", "job", "end", "margin", "nodes", "t"}),
     START: frozenset({"n", "m", "a", "pid", "nodes", "t"}),
-    END: frozenset({"n", "m", "a", "rc", "dt", "out", "why", "t"}),
+    END: frozenset({"n", "m", "a", "rc", "dt", "out", "why", "cpu", "rss", "t"}),
     BACK: frozenset({"n", "m", "a", "why", "t"}),
     DRAIN: frozenset({"why", "left", "t"}),
     NODE_LOST: frozenset({"node", "n", "m", "why", "t"}),
