@@ -203,13 +203,21 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
     for c in conds:
         if c.bare and c.field[7:] not in names:
             _field(c.field[7:], names, c.text)  # (raises: no such field)
+    # conditions on the state and the node are tested on the state's arrays first: a
+    # member's full record (its parameters) is made only for those that pass them
+    quick = [c for c in conds if c.field in ("state", "node")]
+    conds = [c for c in conds if c.field not in ("state", "node")]
     out: list[dict[str, Any]] = []
     for nid, ns in st.nodes.items():
         if node and nid != node:
             continue
+        wanted = bytes(k for k, name in enumerate(NAMES) if (want is None or name == want)
+                       and all(c.test({"state": name, "node": nid}) for c in quick))
+        if not wanted:
+            continue
         states = ns.state
         for i in range(ns.size):
-            if want is not None and NAMES[states[i]] != want:
+            if states[i] not in wanted:
                 continue
             rec = member_record(st, nid, i)
             rec["exit"] = rec["exit_status"]
@@ -217,7 +225,8 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
             if a is not None:
                 rec["T"] = a[5] if a[5] is not None else (round(a[2] - a[1], 3) if a[2] and a[1] else None)
                 rec["cpu"], rec["rss"] = a[6], a[7]
-                rec["host"] = pilots.get(a[9], {}).get("host")
+                p = pilots.get(a[9], {})
+                rec["host"] = p.get("lane") or p.get("host")  # (the registry's name of the host, as the trace)
             if conds and not matches(conds, rec):
                 continue
             del rec["exit"]

@@ -89,7 +89,8 @@ def build(run_dir: Path) -> str:
         by_pilot.setdefault(r[6], []).append(r)
     for pid, p in tr.pilots.items():
         mine = by_pilot.get(pid, [])
-        pilots.append({"id": pid, "host": p.get("host"), "batch": p.get("batch") or "(none: a process)",
+        pilots.append({"id": pid, "host": p.get("lane") or p.get("host"),
+                       "batch": p.get("batch") or "(none: a process)",
                        "job": p.get("job") or "", "slots": p.get("slots"), "attempts": len(mine),
                        "from": _clock(mine[0][0]) if mine else "",
                        "to": _clock(max(r[1] for r in mine)) if mine else "",

@@ -1,7 +1,8 @@
 """The trace of a run: one record per member attempt, built from the run's journal.
 
-Each record says which member and attempt, its parameters, where it ran (host, node
-name, pilot, batch job), when (submitted to a pilot, started, ended: the pilot's clock,
+Each record says which member and attempt, its parameters, where it ran (``host``: the
+name of the host in pwe's registry; ``node_name``: the machine, as the pilot names it;
+the pilot; its batch system and job), when (submitted to a pilot, started, ended: the pilot's clock,
 epoch seconds), how it ended (exit status, why), what it cost (``cpu``: user+sys CPU
 seconds of its process tree; ``rss``: peak resident KB of its largest process; both
 measured by the pilot from the rusage of the reaped child) and its outputs.
@@ -92,7 +93,8 @@ class Trace:
                 "node": nid, "member": i, "attempt": att, "state": state, "exit_status": rc, "why": why,
                 "submit": submit, "start": start, "end": end,
                 "duration": dt if dt is not None else (round(end - start, 3) if end and start else None),
-                "cpu": cpu, "rss_kb": rss, "host": p.get("host"), "node_name": nodes[0] if nodes else None,
+                "cpu": cpu, "rss_kb": rss, "host": p.get("lane") or p.get("host"),
+                "node_name": nodes[0] if nodes else None,
                 "pilot": pid, "batch": p.get("batch"), "job": p.get("job"),
                 "parameters": space.values_of(i) if space is not None else {}, "outputs": out or {},
             }

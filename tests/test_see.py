@@ -75,7 +75,7 @@ def test_trace_has_one_record_per_attempt_with_where_when_and_what_it_cost(seen)
     assert sorted((r["node"], r["member"], r["attempt"]) for r in recs) == \
         [("burn", 0, 1)] + [("sweep", i, 1) for i in range(4)]
     for r in recs:
-        assert r["host"] == "local" or r["host"], r
+        assert r["host"] == "local", r
         assert r["node_name"] and r["pilot"] == "p1" and r["job"] is None and r["batch"] is None, r
         assert r["submit"] <= r["start"] <= r["end"], r
         assert r["duration"] is not None and r["cpu"] is not None and r["rss_kb"] > 0, r
@@ -99,6 +99,23 @@ def test_trace_has_one_record_per_attempt_with_where_when_and_what_it_cost(seen)
     assert len(rows) == 5 and all(len(l.split("\t")) == len(header) for l in lines[1:])
     tsv_burn = next(r for r in rows if r["node"] == "burn")
     assert float(tsv_burn["cpu"]) == burn["cpu"] and json.loads(tsv_burn["parameters"]) == {}
+
+
+def test_members_on_other_nodes_are_measured_there_and_named_in_the_trace(ssh_nodes, tmp_path):
+    """Members that a node agent runs on other nodes (ssh): their cpu and rss come from
+    the agent's wait4 on that node, and the trace names the node each ran on."""
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
+        "    ssh_config: /var/tmp/pwe-ssh/ssh_config\n")
+    (tmp_path / "wf.yaml").write_text("name: spread\nnodes:\n  m:\n    parameters: {i: {range: [0, 16]}}\n"
+                                      f"    run: {json.dumps(BURN)}\n")
+    rc, out, err = pwe("run", "wf.yaml", "--host", "four", "--hosts", "hosts.yaml", "--json", cwd=tmp_path,
+                       timeout=300)
+    assert rc == 0, err
+    recs = trace_of(tmp_path, json.loads(out)["run_id"])
+    assert len(recs) == 16
+    assert {r["node_name"] for r in recs} == {"pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4"}, recs
+    assert all(r["cpu"] >= 0.6 and r["rss_kb"] >= 200 * 1024 and r["host"] == "four" for r in recs), recs
 
 
 def test_the_pilot_end_message_carries_cpu_and_rss_and_the_journal_keeps_them(seen):
@@ -146,7 +163,7 @@ def test_the_python_api_answers_the_same_queries(seen):
     _, run = seen
     res = api.RunResult(run)
     assert [(m["node"], m["member"]) for m in res.query("state=failed")] == [("sweep", 2)]
-    assert [m["member"] for m in res.query("outputs.energy>15; T>0")] == [1, 3]
+    assert [m["member"] for m in res.query("outputs.energy>15; T>=0")] == [1, 3]
     with pytest.raises(api.InputError):
         res.query("T>>1")
 
