@@ -8,6 +8,7 @@ need them: ``pwe status`` answers from a snapshot file and must start fast.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -107,7 +108,9 @@ def _status_lines(d, snap: dict) -> list[str]:
 
         lines.append("core-hours: " + ", ".join(f"{k} {fmt(ch[k])}" for k in ("done", "failed", "running",
                                                                                  "eligible", "waiting")))
-        guess = {n: how for n, how in ch["estimated_from"].items() if how != "maxWallTimePerMember"}
+        pending = {n for n, c in snap["nodes"].items()
+                   if any(c.get(k) for k in ("running", "ready", "queued", "waiting"))}
+        guess = {n: how for n, how in ch["estimated_from"].items() if how != "maxWallTimePerMember" and n in pending}
         if guess:
             lines.append("  (estimates of work not yet done: " + "; ".join(
                 f"{n} {how}" for n, how in guess.items()) + "; maxWallTimePerMember where set)")
@@ -202,14 +205,19 @@ def trace(run: str, fmt: str, as_json: bool) -> None:
     except PweError as exc:
         fail(exc)
     out = sys.stdout
-    if as_json or fmt == "json":
-        enc = json.JSONEncoder(separators=(",", ":"), default=str).encode
-        for rec in tr.records(plan):
-            out.write(enc(rec) + "\n")
-        return
-    out.write("\t".join(COLUMNS) + "\n")
-    for rec in tr.records(plan):
-        out.write("\t".join(tsv_value(rec[c]) for c in COLUMNS) + "\n")
+    try:
+        if as_json or fmt == "json":
+            enc = json.JSONEncoder(separators=(",", ":"), default=str).encode
+            for rec in tr.records(plan):
+                out.write(enc(rec) + "\n")
+        else:
+            out.write("\t".join(COLUMNS) + "\n")
+            for rec in tr.records(plan):
+                out.write("\t".join(tsv_value(rec[c]) for c in COLUMNS) + "\n")
+        out.flush()
+    except BrokenPipeError:  # `pwe trace RUN | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
 
 
 @click.command()

@@ -56,7 +56,7 @@ def build(run_dir: Path) -> str:
             continue
         if end is None:
             end = tr.last if v[3] is None and tr.last and tr.last > start else start
-        ran.append((start, max(end, start), nid, i, a, v[3] not in (None, 0) or v[11], v[9]))
+        ran.append((start, max(end, start), nid, i, a, v[3] not in (None, 0) or v[11] == "lost", v[9]))
     ran.sort()
     t0 = min([r[0] for r in ran[:1]] + [x for x in (tr.first,) if x] + [p["t"] for p in tr.pilots.values()
                                                                          if p.get("t")] or [time.time()])

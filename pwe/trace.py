@@ -15,8 +15,9 @@ the run. The price is that the trace reads the whole journal (one replay,
 :func:`pwe.journal.replay`): a trace is the whole history, so that is inherent.
 
 Attempts that were handed back before they started (``back``) did not happen and are
-not in the trace; one taken back after it started (its node was lost) is, with
-``state`` ``lost``.
+not in the trace; one taken back after it started (its pilot or node was lost) is,
+with ``state`` ``lost``; one that was queued or running when the run was cancelled has
+``state`` ``cancelled``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Trace:
     """Attempts and pilots gathered from journal records (:meth:`take`, one per record)."""
 
     def __init__(self) -> None:
-        # (node, member, attempt) -> [submit, start, end, rc, why, dt, cpu, rss, out, pilot, nodes, lost]
+        # (node, member, attempt) -> [submit, start, end, rc, why, dt, cpu, rss, out, pilot, nodes, ended]
+        # (ended: None, or how an attempt without an exit status ended: "lost", "cancelled")
         self.attempts: dict[tuple[str, int, int], list[Any]] = {}
         self.pilots: dict[str, dict[str, Any]] = {}
         self.first: float | None = None  # the first engine's start (epoch s)
@@ -47,7 +49,7 @@ class Trace:
         e = r["e"]
         if e == "assign":
             self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
-                                                        r["p"], None, False]
+                                                        r["p"], None, None]
         elif e == "start":
             a = self.attempts.get((r["n"], r["m"], r["a"]))
             if a is not None:
@@ -61,11 +63,15 @@ class Trace:
         elif e == "unassign":
             key = (r["n"], r["m"], r.get("a"))
             a = self.attempts.get(key)
-            if a is not None and a[3] is None:
+            if a is not None and a[3] is None and a[11] is None:
                 if a[1] is None:
                     del self.attempts[key]  # never started: no attempt was spent
                 else:
-                    a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", True
+                    a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
+        elif e == "cancel":  # what was queued or running then ends here
+            for a in self.attempts.values():
+                if a[3] is None and a[11] is None:
+                    a[2], a[4], a[11] = (r.get("t") if a[1] is not None else None), "cancelled", "cancelled"
         elif e == "pilot":
             self.pilots[r["p"]] = {k: r.get(k) for k in ("host", "job", "batch", "lane", "slots", "pid", "t")}
         elif e == "pilot_gone" and r["p"] in self.pilots:
@@ -80,10 +86,10 @@ class Trace:
         ``plan`` gives the members' parameters (none without it)."""
         spaces = {nid: pn.space for nid, pn in plan.nodes.items()} if plan is not None else {}
         for (nid, i, att), a in sorted(self.attempts.items()):
-            submit, start, end, rc, why, dt, cpu, rss, out, pid, nodes, lost = a
+            submit, start, end, rc, why, dt, cpu, rss, out, pid, nodes, ended = a
             p = self.pilots.get(pid, {})
-            if lost:
-                state = "lost"
+            if ended:
+                state = ended
             elif rc is not None:
                 state = "done" if rc == 0 else "failed"
             else:

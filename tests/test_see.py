@@ -133,6 +133,24 @@ def test_the_pilot_end_message_carries_cpu_and_rss_and_the_journal_keeps_them(se
         assert set(m) - {"k"} <= FIELDS[END], m
 
 
+def test_a_cancelled_runs_trace_says_which_attempts_the_cancel_ended(tmp_path, reaper):  # noqa: F811
+    gate = tmp_path / "gate"
+    (tmp_path / "wf.yaml").write_text("name: stopped\nnodes:\n  a:\n    parameters: {k: [0, 1, 2]}\n"
+                                      f"    run: for i in $(seq 1200); do [ -e {gate} ] && break; sleep 0.05; done\n")
+    rc, out, err = pwe("submit", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
+    assert rc == 0, err
+    run = Path(json.loads(out)["run_dir"])
+    reaper(run, wait_until(lambda: engine_pid(run), 5))
+    assert wait_until(lambda: json.loads(pwe("status", run, "--json", cwd=tmp_path)[1])["totals"]["running"] == 2, 30)
+    reaper(run, *pilot_pids(run))
+    rc, out, err = pwe("cancel", run, "--json", cwd=tmp_path)
+    assert rc == 0 and json.loads(out)["cancelled"] is True, err
+    gate.touch()
+    recs = trace_of(tmp_path, run)
+    assert sorted(r["state"] for r in recs) == ["cancelled"] * len(recs) and len(recs) >= 2, recs
+    assert sum(1 for r in recs if r["start"] is not None) == 2, recs
+
+
 # -- queries ---------------------------------------------------------------------------------
 
 
