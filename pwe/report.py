@@ -74,10 +74,13 @@ def build(run_dir: Path) -> str:
              for nid, (d, m) in per_node.items()}
     failures = []
     nfailed = 0
+    causes: dict[tuple[str, str], int] = {}
     for nid, ns in st.nodes.items():
         i = ns.state.find(FAILED) if ns.counts[FAILED] else -1
         while i >= 0:
             nfailed += 1
+            cause = (nid, ns.why.get(i) or f"exit {ns.rc.get(i)}")
+            causes[cause] = causes.get(cause, 0) + 1
             if len(failures) < MAX_FAILURES:
                 failures.append({"member": f"{nid}[{i}]", "attempts": ns.attempt[i], "exit": ns.rc.get(i),
                                  "why": ns.why.get(i) or "", "params": _params(plan, nid, i),
@@ -110,6 +113,7 @@ def build(run_dir: Path) -> str:
             "colors": color, "nodes": node_ids}
     return render_page("report.html.j2", {
         "run_id": info["run_id"], "summary": summary, "failures": failures, "nfailed": nfailed,
+        "causes": sorted(((n, why, c) for (n, why), c in causes.items()), key=lambda x: -x[2]),
         "max_failures": MAX_FAILURES, "pilots": pilots, "nodes": node_ids, "colors": color,
         "timeline_note": timeline["note"], "data_json": json.dumps(data, separators=(",", ":")).replace("</", "<\\/"),
         "generated": _clock(time.time()),
