@@ -73,10 +73,13 @@ def main() -> None:
         while True:
             wall, _, out = once(["status", str(run_dir), "--json"])
             snap = json.loads(out)
-            if snap["phase"] != "running":
+            if snap["phase"] in ("succeeded", "finished with failures"):
                 break
-            during.append(wall)
-            counts.append(snap["totals"].get("done", 0) + snap["totals"].get("failed", 0))
+            if time.perf_counter() - t0 > 3600:
+                raise SystemExit(f"the run did not end within an hour: {snap['phase']}")
+            if snap["phase"] == "running":  # (not before its engine has started)
+                during.append(wall)
+                counts.append(snap["totals"].get("done", 0) + snap["totals"].get("failed", 0))
             time.sleep(0.5)
         total = time.perf_counter() - t0
         print(f"run: {args.members:,} members in {total:.1f} s on {args.where}; "
