@@ -58,7 +58,7 @@ class Trace:
         elif e == "end":
             a = self.attempts.get((r["n"], r["m"], r["a"]))
             if a is not None and a[3] is None:
-                a[2], a[3], a[4], a[5] = r.get("t"), r["rc"], r.get("why"), r.get("dt")
+                a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
                 a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
         elif e == "unassign":
             key = (r["n"], r["m"], r.get("a"))
