@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import click
 
 from .cli_base import fail, find, hosts_option, json_option, warn
 from .cli_check import hosts, plan, validate
+from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
 from .errors import PweError, RunStopped
 
@@ -25,7 +25,7 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
-for _command in (validate, plan, hosts, service, trigger):
+for _command in (validate, plan, hosts, service, trigger, *SEE_COMMANDS):
     cli.add_command(_command)
 
 
@@ -54,8 +54,9 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
     return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file)
 
 
-def _follow(engine, **kwargs) -> None:
-    """Run the engine in the foreground with a progress display; exit 0 / 1."""
+def _follow(engine, as_json: bool = False, **kwargs) -> None:
+    """Run the engine in the foreground with a progress display; exit 0 / 1. With
+    ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
     from .runview import failed_examples, outcome, progress, run_ref
     from .state import FAILED
 
@@ -99,7 +100,13 @@ def _follow(engine, **kwargs) -> None:
         if bar is not None:
             bar.stop()
     t = engine.state.totals()
-    click.echo(f"{engine.run_id}: {outcome(t)} of {total}  ({engine.dir})")
+    if as_json:
+        from .state import NAMES
+
+        click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
+                               "totals": dict(zip(NAMES, t))}))
+    else:
+        click.echo(f"{engine.run_id}: {outcome(t)} of {total}  ({engine.dir})")
     if t[FAILED]:
         shown = failed_examples(engine.state, engine.dir, limit=3)
         for _, line in shown:
@@ -135,13 +142,14 @@ def _leave(status: int) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=True))
 @_with_run_options
-def run(file, sets, host, run_dir, cores, hosts_file) -> None:
+@json_option
+def run(file, sets, host, run_dir, cores, hosts_file, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
         warn(engine.warnings)
-        _follow(engine)
+        _follow(engine, as_json)
     except PweError as exc:
         fail(exc)
 
@@ -151,21 +159,22 @@ def run(file, sets, host, run_dir, cores, hosts_file) -> None:
 @_with_run_options
 @click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
-def submit(file, sets, host, run_dir, cores, hosts_file, to_service, broker) -> None:
+@json_option
+def submit(file, sets, host, run_dir, cores, hosts_file, to_service, broker, as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .control import spawn_engine
 
     if to_service or broker:
         from .cli_service import submit_to_service
 
-        return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file)
+        return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json)
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file)
     except PweError as exc:
         fail(exc)
     warn(engine.warnings)
     spawn_engine(engine.dir)
-    click.echo(engine.run_id)
+    click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir)}) if as_json else engine.run_id)
 
 
 @cli.command(name="_engine", hidden=True)
@@ -186,47 +195,52 @@ def _engine_cmd(run_dir: str, retry: bool) -> None:
 
 @cli.command()
 @click.argument("run")
-def cancel(run: str) -> None:
+@json_option
+def cancel(run: str, as_json: bool) -> None:
     """Stop RUN: its pilots and their members."""
     from .control import cancel as cancel_run
 
     try:
         d = find(run)
-        if not cancel_run(d):
-            click.echo(f"{d.name}: already finished; nothing to cancel")
-            return
+        done = cancel_run(d)
     except PweError as exc:
         fail(exc)
-    click.echo(f"{d.name}: cancelled")
+    if as_json:
+        click.echo(json.dumps({"run_id": d.name, "cancelled": done}))
+    else:
+        click.echo(f"{d.name}: cancelled" if done else f"{d.name}: already finished; nothing to cancel")
 
 
 @cli.command()
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
-def resume(run: str | None, detach: bool) -> None:
+@json_option
+def resume(run: str | None, detach: bool, as_json: bool) -> None:
     """Pick RUN up after any crash: finished members are kept, the rest run."""
-    _continue(run, detach, retry=False)
+    _continue(run, detach, retry=False, as_json=as_json)
 
 
 @cli.command()
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
-def retry(run: str | None, detach: bool) -> None:
+@json_option
+def retry(run: str | None, detach: bool, as_json: bool) -> None:
     """Rerun RUN's failed members (and what they held back)."""
-    _continue(run, detach, retry=True)
+    _continue(run, detach, retry=True, as_json=as_json)
 
 
-def _continue(run: str | None, detach: bool, retry: bool) -> None:
+def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False) -> None:
     try:
         d = find(run)
         if detach:
             from .control import detach as go_on
 
-            click.echo(go_on(d, retry))
+            run_id = go_on(d, retry)
+            click.echo(json.dumps({"run_id": run_id, "run_dir": str(d)}) if as_json else run_id)
             return
         from .engine import Engine
 
-        _follow(Engine.open(d, reload_hosts=True), retry=retry)
+        _follow(Engine.open(d, reload_hosts=True), as_json, retry=retry)
     except PweError as exc:
         fail(exc)
 
@@ -251,97 +265,6 @@ def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -
 
 
 # -- reading a run --------------------------------------------------------------------------
-
-@cli.command()
-@click.argument("run", required=False)
-@json_option
-def status(run: str | None, as_json: bool) -> None:
-    """Per node: members waiting / queued / running / done / failed (newest run by default)."""
-    from .runview import status as run_status
-
-    try:
-        d = find(run)
-        snap = run_status(d)
-    except PweError as exc:
-        fail(exc)
-    warn(snap.get("warnings", []))
-    if as_json:
-        click.echo(json.dumps(snap, indent=2))
-        return
-    cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
-    engine = snap.get("engine") if snap["phase"] == "running" else None
-    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
-    click.echo(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
-    for name, u in (snap.get("unreachable") or {}).items():
-        since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
-        click.echo(f"host '{name}': its batch system does not answer, since {since} "
-                   f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
-    width = max([len(n) for n in snap["nodes"]] + [4])
-    click.echo(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
-    rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]
-    for name, counts in rows:
-        vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
-        click.echo(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
-    pilots = snap.get("pilots") or {}
-    if pilots:
-        click.echo("pilots: " + "; ".join(
-            f"{pid} {p['state']}"
-            + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
-            + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
-            for pid, p in pilots.items()))
-
-
-@cli.command()
-@click.argument("run")
-@click.option("--node", default=None, help="only this node")
-@click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
-@click.option("--limit", default=200, show_default=True, help="most members listed (0: all)")
-@json_option
-def show(run: str, node: str | None, only: str | None, limit: int, as_json: bool) -> None:
-    """Members of RUN with parameters, state, attempts, exit status and outputs."""
-    from .runview import members
-
-    try:
-        out = members(find(run), node, only, limit)
-    except PweError as exc:
-        fail(exc)
-    if as_json:
-        click.echo(json.dumps(out, indent=2, default=str))
-        return
-    for m in out:
-        params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
-        outs = " ".join(f"{k}={v}" for k, v in m["outputs"].items())
-        rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
-        why = f" ({m['why']})" if m.get("why") else ""
-        click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}  {params}"
-                   + (f"  -> {outs}" if outs else ""))
-    if limit and len(out) >= limit:
-        click.echo(f"(first {limit}; --limit 0 for all)", err=True)
-
-
-@cli.command()
-@click.argument("run")
-@click.argument("member")
-def logs(run: str, member: str) -> None:
-    """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
-    are a glob to zsh; NODE alone for index 0)."""
-    import re
-
-    from .runview import member_output
-
-    m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
-    if not m:
-        click.echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
-        sys.exit(2)
-    node, idx = m.group(1), int(m.group(2) or 0)
-    try:
-        files = member_output(find(run), node, idx, member)
-    except PweError as exc:
-        fail(exc)
-    for name, path, text in files:
-        click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
-        click.echo(text, nl=not text.endswith("\n") and bool(text))
-
 
 def main() -> None:
     try:

@@ -118,7 +118,8 @@ def service_main() -> None:
 
 # -- pwe submit --service -------------------------------------------------------------------------
 def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores: int | None,
-                      broker: str | None, run_dir: str | None = None, hosts_file: str | None = None) -> None:
+                      broker: str | None, run_dir: str | None = None, hosts_file: str | None = None,
+                      as_json: bool = False) -> None:
     """Send FILE to the service (this machine's, or the one at --broker / $PWE_BROKER) and
     print the run id it will have (chosen here: a submission delivered twice is one run)."""
     import os
@@ -148,7 +149,12 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
         fail(exc)
     if url.startswith("filesystem:") and daemon._holder(store) is None:
         click.echo("warning: the service is not running; the run starts when it does (pwe service start)", err=True)
-    click.echo(req["run_id"])
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"run_id": req["run_id"], "service": daemon.redact(url)}))
+    else:
+        click.echo(req["run_id"])
 
 
 # -- pwe trigger ------------------------------------------------------------------------------------

@@ -287,6 +287,7 @@ class Engine(PilotWork):
         fed = 0
         refused: list[tuple[str, int]] = []
         ready = lane.ready
+        now = round(time.time(), 3)  # (the trace's submit time of what is fed now)
         while ready and pilot.outstanding < window and not pilot.full:
             nid, i = ready.popleft()
             ns = st.nodes[nid]
@@ -305,7 +306,7 @@ class Engine(PilotWork):
                 break
             attempt = ns.attempt[i] + 1
             task = self._task(nid, i, attempt)
-            self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id})
+            self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
             pilot.send(task)
             pilot.outstanding += 1
             pilot.given += 1

@@ -295,9 +295,11 @@ class PilotWork(Recovery):
         try:
             if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
                 return {"e": "unassign", "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
-            rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_}
+            rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "t": ev.get("t")}
             if k == START:
                 rec["pid"] = ev.get("pid", 0)
+                if ev.get("nodes"):
+                    rec["nodes"] = ev["nodes"]  # (for the trace: where it ran)
             else:
                 rec["rc"] = ev["rc"]
                 if ev.get("out"):
@@ -305,6 +307,9 @@ class PilotWork(Recovery):
                 if ev.get("why"):
                     rec["why"] = ev["why"]
                 rec["dt"] = ev.get("dt")
+                for key in ("cpu", "rss"):  # measured by the pilot (the trace's)
+                    if key in ev:
+                        rec[key] = ev[key]
         except KeyError:
             return None
         return rec

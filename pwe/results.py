@@ -34,6 +34,13 @@ class RunResult:
         """Every member of ``node``: index, parameters, state, attempts, exit status, outputs."""
         return [member_record(self.state, node, i) for i in range(self.state.nodes[node].size)]
 
+    def query(self, query: str, node: str | None = None, limit: int = 0) -> list[dict[str, Any]]:
+        """The members that match ``query`` (``'state=failed; T>300; outputs.energy<1.5'``,
+        :mod:`pwe.query`), as ``pwe show -q`` lists them; :class:`InputError` for a bad one."""
+        from .query import select
+
+        return select(self.dir, query, node, None, limit)
+
 
 def load_state(run_dir: Path) -> tuple[dict[str, Any], RunState]:
     """A run's run.json and its state, from its journal (read-only; no lock taken). A

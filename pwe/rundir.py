@@ -57,7 +57,9 @@ def create(run_dir: Path) -> Path:
 
 
 def find(run: str | None, root: Path = DEFAULT_ROOT) -> Path:
-    """A run directory from a run id, a path, or (None) the newest run under ``root``."""
+    """A run directory from a run id, a unique prefix of one (under ``root``), a path,
+    or (None) the newest run under ``root``. An ambiguous prefix is :class:`RunNotFound`
+    naming the runs it could mean."""
     if run is None:
         runs = sorted((p for p in root.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
         if not runs:
@@ -67,9 +69,29 @@ def find(run: str | None, root: Path = DEFAULT_ROOT) -> Path:
         if (cand / "run.json").is_file():
             return cand
     known = sorted(p.parent.name for p in root.glob("*/run.json")) if root.is_dir() else []
-    from .source import did_you_mean
+    if run and "/" not in run:
+        hits = [k for k in known if k.startswith(run)]
+        if len(hits) == 1:
+            return root / hits[0]
+        if hits:
+            shown = ", ".join(hits[:10]) + (f" and {len(hits) - 10} more" if len(hits) > 10 else "")
+            raise RunNotFound(f"'{run}' is the start of {len(hits)} runs under {root}/: {shown}; give more of the id")
+    from .errors import did_you_mean
 
     raise RunNotFound(f"no run '{run}' (looked in {root}/){did_you_mean(run, known)}")
+
+
+def run_dirs(root: Path = DEFAULT_ROOT) -> list[Path]:
+    """The run directories under ``root``, newest first (by when each was made)."""
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.glob("*/run.json"):
+        try:
+            found.append((p.stat().st_mtime, p.parent))
+        except OSError:
+            continue
+    return [d for _, d in sorted(found, key=lambda x: x[0], reverse=True)]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

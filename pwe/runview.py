@@ -9,6 +9,7 @@ journal is newer than the snapshot.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,74 @@ def status(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError, TypeError):
         pass
     snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
+    if isinstance(snap.get("work"), dict):
+        snap["core_hours"] = core_hours(snap)
     return snap
+
+
+def core_hours(snap: dict[str, Any]) -> dict[str, Any]:
+    """The core-hours of the run's work, as Row's status shows them: ``done`` and
+    ``failed`` as measured (seconds each attempt ran, times its cores); ``running``,
+    ``eligible`` (ready or queued on a pilot: only cores are missing) and ``waiting``
+    (for what they depend on) as estimated per node from maxWallTimePerMember where set,
+    else from the mean duration of its members that succeeded so far (None where neither
+    is known). ``estimated_from`` says which, per node."""
+    out: dict[str, Any] = {"done": 0.0, "failed": 0.0, "running": 0.0, "eligible": 0.0, "waiting": 0.0,
+                           "estimated_from": {}}
+    for nid, w in snap["work"].items():
+        counts = snap["nodes"].get(nid) or {}
+        cores = w.get("cores") or 1
+        spent, done_spent = w.get("spent") or 0.0, w.get("done_spent") or 0.0
+        out["done"] += done_spent * cores / 3600
+        out["failed"] += (spent - done_spent) * cores / 3600
+        if w.get("wall"):
+            each, how = w["wall"] * 60.0, "maxWallTimePerMember"
+        elif counts.get("done"):
+            each, how = done_spent / counts["done"], f"mean of {counts['done']:,} done"
+        else:
+            each, how = None, "not known yet (no member done, no maxWallTimePerMember)"
+        out["estimated_from"][nid] = how
+        for key, n in (("running", counts.get("running", 0)),
+                       ("eligible", counts.get("ready", 0) + counts.get("queued", 0)),
+                       ("waiting", counts.get("waiting", 0))):
+            if not n:
+                continue
+            if each is None or out[key] is None:
+                out[key] = None
+            else:
+                out[key] += n * each * cores / 3600
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """One line of ``pwe runs``: ``run_id``, ``state`` (the phase), ``finished`` and
+    ``total`` members, ``started`` (epoch s), ``duration`` (s: to the last snapshot, or to
+    now while an engine runs it), ``run_dir``. From the snapshot: nothing is replayed; a
+    run that cannot be read says so in ``state``."""
+    from .state import FINAL, NAMES
+
+    out: dict[str, Any] = {"run_id": run_dir.name, "state": "?", "finished": 0, "total": None, "started": None,
+                           "duration": None, "run_dir": str(run_dir)}
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+        out["run_id"] = info.get("run_id", run_dir.name)
+        out["started"] = info.get("created")
+    except (OSError, ValueError, AttributeError):
+        out["state"] = "damaged (run.json)"
+        return out
+    snap = _snapshot(run_dir / "state.json")
+    running = bool(EngineLock(run_dir).holder())
+    if snap is None:
+        out["state"] = "running" if running else "not started (no snapshot)"
+        return out
+    out["state"] = _phase(snap, running).split(";")[0]
+    totals = snap.get("totals") or {}
+    out["total"] = snap.get("total_members") or sum(totals.values())
+    out["finished"] = sum(totals.get(NAMES[s], 0) for s in FINAL)
+    end = time.time() if running else snap.get("updated")
+    if out["started"] and end:
+        out["duration"] = round(max(0.0, end - out["started"]), 1)
+    return out
 
 
 def _snapshot(path: Path) -> dict[str, Any] | None:

@@ -39,6 +39,8 @@ class NodeState:
     failures: dict[int, int] = field(default_factory=dict)
     pilot: dict[int, str] = field(default_factory=dict)  # members queued or running: which pilot
     pid: dict[int, int] = field(default_factory=dict)
+    spent: float = 0.0  # seconds run by every attempt that ended (pwe status's core-hours)
+    done_spent: float = 0.0  # of those, the attempts that succeeded
 
 
 class RunState:
@@ -221,6 +223,10 @@ class RunState:
         if ns.state[i] not in (ASSIGNED, RUNNING) or ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"]:
             return None
         rc = r["rc"]
+        dt = r.get("dt") or 0.0
+        ns.spent += dt
+        if rc == 0:
+            ns.done_spent += dt
         ns.pilot.pop(i, None)
         ns.pid.pop(i, None)
         if r.get("out"):
@@ -315,7 +321,19 @@ class RunState:
             "stopped": self.stopped,
             "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why")}
                        for pid, p in self.pilots.items()},
+            "work": self.work(),
         }
+
+    def work(self) -> dict[str, dict[str, Any]]:
+        """Per node what ``pwe status`` works core-hours out from: ``cores`` per member,
+        ``wall`` (maxWallTimePerMember, minutes, or None), ``spent`` (seconds run by every
+        attempt that ended) and ``done_spent`` (by the attempts that succeeded)."""
+        out = {}
+        for nid, ns in self.nodes.items():
+            sch = self.plan.nodes[nid].scheduling
+            out[nid] = {"cores": sch.cores_per_member(), "wall": sch.maxWallTimePerMember,
+                        "spent": round(ns.spent, 3), "done_spent": round(ns.done_spent, 3)}
+        return out
 
     def inflight(self, pilot: str) -> list[tuple[str, int]]:
         return [(nid, i) for nid, ns in self.nodes.items() for i, p in ns.pilot.items() if p == pilot]

@@ -171,3 +171,11 @@ class PayloadTemplate:
             raise SecurityError(f"it renders to {size:,} bytes; a command holds at most {MAX_COMMAND:,} bytes "
                                 "(put long data in a file the command reads)")
         return out
+
+
+def render_page(name: str, context: Mapping[str, Any]) -> str:
+    """An HTML page from a template of ``pwe/pages/`` (``pwe report``), with every value
+    HTML-escaped (autoescape): the other use of the one renderer, jinja2."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("pwe", "pages"), autoescape=True, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.get_template(name).render(**context)

@@ -1,0 +1,257 @@
+"""The commands that show a run: ``runs``, ``status``, ``show``, ``logs``, ``trace`` and
+``report``. Every one takes ``--json``; every RUN may be a unique prefix of a run id.
+
+Heavy modules (jinja2, pydantic, networkx, rich) are imported inside the commands that
+need them: ``pwe status`` answers from a snapshot file and must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from .cli_base import fail, find, json_option, warn
+from .errors import PweError
+
+
+@click.command()
+@click.option("--root", default=None, type=click.Path(), help="the run root (default ./pwe-runs)")
+@json_option
+def runs(root: str | None, as_json: bool) -> None:
+    """The runs under the run root, newest first: state, progress, started, duration."""
+    from pathlib import Path
+
+    from .rundir import DEFAULT_ROOT, run_dirs
+    from .runview import run_summary
+
+    out = []
+    for d in run_dirs(Path(root) if root else DEFAULT_ROOT):
+        out.append(run_summary(d))
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not out:
+        click.echo(f"no runs under {root or DEFAULT_ROOT}/", err=True)
+        return
+    width = max(len(r["run_id"]) for r in out)
+    click.echo(f"{'run':<{width}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
+    for r in out:
+        prog = f"{r['finished']:,}/{r['total']:,}" if r["total"] is not None else "?"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "?"
+        click.echo(f"{r['run_id']:<{width}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
+                   f"{_duration(r['duration'])}")
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+@click.command()
+@click.argument("run", required=False)
+@click.option("--watch", is_flag=True, help="refresh in place until the run ends")
+@click.option("--every", default=2.0, show_default=True, type=click.FloatRange(0.1), help="seconds between refreshes")
+@json_option
+def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
+    """Per node: members waiting / queued / running / done / failed, and the core-hours of
+    done, running, eligible and waiting work (newest run by default)."""
+    from .runview import status as run_status
+
+    try:
+        d = find(run)
+        while True:
+            snap = run_status(d)
+            if as_json:
+                click.echo(json.dumps(snap, indent=None if watch else 2))
+            else:
+                text = "\n".join(_status_lines(d, snap))
+                if watch and sys.stdout.isatty():
+                    click.echo("\x1b[H\x1b[2J" + text)  # home, clear: the same lines redrawn
+                else:
+                    click.echo(text + ("\n" if watch else ""))
+            if not watch or snap["phase"] != "running":
+                break
+            time.sleep(every)
+    except PweError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    warn(snap.get("warnings", []))
+
+
+def _status_lines(d, snap: dict) -> list[str]:
+    cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
+    lines = []
+    engine = snap.get("engine") if snap["phase"] == "running" else None
+    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
+    lines.append(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
+    for name, u in (snap.get("unreachable") or {}).items():
+        since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
+        lines.append(f"host '{name}': its batch system does not answer, since {since} "
+                     f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+    width = max([len(n) for n in snap["nodes"]] + [5])
+    lines.append(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
+    rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]
+    for name, counts in rows:
+        vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+    ch = snap.get("core_hours")
+    if ch:
+        def fmt(v):
+            return "?" if v is None else f"{v:,.2f}"
+
+        lines.append("core-hours: " + ", ".join(f"{k} {fmt(ch[k])}" for k in ("done", "failed", "running",
+                                                                                 "eligible", "waiting")))
+        pending = {n for n, c in snap["nodes"].items()
+                   if any(c.get(k) for k in ("running", "ready", "queued", "waiting"))}
+        guess = {n: how for n, how in ch["estimated_from"].items() if how != "maxWallTimePerMember" and n in pending}
+        if guess:
+            lines.append("  (estimates of work not yet done: " + "; ".join(
+                f"{n} {how}" for n, how in guess.items()) + "; maxWallTimePerMember where set)")
+    pilots = snap.get("pilots") or {}
+    if pilots:
+        lines.append("pilots: " + "; ".join(
+            f"{pid} {p['state']}"
+            + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
+            + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
+            for pid, p in pilots.items()))
+    return lines
+
+
+@click.command()
+@click.argument("run")
+@click.option("-q", "--query", default=None,
+              help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' (README: queries)")
+@click.option("--node", default=None, help="only this node")
+@click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
+@click.option("--limit", default=200, show_default=True, help="most members listed (0: all)")
+@json_option
+def show(run: str, query: str | None, node: str | None, only: str | None, limit: int, as_json: bool) -> None:
+    """Members of RUN with parameters, state, attempts, exit status and outputs."""
+    from .query import select
+
+    try:
+        out = select(find(run), query, node, only, limit)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    for m in out:
+        params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
+        outs = " ".join(f"{k}={v}" for k, v in m["outputs"].items())
+        rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
+        why = f" ({m['why']})" if m.get("why") else ""
+        took = f" T={m['T']:g}s" if m.get("T") is not None else ""
+        click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
+                   + (f"  -> {outs}" if outs else ""))
+    if limit and len(out) >= limit:
+        click.echo(f"(first {limit}; --limit 0 for all)", err=True)
+
+
+@click.command()
+@click.argument("run")
+@click.argument("member")
+@click.option("--tail", "tail", type=click.IntRange(1), default=None, metavar="N", help="only the last N lines of each")
+@click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
+@json_option
+def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bool) -> None:
+    """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
+    are a glob to zsh; NODE alone for index 0)."""
+    import re
+
+    from .runview import member_output
+
+    m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
+    if not m:
+        click.echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
+        sys.exit(2)
+    node, idx = m.group(1), int(m.group(2) or 0)
+    try:
+        files = member_output(find(run), node, idx, member)
+    except PweError as exc:
+        fail(exc)
+    if only_stderr:
+        files = [f for f in files if f[0] == "stderr"]
+    if tail:
+        files = [(name, path, "".join(text.splitlines(keepends=True)[-tail:])) for name, path, text in files]
+    if as_json:
+        click.echo(json.dumps({"node": node, "member": idx,
+                               **{name: {"path": str(path), "text": text} for name, path, text in files}}, indent=2))
+        return
+    for name, path, text in files:
+        click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
+        click.echo(text, nl=not text.endswith("\n") and bool(text))
+
+
+@click.command()
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["tsv", "json"]), default="tsv", show_default=True,
+              help="tsv: a header and one line per attempt; json: one JSON object per line")
+@click.option("--json", "as_json", is_flag=True, help="the same as --format json")
+def trace(run: str, fmt: str, as_json: bool) -> None:
+    """One record per member attempt: where and when it ran, how it ended, its CPU time,
+    peak memory and outputs (README: the trace)."""
+    from .trace import COLUMNS, load, tsv_value
+
+    try:
+        _, plan, _, tr = load(find(run), with_state=False)
+    except PweError as exc:
+        fail(exc)
+    out = sys.stdout
+    try:
+        if as_json or fmt == "json":
+            enc = json.JSONEncoder(separators=(",", ":"), default=str).encode
+            for rec in tr.records(plan):
+                out.write(enc(rec) + "\n")
+        else:
+            out.write("\t".join(COLUMNS) + "\n")
+            for rec in tr.records(plan):
+                out.write("\t".join(tsv_value(rec[c]) for c in COLUMNS) + "\n")
+        out.flush()
+    except BrokenPipeError:  # `pwe trace RUN | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+
+
+@click.command()
+@click.argument("run")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="where to write it (default: report.html in the run directory)")
+@json_option
+def report(run: str, output: str | None, as_json: bool) -> None:
+    """Write one self-contained HTML page about RUN: summary, timeline, utilisation,
+    durations and memory per node, failures, pilots. Prints where it is."""
+    import os
+    from pathlib import Path
+
+    from .report import build
+
+    try:
+        d = find(run)
+        html = build(d)
+    except PweError as exc:
+        fail(exc)
+    path = Path(output) if output else d / "report.html"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            fh.write(html)  # owner-only, as the run directory is
+        os.replace(tmp, path)  # a reader never opens half a page
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        click.echo(f"{path}: cannot write the report ({exc.strerror}): give another place with -o", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({"report": str(path), "bytes": len(html.encode())}))
+    else:
+        click.echo(str(path))
+
+
+COMMANDS = (runs, status, show, logs, trace, report)

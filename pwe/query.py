@@ -1,0 +1,236 @@
+"""Queries over a run's members: ``state=failed; T>300; outputs.energy<1.5``.
+
+A query is conditions joined by ``;`` (all must hold), each ``FIELD OP VALUE`` with OP
+one of ``= != < <= > >= ~`` (``~``: the value is a regular expression found in the
+field's text). ``=`` and ``!=`` take alternatives separated by ``,``
+(``state=failed,cancelled``). The fields:
+
+==============================  ==========================================================
+``state``                       waiting, ready, queued, running, done, failed, skipped,
+                                cancelled
+``node``, ``member``            the member's node and index
+``attempts``                    attempts started so far
+``exit`` (``rc``)               exit status of its last attempt (negative: a signal)
+``why``                         why its last attempt ended (timeout, signal, ...)
+``T`` (``duration``)            seconds its last attempt ran
+``cpu``, ``rss``                CPU seconds, peak resident KB of its last attempt
+``host``                        the host its last attempt ran on
+``outputs.K`` (``out.K``)       an output it returned
+``params.K`` (``p.K``) or ``K``  a parameter
+==============================  ==========================================================
+
+Numbers compare as numbers; ``<`` and friends need a number. A member without the
+field (no output of that name, a parameter another node has) does not match. ``T``,
+``cpu``, ``rss`` and ``host`` come from the run's trace (:mod:`pwe.trace`: the whole
+journal is read); the other fields from the members' state.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import InputError
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "<": operator.lt, ">": operator.gt, "=": operator.eq,
+}
+_COND = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(<=|>=|!=|==|=|<|>|~)\s*(.*?)\s*")
+ALIASES = {"rc": "exit", "exit_status": "exit", "duration": "T", "attempt": "attempts", "index": "member"}
+#: fields that need the trace (the whole journal), not only the state
+TRACE_FIELDS = frozenset({"T", "cpu", "rss", "host"})
+PLAIN = frozenset({"state", "node", "member", "attempts", "exit", "why"}) | TRACE_FIELDS
+
+
+@dataclass(frozen=True)
+class Cond:
+    field: str  # a plain field, "outputs.K" or "params.K"
+    op: str
+    values: tuple[Any, ...]  # numbers where they read as numbers
+    pattern: re.Pattern | None = None
+    bare: bool = False  # a parameter written by its name alone (checked once the run is read)
+    text: str = ""  # the condition as written
+
+    def test(self, row: dict[str, Any]) -> bool:
+        v = value_of(row, self.field)
+        if v is None:
+            return False
+        if self.pattern is not None:
+            return self.pattern.search(str(v)) is not None
+        v = number(v)
+        if self.op in ("=", "!="):
+            hit = any(_eq(v, w) for w in self.values)
+            return hit if self.op == "=" else not hit
+        if not isinstance(v, (int, float)):
+            return False
+        return _OPS[self.op](v, self.values[0])
+
+
+def _eq(v: Any, w: Any) -> bool:
+    if isinstance(v, (int, float)) and isinstance(w, (int, float)):
+        return v == w
+    return str(v) == str(w)
+
+
+def number(v: Any) -> Any:
+    """``v`` as an int or float when it reads as one (outputs are text), else as it is."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            try:
+                return float(v)
+            except ValueError:
+                return v
+    return v
+
+
+def value_of(row: dict[str, Any], field: str) -> Any:
+    if field.startswith("outputs."):
+        return (row.get("outputs") or {}).get(field[8:])
+    if field.startswith("params."):
+        return (row.get("parameters") or {}).get(field[7:])
+    return row.get(field)
+
+
+def parse(text: str, parameters: set[str] | frozenset[str] | None = frozenset()) -> list[Cond]:
+    """The conditions of a query; :class:`InputError` (one line: which condition, what is
+    wrong, what to write) for a bad one. ``parameters``: the run's parameter names, which
+    may be written bare (None: not known yet; a bare name is taken as a parameter)."""
+    conds = []
+    parts = [p for p in text.split(";") if p.strip()]
+    if not parts:
+        raise InputError(f"query {text!r}: no condition; write e.g. 'state=failed; T>300; outputs.energy<1.5'")
+    for part in parts:
+        m = _COND.fullmatch(part)
+        if not m or not m.group(3):
+            raise InputError(f"query condition {part.strip()!r}: write FIELD OP VALUE with OP one of "
+                             "= != < <= > >= ~, e.g. 'T>300'")
+        name, op, raw = m.group(1), m.group(2), m.group(3)
+        op = "=" if op == "==" else op
+        bare = parameters is None and ALIASES.get(name, name) not in PLAIN and "." not in name
+        field = f"params.{name}" if bare else _field(name, parameters or frozenset(), part)
+        pattern = None
+        if op == "~":
+            try:
+                pattern = re.compile(raw)
+            except re.error as exc:
+                raise InputError(f"query condition {part.strip()!r}: not a regular expression ({exc})") from None
+            values: tuple[Any, ...] = (raw,)
+        elif op in ("=", "!="):
+            values = tuple(number(v.strip()) for v in raw.split(","))
+        else:
+            v = number(raw)
+            if not isinstance(v, (int, float)):
+                raise InputError(f"query condition {part.strip()!r}: {op} needs a number, not {raw!r}")
+            values = (v,)
+        if field == "state" and op != "~":
+            from .state import NAMES
+
+            bad = [v for v in values if str(v) not in NAMES]
+            if bad:
+                raise InputError(f"query condition {part.strip()!r}: no state {bad[0]!r}; one of {', '.join(NAMES)}")
+        conds.append(Cond(field, op, values, pattern, bare, part.strip()))
+    return conds
+
+
+def _field(name: str, parameters: set[str] | frozenset[str], part: str) -> str:
+    """The field a name in a query means; :class:`InputError` when it means none."""
+    name = ALIASES.get(name, name)
+    if name in PLAIN:
+        return name
+    head, dot, key = name.partition(".")
+    if dot and key:
+        if head in ("outputs", "out"):
+            return f"outputs.{key}"
+        if head in ("params", "p", "parameters"):
+            return f"params.{key}"
+    if not dot and name in parameters:
+        return f"params.{name}"
+    from .errors import did_you_mean
+
+    raise InputError(f"query condition {part.strip()!r}: no field '{name}'"
+                     f"{did_you_mean(name, sorted(PLAIN | set(parameters)))}; fields: {', '.join(sorted(PLAIN))}, "
+                     "outputs.NAME, params.NAME or a parameter's name")
+
+
+def needs_trace(conds: list[Cond]) -> bool:
+    return any(c.field in TRACE_FIELDS for c in conds)
+
+
+def matches(conds: list[Cond], row: dict[str, Any]) -> bool:
+    return all(c.test(row) for c in conds)
+
+
+def select(run_dir: Any, query: str | None = None, node: str | None = None, state: str | None = None,
+           limit: int = 0) -> list[dict[str, Any]]:
+    """The members of a run that match ``query`` (and are of ``node``, in ``state`` when
+    given), at most ``limit`` (0: all), as :func:`pwe.results.member_record` gives them;
+    with ``T``, ``cpu``, ``rss`` and ``host`` of the last attempt when the query asks for
+    one of them (then the whole journal is read: :mod:`pwe.trace`). The Python API's
+    ``RunResult.query`` and ``pwe show -q``. A bad query is :class:`InputError`, said
+    before the run is read when its form is wrong."""
+    from .results import member_record
+    from .state import NAMES
+
+    conds = parse(query, None) if query else []
+    want = None if state is None else state.lower()
+    if want is not None and want not in NAMES:
+        raise InputError(f"--state: one of {', '.join(NAMES)}")
+    last: dict[tuple[str, int], list[Any]] = {}
+    pilots: dict[str, dict[str, Any]] = {}
+    if needs_trace(conds):
+        from .trace import load
+
+        _, plan, st, tr = load(run_dir)
+        for (nid, i, _a), a in sorted(tr.attempts.items()):
+            last[(nid, i)] = a
+        pilots = tr.pilots
+    else:
+        from .results import load_state
+
+        _, st = load_state(run_dir)
+        plan = st.plan
+    if node is not None and node not in st.nodes:
+        from .errors import PweError, did_you_mean
+
+        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+    names = {n for pn in plan.nodes.values() for n in pn.space.names}
+    for c in conds:
+        if c.bare and c.field[7:] not in names:
+            _field(c.field[7:], names, c.text)  # (raises: no such field)
+    # conditions on the state and the node are tested on the state's arrays first: a
+    # member's full record (its parameters) is made only for those that pass them
+    quick = [c for c in conds if c.field in ("state", "node")]
+    conds = [c for c in conds if c.field not in ("state", "node")]
+    out: list[dict[str, Any]] = []
+    for nid, ns in st.nodes.items():
+        if node and nid != node:
+            continue
+        wanted = bytes(k for k, name in enumerate(NAMES) if (want is None or name == want)
+                       and all(c.test({"state": name, "node": nid}) for c in quick))
+        if not wanted:
+            continue
+        states = ns.state
+        for i in range(ns.size):
+            if states[i] not in wanted:
+                continue
+            rec = member_record(st, nid, i)
+            rec["exit"] = rec["exit_status"]
+            a = last.get((nid, i))
+            if a is not None:
+                rec["T"] = a[5] if a[5] is not None else (round(a[2] - a[1], 3) if a[2] and a[1] else None)
+                rec["cpu"], rec["rss"] = a[6], a[7]
+                p = pilots.get(a[9], {})
+                rec["host"] = p.get("lane") or p.get("host")  # (the registry's name of the host, as the trace)
+            if conds and not matches(conds, rec):
+                continue
+            del rec["exit"]
+            out.append(rec)
+            if limit and len(out) >= limit:
+                return out
+    return out
