@@ -31,7 +31,7 @@ from .launchers import SSH_FAILED, choose, wrap
 from .mpi import find as find_mpi
 from .packing import Packer, Placement
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
-from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
+from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .transport import PilotSpool
 from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UNWRITABLE, UP, VERSION
@@ -292,7 +292,7 @@ class PilotAgent(RemoteNodes):
         if member.killed:
             fields["why"] = member.killed
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields)
+                  out=collect(t["cwd"]), **fields)
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -314,7 +314,7 @@ class PilotAgent(RemoteNodes):
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}")
+                          out=collect(t["cwd"]), why=f"killed by signal {-rc}")
             else:
                 keep.append((at, member, rc))
         self.signalled = keep
