@@ -138,15 +138,12 @@ def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple
 
 
 def _has_run(run_dir: Path, node: str, index: int) -> bool:
-    """Whether a member has started at least once (its state: checkpoint and journal tail)."""
+    """Whether a member has started at least once (its state: checkpoint and journal tail;
+    a run whose state cannot be read says so, naming the file)."""
     from .results import load_state
-
-    try:
-        st = load_state(run_dir)[1]
-    except PweError:
-        return False
     from .state import ASSIGNED, READY, SKIPPED, WAITING
 
+    st = load_state(run_dir)[1]
     ns = st.nodes.get(node)
     if ns is None or not 0 <= index < ns.size:
         return False  # (said by the caller)
