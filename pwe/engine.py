@@ -370,7 +370,7 @@ class Engine(PilotWork):
         engine and every reader replay only what comes after. Called with the journal
         flushed (every record applied is written, and only those)."""
         j = self.journal
-        if j is None or self.state is None or j._buf or j.offset == self._ckpt_offset:
+        if j is None or self.state is None or j.pending or j.offset == self._ckpt_offset:
             return
         t0 = time.perf_counter()
         try:

@@ -168,6 +168,11 @@ class Journal:
         except FileNotFoundError:
             pass
 
+    @property
+    def pending(self) -> int:
+        """Records appended but not yet written (flush writes them)."""
+        return len(self._buf)
+
     def append(self, record: dict[str, Any]) -> None:
         self._buf.append(encode(record))
 

@@ -101,13 +101,20 @@ def members(run_dir: Path, node: str | None = None, state: str | None = None, li
     for nid, ns in st.nodes.items():
         if node and nid != node:
             continue
-        for i in range(ns.size):
-            if want is not None and NAMES[ns.state[i]] != want:
-                continue
+        # members in one state found in the state bytes at C speed (a million members, few failed)
+        found = range(ns.size) if want is None else _indices(ns.state, NAMES.index(want))
+        for i in found:
             out.append(member_record(st, nid, i))
             if limit and len(out) >= limit:
                 return out
     return out
+
+
+def _indices(state: bytearray, code: int):
+    i = state.find(code)
+    while i >= 0:
+        yield i
+        i = state.find(code, i + 1)
 
 
 def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple[str, Path, str]]:
