@@ -130,8 +130,9 @@ class EngineSpool(Transport):
     def sent(self, among: set[tuple[str, int, int]] | None = None) -> Counter[tuple[str, int, int]]:
         """(node, member, attempt) of every task the pilot was sent, and how many times.
         ``among``: only whether these were sent (a resumed engine asks about the few it had
-        queued): the file is read from its end and no further back than the oldest of them,
-        not whole (a million members' tasks are hundreds of MB)."""
+        queued): the file is read backwards from its end and only until all of them are
+        found, not whole (a million members' tasks are hundreds of MB); one never sent
+        costs a read of the whole file."""
         out: Counter[tuple[str, int, int]] = Counter()
         with open(self.where, "rb") as fh:
             if among is None:
