@@ -30,7 +30,7 @@ from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
-from .members import Member, killpg, note_stderr, say, argv_for, read_outputs, task_shape
+from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool
@@ -305,7 +305,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         if member.killed:
             fields["why"] = member.killed
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                  out=read_outputs(os.path.join(t["cwd"], "outputs")), **fields, **member.usage())
+                  out=collect(t["cwd"]), **fields, **member.usage())
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -327,8 +327,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=read_outputs(os.path.join(t["cwd"], "outputs")), why=f"killed by signal {-rc}",
-                          **member.usage())
+                          out=collect(t["cwd"]), why=f"killed by signal {-rc}", **member.usage())
             else:
                 keep.append((at, member, rc))
         self.signalled = keep

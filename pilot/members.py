@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .packing import Placement
+from .spawn import tidy_member_dir
 
 if TYPE_CHECKING:
     from .remote import NodeAgent
@@ -52,6 +53,14 @@ def read_outputs(path: str) -> dict[str, str]:
         key, eq, value = line.partition("=")
         if eq and key.strip():
             out[key.strip()] = value
+    return out
+
+
+def collect(cwd: str) -> dict[str, str]:
+    """A member that ended: its outputs (:func:`read_outputs`), then its directory tidied
+    (:func:`pilot.spawn.tidy_member_dir`: only files with something in them stay)."""
+    out = read_outputs(os.path.join(cwd, "outputs"))
+    tidy_member_dir(cwd)
     return out
 
 

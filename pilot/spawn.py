@@ -3,7 +3,8 @@ on the pilot's own node and by a node agent on the others (standard library only
 
 A member gets its own directory (created here), its own session (so a kill reaches
 everything it started), stdin from /dev/null, and stdout/stderr files in its directory
-that the child opens itself.
+that the child opens itself. When it has ended, what it left empty is removed again
+(:func:`tidy_member_dir`): the run keeps only the members' files that hold something.
 """
 
 from __future__ import annotations
@@ -70,6 +71,25 @@ def make_member_dir(cwd: str) -> None:
         except OSError:
             pass
     raise DirectoryError(err.errno, err.strerror, where)
+
+
+def tidy_member_dir(cwd: str) -> None:
+    """After a member ended: its stdout, stderr and outputs files are removed when empty,
+    then its directory when nothing is left in it (its shard stays). So a run keeps a
+    member's files only when it wrote something: a million members that print nothing
+    leave no million directories behind (``pwe logs`` says the member wrote nothing). A
+    member that wrote files of its own into its directory keeps the directory whole."""
+    for name in ("stdout", "stderr", "outputs"):
+        path = os.path.join(cwd, name)
+        try:
+            if os.stat(path).st_size == 0:
+                os.unlink(path)
+        except OSError:
+            pass  # (none, or gone meanwhile)
+    try:
+        os.rmdir(cwd)
+    except OSError:
+        pass  # not empty: what it wrote stays
 
 
 def writable(directory: str) -> bool:

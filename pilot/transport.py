@@ -44,10 +44,11 @@ class Transport:
     def receive(self, cursor: Any) -> tuple[list[dict[str, Any]], Any]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def sent(self) -> Counter[tuple[str, int, int]]:  # pragma: no cover - interface
+    def sent(self, among: set[tuple[str, int, int]] | None = None) -> Counter[tuple[str, int, int]]:  # pragma: no cover
         """(The engine's side.) (node, member, attempt) of every task the pilot was sent,
         and how many times: a resumed engine hands back what it journaled as assigned but
-        never sent, and takes back what was sent but the journal lost."""
+        never sent, and takes back what was sent but the journal lost. ``among``: only
+        these are asked about (the answer may leave out any other)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -126,22 +127,45 @@ class EngineSpool(Transport):
     def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
         return self._in.read(cursor)
 
-    def sent(self) -> Counter[tuple[str, int, int]]:
-        """(node, member, attempt) of every task the pilot was sent, and how many times."""
+    def sent(self, among: set[tuple[str, int, int]] | None = None) -> Counter[tuple[str, int, int]]:
+        """(node, member, attempt) of every task the pilot was sent, and how many times.
+        ``among``: only whether these were sent (a resumed engine asks about the few it had
+        queued): the file is read backwards from its end and only until all of them are
+        found, not whole (a million members' tasks are hundreds of MB); one never sent
+        costs a read of the whole file."""
         out: Counter[tuple[str, int, int]] = Counter()
         with open(self.where, "rb") as fh:
-            for line in fh:
-                try:
-                    t = json.loads(line)
-                    if t.get("k") == TASK:
-                        out[(t["n"], t["m"], t["a"])] += 1
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    continue  # (a damaged line: the pilot could not read it either)
+            if among is None:
+                for line in fh:
+                    _count_task(line, out, None)
+                return out
+            end, carry = fh.seek(0, os.SEEK_END), b""
+            while end > 0 and not among <= out.keys():
+                start = max(0, end - (1 << 20))
+                fh.seek(start)
+                lines = (fh.read(end - start) + carry).split(b"\n")
+                carry = lines.pop(0) if start else b""  # (its start is in the block before)
+                for line in lines:
+                    _count_task(line, out, among)
+                end = start
         return out
 
     def close(self) -> None:
         self._out.close()
         self._in.close()
+
+
+def _count_task(line: bytes, out: Counter, among: set | None) -> None:
+    if not line.strip():
+        return
+    try:
+        t = json.loads(line)
+        if t.get("k") == TASK:
+            key = (t["n"], t["m"], t["a"])
+            if among is None or key in among:
+                out[key] += 1
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass  # (a damaged line: the pilot could not read it either)
 
 
 class PilotSpool(Transport):

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.wire import CANCEL, STOP
 
-from . import rundir, runs
+from . import checkpoint, rundir, runs
 from .errors import PweError, RunStopped
-from .journal import Journal, JournalError, replay
+from .journal import Journal, JournalError
 from .pilots import Lane, PilotHandle, PilotWork
 from .plan import Plan
 from .state import DONE, READY, RunState
@@ -79,6 +79,7 @@ class Engine(PilotWork):
         self._edges_seen: set[str] = set()
         self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
         self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
+        self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
         #: says what the engine found wrong but worked around (a damaged journal line)
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
@@ -162,14 +163,15 @@ class Engine(PilotWork):
             self._shutdown()
 
     def _load(self) -> None:
-        self.state = RunState(self.plan)
         path = self.dir / "journal.jsonl"
         fresh = not runs.check_journal(self.dir)
-        replayed = replay(path, self.state.apply)
+        # the checkpoint, then the journal's tail (or the whole journal without one)
+        self.state, replayed, unusable = checkpoint.load(self.dir, self.plan)
         self._edges_seen = set(self.state.edge_files)  # taken in already: not read again
         self.journal = Journal(path, fsync=bool(self.info.get("fsync")))
+        self.journal.lines = replayed.lines
         self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid()})
-        for line in replayed.warnings():
+        for line in unusable + replayed.warnings():
             self.notice(line)
             self._record({"e": "note", "what": line, "t": time.time()})
         if replayed.damaged or replayed.torn:
@@ -210,6 +212,8 @@ class Engine(PilotWork):
                 self._check_space()
                 self._snapshot()
                 last_snap = now
+                if checkpoint.due(self._ckpt_at, self._ckpt_cost, now):
+                    self._checkpoint()
                 if progress:
                     progress(st)
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
@@ -243,12 +247,10 @@ class Engine(PilotWork):
         st = self.state
         if st.cancelled:
             return 0
-        if st.ready:  # to the lane of each member's node
-            lane_of, nodes = self._lane_of, st.nodes
-            while st.ready:
-                nid, i = st.ready.popleft()
-                if nodes[nid].state[i] == READY:
-                    self.lanes[lane_of[nid]].ready.append((nid, i))
+        if st.ready:  # to the lane of each member's node, a run of members at a time
+            lane_of = self._lane_of  # (one no longer ready is passed over when its turn comes)
+            for nid, lo, hi in st.ready.take_runs():
+                self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
         fed = 0
         for lane in self.lanes.values():
             if not lane.ready:
@@ -357,11 +359,28 @@ class Engine(PilotWork):
             if self.journal is not None:
                 try:
                     self.journal.close()
+                    self._checkpoint()  # (only of a journal wholly written)
                 except PweError:
                     pass
                 self._snapshot()
         finally:
             self.lock.release()
+
+    def _checkpoint(self) -> None:
+        """The state as of the journal written so far (:mod:`pwe.checkpoint`): a resumed
+        engine and every reader replay only what comes after. Called with the journal
+        flushed (every record applied is written, and only those)."""
+        j = self.journal
+        if j is None or self.state is None or j.pending or j.offset == self._ckpt_offset:
+            return
+        t0 = time.perf_counter()
+        try:
+            checkpoint.write(self.dir, self.state, j.offset, j.lines, fsync=j.fsync)
+            self._ckpt_offset = j.offset
+        except OSError:
+            pass  # a convenience, as the snapshot: the journal is the record
+        self._ckpt_cost = time.perf_counter() - t0
+        self._ckpt_at = time.time()
 
     def _snapshot(self) -> None:
         snap = self.state.snapshot()

@@ -67,6 +67,8 @@ class Replayed:
     damaged: list[int] = field(default_factory=list)  # line numbers of records skipped
     torn: bool = False  # the last line was cut short (a crash mid-write, or damage)
     applied: int = 0
+    end: int = 0  # the byte offset after the last whole line read
+    lines: int = 0  # how many whole lines the journal has up to ``end``
 
     def warnings(self) -> list[str]:
         """One line per damaged record (at most ten, then how many more)."""
@@ -76,9 +78,11 @@ class Replayed:
         return out
 
 
-def replay(path: Path, apply: Callable[[dict[str, Any]], Any]) -> Replayed:
+def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, lines: int = 0) -> Replayed:
     """Apply every whole, undamaged record of the journal at ``path``, in order. The one
     replay: the engine's and every reader's (``pwe show``, ``pwe status``, the API).
+    ``start``: from this byte offset on (the tail after a checkpoint, :mod:`pwe.checkpoint`),
+    whose first line is line ``lines + 1``; ``Replayed.end`` and ``.lines`` say where it stopped.
 
     A damaged record (its checksum does not match, it is not JSON, or ``apply`` cannot
     understand it) is skipped and replay goes on with the next line; a torn last line
@@ -91,10 +95,14 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any]) -> Replayed:
     except FileNotFoundError:
         return done
     with fh:
-        for number, line in enumerate(fh, 1):
+        fh.seek(start)
+        done.end, done.lines = start, lines
+        for number, line in enumerate(fh, lines + 1):
             if not line.endswith(b"\n"):
                 done.torn = True  # (only the last line can be)
                 break
+            done.end += len(line)
+            done.lines = number
             rec = decode(line)
             if rec is None:
                 if line.strip():
@@ -105,7 +113,7 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any]) -> Replayed:
                 done.applied += 1
             except _NOT_UNDERSTOOD:
                 done.damaged.append(number)
-    if done.damaged and not done.applied:
+    if done.damaged and not done.applied and not start:
         raise RunDamaged(f"{path} is damaged: none of its {len(done.damaged)} lines can be read, so the run's record "
                          "of its members is lost (resuming would run every member again); put a good copy back, or "
                          "start a new run; `pwe status` still shows the last counts, `pwe logs` the members' output")
@@ -138,6 +146,10 @@ class Journal:
         self._buf: list[bytes] = []
         self._trim_torn_tail()
         self._fh = open(path, "ab", buffering=0)
+        #: bytes written (and flushed) so far: what a checkpoint covers (:mod:`pwe.checkpoint`)
+        self.offset = os.fstat(self._fh.fileno()).st_size
+        #: whole lines so far, when the opener says how many it replayed (``lines``)
+        self.lines = 0
 
     def _trim_torn_tail(self) -> None:
         try:
@@ -156,13 +168,21 @@ class Journal:
         except FileNotFoundError:
             pass
 
+    @property
+    def pending(self) -> int:
+        """Records appended but not yet written (flush writes them)."""
+        return len(self._buf)
+
     def append(self, record: dict[str, Any]) -> None:
         self._buf.append(encode(record))
 
     def flush(self) -> None:
         if not self._buf:
             return
-        append_whole(self._fh, b"".join(self._buf), self.path, self.fsync)
+        data = b"".join(self._buf)
+        append_whole(self._fh, data, self.path, self.fsync)
+        self.offset += len(data)
+        self.lines += len(self._buf)
         self._buf.clear()
 
     def close(self) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from .errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from .journal import cannot_write
 from .placement import pilot_job
 from .recovery import Recovery
-from .state import READY
+from .state import READY, ReadyQueue
 
 
 class PilotHandle:
@@ -107,7 +106,7 @@ class Lane:
 
         # commands go to the host's head node: here, or over SSH (host keys verified)
         self.protocol = get_protocol(host.protocol, runner_for(host))
-        self.ready: deque[tuple[str, int]] = deque()
+        self.ready = ReadyQueue()  # (runs of member indices: a million ready members cost one entry)
         self.status_every = status_every
         self.status_interval = status_every
         self.last_status = 0.0

@@ -44,12 +44,12 @@ class Recovery:
                             cursor=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
         self.pilots[pid_] = pilot
         # assignments journaled but never sent to the pilot (killed in between): hand back
-        sent = pilot.transport.sent()
         st = self.state
-        for nid, i in st.inflight(pid_):
-            ns = st.nodes[nid]
-            if ns.state[i] == ASSIGNED and (nid, i, ns.attempt[i]) not in sent:
-                self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+        queued = {(nid, i, st.nodes[nid].attempt[i]) for nid, i in st.inflight(pid_)
+                  if st.nodes[nid].state[i] == ASSIGNED}
+        sent = pilot.transport.sent(among=queued) if queued else {}
+        for nid, i, _ in sorted(queued - sent.keys(), key=lambda k: (k[0], k[1])):
+            self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
         pilot.outstanding = len(st.inflight(pid_))
         for ev in self._recovered.pop(pid_, ()):
             self._take(pilot, ev)  # what it said of itself (up, drain, down), read by _recover

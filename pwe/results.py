@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .journal import replay
 from .state import DONE, FAILED, NAMES, RunState
 
 
@@ -47,10 +46,12 @@ def load_state(run_dir: Path) -> tuple[dict[str, Any], RunState]:
     damaged journal line is skipped with a warning on stderr, as the engine skips it."""
     from .runs import check_journal, read
 
+    from .checkpoint import load
+
     info, plan = read(run_dir)
-    state = RunState(plan)
     check_journal(run_dir)
-    for line in replay(run_dir / "journal.jsonl", state.apply).warnings():
+    state, replayed, unusable = load(run_dir, plan)  # the checkpoint, then the journal's tail
+    for line in unusable + replayed.warnings():
         print(f"warning: {line}", file=sys.stderr)
     return info, state
 

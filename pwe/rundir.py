@@ -9,7 +9,10 @@
       engine.log          the background engine's output (pwe submit)
       control/cancel      a request to cancel, for a running engine to act on
       pilots/<id>/        tasks.jsonl (engine -> pilot), events.jsonl (pilot -> engine), pilot.log
-      members/<node>/<index // 1000>/<index>/   stdout, stderr, outputs; the member's cwd
+      checkpoint.bin      the members' state as of a journal offset (pwe/checkpoint.py): readers
+                          and a resumed engine replay only the journal after it
+      members/<node>/<index // 1000>/<index>/   the member's cwd; once it ended, its stdout,
+                          stderr and outputs only when not empty, else nothing (member_path)
 
 Why not SQLite: HPC home and project directories are NFS, GPFS or Lustre, where SQLite's
 locking is unreliable and WAL mode is unsupported. An append-only journal with exactly
@@ -39,9 +42,24 @@ def new_run_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+#: Members per shard: a member's directory is members/<node>/<index // SHARD>/<index>, so no
+#: directory of a run holds more than SHARD members, and a node's own directory one entry
+#: per SHARD members (1,000 for a million; parallel filesystems slow down past ~10,000).
+SHARD = 1000
+
+
+def member_path(members: str, node: str, index: int) -> str:
+    """Where member ``index`` of ``node`` keeps its files (``members``: the run's members/
+    directory): its working directory while it runs, then its stdout, stderr and outputs,
+    each only if it wrote something (an earlier attempt's as stdout.1 ...). A member that
+    wrote nothing has no directory once it ended. The one place this is said: the task
+    (where it runs), ``pwe logs``, the report and the trace all find its files here."""
+    return f"{members}/{node}/{index // SHARD}/{index}"
+
+
 def member_dir(root: Path, node: str, index: int) -> Path:
-    # sharded by thousands: a million entries in one directory is slow on every filesystem
-    return root / "members" / node / str(index // 1000) / str(index)
+    """:func:`member_path` of run directory ``root``."""
+    return Path(member_path(str(Path(root) / "members"), node, index))
 
 
 def create(run_dir: Path) -> Path:

@@ -169,20 +169,30 @@ def members(run_dir: Path, node: str | None = None, state: str | None = None, li
     for nid, ns in st.nodes.items():
         if node and nid != node:
             continue
-        for i in range(ns.size):
-            if want is not None and NAMES[ns.state[i]] != want:
-                continue
+        # members in one state found in the state bytes at C speed (a million members, few failed)
+        found = range(ns.size) if want is None else _indices(ns.state, NAMES.index(want))
+        for i in found:
             out.append(member_record(st, nid, i))
             if limit and len(out) >= limit:
                 return out
     return out
 
 
+def _indices(state: bytearray, code: int):
+    i = state.find(code)
+    while i >= 0:
+        yield i
+        i = state.find(code, i + 1)
+
+
 def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple[str, Path, str]]:
-    """A member's stdout and stderr as (name, path, text). A member that does not exist
-    is bad input; one that has not run yet is an error of exit status 1. ``said`` is how
-    the user named the member."""
+    """A member's stdout and stderr as (name, path, text), from where
+    :func:`rundir.member_path` says it keeps them (a file it left empty is not kept: its
+    text is ""). A member that does not exist is bad input; one that has not run yet is an
+    error of exit status 1. ``said`` is how the user named the member."""
     md = member_dir(run_dir, node, index)
+    if not md.is_dir() and _has_run(run_dir, node, index):
+        return [(name, md / name, "") for name in ("stdout", "stderr")]  # it wrote nothing
     if not md.is_dir():
         sizes = node_sizes(run_dir)
         if node in sizes and index >= sizes[node]:
@@ -200,6 +210,21 @@ def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple
         p = md / name
         out.append((name, p, p.read_text(errors="replace") if p.exists() else ""))
     return out
+
+
+def _has_run(run_dir: Path, node: str, index: int) -> bool:
+    """Whether a member has started at least once (its state: checkpoint and journal tail;
+    a run whose state cannot be read says so, naming the file)."""
+    from .results import load_state
+    from .state import ASSIGNED, READY, SKIPPED, WAITING
+
+    st = load_state(run_dir)[1]
+    ns = st.nodes.get(node)
+    if ns is None or not 0 <= index < ns.size:
+        return False  # (said by the caller)
+    # an attempt is counted when it is queued on a pilot: one queued now has not run yet
+    return ns.attempt[index] > 1 or (ns.attempt[index] == 1 and ns.state[index] not in (WAITING, READY, ASSIGNED,
+                                                                                          SKIPPED))
 
 
 def node_sizes(run_dir: Path) -> dict[str, int]:

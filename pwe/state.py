@@ -7,7 +7,12 @@ downstream members skipped after a final failure) are not journaled: ``apply`` d
 them the same way every time.
 
 Memory is per member a state byte, an attempt counter and a dependency counter (arrays,
-not objects); exit statuses, outputs and failure counts are kept only where they exist.
+not objects: 13 bytes); exit statuses, outputs and failure counts are kept only where they
+exist, and the members ready to run are kept as runs of indices (:class:`ReadyQueue`), so a
+node of a million members that are all ready costs one entry, not a million.
+
+The state can also be loaded from a checkpoint (:mod:`pwe.checkpoint`) and then the
+journal's tail applied: the same state, without replaying the whole journal.
 """
 
 from __future__ import annotations
@@ -43,11 +48,91 @@ class NodeState:
     done_spent: float = 0.0  # of those, the attempts that succeeded
 
 
+class ReadyQueue:
+    """Members ready to run, first in first out, kept as runs ``[node, lo, hi)`` of
+    consecutive indices: what a node's members become ready in index order (all at once at
+    the start, or one after another as their upstream ends) costs one entry per run, not
+    one per member. The deque's interface for ``(node, index)`` pairs."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self) -> None:
+        self._runs: deque[list] = deque()
+
+    def append(self, item: tuple[str, int]) -> None:
+        nid, i = item
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            if last[2] == i and last[0] == nid:
+                last[2] = i + 1
+                return
+        runs.append([nid, i, i + 1])
+
+    def append_run(self, nid: str, lo: int, hi: int) -> None:
+        """Members lo..hi-1 of ``nid``, in order."""
+        if hi <= lo:
+            return
+        runs = self._runs
+        if runs and runs[-1][2] == lo and runs[-1][0] == nid:
+            runs[-1][2] = hi
+        else:
+            runs.append([nid, lo, hi])
+
+    def appendleft(self, item: tuple[str, int]) -> None:
+        nid, i = item
+        runs = self._runs
+        if runs and runs[0][1] == i + 1 and runs[0][0] == nid:
+            runs[0][1] = i
+        else:
+            runs.appendleft([nid, i, i + 1])
+
+    def extend(self, items: Iterable[tuple[str, int]]) -> None:
+        for item in items:
+            self.append(item)
+
+    def popleft(self) -> tuple[str, int]:
+        run = self._runs[0]
+        i = run[1]
+        run[1] = i + 1
+        if run[1] >= run[2]:
+            self._runs.popleft()
+        return run[0], i
+
+    def take_runs(self) -> deque[list]:
+        """Every run ``[node, lo, hi]``, in order, leaving the queue empty."""
+        runs, self._runs = self._runs, deque()
+        return runs
+
+    def clear(self) -> None:
+        self._runs.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._runs)
+
+    def __len__(self) -> int:
+        return sum(hi - lo for _, lo, hi in self._runs)
+
+    def __iter__(self):
+        for nid, lo, hi in list(self._runs):
+            for i in range(lo, hi):
+                yield nid, i
+
+
+def ready_runs(state: bytearray) -> Iterable[tuple[int, int]]:
+    """(lo, hi) of each run of READY members in a node's state bytes (found in C)."""
+    import re
+
+    return (m.span() for m in re.finditer(rb"\x01+", state))
+
+
 class RunState:
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, init: bool = True):
+        """The state before any journal record: members with nothing upstream ready. With
+        ``init=False`` the arrays are left for a checkpoint to fill (:mod:`pwe.checkpoint`)."""
         self.plan = plan
         self.nodes: dict[str, NodeState] = {}
-        self.ready: deque[tuple[str, int]] = deque()
+        self.ready = ReadyQueue()
         self.barrier_left: dict[tuple[str, str], int] = {}
         self.pilots: dict[str, dict[str, Any]] = {}
         self.cancelled = False
@@ -64,7 +149,8 @@ class RunState:
                 deps=array("q", bytes(8 * n)),
                 counts=[n, 0, 0, 0, 0, 0, 0, 0],
             )
-        self._init_deps()
+        if init:
+            self._init_deps()
 
     # -- dependencies ----------------------------------------------------------------------
     def _init_deps(self) -> None:
@@ -83,6 +169,11 @@ class RunState:
                 if e.barrier:
                     self.barrier_left[(e.src, e.dst)] = self.plan.nodes[e.src].size
         for nid, ns in self.nodes.items():
+            if not self.plan.edges_into(nid):  # (a million members with nothing upstream: at C speed)
+                ns.state[:] = bytes([READY]) * ns.size
+                ns.counts[WAITING], ns.counts[READY] = 0, ns.size
+                self.ready.append_run(nid, 0, ns.size)
+                continue
             for i in range(ns.size):
                 if ns.deps[i] == 0:
                     self._set(nid, ns, i, READY)

@@ -13,6 +13,7 @@ from typing import Any
 from pilot.wire import TASK
 
 from .plan import Plan
+from .rundir import member_path
 from .source import value_text
 
 
@@ -29,7 +30,7 @@ class TaskBuilder:
         environment and what it asks of a node. An earlier attempt's files are set aside."""
         pn = self.plan.nodes[nid]
         sched = pn.scheduling
-        cwd = f"{self._members}/{nid}/{i // 1000}/{i}"  # rundir.member_dir, without pathlib's cost
+        cwd = member_path(self._members, nid, i)
         if attempt > 1:
             _keep_previous_attempt(Path(cwd), attempt - 1)
         env = dict(self._env_base)

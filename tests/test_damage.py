@@ -204,6 +204,7 @@ DAMAGES = {
     "run.json not a run's": (lambda d: (d / "run.json").write_text('{"run_id": 3}'), "run.json"),
     "workflow copy deleted": (lambda d: (d / "workflow.yaml").unlink(), "workflow.yaml"),
     "state.json garbage": (lambda d: _garbage(d / "state.json"), "state.json"),
+    "checkpoint garbage": (lambda d: _garbage(d / "checkpoint.bin"), "checkpoint.bin"),
     "journal deleted": (lambda d: (d / "journal.jsonl").unlink(), "journal.jsonl"),
     "journal all garbage": (lambda d: _garbage(d / "journal.jsonl"), "journal.jsonl"),
     "secret truncated": (lambda d: (d / "secret").write_text((d / "secret").read_text()[:5]), "secret"),
