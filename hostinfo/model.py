@@ -94,9 +94,14 @@ class Host(BaseModel):
     connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
+    transport: Literal["spool", "redis"] = Field("spool", description="how pilots' events reach the engine: files "
+                                                 "in the run directory, or a Redis broker (redis)")
+    broker: StrictStr | None = Field(None, description="redis://host:port/db, without its password")
+    broker_password_file: StrictStr | None = Field(None, description="an owner-only file with the broker's password")
 
     _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
-    _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))
+    _paths = field_validator("ssh_config", "identity_file", "known_hosts",
+                             "broker_password_file")(classmethod(lambda cls, v: not_an_option(v)))
 
     @field_validator("nodes")
     @classmethod
@@ -135,8 +140,23 @@ class Host(BaseModel):
             raise ValueError(exc.message) from None
         return v
 
+    @field_validator("broker")
+    @classmethod
+    def _broker(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from pilot.broker import parse_url
+
+        one_line(v)
+        parse_url(v)  # (a ValueError saying how to write one)
+        if "@" in v:  # hosts files are shown (pwe hosts show) and copied into run.json
+            raise ValueError("broker: give the password in broker_password_file (an owner-only file), not in the URL")
+        return v
+
     @model_validator(mode="after")
     def _contact(self) -> "Host":
+        if self.transport == "redis" and not self.broker:
+            raise ValueError("transport redis needs broker: redis://host:port/db")
         from protocols.registry import PROTOCOLS
 
         if self.contact != "local" and not PROTOCOLS[self.protocol].remote:

@@ -15,6 +15,7 @@ import click
 
 from .cli_base import fail, find, hosts_option, json_option, warn
 from .cli_check import hosts, plan, validate
+from .cli_events import events
 from .errors import PweError, RunStopped
 
 
@@ -24,7 +25,7 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
-for _command in (validate, plan, hosts):
+for _command in (validate, plan, hosts, events):
     cli.add_command(_command)
 
 

@@ -77,6 +77,8 @@ class Engine(PilotWork):
         self._next_pilot = 1
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
         self._edges_seen: set[str] = set()
+        self._secret: bytes | None = None  # the run's secret: every line to and from a pilot is signed with it
+        self._brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
         self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
         self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
         self.warnings: list[str] = []
@@ -163,6 +165,10 @@ class Engine(PilotWork):
 
     def _load(self) -> None:
         self.state = RunState(self.plan)
+        try:
+            self._secret = (self.dir / "secret").read_bytes().strip()
+        except FileNotFoundError:
+            self._secret = None  # (a run made by a pwe before secrets: its pilots sign nothing)
         path = self.dir / "journal.jsonl"
         fresh = not runs.check_journal(self.dir)
         replayed = replay(path, self.state.apply)
@@ -353,6 +359,13 @@ class Engine(PilotWork):
                     except Exception:  # a scheduler that does not answer must not hide the run's outcome
                         pass
                 lane.protocol.close()
+            for pilot in self.pilots.values():
+                forget = getattr(pilot.transport, "forget", None)
+                if forget is not None and not pilot.alive and self.state is not None and \
+                        self.state.unfinished() == 0:
+                    forget()  # (its events are journaled and archived in its directory)
+            for broker in self._brokers.values():
+                broker.close()
             if self.journal is not None:
                 try:
                     self.journal.close()
