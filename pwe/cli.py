@@ -248,6 +248,9 @@ def status(run: str | None, as_json: bool) -> None:
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         click.echo(f"host '{name}': its batch system does not answer, since {since} "
                    f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+    refused = {k: n for k, n in (snap.get("rejected") or {}).items() if k != "resent"}
+    if refused:  # (pwe events RUN shows each)
+        click.echo("pilot messages refused, never applied: " + ", ".join(f"{n} {k}" for k, n in refused.items()))
     width = max([len(n) for n in snap["nodes"]] + [4])
     click.echo(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
     rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]

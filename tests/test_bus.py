@@ -254,6 +254,11 @@ def test_forged_and_replayed_events_are_refused_counted_logged_never_applied(red
     assert sum(1 for r in rejects if r["why"] == "forged") == 2 * n
     assert sum(1 for r in rejects if r["why"] == "replayed") == n_real
     assert _status(run_dir)["rejected"] == {"forged": 2 * n, "replayed": n_real}
+    rc, text, _ = run_cli("status", run_dir)
+    assert f"pilot messages refused, never applied: {2 * n} forged, {n_real} replayed" in text, text
+    rc, out, _ = run_cli("events", run_dir, "--json")
+    verdicts = [e["verdict"] for e in map(json.loads, out.splitlines()) if e.get("pilot") == "p1"]
+    assert verdicts.count("forged") == 2 * n and verdicts.count("duplicate") == n_real
     assert "a forged message refused" in err and "a replayed message refused" in err
     ends = [r for r in read_journal(run_dir) if r["e"] == "end"]
     assert sorted((r["n"], r["m"], r["a"], r["rc"]) for r in ends) == \
