@@ -91,17 +91,16 @@ class Host(BaseModel):
     identity_file: StrictStr | None = Field(None, description="ssh key for the contact (else ssh-agent, ssh_config)")
     known_hosts: StrictStr | None = Field(None, description="known_hosts file checked besides ~/.ssh/known_hosts")
     accept_new_host_keys: StrictBool = Field(False, description="trust an unknown host key on first use (not advised)")
-    connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
-    shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
-    properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
     transport: Literal["spool", "redis"] = Field("spool", description="how pilots' events reach the engine: files "
                                                  "in the run directory, or a Redis broker (redis)")
     broker: StrictStr | None = Field(None, description="redis://host:port/db, without its password")
     broker_password_file: StrictStr | None = Field(None, description="an owner-only file with the broker's password")
+    connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
+    shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
+    properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
 
     _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
-    _paths = field_validator("ssh_config", "identity_file", "known_hosts",
-                             "broker_password_file")(classmethod(lambda cls, v: not_an_option(v)))
+    _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))
 
     @field_validator("nodes")
     @classmethod
@@ -140,6 +139,11 @@ class Host(BaseModel):
             raise ValueError(exc.message) from None
         return v
 
+    @field_validator("broker_password_file")
+    @classmethod
+    def _password_file(cls, v: str | None) -> str | None:
+        return not_an_option(v)
+
     @field_validator("broker")
     @classmethod
     def _broker(cls, v: str | None) -> str | None:
@@ -148,8 +152,7 @@ class Host(BaseModel):
         from pilot.broker import parse_url
 
         one_line(v)
-        parse_url(v)  # (a ValueError saying how to write one)
-        if "@" in v:  # hosts files are shown (pwe hosts show) and copied into run.json
+        if parse_url(v)[4]:  # (parse_url: a ValueError saying how to write one) hosts files are shown and copied
             raise ValueError("broker: give the password in broker_password_file (an owner-only file), not in the URL")
         return v
 

@@ -64,6 +64,7 @@ def parse_url(url: str) -> tuple[str, int, int, str | None, str | None]:
 def read_password(path: str) -> str:
     """The broker's password from an owner-only file (:class:`PermissionError` when
     others may read it)."""
+    path = os.path.expanduser(path)
     fd = os.open(path, os.O_RDONLY)
     with os.fdopen(fd) as fh:
         if os.fstat(fd).st_mode & 0o077:

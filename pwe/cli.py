@@ -14,8 +14,8 @@ import time
 import click
 
 from .cli_base import fail, find, hosts_option, json_option, warn
-from .cli_check import hosts, plan, validate
 from .cli_events import events
+from .cli_check import hosts, plan, validate
 from .errors import PweError, RunStopped
 
 
@@ -25,7 +25,7 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
-for _command in (validate, plan, hosts, events):
+for _command in (validate, plan, hosts):
     cli.add_command(_command)
 
 
@@ -223,6 +223,8 @@ def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -
 
 
 # -- reading a run --------------------------------------------------------------------------
+
+cli.add_command(events)  # pwe events RUN: the run's event history (pwe/cli_events.py)
 
 @cli.command()
 @click.argument("run", required=False)
