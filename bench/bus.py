@@ -85,6 +85,7 @@ def engine_rate(make_transport, n: int, tmp: Path) -> float:
         eng._record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
     eng.journal.flush()
     secret = eng._secret
+    (eng.dir / "pilots" / "p1").mkdir()
     writer, reader = make_transport(eng.dir / "pilots" / "p1", secret)
     for k in range(0, n, BATCH):
         writer.send(_msgs(min(BATCH, n - k), k))
@@ -185,8 +186,6 @@ def main() -> None:
         for name, pair in (("spool", spool_pair), ("redis", redis_pair)):
             tmp = base / f"engine-{name}"
             tmp.mkdir()
-            (tmp / "run").mkdir()
-            shutil.rmtree(tmp / "run")
             rate = engine_rate(pair, m, tmp)
             print(f"{name} engine: ingest {rate:,.0f} events/s (Engine._ingest: admitted, journaled, applied; "
                   f"{m:,} end events)")

@@ -261,6 +261,21 @@ class Broker:
             out.append((eid.decode(), f.get(b"b", b"")))
         return out
 
+    def wait(self, streams: dict[str, str], timeout: float) -> bool:
+        """Block until one of ``streams`` ({stream: the last entry read}) has an entry
+        after it, or ``timeout`` s; False (at once) when the broker does not answer. The
+        entries are left to :meth:`read` (one is read here, and dropped)."""
+        conn = self._conn()
+        if conn is None:
+            return False
+        try:
+            conn.call("XREAD", "COUNT", 1, "BLOCK", max(1, round(timeout * 1000)), "STREAMS", *streams,
+                      *streams.values())
+        except OSError as exc:
+            self._lost(exc)
+            return False
+        return True
+
     def call(self, stream: str, command: str, *args: Any) -> None:
         """A command on a stream whose answer does not matter (trim, expire, delete)."""
         conn = self._conn()

@@ -219,7 +219,7 @@ class Engine(PilotWork):
                 if progress:
                     progress(st)
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
-            time.sleep(sleep)
+            self._sleep(sleep)  # (woken early by a broker's new events: pilots.py)
         ok = not st.cancelled and st.totals()[DONE] == self.plan.total_members
         self._record({"e": "finish", "ok": ok, "t": time.time()})
         self.journal.flush()

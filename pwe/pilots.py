@@ -317,6 +317,21 @@ class PilotWork(Recovery):
             broker = self._brokers[host.broker] = Broker(host.broker, password)
         return broker
 
+    def _sleep(self, seconds: float) -> None:
+        """Wait between rounds of the loop; with pilots on one broker, until one of them
+        adds an event (a blocking read, up to ``seconds``): their events are taken in at
+        once, not at the next round."""
+        waits: dict[Any, dict[str, str]] = {}
+        for p in self.pilots.values():
+            broker = getattr(p.transport, "broker", None)
+            if p.alive and broker is not None and isinstance(p.cursor, list):
+                waits.setdefault(broker, {})[p.transport.stream] = p.cursor[1]
+        if len(waits) == 1:
+            broker, streams = next(iter(waits.items()))
+            if broker.wait(streams, seconds):
+                return
+        time.sleep(seconds)
+
     def _admit(self, pilot: PilotHandle, ev: dict[str, Any]) -> str:
         """Why a pilot's message must not be applied ("" when it may): see the module's
         docstring. Moves the pilot's sequence numbers on."""
