@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlsplit
 
 from .members import say
 from .transport import EVENTS, EngineSpool, PilotSpool, Transport
-from .wire import ACK, decode
+from .wire import ACK, DOWN, decode
 
 ARCHIVE = "events.redis.jsonl"  # what the engine read from the broker, as it read it
 
@@ -185,6 +185,8 @@ class PilotRedis(Transport):
                 if data:
                     self.broker.call("XADD", self.stream, "*", "b", data)
                     self.unacked.append((self.spool.q, data))
+                    if any(m["k"] == DOWN for m in msgs):  # its last: the stream goes in a week if nobody reads it
+                        self.broker.call("EXPIRE", self.stream, 7 * 86400)
                 return
             except OSError as exc:
                 data = self._fall_back(str(exc)) + data

@@ -361,9 +361,8 @@ class Engine(PilotWork):
                 lane.protocol.close()
             for pilot in self.pilots.values():
                 forget = getattr(pilot.transport, "forget", None)
-                if forget is not None and not pilot.alive and self.state is not None and \
-                        self.state.unfinished() == 0:
-                    forget()  # (its events are journaled and archived in its directory)
+                if forget is not None and self.state is not None and self.state.unfinished() == 0:
+                    forget()  # the run is over: its events are journaled and archived in its directory
             for broker in self._brokers.values():
                 broker.close()
             if self.journal is not None:

@@ -167,6 +167,36 @@ def test_a_host_entry_chooses_redis_and_keeps_the_password_out_of_it(tmp_path):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_password_file_others_may_read_is_refused_before_anything_is_made(tmp_path):
+    pw = tmp_path / "redis.pass"
+    pw.write_text("x")
+    pw.chmod(0o644)
+    _hosts(tmp_path, "redis://127.0.0.1:6391/0", pw)
+    (tmp_path / "wf.yaml").write_text("name: w\nnodes:\n  a:\n    run: 'true'\n")
+    rc, out, err = run_cli("run", tmp_path / "wf.yaml", "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 2 and "may be read by others: make it owner-only (chmod 600)" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_pilot_that_cannot_reach_its_broker_at_start_runs_through_the_spool(tmp_path):
+    port = _free_port()  # (nothing listens there)
+    pw = tmp_path / "redis.pass"
+    pw.write_text("x")
+    pw.chmod(0o600)
+    _hosts(tmp_path, f"redis://127.0.0.1:{port}/0", pw)
+    ledger, n = tmp_path / "ledger", 20
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=0))
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 0, err
+    _each_once(ledger, n)
+    d = tmp_path / "run" / "pilots" / "p1"
+    assert "events go to the spool" in (d / "pilot.log").read_text()
+    assert (d / "events.jsonl").read_bytes().count(b'"k":"end"') == 2 * n
+    notes = [r["what"] for r in read_journal(tmp_path / "run") if r["e"] == "note"]
+    assert any("does not answer" in w for w in notes), notes
+
+
 # -- runs: over Redis, and forged / replayed messages in each transport --------------------------
 
 def test_a_run_over_redis_end_to_end(redis_url, tmp_path):
