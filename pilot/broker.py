@@ -238,7 +238,10 @@ class Broker:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        self.retry_at = time.time() + self.retry
+        # tried again after 2, 4, 8... s, at most a minute apart: a broker that hangs costs
+        # the engine a timeout per try, not one per round
+        waited = time.time() - self.down_since if self.down_since is not None else 0.0
+        self.retry_at = time.time() + min(60.0, max(self.retry, waited))
         if self.down_since is None:
             self.down_since = time.time()
             self.notes.append(f"the broker {self.name} does not answer ({exc}); its pilots' events are read from "
@@ -296,6 +299,15 @@ class Broker:
             self.conn = None
 
 
+def _last_q(batch: bytes) -> int:
+    """The sequence number of a batch's last line (0 when it has none)."""
+    i = batch.rstrip(b"\n").rfind(b'"q":')
+    if i < 0:
+        return 0
+    digits = batch[i + 4:i + 24].split(b",")[0].split(b"}")[0]
+    return int(digits) if digits.isdigit() else 0
+
+
 class EngineRedis(Transport):
     """The engine's side: tasks to the spool; a pilot's events from its stream and its
     spool both, merged by ``q``. The cursor is ``[spool offset, last entry id]``; a cursor
@@ -328,20 +340,23 @@ class EngineRedis(Transport):
         else:  # 0, or an offset journaled by an engine that read this pilot's spool only
             off, after = cursor or 0, "0-0"
         msgs, off = self.spool.receive(off)
+        kept = 0  # the last q archived already (read again from the start: not archived twice)
         if not cursor:
             with open(os.path.join(self.dir, ARCHIVE), "rb") as fh:
                 old = decode(fh.read(), self.key_in)[0]
             for m in old:
                 m["via"] = "redis"
+                if type(m.get("q")) is int:
+                    kept = max(kept, m["q"])
             msgs += old
         entries = self.broker.read(self.stream, after)
         if entries:
-            data = b"".join(b for _, b in entries)
+            data = b"".join(b for _, b in entries if not kept or _last_q(b) > kept)
             # the run's record of it first: a broker is not one
             from .transport import append_whole
 
             append_whole(self._archive, data)
-            got = decode(data, self.key_in)[0]
+            got = decode(b"".join(b for _, b in entries), self.key_in)[0]
             for m in got:
                 m["via"] = "redis"
             msgs += got
