@@ -456,3 +456,25 @@ def test_pwe_events_reads_back_a_spool_run(tmp_path):
     assert {e.get("record") for e in events if "record" in e} >= {"run", "finish"}
     rc, text, err = run_cli("events", tmp_path / "run")
     assert rc == 0 and "p1" in text and "end" in text, err
+
+
+def test_an_engine_killed_mid_run_over_redis_resumes_from_its_journaled_cursor(redis_url, tmp_path):
+    """kill -9 of the engine while its pilot sends through Redis: the pilot goes on, its
+    events wait in its stream; `pwe resume` reads on from the entry its journal names.
+    Every member ran once, none was lost."""
+    broker, pw = _split(redis_url, tmp_path)
+    _hosts(tmp_path, broker, pw)
+    ledger, n = tmp_path / "ledger", 80
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=0.05))
+    run_dir = tmp_path / "run"
+    proc = _start_run(tmp_path, wf, run_dir)
+    wait_for(lambda: ledger.exists() and ledger.read_text().count("end a") >= 20, 60, "20 members done")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    rc, out, err = run_cli("resume", run_dir, cwd=tmp_path, timeout=180)
+    assert rc == 0, err
+    _each_once(ledger, n)
+    ends = [(r["n"], r["m"], r["a"]) for r in read_journal(run_dir) if r["e"] == "end"]
+    assert len(ends) == len(set(ends)) == 2 * n
+    assert set(_status(run_dir)["rejected"]) <= {"resent"}
