@@ -375,7 +375,7 @@ class PilotWork(Recovery):
                 self._reject(pilot, ev, why)
             else:
                 self._take(pilot, ev)
-        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": pilot.qs})
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
         if getattr(pilot.transport, "acks", False) and pilot.q > pilot.acked:
             # sent after the journal is flushed (the loop flushes it before the pilots)
             pilot.send({"k": ACK, "q": pilot.q})
