@@ -109,9 +109,12 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 _decode = json.JSONDecoder().decode
 
 
+_hmac, _same = hmac.digest, hmac.compare_digest
+
+
 def channel_key(secret: bytes, pilot: str, from_pilot: bool) -> bytes:
     """The key that signs one direction of one pilot's channel (see the module's docstring)."""
-    return hmac.digest(secret, f"{pilot}{'>' if from_pilot else '<'}".encode(), "sha256")
+    return _hmac(secret, f"{pilot}{'>' if from_pilot else '<'}".encode(), "sha256")
 
 
 _SIG = len(b',"s":"') + 64 + len(b'"}')  # the signature's bytes at the end of a signed line
@@ -126,9 +129,9 @@ def encode(msgs: list[dict[str, Any]], key: bytes | None = None) -> bytes:
         return ("\n".join([_encode(m) for m in msgs]) + "\n").encode()
     out = []
     for m in msgs:
-        body = _encode(m).encode()
-        out.append(b"%s,\"s\":\"%s\"}\n" % (body[:-1], hmac.digest(key, body, "sha256").hex().encode()))
-    return b"".join(out)
+        body = _encode(m)
+        out.append(f'{body[:-1]},"s":"{_hmac(key, body.encode(), "sha256").hex()}"}}\n')
+    return "".join(out).encode()
 
 
 def decode(data: bytes, key: bytes | None = None) -> tuple[list[dict[str, Any]], bytes]:
@@ -138,7 +141,7 @@ def decode(data: bytes, key: bytes | None = None) -> tuple[list[dict[str, Any]],
     if not cut:
         return [], data
     if key is not None:
-        return [_verified(line, key) for line in data[:cut].split(b"\n") if line.strip()], data[cut:]
+        return _signed(data[:cut], key), data[cut:]
     try:
         msgs = [_decode(line) for line in data[:cut].decode().split("\n") if line.strip()]
         if all(type(m) is dict and "k" in m for m in msgs):
@@ -148,13 +151,36 @@ def decode(data: bytes, key: bytes | None = None) -> tuple[list[dict[str, Any]],
     return [_message(line) for line in data[:cut].split(b"\n") if line.strip()], data[cut:]
 
 
+def _signed(chunk: bytes, key: bytes) -> list[dict[str, Any]]:
+    """The messages of whole signed lines. The usual case (every signature good, every
+    message well formed) checks each signature and parses the lines as one JSON array;
+    anything else is sorted out line by line (:func:`_verified`)."""
+    bodies = []
+    for line in chunk.split(b"\n"):
+        if not line:
+            continue
+        body = line[:-_SIG] + b"}"
+        if line[-_SIG:-_SIG + 6] != b',"s":"' or line[-2:] != b'"}' or \
+                not _same(line[-_SIG + 6:-2], _hmac(key, body, "sha256").hex().encode()):
+            break
+        bodies.append(body)
+    else:
+        try:
+            msgs = _decode("[" + b",".join(bodies).decode() + "]")
+            if all(type(m) is dict and not problem(m) for m in msgs):
+                return msgs
+        except (ValueError, AttributeError):
+            pass
+    return [_verified(line, key) for line in chunk.split(b"\n") if line.strip()]
+
+
 def _verified(line: bytes, key: bytes) -> dict[str, Any]:
     """One signed line as its message; ``forged`` when its signature is missing or
     wrong, ``malformed`` when it is signed but not a message this module lists."""
     body = line[:-_SIG] + b"}"
     mac = line[-_SIG + 6:-2]
     if len(line) <= _SIG or line[-_SIG:-_SIG + 6] != b',"s":"' or not line.endswith(b'"}') or \
-            not hmac.compare_digest(mac, hmac.digest(key, body, "sha256").hex().encode()):
+            not _same(mac, _hmac(key, body, "sha256").hex().encode()):
         return {"k": FORGED, "text": line[:80].decode("utf-8", "replace")}
     msg = _message(body)
     why = problem(msg)
@@ -163,16 +189,19 @@ def _verified(line: bytes, key: bytes) -> dict[str, Any]:
     return msg
 
 
+#: each kind's fields with ``k``
+_ALLOWED = {kind: fields | {"k"} for kind, fields in FIELDS.items()}
+
+
 def problem(msg: dict[str, Any]) -> str:
     """What is wrong with a message (an unknown kind or field, a pilot's message without
     its sequence number), or "" when nothing is."""
     kind = msg.get("k")
-    fields = FIELDS.get(kind) if isinstance(kind, str) else None
-    if fields is None:
+    allowed = _ALLOWED.get(kind) if isinstance(kind, str) else None
+    if allowed is None:
         return f"unknown kind {str(kind)[:20]!r}"
-    extra = set(msg) - fields - {"k"}
-    if extra:
-        return f"{kind}: unknown fields {sorted(extra)}"[:120]
+    if not msg.keys() <= allowed:
+        return f"{kind}: unknown fields {sorted(set(msg) - allowed)}"[:120]
     if kind in FROM_PILOT and (type(msg.get("q")) is not int or msg["q"] < 1):
         return f"{kind}: no sequence number q"
     return ""
