@@ -65,6 +65,7 @@ and skips: the messages after it are read as usual.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from typing import Any
@@ -110,6 +111,21 @@ _decode = json.JSONDecoder().decode
 
 
 _hmac, _same = hmac.digest, hmac.compare_digest
+_pads: dict[bytes, tuple[Any, Any]] = {}  # per key, SHA-256 already fed its inner and outer pad
+
+
+def _sign(key: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 of ``body`` as hex (RFC 2104, its two padded-key blocks hashed once per
+    key: about half the cost of :func:`hmac.digest` per line)."""
+    pads = _pads.get(key)
+    if pads is None:
+        k = (hashlib.sha256(key).digest() if len(key) > 64 else key).ljust(64, b"\0")
+        pads = _pads[key] = (hashlib.sha256(bytes(b ^ 0x36 for b in k)), hashlib.sha256(bytes(b ^ 0x5C for b in k)))
+    inner = pads[0].copy()
+    inner.update(body)
+    outer = pads[1].copy()
+    outer.update(inner.digest())
+    return outer.hexdigest().encode()
 
 
 def channel_key(secret: bytes, pilot: str, from_pilot: bool) -> bytes:
@@ -130,8 +146,8 @@ def encode(msgs: list[dict[str, Any]], key: bytes | None = None) -> bytes:
     out = []
     for m in msgs:
         body = _encode(m)
-        out.append(f'{body[:-1]},"s":"{_hmac(key, body.encode(), "sha256").hex()}"}}\n')
-    return "".join(out).encode()
+        out.append(b'%s,"s":"%s"}\n' % (body[:-1].encode(), _sign(key, body.encode())))
+    return b"".join(out)
 
 
 def decode(data: bytes, key: bytes | None = None) -> tuple[list[dict[str, Any]], bytes]:
@@ -161,7 +177,7 @@ def _signed(chunk: bytes, key: bytes) -> list[dict[str, Any]]:
             continue
         body = line[:-_SIG] + b"}"
         if line[-_SIG:-_SIG + 6] != b',"s":"' or line[-2:] != b'"}' or \
-                not _same(line[-_SIG + 6:-2], _hmac(key, body, "sha256").hex().encode()):
+                not _same(line[-_SIG + 6:-2], _sign(key, body)):
             break
         bodies.append(body)
     else:
@@ -180,7 +196,7 @@ def _verified(line: bytes, key: bytes) -> dict[str, Any]:
     body = line[:-_SIG] + b"}"
     mac = line[-_SIG + 6:-2]
     if len(line) <= _SIG or line[-_SIG:-_SIG + 6] != b',"s":"' or not line.endswith(b'"}') or \
-            not _same(mac, _hmac(key, body, "sha256").hex().encode()):
+            not _same(mac, _sign(key, body)):
         return {"k": FORGED, "text": line[:80].decode("utf-8", "replace")}
     msg = _message(body)
     why = problem(msg)
