@@ -98,6 +98,8 @@ def engine_rate(make_transport, n: int, tmp: Path) -> float:
     eng.journal.flush()
     rate = n / (time.perf_counter() - t0)
     assert eng.state.totals()[4] == n, eng.state.totals()
+    if hasattr(reader, "forget"):
+        reader.forget()  # (its stream goes)
     writer.close()
     reader.close()
     eng.journal.close()
