@@ -91,6 +91,10 @@ class Host(BaseModel):
     identity_file: StrictStr | None = Field(None, description="ssh key for the contact (else ssh-agent, ssh_config)")
     known_hosts: StrictStr | None = Field(None, description="known_hosts file checked besides ~/.ssh/known_hosts")
     accept_new_host_keys: StrictBool = Field(False, description="trust an unknown host key on first use (not advised)")
+    transport: Literal["spool", "redis"] = Field("spool", description="how pilots' events reach the engine: files "
+                                                 "in the run directory, or a Redis broker (redis)")
+    broker: StrictStr | None = Field(None, description="redis://host:port/db, without its password")
+    broker_password_file: StrictStr | None = Field(None, description="an owner-only file with the broker's password")
     connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
@@ -137,8 +141,27 @@ class Host(BaseModel):
             raise ValueError(exc.message) from None
         return v
 
+    @field_validator("broker_password_file")
+    @classmethod
+    def _password_file(cls, v: str | None) -> str | None:
+        return not_an_option(v)
+
+    @field_validator("broker")
+    @classmethod
+    def _broker(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from pilot.broker import parse_url
+
+        one_line(v)
+        if parse_url(v)[4]:  # (parse_url: a ValueError saying how to write one) hosts files are shown and copied
+            raise ValueError("broker: give the password in broker_password_file (an owner-only file), not in the URL")
+        return v
+
     @model_validator(mode="after")
     def _contact(self) -> "Host":
+        if self.transport == "redis" and not self.broker:
+            raise ValueError("transport redis needs broker: redis://host:port/db")
         from protocols.registry import PROTOCOLS
 
         if self.contact != "local" and not PROTOCOLS[self.protocol].remote:

@@ -33,8 +33,9 @@ from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, re
 from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
-from .transport import PilotSpool
-from .wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, HB, NODE_LOST, START, STOP, TASK, UNWRITABLE, UP, VERSION
+from .transport import PilotSpool, Transport, keys
+from .wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, HB, MALFORMED, NODE_LOST, START, STOP, TASK,
+                   UNWRITABLE, UP, VERSION)
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
@@ -46,7 +47,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
                  idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
                  launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
-                 margin: float = 60.0, spawners: int | None = None):
+                 margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None):
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
@@ -66,7 +67,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         self.terminated = False
         self.signalled: list[tuple[float, Member, int]] = []
         self.cancelled = False
-        self.transport = PilotSpool(directory, fsync)
+        # (none given: the spool, signed with the run's secret when the pilot finds it)
+        self.transport = transport or PilotSpool(directory, fsync, *keys(directory))
         self._task_cursor = 0
         self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
         self._out: list[dict[str, Any]] = []
@@ -131,6 +133,9 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                 self.cancel()
             elif kind == DAMAGED:
                 say(f"a damaged line in the tasks file skipped: {msg.get('text')!r}")
+            elif kind == FORGED or kind == MALFORMED:  # never acted on
+                say(f"a {kind} line in the tasks file refused ({msg.get('why') or 'bad signature'}): "
+                    f"{msg.get('text')!r}")
         return got
 
     def take(self, task: dict) -> bool:
@@ -470,6 +475,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="local spawner processes that start this node's members (default: none below 8 slots, "
                          "one per 8 slots above; 0: the pilot starts them itself; or PWE_SPAWNERS)")
     ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
+    ap.add_argument("--secret", default=None, help="the run's secret (default: RUN/secret, the pilot's directory "
+                    "being RUN/pilots/ID)")
+    ap.add_argument("--transport", default="spool", choices=["spool", "redis"], help="how events travel")
+    ap.add_argument("--broker", default=None, help="redis://host:port/db (--transport redis)")
+    ap.add_argument("--broker-password-file", default=None, help="an owner-only file with the broker's password")
     args = ap.parse_args(argv)
     try:
         alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
@@ -479,8 +489,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.margin is None:
         args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
     os.chdir(args.dir)
-    pilot = PilotAgent(os.path.abspath(args.dir), alloc, args.heartbeat, args.idle_timeout, args.fsync,
+    directory = os.path.abspath(args.dir)
+    try:
+        key_out, key_in = keys(directory, args.secret)
+        transport: Transport
+        if args.transport == "redis":
+            from .broker import PilotRedis, read_password
+
+            password = read_password(args.broker_password_file) if args.broker_password_file else None
+            transport = PilotRedis(directory, args.broker or "", password, args.fsync, key_out, key_in)
+        else:
+            transport = PilotSpool(directory, args.fsync, key_out, key_in)
+    except (ValueError, OSError) as exc:  # a secret or password others may read, a broker URL that is none
+        ap.exit(2, f"python -m pilot: {exc}\n")
+    pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
-                  margin=args.margin, spawners=args.spawners)
+                  margin=args.margin, spawners=args.spawners, transport=transport)
     sys.exit(pilot.run())
 

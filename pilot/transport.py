@@ -12,11 +12,18 @@ Each end holds a :class:`Transport` for each pilot it talks to:
     restarted engine reads on from where the last one stopped) and gives it back. The
     start is ``0``.
 
-The first and only implementation is the **spool**: two append-only JSON-lines files in
-the pilot's directory, ``tasks.jsonl`` (the engine writes) and ``events.jsonl`` (the
+Two implementations. The **spool** (here, the default): two append-only JSON-lines files
+in the pilot's directory, ``tasks.jsonl`` (the engine writes) and ``events.jsonl`` (the
 pilot writes). Each file has exactly one writer, so appends never interleave and nothing
 needs a lock on NFS, GPFS or Lustre; the cursor is a byte offset; a partial last line is
-held back until its writer finishes it.
+held back until its writer finishes it. **Redis** (:mod:`pilot.broker`): the pilot's
+events through a Redis stream, its tasks still through the spool; a pilot that loses
+the broker goes on through the spool by itself.
+
+Every line is signed with its channel's key (:func:`pilot.wire.channel_key`, from the
+run's ``secret``; :func:`keys` is how a pilot finds it) and every message a pilot sends
+has its sequence number ``q``, given here as it is first sent: the engine applies each
+``q`` once, whichever way it came (:mod:`pwe.pilots`).
 """
 
 from __future__ import annotations
@@ -27,9 +34,29 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .wire import TASK, decode, encode
+from .wire import TASK, channel_key, decode, encode
 
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
+
+
+def keys(directory: str, secret: str | None = None) -> tuple[bytes | None, bytes | None]:
+    """(The pilot's side.) The keys of its channel: (what it sends, what it reads). The
+    run's secret is ``secret`` or, by default, the run directory's (the pilot's directory
+    is ``RUN/pilots/ID``); (None, None) when there is none (a pilot run alone, by hand).
+    A secret that others may read is refused (:class:`PermissionError`)."""
+    path = secret or os.path.join(directory, os.pardir, os.pardir, "secret")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if secret:
+            raise
+        return None, None
+    with os.fdopen(fd, "rb") as fh:
+        if os.fstat(fd).st_mode & 0o077:
+            raise PermissionError(f"{path} may be read by others: make it owner-only (chmod 600)")
+        data = fh.read().strip()
+    pilot = os.path.basename(os.path.normpath(directory))
+    return channel_key(data, pilot, True), channel_key(data, pilot, False)
 
 
 class Transport:
@@ -58,8 +85,9 @@ class Transport:
 class _Inbox:
     """Reading one spool file from a byte offset; a partial last line is held back."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, key: bytes | None = None):
         self.path = path
+        self.key = key
         self._fh = None
         self._at = 0  # the cursor of the last read: the file's position less the partial line
         self._partial = b""
@@ -77,7 +105,7 @@ class _Inbox:
         data = fh.read()
         if not data:
             return [], cursor
-        msgs, self._partial = decode(self._partial + data)
+        msgs, self._partial = decode(self._partial + data, self.key)
         self._at = fh.tell() - len(self._partial)
         return msgs, self._at
 
@@ -109,18 +137,20 @@ class EngineSpool(Transport):
 
     A batch is appended whole or not at all; the engine journals each assignment before
     sending it, so a batch lost to a full disk is handed back by a resumed engine
-    (:meth:`sent` tells which tasks the pilot did get)."""
+    (:meth:`sent` tells which tasks the pilot did get). ``key_in``/``key_out``: the keys
+    of what the pilot sends and what the engine sends (none: nothing signed or checked)."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, key_in: bytes | None = None, key_out: bytes | None = None):
         self.dir = str(directory)
         self.where = os.path.join(self.dir, TASKS)
-        os.makedirs(self.dir, exist_ok=True)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         self._out = open(self.where, "ab", buffering=0)
-        self._in = _Inbox(os.path.join(self.dir, EVENTS))
+        self._in = _Inbox(os.path.join(self.dir, EVENTS), key_in)
+        self.key_out = key_out
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
         try:
-            append_whole(self._out, encode(msgs))
+            append_whole(self._out, encode(msgs, self.key_out))
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, self.where) from None
 
@@ -174,15 +204,32 @@ class PilotSpool(Transport):
     A batch the disk refuses is held (what was written of it stays: the pilot is the
     only writer and finishes the line later) and sent first with the next batch."""
 
-    def __init__(self, directory: str, fsync: bool = False):
+    def __init__(self, directory: str, fsync: bool = False, key_out: bytes | None = None,
+                 key_in: bytes | None = None):
         self.where = os.path.join(directory, EVENTS)
         self.fsync = fsync
         self._out = open(self.where, "ab", buffering=0)
-        self._in = _Inbox(os.path.join(directory, TASKS))
+        self._in = _Inbox(os.path.join(directory, TASKS), key_in)
         self.held = b""  # what the disk refused: sent before anything new
+        self.key_out = key_out
+        self.q = 0  # the sequence number of the last message framed
+
+    def frame(self, msgs: list[dict[str, Any]]) -> bytes:
+        """The bytes of a batch: each message numbered (``q``) and signed."""
+        q = self.q
+        for m in msgs:
+            q += 1
+            m["q"] = q
+        self.q = q
+        return encode(msgs, self.key_out)
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
-        data = self.held + encode(msgs) if self.held else encode(msgs)
+        self.write(self.frame(msgs))
+
+    def write(self, data: bytes) -> None:
+        """Append framed lines (after what the disk refused before)."""
+        if self.held:
+            data = self.held + data
         if not data:
             return
         view = memoryview(data)

@@ -82,7 +82,8 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         "offset": offset, "lines": lines, "anchor": _anchor(run_dir / "journal.jsonl", offset),
         "nodes": nodes, "barrier_left": [[s, d, n] for (s, d), n in state.barrier_left.items()],
         "pilots": state.pilots, "cancelled": state.cancelled, "finished_ok": state.finished_ok,
-        "stopped": state.stopped, "edges": state.edges, "edge_files": sorted(state.edge_files),
+        "stopped": state.stopped, "edges": state.edges, "rejected": state.rejected,
+        "edge_files": sorted(state.edge_files),
     }
     head = json.dumps(header, separators=(",", ":")).encode() + b"\n"
     crc = zlib.crc32(head)
@@ -154,6 +155,7 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
     st.pilots = h["pilots"]
     st.cancelled, st.finished_ok, st.stopped = h["cancelled"], h["finished_ok"], h["stopped"]
     st.edges, st.edge_files = h["edges"], set(h["edge_files"])
+    st.rejected = {str(k): int(n) for k, n in h.get("rejected", {}).items()}  # (pilot messages refused)
     return st, offset, lines
 
 

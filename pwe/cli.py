@@ -13,6 +13,7 @@ import sys
 import click
 
 from .cli_base import fail, find, hosts_option, json_option, warn
+from .cli_events import events
 from .cli_check import hosts, plan, validate
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
@@ -264,7 +265,8 @@ def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -
     send(d, pilot, event, job, status)
 
 
-# -- reading a run --------------------------------------------------------------------------
+cli.add_command(events)  # pwe events RUN: the run's event history (pwe/cli_events.py)
+
 
 def main() -> None:
     try:

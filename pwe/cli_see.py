@@ -95,6 +95,9 @@ def _status_lines(d, snap: dict) -> list[str]:
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
                      f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+    refused = {k: n for k, n in (snap.get("rejected") or {}).items() if k != "resent"}
+    if refused:  # (pwe events RUN shows each)
+        lines.append("pilot messages refused, never applied: " + ", ".join(f"{n} {k}" for k, n in refused.items()))
     width = max([len(n) for n in snap["nodes"]] + [5])
     lines.append(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
     rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]

@@ -77,6 +77,8 @@ class Engine(PilotWork):
         self._next_pilot = 1
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
         self._edges_seen: set[str] = set()
+        self._secret: bytes | None = None  # the run's secret: every line to and from a pilot is signed with it
+        self._brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
         self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
         self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
@@ -163,6 +165,10 @@ class Engine(PilotWork):
             self._shutdown()
 
     def _load(self) -> None:
+        try:
+            self._secret = (self.dir / "secret").read_bytes().strip()
+        except FileNotFoundError:
+            self._secret = None  # (a run made by a pwe before secrets: its pilots sign nothing)
         path = self.dir / "journal.jsonl"
         fresh = not runs.check_journal(self.dir)
         # the checkpoint, then the journal's tail (or the whole journal without one)
@@ -217,7 +223,7 @@ class Engine(PilotWork):
                 if progress:
                     progress(st)
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
-            time.sleep(sleep)
+            self._sleep(sleep)  # (woken early by a broker's new events: pilots.py)
         ok = not st.cancelled and st.totals()[DONE] == self.plan.total_members
         self._record({"e": "finish", "ok": ok, "t": time.time()})
         self.journal.flush()
@@ -356,6 +362,12 @@ class Engine(PilotWork):
                     except Exception:  # a scheduler that does not answer must not hide the run's outcome
                         pass
                 lane.protocol.close()
+            for pilot in self.pilots.values():
+                forget = getattr(pilot.transport, "forget", None)
+                if forget is not None and self.state is not None and self.state.unfinished() == 0:
+                    forget()  # the run is over: its events are journaled and archived in its directory
+            for broker in self._brokers.values():
+                broker.close()
             if self.journal is not None:
                 try:
                     self.journal.close()

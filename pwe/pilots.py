@@ -13,6 +13,14 @@ gone silent while its job may still run is not given up at once: its job is canc
 its members are handed on only once the batch system says the job ended (or after
 ``end_wait``), its messages taken in again. A lane whose batch system does not answer
 (:attr:`Lane.unreachable_since`) submits nothing new until it does.
+
+Every message a pilot sends is checked before it is applied (:meth:`PilotWork._admit`):
+its signature (the transport gives a bad one as ``forged``), its form (``malformed``)
+and its sequence number ``q``: each ``q`` is applied once per pilot, so a message read
+twice changes nothing. One that the same transport already delivered is ``replayed``;
+one that came the other way first (a pilot that left its broker for the spool sends
+again what the engine had not acknowledged) is ``resent``. Each refusal is journaled
+(``reject``: counted in ``pwe status --json`` as ``rejected``), never applied.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, START, UNWRITABLE, UP, VERSION
+from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, START, UNWRITABLE, UP,
+                        VERSION, channel_key)
 
 from .errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from .journal import cannot_write
@@ -65,6 +74,10 @@ class PilotHandle:
         self.given_up_at = 0.0
         self.transport = transport or EngineSpool(directory)
         self._out: list[dict[str, Any]] = []
+        self.q = 0  # the highest sequence number applied (journaled with the cursor)
+        self.qs: dict[str, int] = {}  # the highest each transport delivered ("spool", "redis")
+        self.acked = 0  # the last ``ack`` sent (a pilot that sends through a broker)
+        self.refusals: set[str] = set()  # kinds of refusal said on stderr already (once each)
 
     def send(self, msg: dict[str, Any]) -> None:
         self._out.append(msg)
@@ -79,6 +92,9 @@ class PilotHandle:
             self.transport.send(out)
         except OSError as exc:
             raise cannot_write(exc.filename, exc) from None
+        trim = getattr(self.transport, "trim", None)
+        if trim is not None:
+            trim()  # (the journal holds what was read: the broker may forget it)
 
     def receive(self) -> list[dict[str, Any]]:
         """The pilot's new messages; the cursor moves past them."""
@@ -129,7 +145,7 @@ class PilotWork(Recovery):
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
-        transport = EngineSpool(d)  # before the pilot looks for its tasks
+        transport = self._transport(lane.name, pid_)  # before the pilot looks for its tasks
         popen = lane.protocol.start(d, lane.cores, self.heartbeat,
                                     idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args,
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
@@ -151,7 +167,7 @@ class PilotWork(Recovery):
             pid_ = f"p{self._next_pilot}"
             self._next_pilot += 1
         d = self.dir / "pilots" / pid_
-        transport = EngineSpool(d)  # its tasks are there before the job starts
+        transport = self._transport(lane.name, pid_)  # its tasks are there before the job starts
         st = self.state
         ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
@@ -274,13 +290,97 @@ class PilotWork(Recovery):
             if msg.get("event") == "ended" and pilot is not None and pilot.alive:
                 self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
 
+    def _transport(self, lane: str, pid_: str) -> Transport:
+        """The transport to a pilot of a lane: its host's (``transport``), signed with the
+        run's secret."""
+        d = self.dir / "pilots" / pid_
+        key_in = key_out = None
+        if self._secret is not None:
+            key_in, key_out = channel_key(self._secret, pid_, True), channel_key(self._secret, pid_, False)
+        host = self.lanes[lane].host if lane in self.lanes else None
+        if host is not None and host.transport == "redis":
+            from pilot.broker import EngineRedis
+
+            return EngineRedis(str(d), self._broker(host), key_in, key_out)
+        return EngineSpool(d, key_in, key_out)
+
+    def _broker(self, host: Any) -> Any:
+        """The engine's one connection to a host's broker."""
+        from pilot.broker import Broker, read_password
+
+        broker = self._brokers.get(host.broker)
+        if broker is None:
+            try:
+                password = read_password(host.broker_password_file) if host.broker_password_file else None
+            except OSError as exc:
+                raise RunStopped(f"host '{host.name}': broker_password_file {host.broker_password_file}: "
+                                 f"{exc.strerror or exc}: fix it (an owner-only file with the password)") from None
+            broker = self._brokers[host.broker] = Broker(host.broker, password)
+        return broker
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait between rounds of the loop; with pilots on one broker, until one of them
+        adds an event (a blocking read, up to ``seconds``): their events are taken in at
+        once, not at the next round."""
+        waits: dict[Any, dict[str, str]] = {}
+        for p in self.pilots.values():
+            broker = getattr(p.transport, "broker", None)
+            if p.alive and broker is not None and isinstance(p.cursor, list):
+                waits.setdefault(broker, {})[p.transport.stream] = p.cursor[1]
+        if len(waits) == 1:
+            broker, streams = next(iter(waits.items()))
+            if broker.wait(streams, seconds):
+                return
+        time.sleep(seconds)
+
+    def _admit(self, pilot: PilotHandle, ev: dict[str, Any]) -> str:
+        """Why a pilot's message must not be applied ("" when it may): see the module's
+        docstring. Moves the pilot's sequence numbers on."""
+        k = ev["k"]
+        if k == FORGED:
+            return "forged"
+        if k == MALFORMED or k == DAMAGED:
+            return "malformed"
+        via = ev.pop("via", "spool")
+        q = ev.get("q")
+        if type(q) is not int:
+            return "malformed" if self._secret is not None else ""  # (unsigned: a pilot of a hand-made run)
+        if q <= pilot.qs.get(via, 0):
+            return "replayed"
+        pilot.qs[via] = q
+        if q <= pilot.q:
+            return "resent"
+        pilot.q = q
+        return ""
+
+    def _reject(self, pilot: PilotHandle, ev: dict[str, Any], why: str) -> None:
+        """Journal (and so count) a refused message; say the first of each kind on stderr."""
+        text = str(ev.get("text") or {k: v for k, v in ev.items() if k != "via"})[:80]
+        self._record({"e": "reject", "p": pilot.id, "why": why, "k": ev.get("k"), "q": ev.get("q"),
+                      "detail": ev.get("why"), "text": text, "t": time.time()})
+        if why != "resent" and why not in pilot.refusals:
+            pilot.refusals.add(why)
+            self.notice(f"pilot {pilot.id}: a {why} message refused (never applied; counted in pwe status --json): "
+                        f"{text}")
+
     def _ingest(self, pilot: PilotHandle) -> int:
         events = pilot.receive()
+        for broker in self._brokers.values():
+            while broker.notes:
+                self._record({"e": "note", "what": broker.notes.pop(0), "t": time.time()})
         if not events:
             return 0
         for ev in events:
-            self._take(pilot, ev)
-        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor})
+            why = self._admit(pilot, ev)
+            if why:
+                self._reject(pilot, ev, why)
+            else:
+                self._take(pilot, ev)
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
+        if getattr(pilot.transport, "acks", False) and pilot.q > pilot.acked:
+            # sent after the journal is flushed (the loop flushes it before the pilots)
+            pilot.send({"k": ACK, "q": pilot.q})
+            pilot.acked = pilot.q
         if self._unwritable:
             # the members' directories cannot be made: the run's cause, not theirs
             raise RunStopped(f"{self._unwritable}: make it writable")
@@ -352,7 +452,7 @@ class PilotWork(Recovery):
             if ev.get("v") != VERSION:
                 self._refuse(pilot, ev.get("v"))
             pilot.came_up = True
-        elif k == DAMAGED:
+        elif k == DAMAGED:  # (what _admit let through: a run without a secret)
             self._record({"e": "note", "what": f"pilot {pilot.id}: a damaged message skipped", "text":
                           str(ev.get("text", ev))[:80], "t": time.time()})
 

@@ -270,6 +270,10 @@ def pilot_args_for(host: Any) -> list[str]:
         args += ["--gpus-per-node", str(host.gpus_per_node)]
     if host.memory_per_node:
         args += ["--memory-per-node", str(host.memory_per_node)]
+    if host.transport == "redis":
+        args += ["--transport", "redis", "--broker", host.broker]
+        if host.broker_password_file:
+            args += ["--broker-password-file", host.broker_password_file]
     return args
 
 

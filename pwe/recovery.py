@@ -11,7 +11,6 @@ import signal
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from pilot.transport import EngineSpool
 from pilot.wire import BACK, DOWN, DRAIN, END, START, UP
 
 from .state import ASSIGNED, READY
@@ -40,8 +39,11 @@ class Recovery:
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
         from .pilots import PilotHandle  # (pilots.py builds on this module)
 
+        lane = p.get("lane") or next(iter(self.lanes))
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
-                            cursor=p.get("offset", 0), job=p.get("job"), lane=p.get("lane") or next(iter(self.lanes)))
+                            cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
+                            transport=self._transport(lane, pid_))
+        pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
         self.pilots[pid_] = pilot
         # assignments journaled but never sent to the pilot (killed in between): hand back
         st = self.state
@@ -73,7 +75,7 @@ class Recovery:
         for pid_ in st.pilots:
             files[pid_] = ([], None, Counter())  # (unread: its cursor stays where it was)
             try:
-                spool = EngineSpool(self.dir / "pilots" / pid_)
+                spool = self._transport(st.pilots[pid_].get("lane") or next(iter(self.lanes)), pid_)
             except OSError:
                 continue  # (its directory is gone, and cannot be made: nothing to read)
             try:

@@ -65,6 +65,7 @@ def member_dir(root: Path, node: str, index: int) -> Path:
 def create(run_dir: Path) -> Path:
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
+        run_dir.chmod(0o700)  # owner-only: its secret signs every message of the run
         for sub in ("pilots", "members", "control"):
             (run_dir / sub).mkdir()
     except FileExistsError:

@@ -35,6 +35,15 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
             raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: "
                              "false); this version needs the run directory visible on the host at the same "
                              "path", src)
+        if the_host.transport == "redis" and the_host.broker_password_file:
+            from pilot.broker import read_password
+
+            try:  # (read again by the engine and each pilot: never copied into the run)
+                read_password(the_host.broker_password_file)
+            except OSError as exc:
+                raise InputError(f"host '{the_host.name}': broker_password_file {the_host.broker_password_file}: "
+                                 f"{exc.strerror or exc}; give an owner-only file holding the broker's password",
+                                 src) from None
     extra_args = options.pop("pilot_args", None)  # (tests and the API: for every host)
     options["lanes"] = {
         name: {"host_def": h.model_dump(), "cores": h.cores_per_node,

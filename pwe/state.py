@@ -140,6 +140,8 @@ class RunState:
         self.stopped: str | None = None  # why the last engine stopped before the end
         self.edges: dict[str, int] = {}  # edge events applied, by id: how many replays of each were ignored
         self.edge_files: set[str] = set()  # files of edges/ taken in (applied, replayed or refused)
+        #: pilot messages refused (never applied), by why: forged, replayed, malformed, resent
+        self.rejected: dict[str, int] = {}
         for nid, pn in plan.nodes.items():
             n = pn.size
             self.nodes[nid] = NodeState(
@@ -276,7 +278,13 @@ class RunState:
             return True
         if e == "offset":
             if r["p"] in self.pilots:
-                self.pilots[r["p"]]["offset"] = r["off"]
+                p = self.pilots[r["p"]]
+                p["offset"] = r["off"]
+                if "q" in r:  # the last sequence number applied, and the last seen by each transport
+                    p["q"], p["qs"] = r["q"], r.get("qs") or {}
+            return True
+        if e == "reject":  # a pilot message refused, never applied (pwe.pilots._admit)
+            self.rejected[r["why"]] = self.rejected.get(r["why"], 0) + 1
             return True
         if e == "cancel":
             self.cancelled = True
@@ -410,6 +418,7 @@ class RunState:
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,
             "stopped": self.stopped,
+            "rejected": dict(self.rejected),
             "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why")}
                        for pid, p in self.pilots.items()},
             "work": self.work(),

@@ -47,7 +47,7 @@ def assert_same(a: RunState, b: RunState) -> None:
             assert getattr(a.nodes[nid], k) == getattr(b.nodes[nid], k), (nid, k)
         ready = {i for n, i in a.ready if n == nid and a.nodes[nid].state[i] == READY}
         assert ready == {i for i, s in enumerate(a.nodes[nid].state) if s == READY}, nid
-    for k in ("pilots", "barrier_left", "cancelled", "finished_ok", "stopped", "edges", "edge_files"):
+    for k in ("pilots", "barrier_left", "cancelled", "finished_ok", "stopped", "edges", "edge_files", "rejected"):
         assert getattr(a, k) == getattr(b, k), k
 
 

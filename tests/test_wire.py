@@ -27,6 +27,7 @@ def test_what_both_ends_write_is_what_the_wire_module_lists(tmp_path):
     for name in ("tasks.jsonl", "events.jsonl"):
         for line in (tmp_path / "run" / "pilots" / "p1" / name).read_text().splitlines():
             msg = json.loads(line)
+            assert len(msg.pop("s")) == 64, f"{name}: a line that is not signed: {line}"
             kind = msg.pop("k")
             assert kind in wire.FIELDS, f"{name}: kind {kind!r} is not in pilot/wire.py"
             assert set(msg) <= wire.FIELDS[kind], f"{name}: {kind} has fields {set(msg) - wire.FIELDS[kind]} " \
@@ -47,16 +48,19 @@ def test_a_pilot_of_another_version_is_refused_with_one_line(tmp_path):
     engine._load()
     try:
         d = engine.dir / "pilots" / "p1"
-        pilot = PilotHandle("p1", d, 0, "elsewhere", 1, lane="local")
+        pilot = PilotHandle("p1", d, 0, "elsewhere", 1, lane="local", transport=engine._transport("local", "p1"))
         engine.pilots["p1"] = pilot
-        (d / "events.jsonl").write_text(json.dumps({"k": "up", "v": wire.VERSION + 1, "pid": 1, "t": 0}) + "\n")
+        key = wire.channel_key((engine.dir / "secret").read_bytes().strip(), "p1", True)
+        (d / "events.jsonl").write_bytes(wire.encode([{"k": "up", "v": wire.VERSION + 1, "pid": 1, "t": 0, "q": 1}],
+                                                     key))
         with pytest.raises(RunStopped) as err:
             engine._ingest(pilot)
         assert str(err.value) == (f"pilot p1 on elsewhere speaks version {wire.VERSION + 1} of the engine-pilot "
                                   f"messages, this engine speaks {wire.VERSION}: run the same pwe on both sides "
                                   "(its pilot package)")
         assert not pilot.alive
-        assert json.loads((d / "tasks.jsonl").read_text()) == {"k": "cancel"}
+        sent = json.loads((d / "tasks.jsonl").read_text())
+        assert sent.pop("s") and sent == {"k": "cancel"}
         pilot.close()
     finally:
         engine.journal.close()

@@ -1,0 +1,387 @@
+"""The Redis transport: a pilot's events through a Redis stream, its tasks through the spool.
+
+Why a stream (``XADD``/``XREAD``), not a list or pub/sub, nor kombu: a stream keeps what
+was added until it is deleted, and a reader asks for "what came after entry ID": the ID
+of the last entry read is a cursor the engine journals like the spool's byte offset, a
+restarted engine reads on from it, and there is no consumer group, so no acknowledgement
+in the broker, no visibility timeout and no redelivery to reason about. Pub/sub loses
+what is sent while nobody listens; a list is consumed by reading it. kombu would bring
+a dependency the pilot cannot have (``pilot/`` is standard library only) for one command
+each way, so both ends use the small client here (:class:`Redis`: RESP2 over a socket,
+``AUTH`` with the password, ``SELECT``).
+
+One entry per batch (field ``b``: the batch's signed JSON lines, :mod:`pilot.wire`), one
+stream per pilot (:func:`stream_for`: named from its channel key, so nobody without the
+run's secret can guess it). Tasks (and the engine's ``ack``) stay in the spool's
+``tasks.jsonl``: the engine's recovery from a damaged journal reads what each pilot was
+sent from that file, and a pilot whose broker goes away still gets its tasks.
+
+**Nothing is lost in a switch.** The pilot keeps every batch it added until the engine
+acknowledges it (``ack`` ``q``, written to the tasks file once the engine's journal holds
+the events). When the broker fails (at start, or a command that fails or times out) the
+pilot writes what is not acknowledged, then everything after it, to its spool
+(``events.jsonl``), and stays on the spool for the rest of its life. The engine reads
+both, merges them by ``q`` and applies each ``q`` once (a batch that reached the broker
+and the spool both is applied once). What the engine reads from the broker it also
+appends to ``events.redis.jsonl`` in the pilot's directory (the run's record: a broker
+is not one), before it applies it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import time
+from collections import deque
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from .members import say
+from .transport import EVENTS, EngineSpool, PilotSpool, Transport
+from .wire import ACK, DOWN, decode
+
+ARCHIVE = "events.redis.jsonl"  # what the engine read from the broker, as it read it
+
+
+class BrokerError(OSError):
+    """The broker refused a command (its ``-ERR`` line) or cannot be reached."""
+
+
+def parse_url(url: str) -> tuple[str, int, int, str | None, str | None]:
+    """(host, port, db, user, password) of ``redis://[user[:password]@]host[:port][/db]``."""
+    u = urlsplit(url)
+    if u.scheme != "redis" or not u.hostname:
+        raise ValueError(f"broker {url!r}: write redis://host:port/db")
+    db = u.path.strip("/") or "0"
+    if not db.isdigit():
+        raise ValueError(f"broker {url!r}: the database is a number (redis://host:port/0)")
+    return (u.hostname, u.port or 6379, int(db), unquote(u.username) if u.username else None,
+            unquote(u.password) if u.password else None)
+
+
+def read_password(path: str) -> str:
+    """The broker's password from an owner-only file (:class:`PermissionError` when
+    others may read it)."""
+    path = os.path.expanduser(path)
+    fd = os.open(path, os.O_RDONLY)
+    with os.fdopen(fd) as fh:
+        if os.fstat(fd).st_mode & 0o077:
+            raise PermissionError(f"{path} may be read by others: make it owner-only (chmod 600)")
+        return fh.read().strip()
+
+
+def stream_for(key: bytes | None, directory: str) -> str:
+    """The stream of one pilot's events: named from its channel key (or, unsigned, its
+    directory)."""
+    if key is None:
+        return "pwe:ev:" + hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:24]
+    return "pwe:ev:" + hmac.digest(key, b"stream", "sha256").hex()[:24]
+
+
+class Redis:
+    """A Redis connection that speaks just enough RESP2 for the bus: one command at a time,
+    replies parsed (bulk strings stay bytes). Any failure is an :class:`OSError`."""
+
+    def __init__(self, url: str, password: str | None = None, timeout: float = 5.0):
+        host, port, db, user, url_password = parse_url(url)
+        password = password if password is not None else url_password
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rfile = self.sock.makefile("rb")
+        try:
+            if password:
+                self.call("AUTH", *([user] if user else []), password)
+            if db:
+                self.call("SELECT", db)
+        except OSError:
+            self.close()
+            raise
+
+    def call(self, *args: Any) -> Any:
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        try:
+            self.sock.sendall(b"".join(out))
+            return self._reply()
+        except (OSError, ValueError) as exc:  # (ValueError: a reply that is not RESP)
+            if isinstance(exc, BrokerError):
+                raise
+            raise BrokerError(f"the broker did not answer: {exc}") from None
+
+    def _reply(self) -> Any:
+        line = self.rfile.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("connection closed by the broker")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise BrokerError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.rfile.read(n + 2)
+            if len(data) != n + 2:
+                raise ConnectionError("connection closed by the broker")
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise ValueError(f"not a RESP reply: {line[:40]!r}")
+
+    def close(self) -> None:
+        try:
+            self.rfile.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class PilotRedis(Transport):
+    """The pilot's side: events to its stream while the broker answers, then to the spool
+    (see the module's docstring); tasks from the spool, whose ``ack`` messages it keeps
+    to itself."""
+
+    def __init__(self, directory: str, url: str, password: str | None, fsync: bool = False,
+                 key_out: bytes | None = None, key_in: bytes | None = None, timeout: float = 5.0):
+        self.spool = PilotSpool(directory, fsync, key_out, key_in)
+        self.stream = stream_for(key_out, directory)
+        self.where = f"{url.split('@')[-1]} stream {self.stream}"
+        self.unacked: deque[tuple[int, bytes]] = deque()  # (the batch's last q, its lines)
+        self.broker: Redis | None = None
+        try:
+            self.broker = Redis(url, password, timeout)
+        except OSError as exc:
+            self._fall_back(f"cannot reach the broker: {exc}")
+
+    @property
+    def held(self) -> bytes:
+        return self.spool.held
+
+    def _fall_back(self, why: str) -> bytes:
+        """Leave the broker for good; the batches it may not have kept, to go first."""
+        say(f"events go to the spool ({self.spool.where}) from now on: {why}")
+        if self.broker is not None:
+            self.broker.close()
+            self.broker = None
+        self.where = self.spool.where
+        data = b"".join(d for _, d in self.unacked)
+        self.unacked.clear()
+        return data
+
+    def send(self, msgs: list[dict[str, Any]]) -> None:
+        data = self.spool.frame(msgs)
+        if not data and not self.held:
+            return
+        if self.broker is not None and not self.held:
+            try:
+                if data:
+                    self.broker.call("XADD", self.stream, "*", "b", data)
+                    self.unacked.append((self.spool.q, data))
+                    if any(m["k"] == DOWN for m in msgs):  # its last: the stream goes in a week if nobody reads it
+                        self.broker.call("EXPIRE", self.stream, 7 * 86400)
+                return
+            except OSError as exc:
+                data = self._fall_back(str(exc)) + data
+        self.spool.write(data)  # (what the disk refuses is held by the spool: sent first next time)
+
+    def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
+        msgs, cursor = self.spool.receive(cursor)
+        if any(m.get("k") == ACK for m in msgs):
+            for m in msgs:
+                if m.get("k") == ACK and type(m.get("q")) is int:
+                    while self.unacked and self.unacked[0][0] <= m["q"]:
+                        self.unacked.popleft()
+            msgs = [m for m in msgs if m.get("k") != ACK]
+        return msgs, cursor
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+        self.spool.close()
+
+
+class Broker:
+    """The engine's connection to one broker, shared by the transports of its pilots. A
+    connection that fails is dropped; the next read after ``retry`` s connects again
+    (nothing on the broker's side remembers a reader: each read names the entry it
+    reads after). ``notes``: what the engine should journal (lost, back)."""
+
+    def __init__(self, url: str, password: str | None, retry: float = 2.0, timeout: float = 5.0):
+        self.url, self.password, self.retry, self.timeout = url, password, retry, timeout
+        self.conn: Redis | None = None
+        self.retry_at = 0.0
+        self.down_since: float | None = None
+        self.notes: list[str] = []
+        self.name = url.split("@")[-1]
+
+    def _conn(self) -> Redis | None:
+        if self.conn is None and time.time() >= self.retry_at:
+            try:
+                self.conn = Redis(self.url, self.password, self.timeout)
+            except OSError as exc:
+                self._lost(exc)
+                return None
+            if self.down_since is not None:
+                self.notes.append(f"the broker {self.name} answers again, after {time.time() - self.down_since:.0f} s")
+                self.down_since = None
+        return self.conn
+
+    def _lost(self, exc: BaseException) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        # tried again after 2, 4, 8... s, at most a minute apart: a broker that hangs costs
+        # the engine a timeout per try, not one per round
+        waited = time.time() - self.down_since if self.down_since is not None else 0.0
+        self.retry_at = time.time() + min(60.0, max(self.retry, waited))
+        if self.down_since is None:
+            self.down_since = time.time()
+            self.notes.append(f"the broker {self.name} does not answer ({exc}); its pilots' events are read from "
+                              "their spools meanwhile")
+
+    def read(self, stream: str, after: str, count: int = 1000) -> list[tuple[str, bytes]]:
+        """The entries of a stream after entry ``after``: (id, batch); [] while the broker
+        does not answer."""
+        conn = self._conn()
+        if conn is None:
+            return []
+        try:
+            reply = conn.call("XREAD", "COUNT", count, "STREAMS", stream, after)
+        except OSError as exc:
+            self._lost(exc)
+            return []
+        if not reply:
+            return []
+        out = []
+        for eid, fields in reply[0][1]:
+            f = dict(zip(fields[::2], fields[1::2]))
+            out.append((eid.decode(), f.get(b"b", b"")))
+        return out
+
+    def wait(self, streams: dict[str, str], timeout: float) -> bool:
+        """Block until one of ``streams`` ({stream: the last entry read}) has an entry
+        after it, or ``timeout`` s; False (at once) when the broker does not answer. The
+        entries are left to :meth:`read` (one is read here, and dropped)."""
+        conn = self._conn()
+        if conn is None:
+            return False
+        try:
+            conn.call("XREAD", "COUNT", 1, "BLOCK", max(1, round(timeout * 1000)), "STREAMS", *streams,
+                      *streams.values())
+        except OSError as exc:
+            self._lost(exc)
+            return False
+        return True
+
+    def call(self, stream: str, command: str, *args: Any) -> None:
+        """A command on a stream whose answer does not matter (trim, expire, delete)."""
+        conn = self._conn()
+        if conn is not None:
+            try:
+                conn.call(command, stream, *args)
+            except OSError as exc:
+                self._lost(exc)
+
+    def delete(self, stream: str) -> None:
+        self.call(stream, "DEL")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def _last_q(batch: bytes) -> int:
+    """The sequence number of a batch's last line (0 when it has none)."""
+    i = batch.rstrip(b"\n").rfind(b'"q":')
+    if i < 0:
+        return 0
+    digits = batch[i + 4:i + 24].split(b",")[0].split(b"}")[0]
+    return int(digits) if digits.isdigit() else 0
+
+
+class EngineRedis(Transport):
+    """The engine's side: tasks to the spool; a pilot's events from its stream and its
+    spool both, merged by ``q``. The cursor is ``[spool offset, last entry id]``; a cursor
+    of 0 (the start: a new pilot, or recovery reading everything again) also reads back
+    what was archived from the broker before (it may be gone). Messages read from the
+    broker carry ``via: "redis"`` (engine-side only: where each came from)."""
+
+    acks = True  # the pilot keeps what it added until acknowledged
+
+    def __init__(self, directory: str, broker: Broker, key_in: bytes | None = None, key_out: bytes | None = None):
+        self.spool = EngineSpool(directory, key_in, key_out)
+        self.dir = self.spool.dir
+        self.where = self.spool.where
+        self.broker = broker
+        self.key_in = key_in
+        self.stream = stream_for(key_in, self.dir)
+        self._archive = open(os.path.join(self.dir, ARCHIVE), "ab", buffering=0)
+        self._after = "0-0"  # the last entry read
+        self._untrimmed = 0  # entries read since the stream was last trimmed
+
+    def send(self, msgs: list[dict[str, Any]]) -> None:
+        self.spool.send(msgs)
+
+    def sent(self):
+        return self.spool.sent()
+
+    def receive(self, cursor: Any) -> tuple[list[dict[str, Any]], Any]:
+        if isinstance(cursor, list) and len(cursor) == 2:
+            off, after = cursor
+        else:  # 0, or an offset journaled by an engine that read this pilot's spool only
+            off, after = cursor or 0, "0-0"
+        msgs, off = self.spool.receive(off)
+        kept = 0  # the last q archived already (read again from the start: not archived twice)
+        if not cursor:
+            with open(os.path.join(self.dir, ARCHIVE), "rb") as fh:
+                old = decode(fh.read(), self.key_in)[0]
+            for m in old:
+                m["via"] = "redis"
+                if type(m.get("q")) is int:
+                    kept = max(kept, m["q"])
+            msgs += old
+        entries = self.broker.read(self.stream, after)
+        if entries:
+            data = b"".join(b for _, b in entries if not kept or _last_q(b) > kept)
+            # the run's record of it first: a broker is not one
+            from .transport import append_whole
+
+            append_whole(self._archive, data)
+            got = decode(b"".join(b for _, b in entries), self.key_in)[0]
+            for m in got:
+                m["via"] = "redis"
+            msgs += got
+            after = self._after = entries[-1][0]
+            self._untrimmed += len(entries)
+        if msgs and (entries or not cursor):
+            msgs.sort(key=lambda m: m.get("q") if type(m.get("q")) is int else 0)
+        return msgs, [off, after]
+
+    def trim(self, every: int = 256) -> None:
+        """(Called once the journal holds what was read.) The broker forgets the entries
+        read, now and then, and the stream of a run left behind expires in a week."""
+        if self._untrimmed >= every:
+            self._untrimmed = 0
+            self.broker.call(self.stream, "XTRIM", "MINID", self._after)
+            self.broker.call(self.stream, "EXPIRE", 7 * 86400)
+
+    def forget(self) -> None:
+        """The pilot is gone and everything it said is journaled: its stream goes."""
+        self.broker.delete(self.stream)
+
+    def close(self) -> None:
+        self.spool.close()
+        self._archive.close()
+
+
+__all__ = ["ARCHIVE", "EVENTS", "Broker", "BrokerError", "EngineRedis", "PilotRedis", "Redis", "parse_url",
+           "read_password", "stream_for"]
