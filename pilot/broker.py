@@ -331,8 +331,8 @@ class EngineRedis(Transport):
     def send(self, msgs: list[dict[str, Any]]) -> None:
         self.spool.send(msgs)
 
-    def sent(self):
-        return self.spool.sent()
+    def sent(self, among=None):
+        return self.spool.sent(among)  # (tasks travel by the spool whatever carries events)
 
     def receive(self, cursor: Any) -> tuple[list[dict[str, Any]], Any]:
         if isinstance(cursor, list) and len(cursor) == 2:
