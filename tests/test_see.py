@@ -129,8 +129,9 @@ def test_the_pilot_end_message_carries_cpu_and_rss_and_the_journal_keeps_them(se
     from pilot.wire import END, FIELDS
 
     assert {"cpu", "rss"} <= FIELDS[END]
+    assert ends  # (each line as written: the message, then its signature "s", which is the line's, not a field)
     for m in ends:
-        assert set(m) - {"k"} <= FIELDS[END], m
+        assert set(m) - {"k", "s"} <= FIELDS[END], m
 
 
 def test_a_cancelled_runs_trace_says_which_attempts_the_cancel_ended(tmp_path, reaper):  # noqa: F811
