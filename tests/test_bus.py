@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import ROOT, ledger_counts, read_journal, run_cli, wait_for
+from conftest import LEDGER_WF, ROOT, ledger_counts, read_journal, run_cli, wait_for
 from pilot import wire
 from pilot.broker import BrokerError, EngineRedis, Broker, PilotRedis, Redis, stream_for
 from pilot.transport import EngineSpool, PilotSpool
@@ -52,19 +52,6 @@ nodes:
   b:
     after: [a]
     run: echo "start b 0 $PWE_ATTEMPT" >> {{{{ ledger }}}}; echo "end b 0 $PWE_ATTEMPT" >> {{{{ ledger }}}}
-"""
-
-LEDGER_WF = """
-name: many
-properties: {{ledger: {ledger}}}
-nodes:
-  a:
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
-  b:
-    after: [a]
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
 """
 
 
