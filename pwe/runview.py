@@ -23,7 +23,7 @@ def status(run_dir: Path) -> dict[str, Any]:
     ``unreachable``: the hosts whose batch system does not answer the running engine, each
     with ``since`` (a time) and ``why`` (what it said)."""
     d = run_dir
-    snap = _snapshot(d / "state.json")
+    snap = snapshot(d / "state.json")
     holder = EngineLock(d).holder()
     if snap is None or (not holder and _mtime(d / "journal.jsonl") > _mtime(d / "state.json")):
         # the engine stopped before its last snapshot (killed, disk full), or the snapshot
@@ -104,7 +104,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError, AttributeError):
         out["state"] = "damaged (run.json)"
         return out
-    snap = _snapshot(run_dir / "state.json")
+    snap = snapshot(run_dir / "state.json")
     running = bool(EngineLock(run_dir).holder())
     if snap is None:
         out["state"] = "running" if running else "not started (no snapshot)"
@@ -119,7 +119,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _snapshot(path: Path) -> dict[str, Any] | None:
+def snapshot(path: Path) -> dict[str, Any] | None:
     """state.json's content; None when it is missing or not what the engine writes."""
     try:
         snap = json.loads(path.read_text())
@@ -130,7 +130,10 @@ def _snapshot(path: Path) -> dict[str, Any] | None:
     return snap if ok else None
 
 
-def _phase(snap: dict[str, Any], engine_running: bool) -> str:
+def phase(snap: dict[str, Any], engine_running: bool) -> str:
+    """Where a run is, in one word, from its snapshot and whether an engine holds it:
+    running, cancelled, succeeded, failed, stopped (why: ``snap["stopped"]``) or
+    interrupted (its engine died). ``pwe status``, ``pwe runs`` and the service read this."""
     if engine_running:
         return "running"
     if snap.get("cancelled"):
@@ -138,10 +141,15 @@ def _phase(snap: dict[str, Any], engine_running: bool) -> str:
     if snap.get("finished_ok") is True:
         return "succeeded"
     if snap.get("finished_ok") is False:
-        return "finished with failures"
-    if snap.get("stopped"):
-        return f"stopped: {snap['stopped']}; then: pwe resume"
-    return "stopped (pwe resume continues it)"
+        return "failed"
+    return "stopped" if snap.get("stopped") else "interrupted"
+
+
+def _phase(snap: dict[str, Any], engine_running: bool) -> str:
+    """:func:`phase` as ``pwe status`` says it."""
+    word = phase(snap, engine_running)
+    return {"failed": "finished with failures", "stopped": f"stopped: {snap.get('stopped')}; then: pwe resume",
+            "interrupted": "stopped (pwe resume continues it)"}.get(word, word)
 
 
 def _mtime(path: Path) -> float:

@@ -93,23 +93,14 @@ def start_engine(store: Store, rec: dict[str, Any]) -> None:
 
 
 def run_phase(run_dir: Path) -> tuple[str, bool]:
-    """(phase, engine running) of a run, from its lock and its snapshot."""
-    holder = EngineLock(run_dir).holder()
-    try:
-        snap = json.loads((run_dir / "state.json").read_text())
-    except (OSError, ValueError):
-        snap = {}
-    if holder:
-        return "running", True
-    if snap.get("cancelled"):
-        return "cancelled", False
-    if snap.get("finished_ok") is True:
-        return "succeeded", False
-    if snap.get("finished_ok") is False:
-        return "failed", False
-    if snap.get("stopped"):
-        return f"stopped: {snap['stopped']}", False
-    return "interrupted", False
+    """(phase, engine running) of a run, from its lock and its snapshot (runview.phase;
+    a stopped run's phase says why)."""
+    from ..runview import phase, snapshot
+
+    running = bool(EngineLock(run_dir).holder())
+    snap = snapshot(run_dir / "state.json") or {}
+    word = phase(snap, running)
+    return (f"stopped: {snap['stopped']}" if word == "stopped" else word), running
 
 
 def supervise(store: Store, now: float) -> list[dict[str, Any]]:
