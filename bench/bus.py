@@ -7,7 +7,7 @@ Ingestion: a pilot's transport writes N signed ``end`` messages (numbered, in ba
 the pilot sends them); the engine's side then reads them all. Two figures each way:
 
 * bus: the transport's ``receive`` (read, signature checked, decoded) and the engine's
-  admission of each message by its sequence number (:meth:`pwe.pilots.PilotWork._admit`);
+  admission of each message by its sequence number (:meth:`pwe.intake.Intake._admit`);
 * engine: the same messages through the engine's whole ``_ingest`` (admission, journal
   record, state applied), for N members assigned to the pilot.
 

@@ -283,7 +283,7 @@ class RunState:
                 if "q" in r:  # the last sequence number applied, and the last seen by each transport
                     p["q"], p["qs"] = r["q"], r.get("qs") or {}
             return True
-        if e == "reject":  # a pilot message refused, never applied (pwe.pilots._admit)
+        if e == "reject":  # a pilot message refused, never applied (pwe.intake.Intake._admit)
             self.rejected[r["why"]] = self.rejected.get(r["why"], 0) + 1
             return True
         if e == "cancel":

@@ -1,0 +1,207 @@
+"""The engine taking in what its pilots say: the transport to each pilot (spool or broker,
+signed with keys made from the run's secret), the check of every message before it is
+applied, and the journal records made of them. A mixin of :class:`pwe.pilots.PilotWork`,
+apart by job (as :mod:`pwe.recovery` is).
+
+Every message a pilot sends is checked before it is applied (:meth:`Intake._admit`):
+its signature (the transport gives a bad one as ``forged``), its form (``malformed``)
+and its sequence number ``q``: each ``q`` is applied once per pilot, so a message read
+twice changes nothing. One that the same transport already delivered is ``replayed``;
+one that came the other way first (a pilot that left its broker for the spool sends
+again what the engine had not acknowledged) is ``resent``. Each refusal is journaled
+(``reject``: counted in ``pwe status --json`` as ``rejected``), never applied.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pilot.transport import EngineSpool, Transport
+from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, START, UNWRITABLE, UP,
+                        VERSION, channel_key)
+
+from .errors import RunStopped
+
+if TYPE_CHECKING:
+    from .pilots import PilotHandle
+
+
+class Intake:
+    """Transports, admission and journal records of pilot messages; uses the engine's
+    state, journal (``_record``), lanes, pilots and ``_pilot_gone``."""
+
+    def _transport(self, lane: str, pid_: str) -> Transport:
+        """The transport to a pilot of a lane: its host's (``transport``), signed with the
+        run's secret."""
+        d = self.dir / "pilots" / pid_
+        key_in = key_out = None
+        if self._secret is not None:
+            key_in, key_out = channel_key(self._secret, pid_, True), channel_key(self._secret, pid_, False)
+        host = self.lanes[lane].host if lane in self.lanes else None
+        if host is not None and host.transport == "redis":
+            from pilot.broker import EngineRedis
+
+            return EngineRedis(str(d), self._broker(host), key_in, key_out)
+        return EngineSpool(d, key_in, key_out)
+
+    def _broker(self, host: Any) -> Any:
+        """The engine's one connection to a host's broker."""
+        from pilot.broker import Broker, read_password
+
+        broker = self._brokers.get(host.broker)
+        if broker is None:
+            try:
+                password = read_password(host.broker_password_file) if host.broker_password_file else None
+            except OSError as exc:
+                raise RunStopped(f"host '{host.name}': broker_password_file {host.broker_password_file}: "
+                                 f"{exc.strerror or exc}: fix it (an owner-only file with the password)") from None
+            broker = self._brokers[host.broker] = Broker(host.broker, password)
+        return broker
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait between rounds of the loop; with pilots on one broker, until one of them
+        adds an event (a blocking read, up to ``seconds``): their events are taken in at
+        once, not at the next round."""
+        waits: dict[Any, dict[str, str]] = {}
+        for p in self.pilots.values():
+            broker = getattr(p.transport, "broker", None)
+            if p.alive and broker is not None and isinstance(p.cursor, list):
+                waits.setdefault(broker, {})[p.transport.stream] = p.cursor[1]
+        if len(waits) == 1:
+            broker, streams = next(iter(waits.items()))
+            if broker.wait(streams, seconds):
+                return
+        time.sleep(seconds)
+
+    def _admit(self, pilot: PilotHandle, ev: dict[str, Any]) -> str:
+        """Why a pilot's message must not be applied ("" when it may): see the module's
+        docstring. Moves the pilot's sequence numbers on."""
+        k = ev["k"]
+        if k == FORGED:
+            return "forged"
+        if k == MALFORMED or k == DAMAGED:
+            return "malformed"
+        via = ev.pop("via", "spool")
+        q = ev.get("q")
+        if type(q) is not int:
+            return "malformed" if self._secret is not None else ""  # (unsigned: a pilot of a hand-made run)
+        if q <= pilot.qs.get(via, 0):
+            return "replayed"
+        pilot.qs[via] = q
+        if q <= pilot.q:
+            return "resent"
+        pilot.q = q
+        return ""
+
+    def _reject(self, pilot: PilotHandle, ev: dict[str, Any], why: str) -> None:
+        """Journal (and so count) a refused message; say the first of each kind on stderr."""
+        text = str(ev.get("text") or {k: v for k, v in ev.items() if k != "via"})[:80]
+        self._record({"e": "reject", "p": pilot.id, "why": why, "k": ev.get("k"), "q": ev.get("q"),
+                      "detail": ev.get("why"), "text": text, "t": time.time()})
+        if why != "resent" and why not in pilot.refusals:
+            pilot.refusals.add(why)
+            self.notice(f"pilot {pilot.id}: a {why} message refused (never applied; counted in pwe status --json): "
+                        f"{text}")
+
+    def _ingest(self, pilot: PilotHandle) -> int:
+        events = pilot.receive()
+        for broker in self._brokers.values():
+            while broker.notes:
+                self._record({"e": "note", "what": broker.notes.pop(0), "t": time.time()})
+        if not events:
+            return 0
+        for ev in events:
+            why = self._admit(pilot, ev)
+            if why:
+                self._reject(pilot, ev, why)
+            else:
+                self._take(pilot, ev)
+        self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
+        if getattr(pilot.transport, "acks", False) and pilot.q > pilot.acked:
+            # sent after the journal is flushed (the loop flushes it before the pilots)
+            pilot.send({"k": ACK, "q": pilot.q})
+            pilot.acked = pilot.q
+        if self._unwritable:
+            # the members' directories cannot be made: the run's cause, not theirs
+            raise RunStopped(f"{self._unwritable}: make it writable")
+        return len(events)
+
+    @staticmethod
+    def _event_record(pid_: str, ev: dict[str, Any]) -> dict[str, Any] | None:
+        """The journal record of a pilot's ``start``, ``end`` or ``back``; None for a
+        message without the fields its kind has (damaged)."""
+        k = ev["k"]
+        try:
+            if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
+                return {"e": "unassign", "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
+            rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "t": ev.get("t")}
+            if k == START:
+                rec["pid"] = ev.get("pid", 0)
+                if ev.get("nodes"):
+                    rec["nodes"] = ev["nodes"]  # (for the trace: where it ran)
+            else:
+                rec["rc"] = ev["rc"]
+                if ev.get("out"):
+                    rec["out"] = ev["out"]
+                if ev.get("why"):
+                    rec["why"] = ev["why"]
+                rec["dt"] = ev.get("dt")
+                for key in ("cpu", "rss"):  # measured by the pilot (the trace's)
+                    if key in ev:
+                        rec[key] = ev[key]
+        except KeyError:
+            return None
+        return rec
+
+    def _take(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
+        """Act on one message of a pilot."""
+        k = ev["k"]
+        if k == START or k == END or k == BACK:
+            rec = self._event_record(pilot.id, ev)
+            if rec is None:
+                k = DAMAGED
+            else:
+                try:
+                    applied = self.state.apply(rec)
+                except (KeyError, ValueError, TypeError, IndexError):
+                    applied, k = None, DAMAGED  # (a node or member this run does not have)
+                if k != DAMAGED:
+                    self.journal.append(rec)
+                if applied is not None and k == END:
+                    pilot.outstanding -= 1
+                    pilot.finished_any = True
+                    self._failed_pilots = 0
+                elif applied is not None and k == BACK:
+                    pilot.outstanding -= 1
+                    if (ev.get("why") or "").startswith("needs "):
+                        pilot.refused.add((ev["n"], ev["m"]))
+                if k == BACK and str(ev.get("why")).startswith(UNWRITABLE):
+                    from pilot.spawn import writable
+
+                    # the run stops once this batch is journaled, if it still cannot write
+                    # there (not for what a stopped run's pilot handed back meanwhile)
+                    where = str(ev["why"])[len(UNWRITABLE):].rsplit(": ", 1)[0]
+                    if not writable(where):
+                        self._unwritable = str(ev["why"])
+        if k == DRAIN:
+            pilot.draining = True
+        elif k == DOWN:
+            pilot.down = True
+            pilot.down_why = ev.get("why") or ""
+        elif k == UP:
+            if ev.get("v") != VERSION:
+                self._refuse(pilot, ev.get("v"))
+            pilot.came_up = True
+        elif k == DAMAGED:  # (what _admit let through: a run without a secret)
+            self._record({"e": "note", "what": f"pilot {pilot.id}: a damaged message skipped", "text":
+                          str(ev.get("text", ev))[:80], "t": time.time()})
+
+    def _refuse(self, pilot: PilotHandle, version: Any) -> None:
+        """A pilot that speaks another version of the messages: tell it to leave, hand its
+        members back, and stop the run with one line."""
+        pilot.send({"k": CANCEL})
+        pilot.flush()
+        self._pilot_gone(pilot, f"speaks wire version {version}", broke=False)
+        raise RunStopped(f"pilot {pilot.id} on {pilot.host} speaks version {version} of the engine-pilot messages, "
+                         f"this engine speaks {VERSION}: run the same pwe on both sides (its pilot package)")
