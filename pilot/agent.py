@@ -7,10 +7,10 @@ and fields are listed once, in :mod:`pilot.wire`.
 The pilot does not need the engine to be alive: it keeps running what it was given and
 its events wait for an engine to read them.
 
-Why ~460 lines in one module: the loop's steps (taking tasks, packing, launching,
+Why ~510 lines in one module: the loop's steps (taking tasks, packing, launching,
 reaping, walltimes, draining, cancelling) all read and change the same queue, packer and
 running members; what has state of its own is already apart (members.py, remote.py,
-packing.py, transport.py).
+spawners.py, packing.py, transport.py and broker.py).
 """
 
 from __future__ import annotations
