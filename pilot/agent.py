@@ -16,6 +16,7 @@ spawners.py, packing.py, transport.py and broker.py).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import selectors
 import signal
@@ -29,7 +30,7 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
-from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure
+from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
@@ -175,14 +176,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         try:
             make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
         except DirectoryError as exc:
-            # the run's cause, not the member's: handed back, no attempt spent; the engine
-            # stops the run, to be resumed once the directory takes files again
-            self.packer.release(placement, threads, exclusive)
-            why = f"{UNWRITABLE}{exc.filename}: {exc.strerror}"
-            if why != self._unwritable:
-                say(f"{why}: handing members back")
-                self._unwritable = why
-            self.hand_back(task, why)
+            self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
             return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
@@ -221,11 +215,28 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         try:
             pid = self.spawner.spawn(argv, env, cwd, task["cmd"], made=True)
         except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES) and not writable(cwd):
+                # its directory refused its stdout: made a moment before it turned read-only
+                self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
+                return
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+
+    def unwritable(self, task: dict, placement: Placement, threads: int, exclusive: bool, where: str,
+                   strerror: str) -> None:
+        """A member whose directory takes no files: the run's cause, not the member's. It is
+        handed back unstarted (the ``back``'s why begins with UNWRITABLE, so the engine
+        spends no attempt even after its ``start``); the engine stops the run, to be
+        resumed once the directory takes files again."""
+        self.packer.release(placement, threads, exclusive)
+        why = f"{UNWRITABLE}{where}: {strerror}"
+        if why != self._unwritable:
+            say(f"{why}: handing members back")
+            self._unwritable = why
+        self.hand_back(task, why)
 
     def signal_member(self, m: Member, sig: int) -> None:
         if m.agent is not None:

@@ -22,6 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
+from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
+
 if TYPE_CHECKING:  # (pwe status reads the state's names without planning anything)
     from .plan import Plan
 
@@ -260,8 +262,10 @@ class RunState:
             if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"] or r.get("a", ns.attempt[i]) != \
                     ns.attempt[i]:
                 return None  # (``a``, when there: only that attempt; records before it had none)
-            if ns.state[i] == ASSIGNED:
-                ns.attempt[i] -= 1  # never started: this attempt did not happen
+            if ns.state[i] == ASSIGNED or str(r.get("why") or "").startswith(UNWRITABLE):
+                # never started (a pilot says so of a member whose directory refused its
+                # files, even after writing its start): this attempt did not happen
+                ns.attempt[i] -= 1
             self._set(r["n"], ns, i, READY)
             ns.pilot.pop(i, None)
             ns.pid.pop(i, None)

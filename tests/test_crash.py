@@ -244,3 +244,24 @@ def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_fini
     starts, ends = ledger_counts(ledger, attempts=True)
     assert set(ends) == {(str(i), "1") for i in range(n)}, "a member that ended twice, or not at attempt 1"
     assert all(c == 1 for c in ends.values()) and all(c == 1 for c in starts.values())
+
+
+def test_a_member_handed_back_for_an_unwritable_directory_after_its_start_spends_no_attempt(tmp_path):
+    """The pilot writes a member's start before spawning it; if the spawn then finds its
+    directory read-only (made a moment before the mount turned), the pilot hands it back
+    as the run's cause. That attempt did not happen: the next one is attempt 1 again. A
+    member handed back for another reason after it started keeps its attempt."""
+    from pwe.plan import plan_workflow
+    from pwe.state import READY, RunState
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [0, 1]}\n    run: 'true'\n")
+    st = RunState(plan_workflow(wf))
+    for i, why in ((0, "cannot write /r/members/a/0/0: Read-only file system"),
+                   (1, "the allocation ended while it ran")):
+        assert st.apply({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
+        assert st.apply({"e": "start", "n": "a", "m": i, "a": 1, "p": "p1", "pid": 0})
+        assert st.apply({"e": "unassign", "n": "a", "m": i, "a": 1, "p": "p1", "why": why})
+    ns = st.nodes["a"]
+    assert ns.state[0] == READY and ns.attempt[0] == 0
+    assert ns.state[1] == READY and ns.attempt[1] == 1
