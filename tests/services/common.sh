@@ -144,7 +144,7 @@ save ""
 appendonly no
 CONF
 )
-    redis-server "$PWE_REDIS_DIR/redis.conf" >/dev/null 2>&1 9>&-  # (not the services lock)
+    redis-server "$PWE_REDIS_DIR/redis.conf" >/dev/null 2>&1 3>&- 9>&-  # (neither the services lock nor a caller's flock on fd 3)
     for i in $(seq 50); do redis_ok && break; sleep 0.1; done
     if redis_ok; then
         say "redis: up (127.0.0.1:$PWE_REDIS_PORT, password in $PWE_REDIS_DIR/password, url in $PWE_REDIS_DIR/url)"
@@ -173,8 +173,8 @@ start_munge() {
               chown munge:munge /etc/munge/munge.key; }
         chmod 0400 /etc/munge/munge.key
     fi
-    runuser -u munge -- /usr/sbin/munged >/var/tmp/pwe-munged.out 2>&1 9>&- ||
-        runuser -u munge -- /usr/sbin/munged --force >>/var/tmp/pwe-munged.out 2>&1 9>&-
+    runuser -u munge -- /usr/sbin/munged >/var/tmp/pwe-munged.out 2>&1 3>&- 9>&- ||
+        runuser -u munge -- /usr/sbin/munged --force >>/var/tmp/pwe-munged.out 2>&1 3>&- 9>&-
     for i in $(seq 50); do munge_ok && { say "munge: up"; return 0; }; sleep 0.1; done
     say "munge: FAILED: munged did not answer (munge -n | unmunge)"
     sed 's/^/  | /' /var/tmp/pwe-munged.out 2>/dev/null
@@ -261,14 +261,14 @@ start_slurm() {  # (setup.sh asks may_write_slurm_conf first)
         fi
     fi
     if ! alive "$PWE_SLURM_DIR/run/slurmctld.pid" slurmctld; then
-        if ! slurmctld >>"$PWE_SLURM_DIR/log/slurmctld.out" 2>&1 9>&-; then
+        if ! slurmctld >>"$PWE_SLURM_DIR/log/slurmctld.out" 2>&1 3>&- 9>&-; then
             say "slurm: FAILED: slurmctld did not start"
             tail_log "$PWE_SLURM_DIR/log/slurmctld.out"; tail_log "$PWE_SLURM_DIR/log/slurmctld.log"
             return 1
         fi
     fi
     if ! alive "$PWE_SLURM_DIR/run/slurmd.pid" slurmd; then
-        if ! slurmd -N localhost >>"$PWE_SLURM_DIR/log/slurmd.out" 2>&1 9>&-; then
+        if ! slurmd -N localhost >>"$PWE_SLURM_DIR/log/slurmd.out" 2>&1 3>&- 9>&-; then
             say "slurm: FAILED: slurmd did not start"
             tail_log "$PWE_SLURM_DIR/log/slurmd.out"; tail_log "$PWE_SLURM_DIR/log/slurmd.log"
             return 1
@@ -423,7 +423,7 @@ start_node_sshd() {
     stop_pidfile "$pidf" sshd
     # its own UTS namespace too, so that `hostname` on the node says pwe-nN
     ip netns exec "$ns" unshare --uts -- sh -c \
-        "hostname '$ns' && exec /usr/sbin/sshd -f '$conf' -E '$PWE_SSH_DIR/log/$ns.log'" >>"$PWE_SSH_DIR/log/$ns.out" 2>&1 9>&- ||
+        "hostname '$ns' && exec /usr/sbin/sshd -f '$conf' -E '$PWE_SSH_DIR/log/$ns.log'" >>"$PWE_SSH_DIR/log/$ns.out" 2>&1 3>&- 9>&- ||
         { echo "sshd of $ns did not start"; tail_log "$PWE_SSH_DIR/log/$ns.out"; tail_log "$PWE_SSH_DIR/log/$ns.log"; return 1; }
     wait_host_key "$ns" "$addr" 22 ||
         { echo "sshd of $ns does not answer on $addr:22"; tail_log "$PWE_SSH_DIR/log/$ns.log"; return 1; }
@@ -437,7 +437,7 @@ start_local_sshd() {
     fi
     mv "$conf.new" "$conf"
     stop_pidfile "$pidf" sshd
-    /usr/sbin/sshd -f "$conf" -E "$PWE_SSH_DIR/log/pwe-local.log" >>"$PWE_SSH_DIR/log/pwe-local.out" 2>&1 9>&- ||
+    /usr/sbin/sshd -f "$conf" -E "$PWE_SSH_DIR/log/pwe-local.log" >>"$PWE_SSH_DIR/log/pwe-local.out" 2>&1 3>&- 9>&- ||
         { echo "sshd pwe-local did not start"; tail_log "$PWE_SSH_DIR/log/pwe-local.out"; tail_log "$PWE_SSH_DIR/log/pwe-local.log"; return 1; }
     wait_host_key pwe-local 127.0.0.1 "$PWE_LOCAL_PORT" ||
         { echo "sshd pwe-local does not answer on 127.0.0.1:$PWE_LOCAL_PORT"; tail_log "$PWE_SSH_DIR/log/pwe-local.log"; return 1; }
