@@ -288,7 +288,8 @@ class Engine(PilotWork):
     def _window(self, pilot: PilotHandle) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
         # per core, so that the rest can go to other pilots when the host allows several
-        return max(8 * pilot.slots, 256) if pilot.job is None else max(2 * pilot.slots, 2)
+        deep = pilot.job is None and not self._shared(pilot)  # (added pilots share: pwe/pilotctl.py)
+        return max(8 * pilot.slots, 256) if deep else max(2 * pilot.slots, 2)
 
     def _feed_pilot(self, pilot: PilotHandle, lane: Lane) -> int:
         st = self.state

@@ -376,6 +376,12 @@ class PilotControl:
             pilot.draining = True
             pilot.send({"k": LEAVE})
 
+    def _shared(self, pilot: PilotHandle) -> bool:
+        """Whether a pilot shares its members with pilots added to the run (on its host, or
+        helpers): then it holds two members a slot, not a deep queue, so that ready
+        members spread over all of them (what a pilot holds already stays with it)."""
+        return any(p.alive and p is not pilot and (p.serves or p.lane == pilot.lane) for p in self.pilots.values())
+
     def _pilot_view(self) -> dict[str, Any]:
         """What ``pwe pilot list`` and ``pwe status`` read from state.json: whether each
         live pilot came up, and the nodes where its setup_per_node failed."""

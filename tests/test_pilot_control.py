@@ -280,3 +280,31 @@ def test_setup_per_node_xml_and_yaml_make_the_same_plan(write):
     assert sorted((lines, nids) for lines, nids in sets.values()) == [(["module load x", "stage img"], ["a"]),
                                                                     (["warm"], ["c"])]
     assert setup_sets(px) == sets
+
+
+def test_a_resumed_engine_knows_added_and_draining_pilots(tmp_path):
+    """kill -9 of the engine after `pilot add` and `pilot drain`: the resumed engine
+    reattaches the added pilot, gives the drained one nothing more, and the ledger shows
+    every member once."""
+    import signal
+
+    from pwe.rundir import EngineLock
+
+    n = 40
+    wf, ledger = workflow(tmp_path, n, 0.3, name="resume")
+    run_dir = tmp_path / "run"
+    submit(wf, run_dir, tmp_path, "--cores", "1")
+    wait_for(lambda: started(run_dir, "p1"), 60, "p1's members")
+    assert run_cli("pilot", "add", run_dir, cwd=tmp_path)[0] == 0
+    assert run_cli("pilot", "drain", run_dir, "p1", cwd=tmp_path)[0] == 0
+    os.kill(EngineLock(run_dir).holder()["pid"], signal.SIGKILL)
+    wait_for(lambda: not EngineLock(run_dir).holder(), 30, "the engine's end")
+    rc, out, err = run_cli("resume", run_dir, cwd=tmp_path, timeout=120)
+    assert rc == 0, err
+    journal = read_journal(run_dir)
+    resumed = max(i for i, r in enumerate(journal) if r["e"] == "resume")
+    assert not [r for r in journal[resumed:] if r["e"] == "assign" and r["p"] == "p1"]  # still draining
+    assert [r for r in journal[:resumed] if r["e"] == "pilot" and r["p"] == "p2" and r.get("added")]
+    assert not [r for r in journal[resumed:] if r["e"] == "pilot_gone" and r["p"] == "p2"
+                and "lost" in (r.get("why") or "")]  # reattached, not lost
+    once_each(ledger, n)
