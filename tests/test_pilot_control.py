@@ -87,9 +87,34 @@ def test_pilot_add_and_drain_on_real_slurm(slurm_cluster, tmp_path):
     which joins and takes members; `pwe pilot drain p1` while p1's members run: p1 takes
     nothing new, hands back what it held unstarted, finishes what ran and leaves. The
     ledger: every member ran once, in its first attempt."""
-    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
+    job = add_and_drain(tmp_path, SLURM_HOSTS, "small")
+    assert slurm_cluster.job_state(job) in (None, "RUNNING", "COMPLETING", "COMPLETED")  # (None: forgotten)
+
+
+HEAD_HOSTS = """
+hosts:
+  head:
+    protocol: ssh
+    contact: ssh://root@127.0.0.1:2222
+    identity_file: /var/tmp/pwe-ssh/id_ed25519
+    known_hosts: /var/tmp/pwe-ssh/known_hosts
+    cores_per_node: 2
+    max_pilots: 1
+"""
+
+
+def test_pilot_add_and_drain_on_an_interactive_head_node(ssh_nodes, tmp_path):
+    """The same through the ssh protocol (pilots under nohup on a head node, their job ids
+    pids): the second pilot is one more such process."""
+    add_and_drain(tmp_path, HEAD_HOSTS, "head")
+
+
+def add_and_drain(tmp_path, hosts_text, host):
+    """Submit a run of 24 members to ``host`` (max_pilots 1), add a pilot, drain p1 while
+    its members run, and check from the ledger and the pilots' own events; the added job."""
+    (tmp_path / "hosts.yaml").write_text(hosts_text)
     n = 24
-    wf, ledger = workflow(tmp_path, n, 1.5, host="small", name="slurmadd")
+    wf, ledger = workflow(tmp_path, n, 1.5, host=host, name="addjob")
     run_dir = tmp_path / "run"
     submit(wf, run_dir, tmp_path)
     wait_for(lambda: started(run_dir, "p1"), 120, "p1's first member")
@@ -99,7 +124,6 @@ def test_pilot_add_and_drain_on_real_slurm(slurm_cluster, tmp_path):
     assert added["ok"] and added["pilot"] == "p2" and added["job"], added
     assert added["job"] != next(r["job"] for r in read_journal(run_dir) if r["e"] == "pilot" and r["p"] == "p1")
     wait_for(lambda: started(run_dir, "p2"), 120, "the added pilot's first member")
-    assert slurm_cluster.job_state(added["job"]) in ("RUNNING", "COMPLETING", "COMPLETED")
     # drain p1 while its members run
     running = {(e["n"], e["m"]) for e in started(run_dir, "p1")} - \
         {(e["n"], e["m"]) for e in events(run_dir, "p1") if e["k"] == "end"}
@@ -129,6 +153,7 @@ def test_pilot_add_and_drain_on_real_slurm(slurm_cluster, tmp_path):
     once_each(ledger, n)  # nothing lost, nothing twice, no attempt spent
     rc, out, err = run_cli("status", run_dir, cwd=tmp_path)
     assert rc == 0 and "succeeded" in out, out + err
+    return added["job"]
 
 
 # -- setup_per_node on four ssh nodes -------------------------------------------------------
