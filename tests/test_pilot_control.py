@@ -173,10 +173,17 @@ def test_setup_per_node_that_fails_on_one_node_keeps_members_off_it(ssh_nodes, t
     n = 24
     setup = ("  setup_per_node:\n    - echo \"staging on $(hostname)\"\n"
              "    - test \"$(hostname)\" != pwe-n3\n    - touch {}/staged-$(hostname)\n".format(tmp_path))
-    wf, ledger = workflow(tmp_path, n, 0.3, host="four", defaults=setup, name="four")
+    wf, ledger = workflow(tmp_path, n, 1, host="four", defaults=setup, name="four")
     run_dir = tmp_path / "run"
-    rc, out, err = run_cli("run", wf, "--run-dir", run_dir, cwd=tmp_path, timeout=180)
-    assert rc == 0, err
+    submit(wf, run_dir, tmp_path)
+
+    def status_says():
+        rc, out, err = run_cli("status", run_dir, cwd=tmp_path)
+        return "pilot p1: setup_per_node failed on pwe-n3: no member that needs it runs there" in out
+
+    wait_for(status_says, 60, "pwe status to name the node")  # (while the run runs)
+    wait_end(run_dir)
+    assert b'"finish","ok":true' in (run_dir / "journal.jsonl").read_bytes()
     once_each(ledger, n)
     hosts = Counter(line.split()[4] for line in ledger.read_text().splitlines() if line.startswith("start"))
     assert "pwe-n3" not in hosts and set(hosts) <= {"pwe-n1", "pwe-n2", "pwe-n4"}, hosts
