@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from pilot.nodesetup import SETUP_FAILED
 from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 
-from .errors import InputError, PweError, RunStopped
+from .errors import InputError, JournalError, PweError, RunStopped
 from .rundir import EngineLock, write_json_atomic
 from .state import READY
 
@@ -214,7 +214,10 @@ class PilotControl:
             else:
                 try:
                     answer = self._pilot_request(rid, req)
-                except RunStopped as exc:  # (a batch system that refused the pilot: the run goes on)
+                except (PweError, OSError, ValueError) as exc:  # (a batch system that refused the pilot, a
+                    # process that could not start: said to the asker; the run goes on)
+                    if isinstance(exc, JournalError):
+                        raise
                     answer = {"ok": False, "exit": 1, "why": str(exc)}
                     self._record({"e": "note", "what": f"pwe pilot add refused: {exc}", "t": time.time()})
             self.journal.flush()  # what was done is on disk before it is answered
