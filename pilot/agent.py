@@ -32,17 +32,18 @@ from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
+from .nodesetup import SETUP_FAILED, NodeSetup
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
-from .wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, HB, MALFORMED, NODE_LOST, START, STOP, TASK,
-                   UNWRITABLE, UP, VERSION)
+from .wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, HB, LEAVE, MALFORMED, NODE_LOST, SETUP, START,
+                   STOP, TASK, UNWRITABLE, UP, VERSION)
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
 
 
-class PilotAgent(RemoteNodes, LocalSpawners):
+class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
@@ -85,6 +86,10 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         self.pending: list[tuple[Member, dict]] = []  # handed to spawners once their starts are written
         self.sel: selectors.BaseSelector | None = None
         self._next_key = -1
+        self.leaving = False  # (pwe pilot drain) take nothing new, finish what runs, leave
+        self.setup_sets: dict[str, list[str]] = {}  # setup_per_node sets by id (pilot/nodesetup.py)
+        self.node_setups: dict[tuple[str, str], str] = {}  # (node, id) -> running | ok | failed
+        self.setup_procs: dict[int, tuple] = {}  # pid -> (process, node, id, started, log)
 
     @property
     def free(self) -> int:
@@ -123,13 +128,17 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             if kind == TASK:
                 if not self.take(msg):
                     continue
-                if self.draining:
-                    self.hand_back(msg, "the allocation is ending")
+                if self.draining or self.leaving:
+                    self.hand_back(msg, "the allocation is ending" if self.draining else "the pilot is drained")
                 else:
                     self.queue.append(msg)
                 got = True
             elif kind == STOP:
                 self.stopping = True
+            elif kind == SETUP:
+                self.take_setup(msg)
+            elif kind == LEAVE:
+                self.leave()
             elif kind == CANCEL:
                 self.cancel()
             elif kind == DAMAGED:
@@ -251,7 +260,18 @@ class PilotAgent(RemoteNodes, LocalSpawners):
     def time_left(self, now: float) -> float | None:
         return None if self.alloc.end is None else self.alloc.end - self.margin - now
 
+    def leave(self) -> None:
+        """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing
+        new, finish what runs, then leave."""
+        if self.leaving:
+            return
+        self.leaving = self.stopping = True
+        while self.queue:
+            self.hand_back(self.queue.popleft(), "the pilot is drained")
+
     def launch_ready(self) -> None:
+        if self.setup_procs:
+            self.poll_setups()
         if self.write_blocked or self.draining:
             return
         now = time.time()
@@ -273,7 +293,11 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
                 continue
-            placement = self.packer.place(*shape)
+            if self.setup_failed_everywhere(task):  # (pilot/nodesetup.py) another pilot runs it
+                del self.queue[i]
+                self.hand_back(task, SETUP_FAILED)
+                continue
+            placement = self.place_for(task, shape)
             if placement is None:
                 i += 1
                 continue
@@ -289,6 +313,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         for pid, rc, cpu, rss in reaped(lambda: self.running):
             member = self.running.pop(pid, None)
             if member is None:
+                self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
                 continue
             member.cpu, member.rss = cpu, rss
             self.packer.release(member.placement, member.threads, member.exclusive)
@@ -407,6 +432,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             for m in self.running.values():
                 self.signal_member(m, signal.SIGKILL)
             why = f"error: {type(exc).__name__}: {exc}"
+        self.stop_setups()
         for agent in list(self.agents.values()) + list(self.spawners.values()):
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
         self.emit(DOWN, why=why)
@@ -442,7 +468,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             if not self.running and not self.signalled and (
                     self.cancelled or self.draining or (self.stopping and not self.queue)):
                 return ("cancel" if self.cancelled else "terminated" if self.terminated
-                        else "walltime" if self.draining else "stop")
+                        else "walltime" if self.draining else "leave" if self.leaving else "stop")
             if not self.running and not self.queue and now - last_activity > self.idle_timeout:
                 return "idle"
             # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to

@@ -143,3 +143,15 @@ class Packer:
     @property
     def idle(self) -> bool:
         return all(self.free[n.name] == self.cap[n.name] for n in self.nodes if n.name not in self.dead)
+
+    def place_avoiding(self, avoid: set[str], ranks: int, threads: int, exclusive: bool = False,
+                       cap: int | None = None, gpus: int = 0, mem: int = 0) -> Placement | None:
+        """:meth:`place`, on no node of ``avoid`` (pilot/nodesetup.py: a node whose
+        setup_per_node has not run yet there, or failed): they count as full meanwhile."""
+        saved = {name: self.free[name] for name in avoid if name in self.free}
+        for name in saved:
+            self.free[name] = 0
+        try:
+            return self.place(ranks, threads, exclusive, cap, gpus, mem)
+        finally:
+            self.free.update(saved)

@@ -12,12 +12,18 @@ kind        fields
 ``task``    ``n`` node, ``m`` member index, ``a`` attempt, ``cmd`` the rendered command,
             ``cwd`` the member's directory, ``env`` {name: text}, ``ranks``, ``threads``,
             ``wall`` minutes per member or null; only when set: ``exclusive`` (whole
-            nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB)
+            nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``setup``
+            (the id of the ``setup`` its nodes run first)
 ``stop``    (none): run what is queued, then leave
 ``cancel``  (none): kill every member, leave
 ``ack``     ``q``: the engine has journaled every event of this pilot up to ``q``; a pilot
             that sends through a broker forgets them (it keeps the rest, to write them
             to the spool if the broker goes away)
+``leave``   (none): ``pwe pilot drain``: take no new member, hand back what is queued
+            (no attempt spent), finish what runs, then leave
+``setup``   ``id``, ``lines`` [shell lines]: a ``setup_per_node`` set; a task whose
+            ``setup`` names it runs on a node only once these lines ran there and
+            exited 0 (run once per node, before its first such member)
 ==========  ===============================================================================
 
 pilot -> engine (each also has ``t``, the pilot's clock when it was written, and ``q``,
@@ -42,8 +48,10 @@ kind           fields
 ``node_lost``  ``node``, ``n``, ``m``, ``why`` (its ssh session's last words; not always):
                that member runs again on another node
 ``hb``         ``running``, ``queued``: heartbeat
-``down``       ``why``: ``stop``, ``idle``, ``cancel``, ``walltime``, ``terminated`` or
-               ``error: ...`` (a defect)
+``down``       ``why``: ``stop``, ``idle``, ``cancel``, ``walltime``, ``terminated``,
+               ``leave`` (drained) or ``error: ...`` (a defect)
+``node_setup`` ``node``, ``id``, ``rc``, ``dt`` s, ``log`` (its output's file): a
+               ``setup`` set ran on a node; rc not 0: no member needing it runs there
 =============  ============================================================================
 
 The engine refuses a pilot whose ``up`` names another :data:`VERSION`. How the bytes
@@ -74,12 +82,15 @@ from typing import Any
 
 #: Raised whenever a kind or a field changes meaning, is added or is taken away.
 #: 2: every pilot message has ``q``; lines are signed (``s``); the ``ack`` kind.
-VERSION = 2
+#: 3: ``leave`` (pwe pilot drain), ``setup`` and a task's ``setup`` (setup_per_node), ``node_setup``.
+VERSION = 3
 
 # engine -> pilot
 TASK, STOP, CANCEL, ACK = "task", "stop", "cancel", "ack"
+LEAVE, SETUP = "leave", "setup"
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
+NODE_SETUP = "node_setup"
 #: (never sent) what decode() makes of a line that is not a message
 DAMAGED = "damaged"
 #: (never sent) what a reader with a key makes of a line whose signature is missing or
@@ -91,8 +102,10 @@ UNWRITABLE = "cannot write "
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
-                     "mem"}),
+                     "mem", "setup"}),
     STOP: frozenset(),
+    LEAVE: frozenset(),
+    SETUP: frozenset({"id", "lines"}),
     CANCEL: frozenset(),
     ACK: frozenset({"q"}),
     UP: frozenset({"v", "pid", "host", "slots", "allocation", "job", "end", "margin", "nodes", "t", "q"}),
@@ -103,9 +116,10 @@ FIELDS: dict[str, frozenset[str]] = {
     NODE_LOST: frozenset({"node", "n", "m", "why", "t", "q"}),
     HB: frozenset({"running", "queued", "t", "q"}),
     DOWN: frozenset({"why", "t", "q"}),
+    NODE_SETUP: frozenset({"node", "id", "rc", "dt", "log", "t", "q"}),
 }
 #: What the pilot sends (each with its sequence number ``q``).
-FROM_PILOT = frozenset({UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN})
+FROM_PILOT = frozenset({UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN, NODE_SETUP})
 
 # one encoder and decoder for every message (json.dumps with arguments builds an encoder per call)
 _encode = json.JSONEncoder(separators=(",", ":")).encode

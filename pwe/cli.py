@@ -15,6 +15,7 @@ import click
 from .cli_base import fail, find, hosts_option, json_option, warn
 from .cli_events import events
 from .cli_check import hosts, plan, validate
+from .cli_pilot import pilot
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
 from .errors import PweError, RunStopped
@@ -26,7 +27,7 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
-for _command in (validate, plan, hosts, service, trigger, *SEE_COMMANDS):
+for _command in (validate, plan, hosts, service, trigger, pilot, *SEE_COMMANDS):
     cli.add_command(_command)
 
 

@@ -95,6 +95,10 @@ def _status_lines(d, snap: dict) -> list[str]:
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
                      f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+    for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
+        if view.get("setup_failed"):  # (pwe/pilotctl.py)
+            lines.append(f"pilot {pid_}: setup_per_node failed on {', '.join(view['setup_failed'])}: no member that "
+                         "needs it runs there (pwe events RUN shows each)")
     refused = {k: n for k, n in (snap.get("rejected") or {}).items() if k != "resent"}
     if refused:  # (pwe events RUN shows each)
         lines.append("pilot messages refused, never applied: " + ", ".join(f"{n} {k}" for k, n in refused.items()))

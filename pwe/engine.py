@@ -215,6 +215,7 @@ class Engine(PilotWork):
             now = time.time()
             if now - last_snap >= SNAPSHOT_EVERY:
                 self._take_edges()
+                self._take_pilot_requests()  # (pwe pilot add / drain: pwe/pilotctl.py)
                 self._check_space()
                 self._snapshot()
                 last_snap = now
@@ -277,7 +278,7 @@ class Engine(PilotWork):
                 if started is None:
                     break
                 fed += self._feed_pilot(started, lane)
-        return fed
+        return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/pilotctl.py)
 
     def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
         return [p for p in self.pilots.values()
@@ -287,7 +288,8 @@ class Engine(PilotWork):
     def _window(self, pilot: PilotHandle) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
         # per core, so that the rest can go to other pilots when the host allows several
-        return max(8 * pilot.slots, 256) if pilot.job is None else max(2 * pilot.slots, 2)
+        deep = pilot.job is None and not self._shared(pilot)  # (added pilots share: pwe/pilotctl.py)
+        return max(8 * pilot.slots, 256) if deep else max(2 * pilot.slots, 2)
 
     def _feed_pilot(self, pilot: PilotHandle, lane: Lane) -> int:
         st = self.state
@@ -401,7 +403,8 @@ class Engine(PilotWork):
                      "total_members": self.plan.total_members,
                      # hosts whose batch system does not answer: nothing new is submitted there
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
-                                     for lane in self.lanes.values() if lane.unreachable_since is not None}})
+                                     for lane in self.lanes.values() if lane.unreachable_since is not None},
+                     "pilot_view": self._pilot_view()})
         try:
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:

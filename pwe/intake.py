@@ -196,6 +196,7 @@ class Intake:
         elif k == DAMAGED:  # (what _admit let through: a run without a secret)
             self._record({"e": "note", "what": f"pilot {pilot.id}: a damaged message skipped", "text":
                           str(ev.get("text", ev))[:80], "t": time.time()})
+        self._pilot_news(pilot, ev)  # (setup_per_node's outcomes: pwe/pilotctl.py)
 
     def _refuse(self, pilot: PilotHandle, version: Any) -> None:
         """A pilot that speaks another version of the messages: tell it to leave, hand its

@@ -39,6 +39,8 @@ NODE_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, description="minutes")]
 Count = Annotated[StrictInt, Field(ge=1)]
+#: An item of setup_per_node: shell text (several lines are welcome: they run as one script).
+SetupLine = Annotated[StrictStr, Field(min_length=1)]
 
 
 class _Strict(BaseModel):
@@ -216,6 +218,9 @@ class Node(_Strict):
         default_factory=dict, description="extra environment variables for every member"
     )
     scheduling: Scheduling | None = None
+    setup_per_node: list[SetupLine] | None = Field(
+        None, description="shell lines each pilot runs once on every node before the first member of this node "
+        "there; a node where they fail takes none of its members (default: defaults.setup_per_node)")
 
     @field_validator("after", mode="before")
     @classmethod
@@ -236,6 +241,9 @@ class Defaults(_Strict):
     host: StrictStr = "local"
     retries: Annotated[StrictInt, Field(ge=0)] = 0
     scheduling: Scheduling = Field(default_factory=Scheduling)
+    setup_per_node: list[SetupLine] = Field(
+        default_factory=list, description="shell lines each pilot runs once on every node before the first member "
+        "there (staging a container image, warming a cache); a node where they fail takes no member")
 
 
 class Workflow(_Strict):

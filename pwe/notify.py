@@ -93,3 +93,19 @@ def receive(run_dir: Path, seen: set[str]) -> list[tuple[dict[str, Any], bool]]:
         msg["file"] = name
         out.append((msg, ok))
     return out
+
+
+def sign(run_dir: Path, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with its ``mac`` under the run's secret: the form of every signed file a
+    running engine takes in (edge events here, ``pwe pilot`` requests: pwe/pilotctl.py)."""
+    return {**body, "mac": _mac(_key(run_dir), body)}
+
+
+def authentic(run_dir: Path, msg: dict[str, Any]) -> bool:
+    """Whether a signed file's content (``mac`` included, taken out here) is the run's."""
+    mac = msg.pop("mac", None)
+    try:
+        key = _key(run_dir)
+    except OSError:
+        return False
+    return isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, msg))

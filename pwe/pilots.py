@@ -31,6 +31,7 @@ from pilot.transport import EngineSpool, Transport
 from .errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from .journal import cannot_write
 from .intake import Intake
+from .pilotctl import PilotControl
 from .placement import pilot_job
 from .recovery import Recovery
 from .state import READY, ReadyQueue
@@ -59,6 +60,7 @@ class PilotHandle:
         self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
         self.finished_any = False  # an end event of one of its members was taken in
         self.draining = False
+        self.serves: list[str] | None = None  # (a helper added by pwe pilot add: pwe/pilotctl.py) its nodes
         self.full = False  # given all it may take (maxMembers, or members too long for it)
         self.given = 0
         self.refused: set[tuple[str, int]] = set()
@@ -129,13 +131,15 @@ class Lane:
         self.retry_pilot: tuple[str, bool] | None = None  # (pilot id, maybe submitted)
 
 
-class PilotWork(Intake, Recovery):
+class PilotWork(Intake, Recovery, PilotControl):
     """The engine's work with its pilots, split out of :class:`~pwe.engine.Engine` (its
     base class) by job: it uses the engine's state, journal (``_record``) and lanes."""
 
-    def _start_pilot(self, lane: Lane) -> PilotHandle | None:
+    def _start_pilot(self, lane: Lane, nodes: int | None = None,
+                     extra: dict[str, Any] | None = None) -> PilotHandle | None:
+        """``nodes``, ``extra`` (pwe pilot add): the job's nodes; fields of its ``pilot`` record."""
         if lane.protocol.batch:
-            return self._submit_pilot(lane)
+            return self._with_setups(self._submit_pilot(lane, nodes, extra))
         pid_ = f"p{self._next_pilot}"
         self._next_pilot += 1
         d = self.dir / "pilots" / pid_
@@ -145,12 +149,13 @@ class PilotWork(Intake, Recovery):
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
         host = socket.gethostname()
         self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
-                      "slots": lane.cores, "t": time.time()})
+                      "slots": lane.cores, "t": time.time(), **(extra or {})})
         pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
         self.pilots[pid_] = pilot
-        return pilot
+        return self._with_setups(pilot)
 
-    def _submit_pilot(self, lane: Lane) -> PilotHandle | None:
+    def _submit_pilot(self, lane: Lane, nodes: int | None = None,
+                      extra: dict[str, Any] | None = None) -> PilotHandle | None:
         """Glide in: one batch job that becomes a pilot, sized for the members ready now.
         None when the batch system did not answer: tried again after a back-off."""
         host = lane.host
@@ -167,6 +172,8 @@ class PilotWork(Intake, Recovery):
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
                         heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60),
                         created=self.info.get("created"))
+        if nodes:
+            job.nodes = nodes  # (pwe pilot add --nodes)
         script = d / "job.sh"
         script.write_text(lane.protocol.render(job))
         try:
@@ -189,7 +196,8 @@ class PilotWork(Intake, Recovery):
         lane.retry_pilot = None
         self._reachable(lane)
         self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
-                      "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time()})
+                      "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
+                      **(extra or {})})
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
                             transport=transport)
         self.pilots[pid_] = pilot
@@ -285,6 +293,7 @@ class PilotWork(Intake, Recovery):
                 self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
 
     def _check_pilots(self) -> None:
+        self._check_setups()  # (setup_per_node failing on every node, pilot after pilot: pwe/pilotctl.py)
         for lane in self.lanes.values():
             if lane.protocol.polls_status:
                 self._poll_jobs(lane)

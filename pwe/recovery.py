@@ -39,12 +39,14 @@ class Recovery:
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
         from .pilots import PilotHandle  # (pilots.py builds on this module)
 
+        self._restore_lane(p)  # (a helper's lane: pwe/pilotctl.py)
         lane = p.get("lane") or next(iter(self.lanes))
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
                             cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
                             transport=self._transport(lane, pid_))
         pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
         self.pilots[pid_] = pilot
+        self._restore_pilot(pilot, p)  # (helper, draining, setup_per_node: pwe/pilotctl.py)
         # assignments journaled but never sent to the pilot (killed in between): hand back
         st = self.state
         queued = {(nid, i, st.nodes[nid].attempt[i]) for nid, i in st.inflight(pid_)

@@ -275,6 +275,10 @@ class RunState:
             self.pilots[r["p"]] = {k: v for k, v in r.items() if k not in ("e",)}
             self.pilots[r["p"]].setdefault("alive", True)
             return True
+        if e == "pilot_drain":  # (pwe pilot drain: it takes no new member, then leaves)
+            if r["p"] in self.pilots:
+                self.pilots[r["p"]].update(draining=True, drain_req=r.get("req"))
+            return True
         if e == "pilot_gone":
             if r["p"] in self.pilots:
                 self.pilots[r["p"]]["alive"] = False

@@ -24,6 +24,8 @@ class TaskBuilder:
         self.plan = plan
         self._env_base = {"PWE_RUN_ID": run_id}
         self._members = str(run_dir / "members")
+        self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
+        self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
 
     def build(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
         """Member ``i`` of node ``nid``, attempt ``attempt``: its command, directory,
@@ -54,7 +56,27 @@ class TaskBuilder:
             task["gpus"] = sched.gpusPerMember
         if sched.memoryPerMember:
             task["mem"] = sched.memoryPerMember
+        setup = self._setup.get(nid)
+        if setup:
+            task["setup"] = setup  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
         return task
+
+
+def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
+    """The run's setup_per_node sets: {id: (lines, the nodes that need them)}; a node's own
+    lines, else the defaults'. The id is a digest of the lines, so nodes with the same
+    lines share one set (run once per pilot node for all of them)."""
+    import hashlib
+
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for nid, pn in plan.nodes.items():
+        lines = pn.spec.setup_per_node
+        if lines is None:
+            lines = plan.workflow.defaults.setup_per_node
+        if lines:
+            sid = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+            out.setdefault(sid, (list(lines), []))[1].append(nid)
+    return out
 
 
 def _minutes(v: float | None) -> str:

@@ -462,8 +462,20 @@ def _defaults(el: etree._Element) -> LineDict:
     for name in ("host", "retries"):
         if el.get(name) is not None:
             _put(out, name, _attr(el, name), el.sourceline)
-    for child in el:  # only <scheduling>
-        _put(out, "scheduling", _scheduling(child), child.sourceline)
+    for child in el:  # <scheduling>, <setup_per_node>
+        if child.tag == "setup_per_node":
+            _put(out, "setup_per_node", _lines(child), child.sourceline)
+        else:
+            _put(out, "scheduling", _scheduling(child), child.sourceline)
+    return out
+
+
+def _lines(el: etree._Element) -> LineList:
+    """``<setup_per_node><line>...</line>...</setup_per_node>`` as the YAML form's list."""
+    out = LineList(line=el.sourceline)
+    for child in el:
+        out.append(_text(child))
+        out.item_lines.append(child.sourceline)
     return out
 
 
@@ -500,6 +512,8 @@ def _node(el: etree._Element) -> LineDict:
             _put(node, "run", _script(_text(child)), line)
         elif child.tag == "scheduling":
             _put(node, "scheduling", _scheduling(child), line)
+        elif child.tag == "setup_per_node":
+            _put(node, "setup_per_node", _lines(child), line)
     return node
 
 

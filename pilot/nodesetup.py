@@ -1,0 +1,129 @@
+"""Per-node setup (``setup_per_node``): lines a pilot runs once on each of its nodes
+before the first member there that needs them (staging a container image, warming a
+cache). Standard library only.
+
+The engine sends each set once (a ``setup`` message: ``id``, ``lines``) and names it in
+every task that needs it (the task's ``setup``). Before such a member is placed, the pilot
+starts the set on every live node where it has not run yet, each in the background (on
+its own node with bash, elsewhere through the launcher its members use there: ssh or
+srun), and places the member only on nodes where it exited 0. Its output is kept in the
+pilot's directory (``setup-<node>-<id>.log``). A node whose setup failed takes no member
+that needs it; when it failed on every node, such members are handed back (no attempt
+spent) with a why that begins with :data:`SETUP_FAILED`, and the engine gives them to
+another pilot. Each outcome is a ``node_setup`` message (node, id, rc, dt, log).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from .launchers import choose, wrap
+from .members import say
+from .packing import Placement
+from .wire import NODE_SETUP
+
+#: How a ``back`` says that no node of the pilot could run the member's setup_per_node.
+SETUP_FAILED = "setup_per_node failed on every node of this pilot"
+
+
+class NodeSetup:
+    """The part of :class:`pilot.agent.PilotAgent` that runs setup_per_node sets (a mixin:
+    it uses the pilot's allocation, packer, launcher settings and events)."""
+
+    def take_setup(self, msg: dict[str, Any]) -> None:
+        """A ``setup`` message: the set's lines, by id (a second copy changes nothing)."""
+        sid, lines = msg.get("id"), msg.get("lines")
+        if isinstance(sid, str) and isinstance(lines, list) and sid not in self.setup_sets:
+            self.setup_sets[sid] = [str(x) for x in lines]
+
+    def _setup_nodes(self) -> list[Any]:
+        return [n for n in self.alloc.nodes if n.name not in self.packer.dead]
+
+    def setup_failed_everywhere(self, task: dict) -> bool:
+        """Whether the task's setup failed on every live node of this pilot."""
+        sid = task.get("setup")
+        if not sid:
+            return False
+        done = self.node_setups
+        return all(done.get((n.name, sid)) == "failed" for n in self._setup_nodes())
+
+    def place_for(self, task: dict, shape: tuple) -> Placement | None:
+        """Where the member goes: as the packer places it, but only on nodes where its setup
+        ran and exited 0; the set is started on the nodes where it has not run yet."""
+        sid = task.get("setup")
+        if not sid:
+            return self.packer.place(*shape)
+        avoid = set()
+        for node in self._setup_nodes():
+            st = self.node_setups.get((node.name, sid))
+            if st is None:
+                self.start_setup(node, sid)
+                st = self.node_setups.get((node.name, sid))
+            if st != "ok":
+                avoid.add(node.name)
+        if not avoid:
+            return self.packer.place(*shape)
+        return self.packer.place_avoiding(avoid, *shape)
+
+    def start_setup(self, node: Any, sid: str) -> None:
+        lines = self.setup_sets.get(sid)
+        if lines is None:  # (the engine sends a set before any task naming it)
+            say(f"a task names setup {sid!r}, which was never sent; its nodes count it as failed")
+            self.node_setups[(node.name, sid)] = "failed"
+            return
+        script = "set -e\n" + "\n".join(lines) + "\n"
+        placement = Placement([(node, 1)])
+        launcher = choose(self.alloc.kind, placement, 1, self.launcher)
+        prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
+        env = {"PWE_SETUP_NODE": node.name}
+        argv = ["bash", "-c", script] if launcher == "fork" else \
+            wrap(launcher, ["bash", "-c", script], script, placement, 1, 1, self.dir, env, prefix)
+        log = os.path.join(self.dir, f"setup-{node.name}-{sid}.log")
+        try:
+            with open(log, "ab") as out:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        cwd=self.dir, env={**os.environ, **env}, start_new_session=True)
+        except OSError as exc:
+            say(f"cannot start setup_per_node on {node.name}: {exc}")
+            self.node_setups[(node.name, sid)] = "failed"
+            self.emit(NODE_SETUP, node=node.name, id=sid, rc=127, dt=0.0, log=log)
+            return
+        self.node_setups[(node.name, sid)] = "running"
+        self.setup_procs[proc.pid] = (proc, node.name, sid, time.time(), log)
+
+    def setup_reaped(self, pid: int, rc: int) -> bool:
+        """A child the member reaper collected: True when it was a setup (now recorded)."""
+        entry = self.setup_procs.pop(pid, None)
+        if entry is None:
+            return False
+        proc, node, sid, t0, log = entry
+        proc.returncode = rc  # (reaped here: Popen must not wait for it again)
+        ok = rc == 0
+        self.node_setups[(node, sid)] = "ok" if ok else "failed"
+        if not ok:
+            say(f"setup_per_node failed on node {node} (exit {rc}): no member that needs it runs there; "
+                f"its output: {log}")
+        self.emit(NODE_SETUP, node=node, id=sid, rc=rc, dt=round(time.time() - t0, 3), log=log)
+        return True
+
+    def poll_setups(self) -> None:
+        """Collect the setups that ended (those the member reaper did not collect first)."""
+        for pid in list(self.setup_procs):
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue  # (collected by the member reaper, which called setup_reaped)
+            if got:
+                self.setup_reaped(pid, os.waitstatus_to_exitcode(status))
+
+    def stop_setups(self) -> None:
+        """The pilot leaves: setups still running are ended."""
+        for proc, *_ in self.setup_procs.values():
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
