@@ -39,7 +39,7 @@ class Recovery:
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
         from .pilots import PilotHandle  # (pilots.py builds on this module)
 
-        lane = p.get("lane") or next(iter(self.lanes))
+        lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
                             cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
                             transport=self._transport(lane, pid_))
