@@ -30,6 +30,7 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
+from .tmpdirs import TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .remote import NodeAgent, RemoteNodes
@@ -48,7 +49,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
                  idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
                  launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
-                 margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None):
+                 margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None,
+                 scratch: str | None = None):
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
@@ -78,6 +80,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
+        self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
         self.agents: dict[str, NodeAgent] = {}
         # many slots here: members are started by local spawners (pilot/spawners.py)
         self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
@@ -180,6 +183,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
+        if not self.member_tmpdir(task, placement, threads, exclusive, member_env):
+            return
         if placement.gpu_ids:  # the GPUs of its node that are this member's alone
             ids = [str(j) for j in placement.gpu_ids]
             if placement[0][0].local and self._visible_gpus:
@@ -204,6 +209,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             if isinstance(mpi, str):  # never through a launcher that would not run the payload
                 self.packer.release(placement, threads, exclusive)
                 self.fail_now(task, 127, f"cannot start {ranks} ranks: {mpi}")
+                self.tmpdirs.remove(task["n"], task["m"], task["a"])
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
@@ -218,12 +224,30 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             if exc.errno in (errno.EROFS, errno.EACCES) and not writable(cwd):
                 # its directory refused its stdout: made a moment before it turned read-only
                 self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
+                self.tmpdirs.remove(task["n"], task["m"], task["a"])
                 return
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))
+            self.tmpdirs.remove(task["n"], task["m"], task["a"])
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+
+    def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
+                      member_env: dict) -> bool:
+        """The member attempt's own fresh $TMPDIR (pilot/tmpdirs.py), made here for a member
+        on this node and put in its environment (TMPDIR, PWE_TMPDIR); False when it cannot be
+        made (the member fails with the reason). A member on another node keeps that node's
+        $TMPDIR (not built: the node agent would make it there)."""
+        if not placement[0][0].local:
+            return True
+        try:
+            member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.make(task["n"], task["m"], task["a"])
+        except OSError as exc:
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
+            return False
+        return True
 
     def unwritable(self, task: dict, placement: Placement, threads: int, exclusive: bool, where: str,
                    strerror: str) -> None:
@@ -308,6 +332,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
     def finish(self, member: Member, rc: int) -> None:
         """Report a member that ended (its cores are already released)."""
         t = member.task
+        self.tmpdirs.remove(t["n"], t["m"], t["a"])  # (it has ended: its $TMPDIR goes, whatever it left)
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
             self.hand_back(t, "the allocation ended while it ran")
             return
@@ -339,6 +364,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         keep = []
         for at, member, rc in self.signalled:
             t = member.task
+            self.tmpdirs.remove(t["n"], t["m"], t["a"])  # (it has ended, whatever is said of it)
             if self.terminated:
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
@@ -391,6 +417,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             signal.signal(sig, self._on_term)
         sel = self.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
+        for left in self.tmpdirs.sweep():  # what pilots of this run killed here (SIGKILL) left
+            say(f"removed {left}, left by a pilot of this run that is gone")
         self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots,
                   allocation=self.alloc.kind, job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
                   nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
@@ -409,6 +437,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             why = f"error: {type(exc).__name__}: {exc}"
         for agent in list(self.agents.values()) + list(self.spawners.values()):
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
+        self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
         self.emit(DOWN, why=why)
         self.flush()
         return 1 if why.startswith("error") else 0
@@ -477,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus-per-node", type=int, default=None, help="GPUs on each node (default: from the batch "
                     "system, or CUDA_VISIBLE_DEVICES here)")
     ap.add_argument("--memory-per-node", type=int, default=None, help="MB of memory on each node for members")
+    ap.add_argument("--scratch", default=None, help="where members' own $TMPDIRs are made (the host's scratch; "
+                    "default: $TMPDIR, else /tmp)")
     ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
     ap.add_argument("--margin", type=float, default=None,
                     help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
@@ -515,6 +546,6 @@ def main(argv: list[str] | None = None) -> None:
         ap.exit(2, f"python -m pilot: {exc}\n")
     pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
-                  margin=args.margin, spawners=args.spawners, transport=transport)
+                  margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch)
     sys.exit(pilot.run())
 

@@ -388,6 +388,8 @@ def pilot_args_for(host: Any) -> list[str]:
             args += ["--launcher", host.launcher]
         if host.launcher_prefix:  # (it was dropped here: a host's setting is never ignored)
             args += ["--launcher-prefix", host.launcher_prefix]
+    if host.scratch:
+        args += ["--scratch", host.scratch]  # (members' own $TMPDIRs: pilot/tmpdirs.py)
     if host.gpus_per_node:
         args += ["--gpus-per-node", str(host.gpus_per_node)]
     if host.memory_per_node:

@@ -1,0 +1,100 @@
+"""Each member attempt's own ``$TMPDIR`` (from open-lmake): a fresh, empty, owner-only
+directory made before the member starts and removed when it has ended, however it ended
+(done, failed, killed by its walltime, cancelled). Standard library only.
+
+Layout: ``<root>/pwe-<run>-<pilot>-<host>-<pid>/<node>.<member>.<attempt>``, where root is
+the host's ``scratch`` (``$VARS`` expanded here, on the node), else the node's ``$TMPDIR``,
+else ``/tmp``; ``<run>`` is a short hash of the run directory. The pilot's own directory
+goes when the pilot leaves. A pilot killed with SIGKILL cannot tidy: the next pilot of the
+same run on the same node removes what pilots of that run left there whose process is gone
+(:meth:`TmpDirs.sweep`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+
+from .spawn import pid_alive
+
+
+def tmp_root(scratch: str | None) -> str:
+    """Where members' directories are made on this node."""
+    if scratch:
+        return os.path.expanduser(os.path.expandvars(scratch))
+    return os.environ.get("TMPDIR") or "/tmp"
+
+
+class TmpDirs:
+    """The members' temporary directories of one pilot on its node."""
+
+    def __init__(self, pilot_dir: str, scratch: str | None = None):
+        pilot_dir = os.path.abspath(pilot_dir)
+        self.root = tmp_root(scratch)
+        run_dir = os.path.dirname(os.path.dirname(pilot_dir))  # RUN/pilots/<id>
+        self.prefix = f"pwe-{hashlib.sha256(run_dir.encode()).hexdigest()[:10]}-"
+        self.host = socket.gethostname()
+        self.base = os.path.join(self.root, f"{self.prefix}{os.path.basename(pilot_dir)}-{self.host}-{os.getpid()}")
+        self._made = False
+
+    def sweep(self) -> list[str]:
+        """Remove what pilots of this run left on this node (killed before they could tidy):
+        directories ``pwe-<run>-*-<this host>-<pid>`` whose pid is gone. What was removed."""
+        gone = []
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return gone
+        tail = f"-{self.host}-"
+        for name in names:
+            if not name.startswith(self.prefix) or tail not in name:
+                continue
+            pid = name.rsplit("-", 1)[-1]
+            path = os.path.join(self.root, name)
+            if not pid.isdigit() or pid_alive(int(pid)) or os.path.islink(path):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+        return gone
+
+    def make(self, node: str, member: int, attempt: int) -> str:
+        """A fresh, empty, owner-only (0700) directory for this member attempt: its path.
+        OSError when it cannot be made (the caller fails the member, as for its own
+        directory)."""
+        if not self._made:
+            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.base, mode=0o700, exist_ok=True)
+            os.chmod(self.base, 0o700)
+            self._made = True
+        path = self.path(node, member, attempt)
+        if os.path.lexists(path):  # (never expected: attempts are new; fresh all the same)
+            shutil.rmtree(path, ignore_errors=True)
+        os.mkdir(path, 0o700)
+        return path
+
+    def path(self, node: str, member: int, attempt: int) -> str:
+        return os.path.join(self.base, f"{node.replace('/', '_')}.{member}.{attempt}")
+
+    def remove(self, node: str, member: int, attempt: int) -> None:
+        """The member attempt has ended: its directory goes, whatever it left there."""
+        if self._made:
+            path = self.path(node, member, attempt)
+            try:
+                os.rmdir(path)  # (most members leave it empty: one call)
+            except OSError:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """The pilot leaves: its directory goes (with anything a member's children left)."""
+        if self._made:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def free_mb(self) -> int | None:
+        """Free space under the root, MB (the tmp pool when the host states none)."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize // (1024 * 1024)

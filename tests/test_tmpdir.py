@@ -1,0 +1,123 @@
+"""`$TMPDIR` per member (issue 14, from open-lmake): each member attempt gets a fresh,
+empty, owner-only directory under the host's scratch, removed once it has ended (done,
+failed, killed by its walltime); what a pilot killed with SIGKILL left is removed by the
+next pilot of the run. Proven from the members' own ledger."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, read_journal, wait_for
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+# each member: one ledger line (member, its TMPDIR, PWE_TMPDIR, what was in it, its mode),
+# then it fills the directory (a file, a subdirectory with a file) before it ends
+RECORD = ('echo "{{ i }} $TMPDIR $PWE_TMPDIR $(ls -A "$TMPDIR" | wc -l) $(stat -c %a "$TMPDIR")" >> LEDGER; '
+          'echo x > "$TMPDIR/f"; mkdir "$TMPDIR/sub"; echo y > "$TMPDIR/sub/g"; ')
+
+
+def setup(tmp_path: Path, members: int, tail: str, scheduling: str = "") -> tuple[Path, Path, Path]:
+    scratch, ledger = tmp_path / "scratch", tmp_path / "ledger"
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  here:\n    protocol: local\n    cores_per_node: 4\n"
+                                         f"    scratch: {scratch}\n")
+    wf = tmp_path / "wf.yaml"
+    run = RECORD.replace("LEDGER", str(ledger)) + tail
+    wf.write_text(f"name: t\ndefaults: {{host: here}}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"
+                  f"    run: {json.dumps(run)}\n" + (f"    scheduling: {{{scheduling}}}\n" if scheduling else ""))
+    return wf, scratch, ledger
+
+
+def ledger_lines(ledger: Path) -> list[list[str]]:
+    return [line.split() for line in ledger.read_text().splitlines()]
+
+
+def check_fresh(lines: list[list[str]], scratch: Path) -> None:
+    dirs = [w[1] for w in lines]
+    assert len(set(dirs)) == len(dirs), "two attempts shared a $TMPDIR"
+    for member, tmpdir, pwe_tmpdir, entries, mode in lines:
+        assert tmpdir == pwe_tmpdir and Path(tmpdir).parent.parent == scratch, (tmpdir, scratch)
+        assert entries == "0", f"member {member} found {entries} entries in its fresh $TMPDIR"
+        assert mode == "700", f"member {member}'s $TMPDIR has mode {mode}"
+
+
+def test_each_member_gets_a_fresh_empty_tmpdir_removed_when_it_ends(tmp_path):
+    # every fifth member fails: its directory goes too
+    wf, scratch, ledger = setup(tmp_path, 20, "[ $(( {{ i }} % 5 )) -ne 0 ]")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0  # (4 members failed, as they were told to)
+    lines = ledger_lines(ledger)
+    assert sorted(int(w[0]) for w in lines) == list(range(20))  # each ran once
+    check_fresh(lines, scratch)
+    assert not any(Path(w[1]).exists() for w in lines), "a member's $TMPDIR is still there"
+    # the pilot's own directory goes when it leaves (it may outlive the engine by a moment)
+    wait_for(lambda: os.listdir(scratch) == [], 30, "the pilot's tmp directory to go")
+    ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end"]
+    assert sorted(r["m"] for r in ends if r.get("rc")) == [0, 5, 10, 15]
+
+
+def test_a_member_killed_by_its_walltime_loses_its_tmpdir(tmp_path):
+    wf, scratch, ledger = setup(tmp_path, 3, "exec sleep 60", "maxWallTimePerMember: 0.02")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end"]
+    assert ends and all(r.get("why") == "timeout" for r in ends), ends
+    lines = ledger_lines(ledger)
+    check_fresh(lines, scratch)
+    assert {int(w[0]) for w in lines} == {0, 1, 2}
+    assert not any(Path(w[1]).exists() for w in lines)
+    wait_for(lambda: os.listdir(scratch) == [], 30, "the pilot's tmp directory to go")
+
+
+def test_what_a_pilot_killed_with_sigkill_left_is_removed_by_the_next(tmp_path):
+    wf, scratch, ledger = setup(tmp_path, 4, "sleep 2")
+    run_dir = tmp_path / "run"
+    engine = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)], cwd=tmp_path,
+                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: ledger.exists() and len(ledger_lines(ledger)) >= 4, 60, "the members to start")
+        events = (run_dir / "pilots" / "p1" / "events.jsonl").read_text().splitlines()
+        pid = next(json.loads(e)["pid"] for e in events if '"k":"up"' in e)
+        left = [Path(w[1]) for w in ledger_lines(ledger)]
+        os.kill(pid, signal.SIGKILL)
+        out, err = engine.communicate(timeout=180)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+    assert engine.returncode == 0, err
+    assert all(p.parent.name.endswith(f"-{pid}") for p in left)
+    lines = ledger_lines(ledger)
+    check_fresh(lines, scratch)
+    # every member finished (those the dead pilot ran, again on the next), and nothing of
+    # the killed pilot, nor of the next, is left under the scratch directory
+    assert {int(w[0]) for w in lines} == {0, 1, 2, 3}
+    assert not any(p.exists() for p in left)
+    wait_for(lambda: os.listdir(scratch) == [], 30, "the pilots' tmp directories to go")
+    # the next pilot removed them (the killed one could not), and says so in its log
+    killed_base = str(left[0].parent)
+    logs = "".join(p.read_text() for p in run_dir.glob("pilots/p*/pilot.log") if p.parent.name != "p1")
+    assert f"removed {killed_base}, left by a pilot of this run that is gone" in logs, logs
+
+
+def test_tmpdirs_sweep_only_dead_pilots_of_the_same_run(tmp_path):
+    from pilot.tmpdirs import TmpDirs
+
+    run = tmp_path / "run" / "pilots"
+    (run / "p1").mkdir(parents=True)
+    mine = TmpDirs(str(run / "p1"), str(tmp_path / "s"))
+    path = mine.make("n", 3, 1)
+    assert os.listdir(path) == [] and oct(os.stat(path).st_mode & 0o777) == "0o700"
+    dead = Path(mine.base.rsplit("-", 1)[0] + "-999999999")  # a pilot of this run whose process is gone
+    (dead / "n.1.1").mkdir(parents=True)
+    other_run = Path(str(tmp_path / "s" / "pwe-0000000000-p1-") + f"{mine.host}-999999999")
+    other_run.mkdir()
+    assert mine.sweep() == [str(dead)]
+    assert not dead.exists() and other_run.exists() and Path(path).exists()  # its own live directory stays
+    mine.remove("n", 3, 1)
+    mine.close()
+    assert sorted(os.listdir(tmp_path / "s")) == [other_run.name]
