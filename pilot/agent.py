@@ -30,7 +30,7 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
-from .tmpdirs import TmpDirs
+from .tmpdirs import TmpDirs, TmpPool
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .remote import NodeAgent, RemoteNodes
@@ -50,7 +50,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                  idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
                  launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
                  margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None,
-                 scratch: str | None = None):
+                 scratch: str | None = None, tmp_per_node: int | None = None):
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
@@ -81,6 +81,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
         self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
+        self.tmp_pool = TmpPool(allocation.nodes, tmp_per_node,
+                                None if tmp_per_node else self.tmpdirs.free_mb())  # tmpPerMember
         self.agents: dict[str, NodeAgent] = {}
         # many slots here: members are started by local spawners (pilot/spawners.py)
         self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
@@ -180,6 +182,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
         except DirectoryError as exc:
             self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
+            self.tmp_pool.release(placement)
             return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
@@ -209,7 +212,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             if isinstance(mpi, str):  # never through a launcher that would not run the payload
                 self.packer.release(placement, threads, exclusive)
                 self.fail_now(task, 127, f"cannot start {ranks} ranks: {mpi}")
-                self.tmpdirs.remove(task["n"], task["m"], task["a"])
+                self.member_over(task, placement)
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
@@ -224,14 +227,28 @@ class PilotAgent(RemoteNodes, LocalSpawners):
             if exc.errno in (errno.EROFS, errno.EACCES) and not writable(cwd):
                 # its directory refused its stdout: made a moment before it turned read-only
                 self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
-                self.tmpdirs.remove(task["n"], task["m"], task["a"])
+                self.member_over(task, placement)
                 return
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))
-            self.tmpdirs.remove(task["n"], task["m"], task["a"])
+            self.member_over(task, placement)
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+
+    def take_tmp(self, task: dict, placement: Placement, threads: int, exclusive: bool) -> bool:
+        """The member's tmpPerMember from its node's tmp pool; False (its cores given back,
+        it waits in the queue) while that node has not so much free."""
+        if self.tmp_pool.take(placement, int(task.get("tmp") or 0)):
+            return True
+        self.packer.release(placement, threads, exclusive)
+        return False
+
+    def member_over(self, task: dict, placement: Placement) -> None:
+        """A member attempt that has ended (or never started): its $TMPDIR goes, its tmp
+        space returns to the pool."""
+        self.tmpdirs.remove(task["n"], task["m"], task["a"])
+        self.tmp_pool.release(placement)
 
     def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
                       member_env: dict) -> bool:
@@ -246,6 +263,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         except OSError as exc:
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
+            self.tmp_pool.release(placement)
             return False
         return True
 
@@ -292,13 +310,16 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.packer.why_never(*shape)
+            never = self.packer.why_never(*shape) or self.tmp_pool.why_never(int(task.get("tmp") or 0))
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
                 continue
             placement = self.packer.place(*shape)
             if placement is None:
+                i += 1
+                continue
+            if not self.take_tmp(task, placement, threads, exclusive):
                 i += 1
                 continue
             del self.queue[i]
@@ -332,7 +353,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
     def finish(self, member: Member, rc: int) -> None:
         """Report a member that ended (its cores are already released)."""
         t = member.task
-        self.tmpdirs.remove(t["n"], t["m"], t["a"])  # (it has ended: its $TMPDIR goes, whatever it left)
+        self.member_over(t, member.placement)  # (it has ended: its $TMPDIR goes, whatever it left)
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
             self.hand_back(t, "the allocation ended while it ran")
             return
@@ -364,7 +385,7 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         keep = []
         for at, member, rc in self.signalled:
             t = member.task
-            self.tmpdirs.remove(t["n"], t["m"], t["a"])  # (it has ended, whatever is said of it)
+            self.member_over(t, member.placement)  # (it has ended, whatever is said of it)
             if self.terminated:
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
@@ -508,6 +529,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--memory-per-node", type=int, default=None, help="MB of memory on each node for members")
     ap.add_argument("--scratch", default=None, help="where members' own $TMPDIRs are made (the host's scratch; "
                     "default: $TMPDIR, else /tmp)")
+    ap.add_argument("--tmp-per-node", type=int, default=None, help="MB of $TMPDIR space per node for members "
+                    "(tmpPerMember; default: the free space under the tmp root)")
     ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
     ap.add_argument("--margin", type=float, default=None,
                     help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
@@ -546,6 +569,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.exit(2, f"python -m pilot: {exc}\n")
     pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
-                  margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch)
+                  margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
+                  tmp_per_node=args.tmp_per_node)
     sys.exit(pilot.run())
 

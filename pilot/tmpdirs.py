@@ -98,3 +98,47 @@ class TmpDirs:
         except OSError:
             return None
         return st.f_bavail * st.f_frsize // (1024 * 1024)
+
+
+class TmpPool:
+    """The tmp space of each node, shared by its members' $TMPDIRs (tmpPerMember, MB),
+    packed as memory is: a member starts only where its tmp is free, and gives it back
+    when it ends. Each node holds the host's ``tmp_per_node`` when given, else the free
+    space the pilot measured under the tmp root when it started (that node's; other
+    nodes' are not counted). A member asks on the node of its first rank, where its
+    $TMPDIR is."""
+
+    def __init__(self, nodes: list, per_node: int | None, measured: int | None):
+        self.free: dict[str, int | None] = {
+            n.name: per_node if per_node is not None else (measured if n.local else None) for n in nodes}
+        self.size = dict(self.free)
+
+    def why_never(self, tmp: int) -> str | None:
+        """Why a member asking for ``tmp`` MB can never start here, or None."""
+        known = [v for v in self.size.values() if v is not None]
+        if tmp and known and len(known) == len(self.size) and tmp > max(known):
+            return f"needs {tmp} MB of $TMPDIR (tmpPerMember); nodes here have at most {max(known)} MB"
+        return None
+
+    def take(self, placement: list, tmp: int) -> bool:
+        """Count ``tmp`` MB against the placement's first node; False (nothing taken) when
+        that node has not that much free."""
+        if not tmp:
+            return True
+        name = placement[0][0].name
+        left = self.free.get(name)
+        if left is None:
+            return True
+        if left < tmp:
+            return False
+        self.free[name] = left - tmp
+        placement.tmp = tmp  # (given back by release)
+        return True
+
+    def release(self, placement: list) -> None:
+        tmp = getattr(placement, "tmp", 0)
+        if tmp:
+            name = placement[0][0].name
+            if self.free.get(name) is not None:
+                self.free[name] += tmp
+            placement.tmp = 0

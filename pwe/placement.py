@@ -296,6 +296,10 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
                 f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but host '{host.name}' has "
                 f"{host.gpus_per_node} per node; set gpus_per_node in its hosts.yaml entry or use a GPU host",
                 src, pn.line)
+        if sched.tmpPerMember and host.tmp_per_node and sched.tmpPerMember > host.tmp_per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {sched.tmpPerMember} MB of $TMPDIR (tmpPerMember) but host "
+                f"'{host.name}' has {host.tmp_per_node} MB per node (tmp_per_node)", src, pn.line)
         if mem and host.memory_per_node and mem > host.memory_per_node:
             raise InputError(
                 f"node '{nid}': a member needs {mem} MB (memoryPerMember) but host '{host.name}' has "
@@ -394,6 +398,8 @@ def pilot_args_for(host: Any) -> list[str]:
         args += ["--gpus-per-node", str(host.gpus_per_node)]
     if host.memory_per_node:
         args += ["--memory-per-node", str(host.memory_per_node)]
+    if host.tmp_per_node:
+        args += ["--tmp-per-node", str(host.tmp_per_node)]
     if host.transport == "redis":
         args += ["--transport", "redis", "--broker", host.broker]
         if host.broker_password_file:
@@ -405,7 +411,7 @@ def pilot_args_for(host: Any) -> list[str]:
 #: member (ranks, threads, walltime per member, shareNodes -> exclusive, coreUsageRule ->
 #: cap, GPUs, memory) and its feeding (maxMembers: most members one pilot is given).
 MEMBER_FIELDS = frozenset({"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "shareNodes", "coreUsageRule",
-                           "gpusPerMember", "memoryPerMember", "maxMembers"})
+                           "gpusPerMember", "memoryPerMember", "tmpPerMember", "maxMembers"})
 #: The fields each protocol acts on: those and what its job script states. The rest are
 #: reported, never dropped; submissionType is checked by value (registry: submission_types).
 USED_SCHEDULING = {name: MEMBER_FIELDS | p.script_fields for name, p in PROTOCOLS.items()}

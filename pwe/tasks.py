@@ -54,6 +54,8 @@ class TaskBuilder:
             task["gpus"] = sched.gpusPerMember
         if sched.memoryPerMember:
             task["mem"] = sched.memoryPerMember
+        if sched.tmpPerMember:
+            task["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/tmpdirs.py: TmpPool)
         return task
 
 

@@ -121,3 +121,57 @@ def test_tmpdirs_sweep_only_dead_pilots_of_the_same_run(tmp_path):
     mine.remove("n", 3, 1)
     mine.close()
     assert sorted(os.listdir(tmp_path / "s")) == [other_run.name]
+
+
+def max_overlap(ledger: Path) -> int:
+    """The most members running at once, from the start and end times in their ledger."""
+    events = []
+    for w in ledger_lines(ledger):
+        if w[0] in ("start", "end"):
+            events.append((float(w[2]), 1 if w[0] == "start" else -1))
+    running = most = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # (an end before a start at the same instant)
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_the_tmp_pool_holds_members_to_what_it_allows(tmp_path):
+    """tmp_per_node 300 MB, tmpPerMember 100: never more than 3 at once on 4 cores, and 3 is
+    reached; with tmpPerMember 200, one at a time."""
+    ledger = tmp_path / "ledger"
+    run = (f'echo "start {{{{ i }}}} $(date +%s.%N)" >> {ledger}; sleep 1; '
+           f'echo "end {{{{ i }}}} $(date +%s.%N)" >> {ledger}')
+    for tmp, allowed in ((100, 3), (200, 1)):
+        ledger.unlink(missing_ok=True)
+        (tmp_path / "hosts.yaml").write_text("hosts:\n  here:\n    protocol: local\n    cores_per_node: 4\n"
+                                             f"    tmp_per_node: 300\n    scratch: {tmp_path / 'scratch'}\n")
+        wf = tmp_path / "wf.yaml"
+        wf.write_text(f"name: t\ndefaults: {{host: here}}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, 6]}}}}\n"
+                      f"    run: {json.dumps(run)}\n    scheduling: {{tmpPerMember: {tmp}}}\n")
+        proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / f"run{tmp}")],
+                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        starts = [w[1] for w in ledger_lines(ledger) if w[0] == "start"]
+        assert sorted(map(int, starts)) == list(range(6))  # each ran once
+        assert max_overlap(ledger) == allowed, ledger.read_text()
+
+
+def test_a_member_no_node_can_hold_fails_at_once_with_the_reason(tmp_path):
+    # the host states its pool: refused before anything runs, in one line
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  here:\n    protocol: local\n    tmp_per_node: 300\n"
+                                         "  measured:\n    protocol: local\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: t\nnodes:\n  m:\n    host: here\n    run: 'true'\n    scheduling: {tmpPerMember: 400}\n")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "validate", str(wf)], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "needs 400 MB of $TMPDIR (tmpPerMember) but host 'here' has 300 MB per node" in proc.stderr
+    # the pool measured by the pilot (free space under the tmp root): far more than any disk
+    wf.write_text("name: t\nnodes:\n  m:\n    host: measured\n    run: 'true'\n"
+                  "    scheduling: {tmpPerMember: 2000000000}\n")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end"]
+    assert len(ends) == 1 and "needs 2000000000 MB of $TMPDIR (tmpPerMember)" in ends[0].get("why", ""), ends
