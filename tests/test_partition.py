@@ -163,3 +163,25 @@ def test_gpu_members_pilot_lands_in_the_gpu_partition_cpu_members_elsewhere(slur
             if a < b and s1 < e2 and s2 < e1:
                 assert g1 != g2, (a, b, spans)
     assert all(w[4] == "gpus=none" for w in starts if w[2] == "post")
+
+
+def test_gpu_partition_example_runs_on_slurm(slurm_cluster, tmp_path):
+    """examples/gpu_partition.yaml with examples/hosts.yaml, as the README runs it."""
+    from pwe.results import load_state, member_record
+
+    example = ROOT / "examples" / "gpu_partition.yaml"
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(example), "--run-dir", str(run_dir)],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    _, st = load_state(run_dir)
+    recs = {nid: [member_record(st, nid, i) for i in range(4)] for nid in ("train", "score")}
+    assert all(r["state"] == "done" for rs in recs.values() for r in rs)
+    train_jobs = {r["outputs"]["job"] for r in recs["train"]}
+    score_jobs = {r["outputs"]["job"] for r in recs["score"]}
+    assert len(train_jobs) == len(score_jobs) == 1 and train_jobs != score_jobs
+    assert slurm_cluster.job(train_jobs.pop())["Partition"] == "gpu"
+    assert slurm_cluster.job(score_jobs.pop())["Partition"] == "debug"
+    # each GPU member was given one of the job's GPUs (SLURM's ids, as the pilot maps them)
+    assert {r["outputs"]["gpus"] for r in recs["train"]} <= {"0", "1"}
