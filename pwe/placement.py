@@ -342,7 +342,8 @@ def partition_lanes(plan: Plan, hosts: dict[str, Any]) -> dict[str, tuple[Any, l
     for nid, pn in plan.nodes.items():
         name = pn.host if pn.host in hosts else first
         part, _ = choose_partition(pn.scheduling, hosts[name])
-        groups[name].setdefault(None if part is None else part.name, []).append(nid)
+        # (a queue the host does not list is a partition of its own, with the host's resources)
+        groups[name].setdefault(part.name if part is not None else pn.scheduling.queue, []).append(nid)
     lanes: dict[str, tuple[Any, list[str]]] = {}
     for name, host in hosts.items():
         by_part = groups[name] or {None: []}

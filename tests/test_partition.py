@@ -185,3 +185,9 @@ def test_gpu_partition_example_runs_on_slurm(slurm_cluster, tmp_path):
     assert slurm_cluster.job(score_jobs.pop())["Partition"] == "debug"
     # each GPU member was given one of the job's GPUs (SLURM's ids, as the pilot maps them)
     assert {r["outputs"]["gpus"] for r in recs["train"]} <= {"0", "1"}
+
+
+def test_a_queue_the_host_does_not_list_gets_a_lane_of_its_own(tmp_path):
+    d = plan_json(workflow(tmp_path, post="maxWallTime: 20, queue: special"))
+    assert set(d["pilot_scripts"]) == {"cluster/gpu", "cluster/special"}
+    assert "#SBATCH --partition=special\n" in d["pilot_scripts"]["cluster/special"]
