@@ -175,3 +175,26 @@ def test_a_member_no_node_can_hold_fails_at_once_with_the_reason(tmp_path):
     assert proc.returncode != 0
     ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end"]
     assert len(ends) == 1 and "needs 2000000000 MB of $TMPDIR (tmpPerMember)" in ends[0].get("why", ""), ends
+
+
+def test_on_slurm_each_member_gets_its_own_tmpdir_and_the_pool_holds(slurm_cluster, tmp_path):
+    """The same inside a real SLURM pilot job: fresh directories under the host's scratch,
+    gone afterwards, and tmp_per_node 200 / tmpPerMember 100 running 2 at once on 8 cores."""
+    scratch, ledger = tmp_path / "scratch", tmp_path / "ledger"
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  cluster:\n    protocol: slurm\n    cores_per_node: 8\n    max_nodes: 1\n"
+        f"    partitions: [{{name: debug}}]\n    scratch: {scratch}\n    tmp_per_node: 200\n")
+    run = RECORD.replace("LEDGER", str(ledger)) + (
+        f'echo "start {{{{ i }}}} $(date +%s.%N)" >> {ledger}.t; sleep 1; echo "end {{{{ i }}}} $(date +%s.%N)" >> {ledger}.t')
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: t\ndefaults: {{host: cluster}}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, 6]}}}}\n"
+                  f"    run: {json.dumps(run)}\n    scheduling: {{tmpPerMember: 100, maxWallTime: 5}}\n")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = ledger_lines(ledger)
+    assert sorted(int(w[0]) for w in lines) == list(range(6))
+    check_fresh(lines, scratch)
+    assert not any(Path(w[1]).exists() for w in lines)
+    wait_for(lambda: os.listdir(scratch) == [], 60, "the pilot's tmp directory to go")
+    assert max_overlap(Path(f"{ledger}.t")) == 2
