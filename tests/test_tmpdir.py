@@ -198,3 +198,27 @@ def test_on_slurm_each_member_gets_its_own_tmpdir_and_the_pool_holds(slurm_clust
     assert not any(Path(w[1]).exists() for w in lines)
     wait_for(lambda: os.listdir(scratch) == [], 60, "the pilot's tmp directory to go")
     assert max_overlap(Path(f"{ledger}.t")) == 2
+
+
+def test_tmp_per_member_reads_the_same_from_yaml_and_xml(tmp_path):
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  here: {protocol: local, cores_per_node: 4, tmp_per_node: 300}\n")
+    (tmp_path / "wf.yaml").write_text("name: t\nnodes:\n  m:\n    host: here\n    parameters: {i: {range: [0, 3]}}\n"
+                                      "    run: 'true'\n    scheduling: {tmpPerMember: 100}\n")
+    (tmp_path / "wf.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n<workflow name="t">\n  <node id="m" host="here">\n'
+        '    <parameter name="i"><range start="0" stop="3"/></parameter>\n    <run>true</run>\n'
+        '    <scheduling><tmpPerMember>100</tmpPerMember></scheduling>\n  </node>\n</workflow>\n')
+    plans = []
+    for name in ("wf.yaml", "wf.xml"):
+        proc = subprocess.run([sys.executable, "-m", "pwe", "plan", "--json", name], cwd=tmp_path, env=ENV,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        d = json.loads(proc.stdout)
+        plans.append([(n["id"], n["members"], n["scheduling"]) for n in d["nodes"]])
+    assert plans[0] == plans[1] and plans[0][0][2] == {"tmpPerMember": 100}
+    # a bad value is one line with the file and line, in both forms
+    (tmp_path / "bad.xml").write_text((tmp_path / "wf.xml").read_text().replace(">100<", ">0<"))
+    proc = subprocess.run([sys.executable, "-m", "pwe", "validate", "bad.xml"], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bad.xml:" in proc.stderr, \
+        proc.stderr
