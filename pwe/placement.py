@@ -93,6 +93,9 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
     mem = sum((s.memoryPerMember or 0) * k for s, k in per_node)
     if mem and host.memory_per_node:
         nodes = max(nodes, -(-mem // host.memory_per_node))
+    tmp = sum((getattr(s, "tmpPerMember", None) or 0) * k for s, k in per_node)
+    if tmp and host.tmp_per_node:  # (a pool the host states; a measured one is unknown here)
+        nodes = max(nodes, -(-tmp // host.tmp_per_node))
     if sched.maxNodes:
         nodes = min(nodes, sched.maxNodes)
     if host.max_nodes:

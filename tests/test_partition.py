@@ -191,3 +191,14 @@ def test_a_queue_the_host_does_not_list_gets_a_lane_of_its_own(tmp_path):
     d = plan_json(workflow(tmp_path, post="maxWallTime: 20, queue: special"))
     assert set(d["pilot_scripts"]) == {"cluster/gpu", "cluster/special"}
     assert "#SBATCH --partition=special\n" in d["pilot_scripts"]["cluster/special"]
+
+
+def test_a_pilot_asks_for_enough_nodes_for_its_members_tmp(tmp_path):
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  c: {protocol: slurm, cores_per_node: 8, tmp_per_node: 500}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    host: c\n    parameters: {i: {range: [0, 20]}}\n    run: x\n"
+                  "    scheduling: {tmpPerMember: 100, maxWallTime: 30}\n")
+    status, out, err = run_cli("plan", wf, cwd=tmp_path)
+    assert status == 0, err
+    # 20 members fit 3 nodes of 8 cores, but 2000 MB of $TMPDIR need 4 nodes of 500
+    assert "#SBATCH --nodes=4\n" in out and "--tmp-per-node 500" in out, out
