@@ -20,6 +20,23 @@ import socket
 from .spawn import pid_alive
 
 
+def make_fresh(path: str) -> None:
+    """An empty owner-only directory at ``path`` (its parent made owner-only if missing);
+    what was there before is removed first."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if os.path.lexists(path):
+        remove_tree(path)
+    os.mkdir(path, 0o700)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a member's $TMPDIR and what it left; its pilot's directory too once empty."""
+    try:
+        os.rmdir(path)  # (most members leave it empty: one call)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def tmp_root(scratch: str | None) -> str:
     """Where members' directories are made on this node."""
     if scratch:
@@ -71,7 +88,11 @@ class TmpDirs:
         path = self.path(node, member, attempt)
         if os.path.lexists(path):  # (never expected: attempts are new; fresh all the same)
             shutil.rmtree(path, ignore_errors=True)
-        os.mkdir(path, 0o700)
+        try:
+            os.mkdir(path, 0o700)
+        except FileNotFoundError:  # its parent went (a node agent's tidying on a shared /tmp)
+            os.makedirs(self.base, mode=0o700, exist_ok=True)
+            os.mkdir(path, 0o700)
         return path
 
     def path(self, node: str, member: int, attempt: int) -> str:

@@ -222,3 +222,26 @@ def test_tmp_per_member_reads_the_same_from_yaml_and_xml(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bad.xml:" in proc.stderr, \
         proc.stderr
+
+
+def test_members_on_ssh_nodes_get_their_own_tmpdir_from_the_node_agent(ssh_nodes, tmp_path):
+    """Members the pilot runs on other nodes (its node agents over ssh) get the same: a fresh
+    owner-only directory, made and removed by the agent on that node."""
+    scratch, ledger = tmp_path / "scratch", tmp_path / "ledger"
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
+        f"    ssh_config: /var/tmp/pwe-ssh/ssh_config\n    scratch: {scratch}\n")
+    run = RECORD.replace("LEDGER", str(ledger)) + f'echo "where {{{{ i }}}} $(hostname)" >> {ledger}.where'
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: t\ndefaults: {{host: four}}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, 16]}}}}\n"
+                  f"    run: {json.dumps(run)}\n")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    lines = ledger_lines(ledger)
+    assert sorted(int(w[0]) for w in lines) == list(range(16))
+    where = {w[2] for w in ledger_lines(Path(f"{ledger}.where"))}
+    assert len(where - {os.uname().nodename}) >= 2, where  # members ran on the ssh nodes
+    check_fresh(lines, scratch)
+    assert not any(Path(w[1]).exists() for w in lines)
+    wait_for(lambda: os.listdir(scratch) == [], 30, "the pilot's tmp directories to go")
