@@ -254,9 +254,10 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                       member_env: dict) -> bool:
         """The member attempt's own fresh $TMPDIR (pilot/tmpdirs.py), made here for a member
         on this node and put in its environment (TMPDIR, PWE_TMPDIR); False when it cannot be
-        made (the member fails with the reason). A member on another node keeps that node's
-        $TMPDIR (not built: the node agent would make it there)."""
-        if not placement[0][0].local:
+        made (the member fails with the reason). A member on another node gets its own from
+        that node's agent (remote.py); one whose ranks span nodes, or that srun or mpiexec
+        start on another node, keeps the nodes' own $TMPDIR (one path would not exist on all)."""
+        if len(placement) != 1 or not placement[0][0].local:
             return True
         try:
             member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.make(task["n"], task["m"], task["a"])
