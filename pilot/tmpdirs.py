@@ -1,8 +1,10 @@
 """Each member attempt's own ``$TMPDIR`` (from open-lmake): a fresh, empty, owner-only
 directory made before the member starts and removed when it has ended, however it ended
-(done, failed, killed by its walltime, cancelled). Standard library only.
+(done, failed, killed by its walltime, cancelled); one the member left empty and
+owner-only is handed, as it is, to the next member instead (no metadata write for the
+many members that never use it). Standard library only.
 
-Layout: ``<root>/pwe-<run>-<pilot>-<host>-<pid>/<node>.<member>.<attempt>``, where root is
+Layout: ``<root>/pwe-<run>-<pilot>-<host>-<pid>/<k>``, where root is
 the host's ``scratch`` (``$VARS`` expanded here, on the node), else the node's ``$TMPDIR``,
 else ``/tmp``; ``<run>`` is a short hash of the run directory. The pilot's own directory
 goes when the pilot leaves. A pilot killed with SIGKILL cannot tidy: the next pilot of the
@@ -16,6 +18,7 @@ import hashlib
 import os
 import shutil
 import socket
+import stat
 
 from .spawn import pid_alive
 
@@ -55,6 +58,9 @@ class TmpDirs:
         self.host = socket.gethostname()
         self.base = os.path.join(self.root, f"{self.prefix}{os.path.basename(pilot_dir)}-{self.host}-{os.getpid()}")
         self._made = False
+        self._by_member: dict[tuple[str, int, int], str] = {}  # running members' directories here
+        self._spare: list[str] = []  # empty ones their members left, for the next
+        self._count = 0
 
     def sweep(self) -> list[str]:
         """Remove what pilots of this run left on this node (killed before they could tidy):
@@ -79,33 +85,51 @@ class TmpDirs:
     def make(self, node: str, member: int, attempt: int) -> str:
         """A fresh, empty, owner-only (0700) directory for this member attempt: its path.
         OSError when it cannot be made (the caller fails the member, as for its own
-        directory)."""
+        directory).
+
+        A directory an ended member left empty and owner-only is handed to the next one
+        (``remove`` checked it: one directory read, no write) instead of being removed
+        and another made: on a disk filesystem that pair of metadata writes costs more
+        than a short member's whole start (measured: bench/BENCHMARKS.md)."""
         if not self._made:
             os.makedirs(self.root, exist_ok=True)
             os.makedirs(self.base, mode=0o700, exist_ok=True)
             os.chmod(self.base, 0o700)
             self._made = True
-        path = self.path(node, member, attempt)
-        if os.path.lexists(path):  # (never expected: attempts are new; fresh all the same)
-            shutil.rmtree(path, ignore_errors=True)
+        key = (node, member, attempt)
+        if self._spare:
+            path = self._by_member[key] = self._spare.pop()
+            return path
+        self._count += 1
+        path = os.path.join(self.base, str(self._count))
         try:
             os.mkdir(path, 0o700)
         except FileNotFoundError:  # its parent went (a node agent's tidying on a shared /tmp)
             os.makedirs(self.base, mode=0o700, exist_ok=True)
             os.mkdir(path, 0o700)
+        self._by_member[key] = path
         return path
 
     def path(self, node: str, member: int, attempt: int) -> str:
+        """The directory a node agent makes for a member on its own node (one per attempt)."""
         return os.path.join(self.base, f"{node.replace('/', '_')}.{member}.{attempt}")
 
     def remove(self, node: str, member: int, attempt: int) -> None:
-        """The member attempt has ended: its directory goes, whatever it left there."""
-        if self._made:
-            path = self.path(node, member, attempt)
-            try:
-                os.rmdir(path)  # (most members leave it empty: one call)
-            except OSError:
-                shutil.rmtree(path, ignore_errors=True)
+        """The member attempt has ended: nothing it left stays. An empty owner-only
+        directory is kept for the next member; anything else goes, with what is in it."""
+        path = self._by_member.pop((node, member, attempt), None)
+        if path is None:
+            return  # (none made here: a member on another node, or removed already)
+        try:
+            st = os.lstat(path)
+            with os.scandir(path) as entries:
+                empty = next(entries, None) is None
+            if empty and stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid():
+                self._spare.append(path)
+                return
+        except OSError:
+            pass
+        shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
         """The pilot leaves: its directory goes (with anything a member's children left)."""

@@ -245,3 +245,24 @@ def test_members_on_ssh_nodes_get_their_own_tmpdir_from_the_node_agent(ssh_nodes
     check_fresh(lines, scratch)
     assert not any(Path(w[1]).exists() for w in lines)
     wait_for(lambda: os.listdir(scratch) == [], 30, "the pilot's tmp directories to go")
+
+
+def test_an_empty_tmpdir_is_handed_on_anything_else_goes(tmp_path):
+    from pilot.tmpdirs import TmpDirs
+
+    (tmp_path / "run" / "pilots" / "p1").mkdir(parents=True)
+    t = TmpDirs(str(tmp_path / "run" / "pilots" / "p1"), str(tmp_path / "s"))
+    first = t.make("n", 0, 1)
+    t.remove("n", 0, 1)  # left empty: the next member gets it, as fresh as a new one
+    assert t.make("n", 1, 1) == first and os.listdir(first) == []
+    Path(first, "f").write_text("x")  # member 1 leaves a file: the directory goes
+    t.remove("n", 1, 1)
+    assert not os.path.exists(first)
+    second = t.make("n", 2, 1)
+    assert second != first and os.listdir(second) == []
+    os.chmod(second, 0o755)  # member 2 opens it to others: not handed on
+    t.remove("n", 2, 1)
+    assert not os.path.exists(second)
+    t.remove("n", 2, 1)  # (said twice: nothing more happens)
+    t.close()
+    assert os.listdir(tmp_path / "s") == []
