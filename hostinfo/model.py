@@ -62,7 +62,12 @@ class Partition(BaseModel):
     name: Word
     max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
+    # its nodes' resources, where they differ from the host's (None: the host's value);
+    # pwe.placement.choose_partition picks the first partition whose walltime and these fit
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
+    gpus_per_node: Annotated[StrictInt, Field(ge=0)] | None = None
+    memory_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")
+    tmp_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")
 
 
 class Host(BaseModel):
@@ -83,7 +88,11 @@ class Host(BaseModel):
     partitions: list[Partition] = Field(default_factory=list)
     account: Word | None = None
     setup: list[StrictStr] = Field(default_factory=list, description="lines run before the pilot starts")
-    scratch: StrictStr | None = None
+    scratch: StrictStr | None = Field(None, description="where each member's fresh $TMPDIR is made (else the "
+                                      "node's $TMPDIR, else /tmp)")
+    tmp_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None, description="MB of $TMPDIR space per node members may use (tmpPerMember); default: the free space "
+        "the pilot measures under the tmp root")
     env: dict[Annotated[StrictStr, AfterValidator(variable_name)], Scalar] = Field(default_factory=dict)
     launcher: Literal["auto", "fork", "srun", "ssh", "mpiexec"] = "auto"
     launcher_prefix: StrictStr | None = None

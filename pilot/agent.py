@@ -30,6 +30,7 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
+from .tmpdirs import TmpDirs, TmpPool
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
 from .nodesetup import SETUP_FAILED, NodeSetup
@@ -49,7 +50,8 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
                  idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
                  launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
-                 margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None):
+                 margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None,
+                 scratch: str | None = None, tmp_per_node: int | None = None):
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
@@ -79,6 +81,9 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
+        self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
+        self.tmp_pool = TmpPool(allocation.nodes, tmp_per_node,
+                                None if tmp_per_node else self.tmpdirs.free_mb())  # tmpPerMember
         self.agents: dict[str, NodeAgent] = {}
         # many slots here: members are started by local spawners (pilot/spawners.py)
         self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
@@ -186,9 +191,12 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
         except DirectoryError as exc:
             self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
+            self.tmp_pool.release(placement)
             return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
+        if not self.member_tmpdir(task, placement, threads, exclusive, member_env):
+            return
         if placement.gpu_ids:  # the GPUs of its node that are this member's alone
             ids = [str(j) for j in placement.gpu_ids]
             if placement[0][0].local and self._visible_gpus:
@@ -213,6 +221,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             if isinstance(mpi, str):  # never through a launcher that would not run the payload
                 self.packer.release(placement, threads, exclusive)
                 self.fail_now(task, 127, f"cannot start {ranks} ranks: {mpi}")
+                self.member_over(task, placement)
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
@@ -227,12 +236,46 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             if exc.errno in (errno.EROFS, errno.EACCES) and not writable(cwd):
                 # its directory refused its stdout: made a moment before it turned read-only
                 self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
+                self.member_over(task, placement)
                 return
             # not found / not executable / no space: the member fails, the pilot goes on
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))
+            self.member_over(task, placement)
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+
+    def take_tmp(self, task: dict, placement: Placement, threads: int, exclusive: bool) -> bool:
+        """The member's tmpPerMember from its node's tmp pool; False (its cores given back,
+        it waits in the queue) while that node has not so much free."""
+        if self.tmp_pool.take(placement, int(task.get("tmp") or 0)):
+            return True
+        self.packer.release(placement, threads, exclusive)
+        return False
+
+    def member_over(self, task: dict, placement: Placement) -> None:
+        """A member attempt that has ended (or never started): its $TMPDIR goes, its tmp
+        space returns to the pool."""
+        self.tmpdirs.remove(task["n"], task["m"], task["a"])
+        self.tmp_pool.release(placement)
+
+    def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
+                      member_env: dict) -> bool:
+        """The member attempt's own fresh $TMPDIR (pilot/tmpdirs.py), made here for a member
+        on this node and put in its environment (TMPDIR, PWE_TMPDIR); False when it cannot be
+        made (the member fails with the reason). A member on another node gets its own from
+        that node's agent (remote.py); one whose ranks span nodes, or that srun or mpiexec
+        start on another node, keeps the nodes' own $TMPDIR (one path would not exist on all)."""
+        if len(placement) != 1 or not placement[0][0].local:
+            return True
+        try:
+            member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.make(task["n"], task["m"], task["a"])
+        except OSError as exc:
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
+            self.tmp_pool.release(placement)
+            return False
+        return True
 
     def unwritable(self, task: dict, placement: Placement, threads: int, exclusive: bool, where: str,
                    strerror: str) -> None:
@@ -288,7 +331,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.packer.why_never(*shape)
+            never = self.packer.why_never(*shape) or self.tmp_pool.why_never(int(task.get("tmp") or 0))
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
@@ -299,6 +342,9 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 continue
             placement = self.place_for(task, shape)
             if placement is None:
+                i += 1
+                continue
+            if not self.take_tmp(task, placement, threads, exclusive):
                 i += 1
                 continue
             del self.queue[i]
@@ -333,6 +379,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
     def finish(self, member: Member, rc: int) -> None:
         """Report a member that ended (its cores are already released)."""
         t = member.task
+        self.member_over(t, member.placement)  # (it has ended: its $TMPDIR goes, whatever it left)
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
             self.hand_back(t, "the allocation ended while it ran")
             return
@@ -364,6 +411,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         keep = []
         for at, member, rc in self.signalled:
             t = member.task
+            self.member_over(t, member.placement)  # (it has ended, whatever is said of it)
             if self.terminated:
                 self.hand_back(t, "the batch system stopped the pilot while it ran")
             elif now - at > _SIGNAL_GRACE:
@@ -416,6 +464,8 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             signal.signal(sig, self._on_term)
         sel = self.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
+        for left in self.tmpdirs.sweep():  # what pilots of this run killed here (SIGKILL) left
+            say(f"removed {left}, left by a pilot of this run that is gone")
         self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots,
                   allocation=self.alloc.kind, job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
                   nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
@@ -435,6 +485,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         self.stop_setups()
         for agent in list(self.agents.values()) + list(self.spawners.values()):
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
+        self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
         self.emit(DOWN, why=why)
         self.flush()
         return 1 if why.startswith("error") else 0
@@ -503,6 +554,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus-per-node", type=int, default=None, help="GPUs on each node (default: from the batch "
                     "system, or CUDA_VISIBLE_DEVICES here)")
     ap.add_argument("--memory-per-node", type=int, default=None, help="MB of memory on each node for members")
+    ap.add_argument("--scratch", default=None, help="where members' own $TMPDIRs are made (the host's scratch; "
+                    "default: $TMPDIR, else /tmp)")
+    ap.add_argument("--tmp-per-node", type=int, default=None, help="MB of $TMPDIR space per node for members "
+                    "(tmpPerMember; default: the free space under the tmp root)")
     ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
     ap.add_argument("--margin", type=float, default=None,
                     help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
@@ -541,6 +596,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.exit(2, f"python -m pilot: {exc}\n")
     pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
-                  margin=args.margin, spawners=args.spawners, transport=transport)
+                  margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
+                  tmp_per_node=args.tmp_per_node)
     sys.exit(pilot.run())
 

@@ -6,7 +6,9 @@ pilot on its own node; reads JSON lines on stdin and answers on stdout (standard
 library only; never pickle):
 
     in:  {"k": "run", "id": N, "argv": [...], "cmd": SHELL_CMD, "cwd": DIR, "env": {...},
-          "made": true (optional: the pilot made DIR already)}
+          "made": true (optional: the pilot made DIR already),
+          "tmp": PATH (optional: make this member's own $TMPDIR here first, remove it
+          when the member ends: pilot/tmpdirs.py)}
          {"k": "kill", "id": N, "sig": 15}
     out: {"k": "started", "id": N, "pid": P}
          {"k": "ended", "id": N, "rc": RC, "cpu": S, "rss": KB}  (rusage of the reaped member)
@@ -27,12 +29,15 @@ import signal
 import sys
 
 from .spawn import Spawner, member_base_env, reaped, start_failure
+from .tmpdirs import make_fresh, remove_tree
 
 
 def main() -> None:
     out = sys.stdout.buffer
     base_env = member_base_env()
     running: dict[int, int] = {}  # pid -> id
+    tmps: dict[int, str] = {}     # pid -> the member's own $TMPDIR, made on this node
+    made: set[str] = set()
     by_id: dict[int, int] = {}    # id -> pid
     spawner = Spawner()
 
@@ -56,12 +61,20 @@ def main() -> None:
         env = base_env.copy()
         env.update(msg.get("env") or {})
         argv = msg["argv"]
+        tmp = msg.get("tmp")
         try:
+            if tmp:  # this node's own fresh $TMPDIR for the member (the pilot's is elsewhere)
+                make_fresh(tmp)
             pid = spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv), made=bool(msg.get("made")))
         except OSError as exc:
             rc, why = start_failure(exc)
             say(k="failed", id=msg["id"], rc=rc, why=why)
+            if tmp:
+                remove_tree(tmp)
             return
+        if tmp:
+            tmps[pid] = tmp
+            made.add(tmp)
         running[pid] = msg["id"]
         by_id[msg["id"]] = pid
         say(k="started", id=msg["id"], pid=pid)
@@ -117,8 +130,15 @@ def main() -> None:
             ident = running.pop(pid, None)
             if ident is not None:
                 by_id.pop(ident, None)
+                if pid in tmps:
+                    remove_tree(tmps.pop(pid))
                 say(k="ended", id=ident, rc=rc, cpu=cpu, rss=rss)
         send()
+    for parent in {os.path.dirname(t) for t in made}:  # the pilot's directories here, once empty
+        try:
+            os.rmdir(parent)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -86,8 +86,10 @@ class RemoteNodes:
         self._next_key -= 1
         member = Member(task, 0, placement, threads, exclusive, "ssh")
         member.agent, member.key = agent, key
+        # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
+        tmp = member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.path(task["n"], task["m"], task["a"])
         if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
-                                            cwd=task["cwd"], env=member_env):
+                                            cwd=task["cwd"], env=member_env, tmp=tmp):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back
                 self.agent_lost(agent, extra=[task])

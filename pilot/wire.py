@@ -12,8 +12,9 @@ kind        fields
 ``task``    ``n`` node, ``m`` member index, ``a`` attempt, ``cmd`` the rendered command,
             ``cwd`` the member's directory, ``env`` {name: text}, ``ranks``, ``threads``,
             ``wall`` minutes per member or null; only when set: ``exclusive`` (whole
-            nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``setup``
-            (the id of the ``setup`` its nodes run first)
+            nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``tmp``
+            (MB of the node's tmp pool for its $TMPDIR), ``setup`` (the id of the
+            ``setup`` its nodes run first)
 ``stop``    (none): run what is queued, then leave
 ``cancel``  (none): kill every member, leave
 ``ack``     ``q``: the engine has journaled every event of this pilot up to ``q``; a pilot
@@ -102,7 +103,7 @@ UNWRITABLE = "cannot write "
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
-                     "mem", "setup"}),
+                     "mem", "tmp", "setup"}),
     STOP: frozenset(),
     LEAVE: frozenset(),
     SETUP: frozenset({"id", "lines"}),

@@ -31,6 +31,8 @@ class ProtocolInfo:
     #: submissionType values it does: glidein everywhere; interactive where the pilot
     #: runs on this machine or the head node. batch (a job per member) nowhere yet.
     submission_types: frozenset[str] = frozenset({"glidein"})
+    #: its job script can ask for GPUs (SLURM --gres, PBS gpus=); LoadLeveler's cannot here
+    asks_gpus: bool = True
 
 
 _SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes", "requestedStart"}
@@ -44,7 +46,7 @@ PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
                  frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"}), allocates=True),
     ProtocolInfo("pbs", "protocols.pbs:Pbs", ("qsub", "qstat", "qdel"), frozenset(_SIZE), allocates=True),
     ProtocolInfo("loadleveler", "protocols.loadleveler:LoadLeveler", ("llsubmit", "llq", "llcancel"),
-                 frozenset(_SIZE | {"reservation"}), allocates=True),
+                 frozenset(_SIZE | {"reservation"}), allocates=True, asks_gpus=False),
 )}
 NAMES = tuple(PROTOCOLS)
 

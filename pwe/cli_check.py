@@ -85,6 +85,8 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
                   f"host={node['host']}  cores/member={node['cores_per_member']}  after: {deps}")
         if node["scheduling"]:
             con.print("  scheduling: " + ", ".join(f"{k}={v}" for k, v in node["scheduling"].items()))
+        if (part := node["partition"])["partition"]:
+            con.print(f"  partition: {escape(part['partition'])} ({escape(part['why'])})")
         last = None
         for m in node["members_shown"]:
             if last is not None and m["member"] != last + 1:
@@ -94,7 +96,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             con.print(f"      $ {escape(m['command'].rstrip())}")
             last = m["member"]
     for name, script in summary["pilot_scripts"].items():
-        con.print(f"\n[bold]first pilot job for host {name}[/] (RUN_DIR and RUN are filled in at submission):")
+        con.print(f"\n[bold]first pilot job for host {escape(name)}[/] (RUN_DIR and RUN are filled in at submission):")
         con.print(escape(script), end="")
     warn(warnings)
 

@@ -34,7 +34,7 @@ from pilot.wire import CANCEL, STOP
 from . import checkpoint, rundir, runs
 from .errors import PweError, RunStopped
 from .journal import Journal, JournalError
-from .pilots import Lane, PilotHandle, PilotWork
+from .pilots import Lane, PilotHandle, PilotWork, make_lanes
 from .plan import Plan
 from .state import DONE, READY, RunState
 from .tasks import TaskBuilder
@@ -56,7 +56,8 @@ class Engine(PilotWork):
     """Runs one run directory to its end. Use :meth:`create` or :meth:`open`.
 
     Each node runs on its own host (its ``host``, or ``--host`` for all); the engine keeps
-    one :class:`Lane` per host used, each with its own pilots.
+    one :class:`Lane` per host used (per partition of a host whose nodes need several),
+    each with its own pilots.
     """
 
     def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any]):
@@ -87,16 +88,10 @@ class Engine(PilotWork):
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
         self._task = TaskBuilder(plan, self.run_id, self.dir).build  # a member's task message
-        from hostinfo.model import Host
-
-        status_every = float(info.get("status_every", 5.0))
-        self.lanes: dict[str, Lane] = {
-            name: Lane(Host(**lane["host_def"]), int(lane.get("cores") or 1), lane.get("pilot_args", []), status_every)
-            for name, lane in info["lanes"].items()
-        }
-        # each node's lane; a node whose host the run did not record runs on the first
-        first = next(iter(self.lanes))
-        self._lane_of = {nid: pn.host if pn.host in self.lanes else first for nid, pn in plan.nodes.items()}
+        # one lane per host, or per (host, partition) where its nodes need several partitions;
+        # each node's lane (a node whose host the run did not record runs on the first)
+        self.lanes: dict[str, Lane]
+        self.lanes, self._lane_of = make_lanes(plan, info["lanes"], float(info.get("status_every", 5.0)))
 
     # -- construction -------------------------------------------------------------------------
     @classmethod

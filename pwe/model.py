@@ -85,6 +85,8 @@ class Scheduling(_Strict):
     # The rest of the profile: accepted and passed on where a batch system has them.
     memoryPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB per member")
     gpusPerMember: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="GPUs per member")
+    tmpPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None, description="MB of its own $TMPDIR per member, packed against each node's tmp pool")
     minNodes: Count | None = Field(None, description="fewest nodes per batch job")
     maxNodes: Count | None = Field(None, description="most nodes per batch job")
     qos: StrictStr | None = Field(None, description="quality of service")

@@ -108,9 +108,9 @@ class Lane:
     """One host of the run: how its pilots start (a process here, or a batch job through
     its protocol), the members ready for it, and the pace of its status queries."""
 
-    def __init__(self, host: Any, cores: int, pilot_args: list[str], status_every: float):
+    def __init__(self, host: Any, cores: int, pilot_args: list[str], status_every: float, name: str = ""):
         self.host = host
-        self.name = host.name
+        self.name = name or host.name  # host, or host/partition (make_lanes)
         self.cores = cores
         self.pilot_args = [str(a) for a in pilot_args]
         from protocols.registry import get as get_protocol
@@ -129,6 +129,29 @@ class Lane:
         self.backoff = status_every
         self.retry_at = 0.0
         self.retry_pilot: tuple[str, bool] | None = None  # (pilot id, maybe submitted)
+
+
+def make_lanes(plan: Any, recorded: dict[str, Any], status_every: float) -> tuple[dict[str, Lane], dict[str, str]]:
+    """The run's lanes from its recorded hosts (run.json ``lanes``): one per host, split
+    per partition where its nodes go to different ones (placement.partition_lanes, each
+    lane holding the host as its partition shows it: GPUs, cores, memory), and each
+    node's lane. Pilot arguments a caller gave are kept; those pwe derived are derived
+    again from the partition's view (its GPUs, its memory)."""
+    from hostinfo.model import Host
+
+    from .placement import partition_lanes, pilot_args_for
+
+    hosts = {name: Host(**lane["host_def"]) for name, lane in recorded.items()}
+    lanes, lane_of = {}, {}
+    for key, (view, nids) in partition_lanes(plan, hosts).items():
+        rec = recorded[view.name]
+        args = rec.get("pilot_args", [])
+        if args == pilot_args_for(hosts[view.name]):
+            args = pilot_args_for(view)
+        cores = view.cores_per_node if view is not hosts[view.name] else rec.get("cores")
+        lanes[key] = Lane(view, int(cores or 1), args, status_every, name=key)
+        lane_of.update(dict.fromkeys(nids, key))
+    return lanes, lane_of
 
 
 class PilotWork(Intake, Recovery, PilotControl):

@@ -93,6 +93,9 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
     mem = sum((s.memoryPerMember or 0) * k for s, k in per_node)
     if mem and host.memory_per_node:
         nodes = max(nodes, -(-mem // host.memory_per_node))
+    tmp = sum((getattr(s, "tmpPerMember", None) or 0) * k for s, k in per_node)
+    if tmp and host.tmp_per_node:  # (a pool the host states; a measured one is unknown here)
+        nodes = max(nodes, -(-tmp // host.tmp_per_node))
     if sched.maxNodes:
         nodes = min(nodes, sched.maxNodes)
     if host.max_nodes:
@@ -100,12 +103,11 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
     walltime = float(sched.maxWallTime or 60)
     partition = sched.queue
     if partition is None:
-        for part in host.partitions:
-            if part.max_walltime is None or part.max_walltime >= walltime:
-                partition = part.name
-                if part.max_nodes:
-                    nodes = min(nodes, part.max_nodes)
-                break
+        part, _ = choose_partition(sched, host)
+        if part is not None:
+            partition = part.name
+            if part.max_nodes:
+                nodes = min(nodes, part.max_nodes)
     if not protocol_info(host.protocol).allocates:
         nodes = len(host.nodes) or 1  # the pilot runs on the head node (and the host's own nodes), not on an allocation
     return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
@@ -114,6 +116,77 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
             # members that need GPUs get them only if the job asks for the nodes' GPUs
             "memory_mb": sched.maxTotalMemory, "gpus_per_node": host.gpus_per_node if gpus else 0,
             "begin": sched.requested_start(_when(created))}
+
+
+def choose_partition(sched: Any, host: Any) -> tuple[Any, str]:
+    """The partition a node's pilots go to, and why (what ``pwe plan --host`` shows).
+
+    ``queue`` in the profile wins. Else the first partition, in the host's priority
+    order, whose ``max_walltime`` holds the pilot's walltime and whose nodes (its
+    ``gpus_per_node``, ``cores_per_node``, ``memory_per_node``, ``tmp_per_node``, each
+    falling back to the host's) hold one member. A member that asks for no GPU skips
+    partitions with GPUs while one without fits (GPU nodes are scarce and often charged
+    more); it goes to a GPU partition only when nothing else fits. (None, why) when the
+    host lists no partitions, or none fits (then ``why`` says what each lacks)."""
+    if sched.queue:
+        return next((p for p in host.partitions if p.name == sched.queue), None), "queue in the scheduling profile"
+    if not host.partitions:
+        return None, "the host lists no partitions"
+    walltime = float(sched.maxWallTime or 60)
+    gpus = sched.gpusPerMember or 0
+    fits, lacks = [], []
+    for part in host.partitions:
+        why = _partition_lacks(sched, host, part, walltime)
+        (lacks.append(f"{part.name} ({why})") if why else fits.append(part))
+    if not fits:
+        return None, "no partition fits: " + "; ".join(lacks)
+    if not gpus:
+        no_gpu = [p for p in fits if not _part_value(p, host, "gpus_per_node")]
+        if no_gpu:
+            skipped = [p.name for p in fits[:fits.index(no_gpu[0])]]
+            note = f"; {', '.join(skipped)} skipped: it has GPUs and the member asks for none" if skipped else ""
+            return no_gpu[0], f"the first in priority order that fits walltime {walltime:g} min and no GPU{note}"
+        return fits[0], f"the first that fits walltime {walltime:g} min; it has GPUs, but none without fits"
+    return fits[0], f"the first in priority order that fits walltime {walltime:g} min and {gpus} GPU(s) per member"
+
+
+def _part_value(part: Any, host: Any, key: str) -> Any:
+    """A partition's resource: its own value, else the host's."""
+    value = getattr(part, key)
+    return getattr(host, key) if value is None else value
+
+
+def _partition_lacks(sched: Any, host: Any, part: Any, walltime: float) -> str:
+    """What a partition lacks for a node's pilot ('' when it fits)."""
+    if part.max_walltime is not None and part.max_walltime < walltime:
+        return f"max_walltime {part.max_walltime:g} < maxWallTime {walltime:g} min"
+    gpus, has_gpus = sched.gpusPerMember or 0, _part_value(part, host, "gpus_per_node") or 0
+    if gpus > has_gpus:
+        return f"{has_gpus} GPUs per node < gpusPerMember {gpus}"
+    threads = (sched.threadsPerRank or 1) * (1 if not (gpus or sched.memoryPerMember) else sched.ranksPerMember or 1)
+    cores = _part_value(part, host, "cores_per_node")
+    if cores and threads > cores:
+        return f"{cores} cores per node < {threads} for one member on a node"
+    for key, field in (("memory_per_node", "memoryPerMember"), ("tmp_per_node", "tmpPerMember")):
+        want, has = getattr(sched, field, None) or 0, _part_value(part, host, key)
+        if want and has and want > has:
+            return f"{key} {has} MB < {field} {want} MB"
+    return ""
+
+
+def for_partition(host: Any, part: Any) -> Any:
+    """The host as seen by the pilots of one of its partitions: the partition's own
+    resources (where it states them) in place of the host's, and that partition alone."""
+    update = {key: _part_value(part, host, key)
+              for key in ("cores_per_node", "gpus_per_node", "memory_per_node", "tmp_per_node", "max_nodes")}
+    return host.model_copy(update={**update, "partitions": [part]})
+
+
+def host_for_node(pn: Any, host: Any) -> Any:
+    """The host a node's pilots see: the chosen partition's view of it (:func:`for_partition`),
+    or the host itself when it lists no partitions or none is chosen."""
+    part, _ = choose_partition(pn.scheduling, host)
+    return host if part is None else for_partition(host, part)
 
 
 def _when(epoch: float | None) -> Any:
@@ -137,9 +210,10 @@ def pilot_job(plan: Plan, host: Any, ready: list[tuple[str, int]], run_dir: str,
                     pilot_args=[*pilot_args, "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout)])
 
 
-def preview_pilot_script(plan: Plan, host: Any) -> str | None:
+def preview_pilot_script(plan: Plan, host: Any, first: str | None = None) -> str | None:
     """The job script the first pilot for this plan would be submitted with (pwe plan
-    --host); None for a host whose pilots are no jobs (``local``)."""
+    --host), for node ``first`` (default: the first node on the host); None for a host
+    whose pilots are no jobs (``local``)."""
     from protocols.registry import get as get_protocol
     from protocols.runner import LocalRunner
 
@@ -147,7 +221,8 @@ def preview_pilot_script(plan: Plan, host: Any) -> str | None:
     if not protocol.batch:
         return None
     # the first node (in graph order) that runs on this host: its members ask for the first pilot
-    first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
+    if first is None:
+        first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
     roots = [(first, i) for i in range(min(plan.nodes[first].size, 100000))]
     job = pilot_job(plan, host, roots, "RUN_DIR", f"{plan.workflow.name}-RUN", "p1", pilot_args_for(host),
                     heartbeat=5.0, idle_timeout=60)
@@ -171,6 +246,7 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
             raise InputError(f"node '{nid}': {exc.message}", src, pn.host_line or pn.line) from None
         used[host.name] = host
         sched = pn.scheduling
+        host = _partition_view(nid, pn, host, src)
         ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
         per_node = host.cores_per_node or 1
         if sched.coreUsageRule:
@@ -214,17 +290,71 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
             raise InputError(
                 f"node '{nid}': a member that asks for GPUs or memory runs on one node, but it needs "
                 f"{ranks * threads} cores and host '{host.name}' has nodes of {per_node}", src, pn.line)
+        if gpus and not protocol_info(host.protocol).asks_gpus:
+            raise InputError(
+                f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but pwe cannot ask {host.protocol} "
+                f"(host '{host.name}') for GPUs; run the node on a SLURM or PBS host", src, pn.line)
         if gpus > host.gpus_per_node:
             raise InputError(
                 f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but host '{host.name}' has "
                 f"{host.gpus_per_node} per node; set gpus_per_node in its hosts.yaml entry or use a GPU host",
                 src, pn.line)
+        if sched.tmpPerMember and host.tmp_per_node and sched.tmpPerMember > host.tmp_per_node:
+            raise InputError(
+                f"node '{nid}': a member needs {sched.tmpPerMember} MB of $TMPDIR (tmpPerMember) but host "
+                f"'{host.name}' has {host.tmp_per_node} MB per node (tmp_per_node)", src, pn.line)
         if mem and host.memory_per_node and mem > host.memory_per_node:
             raise InputError(
                 f"node '{nid}': a member needs {mem} MB (memoryPerMember) but host '{host.name}' has "
                 f"{host.memory_per_node} MB per node", src, pn.line)
     check_mpi(plan, used, src)
     return used
+
+
+def _partition_view(nid: str, pn: Any, host: Any, src: Path) -> Any:
+    """The host as the node's chosen partition shows it (the checks below then hold its
+    resources); one line naming node and host when it lists partitions and none fits."""
+    part, why = choose_partition(pn.scheduling, host)
+    if part is None and host.partitions and not pn.scheduling.queue:
+        raise InputError(f"node '{nid}': host '{host.name}' has no partition for its pilots: {why}; add one to "
+                         "the host's partitions (hosts.yaml) or set queue in the node's scheduling", src, pn.line)
+    return host if part is None else for_partition(host, part)
+
+
+def partition_choices(plan: Plan, hosts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per node: the partition its pilots go to and why (``pwe plan --host``, and --json);
+    null where its host lists no partitions."""
+    out = {}
+    for nid, pn in plan.nodes.items():
+        host = hosts[pn.host]
+        part, why = choose_partition(pn.scheduling, host)
+        name = part.name if part is not None else pn.scheduling.queue
+        view = host if part is None else for_partition(host, part)
+        out[nid] = {"host": host.name, "partition": name, "why": why,
+                    "gpus_per_node": view.gpus_per_node, "cores_per_node": view.cores_per_node}
+    return out
+
+
+def partition_lanes(plan: Plan, hosts: dict[str, Any]) -> dict[str, tuple[Any, list[str]]]:
+    """The engine's lanes: one per host, or, where a host's nodes go to different
+    partitions, one per (host, partition), named ``host/partition``, since one pilot job
+    has one partition. Each: (the host as its partition shows it, its nodes). A node whose
+    host is not in ``hosts`` goes with the first host (as the engine has always done)."""
+    first = next(iter(hosts))
+    groups: dict[str, dict[str | None, list[str]]] = {name: {} for name in hosts}
+    for nid, pn in plan.nodes.items():
+        name = pn.host if pn.host in hosts else first
+        part, _ = choose_partition(pn.scheduling, hosts[name])
+        # (a queue the host does not list is a partition of its own, with the host's resources)
+        groups[name].setdefault(part.name if part is not None else pn.scheduling.queue, []).append(nid)
+    lanes: dict[str, tuple[Any, list[str]]] = {}
+    for name, host in hosts.items():
+        by_part = groups[name] or {None: []}
+        for part_name, nids in by_part.items():
+            part = next((p for p in host.partitions if p.name == part_name), None)
+            key = name if len(by_part) == 1 else f"{name}/{part_name}"
+            lanes[key] = (host if part is None else for_partition(host, part), nids)
+    return lanes
 
 
 def check_mpi(plan: Plan, hosts: dict[str, Any], src: Path) -> None:
@@ -266,10 +396,14 @@ def pilot_args_for(host: Any) -> list[str]:
             args += ["--launcher", host.launcher]
         if host.launcher_prefix:  # (it was dropped here: a host's setting is never ignored)
             args += ["--launcher-prefix", host.launcher_prefix]
+    if host.scratch:
+        args += ["--scratch", host.scratch]  # (members' own $TMPDIRs: pilot/tmpdirs.py)
     if host.gpus_per_node:
         args += ["--gpus-per-node", str(host.gpus_per_node)]
     if host.memory_per_node:
         args += ["--memory-per-node", str(host.memory_per_node)]
+    if host.tmp_per_node:
+        args += ["--tmp-per-node", str(host.tmp_per_node)]
     if host.transport == "redis":
         args += ["--transport", "redis", "--broker", host.broker]
         if host.broker_password_file:
@@ -281,7 +415,7 @@ def pilot_args_for(host: Any) -> list[str]:
 #: member (ranks, threads, walltime per member, shareNodes -> exclusive, coreUsageRule ->
 #: cap, GPUs, memory) and its feeding (maxMembers: most members one pilot is given).
 MEMBER_FIELDS = frozenset({"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "shareNodes", "coreUsageRule",
-                           "gpusPerMember", "memoryPerMember", "maxMembers"})
+                           "gpusPerMember", "memoryPerMember", "tmpPerMember", "maxMembers"})
 #: The fields each protocol acts on: those and what its job script states. The rest are
 #: reported, never dropped; submissionType is checked by value (registry: submission_types).
 USED_SCHEDULING = {name: MEMBER_FIELDS | p.script_fields for name, p in PROTOCOLS.items()}

@@ -57,9 +57,12 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
     """What ``pwe plan --json`` prints: the summary, each node with its first ``show``
     members (and its last) and their commands and its scheduling, and the first pilot
     job's script of each batch host."""
-    from .placement import preview_pilot_script
+    from .placement import partition_choices, partition_lanes, preview_pilot_script
 
-    scripts = {name: script for name, h in hosts.items() if (script := preview_pilot_script(plan, h)) is not None}
+    # one script per lane: a host, or each partition of a host whose nodes need several
+    scripts = {key: script for key, (h, nids) in partition_lanes(plan, hosts).items()
+               if (script := preview_pilot_script(plan, h, nids[0] if nids else None)) is not None}
+    partitions = partition_choices(plan, hosts)
     shown: dict[str, list[dict[str, Any]]] = {}
     for nid, n in plan.nodes.items():
         idx = list(range(min(show, n.size)))
@@ -70,5 +73,6 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
     for node in out["nodes"]:
         node["members_shown"] = shown[node["id"]]
         node["scheduling"] = plan.nodes[node["id"]].scheduling.model_dump(exclude_none=True)
+        node["partition"] = partitions[node["id"]]  # the partition its pilots go to, and why
     out["pilot_scripts"] = scripts
     return out

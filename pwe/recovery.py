@@ -40,7 +40,7 @@ class Recovery:
         from .pilots import PilotHandle  # (pilots.py builds on this module)
 
         self._restore_lane(p)  # (a helper's lane: pwe/pilotctl.py)
-        lane = p.get("lane") or next(iter(self.lanes))
+        lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
                             cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
                             transport=self._transport(lane, pid_))

@@ -68,7 +68,8 @@ def test_every_workflow_in_the_readme_is_an_example_file():
 # Extra arguments for a run in the tests: watch.yaml is meant to take ~15 s to be watched.
 RUN_ARGS = {"watch.yaml": ["--set", "seconds=0"]}
 # Runs elsewhere, against the real services it needs.
-RUN_ELSEWHERE = {"hybrid.yaml": "needs SLURM: tests/test_batch.py::test_hybrid_example_runs_here_and_on_slurm"}
+RUN_ELSEWHERE = {"hybrid.yaml": "needs SLURM: tests/test_batch.py::test_hybrid_example_runs_here_and_on_slurm",
+                 "gpu_partition.yaml": "needs SLURM: tests/test_partition.py::test_gpu_partition_example_runs_on_slurm"}
 
 
 @pytest.mark.parametrize("wf", example_workflows(), ids=lambda p: p.name)

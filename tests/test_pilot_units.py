@@ -223,7 +223,7 @@ def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
                   "    scheduling: {gpusPerMember: 1, memoryPerMember: 8000, maxWallTime: 30}\n")
     status, out, err = run_cli("plan", wf, "--host", "gpu")
     assert status == 0, err
-    assert "#SBATCH --gpus-per-node=4\n" in out
+    assert "#SBATCH --gres=gpu:4\n" in out
     assert "#SBATCH --nodes=2\n" in out  # 8 members of one GPU: two nodes of 4 GPUs (their 8 cores fit one)
     assert "--gpus-per-node 4 --memory-per-node 64000" in out  # the pilot packs by both
     status, out, err = run_cli("plan", wf, "--host", "torque")
@@ -235,7 +235,7 @@ def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
     status, out, err = run_cli("plan", wf, "--host", "gpu")
     assert status == 0 and "#SBATCH --nodes=2\n" in out, out
     # a node without GPU members asks for none
-    assert "--gpus-per-node=" not in out, out
+    assert "--gres=gpu" not in out, out
 
 
 def test_plan_sizes_each_hosts_pilot_by_that_hosts_nodes(tmp_path):

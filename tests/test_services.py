@@ -26,9 +26,9 @@ def test_sinfo_shows_localhost_idle_with_8_cpus(slurm_cluster):
         time.sleep(1)
     assert (node, state, cpus) == ("localhost", "idle", "8"), (p.stdout, run("squeue").stdout)
     assert slurm_cluster.cpus == 8
-    assert slurm_cluster.partitions == ("debug", "short")
+    assert slurm_cluster.partitions == ("debug", "short", "gpu")
     assert slurm_cluster.default_partition == "debug"
-    assert slurm_cluster.time_limits == {"debug": None, "short": 10}
+    assert slurm_cluster.time_limits == {"debug": None, "short": 10, "gpu": None}
 
 
 def test_sbatch_job_with_srun_step_completes(slurm_cluster, tmp_path):

@@ -217,10 +217,33 @@ SlurmctldLogFile=$PWE_SLURM_DIR/log/slurmctld.log
 SlurmdLogFile=$PWE_SLURM_DIR/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=16000 State=UNKNOWN
+# two stand-in GPUs and a partition "gpu", so tests see GPU pilots land where GPUs are.
+# SLURM 22.05 drops a GPU without a device file ("Removing file-less GPU"), so each is a
+# character device made like /dev/null (gres_conf_text); SLURM then sets
+# CUDA_VISIBLE_DEVICES=0,1 in a job that asks for both, as on a real GPU node
+GresTypes=gpu
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=16000 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 PartitionName=short Nodes=localhost MaxTime=10 State=UP
+PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
 EOF
+}
+
+SLURM_GRES_CONF=/etc/slurm/gres.conf
+PWE_GPU_DEVS=$PWE_SLURM_DIR/dev
+gres_conf_text() {
+    cat <<EOF
+$SLURM_CONF_MARKER
+NodeName=localhost Name=gpu File=$PWE_GPU_DEVS/gpu[0-1]
+EOF
+}
+
+make_gpu_devs() {  # the stand-in GPUs' device files: character devices 1,3 (what /dev/null is)
+    local i
+    mkdir -p "$PWE_GPU_DEVS"
+    for i in 0 1; do
+        [ -c "$PWE_GPU_DEVS/gpu$i" ] || { rm -f "$PWE_GPU_DEVS/gpu$i"; mknod -m 666 "$PWE_GPU_DEVS/gpu$i" c 1 3; } || return 1
+    done
 }
 
 # may_write_slurm_conf [CONF]: whether setup.sh may write CONF. Yes when there is none or
@@ -251,11 +274,22 @@ start_slurm() {  # (setup.sh asks may_write_slurm_conf first)
         slurm_conf_text >"$SLURM_CONF.pwe-new" && mv "$SLURM_CONF.pwe-new" "$SLURM_CONF"
         changed=1
     fi
+    make_gpu_devs || { say "slurm: FAILED: cannot make the stand-in GPU devices in $PWE_GPU_DEVS"; return 1; }
+    if ! cmp -s <(gres_conf_text) "$SLURM_GRES_CONF"; then
+        gres_conf_text >"$SLURM_GRES_CONF.pwe-new" && mv "$SLURM_GRES_CONF.pwe-new" "$SLURM_GRES_CONF"
+        changed=1
+    fi
+    if [ "$changed" = 1 ] && [ "$(sinfo -h -N -n localhost -o %G 2>/dev/null | head -n1)" != "gpu:2" ]; then
+        # slurmd loads its GRES plugins only when it starts ("GresPlugins changed ... ignored"
+        # on a reconfigure, and the node goes INVAL): restart both daemons (jobs go on)
+        stop_pidfile "$PWE_SLURM_DIR/run/slurmd.pid" slurmd
+        stop_pidfile "$PWE_SLURM_DIR/run/slurmctld.pid" slurmctld
+    fi
     if [ "$changed" = 1 ] && alive "$PWE_SLURM_DIR/run/slurmctld.pid" slurmctld; then
         # a running cluster with another configuration: reread it (jobs go on); restart
         # the daemons only if that fails or the node did not take its new definition
         if ! scontrol reconfigure >/dev/null 2>&1 || ! sleep 2 ||
-            [ "$(sinfo -h -N -n localhost -o '%c %m' | head -n1)" != "8 16000" ]; then
+            [ "$(sinfo -h -N -n localhost -o '%c %m %G' | head -n1 | tr -s ' ')" != "8 16000 gpu:2" ]; then
             stop_pidfile "$PWE_SLURM_DIR/run/slurmd.pid" slurmd
             stop_pidfile "$PWE_SLURM_DIR/run/slurmctld.pid" slurmctld
         fi
@@ -293,7 +327,7 @@ start_slurm() {  # (setup.sh asks may_write_slurm_conf first)
             return 1 ;;
     esac
     cpus=$(sinfo -h -N -n localhost -o %c | head -n1)
-    say "slurm: up (localhost $state, $cpus CPUs; partitions debug (default, no time limit), short (10 min); conf $SLURM_CONF)"
+    say "slurm: up (localhost $state, $cpus CPUs; partitions debug (default, no time limit), short (10 min), gpu (2 count-only GPUs); conf $SLURM_CONF)"
     if command -v qsub >/dev/null && command -v qstat >/dev/null && command -v qdel >/dev/null; then
         say "pbs: up (qsub/qstat/qdel of slurm-wlm-torque over the same cluster)"
     else

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start the real services pwe's tests use, on this (Debian 12, root) machine:
-#   - munge and a one-node SLURM cluster (localhost, 8 CPUs; partitions debug, short),
+#   - munge and a one-node SLURM cluster (localhost, 8 CPUs, 2 count-only GPUs; partitions
+#     debug, short, gpu),
 #     with slurm-wlm-torque's qsub/qstat/qdel over it;
 #   - 4 ssh "nodes": network namespaces pwe-n1..pwe-n4 (10.233.N.2) each with its own sshd,
 #     on one bridge with the head (10.233.0.1), sharing this machine's filesystem;
@@ -19,6 +20,14 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/common.sh"
 
 need_root
+# the daemons started below must not inherit a caller's lock (`flock /tmp/pwe-slurm.lock
+# bash setup.sh`): a munged or redis-server holding that descriptor holds the lock for
+# as long as it lives, and every later `flock /tmp/pwe-slurm.lock` waits forever
+for fd in /proc/$$/fd/*; do
+    n=${fd##*/}
+    case "$n" in ''|*[!0-9]*) continue ;; esac
+    [ "$n" -gt 2 ] && [ "$n" -lt 255 ] && eval "exec $n>&-"
+done
 take_lock 600
 t0=$SECONDS
 failed=()

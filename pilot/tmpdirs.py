@@ -1,0 +1,189 @@
+"""Each member attempt's own ``$TMPDIR`` (from open-lmake): a fresh, empty, owner-only
+directory made before the member starts and removed when it has ended, however it ended
+(done, failed, killed by its walltime, cancelled); one the member left empty and
+owner-only is handed, as it is, to the next member instead (no metadata write for the
+many members that never use it). Standard library only.
+
+Layout: ``<root>/pwe-<run>-<pilot>-<host>-<pid>/<k>``, where root is
+the host's ``scratch`` (``$VARS`` expanded here, on the node), else the node's ``$TMPDIR``,
+else ``/tmp``; ``<run>`` is a short hash of the run directory. The pilot's own directory
+goes when the pilot leaves. A pilot killed with SIGKILL cannot tidy: the next pilot of the
+same run on the same node removes what pilots of that run left there whose process is gone
+(:meth:`TmpDirs.sweep`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import stat
+
+from .spawn import pid_alive
+
+
+def make_fresh(path: str) -> None:
+    """An empty owner-only directory at ``path`` (its parent made owner-only if missing);
+    what was there before is removed first."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if os.path.lexists(path):
+        remove_tree(path)
+    os.mkdir(path, 0o700)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a member's $TMPDIR and what it left; its pilot's directory too once empty."""
+    try:
+        os.rmdir(path)  # (most members leave it empty: one call)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def tmp_root(scratch: str | None) -> str:
+    """Where members' directories are made on this node."""
+    if scratch:
+        return os.path.expanduser(os.path.expandvars(scratch))
+    return os.environ.get("TMPDIR") or "/tmp"
+
+
+class TmpDirs:
+    """The members' temporary directories of one pilot on its node."""
+
+    def __init__(self, pilot_dir: str, scratch: str | None = None):
+        pilot_dir = os.path.abspath(pilot_dir)
+        self.root = tmp_root(scratch)
+        run_dir = os.path.dirname(os.path.dirname(pilot_dir))  # RUN/pilots/<id>
+        self.prefix = f"pwe-{hashlib.sha256(run_dir.encode()).hexdigest()[:10]}-"
+        self.host = socket.gethostname()
+        self.base = os.path.join(self.root, f"{self.prefix}{os.path.basename(pilot_dir)}-{self.host}-{os.getpid()}")
+        self._made = False
+        self._by_member: dict[tuple[str, int, int], str] = {}  # running members' directories here
+        self._spare: list[str] = []  # empty ones their members left, for the next
+        self._count = 0
+
+    def sweep(self) -> list[str]:
+        """Remove what pilots of this run left on this node (killed before they could tidy):
+        directories ``pwe-<run>-*-<this host>-<pid>`` whose pid is gone. What was removed."""
+        gone = []
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return gone
+        tail = f"-{self.host}-"
+        for name in names:
+            if not name.startswith(self.prefix) or tail not in name:
+                continue
+            pid = name.rsplit("-", 1)[-1]
+            path = os.path.join(self.root, name)
+            if not pid.isdigit() or pid_alive(int(pid)) or os.path.islink(path):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+        return gone
+
+    def make(self, node: str, member: int, attempt: int) -> str:
+        """A fresh, empty, owner-only (0700) directory for this member attempt: its path.
+        OSError when it cannot be made (the caller fails the member, as for its own
+        directory).
+
+        A directory an ended member left empty and owner-only is handed to the next one
+        (``remove`` checked it: one directory read, no write) instead of being removed
+        and another made: on a disk filesystem that pair of metadata writes costs more
+        than a short member's whole start (measured: bench/BENCHMARKS.md)."""
+        if not self._made:
+            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.base, mode=0o700, exist_ok=True)
+            os.chmod(self.base, 0o700)
+            self._made = True
+        key = (node, member, attempt)
+        if self._spare:
+            path = self._by_member[key] = self._spare.pop()
+            return path
+        self._count += 1
+        path = os.path.join(self.base, str(self._count))
+        try:
+            os.mkdir(path, 0o700)
+        except FileNotFoundError:  # its parent went (a node agent's tidying on a shared /tmp)
+            os.makedirs(self.base, mode=0o700, exist_ok=True)
+            os.mkdir(path, 0o700)
+        self._by_member[key] = path
+        return path
+
+    def path(self, node: str, member: int, attempt: int) -> str:
+        """The directory a node agent makes for a member on its own node (one per attempt)."""
+        return os.path.join(self.base, f"{node.replace('/', '_')}.{member}.{attempt}")
+
+    def remove(self, node: str, member: int, attempt: int) -> None:
+        """The member attempt has ended: nothing it left stays. An empty owner-only
+        directory is kept for the next member; anything else goes, with what is in it."""
+        path = self._by_member.pop((node, member, attempt), None)
+        if path is None:
+            return  # (none made here: a member on another node, or removed already)
+        try:
+            st = os.lstat(path)
+            with os.scandir(path) as entries:
+                empty = next(entries, None) is None
+            if empty and stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid():
+                self._spare.append(path)
+                return
+        except OSError:
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """The pilot leaves: its directory goes (with anything a member's children left)."""
+        if self._made:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def free_mb(self) -> int | None:
+        """Free space under the root, MB (the tmp pool when the host states none)."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize // (1024 * 1024)
+
+
+class TmpPool:
+    """The tmp space of each node, shared by its members' $TMPDIRs (tmpPerMember, MB),
+    packed as memory is: a member starts only where its tmp is free, and gives it back
+    when it ends. Each node holds the host's ``tmp_per_node`` when given, else the free
+    space the pilot measured under the tmp root when it started (that node's; other
+    nodes' are not counted). A member asks on the node of its first rank, where its
+    $TMPDIR is."""
+
+    def __init__(self, nodes: list, per_node: int | None, measured: int | None):
+        self.free: dict[str, int | None] = {
+            n.name: per_node if per_node is not None else (measured if n.local else None) for n in nodes}
+        self.size = dict(self.free)
+
+    def why_never(self, tmp: int) -> str | None:
+        """Why a member asking for ``tmp`` MB can never start here, or None."""
+        known = [v for v in self.size.values() if v is not None]
+        if tmp and known and len(known) == len(self.size) and tmp > max(known):
+            return f"needs {tmp} MB of $TMPDIR (tmpPerMember); nodes here have at most {max(known)} MB"
+        return None
+
+    def take(self, placement: list, tmp: int) -> bool:
+        """Count ``tmp`` MB against the placement's first node; False (nothing taken) when
+        that node has not that much free."""
+        if not tmp:
+            return True
+        name = placement[0][0].name
+        left = self.free.get(name)
+        if left is None:
+            return True
+        if left < tmp:
+            return False
+        self.free[name] = left - tmp
+        placement.tmp = tmp  # (given back by release)
+        return True
+
+    def release(self, placement: list) -> None:
+        tmp = getattr(placement, "tmp", 0)
+        if tmp:
+            name = placement[0][0].name
+            if self.free.get(name) is not None:
+                self.free[name] += tmp
+            placement.tmp = 0
