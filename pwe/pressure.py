@@ -257,7 +257,13 @@ class PressureQueue:
         self._in.clear()
 
     def __bool__(self) -> bool:
-        return any(self._q[n] for n in self._in)
+        # (the heap's top is kept non-empty here, so this costs O(1) per member popped, not
+        # a look at every node: the engine asks before each member it hands out)
+        self._resort()
+        heap = self._heap
+        while heap and not self._q[heap[0][2]]:
+            self._in.discard(heapq.heappop(heap)[2])
+        return bool(heap)
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._q.values())

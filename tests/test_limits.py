@@ -154,3 +154,24 @@ def test_xml_and_yaml_say_the_same_limits_resources_and_order(tmp_path):
                                       '</resource>\n    <run>true</run>\n  </node>\n</workflow>\n')
     rc, out, err = run_cli("validate", tmp_path / "bad.xml", cwd=tmp_path)
     assert rc == 2 and "bad.xml:3:" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_host_limit_holds_in_a_slurm_pilot(slurm_cluster, tmp_path):
+    """On the real SLURM: host `cluster` of examples/hosts.yaml says license: 2, the run 4.
+    Its one pilot job has 8 cores; the members holding a licence run 2 at a time, the others
+    beside them."""
+    from conftest import EXAMPLES
+
+    ledger = tmp_path / "ledger"
+    wf = workflow(tmp_path / "wf.yaml", ledger,
+                  node("a", 8, 0.5, "license: 1", "    scheduling: {maxWallTime: 5}\n")
+                  + node("free", 4, 0.5, "", "    scheduling: {maxWallTime: 5}\n"), limits="license: 4")
+    rc, out, err = run_cli("run", wf, "--host", "cluster", "--hosts", EXAMPLES / "hosts.yaml", "--run-dir",
+                           tmp_path / "run", cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    journal = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    assert [r.get("batch") for r in journal if r["e"] == "pilot"] == ["slurm"]  # (one SLURM pilot job)
+    held = intervals(ledger, {"a"})
+    assert len(held) == 8
+    assert most_at_once(held.values()) == 2
+    assert most_at_once(intervals(ledger, {"a", "free"}).values()) > 2
