@@ -102,3 +102,33 @@ def test_plan_shows_the_order_and_each_nodes_pressure(tmp_path):
     by_node = {r["node"]: r["pressure_s"] for r in plan["pressure"]}
     assert by_node["stage1"] > by_node["stage2"] > by_node["stage3"] > by_node["leaves"] == 6
     assert [r["node"] for r in plan["pressure"]][0] == "stage1"
+
+
+def test_queues_pass_over_held_nodes_and_keep_their_places(tmp_path):
+    """ReadyQueue (fifo) and PressureQueue hand out the first member of a node not held
+    back this feed, and the members passed over stay where they were."""
+    from pwe.plan import plan_workflow
+    from pwe.pressure import Pressure, PressureQueue
+    from pwe.state import ReadyQueue
+
+    wf = tmp_path / "chain.yaml"
+    wf.write_text(CHAIN_WF.format(order="pressure", ledger=tmp_path / "l"))
+    plan = plan_workflow(wf)
+    fifo = ReadyQueue()
+    fifo.append_run("leaves", 0, 3)
+    fifo.append_run("stage1", 0, 1)
+    assert fifo.pop_next({"leaves"}) == ("stage1", 0)
+    assert fifo.pop_next({"leaves"}) is None
+    assert [fifo.pop_next() for _ in range(3)] == [("leaves", 0), ("leaves", 1), ("leaves", 2)]
+    press = PressureQueue(Pressure(plan))
+    press.append_run("leaves", 0, 3)
+    press.append_run("stage3", 0, 1)
+    press.append_run("stage1", 0, 1)
+    assert press.pop_next() == ("stage1", 0)  # the highest pressure, whatever came first
+    assert press.pop_next({"stage3"}) == ("leaves", 0)
+    press.appendleft(("leaves", 0))
+    assert list(press) == [("stage3", 0), ("leaves", 0), ("leaves", 1), ("leaves", 2)]
+    assert len(press) == 4 and press
+    while press:
+        press.popleft()
+    assert press.pop_next() is None and not press
