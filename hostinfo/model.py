@@ -109,6 +109,9 @@ class Host(BaseModel):
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
     fallback: Literal["none", "local"] = Field(
         "none", description="'local': when the scheduler's commands are absent, warn and run the members here")
+    limits: dict[Annotated[StrictStr, AfterValidator(variable_name)], Annotated[StrictInt, Field(ge=1)]] = Field(
+        default_factory=dict, description="most of each user-defined resource (a node's 'resources') held at once "
+        "by the members running on this host, e.g. license: 2")
 
     _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
     _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))

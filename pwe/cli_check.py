@@ -95,6 +95,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             con.print(f"  [{m['member']}] {escape(params)}")
             con.print(f"      $ {escape(m['command'].rstrip())}")
             last = m["member"]
+    _order_and_limits(con, summary)
     for name, script in summary["pilot_scripts"].items():
         con.print(f"\n[bold]first pilot job for host {escape(name)}[/] (RUN_DIR and RUN are filled in at submission):")
         con.print(escape(script), end="")
@@ -184,3 +185,17 @@ def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json
         click.echo(f"{name}: " + (f"all {len(checks)} checks passed" if ok else
                                   f"{failed} of {len(checks)} checks failed"), err=True)
     sys.exit(0 if ok else 1)
+
+
+def _order_and_limits(con, summary: dict) -> None:
+    """pwe plan's lines on the order members go out in and the limits on user resources."""
+    lim = summary["limits"]
+    con.print(f"\n[bold]order[/]: {summary['order']}" + ("  (pressure: estimated seconds to the end of the run, "
+              "highest first: " + ", ".join(f"{r['node']} {r['pressure_s']:g}" for r in summary["pressure"]) + ")"
+              if summary["pressure"] else ""))
+    if lim["run"] or lim["hosts"] or lim["nodes"]:
+        parts = [f"run {k}={v}" for k, v in lim["run"].items()]
+        parts += [f"host {h} {k}={v}" for h, d in lim["hosts"].items() for k, v in d.items()]
+        con.print("[bold]limits[/]: " + (", ".join(parts) or "none") + "; held per member: "
+                  + (", ".join(f"{n} " + " ".join(f"{k}={v}" for k, v in d.items()) for n, d in lim["nodes"].items())
+                     or "nothing"))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.wire import CANCEL, STOP
 
-from . import checkpoint, rundir, runs
+from . import checkpoint, limits, pressure, rundir, runs
 from .errors import PweError, RunStopped
 from .journal import Journal, JournalError
 from .pilots import Lane, PilotHandle, PilotWork, make_lanes
@@ -92,6 +92,7 @@ class Engine(PilotWork):
         # each node's lane (a node whose host the run did not record runs on the first)
         self.lanes: dict[str, Lane]
         self.lanes, self._lane_of = make_lanes(plan, info["lanes"], float(info.get("status_every", 5.0)))
+        self._order_and_limits()
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -223,6 +224,8 @@ class Engine(PilotWork):
         ok = not st.cancelled and st.totals()[DONE] == self.plan.total_members
         self._record({"e": "finish", "ok": ok, "t": time.time()})
         self.journal.flush()
+        pressure.write_durations(self.dir, self.plan.workflow.name, st,
+                                 self._pressure.earlier if self._pressure else None)  # (the next run's estimates)
         if progress:
             progress(st)
         return ok
@@ -249,6 +252,8 @@ class Engine(PilotWork):
         st = self.state
         if st.cancelled:
             return 0
+        if self._pressure is not None:
+            self._pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
         if st.ready:  # to the lane of each member's node, a run of members at a time
             lane_of = self._lane_of  # (one no longer ready is passed over when its turn comes)
             for nid, lo, hi in st.ready.take_runs():
@@ -293,13 +298,22 @@ class Engine(PilotWork):
         refused: list[tuple[str, int]] = []
         ready = lane.ready
         now = round(time.time(), 3)  # (the trace's submit time of what is fed now)
+        held: set[str] = set()  # nodes held back this feed (a limit, or pressure: _may_hand)
+        hand = self._hand_check(lane)
         while ready and pilot.outstanding < window and not pilot.full:
-            nid, i = ready.popleft()
+            item = ready.pop_next(held)
+            if item is None:
+                break
+            nid, i = item
             ns = st.nodes[nid]
             if ns.state[i] != READY:
                 continue  # a stale entry: assigned or finished since it was queued
             if (nid, i) in pilot.refused:
                 refused.append((nid, i))  # too long for what is left of this allocation
+                continue
+            if hand is not None and not hand(nid, pilot):
+                ready.appendleft((nid, i))
+                held.add(nid)
                 continue
             most = self.plan.nodes[nid].scheduling.maxMembers
             if most and pilot.given >= most:
@@ -323,6 +337,38 @@ class Engine(PilotWork):
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
                 pilot.send({"k": STOP})
         return fed
+
+    # -- the order members are handed out in, and limits (issue 14) --------------------------
+    def _order_and_limits(self) -> None:
+        """Each lane's ready queue by pressure (``order: pressure``, the default; the run's
+        own ``order`` option first) or first in first out; the gate of user resources."""
+        self._pressure: pressure.Pressure | None = None
+        if (self.info.get("order") or self.plan.workflow.order) == "pressure":
+            earlier = pressure.read_durations(self.dir, self.plan.workflow.name)
+            self._pressure = pressure.Pressure(self.plan, earlier)
+            for lane in self.lanes.values():
+                lane.ready = pressure.PressureQueue(self._pressure)
+        self._lane_nodes = {name: [n for n, ln in self._lane_of.items() if ln == name] for name in self.lanes}
+        self._limits = limits.Limits.of(self.plan, self._lane_of, self.lanes)
+
+    def _hand_check(self, lane: Lane) -> Callable[[str, PilotHandle], bool] | None:
+        """For one feed of a pilot: may a member of node ``nid`` go to it now? None when
+        anything may. Beyond the pilot's free slots, a member goes only if no node of the
+        lane with a higher pressure still has members waiting (the pilot runs its queue in
+        order, so a member queued there would start before the other node's members when
+        they become ready); and only while its resources fit their limits."""
+        gate = self._limits.gate(self.state) if self._limits is not None else None
+        press = self._pressure
+        deep = press.waiting_max(self.state, self._lane_nodes[lane.name]) if press is not None else -1.0
+        if gate is None and deep < 0:
+            return None
+        level = press.pressure if press is not None else {}
+
+        def may(nid: str, pilot: PilotHandle) -> bool:
+            if deep >= 0 and pilot.outstanding >= pilot.slots and level[nid] < deep:
+                return False
+            return gate is None or gate.take(nid)
+        return may
 
     # -- cancel and shutdown -----------------------------------------------------------------
     def cancel(self) -> bool:

@@ -223,6 +223,10 @@ class Node(_Strict):
     setup_per_node: list[SetupLine] | None = Field(
         None, description="shell lines each pilot runs once on every node before the first member of this node "
         "there; a node where they fail takes none of its members (default: defaults.setup_per_node)")
+    resources: dict[Annotated[str, Field(pattern=IDENTIFIER)], Annotated[StrictInt, Field(ge=1)]] = Field(
+        default_factory=dict, description="user-defined resources one member holds while it runs (e.g. license: 1); "
+        "never more at once than the workflow's or the host's limits (pwe/limits.py)"
+    )
 
     @field_validator("after", mode="before")
     @classmethod
@@ -258,3 +262,12 @@ class Workflow(_Strict):
     )
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: Annotated[dict[Annotated[str, Field(pattern=NODE_ID)], Node], Field(min_length=1)]
+    # (issue 14: the order ready members are handed out in, and limits on user resources)
+    order: Literal["pressure", "fifo"] = Field(
+        "pressure", description="pressure: ready members of the nodes with the longest estimated time to the end of "
+        "the run first (pwe/pressure.py); fifo: in the order they became ready"
+    )
+    limits: dict[Annotated[str, Field(pattern=IDENTIFIER)], Annotated[StrictInt, Field(ge=1)]] = Field(
+        default_factory=dict, description="most of each user-defined resource held at once in this run, e.g. "
+        "license: 4 (nodes ask with 'resources')"
+    )

@@ -34,6 +34,9 @@ def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, hos
     registry = hostinfo.load(src, hosts_file, cores=cores)
     swap, notes = fall_back(plan, registry)
     hosts = check_hosts(plan, registry, src, swap)
+    from .limits import check as check_limits
+
+    check_limits(plan, hosts, src)  # (user-defined resources: each limited, each fits its limits)
     return plan, hosts, notes + run_warnings(plan, hosts)
 
 

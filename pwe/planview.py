@@ -75,4 +75,18 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
         node["scheduling"] = plan.nodes[node["id"]].scheduling.model_dump(exclude_none=True)
         node["partition"] = partitions[node["id"]]  # the partition its pilots go to, and why
     out["pilot_scripts"] = scripts
+    out.update(order_and_limits(plan, hosts))
     return out
+
+
+def order_and_limits(plan: Any, hosts: dict[str, Any]) -> dict[str, Any]:
+    """The order ready members go out in, each node's pressure as estimated before the
+    run (an earlier run's durations are the engine's, under its run root), and the limits
+    on user-defined resources: the run's, each host's, what each node asks for."""
+    from .limits import limit_lines
+    from .pressure import Pressure
+
+    press = Pressure(plan)
+    return {"order": plan.workflow.order,
+            "pressure": press.describe() if plan.workflow.order == "pressure" else [],
+            "limits": limit_lines(plan, hosts)}

@@ -101,6 +101,20 @@ class ReadyQueue:
             self._runs.popleft()
         return run[0], i
 
+    def pop_next(self, skip: set[str] | frozenset = frozenset()) -> tuple[str, int] | None:
+        """The first member of a node not in ``skip`` (nodes held back by a limit this
+        feed: :mod:`pwe.limits`), or None; the runs passed over keep their places."""
+        if not skip:
+            return self.popleft() if self._runs else None
+        for k, run in enumerate(self._runs):
+            if run[0] not in skip:
+                i = run[1]
+                run[1] = i + 1
+                if run[1] >= run[2]:
+                    del self._runs[k]
+                return run[0], i
+        return None
+
     def take_runs(self) -> deque[list]:
         """Every run ``[node, lo, hi]``, in order, leaving the queue empty."""
         runs, self._runs = self._runs, deque()

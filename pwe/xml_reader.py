@@ -439,6 +439,8 @@ def _put(d: LineDict, key: Any, value: Any, line: int | None) -> Any:
 def _workflow(root: etree._Element) -> LineDict:
     wf = LineDict(line=root.sourceline)
     _put(wf, "name", _attr(root, "name"), root.sourceline)
+    if root.get("order") is not None:
+        _put(wf, "order", _attr(root, "order"), root.sourceline)
     nodes = LineDict(line=None)
     for child in root:
         if child.tag == "description":
@@ -449,12 +451,22 @@ def _workflow(root: etree._Element) -> LineDict:
                 _put(props, _attr(prop, "name"), _free(prop), prop.sourceline)
         elif child.tag == "defaults":
             _put(wf, "defaults", _defaults(child), child.sourceline)
+        elif child.tag == "limits":  # <limit name="license">4</limit>: as limits: {license: 4}
+            _put(wf, "limits", _amounts(child), child.sourceline)
         elif child.tag == "node":
             if nodes.line is None:
                 nodes.line = child.sourceline
                 _put(wf, "nodes", nodes, child.sourceline)
             _put(nodes, _attr(child, "id"), _node(child), child.sourceline)
     return wf
+
+
+def _amounts(el: etree._Element) -> LineDict:
+    """``<limit name="x">N</limit>``... as ``{x: N}``."""
+    out = LineDict(line=el.sourceline)
+    for child in el:
+        _put(out, _attr(child, "name"), _field(child), child.sourceline)
+    return out
 
 
 def _defaults(el: etree._Element) -> LineDict:
@@ -508,6 +520,10 @@ def _node(el: etree._Element) -> LineDict:
             if "env" not in node:
                 _put(node, "env", LineDict(line=line), line)
             _put(node["env"], _attr(child, "name"), _free(child), line)
+        elif child.tag == "resource":  # <resource name="license">1</resource>: resources: {license: 1}
+            if "resources" not in node:
+                _put(node, "resources", LineDict(line=line), line)
+            _put(node["resources"], _attr(child, "name"), _field(child), line)
         elif child.tag == "run":
             _put(node, "run", _script(_text(child)), line)
         elif child.tag == "scheduling":

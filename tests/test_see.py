@@ -294,7 +294,10 @@ def test_status_gives_core_hours_of_done_running_eligible_and_waiting_work(tmp_p
     ... of 4, behind a gate; `b` (4 members, 1 core, 30 min each) waits for them; `c`
     (no walltime, 3 members) is eligible behind them but has no measure yet."""
     gate = tmp_path / "gate"
+    # (order: fifo: all three of c's members queue on the pilot at once; by pressure, c would
+    # wait beside b's higher pressure with only as many queued as the pilot has free cores)
     (tmp_path / "wf.yaml").write_text(f"""name: hours
+order: fifo
 defaults: {{host: local}}
 nodes:
   a:

@@ -245,7 +245,8 @@ def test_xsd_scheduling_matches_model():
     assert set(shapes["scheduling"].children) == set(model.Scheduling.model_fields)
     # a node's fields: attributes or children; <parameter> spells 'parameters', and 'id' is its key
     node_xml = set(shapes["node"].attrs) | set(shapes["node"].children)
-    assert node_xml == set(model.Node.model_fields) - {"parameters"} | {"parameter", "id"}
+    # (and <resource> spells 'resources': one element per resource, as <parameter>)
+    assert node_xml == set(model.Node.model_fields) - {"parameters", "resources"} | {"parameter", "resource", "id"}
     assert set(shapes["defaults"].attrs) | set(shapes["defaults"].children) == set(model.Defaults.model_fields)
 
 
