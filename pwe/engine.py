@@ -401,7 +401,7 @@ class Engine(PilotWork):
         snap = self.state.snapshot()
         snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": time.time(),
                      "engine": {"pid": os.getpid(), "host": socket.gethostname()},
-                     "total_members": self.plan.total_members,
+                     "total_members": sum(n.size for n in self.state.nodes.values()),  # (with grown ones)
                      # hosts whose batch system does not answer: nothing new is submitted there
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
                                      for lane in self.lanes.values() if lane.unreachable_since is not None}})

@@ -152,6 +152,10 @@ def test_trees_grow_until_the_check_says_converged_and_dependents_wait_for_their
         return 1 + sum(count(c) for c in t["children"])
 
     assert sum(count(t) for t in data["trees"]) == len(by_index) == data["members"]
+    # pwe trace: one attempt per member, the grown ones with their journaled values
+    trace = [json.loads(line) for line in pwe("trace", run_dir, "--json", cwd=tmp_path, check=0).stdout.splitlines()]
+    assert {(r["node"], r["member"]): r["parameters"] for r in trace} == \
+        {(m["node"], m["member"]): m["parameters"] for m in members}
 
 
 def test_the_example_converges_to_square_roots(tmp_path):
@@ -182,6 +186,35 @@ def test_max_iterations_reached_is_reported_and_the_tree_dependents_are_skipped(
     assert [t["outcome"] for t in data["trees"]] == ["unconverged", "unconverged"]
     status = json.loads(pwe("status", run_dir, "--json", cwd=tmp_path, check=0).stdout)
     assert status["phase"] != "succeeded"
+    # pwe retry: nothing failed, the trees stay unconverged, and the run ends again (exit 1)
+    proc = pwe("retry", run_dir, cwd=tmp_path, check=1)
+    assert "reached max_iterations" in proc.stderr
+    assert {m["state"] for m in members_of(run_dir, tmp_path) if m["node"] == "report"} == {"skipped"}
+
+
+def test_retry_after_a_failed_check_grows_the_tree_on_to_convergence(tmp_path):
+    broken = tmp_path / "broken"
+    broken.touch()
+    check = CHECK.replace("    check: |\n", f'    check: |\n      if test -e {broken} && test "$PWE_ITERATION" -ge 3; '
+                          "then exit 3; fi\n")
+    wf, ledger = write_wf(tmp_path, check=check)
+    run_dir = tmp_path / "run"
+    pwe("run", wf, "--run-dir", run_dir, cwd=tmp_path, check=1)
+    failed = {m["member"] for m in members_of(run_dir, tmp_path) if m["state"] == "failed"}
+    assert failed
+    broken.unlink()
+    pwe("retry", run_dir, cwd=tmp_path, check=0)
+    members = members_of(run_dir, tmp_path)
+    assert grown_trees(members) == expected_trees(0.3, 10)
+    assert {m["state"] for m in members} == {"done"}
+    starts = {}
+    for words in (line.split() for line in ledger.read_text().splitlines()):
+        if words[0] == "start":
+            starts.setdefault((words[1], int(words[2])), []).append(words[3])
+    # the members whose check failed ran again (attempt 2), every other member once
+    assert {k for k, a in starts.items() if a == ["1", "2"]} == {("bisect", i) for i in failed}
+    assert all(a == ["1"] for k, a in starts.items() if k[0] != "bisect" or k[1] not in failed)
+    assert set(starts) == {(m["node"], m["member"]) for m in members}
 
 
 @pytest.mark.parametrize("check, why", [
@@ -317,3 +350,60 @@ def test_xml_and_yaml_checked_nodes_plan_alike(tmp_path):
     assert y.workflow == x.workflow
     assert x.nodes["n"].max_iterations == 7 and x.command("n", 1) == y.command("n", 1)
     assert "converged=true" in x.command("n", 1)
+
+
+CALLABLE_RUNNER = """
+import json, sys
+import pwe
+
+def check(member):
+    p = member["parameters"]
+    with open(sys.argv[3], "a") as fh:
+        fh.write(json.dumps([member["member"], member["iteration"]]) + "\\n")
+    if member["member"] == int(sys.argv[4]):
+        raise RuntimeError("no answer for this one")
+    if (p["lo"] * p["lo"] - p["f"]) * (p["hi"] * p["hi"] - p["f"]) > 0 or p["hi"] - p["lo"] < 0.01:
+        return None
+    mid = (p["lo"] + p["hi"]) / 2
+    return [{"hi": mid}, {"lo": mid}]
+
+if sys.argv[1] == "run":
+    r = pwe.run_workflow(sys.argv[2], run_dir=sys.argv[5], checks={"bisect": check})
+else:
+    r = pwe.resume_workflow(sys.argv[5], checks={"bisect": check})
+sys.exit(0 if r.ok else 1)
+"""
+
+
+def test_a_python_callable_check_across_a_kill_9_and_resume_workflow(tmp_path):
+    """The engine of run_workflow(checks=...) killed mid-growth; resume_workflow with the
+    same callable grows the same trees; a callable that raises fails its member."""
+    wf, ledger = write_wf(tmp_path, check="", eps=0.01, sleep=0.2)
+    runner, asked, run_dir = tmp_path / "runner.py", tmp_path / "asked", tmp_path / "run"
+    runner.write_text(CALLABLE_RUNNER)
+    args = [sys.executable, runner, "run", wf, asked, 1, run_dir]  # member 1 (a root): its check raises
+    engine = subprocess.Popen(list(map(str, args)), cwd=tmp_path, env=ENV)
+    try:
+        wait_for(lambda: (run_dir / "journal.jsonl").exists()
+                 and (run_dir / "journal.jsonl").read_text().count('"grow":') >= 3, what="3 members to grow")
+        engine.send_signal(signal.SIGKILL)
+    finally:
+        engine.wait(timeout=30)
+    args[2] = "resume"
+    proc = subprocess.run(list(map(str, args)), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr  # (member 1's check raised)
+    from pwe.results import RunResult
+
+    members = [m for n in ("bisect", "report") for m in RunResult(run_dir).members(n)]
+    bisect = [m for m in members if m["node"] == "bisect"]
+    # f=2's tree (root 0) grew as the rule says; f=3's root failed with what its check raised
+    assert sorted((m["parameters"]["lo"], m["parameters"]["hi"], m["iteration"]) for m in bisect
+                  if m["parameters"]["f"] == 2) == expected_trees(0.01, 10)[2]
+    (root1,) = [m for m in bisect if m["member"] == 1]
+    assert root1["state"] == "failed" and "the check raised RuntimeError: no answer for this one" in root1["why"]
+    assert [m["state"] for m in members if m["node"] == "report"] == ["done", "skipped"]
+    check_ledger_once(ledger, [m for m in members if m["state"] != "skipped"])
+    # every member that ended was asked; none asked twice but one whose answer the kill lost
+    calls = [tuple(json.loads(line)) for line in asked.read_text().splitlines()]
+    assert {c[0] for c in calls} == {m["member"] for m in bisect}
+    assert len(calls) - len(set(calls)) <= 2
