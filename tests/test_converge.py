@@ -159,6 +159,9 @@ def test_trees_grow_until_the_check_says_converged_and_dependents_wait_for_their
 
 
 def test_the_example_converges_to_square_roots(tmp_path):
+    example = ROOT / "examples" / "converge.yaml"
+    nodes = json.loads(pwe("validate", example, "--json", cwd=tmp_path, check=0).stdout)["nodes"]
+    assert [n.get("check") for n in nodes] == [{"max_iterations": 30}, None]
     run_dir = tmp_path / "run"
     pwe("run", ROOT / "examples" / "converge.yaml", "--run-dir", run_dir, cwd=tmp_path, check=0)
     data = json.loads(pwe("show", run_dir, "--tree", "--json", cwd=tmp_path, check=0).stdout)["newton"]
@@ -250,11 +253,18 @@ def test_engine_killed_mid_growth_then_resume_loses_nothing_and_runs_nothing_twi
         except FileNotFoundError:
             return 0
 
-    wait_for(lambda: grown() >= 4, what="4 members to grow children")
+    def checkpointed() -> bool:  # (the trees are in the checkpoint the resumed engine starts from)
+        try:
+            return b'"tree":' in (run_dir / "checkpoint.bin").read_bytes()
+        except FileNotFoundError:
+            return False
+
+    wait_for(lambda: grown() >= 4 and checkpointed(), what="4 members to grow children, and a checkpoint")
     os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
     killed_at = grown()
     time.sleep(0.5)  # the pilot goes on meanwhile
-    pwe("resume", run_dir, cwd=tmp_path, check=0, env=env)
+    proc = pwe("resume", run_dir, cwd=tmp_path, check=0, env=env)
+    assert "cannot be used" not in proc.stderr  # the checkpoint with its trees was taken
     members = members_of(run_dir, tmp_path)
     trees = grown_trees(members)
     assert trees == expected_trees(0.01, 10)
