@@ -371,6 +371,9 @@ class RunState:
         tree, what waits for the tree released (or skipped: a tree that did not converge)."""
         tree: Tree = self.plan.nodes[nid].tree
         kids = r.get("grow") or []
+        if not (kids or tree.open or "conv" in r or "limit" in r):  # (no check, no tree growing: the usual)
+            self._satisfied(nid, i)
+            return
         if kids or r.get("conv") or r.get("limit"):
             tree.judge(i, GREW if kids else CONVERGED if r.get("conv") else LIMIT)
         if kids:
