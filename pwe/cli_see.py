@@ -157,6 +157,9 @@ def show(run: str, query: str | None, node: str | None, only: str | None, limit:
         rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
         why = f" ({m['why']})" if m.get("why") else ""
         took = f" T={m['T']:g}s" if m.get("T") is not None else ""
+        if "iteration" in m:  # a checked node's member: its place in its tree (pwe/trees.py)
+            took += f" iteration={m['iteration']}" + (f" parent={m['parent']}" if m["parent"] is not None else "") \
+                + (f" {m['verdict']}" if m.get("verdict") else "")
         click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
                    + (f"  -> {outs}" if outs else ""))
     if limit and len(out) >= limit:

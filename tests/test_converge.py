@@ -142,6 +142,13 @@ def test_trees_grow_until_the_check_says_converged_and_dependents_wait_for_their
     for k, f in enumerate((2, 3)):
         tree = [i for i, m in by_index.items() if m["parameters"]["f"] == f]
         assert position[("start", "report", str(k))] > max(position[("end", "bisect", str(i))] for i in tree)
+    # pwe show (text): each grown member's parent and iteration
+    shown = pwe("show", run_dir, "--node", "bisect", "--limit", "0", cwd=tmp_path, check=0).stdout.splitlines()
+    for m in by_index.values():
+        (line,) = [x for x in shown if x.startswith(f"bisect[{m['member']}] ")]
+        assert f"iteration={m['iteration']}" in line and (m["parent"] is None) == ("parent=" not in line)
+        if m["parent"] is not None:
+            assert f"parent={m['parent']} " in line
     # pwe show --tree: each tree drawn, converged; --json the same trees
     drawn = pwe("show", run_dir, "--tree", cwd=tmp_path, check=0).stdout
     assert drawn.count("=> converged") == 2 and drawn.count("[") == len(by_index)
