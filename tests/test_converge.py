@@ -424,3 +424,18 @@ def test_a_python_callable_check_across_a_kill_9_and_resume_workflow(tmp_path):
     calls = [tuple(json.loads(line)) for line in asked.read_text().splitlines()]
     assert {c[0] for c in calls} == {m["member"] for m in bisect}
     assert len(calls) - len(set(calls)) <= 2
+
+
+def test_trees_grow_inside_one_slurm_pilot(slurm_cluster, tmp_path):
+    """The example on the real SLURM (run under flock /tmp/pwe-slurm.lock): every member,
+    grown or not, and every check run inside one pilot job; the trees converge as here."""
+    run_dir = tmp_path / "run"
+    pwe("run", ROOT / "examples" / "converge.yaml", "--host", "cluster", "--hosts", ROOT / "examples" / "hosts.yaml",
+        "--run-dir", run_dir, cwd=tmp_path, check=0, timeout=300)
+    recs = read_journal(run_dir)
+    pilots = [r for r in recs if r["e"] == "pilot"]
+    assert len(pilots) == 1 and pilots[0].get("job")  # one batch job, its allocation kept while trees grew
+    data = json.loads(pwe("show", run_dir, "--tree", "--json", cwd=tmp_path, check=0).stdout)["newton"]
+    assert [t["outcome"] for t in data["trees"]] == ["converged"] * 3 and data["members"] > 3
+    assigned = {(r["n"], r["m"]) for r in recs if r["e"] == "assign"}
+    assert len(assigned) == data["members"] + 3  # every member of newton and report
