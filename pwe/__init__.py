@@ -10,7 +10,8 @@ The Python API::
 
 from .errors import InputError, PweError
 
-__all__ = ["Engine", "InputError", "Plan", "PweError", "RunResult", "plan_workflow", "run_workflow"]
+__all__ = ["Engine", "InputError", "Plan", "PweError", "RunResult", "plan_workflow", "resume_workflow",
+           "run_workflow"]
 __version__ = "0.1.0"
 
 
@@ -20,7 +21,7 @@ def __getattr__(name):
         from . import plan
 
         return getattr(plan, name)
-    if name in ("Engine", "run_workflow"):
+    if name in ("Engine", "run_workflow", "resume_workflow"):
         from . import engine
 
         return getattr(engine, name)

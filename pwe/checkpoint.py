@@ -77,13 +77,16 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         nodes[nid] = {"size": ns.size, "counts": ns.counts, "deps": deps, "bytes": [len(p) for p in parts],
                       "spent": ns.spent, "done_spent": ns.done_spent,
                       **{k: list(getattr(ns, k).items()) for k in _SPARSE}}
+        tree = state.plan.nodes[nid].tree
+        if tree.values or tree.verdict or tree.open:  # (a check's members and verdicts: pwe/trees.py)
+            nodes[nid]["tree"] = tree.to_json()
         body.extend(parts)
     header = {
         "offset": offset, "lines": lines, "anchor": _anchor(run_dir / "journal.jsonl", offset),
         "nodes": nodes, "barrier_left": [[s, d, n] for (s, d), n in state.barrier_left.items()],
         "pilots": state.pilots, "cancelled": state.cancelled, "finished_ok": state.finished_ok,
         "stopped": state.stopped, "edges": state.edges, "rejected": state.rejected,
-        "edge_files": sorted(state.edge_files),
+        "edge_files": sorted(state.edge_files), "api_checks": sorted(state.api_checks),
     }
     head = json.dumps(header, separators=(",", ":")).encode() + b"\n"
     crc = zlib.crc32(head)
@@ -127,12 +130,16 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
     if _anchor(run_dir / "journal.jsonl", offset) != h["anchor"]:
         raise ValueError("the journal is not the one it was taken of")
     if sorted(h["nodes"]) != sorted(plan.nodes) or any(
-            h["nodes"][nid]["size"] != pn.size for nid, pn in plan.nodes.items()):
+            h["nodes"][nid]["size"] - len(h["nodes"][nid].get("tree", {}).get("values", ())) != pn.size
+            for nid, pn in plan.nodes.items()):
         raise ValueError("its nodes are not the run's")
     st = RunState(plan, init=False)
     at = hlen_
     for nid, ns in st.nodes.items():
         n = h["nodes"][nid]
+        if "tree" in n:  # members a check grew: the node is that much larger
+            plan.nodes[nid].tree.load_json(n["tree"])
+            ns.size = int(n["size"])
         sizes = n["bytes"]
         ns.state = bytearray(rest[at:at + sizes[0]])
         at += sizes[0]
@@ -143,6 +150,8 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
             ns.deps = array("q")
             ns.deps.frombytes(rest[at:at + sizes[2]])
             at += sizes[2]
+        elif len(ns.deps) != ns.size:  # (grown members: zeros too)
+            ns.deps = array("q", bytes(8 * ns.size))
         if len(ns.state) != ns.size or len(ns.attempt) != ns.size or len(ns.deps) != ns.size:
             raise ValueError("a node's arrays have the wrong size")
         ns.counts = [int(c) for c in n["counts"]]
@@ -155,6 +164,7 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
     st.pilots = h["pilots"]
     st.cancelled, st.finished_ok, st.stopped = h["cancelled"], h["finished_ok"], h["stopped"]
     st.edges, st.edge_files = h["edges"], set(h["edge_files"])
+    st.api_checks = set(h.get("api_checks", ()))  # (nodes a Python callable checks: pwe/trees.py)
     st.rejected = {str(k): int(n) for k, n in h.get("rejected", {}).items()}  # (pilot messages refused)
     return st, offset, lines
 

@@ -75,9 +75,11 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         bar.start()
 
     def report(st) -> None:
+        nonlocal total
         finished, extra = progress(st.totals())
+        total = sum(st.totals())  # (a check grows members as the run goes: pwe/trees.py)
         if bar is not None:
-            bar.update(task, completed=finished, extra=extra)
+            bar.update(task, completed=finished, total=total, extra=extra)
         else:
             import time
 
@@ -108,7 +110,11 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
                                "totals": dict(zip(NAMES, t))}))
     else:
-        click.echo(f"{engine.run_id}: {outcome(t)} of {total}  ({engine.dir})")
+        click.echo(f"{engine.run_id}: {outcome(t)} of {sum(t)}  ({engine.dir})")
+    from .treeview import unconverged_lines
+
+    for line in unconverged_lines(engine.state, ref):
+        click.echo(line, err=True)
     if t[FAILED]:
         shown = failed_examples(engine.state, engine.dir, limit=3)
         for _, line in shown:

@@ -40,8 +40,9 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
                       ("host", "left")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for n in summary["nodes"]:
-        table.add_row(n["id"], f"{n['members']:,}", planview.param_summary(plan, n["id"]), str(n["cores_per_member"]),
-                      n["host"])
+        grows = f" roots, checked (max_iterations {n['check']['max_iterations']})" if "check" in n else ""
+        table.add_row(n["id"], f"{n['members']:,}{grows}", planview.param_summary(plan, n["id"]),
+                      str(n["cores_per_member"]), n["host"])
     con.print(table)
     if plan.edges:
         et = Table(box=None, pad_edge=False, title=None)

@@ -138,10 +138,15 @@ def _status_lines(d, snap: dict) -> list[str]:
 @click.option("--node", default=None, help="only this node")
 @click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
 @click.option("--limit", default=200, show_default=True, help="most members listed (0: all)")
+@click.option("--tree", is_flag=True, help="the trees of checked nodes: each member under its parent")
 @json_option
-def show(run: str, query: str | None, node: str | None, only: str | None, limit: int, as_json: bool) -> None:
+def show(run: str, query: str | None, node: str | None, only: str | None, limit: int, tree: bool,
+         as_json: bool) -> None:
     """Members of RUN with parameters, state, attempts, exit status and outputs."""
     from .query import select
+
+    if tree:
+        return _show_tree(run, node, as_json)
 
     try:
         out = select(find(run), query, node, only, limit)
@@ -156,10 +161,29 @@ def show(run: str, query: str | None, node: str | None, only: str | None, limit:
         rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
         why = f" ({m['why']})" if m.get("why") else ""
         took = f" T={m['T']:g}s" if m.get("T") is not None else ""
+        if "iteration" in m:  # a checked node's member: its place in its tree (pwe/trees.py)
+            took += f" iteration={m['iteration']}" + (f" parent={m['parent']}" if m["parent"] is not None else "") \
+                + (f" {m['verdict']}" if m.get("verdict") else "")
         click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
                    + (f"  -> {outs}" if outs else ""))
     if limit and len(out) >= limit:
         click.echo(f"(first {limit}; --limit 0 for all)", err=True)
+
+
+def _show_tree(run: str, node: str | None, as_json: bool) -> None:
+    """``pwe show RUN --tree``: pwe/treeview.py."""
+    from .treeview import show_trees, tree_lines
+
+    try:
+        data = show_trees(find(run), node)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif not data:
+        click.echo("no node of this run has a check: no trees", err=True)
+    else:
+        click.echo("\n".join(tree_lines(data)))
 
 
 @click.command()

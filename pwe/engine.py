@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from pilot.wire import CANCEL, STOP
 
 from . import checkpoint, limits, pressure, rundir, runs
-from .errors import PweError, RunStopped
+from .errors import InputError, PweError, RunStopped
 from .journal import Journal, JournalError
 from .pilots import Lane, PilotHandle, PilotWork, make_lanes
 from .plan import Plan
-from .state import DONE, READY, RunState
+from .state import READY, RunState
 from .tasks import TaskBuilder
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ class Engine(PilotWork):
         self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
+        #: Python callables that check a node's members (run_workflow's ``checks``: pwe/trees.py)
+        self.checks: dict[str, Callable[[dict], Any]] = {}
         #: says what the engine found wrong but worked around (a damaged journal line)
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
@@ -172,7 +174,8 @@ class Engine(PilotWork):
         self._edges_seen = set(self.state.edge_files)  # taken in already: not read again
         self.journal = Journal(path, fsync=bool(self.info.get("fsync")))
         self.journal.lines = replayed.lines
-        self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid()})
+        self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
+                      **_callable_checks(self.state, self.checks)})
         for line in unusable + replayed.warnings():
             self.notice(line)
             self._record({"e": "note", "what": line, "t": time.time()})
@@ -221,7 +224,7 @@ class Engine(PilotWork):
                     progress(st)
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
             self._sleep(sleep)  # (woken early by a broker's new events: pilots.py)
-        ok = not st.cancelled and st.totals()[DONE] == self.plan.total_members
+        ok = not st.cancelled and st.all_done()  # (with members a check grew, and trees converged)
         self._record({"e": "finish", "ok": ok, "t": time.time()})
         self.journal.flush()
         pressure.write_durations(self.dir, self.plan.workflow.name, st,
@@ -441,7 +444,7 @@ class Engine(PilotWork):
         snap = self.state.snapshot()
         snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": time.time(),
                      "engine": {"pid": os.getpid(), "host": socket.gethostname()},
-                     "total_members": self.plan.total_members,
+                     "total_members": sum(n.size for n in self.state.nodes.values()),  # (with grown ones)
                      # hosts whose batch system does not answer: nothing new is submitted there
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
                                      for lane in self.lanes.values() if lane.unreachable_since is not None},
@@ -453,10 +456,63 @@ class Engine(PilotWork):
 
 
 def run_workflow(workflow: str | Path, sets: dict[str, Any] | None = None, *, cores: int | None = None,
-                 run_dir: str | Path | None = None) -> "RunResult":
-    """Run a workflow on this machine to the end and return its results (the Python API)."""
+                 run_dir: str | Path | None = None,
+                 checks: dict[str, Callable[[dict], Any]] | None = None) -> "RunResult":
+    """Run a workflow on this machine to the end and return its results (the Python API).
+
+    ``checks``: node id -> a callable that checks each member of that node once it
+    succeeded (iteration until convergence, pwe/trees.py). It gets the member (``node``,
+    ``member``, ``parameters``, ``outputs``, ``parent``, ``iteration``) and returns None or
+    ``[]`` (converged) or a list of dicts of parameter values, one per child (a name left
+    out keeps the member's value)."""
     from .results import RunResult
 
+    plan_checks = dict(checks or {})
     engine = Engine.create(workflow, sets, cores=cores, run_dir=run_dir)
+    try:
+        _check_callables(engine.plan, plan_checks)
+    except InputError:
+        import shutil
+
+        shutil.rmtree(engine.dir, ignore_errors=True)  # (nothing half-made)
+        raise
+    engine.checks = plan_checks
     ok = engine.run()
     return RunResult(engine.dir, ok)
+
+
+def resume_workflow(run_dir: str | Path, *, checks: dict[str, Callable[[dict], Any]] | None = None) -> "RunResult":
+    """Resume a run (after any crash) to its end from Python, with the ``checks`` it was
+    started with (the one way to resume a run whose nodes a callable checks)."""
+    from .results import RunResult
+
+    engine = Engine.open(Path(run_dir), reload_hosts=True)
+    engine.checks = dict(checks or {})
+    _check_callables(engine.plan, engine.checks)
+    ok = engine.run()
+    return RunResult(engine.dir, ok)
+
+
+def _check_callables(plan: Plan, checks: dict[str, Any]) -> None:
+    """``checks`` names nodes of the plan, each without a ``check`` of its own, with callables."""
+    for nid, fn in checks.items():
+        if nid not in plan.nodes:
+            raise InputError(f"checks: the workflow has no node '{nid}' (its nodes: {', '.join(plan.nodes)})",
+                             plan.file)
+        if plan.nodes[nid].check is not None:
+            raise InputError(f"checks: node '{nid}' has a 'check' in {plan.file.name} already; give one or the other",
+                             plan.file, plan.nodes[nid].check_line)
+        if not callable(fn):
+            raise InputError(f"checks: the check of node '{nid}' is a {type(fn).__name__}, not a callable", plan.file)
+
+
+def _callable_checks(state: RunState, checks: dict[str, Any]) -> dict[str, Any]:
+    """What the ``run``/``resume`` record says of callable checks: the nodes they check.
+    A run begun with them is refused by an engine without them (``pwe resume``), rather
+    than its trees silently stopping to grow."""
+    had = sorted(state.api_checks)
+    missing = [n for n in had if n not in checks]
+    if missing:
+        raise InputError(f"node(s) {', '.join(missing)} of this run are checked by a Python callable "
+                         "(run_workflow(checks=...)); resume it from Python: pwe.resume_workflow(RUN_DIR, checks=...)")
+    return {"checks": sorted(checks)} if checks else {}

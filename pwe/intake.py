@@ -22,6 +22,7 @@ from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MA
                         VERSION, channel_key)
 
 from .errors import RunStopped
+from .trees import decide
 
 if TYPE_CHECKING:
     from .pilots import PilotHandle
@@ -154,11 +155,21 @@ class Intake:
             return None
         return rec
 
+    def _judged(self, rec: dict[str, Any] | None) -> dict[str, Any] | None:
+        """An ``end`` record with its check's verdict (children, converged, ...) in it, for a
+        member of a checked node (pwe/trees.py): journaled with the end, in one record."""
+        if rec is not None and rec["e"] == END:
+            try:
+                decide(self.plan, self.state, self.checks, rec)
+            except (KeyError, TypeError, AttributeError):
+                pass  # (a damaged message: apply refuses it below)
+        return rec
+
     def _take(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
         """Act on one message of a pilot."""
         k = ev["k"]
         if k == START or k == END or k == BACK:
-            rec = self._event_record(pilot.id, ev)
+            rec = self._judged(self._event_record(pilot.id, ev))
             if rec is None:
                 k = DAMAGED
             else:

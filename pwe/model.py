@@ -227,6 +227,20 @@ class Node(_Strict):
         default_factory=dict, description="user-defined resources one member holds while it runs (e.g. license: 1); "
         "never more at once than the workflow's or the host's limits (pwe/limits.py)"
     )
+    check: StrictStr | None = Field(
+        None, description="iteration until convergence: a shell command (a jinja2 template) run after each member "
+        "succeeds, in its directory with its environment; it appends 'converged=true' or 'next.NAME=VALUE' lines "
+        "(one child; 'next.K.NAME=VALUE' for several) to $PWE_OUTPUTS")
+    max_iterations: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None, description="most members from a root to a leaf of a checked node's tree (default 100); a member "
+                          "there that asks for children ends its tree unconverged")
+
+    @field_validator("check")
+    @classmethod
+    def _check_not_blank(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("the check is blank; 'check' needs a command")
+        return v
 
     @field_validator("after", mode="before")
     @classmethod

@@ -199,6 +199,9 @@ class ParameterSpace:
         self.names = list(values)
         self.values = dict(values)
         self.combine = combine
+        #: values of the members a check grew (``check:``), index ``size + k``: filled by
+        #: the run's state from its journal (:mod:`pwe.trees`), empty in a plan alone
+        self.grown: list[dict[str, Any]] = []
         sizes = [len(v) for v in self.values.values()]
         if combine == "zip" and sizes:
             self.size = sizes[0]
@@ -223,6 +226,8 @@ class ParameterSpace:
         return {n: (index // s) % len(self.values[n]) for n, s in zip(self.names, self.strides)}
 
     def values_of(self, index: int) -> dict[str, Any]:
+        if index >= self.size and self.grown:  # a grown member: its journaled values
+            return dict(self.grown[index - self.size])
         return {n: self.values[n][p] for n, p in self.positions_of(index).items()}
 
     def texts_of(self, index: int, names: Sequence[str]) -> dict[str, str]:

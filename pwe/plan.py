@@ -58,6 +58,10 @@ class PlannedNode:
     line: int | None = None
     host_line: int | None = None  # where its host is named: its own 'host', else defaults.host
     run_line: int | None = None
+    check: PayloadTemplate | None = None  # iteration until convergence (pwe/trees.py)
+    max_iterations: int = 100
+    check_line: int | None = None
+    tree: Any = None  # its members' trees (pwe.trees.Tree), made by the run's state
 
     @property
     def size(self) -> int:
@@ -105,6 +109,22 @@ class Plan:
             raise TemplateError(f"node '{node_id}': member {index} cannot render 'run': {what}", self.file,
                                 node.run_line) from None
 
+    def command(self, node_id: str, index: int) -> str:
+        """What member ``index`` runs: its payload, and after it, where the node has a
+        ``check``, the check (:func:`pwe.trees.with_check`)."""
+        cmd = self.render(node_id, index)
+        node = self.nodes[node_id]
+        if node.check is None:
+            return cmd
+        from .trees import with_check
+
+        try:
+            check = node.check.render(node.context(self.workflow.properties, index))
+        except Exception as exc:  # noqa: BLE001 - as render: whatever the template raises
+            raise TemplateError(f"node '{node_id}': member {index} cannot render 'check': {exc}", self.file,
+                                node.check_line) from None
+        return with_check(cmd, check)
+
     def edges_into(self, node_id: str) -> list[Edge]:
         return [e for e in self.edges if e.dst == node_id]
 
@@ -151,10 +171,13 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
         # away) is found now, not member by member in a run: its first and last member
         for index in sorted({0, node.size - 1}):
             plan.render(nid, index, check=True)
+            if node.check is not None:
+                plan.command(nid, index)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
-        used = set().union(*(n.template.names - set(n.space.names) for n in plan.nodes.values()))
+        used = set().union(*((n.template.names | (n.check.names if n.check else set())) - set(n.space.names)
+                             for n in plan.nodes.values()))
         for name, value in sets.items():
             if name not in used:
                 raise InputError(f"--set {name}={value_text(value)}: no payload in {path.name} uses the "
@@ -251,6 +274,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
             raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
                                       line_of("nodes", nid, "scheduling")) from None
+        check = _check_template(nid, node, wf, sched, path, line_of)
         nodes[nid] = PlannedNode(
             id=nid,
             spec=node,
@@ -262,6 +286,9 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             line=line_of("nodes", nid),
             host_line=line_of("nodes", nid, "host") if node.host else line_of("defaults", "host"),
             run_line=run_line,
+            check=check,
+            max_iterations=node.max_iterations or 100,
+            check_line=line_of("nodes", nid, "check"),
         )
 
     total = sum(n.size for n in nodes.values())
@@ -282,6 +309,32 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                 )
     edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
     return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host)
+
+
+def _check_template(nid: str, node: model.Node, wf: model.Workflow, sched: model.Scheduling, path: Path,
+                    line_of: Any) -> PayloadTemplate | None:
+    """A node's ``check`` (iteration until convergence), compiled and checked: it names
+    the next member's parameter values, so the node needs parameters; it runs once after
+    the member, so not under an MPI launcher (ranksPerMember 1)."""
+    if node.check is None:
+        return None
+    line = line_of("nodes", nid, "check")
+    if not node.parameters:
+        raise WorkflowSchemaError(f"node '{nid}': a check names the next member's parameter values, but the node "
+                                  "has no 'parameters'; give it at least one", path, line)
+    if (sched.ranksPerMember or 1) > 1:
+        raise WorkflowSchemaError(f"node '{nid}': a check runs once after each member, which ranksPerMember "
+                                  f"{sched.ranksPerMember} would start under an MPI launcher; make the check a "
+                                  "node of its own or use ranksPerMember 1", path, line)
+    try:
+        template = PayloadTemplate(node.check)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"node '{nid}': template error in 'check': {exc.message}", path, line) from None
+    known = set(wf.properties) | set(node.parameters)
+    for name in sorted(template.names - known):
+        raise TemplateError(f"node '{nid}': 'check' uses undefined name '{name}'{did_you_mean(name, known)}; "
+                            "define it under 'properties' or 'parameters'", path, line)
+    return template
 
 
 _COVER_LIMIT = 200_000

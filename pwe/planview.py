@@ -40,6 +40,8 @@ def summary(plan: Any, warnings: list[str]) -> dict[str, Any]:
                 "after": list(n.spec.after),
                 "retries": n.retries,
                 "cores_per_member": n.scheduling.cores_per_member(),
+                # a checked node: its members are the roots of trees that grow (pwe/trees.py)
+                **({"check": {"max_iterations": n.max_iterations}} if n.check is not None else {}),
             }
             for nid, n in plan.nodes.items()
         ],
@@ -68,7 +70,7 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
         idx = list(range(min(show, n.size)))
         if n.size > show:
             idx.append(n.size - 1)
-        shown[nid] = [{"member": i, "parameters": n.space.values_of(i), "command": plan.render(nid, i)} for i in idx]
+        shown[nid] = [{"member": i, "parameters": n.space.values_of(i), "command": plan.command(nid, i)} for i in idx]
     out = summary(plan, warnings)
     for node in out["nodes"]:
         node["members_shown"] = shown[node["id"]]

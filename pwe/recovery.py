@@ -124,7 +124,7 @@ class Recovery:
                     ns = st.nodes.get(key[0]) if key else None
                     if ns is None or not 0 <= key[1] < ns.size or (ev["k"] == START and ns.state[key[1]] != ASSIGNED):
                         continue  # (a start of one already running changes nothing)
-                    rec = self._event_record(pid_, ev)
+                    rec = self._judged(self._event_record(pid_, ev))
                     if rec is not None and st.apply(rec) is not None:
                         self.journal.append(rec)
                         n += 1

@@ -66,4 +66,9 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
     }
     if i in ns.why:
         rec["why"] = ns.why[i]
+    pn = state.plan.nodes[node]
+    if pn.check is not None or node in state.api_checks:  # its place in its tree (pwe/trees.py)
+        rec["parent"] = pn.tree.parent_of(i)
+        rec["iteration"] = pn.tree.depth_of(i)
+        rec["verdict"] = pn.tree.verdict.get(i)
     return rec

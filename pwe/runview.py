@@ -32,7 +32,8 @@ def status(run_dir: Path) -> dict[str, Any]:
 
         try:
             info, st = load_state(d)
-            snap = {**(snap or {}), **st.snapshot(), "run_id": info["run_id"], "total_members": st.plan.total_members}
+            snap = {**(snap or {}), **st.snapshot(), "run_id": info["run_id"],
+                    "total_members": sum(n.size for n in st.nodes.values())}  # (with a check's grown members)
         except PweError as exc:
             if snap is None:
                 raise

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
+from .trees import CONVERGED, GREW, LIMIT, Tree
+
 if TYPE_CHECKING:  # (pwe status reads the state's names without planning anything)
     from .plan import Plan
 
@@ -158,8 +160,13 @@ class RunState:
         self.edge_files: set[str] = set()  # files of edges/ taken in (applied, replayed or refused)
         #: pilot messages refused (never applied), by why: forged, replayed, malformed, resent
         self.rejected: dict[str, int] = {}
+        self.api_checks: set[str] = set()  # nodes a Python callable checks (the run record's ``checks``)
         for nid, pn in plan.nodes.items():
             n = pn.size
+            # the members a check grows (pwe/trees.py): the state's, shown to the plan's
+            # readers (renderer, tasks, results) through the node's space
+            pn.tree = Tree(n)
+            pn.space.grown = pn.tree.values
             self.nodes[nid] = NodeState(
                 size=n,
                 state=bytearray(n),
@@ -335,6 +342,8 @@ class RunState:
                 self.stopped = r.get("why")
             elif e in ("run", "resume"):
                 self.stopped = None  # an engine works on it again
+                if r.get("checks"):
+                    self.api_checks = set(r["checks"])
             return True
         raise ValueError(f"unknown journal record {e!r}")
 
@@ -360,9 +369,9 @@ class RunState:
             ns.why[i] = r["why"]
         else:
             ns.why.pop(i, None)
-        if rc == 0:
+        if rc == 0 and not r.get("bad"):
             self._set(nid, ns, i, DONE)
-            self._satisfied(nid, i)
+            self._tree_end(nid, ns, i, r)
             return DONE
         fails = ns.failures.get(i, 0) + 1
         ns.failures[i] = fails
@@ -371,8 +380,38 @@ class RunState:
             self.ready.append((nid, i))
             return READY
         self._set(nid, ns, i, FAILED)
-        self._skip_downstream(nid, i)
+        self._skip_downstream(nid, self.plan.nodes[nid].tree.root_of(i))  # (its whole tree's dependents)
         return FAILED
+
+    def _tree_end(self, nid: str, ns: NodeState, i: int, r: dict[str, Any]) -> None:
+        """Member i of nid ended done: its check's verdict (pwe/trees.py), its children
+        grown (ready at once: their parent is done), and, when this ends the growth of its
+        tree, what waits for the tree released (or skipped: a tree that did not converge)."""
+        tree: Tree = self.plan.nodes[nid].tree
+        kids = r.get("grow") or []
+        if not (kids or tree.open or "conv" in r or "limit" in r):  # (no check, no tree growing: the usual)
+            self._satisfied(nid, i)
+            return
+        if kids or r.get("conv") or r.get("limit"):
+            tree.judge(i, GREW if kids else CONVERGED if r.get("conv") else LIMIT)
+        if kids:
+            new = tree.grow(i, kids)
+            ns.state.extend(bytes([READY]) * len(new))
+            ns.attempt.extend([0] * len(new))
+            ns.deps.extend([0] * len(new))
+            ns.counts[READY] += len(new)
+            ns.size += len(new)
+            self.ready.append_run(nid, new.start, new.stop)
+        root = tree.root_of(i)
+        left = tree.open.get(root, 1) - 1 + len(kids)
+        if left:
+            tree.open[root] = left
+            return
+        tree.open.pop(root, None)
+        if root in tree.unconverged():
+            self._skip_downstream(nid, root)
+        else:
+            self._satisfied(nid, root)
 
     def _retry(self) -> None:
         """Failed and skipped members go back to waiting; their retry budgets start anew."""
@@ -393,12 +432,16 @@ class RunState:
             self.barrier_left[key] = self.plan.nodes[key[0]].size
         for nid, ns in self.nodes.items():
             edges = self.plan.edges_into(nid)
+            base = self.plan.nodes[nid].size  # (members a check grew wait for nothing: their parent is done)
             for i in range(ns.size):
                 if ns.state[i] == WAITING:
-                    ns.deps[i] = sum(1 if e.barrier else self.plan.count_upstream(e, i) for e in edges)
+                    ns.deps[i] = 0 if i >= base else \
+                        sum(1 if e.barrier else self.plan.count_upstream(e, i) for e in edges)
         for nid, ns in self.nodes.items():
-            for i in range(ns.size):
-                if ns.state[i] == DONE:
+            tree = self.plan.nodes[nid].tree
+            unconverged = tree.unconverged()
+            for i in range(tree.base):  # a root whose whole tree ended done (and converged)
+                if ns.state[i] == DONE and i not in tree.open and i not in unconverged:
                     self._satisfied_counts_only(nid, i)
         for nid, ns in self.nodes.items():
             for i in range(ns.size):
@@ -407,6 +450,9 @@ class RunState:
                     self.ready.append((nid, i))
                 elif ns.state[i] == READY:
                     self.ready.append((nid, i))
+        for nid in self.nodes:  # a tree that did not converge: its dependents cannot run, again
+            for root in sorted(self.plan.nodes[nid].tree.unconverged()):
+                self._skip_downstream(nid, root)
 
     def _satisfied_counts_only(self, nid: str, i: int) -> None:
         for e in self.plan.edges_out_of(nid):
@@ -425,6 +471,19 @@ class RunState:
     # -- views -----------------------------------------------------------------------------
     def unfinished(self) -> int:
         return sum(ns.size - sum(ns.counts[s] for s in FINAL) for ns in self.nodes.values())
+
+    def unconverged(self) -> dict[str, list[int]]:
+        """Per checked node, the roots whose tree reached max_iterations unconverged."""
+        out = {}
+        for nid in self.nodes:
+            roots = self.plan.nodes[nid].tree.unconverged()
+            if roots:
+                out[nid] = sorted(roots)
+        return out
+
+    def all_done(self) -> bool:
+        """Every member done (grown ones too) and every tree converged: a successful run."""
+        return all(ns.counts[DONE] == ns.size for ns in self.nodes.values()) and not self.unconverged()
 
     def totals(self) -> list[int]:
         out = [0] * 8

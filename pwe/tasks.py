@@ -44,9 +44,13 @@ class TaskBuilder:
         })
         for name, value in pn.space.values_of(i).items():
             env["PWE_PARAM_" + name.upper()] = value_text(value)
+        if pn.tree is not None and i >= pn.space.size:  # a member a check grew: its place in its tree
+            env["PWE_PARENT"], env["PWE_ITERATION"] = str(pn.tree.parent_of(i)), str(pn.tree.depth_of(i))
+        elif pn.check is not None:
+            env["PWE_ITERATION"] = "1"
         for name, value in pn.spec.env.items():
             env[name] = value_text(value)
-        task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.render(nid, i), "cwd": cwd,
+        task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.command(nid, i), "cwd": cwd,
                 "env": env, "ranks": ranks, "threads": threads, "wall": sched.maxWallTimePerMember}
         if sched.shareNodes is False:
             task["exclusive"] = True  # whole nodes, shared with no other member

@@ -44,6 +44,7 @@ class Trace:
         self.pilots: dict[str, dict[str, Any]] = {}
         self.first: float | None = None  # the first engine's start (epoch s)
         self.last: float | None = None  # the last engine's start or end
+        self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/trees.py)
 
     def take(self, r: dict[str, Any]) -> None:
         e = r["e"]
@@ -57,6 +58,8 @@ class Trace:
                 a[10] = r.get("nodes")
         elif e == "end":
             a = self.attempts.get((r["n"], r["m"], r["a"]))
+            if a is not None and a[3] is None and r.get("grow"):  # (its children, in the order of their indices)
+                self.grown.setdefault(r["n"], []).extend(r["grow"])
             if a is not None and a[3] is None:
                 a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
                 a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
@@ -102,7 +105,8 @@ class Trace:
                 "cpu": cpu, "rss_kb": rss, "host": p.get("lane") or p.get("host"),
                 "node_name": nodes[0] if nodes else None,
                 "pilot": pid, "batch": p.get("batch"), "job": p.get("job"),
-                "parameters": space.values_of(i) if space is not None else {}, "outputs": out or {},
+                "parameters": {} if space is None else space.values_of(i) if i < space.size else
+                self.grown[nid][i - space.size], "outputs": out or {},
             }
 
 

@@ -500,7 +500,7 @@ def _scheduling(el: etree._Element) -> LineDict:
 
 def _node(el: etree._Element) -> LineDict:
     node = LineDict(line=el.sourceline)
-    for name in ("combine", "retries", "host"):
+    for name in ("combine", "retries", "host", "max_iterations"):
         if el.get(name) is not None:
             _put(node, name, _attr(el, name), el.sourceline)
     for child in el:
@@ -526,6 +526,8 @@ def _node(el: etree._Element) -> LineDict:
             _put(node["resources"], _attr(child, "name"), _field(child), line)
         elif child.tag == "run":
             _put(node, "run", _script(_text(child)), line)
+        elif child.tag == "check":  # iteration until convergence (pwe/trees.py)
+            _put(node, "check", _script(_text(child)), line)
         elif child.tag == "scheduling":
             _put(node, "scheduling", _scheduling(child), line)
         elif child.tag == "setup_per_node":
