@@ -13,6 +13,9 @@ kind        fields
             ``cwd`` the member's directory, ``env`` {name: text}, ``ranks``, ``threads``,
             ``wall`` minutes per member or null; only when set: ``exclusive`` (whole
             nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB)
+``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
+            whole ``task`` message; the pilot runs them one after another in one slot,
+            in this order, each with its own ``start``, ``end`` or ``back``
 ``stop``    (none): run what is queued, then leave
 ``cancel``  (none): kill every member, leave
 ``ack``     ``q``: the engine has journaled every event of this pilot up to ``q``; a pilot
@@ -74,10 +77,11 @@ from typing import Any
 
 #: Raised whenever a kind or a field changes meaning, is added or is taken away.
 #: 2: every pilot message has ``q``; lines are signed (``s``); the ``ack`` kind.
-VERSION = 2
+#: 3: the ``group`` kind.
+VERSION = 3
 
 # engine -> pilot
-TASK, STOP, CANCEL, ACK = "task", "stop", "cancel", "ack"
+TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
 #: (never sent) what decode() makes of a line that is not a message
@@ -92,6 +96,7 @@ UNWRITABLE = "cannot write "
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
                      "mem"}),
+    GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     CANCEL: frozenset(),
     ACK: frozenset({"q"}),
@@ -222,6 +227,13 @@ def problem(msg: dict[str, Any]) -> str:
         return f"{kind}: unknown fields {sorted(set(msg) - allowed)}"[:120]
     if kind in FROM_PILOT and (type(msg.get("q")) is not int or msg["q"] < 1):
         return f"{kind}: no sequence number q"
+    if kind == GROUP:
+        tasks = msg.get("tasks")
+        if type(tasks) is not list or not tasks:
+            return "group: no tasks"
+        for t in tasks:
+            if type(t) is not dict or t.get("k") != TASK or problem(t):
+                return f"group: not a task: {str(t)[:60]}"
     return ""
 
 

@@ -85,6 +85,10 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
                   f"host={node['host']}  cores/member={node['cores_per_member']}  after: {deps}")
         if node["scheduling"]:
             con.print("  scheduling: " + ", ".join(f"{k}={v}" for k, v in node["scheduling"].items()))
+        if "groups" in node:
+            from .groups import describe
+
+            con.print("  groups: " + describe(node["groups"]))
         last = None
         for m in node["members_shown"]:
             if last is not None and m["member"] != last + 1:

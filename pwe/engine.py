@@ -29,14 +29,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pilot.wire import CANCEL, STOP
+from pilot.wire import CANCEL, GROUP, STOP
 
 from . import checkpoint, rundir, runs
 from .errors import PweError, RunStopped
 from .journal import Journal, JournalError
 from .pilots import Lane, PilotHandle, PilotWork
 from .plan import Plan
-from .state import DONE, READY, RunState
+from .groups import Groups
+from .state import DONE, READY, WAITING, RunState
 from .tasks import TaskBuilder
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ class Engine(PilotWork):
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
         self._task = TaskBuilder(plan, self.run_id, self.dir).build  # a member's task message
+        # the groups of each node that has ``group:`` (formed when first needed: pwe/groups.py)
+        self._groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
+        self._held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
+        self._held_at = 0.0
         from hostinfo.model import Host
 
         status_every = float(info.get("status_every", 5.0))
@@ -208,6 +213,9 @@ class Engine(PilotWork):
             self._check_pilots()
             if st.unfinished() == 0:
                 break
+            if self._held and time.time() - self._held_at > 0.2:  # (at most 5 times a second)
+                self._held_groups()
+                self._held_at = time.time()
             busy += self._feed()
             self.journal.flush()  # assignments are durable before any pilot can see them
             for pilot in self.pilots.values():
@@ -271,7 +279,7 @@ class Engine(PilotWork):
             fed += sum(self._feed_pilot(p, lane) for p in live)
             most = lane.host.max_pilots if lane.protocol.batch else 1
             while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
-                   and all(p.outstanding >= self._window(p) for p in self._live_pilots(lane))
+                   and all(p.units >= self._window(p) for p in self._live_pilots(lane))
                    and self._may_submit(lane)):
                 started = self._start_pilot(lane)
                 if started is None:
@@ -296,7 +304,7 @@ class Engine(PilotWork):
         refused: list[tuple[str, int]] = []
         ready = lane.ready
         now = round(time.time(), 3)  # (the trace's submit time of what is fed now)
-        while ready and pilot.outstanding < window and not pilot.full:
+        while ready and pilot.units < window and not pilot.full:
             nid, i = ready.popleft()
             ns = st.nodes[nid]
             if ns.state[i] != READY:
@@ -312,6 +320,11 @@ class Engine(PilotWork):
                 pilot.send({"k": STOP})
                 ready.appendleft((nid, i))
                 break
+            if nid in self._groups:
+                sent = self._feed_group(pilot, nid, i, now)
+                if sent is not None:
+                    fed += sent
+                    continue
             attempt = ns.attempt[i] + 1
             task = self._task(nid, i, attempt)
             self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
@@ -326,6 +339,49 @@ class Engine(PilotWork):
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
                 pilot.send({"k": STOP})
         return fed
+
+    def _feed_group(self, pilot: PilotHandle, nid: str, i: int, now: float) -> int | None:
+        """Member ``i`` of a grouped node is ready: hand its group to ``pilot`` as one
+        ``group`` message, made of the group's members ready now (one journaled ``assign``
+        each, so every member keeps its own attempts and events); how many went. None: it
+        is in no group (``include`` leaves it out: it goes alone). A ``submit_whole`` group
+        whose members still wait is held (:meth:`_held_groups` looks again)."""
+        groups = self._groups[nid]
+        g = groups.group_of(i)
+        if g is None:
+            return None
+        ns = self.state.nodes[nid]
+        members = groups.members(g)
+        if groups.spec.submit_whole and any(ns.state[j] == WAITING for j in members):
+            self._held.add((nid, g))
+            return 0
+        self._held.discard((nid, g))
+        # (i is one of them; a member this pilot refused, too long for what it has left, is not)
+        chosen = [j for j in members if ns.state[j] == READY and (nid, j) not in pilot.refused]
+        tasks = []
+        for j in chosen:
+            attempt = ns.attempt[j] + 1
+            tasks.append(self._task(nid, j, attempt))
+            self._record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
+        pilot.send({"k": GROUP, "tasks": tasks})
+        pilot.sent_group(nid, chosen)
+        pilot.given += len(chosen)
+        return len(chosen)
+
+    def _held_groups(self) -> None:
+        """``submit_whole`` groups held back: once none of their members waits (each is
+        ready, or has ended: skipped after a failure upstream), their ready members are
+        queued again, so the group goes out."""
+        st = self.state
+        for nid, g in list(self._held):
+            ns = st.nodes[nid]
+            members = self._groups[nid].members(g)
+            if not any(ns.state[j] == WAITING for j in members):
+                self._held.discard((nid, g))
+                for j in members:
+                    if ns.state[j] == READY:
+                        self.lanes[self._lane_of[nid]].ready.append((nid, j))
+                        break
 
     # -- cancel and shutdown -----------------------------------------------------------------
     def cancel(self) -> bool:

@@ -251,6 +251,10 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
             raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
                                       line_of("nodes", nid, "scheduling")) from None
+        if node.group is not None:  # (its keys against its parameters: one line, exit 2)
+            from .groups import Groups
+
+            Groups.check(nid, node, path, line_of)
         nodes[nid] = PlannedNode(
             id=nid,
             spec=node,

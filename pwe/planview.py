@@ -70,5 +70,9 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
     for node in out["nodes"]:
         node["members_shown"] = shown[node["id"]]
         node["scheduling"] = plan.nodes[node["id"]].scheduling.model_dump(exclude_none=True)
+        if plan.nodes[node["id"]].spec.group is not None:  # (count and sizes: pwe/groups.py)
+            from .groups import Groups
+
+            node["groups"] = Groups(plan.nodes[node["id"]]).summary()
     out["pilot_scripts"] = scripts
     return out

@@ -1,0 +1,307 @@
+"""Groups (``group:``, Row's meaning): a group goes to a pilot slot as one message and its
+members run there one after another, each with its own directory, events, exit status
+and attempts. End to end with real pilots and processes (here, and on the real SLURM),
+real kill -9 and a real walltime end; each member appends to a ledger, which proves what
+ran, in which order and how often."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, read_journal, wait_for
+from pilot import wire
+from pwe.cli import cli
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+#: each member: a "start" line, a short sleep, an "end" line (node, member, attempt, x, y)
+RUN = ('echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT {{ x }} {{ y }}" >> {{ ledger }}; sleep {{ nap }}; '
+       'echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT {{ x }} {{ y }}" >> {{ ledger }}')
+
+
+def workflow(tmp_path: Path, group: str, n: int = 8, nap: float = 0.05, extra: str = "") -> Path:
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: g\nproperties: {{ledger: {tmp_path / 'ledger'}, nap: {nap}}}\nnodes:\n  w:\n"
+                  f"    parameters: {{x: {{range: [0, {n}]}}, y: [a, b]}}\n    run: {json.dumps(RUN)}\n"
+                  f"    group: {group}\n{extra}")
+    return wf
+
+
+def ledger(tmp_path: Path) -> list[list[str]]:
+    return [line.split() for line in (tmp_path / "ledger").read_text().splitlines()]
+
+
+def sent(run_dir: Path) -> list[tuple[str, list[int]]]:
+    """What the engine sent its pilots, in order: ("group", members) or ("task", [member])."""
+    out = []
+    for tasks in sorted((run_dir / "pilots").glob("*/tasks.jsonl")):
+        for line in tasks.read_text().splitlines():
+            msg = json.loads(line)
+            if msg["k"] == "group":
+                out.append(("group", [t["m"] for t in msg["tasks"]]))
+            elif msg["k"] == "task":
+                out.append(("task", [msg["m"]]))
+    return out
+
+
+def one_after_another(lines: list[list[str]], members: list[int]) -> bool:
+    """The ledger's lines of these members read start m1, end m1, start m2, end m2, ... in
+    this order (each attempt once)."""
+    mine = [(w[0], int(w[2])) for w in lines if int(w[2]) in members]
+    return mine == [(k, m) for m in members for k in ("start", "end")]
+
+
+def test_a_group_runs_its_members_one_after_another_in_one_slot(tmp_path):
+    """include + sort_by + split_by_sort_key + maximum_size as Row forms them; the members
+    include leaves out run ungrouped; every member has its own state and outputs."""
+    from pwe.engine import Engine
+    from pwe.results import load_state, member_record
+
+    # x in 0..7, y in a,b: member index = 2x + (y == b). Grouped: x < 6 (12 members),
+    # sorted by y (then index), cut where y changes, then at most 4 a group
+    wf = workflow(tmp_path, "{include: ['x<6'], sort_by: [y], split_by_sort_key: true, maximum_size: 4}",
+                  extra="    scheduling: {maxWallTimePerMember: 1}\n")
+    eng = Engine.create(wf, cores=2, run_dir=tmp_path / "run")
+    assert eng.run() is True
+    a = [2 * x for x in range(6)]
+    b = [2 * x + 1 for x in range(6)]
+    expected = [a[:4], a[4:], b[:4], b[4:]]
+    got = sent(tmp_path / "run")
+    groups = [m for k, m in got if k == "group"]
+    assert sorted(groups) == sorted(expected), got
+    assert sorted(m[0] for k, m in got if k == "task") == list(range(12, 16))  # x 6, 7: ungrouped
+    lines = ledger(tmp_path)
+    for g in expected:
+        assert one_after_another(lines, g), (g, lines)
+    _, st = load_state(tmp_path / "run")
+    for i in range(16):
+        rec = member_record(st, "w", i)
+        assert rec["state"] == "done" and rec["attempts"] == 1, rec
+    ends = Counter(int(w[2]) for w in lines if w[0] == "end")
+    assert ends == Counter(range(16))
+    # each member its own start and end events, with its own pilot-side timing
+    recs = read_journal(tmp_path / "run")
+    assert Counter(r["m"] for r in recs if r["e"] == "start") == Counter(range(16))
+
+
+def test_a_failed_member_fails_alone_the_rest_of_its_group_runs_and_retry_reruns_only_it(tmp_path):
+    from conftest import run_cli
+
+    wf = tmp_path / "wf.yaml"
+    led = tmp_path / "ledger"
+    wf.write_text("name: g\nnodes:\n  w:\n    parameters: {i: {range: [0, 6]}}\n"
+                  f"    run: echo $PWE_MEMBER $PWE_ATTEMPT >> {led}; test $PWE_MEMBER != 2 || test -e {tmp_path}/ok\n"
+                  "    group: {maximum_size: 6}\n")
+    status, out, err = run_cli("run", wf, "--cores", "1", "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert status == 1, (out, err)
+    assert led.read_text().split("\n") == [f"{i} 1" for i in range(6)] + [""]  # 3, 4, 5 ran after 2 failed
+    shown = json.loads(run_cli("show", tmp_path / "run", "--json", cwd=tmp_path)[1])
+    states = {m["member"]: (m["state"], m["exit_status"]) for m in shown}
+    assert states[2] == ("failed", 1) and all(states[i] == ("done", 0) for i in (0, 1, 3, 4, 5)), states
+    (tmp_path / "ok").touch()
+    status, out, err = run_cli("retry", tmp_path / "run", cwd=tmp_path)
+    assert status == 0, (out, err)
+    assert led.read_text().split("\n")[6:] == ["2 2", ""]  # only the failed member, its second attempt
+
+
+def test_submit_whole_hands_a_group_out_only_when_every_member_is_ready(tmp_path):
+    """b's members become ready one by one (each after its own a, of different lengths);
+    with submit_whole each group of b goes out whole, in one message."""
+    from pwe.engine import Engine
+
+    led = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: g\nnodes:\n  a:\n    parameters: {i: {range: [0, 8]}}\n"
+                  "    run: sleep 0.0$PWE_MEMBER\n"
+                  "  b:\n    after: [a]\n    parameters: {i: {range: [0, 8]}}\n"
+                  f"    run: echo $PWE_MEMBER >> {led}\n"
+                  "    group: {maximum_size: 4, submit_whole: true}\n")
+    eng = Engine.create(wf, cores=2, run_dir=tmp_path / "run")
+    assert eng.run() is True
+    groups = []
+    for line in (tmp_path / "run" / "pilots" / "p1" / "tasks.jsonl").read_text().splitlines():
+        msg = json.loads(line)
+        if msg["k"] == "group":
+            groups.append([t["m"] for t in msg["tasks"]])
+        else:
+            assert not (msg["k"] == "task" and msg["n"] == "b"), "a member of b went alone"
+    assert groups == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert sorted(int(x) for x in led.read_text().split()) == list(range(8))
+
+
+def test_kill_9_of_the_pilot_mid_group_loses_nothing_runs_nothing_twice_spends_no_attempt_on_unstarted(tmp_path):
+    """Two groups of 6 on a 2-core pilot; kill -9 of the pilot after a few members ended:
+    the unstarted members of both groups go back without an attempt spent (the engine's
+    dead-pilot recovery), the ones running are ended and run again, nothing ends twice."""
+    wf = workflow(tmp_path, "{maximum_size: 6}", n=6, nap=0.3)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        events = run_dir / "pilots" / "p1" / "events.jsonl"
+        wait_for(lambda: events.exists() and events.read_bytes().count(b'"k":"end"') >= 3, what="3 members to end")
+        up = json.loads(events.read_text().splitlines()[0])
+        os.kill(up["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lines = ledger(tmp_path)
+    ends = Counter(int(w[2]) for w in lines if w[0] == "end")
+    assert ends == Counter(range(12)), ends  # every member ended, exactly once
+    starts = Counter(int(w[2]) for w in lines if w[0] == "start")
+    recs = read_journal(run_dir)
+    on_p1 = {r["m"] for r in recs if r["e"] == "assign" and r["p"] == "p1"}
+    assert on_p1 == set(range(12))  # both groups went to p1
+    started_on_p1 = {r["m"] for r in recs if r["e"] == "start" and r["p"] == "p1"}
+    unstarted = on_p1 - started_on_p1
+    assert unstarted, "every member had started before the kill"
+    attempt_of_end = {int(w[2]): int(w[3]) for w in lines if w[0] == "end"}
+    for m in range(12):  # an attempt is spent by a start, never by being handed back
+        assert attempt_of_end[m] == starts[m], (m, attempt_of_end[m], starts[m])
+    assert all(attempt_of_end[m] == 1 for m in unstarted)
+    assert any(r["e"] == "pilot_gone" and r["p"] == "p1" for r in recs)
+
+
+def test_the_pilots_walltime_end_hands_the_unstarted_members_of_a_group_back(tmp_path):
+    """A real pilot, a 4 s allocation stopping 2 s before its end: the group's first
+    member is running, the rest have not started; all go back (no attempt spent)."""
+    d = tmp_path / "pilot"
+    d.mkdir()
+    led = tmp_path / "ledger"
+
+    def task(m):
+        return {"k": "task", "n": "a", "m": m, "a": 1, "cmd": f"echo {m} >> {led}; sleep 1.5", "cwd": str(d / str(m)),
+                "env": {}, "ranks": 1, "threads": 1, "wall": None}
+
+    msg = {"k": "group", "tasks": [task(m) for m in range(5)]}
+    assert wire.problem(msg) == ""
+    (d / "tasks.jsonl").write_text(json.dumps(msg) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "2", "--walltime",
+                           str(4 / 60), "--margin", "2"], env=ENV, timeout=30)
+    assert proc.returncode == 0
+    ev = [json.loads(x) for x in (d / "events.jsonl").read_text().splitlines()]
+    started = [e["m"] for e in ev if e["k"] == "start"]
+    back = {e["m"]: e["why"] for e in ev if e["k"] == "back"}
+    ended = [e["m"] for e in ev if e["k"] == "end"]
+    assert started and started == sorted(started) and started == list(range(len(started)))  # in order, one slot
+    assert set(back) | set(ended) == set(range(5)) and not set(back) & set(ended)
+    assert all(back[m] == "the allocation is ending" for m in set(back) - set(started))
+    assert set(back) - set(started), "no member of the group was left unstarted"
+    assert led.read_text().split() == [str(m) for m in started]
+    assert ev[-1]["k"] == "down" and ev[-1]["why"] == "walltime"
+
+
+def test_a_million_members_group_in_index_runs_without_a_table(tmp_path):
+    """Without include and sort_by a group is a run of indices: nothing per member is
+    stored; with them, 4 bytes a member."""
+    from pwe.groups import Groups
+    from pwe.plan import plan_workflow
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: g\nnodes:\n  w:\n    parameters: {i: {range: [0, 1000000]}}\n    run: 'true'\n"
+                  "    group: {maximum_size: 300}\n")
+    groups = Groups(plan_workflow(wf).nodes["w"])
+    assert groups.group_of(999_999) == 3333 and list(groups.members(3333)) == list(range(999_900, 1_000_000))
+    assert groups._order is None and groups.summary()["sizes"] == {"100": 1, "300": 3333}
+
+
+@pytest.mark.parametrize("group,line,phrase", [
+    ("{sort_by: [z]}", 6, "group.sort_by names 'z', which is not one of its parameters"),
+    ("{include: ['state=done']}", 6, "only the member's parameters and its index ('member') are known"),
+    ("{include: ['x>>3']}", 6, "group.include: query condition"),
+    ("{maximum_size: 0}", 6, "'nodes.w.group.maximum_size'"),
+    ("{maximum_sise: 3}", 6, "maximum_sise"),
+    ("{submit_whole: maybe}", 6, "'nodes.w.group.submit_whole'"),
+    ("[3]", 6, "'nodes.w.group'"),
+])
+def test_bad_group_input_is_one_clear_line(tmp_path, group, line, phrase):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: g\nnodes:\n  w:\n    parameters: {{x: [1, 2]}}\n    run: 'true'\n    group: {group}\n")
+    for cmd in ("validate", "plan"):
+        result = CliRunner().invoke(cli, [cmd, str(wf)])
+        assert result.exit_code == 2, (result.output, result.exception)
+        err = result.stderr
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"{wf}:{line}: ") and phrase in err, err
+
+
+def test_plan_shows_the_groups(tmp_path):
+    wf = workflow(tmp_path, "{include: ['x<6'], sort_by: [y], split_by_sort_key: true, maximum_size: 4}")
+    result = CliRunner().invoke(cli, ["plan", str(wf), "--json"])
+    assert result.exit_code == 0, result.output
+    node = json.loads(result.stdout)["nodes"][0]
+    assert node["groups"] == {"groups": 4, "sizes": {"2": 2, "4": 2}, "ungrouped": 4, "submit_whole": False}
+    text = CliRunner().invoke(cli, ["plan", str(wf)]).stdout
+    assert "groups: 4 group(s) (2 of 2 member(s), 2 of 4 member(s)), 4 member(s) ungrouped" in text
+
+
+def test_the_xml_form_says_the_same_groups(tmp_path):
+    from pwe.plan import plan_workflow
+
+    y = tmp_path / "g.yaml"
+    y.write_text("name: g\nnodes:\n  w:\n    parameters: {x: {range: [0, 8]}, y: [a, b]}\n    run: 'true'\n"
+                 "    group: {include: ['x<6', 'y=b'], sort_by: [y, x], reverse_sort: true, split_by_sort_key: true,"
+                 " maximum_size: 4, submit_whole: true}\n")
+    x = tmp_path / "g.xml"
+    x.write_text("""<workflow name="g"><node id="w"><parameter name="x"><range start="0" stop="8"/></parameter>
+<parameter name="y"><value>a</value><value>b</value></parameter><run>true</run>
+<group sort_by="y x" reverse_sort="true" split_by_sort_key="true" maximum_size="4" submit_whole="true">
+<include>x&lt;6</include><include>y=b</include></group></node></workflow>""")
+    py, px = plan_workflow(y), plan_workflow(x)
+    assert py.nodes["w"].spec.group == px.nodes["w"].spec.group
+    assert py.nodes["w"].spec.group.sort_by == ["y", "x"]
+
+
+def test_the_wire_knows_the_group_kind_and_a_resumed_engine_counts_its_tasks(tmp_path):
+    """A group is one signed line; a group that holds something not a task is malformed;
+    the tasks file's count of what was sent (resume) sees each task inside a group."""
+    from pilot.transport import EngineSpool
+
+    key = b"k" * 32
+    good = {"k": "group", "tasks": [{"k": "task", "n": "a", "m": m, "a": 1, "cmd": "true", "cwd": "/x"}
+                                    for m in (3, 4)]}
+    msgs, rest = wire.decode(wire.encode([good], key), key)
+    assert msgs == [good] and rest == b""
+    for bad, why in (({"k": "group", "tasks": []}, "group: no tasks"),
+                     ({"k": "group", "tasks": [{"k": "stop"}]}, "group: not a task"),
+                     ({"k": "group", "tasks": [{"k": "task", "n": "a", "m": 1, "a": 1, "evil": 1}]}, "not a task")):
+        got = wire.decode(wire.encode([bad], key), key)[0][0]
+        assert got["k"] == wire.MALFORMED and why in got["why"], got
+    spool = EngineSpool(tmp_path)
+    spool.send([good, {"k": "task", "n": "a", "m": 5, "a": 1, "cmd": "true", "cwd": "/x"}])
+    assert spool.sent() == Counter({("a", 3, 1): 1, ("a", 4, 1): 1, ("a", 5, 1): 1})
+    assert spool.sent(among={("a", 4, 1)})[("a", 4, 1)] == 1
+    spool.close()
+
+
+# -- the real SLURM -----------------------------------------------------------------------------
+
+def test_groups_run_in_one_slurm_pilot_slot_after_slot(slurm_cluster, tmp_path):
+    """On the real SLURM (run under flock /tmp/pwe-slurm.lock): 40 members in groups of 10
+    in one pilot job; each group one message, its members one after another."""
+    from test_batch import HOSTS
+
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    wf = workflow(tmp_path, "{maximum_size: 10}", n=20, nap=0.01, extra="    scheduling: {maxWallTime: 5}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir",
+                           str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_journal(run_dir)
+    assert [r["job"] is not None for r in recs if r["e"] == "pilot"] == [True]  # one pilot, a SLURM job
+    got = sent(run_dir)
+    assert sorted(m for _, m in got) == [list(range(g, g + 10)) for g in range(0, 40, 10)], got
+    lines = ledger(tmp_path)
+    for g in range(0, 40, 10):
+        assert one_after_another(lines, list(range(g, g + 10)))
+    assert Counter(int(w[2]) for w in lines if w[0] == "end") == Counter(range(40))
