@@ -7,10 +7,10 @@ and fields are listed once, in :mod:`pilot.wire`.
 The pilot does not need the engine to be alive: it keeps running what it was given and
 its events wait for an engine to read them.
 
-Why ~510 lines in one module: the loop's steps (taking tasks, packing, launching,
-reaping, walltimes, draining, cancelling) all read and change the same queue, packer and
-running members; what has state of its own is already apart (members.py, remote.py,
-spawners.py, packing.py, transport.py and broker.py).
+Why ~570 lines in one module: the loop's steps (taking tasks, packing, launching,
+reaping, walltimes, draining, cancelling, a group's next member) all read and change the
+same queue, packer and running members; what has state of its own is already apart
+(members.py, remote.py, spawners.py, packing.py, transport.py and broker.py).
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                     self.queue.append(msg)
                 got = True
             elif kind == GROUP:
-                got = self.take_group(msg["tasks"]) or got
+                tasks = msg.get("tasks")
+                got = self.take_group(tasks if isinstance(tasks, list) else []) or got
             elif kind == STOP:
                 self.stopping = True
             elif kind == CANCEL:
