@@ -172,8 +172,30 @@ def test_kill_9_of_the_pilot_mid_group_loses_nothing_runs_nothing_twice_spends_n
     assert any(r["e"] == "pilot_gone" and r["p"] == "p1" for r in recs)
 
 
+def test_kill_9_of_the_engine_mid_group_then_resume_runs_each_member_once(tmp_path):
+    """The pilot goes on with its groups without the engine; the resumed engine takes in
+    what it said and hands out the rest: every member ends once, none starts twice."""
+    from conftest import count_ends
+
+    wf = workflow(tmp_path, "{maximum_size: 5}", n=10, nap=0.1)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "submit", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    wait_for(lambda: count_ends(run_dir) >= 4, what="4 members to end")
+    os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
+    assert count_ends(run_dir) < 20, "the run finished before the engine could be killed"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "resume", str(run_dir)], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = ledger(tmp_path)
+    assert Counter(int(w[2]) for w in lines if w[0] == "end") == Counter(range(20))
+    assert Counter(int(w[2]) for w in lines if w[0] == "start") == Counter(range(20))
+    assert all(w[3] == "1" for w in lines)  # no attempt spent twice
+
+
 def test_the_pilots_walltime_end_hands_the_unstarted_members_of_a_group_back(tmp_path):
-    """A real pilot, a 4 s allocation stopping 2 s before its end: the group's first
+    """A real pilot, an 8 s allocation stopping 4 s before its end: the group's first
     member is running, the rest have not started; all go back (no attempt spent)."""
     d = tmp_path / "pilot"
     d.mkdir()
@@ -187,7 +209,7 @@ def test_the_pilots_walltime_end_hands_the_unstarted_members_of_a_group_back(tmp
     assert wire.problem(msg) == ""
     (d / "tasks.jsonl").write_text(json.dumps(msg) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "2", "--walltime",
-                           str(4 / 60), "--margin", "2"], env=ENV, timeout=30)
+                           str(8 / 60), "--margin", "4"], env=ENV, timeout=40)
     assert proc.returncode == 0
     ev = [json.loads(x) for x in (d / "events.jsonl").read_text().splitlines()]
     started = [e["m"] for e in ev if e["k"] == "start"]
