@@ -72,43 +72,83 @@ class Groups:
 
     # -- forming ---------------------------------------------------------------------------
     def _build(self) -> None:
-        spec, space, n = self.spec, self.pn.space, self.size
-        conds = [query.parse(t, set(space.names)) for t in spec.include or ()]
-        if conds:
-            def row(i: int) -> dict[str, Any]:
-                return {"parameters": space.values_of(i), "member": i}
-
-            chosen: Sequence[int] = [i for i in range(n) if any(query.matches(c, row(i)) for c in conds)]
-        else:
-            chosen = range(n)
-        keys: list[tuple] | None = None
+        spec, n = self.spec, self.size
+        chosen: Sequence[int] = range(n)
+        if spec.include:
+            ok = self._include_test()
+            chosen = [i for i in range(n) if ok(i)]
+        key: Callable[[int], int] | None = None
         if spec.sort_by:
-            cols = [(space.values[name], space.strides[space.names.index(name)], space.combine == "zip")
-                    for name in spec.sort_by]
-
-            def key(i: int) -> tuple:
-                return tuple(_sortable(vals[i if zipped else (i // stride) % len(vals)])
-                             for vals, stride, zipped in cols)
-
+            key = self._sort_key()
             chosen = sorted(chosen, key=key, reverse=spec.reverse_sort)
-            keys = [key(i) for i in chosen] if spec.split_by_sort_key else None
+        split = key if spec.split_by_sort_key else None
         starts = array("I")
-        at = 0
-        while at < len(chosen):
-            end = min(at + self._step, len(chosen))
-            if keys is not None:  # cut where the key changes (then by maximum_size)
-                cut = at + 1
-                while cut < end and keys[cut] == keys[at]:
-                    cut += 1
-                end = cut
-            starts.append(at)
-            at = end
+        prev, count = None, 0
+        for p, i in enumerate(chosen):  # cut where the key changes (split), then by maximum_size
+            k = split(i) if split is not None else None
+            if p == 0 or count == self._step or k != prev:
+                starts.append(p)
+                count = 0
+            count += 1
+            prev = k
         self._order = array("I", chosen)
         pos = array("i", [-1]) * n
         for p, i in enumerate(self._order):
             pos[i] = p
         self._pos, self._starts = pos, starts
         self._built = True
+
+    def _axis(self, name: str) -> Callable[[int], int]:
+        """Member index -> the position of its value of parameter ``name`` (arithmetic)."""
+        space = self.pn.space
+        if space.combine == "zip":
+            return lambda i: i
+        stride, size = space.strides[space.names.index(name)], len(space.values[name])
+        return lambda i: (i // stride) % size
+
+    def _include_test(self) -> Callable[[int], bool]:
+        """Member index -> whether ``include`` selects it. Each condition on a parameter
+        is tested once per value of that parameter (a table), not once per member."""
+        space = self.pn.space
+        entries = []
+        for text in self.spec.include or ():
+            tests = []
+            for c in query.parse(text, set(space.names)):
+                if c.field == "member":
+                    tests.append(lambda i, c=c: c.test({"member": i}))
+                else:
+                    name = c.field[7:]
+                    vals = space.values[name]
+                    table = bytes(c.test({"parameters": {name: vals[p]}}) for p in range(len(vals)))
+                    axis = self._axis(name)
+                    tests.append(lambda i, at=axis, t=table: t[at(i)])
+            entries.append(tests)
+        return lambda i: any(all(t(i) for t in tests) for tests in entries)
+
+    def _sort_key(self) -> Callable[[int], int]:
+        """Member index -> one whole number that orders members as their ``sort_by``
+        values do (each value's rank among its parameter's, in mixed radix): a small key
+        per member, where tuples of values would cost a hundred bytes each."""
+        space = self.pn.space
+        parts = []
+        for name in self.spec.sort_by:
+            vals = space.values[name]
+            order = sorted(range(len(vals)), key=lambda p: _sortable(vals[p]))
+            rank = array("I", bytes(4 * len(vals)))
+            r = -1
+            for k, p in enumerate(order):
+                if k == 0 or _sortable(vals[p]) != _sortable(vals[order[k - 1]]):
+                    r += 1
+                rank[p] = r
+            parts.append((self._axis(name), rank, r + 1))
+
+        def key(i: int) -> int:
+            out = 0
+            for at, rank, radix in parts:
+                out = out * radix + rank[at(i)]
+            return out
+
+        return key
 
     def group_of(self, i: int) -> int | None:
         """The group member ``i`` belongs to (None: ``include`` leaves it out)."""

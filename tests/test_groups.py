@@ -237,6 +237,40 @@ def test_a_million_members_group_in_index_runs_without_a_table(tmp_path):
     assert groups._order is None and groups.summary()["sizes"] == {"100": 1, "300": 3333}
 
 
+@pytest.mark.parametrize("combine", ["product", "zip"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_groups_are_formed_as_row_forms_them(tmp_path, combine, reverse):
+    """Against a plain reading of Row's rules: include (any entry; within one, all
+    parts), a stable sort by the sort_by values, a cut where the key changes, then
+    pieces of maximum_size."""
+    from pwe.groups import Groups
+    from pwe.plan import plan_workflow
+
+    a = [3, 1, 2, 1, 3, 2] * (2 if combine == "zip" else 1)
+    b = ["x", "y", "x", "z", "y", "x"] * (2 if combine == "zip" else 1)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: g\nnodes:\n  w:\n    parameters: {{a: {a}, b: {b}}}\n    combine: {combine}\n"
+                  "    run: 'true'\n    group: {include: ['a>1; b!=z', 'member<3'], sort_by: [a, b], "
+                  f"reverse_sort: {str(reverse).lower()}, split_by_sort_key: true, maximum_size: 2}}\n")
+    pn = plan_workflow(wf).nodes["w"]
+    groups = Groups(pn)
+    vals = [pn.space.values_of(i) for i in range(pn.size)]
+    chosen = [i for i in range(pn.size) if (vals[i]["a"] > 1 and vals[i]["b"] != "z") or i < 3]
+    chosen.sort(key=lambda i: (vals[i]["a"], vals[i]["b"]), reverse=reverse)
+    expected, run = [], []
+    for i in chosen:
+        if run and ((vals[i]["a"], vals[i]["b"]) != (vals[run[0]]["a"], vals[run[0]]["b"]) or len(run) == 2):
+            expected.append(run)
+            run = []
+        run.append(i)
+    expected.append(run)
+    got = [list(groups.members(g)) for g in range(groups.summary()["groups"])]
+    assert got == expected
+    for g, members in enumerate(expected):
+        assert all(groups.group_of(i) == g for i in members)
+    assert all(groups.group_of(i) is None for i in range(pn.size) if i not in chosen)
+
+
 @pytest.mark.parametrize("group,line,phrase", [
     ("{sort_by: [z]}", 6, "group.sort_by names 'z', which is not one of its parameters"),
     ("{include: ['state=done']}", 6, "only the member's parameters and its index ('member') are known"),
