@@ -138,6 +138,26 @@ def test_submit_whole_hands_a_group_out_only_when_every_member_is_ready(tmp_path
     assert sorted(int(x) for x in led.read_text().split()) == list(range(8))
 
 
+def test_a_whole_group_whose_member_is_skipped_still_goes_out(tmp_path):
+    """submit_whole: b[2] waits for a[2], which fails last, so b[2] is skipped, never ready,
+    after the others were ready and held; they go out once none of them waits (the run
+    does not hang)."""
+    from conftest import run_cli
+
+    led = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: g\nnodes:\n  a:\n    parameters: {i: {range: [0, 4]}}\n    run: test $PWE_MEMBER != 2 || (sleep 0.5; exit 1)\n"
+                  "  b:\n    after: [a]\n    parameters: {i: {range: [0, 4]}}\n"
+                  f"    run: echo $PWE_MEMBER >> {led}\n    group: {{submit_whole: true}}\n")
+    status, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=60)
+    assert status == 1, (out, err)
+    assert sorted(led.read_text().split()) == ["0", "1", "3"]
+    groups = [[t["m"] for t in json.loads(line)["tasks"]]
+              for line in (tmp_path / "run" / "pilots" / "p1" / "tasks.jsonl").read_text().splitlines()
+              if json.loads(line)["k"] == "group"]
+    assert groups == [[0, 1, 3]]
+
+
 def test_kill_9_of_the_pilot_mid_group_loses_nothing_runs_nothing_twice_spends_no_attempt_on_unstarted(tmp_path):
     """Two groups of 6 on a 2-core pilot; kill -9 of the pilot after a few members ended:
     the unstarted members of both groups go back without an attempt spent (the engine's
