@@ -252,7 +252,9 @@ def test_a_million_members_group_in_index_runs_without_a_table(tmp_path):
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: g\nnodes:\n  w:\n    parameters: {i: {range: [0, 1000000]}}\n    run: 'true'\n"
                   "    group: {maximum_size: 300}\n")
-    groups = Groups(plan_workflow(wf).nodes["w"])
+    plan = plan_workflow(wf)
+    assert not plan.warnings
+    groups = Groups(plan.nodes["w"])
     assert groups.group_of(999_999) == 3333 and list(groups.members(3333)) == list(range(999_900, 1_000_000))
     assert groups._order is None and groups.summary()["sizes"] == {"100": 1, "300": 3333}
 
@@ -289,6 +291,17 @@ def test_groups_are_formed_as_row_forms_them(tmp_path, combine, reverse):
     for g, members in enumerate(expected):
         assert all(groups.group_of(i) == g for i in members)
     assert all(groups.group_of(i) is None for i in range(pn.size) if i not in chosen)
+
+
+def test_a_group_too_big_for_one_message_is_warned_about(tmp_path):
+    from conftest import run_cli
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: g\nnodes:\n  w:\n    parameters: {i: {range: [0, 20000]}}\n    run: 'true'\n"
+                  "    group: {include: ['i<15000']}\n")
+    status, out, err = run_cli("validate", wf, cwd=tmp_path)
+    assert status == 0 and f"warning: {wf}:6: node 'w' may form a group of 20,000 members" in err, err
+    assert "set group.maximum_size to 10000 or fewer" in err
 
 
 @pytest.mark.parametrize("group,line,phrase", [
