@@ -204,6 +204,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
         nxt = rest.popleft()
         if rest:
             nxt["_then"] = rest
+        if "_on" in task:
+            nxt["_near"] = task["_on"]  # (the node it ran on: the next one takes the slot it left)
         if self.draining:
             self.hand_back(nxt, "the allocation is ending")
         elif not self.cancelled:
@@ -212,6 +214,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
     # -- members --------------------------------------------------------------------------
     def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
         cwd = task["cwd"]
+        if "_then" in task and len(placement) == 1:
+            task["_on"] = placement[0][0].name  # (a group's: its next member goes there too)
         try:
             make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
         except DirectoryError as exc:
@@ -315,7 +319,8 @@ class PilotAgent(RemoteNodes, LocalSpawners):
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
                 continue
-            placement = self.packer.place(*shape)
+            near = task.get("_near")
+            placement = (near and self.packer.place_on(near, *shape)) or self.packer.place(*shape)
             if placement is None:
                 i += 1
                 continue

@@ -351,6 +351,33 @@ def test_the_xml_form_says_the_same_groups(tmp_path):
     assert py.nodes["w"].spec.group.sort_by == ["y", "x"]
 
 
+def test_a_group_keeps_its_node_across_ssh_nodes(ssh_nodes, tmp_path):
+    """Four real SSH nodes of 2 cores (network namespaces), 8 groups of 4: each group's
+    members run one after another, all on the node where its first one ran."""
+    from test_nodes import SSH
+
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n"
+                                         f"    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
+                                         f"    ssh_config: {SSH / 'ssh_config'}\n")
+    led = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    run = (f"where=$(ip -4 -o addr show | grep -o '10\\.233\\.[0-9]*\\.2'); echo start $PWE_MEMBER $where >> {led}; "
+           f"sleep 0.1; echo end $PWE_MEMBER $where >> {led}")
+    wf.write_text(f"name: g\nnodes:\n  m:\n    parameters: {{i: {{range: [0, 32]}}}}\n    run: {json.dumps(run)}\n"
+                  "    group: {maximum_size: 4}\n")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "four", "--run-dir",
+                           str(tmp_path / "run")], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [w.split() for w in led.read_text().splitlines()]
+    assert Counter(int(w[1]) for w in lines if w[0] == "end") == Counter(range(32))
+    for g in range(8):
+        members = list(range(4 * g, 4 * g + 4))
+        mine = [w for w in lines if int(w[1]) in members]
+        assert [(w[0], int(w[1])) for w in mine] == [(k, m) for m in members for k in ("start", "end")], mine
+        assert len({w[2] for w in mine}) == 1, mine  # one node
+    assert len({w[2] for w in lines}) == 4  # the groups spread over the four nodes
+
+
 # -- the real SLURM -----------------------------------------------------------------------------
 
 def test_groups_run_in_one_slurm_pilot_slot_after_slot(slurm_cluster, tmp_path):
