@@ -378,6 +378,27 @@ def test_a_group_keeps_its_node_across_ssh_nodes(ssh_nodes, tmp_path):
     assert len({w[2] for w in lines}) == 4  # the groups spread over the four nodes
 
 
+def test_a_batch_pilot_holds_whole_groups_counted_as_one_each(tmp_path):
+    """A batch pilot (LoadLeveler, through the command-level emulator in tests/llemu) is
+    kept about two members per core ahead; a group counts as one there, so its 4 slots get
+    their 4 groups of 10 at once, every member assigned before the first ends."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  ll:\n    protocol: loadleveler\n    cores_per_node: 4\n"
+                                         "    max_nodes: 1\n")
+    wf = workflow(tmp_path, "{maximum_size: 10}", n=20, nap=0.05, extra="    scheduling: {maxWallTime: 5}\n")
+    env = dict(ENV, PATH=f"{ROOT / 'tests' / 'llemu'}:{os.environ['PATH']}", LLEMU_DIR=str(tmp_path / "llemu"))
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "ll", "--run-dir",
+                           str(tmp_path / "run")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_journal(tmp_path / "run")
+    assert [r["batch"] for r in recs if r["e"] == "pilot"] == ["loadleveler"]
+    kinds = [r["e"] for r in recs if r["e"] in ("assign", "end")]
+    assert kinds[:40] == ["assign"] * 40, kinds[:45]
+    lines = ledger(tmp_path)
+    for g in range(0, 40, 10):
+        assert one_after_another(lines, list(range(g, g + 10)))
+    assert Counter(int(w[2]) for w in lines if w[0] == "end") == Counter(range(40))
+
+
 # -- the real SLURM -----------------------------------------------------------------------------
 
 def test_groups_run_in_one_slurm_pilot_slot_after_slot(slurm_cluster, tmp_path):
