@@ -1,7 +1,7 @@
 """Benchmark: members shorter than their launch cost, grouped (``group:``) against not.
 
     flock /tmp/pwe-bench.lock flock /tmp/pwe-slurm.lock \
-        python bench/groups.py [--members 4000] [--size 250] [--repeat 3] [--host local|cluster|both]
+        python bench/groups.py [--members 4000] [--size 250] [--repeat 3] [--host local|cluster|llemu|both]
 
 Each run is a fresh `python -m pwe run` process; the figures are members / wall seconds
 of the whole command, and members / (first member start -> last member end) from the
@@ -9,7 +9,9 @@ pilots' own events. Payload `true`. On ``cluster`` (the test services' SLURM, th
 ``examples/hosts.yaml``) the pilot is a batch job, whose engine keeps only about two
 members per core queued at the pilot (so that other pilots may take the rest): a member
 shorter than the engine -> pilot round trip leaves its slot idle until the next one
-comes; a group hands a slot ``--size`` members at once. On ``local`` the pilot is given
+comes; a group hands a slot ``--size`` members at once. ``llemu``: the same batch-pilot
+path through the LoadLeveler command-level emulator of tests/llemu (a 2-core allocation
+here, no SLURM needed). On ``local`` the pilot is given
 a deep queue and grouping should change little. After each run the script checks from
 the journal that every member ended with exit status 0 (and, grouped, that the tasks
 went as groups).
@@ -71,7 +73,15 @@ def one(base: Path, host: str, members: int, size: int | None, env: dict) -> tup
     d = Path(tempfile.mkdtemp(dir=base))
     wf = workflow(d, members, size)
     run_dir = d / "run"
-    args = ["--host", host, "--hosts", str(ROOT / "examples" / "hosts.yaml")] if host != "local" else ["--cores", "2"]
+    if host == "llemu":
+        (d / "hosts.yaml").write_text("hosts:\n  ll:\n    protocol: loadleveler\n    cores_per_node: 2\n"
+                                      "    max_nodes: 1\n")
+        args = ["--host", "ll"]
+        env = dict(env, PATH=f"{ROOT / 'tests' / 'llemu'}:{env['PATH']}", LLEMU_DIR=str(d / "llemu"))
+    elif host == "cluster":
+        args = ["--host", host, "--hosts", str(ROOT / "examples" / "hosts.yaml")]
+    else:
+        args = ["--cores", "2"]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir), *args],
                           env=env, capture_output=True, text=True, cwd=d)
@@ -86,7 +96,7 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=4000)
     ap.add_argument("--size", type=int, default=250)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--host", default="both", choices=["local", "cluster", "both"])
+    ap.add_argument("--host", default="both", choices=["local", "cluster", "llemu", "both"])
     a = ap.parse_args()
     env = pwe_env()
     hosts = ["local", "cluster"] if a.host == "both" else [a.host]
