@@ -7,10 +7,10 @@ and fields are listed once, in :mod:`pilot.wire`.
 The pilot does not need the engine to be alive: it keeps running what it was given and
 its events wait for an engine to read them.
 
-Why ~510 lines in one module: the loop's steps (taking tasks, packing, launching,
-reaping, walltimes, draining, cancelling) all read and change the same queue, packer and
-running members; what has state of its own is already apart (members.py, remote.py,
-spawners.py, packing.py, transport.py and broker.py).
+Why ~570 lines in one module: the loop's steps (taking tasks, packing, launching,
+reaping, walltimes, draining, cancelling, a group's next member) all read and change the
+same queue, packer and running members; what has state of its own is already apart
+(members.py, remote.py, spawners.py, packing.py, transport.py and broker.py).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from .nodesetup import SETUP_FAILED, NodeSetup
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
-from .wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, HB, LEAVE, MALFORMED, NODE_LOST, SETUP, START,
-                   STOP, TASK, UNWRITABLE, UP, VERSION)
+from .wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, GROUP, HB, LEAVE, MALFORMED, NODE_LOST, SETUP,
+                   START, STOP, TASK, UNWRITABLE, UP, VERSION)
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
@@ -65,6 +65,9 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         self.idle_timeout = idle_timeout
         self.poll = poll
         self.queue: deque[dict] = deque()
+        # the next member of a group whose member just ended: queued first, into the slot
+        # it leaves (a task of a group carries the rest of its group under "_then")
+        self.chained: deque[dict] = deque()
         self.running: dict[int, Member] = {}
         self.stopping = False
         self.draining = False
@@ -138,6 +141,9 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 else:
                     self.queue.append(msg)
                 got = True
+            elif kind == GROUP:
+                tasks = msg.get("tasks")
+                got = self.take_group(tasks if isinstance(tasks, list) else []) or got
             elif kind == STOP:
                 self.stopping = True
             elif kind == SETUP:
@@ -176,17 +182,56 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         taken[m] = a
         return True
 
-    def hand_back(self, task: dict, why: str) -> None:
+    def hand_back(self, task: dict, why: str, rest: str | None = None) -> None:
         """Return an unstarted member to the engine; it costs no attempt (and the engine
-        may give this attempt to this pilot again)."""
+        may give this attempt to this pilot again). The rest of its group goes back too
+        (``rest``: why, when not ``why``: they never started)."""
         taken = self.taken.get(task["n"])
         if taken is not None and task["m"] < len(taken) and taken[task["m"]] == task["a"]:
             taken[task["m"]] = task["a"] - 1
         self.emit(BACK, n=task["n"], m=task["m"], a=task["a"], why=why)
+        for t in task.pop("_then", None) or ():
+            self.hand_back(t, rest or why)
+
+    # -- groups: members that run one after another in one slot ----------------------------
+    def take_group(self, tasks: list[dict]) -> bool:
+        """A ``group`` message: its members queue as one entry (the first, carrying the
+        rest), so they hold one slot between them and run in their order."""
+        tasks = [t for t in tasks if self.take(t)]
+        if not tasks:
+            return False
+        head = tasks[0]
+        if len(tasks) > 1:
+            head["_then"] = deque(tasks[1:])
+        if self.draining:
+            self.hand_back(head, "the allocation is ending")
+        else:
+            self.queue.append(head)
+        return True
+
+    def next_in_group(self, task: dict) -> None:
+        """A member of a group ended (whatever its exit status: each member has its own):
+        the next one takes its slot; when the allocation is ending it goes back instead."""
+        rest = task.pop("_then", None)
+        if not rest:
+            return
+        nxt = rest.popleft()
+        if rest:
+            nxt["_then"] = rest
+        if "_on" in task:
+            nxt["_near"] = task["_on"]  # (the node it ran on: the next one takes the slot it left)
+        if self.draining:
+            self.hand_back(nxt, "the allocation is ending")
+        elif self.leaving:  # (pwe pilot drain: what has not started goes back)
+            self.hand_back(nxt, "the pilot is drained")
+        elif not self.cancelled:
+            self.chained.append(nxt)
 
     # -- members --------------------------------------------------------------------------
     def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
         cwd = task["cwd"]
+        if "_then" in task and len(placement) == 1:
+            task["_on"] = placement[0][0].name  # (a group's: its next member goes there too)
         try:
             make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
         except DirectoryError as exc:
@@ -299,6 +344,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
     def fail_now(self, task: dict, rc: int, why: str) -> None:
         note_stderr(task, f"{why}: {task['cmd']}")
         self.emit(END, n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
+        self.next_in_group(task)
 
     def time_left(self, now: float) -> float | None:
         return None if self.alloc.end is None else self.alloc.end - self.margin - now
@@ -309,10 +355,14 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         if self.leaving:
             return
         self.leaving = self.stopping = True
+        while self.chained:
+            self.queue.appendleft(self.chained.pop())
         while self.queue:
             self.hand_back(self.queue.popleft(), "the pilot is drained")
 
     def launch_ready(self) -> None:
+        while self.chained:  # (a group's next member: first in line, into the slot just freed)
+            self.queue.appendleft(self.chained.pop())
         if self.setup_procs:
             self.poll_setups()
         if self.write_blocked or self.draining:
@@ -340,7 +390,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 del self.queue[i]
                 self.hand_back(task, SETUP_FAILED)
                 continue
-            placement = self.place_for(task, shape)
+            placement = self.place_for(task, shape, task.get("_near"))
             if placement is None:
                 i += 1
                 continue
@@ -381,7 +431,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         t = member.task
         self.member_over(t, member.placement)  # (it has ended: its $TMPDIR goes, whatever it left)
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
-            self.hand_back(t, "the allocation ended while it ran")
+            self.hand_back(t, "the allocation ended while it ran", "the allocation is ending")
             return
         if rc in (-signal.SIGTERM, -signal.SIGKILL) and not member.killed:
             # killed by someone else: when the batch system ends the job it signals the
@@ -394,6 +444,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             fields["why"] = member.killed
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                   out=collect(t["cwd"]), **fields, **member.usage())
+        self.next_in_group(t)
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -413,10 +464,11 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             t = member.task
             self.member_over(t, member.placement)  # (it has ended, whatever is said of it)
             if self.terminated:
-                self.hand_back(t, "the batch system stopped the pilot while it ran")
+                self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
             elif now - at > _SIGNAL_GRACE:
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
                           out=collect(t["cwd"]), why=f"killed by signal {-rc}", **member.usage())
+                self.next_in_group(t)
             else:
                 keep.append((at, member, rc))
         self.signalled = keep
@@ -438,6 +490,8 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             self.draining = True
             left = round(self.alloc.end - now, 1) if self.alloc.end else None
             self.emit(DRAIN, why=why, left=left)
+            while self.chained:
+                self.queue.appendleft(self.chained.pop())
             while self.queue:
                 self.hand_back(self.queue.popleft(), "the allocation is ending")
         for m in self.running.values():
@@ -449,6 +503,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
     def cancel(self) -> None:
         self.cancelled = True
         self.queue.clear()
+        self.chained.clear()
         for m in self.running.values():
             m.killed = "cancelled"
             self.signal_member(m, signal.SIGKILL)
@@ -512,15 +567,15 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 last_activity = now
                 self.enforce_walltimes(now)
             if now - last_hb >= self.heartbeat:
-                self.emit(HB, running=len(self.running), queued=len(self.queue))
+                self.emit(HB, running=len(self.running), queued=len(self.queue) + len(self.chained))
                 last_hb = now
             self.flush()
             self.send_pending()  # (held while the disk refused their starts)
             if not self.running and not self.signalled and (
-                    self.cancelled or self.draining or (self.stopping and not self.queue)):
+                    self.cancelled or self.draining or (self.stopping and not self.queue and not self.chained)):
                 return ("cancel" if self.cancelled else "terminated" if self.terminated
                         else "walltime" if self.draining else "leave" if self.leaving else "stop")
-            if not self.running and not self.queue and now - last_activity > self.idle_timeout:
+            if not self.running and not self.queue and not self.chained and now - last_activity > self.idle_timeout:
                 return "idle"
             # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to
             # look for new tasks

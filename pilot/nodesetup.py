@@ -51,10 +51,16 @@ class NodeSetup:
         done = self.node_setups
         return all(done.get((n.name, sid)) == "failed" for n in self._setup_nodes())
 
-    def place_for(self, task: dict, shape: tuple) -> Placement | None:
+    def place_for(self, task: dict, shape: tuple, near: str | None = None) -> Placement | None:
         """Where the member goes: as the packer places it, but only on nodes where its setup
-        ran and exited 0; the set is started on the nodes where it has not run yet."""
+        ran and exited 0; the set is started on the nodes where it has not run yet.
+        ``near``: the node a group's previous member ran on, tried first (the group keeps
+        its slot there: packing.place_on)."""
         sid = task.get("setup")
+        if near and (not sid or self.node_setups.get((near, sid)) == "ok"):
+            placement = self.packer.place_on(near, *shape)
+            if placement is not None:
+                return placement
         if not sid:
             return self.packer.place(*shape)
         avoid = set()

@@ -124,6 +124,17 @@ class Packer:
             self.free[n.name] -= k * threads
         return chosen
 
+    def place_on(self, name: str, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
+                 gpus: int = 0, mem: int = 0) -> Placement | None:
+        """:meth:`place` on node ``name`` alone (a group's next member, where the one
+        before it ran: the group keeps its slot); None when that node has no room."""
+        others = {n.name for n in self.nodes if n.name != name} - self.dead
+        self.dead |= others
+        try:
+            return self.place(ranks, threads, exclusive, cap, gpus, mem)
+        finally:
+            self.dead -= others
+
     def release(self, placement: Placement, threads: int, exclusive: bool = False) -> None:
         for n, k in placement:
             if n.name in self.dead:

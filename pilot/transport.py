@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .wire import TASK, channel_key, decode, encode
+from .wire import GROUP, TASK, channel_key, decode, encode
 
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
 
@@ -189,11 +189,12 @@ def _count_task(line: bytes, out: Counter, among: set | None) -> None:
     if not line.strip():
         return
     try:
-        t = json.loads(line)
-        if t.get("k") == TASK:
-            key = (t["n"], t["m"], t["a"])
-            if among is None or key in among:
-                out[key] += 1
+        msg = json.loads(line)
+        for t in msg["tasks"] if msg.get("k") == GROUP else (msg,):  # (a group: each of its tasks)
+            if t.get("k") == TASK:
+                key = (t["n"], t["m"], t["a"])
+                if among is None or key in among:
+                    out[key] += 1
     except (ValueError, KeyError, TypeError, AttributeError):
         pass  # (a damaged line: the pilot could not read it either)
 

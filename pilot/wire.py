@@ -15,6 +15,9 @@ kind        fields
             nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``tmp``
             (MB of the node's tmp pool for its $TMPDIR), ``setup`` (the id of the
             ``setup`` its nodes run first)
+``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
+            whole ``task`` message; the pilot runs them one after another in one slot,
+            in this order, each with its own ``start``, ``end`` or ``back``
 ``stop``    (none): run what is queued, then leave
 ``cancel``  (none): kill every member, leave
 ``ack``     ``q``: the engine has journaled every event of this pilot up to ``q``; a pilot
@@ -83,11 +86,12 @@ from typing import Any
 
 #: Raised whenever a kind or a field changes meaning, is added or is taken away.
 #: 2: every pilot message has ``q``; lines are signed (``s``); the ``ack`` kind.
-#: 3: ``leave`` (pwe pilot drain), ``setup`` and a task's ``setup`` (setup_per_node), ``node_setup``.
+#: 3: ``leave`` (pwe pilot drain), ``setup`` and a task's ``setup`` (setup_per_node), ``node_setup``;
+#: the ``group`` kind.
 VERSION = 3
 
 # engine -> pilot
-TASK, STOP, CANCEL, ACK = "task", "stop", "cancel", "ack"
+TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
 LEAVE, SETUP = "leave", "setup"
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
@@ -104,6 +108,7 @@ UNWRITABLE = "cannot write "
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
                      "mem", "tmp", "setup"}),
+    GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),
     SETUP: frozenset({"id", "lines"}),
@@ -237,6 +242,13 @@ def problem(msg: dict[str, Any]) -> str:
         return f"{kind}: unknown fields {sorted(set(msg) - allowed)}"[:120]
     if kind in FROM_PILOT and (type(msg.get("q")) is not int or msg["q"] < 1):
         return f"{kind}: no sequence number q"
+    if kind == GROUP:
+        tasks = msg.get("tasks")
+        if type(tasks) is not list or not tasks:
+            return "group: no tasks"
+        for t in tasks:
+            if type(t) is not dict or t.get("k") != TASK or problem(t):
+                return f"group: not a task: {str(t)[:60]}"
     return ""
 
 

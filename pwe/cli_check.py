@@ -88,6 +88,10 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             con.print("  scheduling: " + ", ".join(f"{k}={v}" for k, v in node["scheduling"].items()))
         if (part := node["partition"])["partition"]:
             con.print(f"  partition: {escape(part['partition'])} ({escape(part['why'])})")
+        if "groups" in node:
+            from .groups import describe
+
+            con.print("  groups: " + describe(node["groups"]))
         last = None
         for m in node["members_shown"]:
             if last is not None and m["member"] != last + 1:

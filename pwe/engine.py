@@ -29,14 +29,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pilot.wire import CANCEL, STOP
+from pilot.wire import CANCEL, GROUP, STOP
 
 from . import checkpoint, limits, pressure, rundir, runs
 from .errors import InputError, PweError, RunStopped
 from .journal import Journal, JournalError
 from .pilots import Lane, PilotHandle, PilotWork, make_lanes
 from .plan import Plan
-from .state import READY, RunState
+from .groups import Groups
+from .state import READY, WAITING, RunState
 from .tasks import TaskBuilder
 
 if TYPE_CHECKING:
@@ -90,6 +91,10 @@ class Engine(PilotWork):
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
         self._task = TaskBuilder(plan, self.run_id, self.dir).build  # a member's task message
+        # the groups of each node that has ``group:`` (formed when first needed: pwe/groups.py)
+        self._groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
+        self._held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
+        self._held_at = 0.0
         # one lane per host, or per (host, partition) where its nodes need several partitions;
         # each node's lane (a node whose host the run did not record runs on the first)
         self.lanes: dict[str, Lane]
@@ -207,6 +212,9 @@ class Engine(PilotWork):
             self._check_pilots()
             if st.unfinished() == 0:
                 break
+            if self._held and time.time() - self._held_at > 0.2:  # (at most 5 times a second)
+                self._held_groups()
+                self._held_at = time.time()
             busy += self._feed()
             self.journal.flush()  # assignments are durable before any pilot can see them
             for pilot in self.pilots.values():
@@ -275,7 +283,7 @@ class Engine(PilotWork):
             fed += sum(self._feed_pilot(p, lane) for p in live)
             most = lane.host.max_pilots if lane.protocol.batch else 1
             while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
-                   and all(p.outstanding >= self._window(p) for p in self._live_pilots(lane))
+                   and all(p.units >= self._window(p) for p in self._live_pilots(lane))
                    and self._may_submit(lane)):
                 started = self._start_pilot(lane)
                 if started is None:
@@ -294,16 +302,20 @@ class Engine(PilotWork):
         deep = pilot.job is None and not self._shared(pilot)  # (added pilots share: pwe/pilotctl.py)
         return max(8 * pilot.slots, 256) if deep else max(2 * pilot.slots, 2)
 
-    def _feed_pilot(self, pilot: PilotHandle, lane: Lane) -> int:
+    def _feed_pilot(self, pilot: PilotHandle, lane: Lane, skip: set[str] | None = None) -> int:
+        """Hand ``pilot`` ready members of ``lane`` up to its window: by the lane's order
+        (pressure or FIFO), within the limits of user resources, a group as one unit;
+        members of the nodes in ``skip`` keep their places (a helper pilot serves only the
+        nodes it can hold: pwe/pilotctl.py). How many went."""
         st = self.state
         window = self._window(pilot)
         fed = 0
         refused: list[tuple[str, int]] = []
         ready = lane.ready
         now = round(time.time(), 3)  # (the trace's submit time of what is fed now)
-        held: set[str] = set()  # nodes held back this feed (a limit, or pressure: _may_hand)
+        held: set[str] = set(skip or ())  # nodes held back this feed (a limit, pressure, not served)
         hand = self._hand_check(lane)
-        while ready and pilot.outstanding < window and not pilot.full:
+        while ready and pilot.units < window and not pilot.full:
             item = ready.pop_next(held)
             if item is None:
                 break
@@ -326,6 +338,11 @@ class Engine(PilotWork):
                 pilot.send({"k": STOP})
                 ready.appendleft((nid, i))
                 break
+            if nid in self._groups:
+                sent = self._feed_group(pilot, nid, i, now)
+                if sent is not None:
+                    fed += sent
+                    continue
             attempt = ns.attempt[i] + 1
             task = self._task(nid, i, attempt)
             self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
@@ -353,6 +370,7 @@ class Engine(PilotWork):
                 lane.ready = pressure.PressureQueue(self._pressure)
         self._lane_nodes = {name: [n for n, ln in self._lane_of.items() if ln == name] for name in self.lanes}
         self._limits = limits.Limits.of(self.plan, self._lane_of, self.lanes)
+        self._gate: limits.Gate | None = None  # (the gate of the feed under way: _hand_check)
 
     def _hand_check(self, lane: Lane) -> Callable[[str, PilotHandle], bool] | None:
         """For one feed of a pilot: may a member of node ``nid`` go to it now? None when
@@ -361,6 +379,7 @@ class Engine(PilotWork):
         order, so a member queued there would start before the other node's members when
         they become ready); and only while its resources fit their limits."""
         gate = self._limits.gate(self.state) if self._limits is not None else None
+        self._gate = gate  # (this feed's: the other members of a group are counted by it too)
         press = self._pressure
         deep = press.waiting_max(self.state, self._lane_nodes[lane.name]) if press is not None else -1.0
         if gate is None and deep < 0:
@@ -368,10 +387,55 @@ class Engine(PilotWork):
         level = press.pressure if press is not None else {}
 
         def may(nid: str, pilot: PilotHandle) -> bool:
-            if deep >= 0 and pilot.outstanding >= pilot.slots and level[nid] < deep:
+            if deep >= 0 and pilot.units >= pilot.slots and level[nid] < deep:
                 return False
             return gate is None or gate.take(nid)
         return may
+
+    def _feed_group(self, pilot: PilotHandle, nid: str, i: int, now: float) -> int | None:
+        """Member ``i`` of a grouped node is ready: hand its group to ``pilot`` as one
+        ``group`` message, made of the group's members ready now (one journaled ``assign``
+        each, so every member keeps its own attempts and events); how many went. None: it
+        is in no group (``include`` leaves it out: it goes alone). A ``submit_whole`` group
+        whose members still wait is held (:meth:`_held_groups` looks again)."""
+        groups = self._groups[nid]
+        g = groups.group_of(i)
+        if g is None:
+            return None
+        ns = self.state.nodes[nid]
+        members = groups.members(g)
+        if groups.spec.submit_whole and any(ns.state[j] == WAITING for j in members):
+            self._held.add((nid, g))
+            return 0
+        self._held.discard((nid, g))
+        # (i is one of them; a member this pilot refused, too long for what it has left, is not)
+        chosen = [j for j in members if ns.state[j] == READY and (nid, j) not in pilot.refused]
+        if self._gate is not None:  # (i has its share of the limits already: _hand_check)
+            chosen = [j for j in chosen if j == i or self._gate.take(nid)]
+        tasks = []
+        for j in chosen:
+            attempt = ns.attempt[j] + 1
+            tasks.append(self._task(nid, j, attempt))
+            self._record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
+        pilot.send({"k": GROUP, "tasks": tasks})
+        pilot.sent_group(nid, chosen)
+        pilot.given += len(chosen)
+        return len(chosen)
+
+    def _held_groups(self) -> None:
+        """``submit_whole`` groups held back: once none of their members waits (each is
+        ready, or has ended: skipped after a failure upstream), their ready members are
+        queued again, so the group goes out."""
+        st = self.state
+        for nid, g in list(self._held):
+            ns = st.nodes[nid]
+            members = self._groups[nid].members(g)
+            if not any(ns.state[j] == WAITING for j in members):
+                self._held.discard((nid, g))
+                for j in members:
+                    if ns.state[j] == READY:
+                        self.lanes[self._lane_of[nid]].ready.append((nid, j))
+                        break
 
     # -- cancel and shutdown -----------------------------------------------------------------
     def cancel(self) -> bool:

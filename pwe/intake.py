@@ -180,11 +180,11 @@ class Intake:
                 if k != DAMAGED:
                     self.journal.append(rec)
                 if applied is not None and k == END:
-                    pilot.outstanding -= 1
+                    pilot.one_less(ev["n"], ev["m"])
                     pilot.finished_any = True
                     self._failed_pilots = 0
                 elif applied is not None and k == BACK:
-                    pilot.outstanding -= 1
+                    pilot.one_less(ev["n"], ev["m"])
                     if (ev.get("why") or "").startswith("needs "):
                         pilot.refused.add((ev["n"], ev["m"]))
                 if k == BACK and str(ev.get("why")).startswith(UNWRITABLE):

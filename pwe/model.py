@@ -202,6 +202,23 @@ ParamSpec = Annotated[
 ]
 
 
+class Group(_Strict):
+    """``group:`` (Row's ``action.group``): the node's members handed to a pilot slot in
+    groups, each group's members run one after another there (:mod:`pwe.groups`)."""
+
+    include: list[Annotated[StrictStr, Field(min_length=1)]] | None = Field(
+        None, description="conditions over the member's parameters (pwe show -q's language, e.g. 'T>300; seed<5'); "
+        "a member is grouped when any one of them holds (each one's ';'-joined parts all); the others run ungrouped. "
+        "Default: every member")
+    sort_by: list[Annotated[StrictStr, Field(pattern=IDENTIFIER)]] = Field(
+        default_factory=list, description="parameter names: members are ordered by them (then by index)")
+    reverse_sort: StrictBool = Field(False, description="sort descending")
+    split_by_sort_key: StrictBool = Field(False, description="a new group wherever the sort key changes")
+    maximum_size: Count | None = Field(None, description="most members in a group (the rest: further groups)")
+    submit_whole: StrictBool = Field(False, description="hand a group out only when none of its members still "
+                                     "waits for its dependencies")
+
+
 class Node(_Strict):
     """A node of the DAG: a payload, its dependencies and its parameters."""
 
@@ -241,6 +258,7 @@ class Node(_Strict):
         if v is not None and not v.strip():
             raise ValueError("the check is blank; 'check' needs a command")
         return v
+    group: Group | None = Field(None, description="run the members in groups, one after another in one pilot slot")
 
     @field_validator("after", mode="before")
     @classmethod

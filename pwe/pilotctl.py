@@ -45,7 +45,6 @@ from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 
 from .errors import InputError, JournalError, PweError, RunStopped
 from .rundir import EngineLock, write_json_atomic
-from .state import READY
 
 if TYPE_CHECKING:
     from .pilots import PilotHandle
@@ -285,31 +284,12 @@ class PilotControl:
                    and not p.draining and not p.full and not p.given_up]
         if not helpers or self.state.cancelled:
             return 0
-        st = self.state
         fed = 0
-        now = round(time.time(), 3)
-        for pilot in helpers:
-            window = self._window(pilot)
+        for pilot in helpers:  # (the one feed, passing over the nodes it does not serve)
             serves = set(pilot.serves)
             for lane in self.lanes.values():
-                ready, passed, looked = lane.ready, [], 0
-                while ready and pilot.outstanding < window and looked < 4 * window:
-                    nid, i = ready.popleft()
-                    looked += 1
-                    if st.nodes[nid].state[i] != READY:
-                        continue
-                    if nid not in serves or (nid, i) in pilot.refused:
-                        passed.append((nid, i))
-                        continue
-                    attempt = st.nodes[nid].attempt[i] + 1
-                    task = self._task(nid, i, attempt)
-                    self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
-                    pilot.send(task)
-                    pilot.outstanding += 1
-                    pilot.given += 1
-                    fed += 1
-                for item in reversed(passed):
-                    ready.appendleft(item)
+                if lane.ready:
+                    fed += self._feed_pilot(pilot, lane, skip=set(self._lane_nodes[lane.name]) - serves)
         return fed
 
     # -- setup_per_node --------------------------------------------------------------------

@@ -54,6 +54,8 @@ class PilotHandle:
         self.popen = popen
         self.cursor = cursor  # where the next receive starts (journaled as `offset`)
         self.outstanding = 0
+        self.extra = 0  # members of groups beyond one per group: a group holds one slot (see one_less)
+        self._groups: dict[tuple[str, int], list[int]] = {}  # a grouped member -> its group's count left
         self.alive = True
         self.down = False
         self.came_up = False
@@ -77,6 +79,30 @@ class PilotHandle:
 
     def send(self, msg: dict[str, Any]) -> None:
         self._out.append(msg)
+
+    def sent_group(self, nid: str, members: list[int]) -> None:
+        """A group of ``members`` went to this pilot: they count as one against its window
+        (they hold one slot between them), each one as outstanding."""
+        left = [len(members)]
+        for i in members:
+            self._groups[(nid, i)] = left
+        self.outstanding += len(members)
+        self.extra += len(members) - 1
+
+    def one_less(self, nid: str, i: int) -> None:
+        """A member of this pilot ended or came back: one fewer outstanding (and, while
+        its group has more, one fewer extra)."""
+        self.outstanding -= 1
+        left = self._groups.pop((nid, i), None)
+        if left is not None:
+            left[0] -= 1
+            if left[0] > 0:
+                self.extra -= 1
+
+    @property
+    def units(self) -> int:
+        """What it holds against its window: members, a group counting as one."""
+        return self.outstanding - self.extra
 
     def flush(self) -> None:
         if not self._out:
@@ -380,7 +406,8 @@ class PilotWork(Intake, Recovery, PilotControl):
             self._record({"e": "unassign", "n": nid, "m": i, "p": pilot.id})
         self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": time.time()})
         pilot.alive = False
-        pilot.outstanding = 0
+        pilot.outstanding = pilot.extra = 0
+        pilot._groups.clear()
         if pilot.popen is not None:
             pilot.popen.poll()
         # A pilot that never came up, died without saying goodbye, or left on an error, and

@@ -275,6 +275,10 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
                                       line_of("nodes", nid, "scheduling")) from None
         check = _check_template(nid, node, wf, sched, path, line_of)
+        if node.group is not None:  # (its keys against its parameters: one line, exit 2)
+            from .groups import Groups
+
+            Groups.check(nid, node, path, line_of)
         nodes[nid] = PlannedNode(
             id=nid,
             spec=node,
@@ -307,6 +311,12 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                     f"{path}:{line_of('nodes', b, 'parameters', name) or ''}: members of '{b}' with "
                     f"{name}={missing} match no member of '{a}' and will not wait for it"
                 )
+    for nid, pn in nodes.items():  # a group is one message: a huge one is slow (sizes cut by key: not known here)
+        if pn.spec.group is not None and not pn.spec.group.split_by_sort_key and \
+                min(pn.size, pn.spec.group.maximum_size or pn.size) > 10_000:
+            warnings.append(f"{path}:{line_of('nodes', nid, 'group') or ''}: node '{nid}' may form a group of "
+                            f"{min(pn.size, pn.spec.group.maximum_size or pn.size):,} members, sent to its pilot as "
+                            "one message (about 0.5 KB a member); set group.maximum_size to 10000 or fewer")
     edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
     return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host)
 

@@ -76,6 +76,10 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
         node["members_shown"] = shown[node["id"]]
         node["scheduling"] = plan.nodes[node["id"]].scheduling.model_dump(exclude_none=True)
         node["partition"] = partitions[node["id"]]  # the partition its pilots go to, and why
+        if plan.nodes[node["id"]].spec.group is not None:  # (count and sizes: pwe/groups.py)
+            from .groups import Groups
+
+            node["groups"] = Groups(plan.nodes[node["id"]]).summary()
     out["pilot_scripts"] = scripts
     out.update(order_and_limits(plan, hosts))
     return out

@@ -532,7 +532,30 @@ def _node(el: etree._Element) -> LineDict:
             _put(node, "scheduling", _scheduling(child), line)
         elif child.tag == "setup_per_node":
             _put(node, "setup_per_node", _lines(child), line)
+        elif child.tag == "group":
+            _put(node, "group", _group(child), line)
     return node
+
+
+def _group(el: etree._Element) -> LineDict:
+    """``<group sort_by="a b" maximum_size="4" ...><include>COND</include>*</group>``: the
+    YAML ``group:`` keys, as attributes (sort_by space-separated), each include an element."""
+    out = LineDict(line=el.sourceline)
+    for name in ("reverse_sort", "split_by_sort_key", "maximum_size", "submit_whole"):
+        if el.get(name) is not None:
+            _put(out, name, _attr(el, name), el.sourceline)
+    if el.get("sort_by") is not None:
+        names = LineList(line=el.sourceline)
+        for word in el.get("sort_by").split():
+            names.append(word)
+            names.item_lines.append(el.sourceline)
+        _put(out, "sort_by", names, el.sourceline)
+    for child in el:  # only <include>
+        if "include" not in out:
+            _put(out, "include", LineList(line=child.sourceline), child.sourceline)
+        out["include"].append(_text(child).strip())
+        out["include"].item_lines.append(child.sourceline)
+    return out
 
 
 def _parameter(el: etree._Element) -> LineList | LineDict:

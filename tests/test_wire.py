@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -86,3 +87,23 @@ def test_the_spool_holds_back_a_partial_line_and_reads_on_from_a_cursor(tmp_path
     assert EngineSpool(tmp_path).receive(cursor) == (got, after)
     engine.close()
     pilot.close()
+
+
+def test_the_wire_knows_the_group_kind_and_a_resumed_engine_counts_its_tasks(tmp_path):
+    """A group is one signed line; a group that holds something not a task is malformed;
+    the tasks file's count of what was sent (resume) sees each task inside a group."""
+    key = b"k" * 32
+    good = {"k": "group", "tasks": [{"k": "task", "n": "a", "m": m, "a": 1, "cmd": "true", "cwd": "/x"}
+                                    for m in (3, 4)]}
+    msgs, rest = wire.decode(wire.encode([good], key), key)
+    assert msgs == [good] and rest == b""
+    for bad, why in (({"k": "group", "tasks": []}, "group: no tasks"),
+                     ({"k": "group", "tasks": [{"k": "stop"}]}, "group: not a task"),
+                     ({"k": "group", "tasks": [{"k": "task", "n": "a", "m": 1, "a": 1, "evil": 1}]}, "not a task")):
+        got = wire.decode(wire.encode([bad], key), key)[0][0]
+        assert got["k"] == wire.MALFORMED and why in got["why"], got
+    spool = EngineSpool(tmp_path)
+    spool.send([good, {"k": "task", "n": "a", "m": 5, "a": 1, "cmd": "true", "cwd": "/x"}])
+    assert spool.sent() == Counter({("a", 3, 1): 1, ("a", 4, 1): 1, ("a", 5, 1): 1})
+    assert spool.sent(among={("a", 4, 1)})[("a", 4, 1)] == 1
+    spool.close()
