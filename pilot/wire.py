@@ -12,7 +12,9 @@ kind        fields
 ``task``    ``n`` node, ``m`` member index, ``a`` attempt, ``cmd`` the rendered command,
             ``cwd`` the member's directory, ``env`` {name: text}, ``ranks``, ``threads``,
             ``wall`` minutes per member or null; only when set: ``exclusive`` (whole
-            nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB)
+            nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``prod``
+            [absolute paths]: its products, which the pilot checks once when it exits 0
+            (one missing: the member fails, rc 1, ``why`` naming it)
 ``stop``    (none): run what is queued, then leave
 ``cancel``  (none): kill every member, leave
 ``ack``     ``q``: the engine has journaled every event of this pilot up to ``q``; a pilot
@@ -74,7 +76,8 @@ from typing import Any
 
 #: Raised whenever a kind or a field changes meaning, is added or is taken away.
 #: 2: every pilot message has ``q``; lines are signed (``s``); the ``ack`` kind.
-VERSION = 2
+#: 3: a ``task`` may carry ``prod`` (its products, checked by the pilot at its end).
+VERSION = 3
 
 # engine -> pilot
 TASK, STOP, CANCEL, ACK = "task", "stop", "cancel", "ack"
@@ -91,7 +94,7 @@ UNWRITABLE = "cannot write "
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
-                     "mem"}),
+                     "mem", "prod"}),
     STOP: frozenset(),
     CANCEL: frozenset(),
     ACK: frozenset({"q"}),

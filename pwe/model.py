@@ -216,6 +216,10 @@ class Node(_Strict):
         default_factory=dict, description="extra environment variables for every member"
     )
     scheduling: Scheduling | None = None
+    products: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)] | None = Field(
+        None, description="files each member makes, path templates relative to the workspace: a member whose "
+        "products all exist is complete and does not run (pwe.products)"
+    )
 
     @field_validator("after", mode="before")
     @classmethod
@@ -247,4 +251,8 @@ class Workflow(_Strict):
         default_factory=dict, description="values every payload template may use"
     )
     defaults: Defaults = Field(default_factory=Defaults)
+    workspace: Annotated[StrictStr, Field(min_length=1)] | None = Field(
+        None, description="the directory products are relative to (PWE_WORKSPACE); relative to the workflow "
+        "file's directory; default: that directory (pwe run --workspace overrides)"
+    )
     nodes: Annotated[dict[Annotated[str, Field(pattern=NODE_ID)], Node], Field(min_length=1)]

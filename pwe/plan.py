@@ -19,13 +19,13 @@ from typing import Any, Iterator, Mapping
 import jinja2
 from pydantic import ValidationError
 
-from . import model
+from . import model, products
 from .dag import Graph
 from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
 from .source import LineDict, did_you_mean, locate, value_text
-from .templates import PayloadTemplate
+from .templates import PathTemplate, PayloadTemplate
 
 
 @dataclass
@@ -58,6 +58,8 @@ class PlannedNode:
     line: int | None = None
     host_line: int | None = None  # where its host is named: its own 'host', else defaults.host
     run_line: int | None = None
+    products: list[PathTemplate] = field(default_factory=list)  # (pwe.products)
+    products_line: int | None = None
 
     @property
     def size(self) -> int:
@@ -151,10 +153,12 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
         # away) is found now, not member by member in a run: its first and last member
         for index in sorted({0, node.size - 1}):
             plan.render(nid, index, check=True)
+    products.check(plan)  # (their first and last member's paths, inside the workspace)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
-        used = set().union(*(n.template.names - set(n.space.names) for n in plan.nodes.values()))
+        used = set().union(*(n.template.names.union(*(t.names for t in n.products)) - set(n.space.names)
+                             for n in plan.nodes.values()))
         for name, value in sets.items():
             if name not in used:
                 raise InputError(f"--set {name}={value_text(value)}: no payload in {path.name} uses the "
@@ -262,6 +266,9 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             line=line_of("nodes", nid),
             host_line=line_of("nodes", nid, "host") if node.host else line_of("defaults", "host"),
             run_line=run_line,
+            products=products.compile_templates(nid, node.products, known, path,
+                                                line_of("nodes", nid, "products")),
+            products_line=line_of("nodes", nid, "products"),
         )
 
     total = sum(n.size for n in nodes.values())

@@ -66,4 +66,6 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
     }
     if i in ns.why:
         rec["why"] = ns.why[i]
+    if ns.complete and ns.state[i] == DONE and ns.is_complete(i):  # (pwe.products)
+        rec.update(exit_status=None, complete=True, why="complete (products): made before the run began, not run")
     return rec

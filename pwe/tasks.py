@@ -20,9 +20,12 @@ from .source import value_text
 class TaskBuilder:
     """The ``task`` messages of one run's members (pilot/wire.py lists their fields)."""
 
-    def __init__(self, plan: Plan, run_id: str, run_dir: Path):
+    def __init__(self, plan: Plan, run_id: str, run_dir: Path, workspace: str | None = None):
         self.plan = plan
         self._env_base = {"PWE_RUN_ID": run_id}
+        self._workspace = workspace  # (pwe.products; a run made before workspaces has none)
+        if workspace:
+            self._env_base["PWE_WORKSPACE"] = workspace
         self._members = str(run_dir / "members")
 
     def build(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
@@ -54,7 +57,16 @@ class TaskBuilder:
             task["gpus"] = sched.gpusPerMember
         if sched.memoryPerMember:
             task["mem"] = sched.memoryPerMember
+        if pn.products and self._workspace:
+            task["prod"] = _products(self.plan, self._workspace, nid, i)
         return task
+
+
+def _products(plan: Plan, workspace: str, nid: str, i: int) -> list[str]:
+    """The member's products, absolute: its pilot checks them once when it exits 0."""
+    from .products import absolute
+
+    return absolute(plan, workspace, nid, i)
 
 
 def _minutes(v: float | None) -> str:

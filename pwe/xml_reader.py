@@ -439,6 +439,8 @@ def _put(d: LineDict, key: Any, value: Any, line: int | None) -> Any:
 def _workflow(root: etree._Element) -> LineDict:
     wf = LineDict(line=root.sourceline)
     _put(wf, "name", _attr(root, "name"), root.sourceline)
+    if root.get("workspace") is not None:  # (pwe.products)
+        _put(wf, "workspace", root.get("workspace"), root.sourceline)
     nodes = LineDict(line=None)
     for child in root:
         if child.tag == "description":
@@ -496,6 +498,11 @@ def _node(el: etree._Element) -> LineDict:
             if "env" not in node:
                 _put(node, "env", LineDict(line=line), line)
             _put(node["env"], _attr(child, "name"), _free(child), line)
+        elif child.tag == "product":  # (pwe.products: a path template, as written)
+            if "products" not in node:
+                _put(node, "products", LineList(line=line), line)
+            node["products"].append(_text(child).strip())
+            node["products"].item_lines.append(line)
         elif child.tag == "run":
             _put(node, "run", _script(_text(child)), line)
         elif child.tag == "scheduling":
