@@ -71,6 +71,8 @@ def checked_path(text: str) -> str | None:
     it is not one: empty, absolute, climbing out (``..``), or holding a NUL or a line break."""
     if not text or "\0" in text or "\n" in text or text.startswith("/"):
         return None
+    if "/." not in text and "//" not in text and text[0] != "." and text[-1] != "/":
+        return text  # (no '.' or '..' part, nothing to fold: normpath would change nothing)
     norm = posixpath.normpath(text)
     if norm in (".", "..") or norm.startswith("../"):
         return None
@@ -83,6 +85,11 @@ def member_products(plan: Plan, nid: str, i: int) -> list[str]:
     not render or does not stay inside the workspace."""
     pn = plan.nodes[nid]
     ctx = pn.context(plan.workflow.properties, i)
+    return _rendered(plan, nid, i, ctx)
+
+
+def _rendered(plan: Plan, nid: str, i: int, ctx: dict[str, Any]) -> list[str]:
+    pn = plan.nodes[nid]
     out = []
     for k, t in enumerate(pn.products):
         try:
@@ -176,9 +183,12 @@ def scan(plan: Plan, root: Path) -> Scan:
         if not pn.products:
             continue
         runs: list[list[int]] = []
+        ctx = dict(plan.workflow.properties)  # (one dict, its parameters' values replaced per member)
+        values_of = pn.space.values_of
         for i in range(pn.size):
             out.members += 1
-            for rel in member_products(plan, nid, i):
+            ctx.update(values_of(i))
+            for rel in _rendered(plan, nid, i, ctx):
                 d, _, name = rel.rpartition("/")
                 if name not in names_in(d):
                     break
