@@ -377,12 +377,24 @@ class RunState:
         the record is written before anything is assigned."""
         ns = self.nodes[nid]
         state = ns.state
-        quiet = not self.plan.edges_out_of(nid)
+        out = self.plan.edges_out_of(nid)
+        quiet = not out
         for lo, hi in runs:
-            if quiet and state[lo:hi].count(READY) == hi - lo:  # (a million at C speed)
+            seg = state[lo:hi]
+            ready, waiting = seg.count(READY), seg.count(WAITING)
+            if ready + waiting == hi - lo and all(e.barrier for e in out):
+                # a whole run of members not begun, and only barriers after them: at C speed
                 state[lo:hi] = bytes([DONE]) * (hi - lo)
-                ns.counts[READY] -= hi - lo
+                ns.counts[READY] -= ready
+                ns.counts[WAITING] -= waiting
                 ns.counts[DONE] += hi - lo
+                for e in out:
+                    key = (e.src, e.dst)
+                    self.barrier_left[key] -= hi - lo
+                    if self.barrier_left[key] == 0:
+                        dst = self.nodes[e.dst]
+                        for j in range(dst.size):
+                            self._release(e.dst, dst, j)
             else:
                 for i in range(lo, hi):
                     if state[i] in (WAITING, READY):
