@@ -217,6 +217,8 @@ def test_the_example_runs_twice_into_one_workspace(tmp_path):
     made = sorted(str(p.relative_to(ws)) for p in ws.rglob("*.txt"))
     assert len(made) == 13 and "summary.txt" in made
     (ws / "spectra" / "T350" / "seed2.txt").unlink()
+    rc, out, err = run_cli("plan", EXAMPLES / "products.yaml", "--workspace", ws, cwd=tmp_path)
+    assert rc == 0 and "members: 11 complete (products), 1 eligible, 0 waiting" in out, (out, err)
     mtimes = {p: p.stat().st_mtime_ns for p in ws.rglob("seed*.txt")}
     rc, out, err = run_cli("run", EXAMPLES / "products.yaml", "--workspace", ws, "--run-dir", tmp_path / "r2",
                            cwd=tmp_path)
