@@ -32,7 +32,7 @@ from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
 from .tmpdirs import TmpDirs, TmpPool
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
-from .members import Member, collect, killpg, note_stderr, say, argv_for, task_shape
+from .members import Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
 from .nodesetup import SETUP_FAILED, NodeSetup
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
@@ -442,6 +442,10 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         fields: dict[str, Any] = {}
         if member.killed:
             fields["why"] = member.killed
+        elif rc == 0 and t.get("prod"):
+            missing = missing_product(t["prod"])
+            if missing:  # (pwe.products: it said it succeeded, but what it was to make is not there)
+                rc, fields["why"] = 1, f"exited 0 without making its product {missing}"
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                   out=collect(t["cwd"]), **fields, **member.usage())
         self.next_in_group(t)

@@ -29,6 +29,15 @@ _BUILTINS = {
 _OUTPUTS_LIMIT = 64 * 1024
 
 
+def missing_product(paths: list[str]) -> str | None:
+    """The first of a member's products (absolute paths) that does not exist, or None:
+    one ``lstat`` each, once, when the member exits 0 (pwe.products)."""
+    for p in paths:
+        if not os.path.lexists(p):
+            return p
+    return None
+
+
 def argv_for(cmd: str, shell: str = "bash") -> list[str]:
     """The argv a member's command runs as: direct exec when that is exactly what the
     shell would do, else ``bash -c CMD``."""

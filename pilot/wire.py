@@ -14,7 +14,9 @@ kind        fields
             ``wall`` minutes per member or null; only when set: ``exclusive`` (whole
             nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``tmp``
             (MB of the node's tmp pool for its $TMPDIR), ``setup`` (the id of the
-            ``setup`` its nodes run first)
+            ``setup`` its nodes run first), ``prod`` [absolute paths]: its products, which
+            the pilot checks once when it exits 0 (one missing: the member fails, rc 1,
+            ``why`` naming it)
 ``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
             whole ``task`` message; the pilot runs them one after another in one slot,
             in this order, each with its own ``start``, ``end`` or ``back``
@@ -87,7 +89,7 @@ from typing import Any
 #: Raised whenever a kind or a field changes meaning, is added or is taken away.
 #: 2: every pilot message has ``q``; lines are signed (``s``); the ``ack`` kind.
 #: 3: ``leave`` (pwe pilot drain), ``setup`` and a task's ``setup`` (setup_per_node), ``node_setup``;
-#: the ``group`` kind.
+#: the ``group`` kind; a ``task`` may carry ``prod`` (its products, checked at its end).
 VERSION = 3
 
 # engine -> pilot
@@ -107,7 +109,7 @@ UNWRITABLE = "cannot write "
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
-                     "mem", "tmp", "setup"}),
+                     "mem", "tmp", "setup", "prod"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

@@ -75,7 +75,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         deps = bool(state.plan.edges_into(nid))  # (nothing upstream: its counters stay 0)
         parts = [bytes(ns.state), ns.attempt.tobytes()] + ([ns.deps.tobytes()] if deps else [])
         nodes[nid] = {"size": ns.size, "counts": ns.counts, "deps": deps, "bytes": [len(p) for p in parts],
-                      "spent": ns.spent, "done_spent": ns.done_spent,
+                      "spent": ns.spent, "done_spent": ns.done_spent, "complete": ns.complete,
                       **{k: list(getattr(ns, k).items()) for k in _SPARSE}}
         tree = state.plan.nodes[nid].tree
         if tree.values or tree.verdict or tree.open:  # (a check's members and verdicts: pwe/trees.py)
@@ -158,6 +158,7 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
         ns.spent, ns.done_spent = float(n["spent"]), float(n["done_spent"])  # (pwe status's core-hours)
         for k in _SPARSE:
             setattr(ns, k, {int(i): v for i, v in n[k]})
+        ns.complete = [[int(lo), int(hi)] for lo, hi in n.get("complete", [])]  # (pwe.products)
         for lo, hi in ready_runs(ns.state):
             st.ready.append_run(nid, lo, hi)
     st.barrier_left = {(s, d): n for s, d, n in h["barrier_left"]}

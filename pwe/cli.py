@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .cli_base import fail, find, hosts_option, json_option, warn
+from .cli_base import fail, find, hosts_option, json_option, warn, workspace_option
 from .cli_events import events
 from .cli_check import hosts, plan, validate
 from .cli_pilot import pilot
@@ -39,6 +39,7 @@ _run_options = [
     click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
     click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill (default: all)"),
     hosts_option,
+    workspace_option,
 ]
 
 
@@ -49,17 +50,18 @@ def _with_run_options(f):
 
 
 def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
-            hosts_file: str | None):
+            hosts_file: str | None, workspace: str | None = None):
     from .engine import Engine
     from .load import parse_sets
 
-    return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file)
+    return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
+                         workspace=workspace)
 
 
 def _follow(engine, as_json: bool = False, **kwargs) -> None:
     """Run the engine in the foreground with a progress display; exit 0 / 1. With
     ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
-    from .runview import failed_examples, outcome, progress, run_ref
+    from .runview import complete_counts, failed_examples, outcome, progress, run_ref
     from .state import FAILED
 
     total = engine.plan.total_members
@@ -108,9 +110,9 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         from .state import NAMES
 
         click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
-                               "totals": dict(zip(NAMES, t))}))
+                               "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
     else:
-        click.echo(f"{engine.run_id}: {outcome(t)} of {sum(t)}  ({engine.dir})")
+        click.echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
     from .treeview import unconverged_lines
 
     for line in unconverged_lines(engine.state, ref):
@@ -151,10 +153,10 @@ def _leave(status: int) -> None:
 @click.argument("file", type=click.Path(dir_okay=True))
 @_with_run_options
 @json_option
-def run(file, sets, host, run_dir, cores, hosts_file, as_json) -> None:
+def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     try:
-        engine = _create(file, sets, host, run_dir, cores, hosts_file)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
         warn(engine.warnings)
         _follow(engine, as_json)
@@ -168,16 +170,20 @@ def run(file, sets, host, run_dir, cores, hosts_file, as_json) -> None:
 @click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
 @json_option
-def submit(file, sets, host, run_dir, cores, hosts_file, to_service, broker, as_json) -> None:
+def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .control import spawn_engine
 
     if to_service or broker:
         from .cli_service import submit_to_service
 
+        if workspace:
+            from .errors import InputError
+
+            fail(InputError("--workspace is not taken by --service yet: give the workflow a 'workspace:' key"))
         return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json)
     try:
-        engine = _create(file, sets, host, run_dir, cores, hosts_file)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
     except PweError as exc:
         fail(exc)
     warn(engine.warnings)

@@ -44,3 +44,7 @@ set_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 hosts_option = click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+workspace_option = click.option(
+    "--workspace", default=None, type=click.Path(), metavar="DIR",
+    help="the directory products are relative to (PWE_WORKSPACE; default: the workflow's 'workspace:', else its "
+    "directory)")

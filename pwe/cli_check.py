@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import planview
-from .cli_base import console, fail, hosts_option, json_option, set_option, warn
+from .cli_base import console, fail, hosts_option, json_option, set_option, warn, workspace_option
 from .errors import PweError
 
 
@@ -63,13 +63,15 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
 @click.option("--host", default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, help="members shown per node")
 @hosts_option
+@workspace_option
 @json_option
 def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_file: str | None,
-         as_json: bool) -> None:
+         workspace: str | None, as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
         p, used, warnings = planview.check(file, sets, host, hosts_file)
         summary = planview.preview(p, used, warnings, show)
+        planview.add_products(summary, p, workspace)
     except PweError as exc:
         fail(exc)
     if as_json:
@@ -92,6 +94,9 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             from .groups import describe
 
             con.print("  groups: " + describe(node["groups"]))
+        if "complete" in node:
+            con.print(f"  members: {node['complete']:,} complete (products), {node['eligible']:,} eligible, "
+                      f"{node['waiting']:,} waiting")
         last = None
         for m in node["members_shown"]:
             if last is not None and m["member"] != last + 1:
@@ -101,6 +106,9 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             con.print(f"      $ {escape(m['command'].rstrip())}")
             last = m["member"]
     _order_and_limits(con, summary)
+    if "workspace" in summary:
+        con.print(f"\nworkspace {summary['workspace']}: products looked for in {summary['dirs_listed']:,} "
+                  "directories (one listing each)")
     for name, script in summary["pilot_scripts"].items():
         con.print(f"\n[bold]first pilot job for host {escape(name)}[/] (RUN_DIR and RUN are filled in at submission):")
         con.print(escape(script), end="")

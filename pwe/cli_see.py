@@ -108,6 +108,9 @@ def _status_lines(d, snap: dict) -> list[str]:
     for name, counts in rows:
         vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
         lines.append(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+    if snap.get("complete"):  # (pwe.products: done without running)
+        lines.append("of the done, complete (products), not run: " + ", ".join(
+            f"{n} {c:,}" for n, c in snap["complete"].items()))
     ch = snap.get("core_hours")
     if ch:
         def fmt(v):

@@ -90,7 +90,7 @@ class Engine(PilotWork):
         #: says what the engine found wrong but worked around (a damaged journal line)
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
-        self._task = TaskBuilder(plan, self.run_id, self.dir).build  # a member's task message
+        self._task = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace")).build  # a member's task
         # the groups of each node that has ``group:`` (formed when first needed: pwe/groups.py)
         self._groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
         self._held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
@@ -181,6 +181,8 @@ class Engine(PilotWork):
         self.journal.lines = replayed.lines
         self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
                       **_callable_checks(self.state, self.checks)})
+        if fresh:
+            self._complete_by_products()
         for line in unusable + replayed.warnings():
             self.notice(line)
             self._record({"e": "note", "what": line, "t": time.time()})
@@ -192,6 +194,15 @@ class Engine(PilotWork):
             if p.get("alive"):
                 self._reattach(pid_, p)
         self.journal.flush()
+
+    def _complete_by_products(self) -> None:
+        """When the run begins: journal the members whose products all exist in the
+        workspace (:mod:`pwe.products`: each directory listed once) as complete."""
+        if self.info.get("workspace") and any(pn.products for pn in self.plan.nodes.values()):
+            from . import products
+
+            for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]))):
+                self._record(rec)
 
     def _loop(self, progress: Callable[[RunState], None] | None) -> bool:
         st = self.state

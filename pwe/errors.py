@@ -11,7 +11,7 @@ this drawing, so neither can drift).
      |    +-- WorkflowSyntaxError  2    not well-formed YAML / XML / UTF-8 text       pwe.yaml_reader, pwe.xml_reader
      |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  pwe.load, pwe.plan, the readers
      |    +-- WorkflowGraphError   2    a cycle, an unknown or self dependency        pwe.plan
-     |    +-- TemplateError        2    a payload that cannot compile or render       pwe.plan
+     |    +-- TemplateError        2    a payload that cannot compile or render       pwe.plan, pwe.products
      |    +-- HostsFileError       2    a hosts file unreadable or against the model  hostinfo.registry
      |    +-- UnknownProtocol      2    a protocol name not in the one list           protocols.registry
      |    +-- RunNotFound          2    no run by that id or directory                pwe.rundir

@@ -252,13 +252,18 @@ class Node(_Strict):
         None, description="most members from a root to a leaf of a checked node's tree (default 100); a member "
                           "there that asks for children ends its tree unconverged")
 
+    group: Group | None = Field(None, description="run the members in groups, one after another in one pilot slot")
+    products: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)] | None = Field(
+        None, description="files each member makes, path templates relative to the workspace: a member whose "
+        "products all exist is complete and does not run (pwe.products)"
+    )
+
     @field_validator("check")
     @classmethod
     def _check_not_blank(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("the check is blank; 'check' needs a command")
         return v
-    group: Group | None = Field(None, description="run the members in groups, one after another in one pilot slot")
 
     @field_validator("after", mode="before")
     @classmethod
@@ -293,6 +298,10 @@ class Workflow(_Strict):
         default_factory=dict, description="values every payload template may use"
     )
     defaults: Defaults = Field(default_factory=Defaults)
+    workspace: Annotated[StrictStr, Field(min_length=1)] | None = Field(
+        None, description="the directory products are relative to (PWE_WORKSPACE); relative to the workflow "
+        "file's directory; default: that directory (pwe run --workspace overrides)"
+    )
     nodes: Annotated[dict[Annotated[str, Field(pattern=NODE_ID)], Node], Field(min_length=1)]
     # (issue 14: the order ready members are handed out in, and limits on user resources)
     order: Literal["pressure", "fifo"] = Field(

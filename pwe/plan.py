@@ -19,13 +19,13 @@ from typing import Any, Iterator, Mapping
 import jinja2
 from pydantic import ValidationError
 
-from . import model
+from . import model, products
 from .dag import Graph
 from .errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from .load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
 from .source import LineDict, did_you_mean, locate, value_text
-from .templates import PayloadTemplate
+from .templates import PathTemplate, PayloadTemplate
 
 
 @dataclass
@@ -62,6 +62,8 @@ class PlannedNode:
     max_iterations: int = 100
     check_line: int | None = None
     tree: Any = None  # its members' trees (pwe.trees.Tree), made by the run's state
+    products: list[PathTemplate] = field(default_factory=list)  # (pwe.products)
+    products_line: int | None = None
 
     @property
     def size(self) -> int:
@@ -173,10 +175,12 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
             plan.render(nid, index, check=True)
             if node.check is not None:
                 plan.command(nid, index)
+    products.check(plan)  # (their first and last member's paths, inside the workspace)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
-        used = set().union(*((n.template.names | (n.check.names if n.check else set())) - set(n.space.names)
+        used = set().union(*((n.template.names | (n.check.names if n.check else set())).union(
+                                 *(t.names for t in n.products)) - set(n.space.names)
                              for n in plan.nodes.values()))
         for name, value in sets.items():
             if name not in used:
@@ -293,6 +297,9 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             check=check,
             max_iterations=node.max_iterations or 100,
             check_line=line_of("nodes", nid, "check"),
+            products=products.compile_templates(nid, node.products, known, path,
+                                                line_of("nodes", nid, "products")),
+            products_line=line_of("nodes", nid, "products"),
         )
 
     total = sum(n.size for n in nodes.values())

@@ -96,3 +96,21 @@ def order_and_limits(plan: Any, hosts: dict[str, Any]) -> dict[str, Any]:
     return {"order": plan.workflow.order,
             "pressure": press.describe() if plan.workflow.order == "pressure" else [],
             "limits": limit_lines(plan, hosts)}
+
+
+def add_products(out: dict[str, Any], plan: Any, workspace: str | None) -> None:
+    """When a node names products (:mod:`pwe.products`): each node's ``complete``,
+    ``eligible`` and ``waiting`` members as a run into the workspace would begin now,
+    and the workspace with the directories listed to know it."""
+    from . import products
+
+    root = products.workspace(plan, workspace)
+    if not any(n.products for n in plan.nodes.values()):
+        return
+    found = products.scan(plan, root)
+    counts = products.plan_counts(plan, found)
+    for node in out["nodes"]:
+        node.update(counts[node["id"]])
+        node["products"] = [t.source for t in plan.nodes[node["id"]].products]
+    out["workspace"] = str(root)
+    out["dirs_listed"] = found.dirs_listed

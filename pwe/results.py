@@ -71,4 +71,6 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
         rec["parent"] = pn.tree.parent_of(i)
         rec["iteration"] = pn.tree.depth_of(i)
         rec["verdict"] = pn.tree.verdict.get(i)
+    if ns.complete and ns.state[i] == DONE and ns.is_complete(i):  # (pwe.products)
+        rec.update(exit_status=None, complete=True, why="complete (products): made before the run began, not run")
     return rec

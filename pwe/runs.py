@@ -44,6 +44,10 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
                 raise InputError(f"host '{the_host.name}': broker_password_file {the_host.broker_password_file}: "
                                  f"{exc.strerror or exc}; give an owner-only file holding the broker's password",
                                  src) from None
+    from .products import workspace
+
+    # where products are (and PWE_WORKSPACE): recorded absolute, for every engine of the run
+    options["workspace"] = str(workspace(plan, options.pop("workspace", None)))
     extra_args = options.pop("pilot_args", None)  # (tests and the API: for every host)
     options["lanes"] = {
         name: {"host_def": h.model_dump(), "cores": h.cores_per_node,

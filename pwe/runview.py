@@ -260,11 +260,22 @@ def progress(totals: list[int]) -> tuple[int, str]:
     return finished, extra
 
 
-def outcome(totals: list[int]) -> str:
-    """The final counts in words: done always, failed, skipped and cancelled when any."""
-    from .state import FINAL, NAMES
+def outcome(totals: list[int], state: Any = None) -> str:
+    """The final counts in words: done always (with how many of them were complete by
+    their products, when any), failed, skipped and cancelled when any."""
+    from .state import DONE, FINAL, NAMES
 
-    return ", ".join(f"{totals[s]} {NAMES[s]}" for s in FINAL if totals[s] or s == FINAL[0])
+    complete = sum(complete_counts(state).get("complete", {}).values()) if state is not None else 0
+    return ", ".join(f"{totals[s]} {NAMES[s]}" + (f" ({complete} complete by products, not run)"
+                                                   if s == DONE and complete else "")
+                     for s in FINAL if totals[s] or s == FINAL[0])
+
+
+def complete_counts(state: Any) -> dict[str, Any]:
+    """``{"complete": {node: members}}`` found complete by their products (pwe.products),
+    or {} when none was."""
+    found = {nid: c for nid, ns in state.nodes.items() if (c := ns.complete_count())}
+    return {"complete": found} if found else {}
 
 
 def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, str]]:

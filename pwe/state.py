@@ -50,6 +50,19 @@ class NodeState:
     pid: dict[int, int] = field(default_factory=dict)
     spent: float = 0.0  # seconds run by every attempt that ended (pwe status's core-hours)
     done_spent: float = 0.0  # of those, the attempts that succeeded
+    #: members found complete by their products when the run began (pwe.products): done
+    #: without running, as runs [lo, hi) of indices in order
+    complete: list[list[int]] = field(default_factory=list)
+
+    def is_complete(self, i: int) -> bool:
+        """Whether member i was found complete by its products (not run)."""
+        from bisect import bisect_right
+
+        k = bisect_right(self.complete, [i, float("inf")]) - 1
+        return k >= 0 and self.complete[k][0] <= i < self.complete[k][1]
+
+    def complete_count(self) -> int:
+        return sum(hi - lo for lo, hi in self.complete)
 
 
 class ReadyQueue:
@@ -277,6 +290,8 @@ class RunState:
             return True
         if e == "end":
             return self._end(r)
+        if e == "complete":
+            return self._complete(r["n"], r["r"])
         if e == "unassign":  # a lost pilot's member, or one it handed back: ready again
             ns = self.nodes[r["n"]]
             i = r["m"]
@@ -413,6 +428,44 @@ class RunState:
         else:
             self._satisfied(nid, root)
 
+    def _complete(self, nid: str, runs: list[list[int]]) -> bool:
+        """Members found complete by their products (``pwe.products``): done without an
+        attempt, releasing what waits for them as an end would. Only members not begun:
+        the record is written before anything is assigned."""
+        ns = self.nodes[nid]
+        state = ns.state
+        out = self.plan.edges_out_of(nid)
+        quiet = not out
+        for lo, hi in runs:
+            seg = state[lo:hi]
+            ready, waiting = seg.count(READY), seg.count(WAITING)
+            if ready + waiting == hi - lo and all(e.barrier for e in out):
+                # a whole run of members not begun, and only barriers after them: at C speed
+                state[lo:hi] = bytes([DONE]) * (hi - lo)
+                ns.counts[READY] -= ready
+                ns.counts[WAITING] -= waiting
+                ns.counts[DONE] += hi - lo
+                for e in out:
+                    key = (e.src, e.dst)
+                    self.barrier_left[key] -= hi - lo
+                    if self.barrier_left[key] == 0:
+                        dst = self.nodes[e.dst]
+                        for j in range(dst.size):
+                            self._release(e.dst, dst, j)
+            else:
+                for i in range(lo, hi):
+                    if state[i] in (WAITING, READY):
+                        self._set(nid, ns, i, DONE)
+                        if not quiet:
+                            self._satisfied(nid, i)
+            ns.complete.append([lo, hi])
+        ns.complete.sort()
+        # what was queued ready and is done now leaves the queue (no pilot is started for it)
+        for qid, lo, hi in self.ready.take_runs():
+            for a, b in ready_runs(self.nodes[qid].state[lo:hi]):
+                self.ready.append_run(qid, lo + a, lo + b)
+        return True
+
     def _retry(self) -> None:
         """Failed and skipped members go back to waiting; their retry budgets start anew."""
         self.cancelled = False
@@ -495,6 +548,8 @@ class RunState:
     def snapshot(self) -> dict[str, Any]:
         return {
             "nodes": {nid: dict(zip(NAMES, ns.counts)) for nid, ns in self.nodes.items()},
+            # of the done, how many were found complete by their products (never ran)
+            "complete": {nid: c for nid, ns in self.nodes.items() if (c := ns.complete_count())},
             "totals": dict(zip(NAMES, self.totals())),
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,

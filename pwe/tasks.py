@@ -20,9 +20,12 @@ from .source import value_text
 class TaskBuilder:
     """The ``task`` messages of one run's members (pilot/wire.py lists their fields)."""
 
-    def __init__(self, plan: Plan, run_id: str, run_dir: Path):
+    def __init__(self, plan: Plan, run_id: str, run_dir: Path, workspace: str | None = None):
         self.plan = plan
         self._env_base = {"PWE_RUN_ID": run_id}
+        self._workspace = workspace  # (pwe.products; a run made before workspaces has none)
+        if workspace:
+            self._env_base["PWE_WORKSPACE"] = workspace
         self._members = str(run_dir / "members")
         self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
         self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
@@ -65,6 +68,8 @@ class TaskBuilder:
         setup = self._setup.get(nid)
         if setup:
             task["setup"] = setup  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
+        if pn.products and self._workspace:
+            task["prod"] = _products(self.plan, self._workspace, nid, i)
         return task
 
 
@@ -83,6 +88,13 @@ def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
             sid = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
             out.setdefault(sid, (list(lines), []))[1].append(nid)
     return out
+
+
+def _products(plan: Plan, workspace: str, nid: str, i: int) -> list[str]:
+    """The member's products, absolute: its pilot checks them once when it exits 0."""
+    from .products import absolute
+
+    return absolute(plan, workspace, nid, i)
 
 
 def _minutes(v: float | None) -> str:

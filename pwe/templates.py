@@ -28,6 +28,7 @@ import jinja2
 from jinja2 import meta
 from jinja2.exceptions import SecurityError
 from jinja2.filters import do_center, do_format
+from jinja2.runtime import new_context
 from jinja2.sandbox import SandboxedEnvironment
 
 from .source import value_text
@@ -130,6 +131,12 @@ _ENV.filters["raw"] = lambda v: _Raw(value_text(v))
 _ENV.filters["format"] = _format
 _ENV.filters["center"] = _center
 
+# the same sandbox and bounds for paths (products): values rendered as they are, not
+# shell-quoted (a path is never a shell word; pwe.products checks where it points)
+_PATH_ENV = _BoundedSandbox(undefined=jinja2.StrictUndefined, finalize=value_text, autoescape=False)
+_PATH_ENV.filters.update(_ENV.filters)
+_PATH_ENV.filters["raw"] = value_text
+_SIMPLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 class PayloadTemplate:
@@ -171,6 +178,37 @@ class PayloadTemplate:
             raise SecurityError(f"it renders to {size:,} bytes; a command holds at most {MAX_COMMAND:,} bytes "
                                 "(put long data in a file the command reads)")
         return out
+
+
+class PathTemplate:
+    """A compiled path template (a node's ``products``): rendered by the same sandbox with
+    the same bounds, each value as its text, unquoted. ``names`` are the variables it uses.
+
+    Paths are rendered once per member when a run starts (a million members: a million
+    renders), so a template made only of text and ``{{ name }}`` is rendered by joining
+    strings (about 1 us), not by jinja2 (about 10 us); both give the same text."""
+
+    def __init__(self, source: str):
+        self.source = source
+        ast = _PATH_ENV.parse(source)  # raises jinja2.TemplateSyntaxError
+        self.names = frozenset(meta.find_undeclared_variables(ast))
+        self._template = _PATH_ENV.from_string(source)
+        parts = _SIMPLE.split(source)  # [text, name, text, name, ..., text]
+        plain = all("{" not in t and "}" not in t for t in parts[0::2])
+        self._parts: list[str] | None = parts if plain else None
+
+    def render(self, context: Mapping[str, Any]) -> str:
+        parts = self._parts
+        if parts is None:
+            # jinja2's Template.render less its per-call wrapping (a third of the time);
+            # errors propagate as raised (pwe.products words them)
+            t = self._template
+            return "".join(t.root_render_func(new_context(_PATH_ENV, t.name, t.blocks, context)))
+        out = [parts[0]]
+        for k in range(1, len(parts), 2):
+            out.append(value_text(context[parts[k]]))
+            out.append(parts[k + 1])
+        return "".join(out)
 
 
 def render_page(name: str, context: Mapping[str, Any]) -> str:

@@ -441,6 +441,8 @@ def _workflow(root: etree._Element) -> LineDict:
     _put(wf, "name", _attr(root, "name"), root.sourceline)
     if root.get("order") is not None:
         _put(wf, "order", _attr(root, "order"), root.sourceline)
+    if root.get("workspace") is not None:  # (pwe.products)
+        _put(wf, "workspace", root.get("workspace"), root.sourceline)
     nodes = LineDict(line=None)
     for child in root:
         if child.tag == "description":
@@ -524,6 +526,11 @@ def _node(el: etree._Element) -> LineDict:
             if "resources" not in node:
                 _put(node, "resources", LineDict(line=line), line)
             _put(node["resources"], _attr(child, "name"), _field(child), line)
+        elif child.tag == "product":  # (pwe.products: a path template, as written)
+            if "products" not in node:
+                _put(node, "products", LineList(line=line), line)
+            node["products"].append(_text(child).strip())
+            node["products"].item_lines.append(line)
         elif child.tag == "run":
             _put(node, "run", _script(_text(child)), line)
         elif child.tag == "check":  # iteration until convergence (pwe/trees.py)

@@ -66,7 +66,8 @@ def test_every_workflow_in_the_readme_is_an_example_file():
 # -- every example workflow validates, and runs where it runs on this machine -----------------
 
 # Extra arguments for a run in the tests: watch.yaml is meant to take ~15 s to be watched.
-RUN_ARGS = {"watch.yaml": ["--set", "seconds=0"]}
+RUN_ARGS = {"watch.yaml": ["--set", "seconds=0"],
+            "products.yaml": ["--workspace", "."]}  # (its products in tmp_path, not in examples/)
 # Runs elsewhere, against the real services it needs.
 RUN_ELSEWHERE = {"hybrid.yaml": "needs SLURM: tests/test_batch.py::test_hybrid_example_runs_here_and_on_slurm",
                  "gpu_partition.yaml": "needs SLURM: tests/test_partition.py::test_gpu_partition_example_runs_on_slurm"}

@@ -43,6 +43,7 @@ def test_wide_has_2804_members():
 
 FULL_YAML = """\
 name: full-demo
+workspace: ws
 description: Every element of the XML form.
 properties:
   nsteps: 1000
@@ -76,6 +77,7 @@ nodes:
     parameters:
       sample: {file: values.csv, column: name}
       size: {file: values.csv}
+    products: ["out/{{ sample }}.txt", "log/{{ size }}/done"]
     run: echo {{ sample }} {{ size }}
   analyze:
     after: [simulate, fromfile]
@@ -106,7 +108,7 @@ nodes:
 FULL_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
 <!-- every element of the XML form -->
-<workflow name="full-demo">
+<workflow name="full-demo" workspace="ws">
   <description>
     Every element of the XML form.
   </description>
@@ -139,6 +141,8 @@ FULL_XML = """\
     <after>prepare</after>
     <parameter name="sample"><file path="values.csv" column="name"/></parameter>
     <parameter name="size"><file path="values.csv"/></parameter>
+    <product>out/{{ sample }}.txt</product>
+    <product> log/{{ size }}/done </product>
     <run>echo {{ sample }} {{ size }}</run>
   </node>
   <node id="analyze">
@@ -245,8 +249,9 @@ def test_xsd_scheduling_matches_model():
     assert set(shapes["scheduling"].children) == set(model.Scheduling.model_fields)
     # a node's fields: attributes or children; <parameter> spells 'parameters', and 'id' is its key
     node_xml = set(shapes["node"].attrs) | set(shapes["node"].children)
-    # (and <resource> spells 'resources': one element per resource, as <parameter>)
-    assert node_xml == set(model.Node.model_fields) - {"parameters", "resources"} | {"parameter", "resource", "id"}
+    # (<resource> spells 'resources', <product> 'products': one element each, as <parameter>)
+    assert node_xml == (set(model.Node.model_fields) - {"parameters", "resources", "products"}
+                        | {"parameter", "resource", "product", "id"})
     assert set(shapes["defaults"].attrs) | set(shapes["defaults"].children) == set(model.Defaults.model_fields)
 
 
