@@ -501,7 +501,7 @@ def test_an_engine_that_cannot_start_leaves_no_run_directory(tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("no lane")
 
-    monkeypatch.setattr(pwe.engine, "Lane", broken)
+    monkeypatch.setattr(pwe.engine, "make_lanes", broken)
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: a\nnodes:\n  a: {run: 'true'}\n")
     with pytest.raises(RuntimeError):
