@@ -289,7 +289,7 @@ class PilotControl:
             serves = set(pilot.serves)
             for lane in self.lanes.values():
                 if lane.ready:
-                    fed += self._feed_pilot(pilot, lane, skip=set(self._lane_nodes[lane.name]) - serves)
+                    fed += self._feed_pilot(pilot, lane, skip=set(self._lane_nodes.get(lane.name, ())) - serves)
         return fed
 
     # -- setup_per_node --------------------------------------------------------------------
