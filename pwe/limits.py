@@ -63,13 +63,13 @@ class Limits:
 
     def __init__(self, plan: Any, host_of: dict[str, str], host_limits: dict[str, dict[str, int]]):
         self.run = dict(plan.workflow.limits)
-        self.hosts = {lane: dict(lim) for lane, lim in host_limits.items() if lim}
+        self.hosts = {host: dict(lim) for host, lim in host_limits.items() if lim}
         self.host_of = host_of
         # per node what one member holds, only the names some limit covers
         self.need: dict[str, dict[str, int]] = {}
         for nid, pn in plan.nodes.items():
-            lane_lim = self.hosts.get(host_of[nid], {})
-            need = {k: v for k, v in pn.spec.resources.items() if k in self.run or k in lane_lim}
+            host_lim = self.hosts.get(host_of[nid], {})
+            need = {k: v for k, v in pn.spec.resources.items() if k in self.run or k in host_lim}
             if need:
                 self.need[nid] = need
 
@@ -93,10 +93,10 @@ class Limits:
             held = counts[ASSIGNED] + counts[RUNNING]
             if not held:
                 continue
-            lane = self.host_of[nid]
+            host = self.host_of[nid]
             for name, amount in need.items():
                 run_used[name] = run_used.get(name, 0) + amount * held
-                host_used[(lane, name)] = host_used.get((lane, name), 0) + amount * held
+                host_used[(host, name)] = host_used.get((host, name), 0) + amount * held
         return Gate(self, run_used, host_used)
 
 
@@ -113,17 +113,17 @@ class Gate:
         need = self.limits.need.get(nid)
         if not need:
             return True
-        lane = self.limits.host_of[nid]
-        host_lim = self.limits.hosts.get(lane, {})
+        host = self.limits.host_of[nid]
+        host_lim = self.limits.hosts.get(host, {})
         for name, amount in need.items():
             cap = self.limits.run.get(name)
             if cap is not None and self.run_used.get(name, 0) + amount > cap:
                 return False
             cap = host_lim.get(name)
-            if cap is not None and self.host_used.get((lane, name), 0) + amount > cap:
+            if cap is not None and self.host_used.get((host, name), 0) + amount > cap:
                 return False
         for name, amount in need.items():
             self.run_used[name] = self.run_used.get(name, 0) + amount
-            self.host_used[(lane, name)] = self.host_used.get((lane, name), 0) + amount
+            self.host_used[(host, name)] = self.host_used.get((host, name), 0) + amount
         return True
 
