@@ -15,16 +15,24 @@ from .rundir import EngineLock
 
 #: How long ``pwe cancel`` waits for a running engine to stop its pilots and leave.
 CANCEL_WAIT = 10.0
+#: How long ``pwe submit`` and ``--detach`` wait for the engine they started to take the run.
+START_WAIT = 30.0
 
 
-def spawn_engine(run_dir: Path, retry: bool = False) -> int:
+def spawn_engine(run_dir: Path, retry: bool = False, wait: float = START_WAIT) -> int:
     """Run the engine of ``run_dir`` in the background, detached from this terminal (its
     own session), writing to ``engine.log`` (``pwe submit``, ``--detach``, the service);
-    its pid."""
+    its pid. With ``wait``, return only once the engine holds the run's lock (or has
+    already ended), so that a ``pwe status`` or ``pwe cancel`` typed just after ``pwe
+    submit`` finds the engine: before it, the run looked stopped, and a cancel then ran
+    beside the starting engine. The service passes 0: it says "starting" itself."""
     log = open(run_dir / "engine.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "_engine", str(run_dir), *(["--retry"] if retry else [])],
                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
     log.close()
+    lock, deadline = EngineLock(run_dir), time.monotonic() + wait
+    while wait and proc.poll() is None and not lock.holder() and time.monotonic() < deadline:
+        time.sleep(0.02)
     return proc.pid
 
 

@@ -714,6 +714,24 @@ def test_submit_returns_at_once_then_succeeds(tmp_path, write, reaper):
     assert (mdir(run, "nap", 0) / "stdout").read_text() == "woke\n"
 
 
+def test_status_and_cancel_just_after_submit_find_the_engine(tmp_path, write, reaper):
+    # pwe submit used to return before its engine had taken the run: a status typed at
+    # once said "stopped", and a cancel then cancelled the run beside the starting engine
+    wf = write("name: quick\nnodes:\n  nap:\n    parameters: {k: {range: [0, 4]}}\n    run: sleep 20\n")
+    run = tmp_path / "run"
+    rc, out, err = pwe("submit", wf, "--cores", "1", "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    pid = engine_pid(run)
+    assert pid, "pwe submit returned before its engine held the run"
+    reaper(run, pid)
+    assert status(run)["phase"] == "running"
+    rc, out, err = pwe("cancel", run, "--json", cwd=tmp_path, timeout=30)
+    assert rc == 0 and json.loads(out)["cancelled"] is True, (out, err)
+    assert not engine_pid(run)
+    st = status(run)
+    assert st["phase"] == "cancelled" and st["totals"]["done"] == 0, st
+
+
 def test_cancel_stops_a_submitted_run(tmp_path, write, reaper):
     marker = f"30.{secrets.randbelow(10**9):09d}7"  # a unique `sleep` argument: finds our members, only ours
     wf = write("name: long\nnodes:\n  nap:\n    parameters: {k: {range: [0, 6]}}\n    run: sleep {{ t }}\n")

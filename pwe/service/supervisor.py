@@ -84,7 +84,7 @@ def start_engine(store: Store, rec: dict[str, Any]) -> None:
     from ..control import spawn_engine
 
     run_dir = Path(rec["run_dir"])
-    rec["pid"] = spawn_engine(run_dir)
+    rec["pid"] = spawn_engine(run_dir, wait=0)
     rec["started"] = time.time()
     rec["spawns"] = int(rec.get("spawns") or 0) + 1
     rec["journal_at_start"] = _journal_size(run_dir)
