@@ -30,7 +30,7 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import SSH_FAILED, choose, wrap
 from .packing import Packer, Placement
-from .tmpdirs import TmpDirs, TmpPool
+from .tmpdirs import TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
 from .nodesetup import SETUP_FAILED, NodeSetup
@@ -56,7 +56,13 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
         self.alloc = allocation
-        self.packer = Packer(allocation.nodes, core_cap)
+        self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
+        # each node's tmp pool (tmpPerMember): the host's tmp_per_node, else what is free under
+        # the tmp root here, measured once (other nodes' is not known: not counted)
+        measured = None if tmp_per_node is not None else self.tmpdirs.free_mb()
+        self.packer = Packer(allocation.nodes, core_cap, {
+            n.name: tmp_per_node if tmp_per_node is not None else measured if n.local else None
+            for n in allocation.nodes})
         self.slots = sum(self.packer.cap.values())
         self.launcher = launcher
         self.launcher_prefix = launcher_prefix
@@ -84,9 +90,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
-        self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
-        self.tmp_pool = TmpPool(allocation.nodes, tmp_per_node,
-                                None if tmp_per_node else self.tmpdirs.free_mb())  # tmpPerMember
         self.agents: dict[str, NodeAgent] = {}
         # many slots here: members are started by local spawners (pilot/spawners.py)
         self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
@@ -236,7 +239,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
         except DirectoryError as exc:
             self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
-            self.tmp_pool.release(placement)
             return
         member_env = dict(task.get("env") or {})
         member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
@@ -290,19 +292,10 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
 
-    def take_tmp(self, task: dict, placement: Placement, threads: int, exclusive: bool) -> bool:
-        """The member's tmpPerMember from its node's tmp pool; False (its cores given back,
-        it waits in the queue) while that node has not so much free."""
-        if self.tmp_pool.take(placement, int(task.get("tmp") or 0)):
-            return True
-        self.packer.release(placement, threads, exclusive)
-        return False
-
     def member_over(self, task: dict, placement: Placement) -> None:
-        """A member attempt that has ended (or never started): its $TMPDIR goes, its tmp
-        space returns to the pool."""
+        """A member attempt that has ended (or never started): its $TMPDIR goes (its tmp
+        space went back to the pool with its cores: Packer.release)."""
         self.tmpdirs.remove(task["n"], task["m"], task["a"])
-        self.tmp_pool.release(placement)
 
     def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
                       member_env: dict) -> bool:
@@ -318,7 +311,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         except OSError as exc:
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
-            self.tmp_pool.release(placement)
             return False
         return True
 
@@ -381,7 +373,7 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.packer.why_never(*shape) or self.tmp_pool.why_never(int(task.get("tmp") or 0))
+            never = self.packer.why_never(*shape)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
@@ -392,9 +384,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 continue
             placement = self.place_for(task, shape, task.get("_near"))
             if placement is None:
-                i += 1
-                continue
-            if not self.take_tmp(task, placement, threads, exclusive):
                 i += 1
                 continue
             del self.queue[i]

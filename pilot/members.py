@@ -99,16 +99,16 @@ class Member:
         return {} if self.cpu is None else {"cpu": self.cpu, "rss": self.rss}
 
 
-def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int]:
-    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB) a task asks for:
-    the packer's arguments, in its order."""
+def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int, int]:
+    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB, tmp MB) a task asks
+    for: the packer's arguments, in its order."""
     ranks = max(1, int(task.get("ranks") or 1))
     threads = max(1, int(task.get("threads") or task.get("cores") or 1))
     if "ranks" not in task and "threads" not in task:
         ranks, threads = 1, max(1, int(task.get("cores") or 1))
     cap = task.get("cap")
     return (ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None,
-            int(task.get("gpus") or 0), int(task.get("mem") or 0))
+            int(task.get("gpus") or 0), int(task.get("mem") or 0), int(task.get("tmp") or 0))
 
 
 def note_stderr(task: dict, text: str) -> None:

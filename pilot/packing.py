@@ -10,6 +10,12 @@ A member that asks for GPUs or memory (gpusPerMember, memoryPerMember) runs on o
 that has them free as well as the cores: it is given GPU ids of that node, and the
 memory is counted against the node's (when the node's memory is known). Nothing here
 enforces memory use; it keeps members from being packed beyond what the node holds.
+
+A member that asks for tmp space (tmpPerMember, MB: its ``$TMPDIR``, pilot/tmpdirs.py) is
+packed the same way against each node's tmp pool: a node without that much free takes
+it on none of its ranks, and every node it runs on counts it until it ends (a member
+whose ranks span nodes writes to each node's own ``$TMPDIR``). A node whose pool is not
+known (``None``) is not counted.
 """
 
 from __future__ import annotations
@@ -22,20 +28,37 @@ class Placement(list):
 
     gpu_ids: tuple[int, ...] = ()
     mem: int = 0
+    tmp: int = 0  # MB of each of its nodes' tmp pool
 
 
 class Packer:
-    def __init__(self, nodes: list[Node], core_cap: int | None = None):
+    def __init__(self, nodes: list[Node], core_cap: int | None = None, tmp: dict[str, int | None] | None = None):
+        """``tmp``: MB of tmp space per node name (its pool; missing or None: not counted)."""
         self.nodes = list(nodes)
         self.cap = {n.name: min(n.cores, core_cap) if core_cap else n.cores for n in nodes}
         self.free = dict(self.cap)
         self.gpus_free = {n.name: list(range(n.gpus)) for n in nodes}
         self.mem_free = {n.name: n.memory_mb for n in nodes}  # None: not known, not counted
+        self.tmp_size = {n.name: (tmp or {}).get(n.name) for n in nodes}
+        self.tmp_free = dict(self.tmp_size)
         self.dead: set[str] = set()
 
     def _has(self, name: str, gpus: int, mem: int) -> bool:
         m = self.mem_free[name]
         return len(self.gpus_free[name]) >= gpus and (m is None or m >= mem)
+
+    def _tmp_now(self, name: str, tmp: int) -> bool:
+        t = self.tmp_free[name]
+        return not tmp or t is None or t >= tmp
+
+    def _take(self, got: Placement, tmp: int) -> Placement:
+        """Count the member's tmp against each node it was given."""
+        if tmp:
+            got.tmp = tmp
+            for n, _ in got:
+                if self.tmp_free[n.name] is not None:
+                    self.tmp_free[n.name] -= tmp
+        return got
 
     def _limit(self, name: str, cap: int | None) -> int:
         return min(self.cap[name], cap) if cap else self.cap[name]
@@ -46,11 +69,15 @@ class Packer:
         return max(0, min(self.free[name], self._limit(name, cap) - used))
 
     def why_never(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
-                  gpus: int = 0, mem: int = 0) -> str | None:
+                  gpus: int = 0, mem: int = 0, tmp: int = 0) -> str | None:
         """Why a member can never be placed here (even on an empty allocation), or None."""
         live = [n for n in self.nodes if n.name not in self.dead]
         if not live:
             return "no node of the allocation is left"
+        sizes = [self.tmp_size[n.name] for n in live]
+        if tmp and None not in sizes and tmp > max(sizes):
+            return f"needs {tmp} MB of $TMPDIR (tmpPerMember); nodes here have at most {max(sizes)} MB"
+        live = [n for n in live if self._tmp_ever(n.name, tmp)]  # (the nodes that could ever hold it)
         if gpus or mem:
             need = ranks * threads
             whole = [n for n in live if self._limit(n.name, cap) >= need]
@@ -71,9 +98,16 @@ class Packer:
             return f"needs {ranks} ranks of {threads} cores; the allocation holds {total}"
         return None
 
+    def _tmp_ever(self, name: str, tmp: int) -> bool:
+        """Whether the node's whole pool holds ``tmp`` (:meth:`_tmp_now`: what is free of it)."""
+        t = self.tmp_size[name]
+        return not tmp or t is None or t >= tmp
+
     def place(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
-              gpus: int = 0, mem: int = 0) -> Placement | None:
-        live = [n for n in self.nodes if n.name not in self.dead]
+              gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
+        """Where the member's ranks go, its cores (and GPUs, memory, tmp) taken; None when
+        it does not fit now."""
+        live = [n for n in self.nodes if n.name not in self.dead and self._tmp_now(n.name, tmp)]
         need = ranks * threads
         if gpus or mem:  # one node with the cores, the GPUs and the memory free
             fits = [n for n in live if self._has(n.name, gpus, mem) and (
@@ -89,7 +123,7 @@ class Packer:
                 got.mem = mem
                 self.mem_free[node.name] -= mem
             self.free[node.name] = 0 if exclusive else self.free[node.name] - need
-            return got
+            return self._take(got, tmp)
         if exclusive:
             chosen = Placement()
             left = ranks
@@ -103,12 +137,12 @@ class Packer:
                 return None
             for n, _ in chosen:
                 self.free[n.name] = 0  # whole node: nothing else goes there
-            return chosen
+            return self._take(chosen, tmp)
         fits = [n for n in live if self._room(n.name, cap) >= need]
         if fits:
             node = min(fits, key=lambda n: (self.free[n.name], not n.local))
             self.free[node.name] -= need
-            return Placement([(node, ranks)])
+            return self._take(Placement([(node, ranks)]), tmp)
         chosen = Placement()
         left = ranks
         for n in sorted(live, key=lambda n: -self._room(n.name, cap)):
@@ -122,16 +156,16 @@ class Packer:
             return None
         for n, k in chosen:
             self.free[n.name] -= k * threads
-        return chosen
+        return self._take(chosen, tmp)
 
     def place_on(self, name: str, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
-                 gpus: int = 0, mem: int = 0) -> Placement | None:
+                 gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
         """:meth:`place` on node ``name`` alone (a group's next member, where the one
         before it ran: the group keeps its slot); None when that node has no room."""
         others = {n.name for n in self.nodes if n.name != name} - self.dead
         self.dead |= others
         try:
-            return self.place(ranks, threads, exclusive, cap, gpus, mem)
+            return self.place(ranks, threads, exclusive, cap, gpus, mem, tmp)
         finally:
             self.dead -= others
 
@@ -146,6 +180,8 @@ class Packer:
                 self.gpus_free[n.name].sort()
             if getattr(placement, "mem", 0):
                 self.mem_free[n.name] += placement.mem
+            if getattr(placement, "tmp", 0) and self.tmp_free[n.name] is not None:
+                self.tmp_free[n.name] += placement.tmp
 
     def kill_node(self, name: str) -> None:
         self.dead.add(name)
@@ -156,13 +192,13 @@ class Packer:
         return all(self.free[n.name] == self.cap[n.name] for n in self.nodes if n.name not in self.dead)
 
     def place_avoiding(self, avoid: set[str], ranks: int, threads: int, exclusive: bool = False,
-                       cap: int | None = None, gpus: int = 0, mem: int = 0) -> Placement | None:
+                       cap: int | None = None, gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
         """:meth:`place`, on no node of ``avoid`` (pilot/nodesetup.py: a node whose
         setup_per_node has not run yet there, or failed): they count as full meanwhile."""
         saved = {name: self.free[name] for name in avoid if name in self.free}
         for name in saved:
             self.free[name] = 0
         try:
-            return self.place(ranks, threads, exclusive, cap, gpus, mem)
+            return self.place(ranks, threads, exclusive, cap, gpus, mem, tmp)
         finally:
             self.free.update(saved)

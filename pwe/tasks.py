@@ -64,7 +64,7 @@ class TaskBuilder:
         if sched.memoryPerMember:
             task["mem"] = sched.memoryPerMember
         if sched.tmpPerMember:
-            task["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/tmpdirs.py: TmpPool)
+            task["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/packing.py packs it)
         setup = self._setup.get(nid)
         if setup:
             task["setup"] = setup  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)

@@ -266,3 +266,28 @@ def test_each_mpi_is_called_its_own_way():
     hydra = Mpi("/usr/bin/mpiexec.hydra", "hydra", "HYDRA build details:")
     argv = wrap("mpiexec", ["true"], "./app", [(Node("a", 4), 2)], 2, 1, "/d", {}, prefix=hydra.prefix())
     assert argv == ["/usr/bin/mpiexec.hydra", "-n", "2", "-hosts", "a:2", "-wdir", "/d", "bash", "-c", "./app"]
+
+
+def test_tmp_is_packed_with_the_cores_on_every_node_a_member_takes():
+    # the tmp pool is the packer's own: a node whose pool is full is passed over for the
+    # next one with both cores and tmp free (it used to be counted after placement, on the
+    # first node only, and the member waited though another node had both)
+    p = Packer(nodes(4, 4), tmp={"n0": 300, "n1": 300})
+    first = p.place(1, 1, tmp=200)
+    assert first and first.tmp == 200
+    second = p.place(1, 1, tmp=200)
+    assert second and second[0][0].name != first[0][0].name  # best fit would have chosen n0's cores
+    assert p.place(1, 1, tmp=200) is None and p.place(1, 1) is not None  # cores left; tmp is not
+    p.release(first, 1)
+    assert p.place(1, 1, tmp=200)[0][0].name == first[0][0].name  # given back with the cores
+    # a member whose ranks span nodes counts its tmp on each of them
+    q = Packer(nodes(2, 2), tmp={"n0": 100, "n1": 100})
+    wide = q.place(4, 1, tmp=60)
+    assert wide and {n.name for n, _ in wide} == {"n0", "n1"}
+    assert q.tmp_free == {"n0": 40, "n1": 40}
+    q.release(wide, 1)
+    assert q.tmp_free == {"n0": 100, "n1": 100}
+    assert "at most 100 MB" in q.why_never(1, 1, tmp=150)
+    # a node whose pool is not known is not counted
+    u = Packer(nodes(2), tmp={"n0": None})
+    assert u.place(1, 1, tmp=10**6) is not None and u.why_never(1, 1, tmp=10**6) is None
