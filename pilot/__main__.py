@@ -1,3 +1,79 @@
-from .agent import main
+"""``python -m pilot``: the pilot's command line (what a job script runs on the allocation's
+first node): the allocation found, the transport opened, then :class:`pilot.agent.PilotAgent`'s
+loop until it leaves. Standard library only.
+"""
 
-main()
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .agent import PilotAgent
+from .allocation import discover
+from .transport import PilotSpool, Transport, keys
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m pilot", description="pwe glide-in pilot")
+    ap.add_argument("--dir", required=True, help="the pilot's directory (tasks.jsonl, events.jsonl)")
+    ap.add_argument("--slots", type=int, default=None, help="cores to fill on this machine (no batch system)")
+    ap.add_argument("--hosts", default=None, help="explicit nodes: host:cores,host:cores")
+    ap.add_argument("--hostfile", default=None, help="a file of 'host [cores]' lines")
+    ap.add_argument("--launcher", default=None, choices=["auto", "fork", "srun", "ssh", "mpiexec"],
+                    help="how members reach other nodes (default: by allocation)")
+    ap.add_argument("--launcher-prefix", default=None, help="the launcher's command, with {node} {nodes} "
+                    "{hosts} {nnodes} {ranks} {threads} {cwd}")
+    ap.add_argument("--core-cap", type=int, default=None, help="most cores used per node (coreUsageRule)")
+    ap.add_argument("--gpus-per-node", type=int, default=None, help="GPUs on each node (default: from the batch "
+                    "system, or CUDA_VISIBLE_DEVICES here)")
+    ap.add_argument("--memory-per-node", type=int, default=None, help="MB of memory on each node for members")
+    ap.add_argument("--scratch", default=None, help="where members' own $TMPDIRs are made (the host's scratch; "
+                    "default: $TMPDIR, else /tmp)")
+    ap.add_argument("--tmp-per-node", type=int, default=None, help="MB of $TMPDIR space per node for members "
+                    "(tmpPerMember; default: the free space under the tmp root)")
+    ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
+    ap.add_argument("--margin", type=float, default=None,
+                    help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
+    ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
+    ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
+    ap.add_argument("--spawners", type=int, default=None,
+                    help="local spawner processes that start this node's members (default: none below 8 slots, "
+                         "one per 8 slots above; 0: the pilot starts them itself; or PWE_SPAWNERS)")
+    ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
+    ap.add_argument("--secret", default=None, help="the run's secret (default: RUN/secret, the pilot's directory "
+                    "being RUN/pilots/ID)")
+    ap.add_argument("--transport", default="spool", choices=["spool", "redis"], help="how events travel")
+    ap.add_argument("--broker", default=None, help="redis://host:port/db (--transport redis)")
+    ap.add_argument("--broker-password-file", default=None, help="an owner-only file with the broker's password")
+    args = ap.parse_args(argv)
+    try:
+        alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
+                         gpus_per_node=args.gpus_per_node, memory_per_node=args.memory_per_node)
+    except (ValueError, OSError) as exc:  # a node that is no host name, a host file that cannot be read
+        ap.exit(2, f"python -m pilot: the allocation's nodes: {exc}\n")
+    if args.margin is None:
+        args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
+    os.chdir(args.dir)
+    directory = os.path.abspath(args.dir)
+    try:
+        key_out, key_in = keys(directory, args.secret)
+        transport: Transport
+        if args.transport == "redis":
+            from .broker import PilotRedis, read_password
+
+            password = read_password(args.broker_password_file) if args.broker_password_file else None
+            transport = PilotRedis(directory, args.broker or "", password, args.fsync, key_out, key_in)
+        else:
+            transport = PilotSpool(directory, args.fsync, key_out, key_in)
+    except (ValueError, OSError) as exc:  # a secret or password others may read, a broker URL that is none
+        ap.exit(2, f"python -m pilot: {exc}\n")
+    pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
+                  launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
+                  margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
+                  tmp_per_node=args.tmp_per_node)
+    sys.exit(pilot.run())
+
+
+if __name__ == "__main__":
+    main()

@@ -7,21 +7,21 @@ and fields are listed once, in :mod:`pilot.wire`.
 The pilot does not need the engine to be alive: it keeps running what it was given and
 its events wait for an engine to read them.
 
-Why ~570 lines in one module: the loop's steps (taking tasks, packing, launching,
-reaping, walltimes, draining, cancelling, a group's next member) all read and change the
-same queue, packer and running members; what has state of its own is already apart
-(members.py, remote.py, spawners.py, packing.py, transport.py and broker.py).
+The loop's steps all read and change the same queue, packer and running members, so
+the agent is one class; its parts are mixins by job: intake.py (what the engine sends,
+groups), endings.py (walltimes, drain, cancel, leave), nodesetup.py, remote.py (other
+nodes over ssh) and spawners.py (local spawners). What has state of its own is apart
+(members.py, packing.py, tmpdirs.py, transport.py, broker.py); the command line is
+__main__.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import selectors
 import signal
 import socket
-import sys
 import time
 from array import array
 from collections import deque
@@ -33,18 +33,16 @@ from .packing import Packer, Placement
 from .tmpdirs import TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
+from .endings import Endings
+from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
-from .wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, GROUP, HB, LEAVE, MALFORMED, NODE_LOST, SETUP,
-                   START, STOP, TASK, UNWRITABLE, UP, VERSION)
-
-_KILL_GRACE = 5.0
-_SIGNAL_GRACE = 1.0
+from .wire import DOWN, END, HB, NODE_LOST, START, UNWRITABLE, UP, VERSION
 
 
-class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
+class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
@@ -128,107 +126,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
             return False
         self.write_blocked = False
         return True
-
-    # -- tasks ----------------------------------------------------------------------------
-    def read_tasks(self) -> bool:
-        """Take in whatever complete task messages were sent; True if any arrived."""
-        msgs, self._task_cursor = self.transport.receive(self._task_cursor)
-        got = False
-        for msg in msgs:
-            kind = msg.get("k")
-            if kind == TASK:
-                if not self.take(msg):
-                    continue
-                if self.draining or self.leaving:
-                    self.hand_back(msg, "the allocation is ending" if self.draining else "the pilot is drained")
-                else:
-                    self.queue.append(msg)
-                got = True
-            elif kind == GROUP:
-                tasks = msg.get("tasks")
-                got = self.take_group(tasks if isinstance(tasks, list) else []) or got
-            elif kind == STOP:
-                self.stopping = True
-            elif kind == SETUP:
-                self.take_setup(msg)
-            elif kind == LEAVE:
-                self.leave()
-            elif kind == CANCEL:
-                self.cancel()
-            elif kind == DAMAGED:
-                say(f"a damaged line in the tasks file skipped: {msg.get('text')!r}")
-            elif kind == FORGED or kind == MALFORMED:  # never acted on
-                say(f"a {kind} line in the tasks file refused ({msg.get('why') or 'bad signature'}): "
-                    f"{msg.get('text')!r}")
-        return got
-
-    def take(self, task: dict) -> bool:
-        """Whether a task is new to this pilot: an attempt of a member it has taken (and
-        not handed back) is never taken again, so it never runs twice, whatever the
-        engine sends (a resumed engine whose journal lost the assignment). Kept per node
-        as the highest attempt taken of each member, 4 bytes a member."""
-        try:
-            n, m, a = task["n"], int(task["m"]), int(task["a"])
-            if m < 0 or a < 1:
-                raise ValueError(m, a)
-        except (KeyError, TypeError, ValueError):
-            say(f"a task without node, member and attempt ignored: {str(task)[:200]}")
-            return False
-        taken = self.taken.get(n)
-        if taken is None:
-            taken = self.taken[n] = array("I")
-        if m >= len(taken):
-            taken.frombytes(bytes(4 * (max(m + 1, 2 * len(taken)) - len(taken))))
-        if a <= taken[m]:
-            say(f"task {n}[{m}] attempt {a} ignored: this pilot took attempt {taken[m]} of it already")
-            return False
-        taken[m] = a
-        return True
-
-    def hand_back(self, task: dict, why: str, rest: str | None = None) -> None:
-        """Return an unstarted member to the engine; it costs no attempt (and the engine
-        may give this attempt to this pilot again). The rest of its group goes back too
-        (``rest``: why, when not ``why``: they never started)."""
-        taken = self.taken.get(task["n"])
-        if taken is not None and task["m"] < len(taken) and taken[task["m"]] == task["a"]:
-            taken[task["m"]] = task["a"] - 1
-        self.emit(BACK, n=task["n"], m=task["m"], a=task["a"], why=why)
-        for t in task.pop("_then", None) or ():
-            self.hand_back(t, rest or why)
-
-    # -- groups: members that run one after another in one slot ----------------------------
-    def take_group(self, tasks: list[dict]) -> bool:
-        """A ``group`` message: its members queue as one entry (the first, carrying the
-        rest), so they hold one slot between them and run in their order."""
-        tasks = [t for t in tasks if self.take(t)]
-        if not tasks:
-            return False
-        head = tasks[0]
-        if len(tasks) > 1:
-            head["_then"] = deque(tasks[1:])
-        if self.draining:
-            self.hand_back(head, "the allocation is ending")
-        else:
-            self.queue.append(head)
-        return True
-
-    def next_in_group(self, task: dict) -> None:
-        """A member of a group ended (whatever its exit status: each member has its own):
-        the next one takes its slot; when the allocation is ending it goes back instead."""
-        rest = task.pop("_then", None)
-        if not rest:
-            return
-        nxt = rest.popleft()
-        if rest:
-            nxt["_then"] = rest
-        if "_on" in task:
-            nxt["_near"] = task["_on"]  # (the node it ran on: the next one takes the slot it left)
-        if self.draining:
-            self.hand_back(nxt, "the allocation is ending")
-        elif self.leaving:  # (pwe pilot drain: what has not started goes back)
-            self.hand_back(nxt, "the pilot is drained")
-        elif not self.cancelled:
-            self.chained.append(nxt)
 
     # -- members --------------------------------------------------------------------------
     def launch(self, task: dict, placement: Placement, ranks: int, threads: int, exclusive: bool) -> None:
@@ -341,17 +238,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
     def time_left(self, now: float) -> float | None:
         return None if self.alloc.end is None else self.alloc.end - self.margin - now
 
-    def leave(self) -> None:
-        """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing
-        new, finish what runs, then leave."""
-        if self.leaving:
-            return
-        self.leaving = self.stopping = True
-        while self.chained:
-            self.queue.appendleft(self.chained.pop())
-        while self.queue:
-            self.hand_back(self.queue.popleft(), "the pilot is drained")
-
     def launch_ready(self) -> None:
         while self.chained:  # (a group's next member: first in line, into the slot just freed)
             self.queue.appendleft(self.chained.pop())
@@ -451,56 +337,6 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
                 keep.append(task)
         self.queue = keep
 
-    def settle_signalled(self, now: float) -> None:
-        keep = []
-        for at, member, rc in self.signalled:
-            t = member.task
-            self.member_over(t, member.placement)  # (it has ended, whatever is said of it)
-            if self.terminated:
-                self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
-            elif now - at > _SIGNAL_GRACE:
-                self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=collect(t["cwd"]), why=f"killed by signal {-rc}", **member.usage())
-                self.next_in_group(t)
-            else:
-                keep.append((at, member, rc))
-        self.signalled = keep
-
-    def enforce_walltimes(self, now: float) -> None:
-        for m in self.running.values():
-            if m.deadline and now > m.deadline and not m.killed:
-                m.killed = "timeout"
-                m.term_at = now
-                self.signal_member(m, signal.SIGTERM)
-            elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:
-                self.signal_member(m, signal.SIGKILL)
-                m.term_at = 0.0
-
-    def drain(self, now: float, why: str = "the allocation ends") -> None:
-        """The allocation is about to end: hand back what has not started, stop what has
-        (it would be killed anyway) and hand that back too: no attempt is spent."""
-        if not self.draining:
-            self.draining = True
-            left = round(self.alloc.end - now, 1) if self.alloc.end else None
-            self.emit(DRAIN, why=why, left=left)
-            while self.chained:
-                self.queue.appendleft(self.chained.pop())
-            while self.queue:
-                self.hand_back(self.queue.popleft(), "the allocation is ending")
-        for m in self.running.values():
-            if not m.killed:
-                m.killed = "allocation ends"
-                m.term_at = now
-                self.signal_member(m, signal.SIGTERM)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        self.queue.clear()
-        self.chained.clear()
-        for m in self.running.values():
-            m.killed = "cancelled"
-            self.signal_member(m, signal.SIGKILL)
-
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> int:
         rfd, wfd = os.pipe()
@@ -586,65 +422,4 @@ class PilotAgent(RemoteNodes, LocalSpawners, NodeSetup):
         # the batch system is taking the allocation back (scancel, preemption, walltime):
         # not the members' fault; the loop hands them back (see drain)
         self.terminated = True
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m pilot", description="pwe glide-in pilot")
-    ap.add_argument("--dir", required=True, help="the pilot's directory (tasks.jsonl, events.jsonl)")
-    ap.add_argument("--slots", type=int, default=None, help="cores to fill on this machine (no batch system)")
-    ap.add_argument("--hosts", default=None, help="explicit nodes: host:cores,host:cores")
-    ap.add_argument("--hostfile", default=None, help="a file of 'host [cores]' lines")
-    ap.add_argument("--launcher", default=None, choices=["auto", "fork", "srun", "ssh", "mpiexec"],
-                    help="how members reach other nodes (default: by allocation)")
-    ap.add_argument("--launcher-prefix", default=None, help="the launcher's command, with {node} {nodes} "
-                    "{hosts} {nnodes} {ranks} {threads} {cwd}")
-    ap.add_argument("--core-cap", type=int, default=None, help="most cores used per node (coreUsageRule)")
-    ap.add_argument("--gpus-per-node", type=int, default=None, help="GPUs on each node (default: from the batch "
-                    "system, or CUDA_VISIBLE_DEVICES here)")
-    ap.add_argument("--memory-per-node", type=int, default=None, help="MB of memory on each node for members")
-    ap.add_argument("--scratch", default=None, help="where members' own $TMPDIRs are made (the host's scratch; "
-                    "default: $TMPDIR, else /tmp)")
-    ap.add_argument("--tmp-per-node", type=int, default=None, help="MB of $TMPDIR space per node for members "
-                    "(tmpPerMember; default: the free space under the tmp root)")
-    ap.add_argument("--walltime", type=float, default=None, help="minutes until the allocation ends")
-    ap.add_argument("--margin", type=float, default=None,
-                    help="seconds before the end to stop and hand back (default: 60, or a tenth of a short walltime)")
-    ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
-    ap.add_argument("--idle-timeout", type=float, default=300.0, help="leave after this long with nothing to do")
-    ap.add_argument("--spawners", type=int, default=None,
-                    help="local spawner processes that start this node's members (default: none below 8 slots, "
-                         "one per 8 slots above; 0: the pilot starts them itself; or PWE_SPAWNERS)")
-    ap.add_argument("--fsync", action="store_true", help="fsync events (a network filesystem between pilot and engine)")
-    ap.add_argument("--secret", default=None, help="the run's secret (default: RUN/secret, the pilot's directory "
-                    "being RUN/pilots/ID)")
-    ap.add_argument("--transport", default="spool", choices=["spool", "redis"], help="how events travel")
-    ap.add_argument("--broker", default=None, help="redis://host:port/db (--transport redis)")
-    ap.add_argument("--broker-password-file", default=None, help="an owner-only file with the broker's password")
-    args = ap.parse_args(argv)
-    try:
-        alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
-                         gpus_per_node=args.gpus_per_node, memory_per_node=args.memory_per_node)
-    except (ValueError, OSError) as exc:  # a node that is no host name, a host file that cannot be read
-        ap.exit(2, f"python -m pilot: the allocation's nodes: {exc}\n")
-    if args.margin is None:
-        args.margin = min(60.0, args.walltime * 6) if args.walltime else 60.0
-    os.chdir(args.dir)
-    directory = os.path.abspath(args.dir)
-    try:
-        key_out, key_in = keys(directory, args.secret)
-        transport: Transport
-        if args.transport == "redis":
-            from .broker import PilotRedis, read_password
-
-            password = read_password(args.broker_password_file) if args.broker_password_file else None
-            transport = PilotRedis(directory, args.broker or "", password, args.fsync, key_out, key_in)
-        else:
-            transport = PilotSpool(directory, args.fsync, key_out, key_in)
-    except (ValueError, OSError) as exc:  # a secret or password others may read, a broker URL that is none
-        ap.exit(2, f"python -m pilot: {exc}\n")
-    pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
-                  launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
-                  margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
-                  tmp_per_node=args.tmp_per_node)
-    sys.exit(pilot.run())
 

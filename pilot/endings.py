@@ -1,0 +1,80 @@
+"""How members end other than on their own (a mixin of :class:`pilot.agent.PilotAgent`):
+their walltime (SIGTERM, then SIGKILL after a grace), the allocation ending or the batch
+system stopping the pilot (drain: everything handed back, no attempt spent), a signal
+from someone else, ``pwe cancel`` and ``pwe pilot drain`` (leave). Standard library only.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from .members import collect
+from .wire import DRAIN, END
+
+_KILL_GRACE = 5.0
+_SIGNAL_GRACE = 1.0
+
+
+class Endings:
+    """The part of :class:`pilot.agent.PilotAgent` that stops members and hands them back."""
+
+    def leave(self) -> None:
+        """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing
+        new, finish what runs, then leave."""
+        if self.leaving:
+            return
+        self.leaving = self.stopping = True
+        while self.chained:
+            self.queue.appendleft(self.chained.pop())
+        while self.queue:
+            self.hand_back(self.queue.popleft(), "the pilot is drained")
+
+    def settle_signalled(self, now: float) -> None:
+        keep = []
+        for at, member, rc in self.signalled:
+            t = member.task
+            self.member_over(t, member.placement)  # (it has ended, whatever is said of it)
+            if self.terminated:
+                self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
+            elif now - at > _SIGNAL_GRACE:
+                self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
+                          out=collect(t["cwd"]), why=f"killed by signal {-rc}", **member.usage())
+                self.next_in_group(t)
+            else:
+                keep.append((at, member, rc))
+        self.signalled = keep
+
+    def enforce_walltimes(self, now: float) -> None:
+        for m in self.running.values():
+            if m.deadline and now > m.deadline and not m.killed:
+                m.killed = "timeout"
+                m.term_at = now
+                self.signal_member(m, signal.SIGTERM)
+            elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:
+                self.signal_member(m, signal.SIGKILL)
+                m.term_at = 0.0
+
+    def drain(self, now: float, why: str = "the allocation ends") -> None:
+        """The allocation is about to end: hand back what has not started, stop what has
+        (it would be killed anyway) and hand that back too: no attempt is spent."""
+        if not self.draining:
+            self.draining = True
+            left = round(self.alloc.end - now, 1) if self.alloc.end else None
+            self.emit(DRAIN, why=why, left=left)
+            while self.chained:
+                self.queue.appendleft(self.chained.pop())
+            while self.queue:
+                self.hand_back(self.queue.popleft(), "the allocation is ending")
+        for m in self.running.values():
+            if not m.killed:
+                m.killed = "allocation ends"
+                m.term_at = now
+                self.signal_member(m, signal.SIGTERM)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.queue.clear()
+        self.chained.clear()
+        for m in self.running.values():
+            m.killed = "cancelled"
+            self.signal_member(m, signal.SIGKILL)
