@@ -34,7 +34,8 @@ from .intake import Intake
 from .pilotctl import PilotControl
 from .placement import pilot_job
 from .recovery import Recovery
-from .state import READY, ReadyQueue
+from .readyqueue import ReadyQueue
+from .state import READY
 
 
 class PilotHandle:

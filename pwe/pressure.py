@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .state import DONE, WAITING, ReadyQueue
+from .readyqueue import ReadyQueue
+from .state import DONE, WAITING
 
 #: a member's estimate when nothing is known about its node (seconds)
 DEFAULT_SECONDS = 60.0

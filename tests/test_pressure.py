@@ -109,7 +109,7 @@ def test_queues_pass_over_held_nodes_and_keep_their_places(tmp_path):
     back this feed, and the members passed over stay where they were."""
     from pwe.plan import plan_workflow
     from pwe.pressure import Pressure, PressureQueue
-    from pwe.state import ReadyQueue
+    from pwe.readyqueue import ReadyQueue
 
     wf = tmp_path / "chain.yaml"
     wf.write_text(CHAIN_WF.format(order="pressure", ledger=tmp_path / "l"))
