@@ -63,7 +63,7 @@ class Partition(BaseModel):
     max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
     # its nodes' resources, where they differ from the host's (None: the host's value);
-    # pwe.placement.choose_partition picks the first partition whose walltime and these fit
+    # pwe.partitions.choose_partition picks the first partition whose walltime and these fit
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
     gpus_per_node: Annotated[StrictInt, Field(ge=0)] | None = None
     memory_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")

@@ -77,7 +77,7 @@ class Limits:
     def of(cls, plan: Any, lane_of: dict[str, str], lanes: dict[str, Any]) -> "Limits | None":
         """The gate, or None when no node asks for a resource (nothing to count)."""
         # counted per host, not per lane: a host whose nodes need two partitions has two
-        # lanes (placement.partition_lanes), and its limit holds across both
+        # lanes (partitions.partition_lanes), and its limit holds across both
         host_of = {nid: lanes[lane].host.name for nid, lane in lane_of.items()}
         gate = cls(plan, host_of, {lane.host.name: getattr(lane.host, "limits", {}) for lane in lanes.values()})
         return gate if gate.need else None

@@ -160,13 +160,14 @@ class Lane:
 
 def make_lanes(plan: Any, recorded: dict[str, Any], status_every: float) -> tuple[dict[str, Lane], dict[str, str]]:
     """The run's lanes from its recorded hosts (run.json ``lanes``): one per host, split
-    per partition where its nodes go to different ones (placement.partition_lanes, each
+    per partition where its nodes go to different ones (partitions.partition_lanes, each
     lane holding the host as its partition shows it: GPUs, cores, memory), and each
     node's lane. Pilot arguments a caller gave are kept; those pwe derived are derived
     again from the partition's view (its GPUs, its memory)."""
     from hostinfo.model import Host
 
-    from .placement import partition_lanes, pilot_args_for
+    from .partitions import partition_lanes
+    from .placement import pilot_args_for
 
     hosts = {name: Host(**lane["host_def"]) for name, lane in recorded.items()}
     lanes, lane_of = {}, {}

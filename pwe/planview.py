@@ -59,7 +59,8 @@ def preview(plan: Any, hosts: dict[str, Any], warnings: list[str], show: int) ->
     """What ``pwe plan --json`` prints: the summary, each node with its first ``show``
     members (and its last) and their commands and its scheduling, and the first pilot
     job's script of each batch host."""
-    from .placement import partition_choices, partition_lanes, preview_pilot_script
+    from .partitions import partition_choices, partition_lanes
+    from .placement import preview_pilot_script
 
     # one script per lane: a host, or each partition of a host whose nodes need several
     scripts = {key: script for key, (h, nids) in partition_lanes(plan, hosts).items()
