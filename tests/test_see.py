@@ -339,10 +339,10 @@ nodes:
     watch = subprocess.Popen([sys.executable, "-m", "pwe", "status", sub["run_id"], "--watch", "--every", "0.2",
                               "--json"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    first = watch.stdout.readline()  # (a frame drawn while the run is held at the gate)
     gate.touch()
     out, err = watch.communicate(timeout=60)
-    frames = [json.loads(l) for l in out.splitlines()]
+    frames = [json.loads(l) for l in (first + out).splitlines()]
     assert watch.returncode == 0 and len(frames) >= 2, err
     assert frames[0]["phase"] == "running" and frames[-1]["phase"] == "succeeded", frames[-1]
     assert frames[-1]["core_hours"]["waiting"] == 0 and frames[-1]["core_hours"]["running"] == 0
