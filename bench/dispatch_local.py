@@ -4,9 +4,10 @@
 
 Each run is a fresh `python -m pwe run` process (start-up, planning, pilot start and the
 final summary included); the figure is members / wall seconds of that whole command.
-After each run the script checks from the run directory that every member has its
-stdout and stderr files and a journaled exit status of 0 (the bar counts only runs
-where all of that was recorded).
+After each run the script checks from the run directory that every member has a
+journaled exit status of 0 and that its directory was tidied (the payloads print nothing,
+so the pilot removes their empty stdout, stderr and directory: pilot/spawn.py); the bar
+counts only runs where all of that was recorded.
 
 Payloads:
   true       `true` (pwe execs it directly: no shell needed)
@@ -48,7 +49,8 @@ def check(run_dir: Path, members: int) -> None:
     assert ends == members, (ends, members)
     for i in (0, members // 2, members - 1):
         md = run_dir / "members" / "m" / str(i // 1000) / str(i)
-        assert (md / "stdout").is_file() and (md / "stderr").is_file(), md
+        # (the payloads print nothing: the pilot removed their empty files and directory)
+        assert not md.exists(), f"{md} was not tidied after its member ended"
 
 
 def span(run_dir: Path) -> float:
