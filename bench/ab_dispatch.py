@@ -1,11 +1,12 @@
 """A/B: the same 5,000-member run through two source trees of pwe, alternating.
 
     git worktree add /tmp/old HEAD~1
-    python bench/ab_dispatch.py /tmp/old . [--runs 8] [--members 5000]
+    python bench/ab_dispatch.py /tmp/old . [--runs 8] [--members 5000] [--where tmpfs|disk]
 
 The host this VM runs on changes speed by a quarter within an hour, so two figures taken
 minutes apart cannot tell a code change from the host. Alternating single runs (old, new,
-new, old, ...) on tmpfs can; the medians are printed.
+new, old, ...) on tmpfs (or, --where disk, under bench/out on the disk) can; the medians
+are printed.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ def main() -> None:
     ap.add_argument("new")
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--members", type=int, default=5000)
+    ap.add_argument("--where", choices=["tmpfs", "disk"], default="tmpfs")
     args = ap.parse_args()
     roots = {"old": Path(args.old).resolve(), "new": Path(args.new).resolve()}
     for root in roots.values():  # as pip would have: bytecode compiled
         subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(root / d) for d in PACKAGES)], check=True)
-    base = Path(tempfile.mkdtemp(prefix="pwe-ab-", dir="/dev/shm"))
+    parent = Path("/dev/shm") if args.where == "tmpfs" else Path(__file__).resolve().parent / "out"
+    parent.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="pwe-ab-", dir=parent))
     try:
         wf = base / "ab.yaml"
         wf.write_text(f'name: ab\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {args.members}]}}}}\n'
