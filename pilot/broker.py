@@ -20,7 +20,9 @@ sent from that file, and a pilot whose broker goes away still gets its tasks.
 acknowledges it (``ack`` ``q``, written to the tasks file once the engine's journal holds
 the events). When the broker fails (at start, or a command that fails or times out) the
 pilot writes what is not acknowledged, then everything after it, to its spool
-(``events.jsonl``), and stays on the spool for the rest of its life. The engine reads
+(``events.jsonl``), and stays on the spool for the rest of its life. So it does too when
+what is not acknowledged passes :data:`UNACKED_LIMIT` bytes (the engine has been away
+that long): the disk keeps it then, not the pilot's memory. The engine reads
 both, merges them by ``q`` and applies each ``q`` once (a batch that reached the broker
 and the spool both is applied once). What the engine reads from the broker it also
 appends to ``events.redis.jsonl`` in the pilot's directory (the run's record: a broker
@@ -144,6 +146,11 @@ class Redis:
             pass
 
 
+#: The most bytes of batches a pilot keeps unacknowledged in memory (about 150,000 events)
+#: before it leaves the broker for its spool.
+UNACKED_LIMIT = 32 * 1024 * 1024
+
+
 class PilotRedis(Transport):
     """The pilot's side: events to its stream while the broker answers, then to the spool
     (see the module's docstring); tasks from the spool, whose ``ack`` messages it keeps
@@ -155,6 +162,7 @@ class PilotRedis(Transport):
         self.stream = stream_for(key_out, directory)
         self.where = f"{url.split('@')[-1]} stream {self.stream}"
         self.unacked: deque[tuple[int, bytes]] = deque()  # (the batch's last q, its lines)
+        self.unacked_bytes = 0
         self.broker: Redis | None = None
         try:
             self.broker = Redis(url, password, timeout)
@@ -174,6 +182,7 @@ class PilotRedis(Transport):
         self.where = self.spool.where
         data = b"".join(d for _, d in self.unacked)
         self.unacked.clear()
+        self.unacked_bytes = 0
         return data
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
@@ -185,11 +194,17 @@ class PilotRedis(Transport):
                 if data:
                     self.broker.call("XADD", self.stream, "*", "b", data)
                     self.unacked.append((self.spool.q, data))
+                    self.unacked_bytes += len(data)
+                    data = b""  # (kept among the unacknowledged from here on)
                     if any(m["k"] == DOWN for m in msgs):  # its last: the stream goes in a week if nobody reads it
                         self.broker.call("EXPIRE", self.stream, 7 * 86400)
-                return
+                if self.unacked_bytes <= UNACKED_LIMIT:
+                    return
+                why = (f"{self.unacked_bytes} bytes of events the engine has not acknowledged: "
+                       "kept on disk, not in memory")
             except OSError as exc:
-                data = self._fall_back(str(exc)) + data
+                why = str(exc)
+            data = self._fall_back(why) + data
         self.spool.write(data)  # (what the disk refuses is held by the spool: sent first next time)
 
     def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
@@ -198,7 +213,7 @@ class PilotRedis(Transport):
             for m in msgs:
                 if m.get("k") == ACK and type(m.get("q")) is int:
                     while self.unacked and self.unacked[0][0] <= m["q"]:
-                        self.unacked.popleft()
+                        self.unacked_bytes -= len(self.unacked.popleft()[1])
             msgs = [m for m in msgs if m.get("k") != ACK]
         return msgs, cursor
 

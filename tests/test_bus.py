@@ -416,6 +416,38 @@ def test_a_pilot_over_redis_hands_what_was_not_acknowledged_to_the_spool(redis_u
     pilot.close()
 
 
+def test_a_pilot_whose_engine_does_not_acknowledge_keeps_its_events_on_disk_not_in_memory(redis_url, tmp_path,
+                                                                                          monkeypatch):
+    """The unacknowledged batches are bounded (pilot/broker.py UNACKED_LIMIT): past it, the
+    pilot writes them to its spool and stays there; the engine, back, reads every event
+    once (the ones it read from the broker too are not applied twice)."""
+    from pilot import broker as broker_mod
+
+    broker, pw = _split(redis_url, tmp_path)
+    d = tmp_path / "p1"
+    d.mkdir()
+    key = wire.channel_key(os.urandom(32), "p1", True)
+    monkeypatch.setattr(broker_mod, "UNACKED_LIMIT", 2000)
+    pilot = PilotRedis(str(d), broker, pw.read_text(), key_out=key)
+    engine = EngineRedis(str(d), Broker(broker, pw.read_text()), key_in=key)
+    got, cursor = [], 0
+    for i in range(40):  # (an engine that reads now and then, and never acknowledges)
+        pilot.send([{"k": "hb", "running": i, "queued": 0, "t": 0}])
+        assert pilot.unacked_bytes <= 2000
+        if i == 5:
+            got, cursor = engine.receive(cursor)
+    assert pilot.broker is None and not pilot.unacked and pilot.unacked_bytes == 0
+    spooled = wire.decode((d / "events.jsonl").read_bytes(), key)[0]
+    assert [m["q"] for m in spooled] == list(range(1, 41))  # everything not acknowledged, then the rest
+    more, cursor = engine.receive(cursor)
+    qs = [m["q"] for m in got + more]
+    # every event reaches the engine (one read from both is applied once: pwe/intake.py _admit)
+    assert qs[:6] == list(range(1, 7)) and set(qs) == set(range(1, 41))
+    engine.forget()
+    engine.close()
+    pilot.close()
+
+
 def test_the_spool_transport_signs_and_checks(tmp_path):
     key_in, key_out = wire.channel_key(b"s", "p1", True), wire.channel_key(b"s", "p1", False)
     engine = EngineSpool(tmp_path, key_in, key_out)
