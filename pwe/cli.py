@@ -177,11 +177,7 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
     if to_service or broker:
         from .cli_service import submit_to_service
 
-        if workspace:
-            from .errors import InputError
-
-            fail(InputError("--workspace is not taken by --service yet: give the workflow a 'workspace:' key"))
-        return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json)
+        return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
     except PweError as exc:

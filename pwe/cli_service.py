@@ -119,7 +119,7 @@ def service_main() -> None:
 # -- pwe submit --service -------------------------------------------------------------------------
 def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores: int | None,
                       broker: str | None, run_dir: str | None = None, hosts_file: str | None = None,
-                      as_json: bool = False) -> None:
+                      as_json: bool = False, workspace: str | None = None) -> None:
     """Send FILE to the service (this machine's, or the one at --broker / $PWE_BROKER) and
     print the run id it will have (chosen here: a submission delivered twice is one run)."""
     import os
@@ -132,7 +132,7 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
         if run_dir or hosts_file:
             raise InputError(f"{'--run-dir' if run_dir else '--hosts'} does not go with --service: the service "
                              "keeps its runs under its run root and reads its own hosts")
-        req = prepare(file, parse_sets(sets), host, cores)
+        req = prepare(file, parse_sets(sets), host, cores, workspace)
         store = _store()
         url = broker or os.environ.get("PWE_BROKER") or store.config().get("broker") or "filesystem://"
         daemon.check_broker(url)

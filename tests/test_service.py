@@ -192,6 +192,48 @@ def test_a_submission_delivered_twice_is_one_run(embedded, tmp_path):
     assert len(starts) == 4 and set(starts.values()) == set(ends.values()) == {1}
 
 
+PRODUCTS_WF = """\
+name: made
+nodes:
+  m:
+    parameters: {{i: {{range: [0, 4]}}}}
+    products: ["out/{{{{ i }}}}.txt"]
+    run: 'echo "ran {{{{ i }}}}" >> {ledger}; mkdir -p "$PWE_WORKSPACE/out"; echo {{{{ i }}}} > "$PWE_WORKSPACE/out/{{{{ i }}}}.txt"'
+"""
+
+
+def test_a_submission_with_a_workspace_runs_only_the_members_whose_products_are_missing(embedded, tmp_path):
+    """--workspace reaches the service: members whose products are there are complete and
+    do not run; the others make theirs there. A workflow the service runs from the text it
+    was sent (the file is not where it was) keeps the workspace resolved where it was sent."""
+    sys.path.insert(0, str(ROOT))
+    from pwe.service.app import send
+    from pwe.service.store import Store
+    from pwe.service.submit import prepare
+
+    ledger, ws = tmp_path / "ledger", tmp_path / "ws"
+    (ws / "out").mkdir(parents=True)
+    for i in (0, 2):
+        (ws / "out" / f"{i}.txt").write_text("made before\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(PRODUCTS_WF.format(ledger=ledger))
+    run_id = embedded.ok("submit", "--service", wf, "--workspace", ws).strip()
+    rec = embedded.wait_phase(run_id)
+    assert sorted(ledger.read_text().split("\n")) == ["", "ran 1", "ran 3"]
+    assert sorted(p.name for p in (ws / "out").iterdir()) == ["0.txt", "1.txt", "2.txt", "3.txt"]
+    assert json.loads((Path(rec["run_dir"]) / "run.json").read_text())["workspace"] == str(ws)
+    # no --workspace, and the service cannot see the file: the file's directory, as resolved here
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "1.txt").write_text("made before\n")
+    ledger.unlink()
+    req = prepare(str(wf), {}, None, None)
+    req["path"] = str(tmp_path / "gone" / "wf.yaml")  # (the service runs the text it was sent)
+    send("filesystem://", "pwe", Store(embedded.dir), "pwe.submit", req=req)
+    rec = embedded.wait_phase(req["run_id"])
+    assert sorted(ledger.read_text().split("\n")) == ["", "ran 0", "ran 2", "ran 3"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0.txt", "1.txt", "2.txt", "3.txt"]
+
+
 def test_service_over_redis_with_a_password_from_another_client(tmp_path, redis_url):
     url = re.sub(r"/\d*$", "", redis_url) + "/1"  # db 1 is the service's
     assert "@" in url, "the tests' Redis has a password"

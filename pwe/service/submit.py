@@ -28,22 +28,27 @@ VALUE_NAMES = ("scheduled_time", "trigger_run", "trigger_file")
 MAX_TEXT = 4 * 1024 * 1024
 
 
-def prepare(file: str, sets: dict[str, Any], host: str | None, cores: int | None) -> dict[str, Any]:
+def prepare(file: str, sets: dict[str, Any], host: str | None, cores: int | None,
+            workspace: str | None = None) -> dict[str, Any]:
     """The request ``pwe submit --service`` sends: the workflow checked here first (bad
-    input is said here, exit 2), its text (the service may not see this file), and the
-    run id chosen here."""
+    input is said here, exit 2), its text (the service may not see this file), the run
+    id chosen here, and the workspace its products are relative to, resolved here
+    (``--workspace``, else the workflow's, else the file's directory: where the service
+    runs a copy of the text, the copy's directory would be the wrong one)."""
     from ..plan import plan_workflow
+    from ..products import workspace as resolve_workspace
     from ..rundir import new_run_id
 
     path = Path(file)
     plan = plan_workflow(path, sets, host=host)
+    where = resolve_workspace(plan, workspace)
     text = path.read_bytes()
     if len(text) > MAX_TEXT:
         raise InputError(f"larger than {MAX_TEXT // 1024 // 1024} MiB", path)
     return {"run_id": new_run_id(plan.workflow.name), "name": plan.workflow.name, "path": str(path.resolve()),
             "suffix": path.suffix or ".yaml",
             "text": text.decode("utf-8", "surrogateescape"), "sets": sets, "host": host, "cores": cores,
-            "origin": os.uname().nodename, "submitted": time.time()}
+            "workspace": str(where), "origin": os.uname().nodename, "submitted": time.time()}
 
 
 def _workflow_file(store: Store, req: dict[str, Any]) -> Path:
@@ -102,7 +107,8 @@ def submit_run(store: Store, req: dict[str, Any]) -> dict[str, Any]:
             file = _workflow_file(store, req)
             sets = _with_values(file, dict(req.get("sets") or {}), req.get("host"), rec["values"])
             engine = Engine.create(file, sets, host=req.get("host"), cores=req.get("cores"), run_dir=run_dir,
-                                   run_id=run_id, service={"trigger": rec["trigger"], "values": rec["values"]})
+                                   run_id=run_id, workspace=req.get("workspace"),  # (a trigger's: its file's)
+                                   service={"trigger": rec["trigger"], "values": rec["values"]})
             rec["workflow"] = engine.plan.workflow.name
         except (PweError, OSError) as exc:
             rec.update(final=True, phase="refused", error=str(exc), ended=time.time())
