@@ -677,8 +677,12 @@ def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, t
     twice, and none it finished runs again."""
     import signal
 
-    script = (f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\nsleep 3\n'
-              f'echo "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n')
+    # "end" only when the sleep ran out: SLURM's proctrack/linuxproc signals a cancelled
+    # job's processes one at a time, so a member's `sleep` may die before its shell, which
+    # would then write "end" for work that was cut short, and be killed itself after; the
+    # pilot rightly runs such a member again (killed by the batch system: not its fault)
+    script = (f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n'
+              f'sleep 3 && echo "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n')
     proc, run_dir, ledger = start_engine(tmp_path, 24, script, {"heartbeat": 1, "lost_after": 4,
                                                                 "status_every": 1})
     events = run_dir / "pilots" / "p1" / "events.jsonl"
