@@ -26,17 +26,19 @@ def read_journal(run_dir) -> list[dict]:
 
 #: Two nodes of n members each (b[i] after a[i]) that write their own ledger: a line as each
 #: starts and as each ends, with node, index and attempt. LEDGER_WF.format(ledger=PATH, n=N, sleep=S)
+#: ("end" only when its sleep ran out: a batch system that signals a job's processes one by
+#: one may kill the sleep before the shell, which would write "end" for cut-short work.)
 LEDGER_WF = """
 name: ledger
 properties: {{ledger: {ledger}}}
 nodes:
   a:
     parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep} && echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
   b:
     after: [a]
     parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep} && echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
 """
 
 

@@ -24,7 +24,7 @@ defaults:
 nodes:
   m:
     parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT $(hostname)" >> {{{{ ledger }}}}; sleep {sleep}; echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT $(hostname)" >> {{{{ ledger }}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT $(hostname)" >> {{{{ ledger }}}}; sleep {sleep} && echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT $(hostname)" >> {{{{ ledger }}}}
 """
 
 
