@@ -77,7 +77,8 @@ class Packer:
         sizes = [self.tmp_size[n.name] for n in live]
         if tmp and None not in sizes and tmp > max(sizes):
             return f"needs {tmp} MB of $TMPDIR (tmpPerMember); nodes here have at most {max(sizes)} MB"
-        live = [n for n in live if self._tmp_ever(n.name, tmp)]  # (the nodes that could ever hold it)
+        if tmp:
+            live = [n for n in live if self._tmp_ever(n.name, tmp)]  # (the nodes that could ever hold it)
         if gpus or mem:
             need = ranks * threads
             whole = [n for n in live if self._limit(n.name, cap) >= need]
@@ -107,7 +108,9 @@ class Packer:
               gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
         """Where the member's ranks go, its cores (and GPUs, memory, tmp) taken; None when
         it does not fit now."""
-        live = [n for n in self.nodes if n.name not in self.dead and self._tmp_now(n.name, tmp)]
+        live = [n for n in self.nodes if n.name not in self.dead]
+        if tmp:
+            live = [n for n in live if self._tmp_now(n.name, tmp)]
         need = ranks * threads
         if gpus or mem:  # one node with the cores, the GPUs and the memory free
             fits = [n for n in live if self._has(n.name, gpus, mem) and (
