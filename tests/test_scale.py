@@ -80,7 +80,7 @@ def test_checkpoint_and_tail_give_the_state_of_a_full_replay_across_kill_and_res
     # a's members with index % 9 == 4 fail at their first attempt (retried once), and every
     # member of a returns an output
     text = text.replace(
-        '    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.02; '
+        '    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.02 && '
         'echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n  b:',
         '    retries: 1\n'
         '    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.02; '
