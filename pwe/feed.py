@@ -61,8 +61,9 @@ class Feeding:
                 continue
             live = self._live_pilots(lane)
             if not live:
-                # (not while the lane's batch system does not answer: _may_submit)
-                started = self._start_pilot(lane) if self._may_submit(lane) else None
+                # (not while the lane's batch system does not answer: _may_submit; nor while
+                # every member ready there is held back by a limit: _worth_a_pilot)
+                started = self._start_pilot(lane) if self._may_submit(lane) and self._worth_a_pilot(lane) else None
                 if started is None:
                     continue
                 live = [started]
@@ -70,12 +71,22 @@ class Feeding:
             most = lane.host.max_pilots if lane.protocol.batch else 1
             while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
                    and all(p.units >= self._window(p) for p in self._live_pilots(lane))
-                   and self._may_submit(lane)):
+                   and self._may_submit(lane) and self._worth_a_pilot(lane)):
                 started = self._start_pilot(lane)
                 if started is None:
                     break
                 fed += self._feed_pilot(started, lane)
         return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/pilotctl.py)
+
+    def _worth_a_pilot(self, lane: Lane) -> bool:
+        """Whether a new pilot of the lane would get a member now: one ready there whose
+        user resources fit their limits. A pilot started for members a limit holds back
+        (the licences all taken by another host's members) would wait in the batch queue,
+        start, find nothing it may run and idle out: an allocation spent on nothing."""
+        if self._limits is None:
+            return True
+        gate = self._limits.gate(self.state)
+        return any(gate.fits(nid) for nid in lane.ready.nodes())
 
     def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
         return [p for p in self.pilots.values()

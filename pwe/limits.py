@@ -108,8 +108,8 @@ class Gate:
     def __init__(self, limits: Limits, run_used: dict[str, int], host_used: dict[tuple[str, str], int]):
         self.limits, self.run_used, self.host_used = limits, run_used, host_used
 
-    def take(self, nid: str) -> bool:
-        """True (and counted) when one more member of ``nid`` fits under every limit."""
+    def fits(self, nid: str) -> bool:
+        """Whether one more member of ``nid`` fits under every limit (nothing counted)."""
         need = self.limits.need.get(nid)
         if not need:
             return True
@@ -122,6 +122,16 @@ class Gate:
             cap = host_lim.get(name)
             if cap is not None and self.host_used.get((host, name), 0) + amount > cap:
                 return False
+        return True
+
+    def take(self, nid: str) -> bool:
+        """True (and counted) when one more member of ``nid`` fits under every limit."""
+        if not self.fits(nid):
+            return False
+        need = self.limits.need.get(nid)
+        if not need:
+            return True
+        host = self.limits.host_of[nid]
         for name, amount in need.items():
             self.run_used[name] = self.run_used.get(name, 0) + amount
             self.host_used[(host, name)] = self.host_used.get((host, name), 0) + amount

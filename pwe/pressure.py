@@ -257,6 +257,10 @@ class PressureQueue:
         self._heap.clear()
         self._in.clear()
 
+    def nodes(self) -> set[str]:
+        """The nodes with members queued."""
+        return {nid for nid, q in self._q.items() if q}
+
     def __bool__(self) -> bool:
         # (the heap's top is kept non-empty here, so this costs O(1) per member popped, not
         # a look at every node: the engine asks before each member it hands out)

@@ -82,6 +82,10 @@ class ReadyQueue:
     def clear(self) -> None:
         self._runs.clear()
 
+    def nodes(self) -> set[str]:
+        """The nodes with members queued (one look per run, not per member)."""
+        return {run[0] for run in self._runs}
+
     def __bool__(self) -> bool:
         return bool(self._runs)
 

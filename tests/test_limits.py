@@ -72,6 +72,28 @@ def test_a_run_limit_holds_across_two_hosts_and_is_reached(tmp_path):
     assert most_at_once(intervals(ledger, {"a", "b", "free"}).values()) > 3  # (the cores were there for more)
 
 
+def test_no_pilot_is_started_for_members_a_limit_holds_back(tmp_path):
+    """`limits: {license: 1}`: `hog` holds the one licence here for 3 s; meanwhile `a`'s
+    members, on host `other`, become ready (after `quick`) and all need it. No pilot is
+    started on `other` until the licence is free: on a batch host that pilot would sit in
+    the queue, start, and idle out with nothing it may run."""
+    ledger = tmp_path / "ledger"
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  other: {protocol: local, cores_per_node: 2}\n")
+    wf = workflow(tmp_path / "wf.yaml", ledger,
+                  node("hog", 1, 3, "license: 1") + node("quick", 1, 0.1)
+                  + node("a", 2, 0.2, "license: 1", "    host: other\n    after: [quick]\n"), limits="license: 1")
+    rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 0, err
+    journal = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    hog_end = next(r["t"] for r in journal if r["e"] == "end" and r["n"] == "hog")
+    quick_end = next(r["t"] for r in journal if r["e"] == "end" and r["n"] == "quick")
+    assert quick_end < hog_end - 1  # (a's members were ready, and held, for over a second)
+    other = [r for r in journal if r["e"] == "pilot" and r.get("lane") == "other"]
+    assert len(other) == 1 and other[0]["t"] >= hog_end, (other, hog_end)
+    held = intervals(ledger, {"hog", "a"})
+    assert len(held) == 3 and most_at_once(held.values()) == 1
+
+
 def test_a_host_limit_and_a_run_limit_both_apply(tmp_path):
     """The host says license: 2, the run 4: on that host 2 at once."""
     ledger = tmp_path / "ledger"
