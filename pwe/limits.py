@@ -40,13 +40,15 @@ def check(plan: Any, hosts: dict[str, Any], src: Path) -> None:
                 known = set(run_limits) | set(host_limits)
                 raise InputError(
                     f"node '{nid}': resource '{name}' has no limit{did_you_mean(name, known)}; add "
-                    f"'limits: {{{name}: N}}' to the workflow or to host '{pn.host}' in hosts.yaml", src, pn.line)
+                    f"'limits: {{{name}: N}}' to the workflow or to host '{pn.host}' in hosts.yaml", src,
+                    pn.resources_line or pn.line)
             for where, limits in (("the workflow's limits", run_limits),
                                   (f"the limits of host '{pn.host}'", host_limits)):
                 if name in limits and amount > limits[name]:
                     raise InputError(
                         f"node '{nid}': a member needs {amount} of '{name}' but {where} allow {limits[name]} at once, "
-                        f"so it could never run; lower its resources or raise the limit", src, pn.line)
+                        f"so it could never run; lower its resources or raise the limit", src,
+                        pn.resources_line or pn.line)
 
 
 def limit_lines(plan: Any, hosts: dict[str, Any]) -> dict[str, Any]:

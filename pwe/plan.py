@@ -64,6 +64,7 @@ class PlannedNode:
     tree: Any = None  # its members' trees (pwe.trees.Tree), made by the run's state
     products: list[PathTemplate] = field(default_factory=list)  # (pwe.products)
     products_line: int | None = None
+    resources_line: int | None = None  # (pwe.limits: where its user resources are named)
 
     @property
     def size(self) -> int:
@@ -300,6 +301,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             products=products.compile_templates(nid, node.products, known, path,
                                                 line_of("nodes", nid, "products")),
             products_line=line_of("nodes", nid, "products"),
+            resources_line=line_of("nodes", nid, "resources"),
         )
 
     total = sum(n.size for n in nodes.values())

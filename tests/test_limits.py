@@ -138,16 +138,17 @@ def test_kill_9_of_the_engine_and_resume_never_exceed_the_limit(tmp_path):
 
 @pytest.mark.parametrize("text,expect", [
     ("limits: {license: 2}\nnodes:\n  a:\n    resources: {license: 3}\n    run: 'true'\n",
-     "wf.yaml:4: node 'a': a member needs 3 of 'license' but the workflow's limits allow 2 at once"),
+     "wf.yaml:5: node 'a': a member needs 3 of 'license' but the workflow's limits allow 2 at once"),
     ("limits: {license: 2}\nnodes:\n  a:\n    resources: {licence: 1}\n    run: 'true'\n",
-     "wf.yaml:4: node 'a': resource 'licence' has no limit (did you mean 'license'?)"),
+     "wf.yaml:5: node 'a': resource 'licence' has no limit (did you mean 'license'?)"),
     ("nodes:\n  a:\n    resources: {license: 1}\n    host: lab\n    run: 'true'\n",
      ""),  # the host's limit covers it: valid
     ("nodes:\n  a:\n    resources: {license: 3}\n    host: lab\n    run: 'true'\n",
-     "wf.yaml:3: node 'a': a member needs 3 of 'license' but the limits of host 'lab' allow 2 at once"),
+     "wf.yaml:4: node 'a': a member needs 3 of 'license' but the limits of host 'lab' allow 2 at once"),
     ("limits: {license: 0}\nnodes:\n  a:\n    run: 'true'\n", "wf.yaml:2: 'limits.license': must be at least 1"),
 ])
 def test_validate_refuses_a_resource_no_limit_allows(tmp_path, text, expect):
+    # (the line named is the node's resources:, not the node's own)
     (tmp_path / "hosts.yaml").write_text("hosts:\n  lab: {protocol: local, limits: {license: 2}}\n")
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: lic\n" + text)
