@@ -142,19 +142,12 @@ def _holds(host: Any, sched: Any) -> bool:
 
 def listing(run_dir: Path) -> list[dict[str, Any]]:
     """``pwe pilot list``: every pilot of the run with its host, job, state (queued,
-    running, draining, gone), slots, and members running and done (from the journal;
-    queued or running from the engine's last snapshot, when it is running)."""
-    from .journal import replay
+    running, draining, gone), slots, and members running and done (from the run's state:
+    its checkpoint and the journal after it; queued or running from the engine's last
+    snapshot, when it is running)."""
     from .results import load_state
 
     _, st = load_state(run_dir)
-    done: dict[str, int] = {}
-
-    def count(r: dict[str, Any]) -> None:
-        if r.get("e") == "end" and r.get("rc") == 0:
-            done[r["p"]] = done.get(r["p"], 0) + 1
-
-    replay(run_dir / "journal.jsonl", count)
     running: dict[str, int] = {}
     for ns in st.nodes.values():
         for p in ns.pilot.values():
@@ -177,7 +170,7 @@ def listing(run_dir: Path) -> list[dict[str, Any]]:
         else:
             state = "running"
         out.append({"pilot": pid_, "host": p.get("lane") or p.get("host"), "job": p.get("job"), "state": state,
-                    "slots": p.get("slots"), "running": running.get(pid_, 0), "done": done.get(pid_, 0),
+                    "slots": p.get("slots"), "running": running.get(pid_, 0), "done": p.get("done", 0),
                     "added": bool(p.get("added")), "serves": p.get("serves"), "why": p.get("why")})
     return out
 

@@ -302,6 +302,9 @@ class RunState:
             ns.why.pop(i, None)
         if rc == 0 and not r.get("bad"):
             self._set(nid, ns, i, DONE)
+            pilot = self.pilots.get(r["p"])
+            if pilot is not None:  # (pwe pilot list: members each pilot finished; checkpointed with it)
+                pilot["done"] = pilot.get("done", 0) + 1
             self._tree_end(nid, ns, i, r)
             return DONE
         fails = ns.failures.get(i, 0) + 1
