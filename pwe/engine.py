@@ -28,7 +28,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pilot.wire import CANCEL, STOP
 
@@ -153,6 +153,8 @@ class Engine(PilotWork, Feeding):
                 self._record({"e": "retry", "t": time.time()})
             if cancel:
                 self.cancel()
+            else:
+                self._complete_by_products()
             return self._loop(progress)
         except RunStopped as exc:
             # said in the journal (when the disk still takes it), so `pwe status` shows why
@@ -183,8 +185,6 @@ class Engine(PilotWork, Feeding):
         self.journal.lines = replayed.lines
         self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
                       **_callable_checks(self.state, self.checks)})
-        if fresh:
-            self._complete_by_products()
         for line in unusable + replayed.warnings():
             self.notice(line)
             self._record({"e": "note", "what": line, "t": time.time()})
@@ -198,12 +198,22 @@ class Engine(PilotWork, Feeding):
         self.journal.flush()
 
     def _complete_by_products(self) -> None:
-        """When the run begins: journal the members whose products all exist in the
-        workspace (:mod:`pwe.products`: each directory listed once) as complete."""
+        """When the run begins, and each time it is resumed or retried: journal the members
+        not begun (waiting or ready; after a retry, also those that failed) whose products
+        all exist in the workspace as complete (:mod:`pwe.products`: each directory listed
+        once, only those members' paths rendered). So products made meanwhile, by hand or by
+        another run into the workspace, are not made again."""
         if self.info.get("workspace") and any(pn.products for pn in self.plan.nodes.values()):
+            import re
+
             from . import products
 
-            for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]))):
+            nodes = self.state.nodes
+
+            def not_begun(nid: str) -> Iterable[tuple[int, int]]:
+                return (m.span() for m in re.finditer(rb"[\x00\x01]+", nodes[nid].state))  # WAITING, READY
+
+            for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
                 self._record(rec)
 
     def _loop(self, progress: Callable[[RunState], None] | None) -> bool:

@@ -30,7 +30,7 @@ import posixpath
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import jinja2
 
@@ -150,11 +150,12 @@ class Scan:
         return sum(hi - lo for lo, hi in self.complete.get(nid, ()))
 
 
-def scan(plan: Plan, root: Path) -> Scan:
+def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]] | None = None) -> Scan:
     """The members of ``plan`` whose products all exist under ``root``: each product's
     directory is listed once (held in a set of names while it is used), never one
     ``stat`` per member. A directory that does not exist (or is no directory) holds
-    nothing."""
+    nothing. ``only``: per node, the runs ``(lo, hi)`` of members to look at (a resumed
+    run: those not begun); all of them when not given."""
     listings: OrderedDict[str, frozenset[str]] = OrderedDict()
     out = Scan({})
     base = str(root)
@@ -185,7 +186,7 @@ def scan(plan: Plan, root: Path) -> Scan:
         runs: list[list[int]] = []
         ctx = dict(plan.workflow.properties)  # (one dict, its parameters' values replaced per member)
         values_of = pn.space.values_of
-        for i in range(pn.size):
+        for i in (range(pn.size) if only is None else (i for lo, hi in only(nid) for i in range(lo, hi))):
             out.members += 1
             ctx.update(values_of(i))
             for rel in _rendered(plan, nid, i, ctx):

@@ -72,5 +72,6 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
         rec["iteration"] = pn.tree.depth_of(i)
         rec["verdict"] = pn.tree.verdict.get(i)
     if ns.complete and ns.state[i] == DONE and ns.is_complete(i):  # (pwe.products)
-        rec.update(exit_status=None, complete=True, why="complete (products): made before the run began, not run")
+        rec.update(exit_status=None, complete=True,
+                   why="complete (products): found in the workspace, not made by this run")
     return rec

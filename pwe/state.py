@@ -349,8 +349,9 @@ class RunState:
 
     def _complete(self, nid: str, runs: list[list[int]]) -> bool:
         """Members found complete by their products (``pwe.products``): done without an
-        attempt, releasing what waits for them as an end would. Only members not begun:
-        the record is written before anything is assigned."""
+        attempt, releasing what waits for them as an end would. Only members not begun
+        (the engine scans those alone, when the run begins and when it is resumed or
+        retried); any other member named is left as it is."""
         ns = self.nodes[nid]
         state = ns.state
         out = self.plan.edges_out_of(nid)

@@ -142,6 +142,61 @@ nodes:
     assert (m["node"], m["member"], m["exit_status"], m["why"]) == ("a", 2, 1, why)
 
 
+def test_retry_and_resume_look_again_for_products_made_meanwhile(tmp_path):
+    """Products made by hand (or by another run into the workspace) after a run began count
+    when it is retried or resumed: the members not begun whose products are there now are
+    complete and do not run (from the ledger)."""
+    import signal
+    import time
+
+    from conftest import wait_for
+
+    led, ws = tmp_path / "ledger", tmp_path / "ws"
+    ws.mkdir()
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"""\
+name: again
+nodes:
+  a:
+    parameters: {{i: {{range: [0, 4]}}}}
+    products: ["a{{{{ i }}}}.txt"]
+    run: |
+      echo "a $PWE_MEMBER" >> {led}
+      sleep 0.4
+      if [ {{{{ i }}}} != 2 ]; then touch "$PWE_WORKSPACE/a{{{{ i }}}}.txt"; else exit 3; fi
+  b:
+    after: [a]
+    parameters: {{i: {{range: [0, 4]}}}}
+    products: ["b{{{{ i }}}}.txt"]
+    run: echo "b $PWE_MEMBER" >> {led}; touch "$PWE_WORKSPACE/b{{{{ i }}}}.txt"
+""")
+    # retry: a[2] failed; its product is made by hand; retried, it is complete, not run
+    rc, res, err = run(wf, ws, tmp_path, "r1")
+    assert rc == 1 and res["totals"]["failed"] == 1
+    (ws / "a2.txt").touch()
+    rc, out, err = run_cli("retry", tmp_path / "r1", cwd=tmp_path, timeout=120)
+    assert rc == 0, err
+    assert ledger(led) == Counter({("a", str(i)): 1 for i in range(4)} | {("b", str(i)): 1 for i in range(4)})
+    rc, out, _ = run_cli("show", tmp_path / "r1", "--json", cwd=tmp_path)
+    shown = {(m["node"], m["member"]): m for m in json.loads(out)}
+    assert shown[("a", 2)]["complete"] is True and shown[("a", 2)]["state"] == "done"
+    # resume: the engine killed while b waits for a; b[3]'s product made meanwhile
+    for p in ws.iterdir():
+        p.unlink()
+    led.unlink()
+    run_dir = tmp_path / "r2"
+    rc, out, err = run_cli("submit", wf, "--workspace", ws, "--cores", "1", "--run-dir", run_dir, cwd=tmp_path)
+    assert rc == 0, err
+    wait_for(lambda: led.exists() and "a 0" in led.read_text(), what="a[0] to start")
+    os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
+    (ws / "b3.txt").touch()
+    time.sleep(0.2)
+    rc, out, err = run_cli("resume", run_dir, cwd=tmp_path, timeout=120)
+    assert rc == 1, err  # (a[2] fails again)
+    ran = ledger(led)
+    assert ("b", "3") not in ran and ran[("b", "0")] == 1 and ran[("a", "3")] == 1, ran
+
+
 def test_pwe_workspace_is_in_every_members_environment(tmp_path, write):
     ws = tmp_path / "ws"
     ws.mkdir()
