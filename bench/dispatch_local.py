@@ -22,13 +22,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, pwe_env
+from common import ROOT, check_ends, pilot_span, pwe_env, timed_run
 
 
 def workflow(d: Path, members: int, payload: str) -> Path:
@@ -39,29 +37,11 @@ def workflow(d: Path, members: int, payload: str) -> Path:
 
 
 def check(run_dir: Path, members: int) -> None:
-    ends = 0
-    with open(run_dir / "journal.jsonl") as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r["e"] == "end":
-                assert r["rc"] == 0, r
-                ends += 1
-    assert ends == members, (ends, members)
+    check_ends(run_dir, members)
     for i in (0, members // 2, members - 1):
         md = run_dir / "members" / "m" / str(i // 1000) / str(i)
         # (the payloads print nothing: the pilot removed their empty files and directory)
         assert not md.exists(), f"{md} was not tidied after its member ended"
-
-
-def span(run_dir: Path) -> float:
-    """First member start to last member end, from the pilots' own event records."""
-    times = {"start": [], "end": []}
-    for events in (run_dir / "pilots").glob("*/events.jsonl"):
-        for line in open(events):
-            ev = json.loads(line)
-            if ev["k"] in times:
-                times[ev["k"]].append(ev["t"])
-    return max(times["end"]) - min(times["start"])
 
 
 def settle() -> None:
@@ -114,14 +94,9 @@ def one(base: Path, members: int, cores: int, payload: str, env: dict[str, str])
     run_dir = base / f"run-{time.time_ns()}"
     wf = workflow(base, members, payload)
     settle()
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
-                           str(run_dir)], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"pwe run failed ({proc.returncode}): {proc.stderr}")
+    wall = timed_run([wf, "--cores", cores, "--run-dir", run_dir], env)
     check(run_dir, members)
-    return wall, span(run_dir)
+    return wall, pilot_span(run_dir)
 
 
 def main() -> None:

@@ -23,13 +23,10 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT, pwe_env
+from common import ROOT, check_ends, pilot_span, pwe_env, timed_run
 
 
 def workflow(d: Path, members: int, size: int | None) -> Path:
@@ -41,32 +38,12 @@ def workflow(d: Path, members: int, size: int | None) -> Path:
 
 
 def check(run_dir: Path, members: int, grouped: bool) -> None:
-    ends = 0
-    with open(run_dir / "journal.jsonl") as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r["e"] == "end":
-                assert r["rc"] == 0, r
-                ends += 1
-    assert ends == members, (ends, members)
+    check_ends(run_dir, members)
     kinds = set()
     for tasks in (run_dir / "pilots").glob("*/tasks.jsonl"):
         for line in open(tasks):
             kinds.add(json.loads(line)["k"])
     assert ("group" in kinds) == grouped and ("task" not in kinds) == grouped, kinds
-
-
-def span(run_dir: Path) -> float:
-    """First member start to last member end, from the pilots' own event records."""
-    starts, ends = [], []
-    for events in (run_dir / "pilots").glob("*/events.jsonl"):
-        for line in open(events):
-            ev = json.loads(line)
-            if ev["k"] == "start":
-                starts.append(ev["t"])
-            elif ev["k"] == "end":
-                ends.append(ev["t"])
-    return max(ends) - min(starts)
 
 
 def one(base: Path, host: str, members: int, size: int | None, env: dict) -> tuple[float, float]:
@@ -82,13 +59,9 @@ def one(base: Path, host: str, members: int, size: int | None, env: dict) -> tup
         args = ["--host", host, "--hosts", str(ROOT / "examples" / "hosts.yaml")]
     else:
         args = ["--cores", "2"]
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir), *args],
-                          env=env, capture_output=True, text=True, cwd=d)
-    wall = time.perf_counter() - t0
-    assert proc.returncode == 0, proc.stderr
+    wall = timed_run([wf, "--run-dir", run_dir, *args], env, cwd=d)
     check(run_dir, members, bool(size))
-    return wall, span(run_dir)
+    return wall, pilot_span(run_dir)
 
 
 def main() -> None:

@@ -21,14 +21,12 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import pwe_env  # noqa: E402
+from common import pwe_env, timed_run  # noqa: E402
 
 
 def workflow(order: str, leaves: int, leaf_s: float, stages: int, stage_s: float) -> str:
@@ -53,12 +51,7 @@ def makespan(run_dir: Path) -> float:
 
 def one(root: Path, wf: Path, cores: int, env: dict, name: str) -> tuple[float, float]:
     run_dir = root / name
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
-                           str(run_dir)], env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"pwe run failed: {proc.stderr}")
+    wall = timed_run([wf, "--cores", cores, "--run-dir", run_dir], env)
     return makespan(run_dir), wall
 
 
