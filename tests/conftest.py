@@ -345,3 +345,13 @@ def redis_url():
     """The URL (with its password) of the tests' real Redis on 127.0.0.1:6391, or skip/fail (CI)."""
     _require_services("redis:")
     return Path("/var/tmp/pwe-redis/url").read_text().strip()
+
+
+def kill_pilot(events: Path) -> None:
+    """kill -9 of the pilot whose events file this is (its pid is in its first line, `up`)."""
+    import json
+    import signal
+
+    up = json.loads(events.read_text().splitlines()[0])
+    assert up["k"] == "up"
+    _os.kill(up["pid"], signal.SIGKILL)

@@ -10,11 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import LEDGER_WF, ROOT, count_ends, ledger_counts, read_journal, wait_for
+from conftest import LEDGER_WF, ROOT, count_ends, kill_pilot, ledger_counts, read_journal, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -25,13 +24,6 @@ def pwe(*args, cwd, check=None, timeout=120):
     if check is not None:
         assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
     return proc
-
-
-def kill_pilot(events: Path) -> None:
-    """kill -9 of the pilot whose events file this is (its pid is in its first line, `up`)."""
-    up = json.loads(events.read_text().splitlines()[0])
-    assert up["k"] == "up"
-    os.kill(up["pid"], signal.SIGKILL)
 
 
 @pytest.mark.parametrize("hosts", ["one", "two"])

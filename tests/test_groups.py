@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, read_journal, wait_for
+from conftest import ROOT, kill_pilot, read_journal, wait_for
 from pilot import wire
 from pwe.cli import cli
 
@@ -169,8 +169,7 @@ def test_kill_9_of_the_pilot_mid_group_loses_nothing_runs_nothing_twice_spends_n
     try:
         events = run_dir / "pilots" / "p1" / "events.jsonl"
         wait_for(lambda: events.exists() and events.read_bytes().count(b'"k":"end"') >= 3, what="3 members to end")
-        up = json.loads(events.read_text().splitlines()[0])
-        os.kill(up["pid"], signal.SIGKILL)
+        kill_pilot(events)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
