@@ -90,8 +90,8 @@ def main() -> None:
         print(f"{args.members} x true on {args.cores} slots ({args.where}): pwe run {wall:.2f} s "
               f"({args.members / wall:.0f}/s); the pilot's profiled time {total:.2f} s")
         for what, names in KINDS:
-            t = sum(v for k, v in own.items() if any(f"posix.{n}" in k or f"'{n}' of" in k or k.endswith(f" {n}>")
-                                                      for n in names))
+            # (a built-in is "<built-in method posix.NAME>", a method "<method 'NAME' of ...>")
+            t = sum(v for k, v in own.items() if any(f"posix.{n}" in k or f"'{n}' of" in k for n in names))
             print(f"  {t:6.3f} s  {100 * t / total:4.1f}%  {what}")
         print()
         stats.sort_stats("tottime").print_stats(args.top)

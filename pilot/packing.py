@@ -47,8 +47,10 @@ class Packer:
         m = self.mem_free[name]
         return len(self.gpus_free[name]) >= gpus and (m is None or m >= mem)
 
-    def _tmp_now(self, name: str, tmp: int) -> bool:
-        t = self.tmp_free[name]
+    @staticmethod
+    def _holds(pool: dict[str, int | None], name: str, tmp: int) -> bool:
+        """Whether ``pool`` (tmp_free: now; tmp_size: ever) has ``tmp`` MB on the node."""
+        t = pool[name]
         return not tmp or t is None or t >= tmp
 
     def _take(self, got: Placement, tmp: int) -> Placement:
@@ -78,7 +80,7 @@ class Packer:
         if tmp and None not in sizes and tmp > max(sizes):
             return f"needs {tmp} MB of $TMPDIR (tmpPerMember); nodes here have at most {max(sizes)} MB"
         if tmp:
-            live = [n for n in live if self._tmp_ever(n.name, tmp)]  # (the nodes that could ever hold it)
+            live = [n for n in live if self._holds(self.tmp_size, n.name, tmp)]  # (the nodes that could ever hold it)
         if gpus or mem:
             need = ranks * threads
             whole = [n for n in live if self._limit(n.name, cap) >= need]
@@ -99,18 +101,13 @@ class Packer:
             return f"needs {ranks} ranks of {threads} cores; the allocation holds {total}"
         return None
 
-    def _tmp_ever(self, name: str, tmp: int) -> bool:
-        """Whether the node's whole pool holds ``tmp`` (:meth:`_tmp_now`: what is free of it)."""
-        t = self.tmp_size[name]
-        return not tmp or t is None or t >= tmp
-
     def place(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
               gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
         """Where the member's ranks go, its cores (and GPUs, memory, tmp) taken; None when
         it does not fit now."""
         live = [n for n in self.nodes if n.name not in self.dead]
         if tmp:
-            live = [n for n in live if self._tmp_now(n.name, tmp)]
+            live = [n for n in live if self._holds(self.tmp_free, n.name, tmp)]
         need = ranks * threads
         if gpus or mem:  # one node with the cores, the GPUs and the memory free
             fits = [n for n in live if self._has(n.name, gpus, mem) and (
