@@ -355,3 +355,14 @@ def kill_pilot(events: Path) -> None:
     up = json.loads(events.read_text().splitlines()[0])
     assert up["k"] == "up"
     _os.kill(up["pid"], signal.SIGKILL)
+
+
+def most_at_once(ivs) -> int:
+    """The largest number of (start, end) intervals that overlap (an end before a start at a
+    tie): the most members running at once, from their own ledgers."""
+    points = sorted([(s, 1) for s, _ in ivs] + [(e, -1) for _, e in ivs], key=lambda p: (p[0], p[1]))
+    now = most = 0
+    for _, d in points:
+        now += d
+        most = max(most, now)
+    return most

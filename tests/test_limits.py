@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, wait_for
+from conftest import most_at_once, run_cli, wait_for
 
 RUN = ('echo "start $PWE_NODE $PWE_MEMBER $(date +%s.%N)" >> {{ ledger }}; sleep SLEEP; '
        'echo "end $PWE_NODE $PWE_MEMBER $(date +%s.%N)" >> {{ ledger }}')
@@ -43,16 +43,6 @@ def intervals(ledger: Path, nodes: set[str]) -> dict[tuple[str, str], list[float
         assert len(iv) == (0 if what == "start" else 1), f"{nid}[{m}] {what} out of place: ran twice?"
         iv.append(float(t))
     return seen
-
-
-def most_at_once(ivs) -> int:
-    """The largest number of intervals that overlap (an end before a start at a tie)."""
-    points = sorted([(s, 1) for s, _ in ivs] + [(e, -1) for _, e in ivs], key=lambda p: (p[0], p[1]))
-    now = most = 0
-    for _, d in points:
-        now += d
-        most = max(most, now)
-    return most
 
 
 def test_a_run_limit_holds_across_two_hosts_and_is_reached(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXAMPLES, ROOT, read_journal, run_cli
+from conftest import EXAMPLES, ROOT, most_at_once, read_journal, run_cli
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -60,16 +60,6 @@ def by_key(records: list[dict]) -> dict[tuple[str, int], dict]:
 
 def no_traceback(err: str) -> None:
     assert "Traceback" not in err, f"a traceback reached the user:\n{err}"
-
-
-def max_overlap(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals open at one instant (an end at t closes before a start at t)."""
-    points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda p: (p[0], p[1]))
-    best = cur = 0
-    for _, d in points:
-        cur += d
-        best = max(best, cur)
-    return best
 
 
 def pids_matching(pattern: str) -> list[int]:
@@ -559,10 +549,10 @@ nodes:
 
 
 def test_no_oversubscription(tmp_path, write):
-    two = max_overlap(_packing_run(tmp_path, write, threads=2, cores=4))
+    two = most_at_once(_packing_run(tmp_path, write, threads=2, cores=4))
     assert two <= 2, f"{two} members of 2 threads ran at once on 4 cores"
     assert two == 2, "members of 2 threads on 4 cores never ran two at a time"
-    one = max_overlap(_packing_run(tmp_path, write, threads=1, cores=4))
+    one = most_at_once(_packing_run(tmp_path, write, threads=1, cores=4))
     assert one <= 4, f"{one} members of 1 thread ran at once on 4 cores"
     assert one >= 2, "members of 1 thread on 4 cores never overlapped: packing is broken"
 
@@ -598,10 +588,10 @@ nodes:
     m = [(float(r[3]), float(r[4])) for r in rows if r[0] == "m"]
     assert len(g) == 6 and len(m) == 6
     assert all(dev in devices and dev == same for dev, same, _, _ in g), g
-    assert max_overlap([(s, e) for _, _, s, e in g]) == 2, g
+    assert most_at_once([(s, e) for _, _, s, e in g]) == 2, g
     for dev, _, s, e in g:  # two members at once never share a GPU
         assert not [d for d, _, s2, e2 in g if d == dev and (s2, e2) != (s, e) and s2 < e and s < e2], g
-    assert max_overlap(m) == 2, m
+    assert most_at_once(m) == 2, m
     if not visible:
         assert all(r[1] == "none" for r in rows if r[0] == "m")  # no GPU asked, none given
 
@@ -660,8 +650,8 @@ nodes:
     assert rc == 0, err
     rows = [line.split() for line in ledger.read_text().splitlines()]
     spans = {n: [(float(s), float(e)) for m, s, e in rows if m == n] for n in "ab"}
-    assert max_overlap(spans["a"]) == 1 and max_overlap(spans["b"]) == 2, spans
-    assert max_overlap(spans["a"] + spans["b"]) == 3, "the two hosts' pilots did not run side by side"
+    assert most_at_once(spans["a"]) == 1 and most_at_once(spans["b"]) == 2, spans
+    assert most_at_once(spans["a"] + spans["b"]) == 3, "the two hosts' pilots did not run side by side"
     journal = read_journal(run)
     lanes = {r["p"]: (r["lane"], r["slots"]) for r in journal if r["e"] == "pilot"}
     assert sorted(lanes.values()) == [("small", 1), ("twin", 2)], lanes
