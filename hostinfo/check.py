@@ -82,11 +82,15 @@ def missing_commands(host: Host, runner: Any = None) -> list[str]:
 def _commands(host: Host, runner: Any) -> list[Check]:
     from protocols.registry import info
 
-    names = list(dict.fromkeys(info(host.protocol).commands + (("ssh",) if host.nodes else ())))
-    res = runner.run(["sh", "-c", _WHICH, "sh", *names], timeout=TIMEOUT)
+    own = info(host.protocol).commands
+    names = list(dict.fromkeys(own + (("ssh",) if host.nodes else ())))
+    # the protocol's own commands from the host's commands_dir, when it names one
+    where = {n: f"{host.commands_dir.rstrip('/')}/{n}" if host.commands_dir and n in own else n for n in names}
+    res = runner.run(["sh", "-c", _WHICH, "sh", *where.values()], timeout=TIMEOUT)
     found = dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
-    return [(name, bool(found.get(name)), found.get(name) or f"not found on the PATH of {_on(host)}")
-            for name in names]
+    missing = {n: f"not in commands_dir {host.commands_dir} of {_on(host)}" if where[n] != n else
+               f"not found on the PATH of {_on(host)}" for n in names}
+    return [(name, bool(found.get(where[name])), found.get(where[name]) or missing[name]) for name in names]
 
 
 def _python(host: Host, runner: Any) -> list[Check]:

@@ -87,6 +87,12 @@ class Host(BaseModel):
     nodes: list[NodeName] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
     partitions: list[Partition] = Field(default_factory=list)
     account: Word | None = None
+    parallel_environment: Word | None = Field(
+        None, description="SGE: the parallel environment a pilot of more than one slot asks for (-pe PE SLOTS); "
+        "qconf -spl lists the cell's")
+    commands_dir: StrictStr | None = Field(
+        None, description="the directory of the batch system's commands, where they are not first on the PATH "
+        "(SGE's $SGE_ROOT/bin/lx-amd64 beside Torque's /usr/bin/qsub)")
     setup: list[StrictStr] = Field(default_factory=list, description="lines run before the pilot starts")
     scratch: StrictStr | None = Field(None, description="where each member's fresh $TMPDIR is made (else the "
                                       "node's $TMPDIR, else /tmp)")
@@ -115,6 +121,14 @@ class Host(BaseModel):
 
     _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
     _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))
+
+    @field_validator("commands_dir")
+    @classmethod
+    def _commands_dir(cls, v: str | None) -> str | None:
+        one_line(v)
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"commands_dir must be an absolute path (got {v!r})")
+        return v
 
     @field_validator("nodes")
     @classmethod

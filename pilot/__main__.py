@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--launcher", default=None, choices=["auto", "fork", "srun", "ssh", "mpiexec"],
                     help="how members reach other nodes (default: by allocation)")
     ap.add_argument("--launcher-prefix", default=None, help="the launcher's command, with {node} {nodes} "
-                    "{hosts} {nnodes} {ranks} {threads} {cwd}")
+                    "{hosts} {nnodes} {ranks} {per_node} {threads} {cwd}")
     ap.add_argument("--core-cap", type=int, default=None, help="most cores used per node (coreUsageRule)")
     ap.add_argument("--gpus-per-node", type=int, default=None, help="GPUs on each node (default: from the batch "
                     "system, or CUDA_VISIBLE_DEVICES here)")

@@ -28,7 +28,7 @@ from collections import deque
 from typing import Any
 
 from .allocation import Allocation, discover, visible_gpus
-from .launchers import SSH_FAILED, choose, wrap
+from .launchers import PREFIXES, SSH_FAILED, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .tmpdirs import TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
@@ -36,6 +36,7 @@ from .members import Member, argv_for, collect, killpg, missing_product, note_st
 from .endings import Endings
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
+from .nodewatch import NodeWatch, slurmd_port
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
@@ -99,6 +100,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
         self.setup_sets: dict[str, list[str]] = {}  # setup_per_node sets by id (pilot/nodesetup.py)
         self.node_setups: dict[tuple[str, str], str] = {}  # (node, id) -> running | ok | failed
         self.setup_procs: dict[int, tuple] = {}  # pid -> (process, node, id, started, log)
+        self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd)
+        self.losses: dict[str, str] = {}  # node -> how it was lost, in words
 
     @property
     def free(self) -> int:
@@ -158,6 +161,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
             return
         # the host's prefix is for the launcher it chose (or for any, when it chose none)
         prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
+        if launcher == "srun" and ranks > 1 and prefix is None:
+            from .mpi import srun_mpi
+
+            plugin = srun_mpi()  # (MpiDefault none: PMIx, so that its ranks are one MPI job)
+            if plugin:
+                prefix = PREFIXES["srun"].replace("srun ", f"srun --mpi={plugin} ", 1)
         if launcher == "mpiexec" and prefix is None:
             from .mpi import find as find_mpi  # (only members of several ranks pay for it)
 
@@ -259,7 +268,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.packer.why_never(*shape)
+            never = self.why_never(shape)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
@@ -289,14 +298,24 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
             member.cpu, member.rss = cpu, rss
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
+            lost = member.lost or self.lost_node_of(member)
+            if lost:  # its node died under it: not the member's fault, whatever its launcher said
+                self.member_lost(t, lost, self.lost_why(lost))
+                self.member_over(t, member.placement)
+                continue
+            if member.launcher == "srun" and rc and not member.killed:
+                refused = srun_refused(os.path.join(t["cwd"], "stderr"))
+                if refused:  # the allocation is going: srun's failure, not the member's
+                    self.member_over(t, member.placement)
+                    self.hand_back(t, f"srun could not start it: {refused}")
+                    continue
             if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:
                 node = member.placement[0][0]
                 if not self.node_alive(node.name):
-                    # the node died under the member: not the member's fault, run it elsewhere
                     self.packer.kill_node(node.name)
-                    self.emit(NODE_LOST, node=node.name, n=t["n"], m=t["m"])
                     say(f"node {node.name} is unreachable; its members go to the other nodes")
-                    self.queue.appendleft(t)
+                    self.member_lost(t, node.name, f"node {node.name} is unreachable")
+                    self.member_over(t, member.placement)
                     self.fail_unplaceable()
                     continue
             self.finish(member, rc)
@@ -330,12 +349,56 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
         instead of waiting for cores that will never come back."""
         keep: deque[dict] = deque()
         for task in self.queue:
-            never = self.packer.why_never(*task_shape(task))
+            never = self.why_never(task_shape(task))
             if never:
                 self.fail_now(task, 1, f"cannot be placed: {never}")
             else:
                 keep.append(task)
         self.queue = keep
+
+    def why_never(self, shape: tuple) -> str | None:
+        """Why a member of this shape can never run in this allocation (the packer's word,
+        with what became of the nodes it lost), or None."""
+        never = self.packer.why_never(*shape)
+        if never and self.losses:
+            never += " (" + "; ".join(self.losses.values()) + ")"
+        return never
+
+    # -- nodes lost -----------------------------------------------------------------------
+    def lost_node_of(self, member: Member) -> str | None:
+        """The first of the member's nodes the watch gave up, or None."""
+        if self.watch is None or not self.watch.gone:
+            return None
+        return next((n.name for n, _ in member.placement if n.name in self.watch.gone), None)
+
+    def lost_why(self, node: str) -> str:
+        return f"node {node} lost ({self.watch.why.get(node, 'no answer') if self.watch else 'no answer'})"
+
+    def member_lost(self, task: dict, node: str, why: str) -> None:
+        """A member whose node died under it: reported (``node_lost``), a line in its stderr,
+        and handed back to the engine, which runs it again as its next attempt (on this
+        pilot's other nodes while they have room). Never an ``end``: what it did there is
+        not known, so it is recorded neither as succeeded nor as failed."""
+        self.losses.setdefault(node, why[-300:])
+        self.emit(NODE_LOST, node=node, n=task["n"], m=task["m"], why=why[-300:])
+        note_stderr(task, f"{why}: run again elsewhere")
+        self.hand_back(task, why)
+
+    def lose_nodes(self) -> None:
+        """Act on the nodes the watch found lost: nothing more goes there, and what runs
+        there is stopped (its launcher, here) and handed back as it is reaped."""
+        for name in self.watch.take_lost() if self.watch is not None else ():
+            why = self.losses[name] = self.lost_why(name)
+            say(f"{why}; its members go to the other nodes of the allocation")
+            self.packer.kill_node(name)
+            for m in list(self.running.values()):
+                if m.agent is None and any(n.name == name for n, _ in m.placement):
+                    m.lost = name
+                    killpg(m.pid, signal.SIGKILL)  # (srun or mpiexec here: the member there is gone)
+            agent = self.agents.get(name)
+            if agent is not None:  # members over ssh: their session goes too
+                self.agent_lost(agent, dead=True)
+            self.fail_unplaceable()
 
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -348,6 +411,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
             signal.signal(sig, self._on_term)
         sel = self.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
+        others = [n.name for n in self.alloc.nodes if not n.local]
+        if self.alloc.kind == "slurm" and others:
+            self.watch = NodeWatch(others, slurmd_port(), sel, every=min(1.0, self.heartbeat / 5))
         for left in self.tmpdirs.sweep():  # what pilots of this run killed here (SIGKILL) left
             say(f"removed {left}, left by a pilot of this run that is gone")
         self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots,
@@ -367,6 +433,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
                 self.signal_member(m, signal.SIGKILL)
             why = f"error: {type(exc).__name__}: {exc}"
         self.stop_setups()
+        if self.watch is not None:
+            self.watch.close()
         for agent in list(self.agents.values()) + list(self.spawners.values()):
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
         self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
@@ -382,7 +450,13 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
             if not self.cancelled:
                 if self.read_tasks():
                     last_activity = time.time()
+                    if self.packer.dead:  # (what came in may fit on no node that is left)
+                        self.fail_unplaceable()
                 self.launch_ready()
+            if self.watch is not None:
+                self.watch.tick()
+                if self.watch.lost:
+                    self.lose_nodes()
             self.reap()
             if not self.cancelled:
                 self.launch_ready()  # fill the slots just freed before sleeping
@@ -411,6 +485,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
             for key, _ in sel.select(timeout=self.poll if self.free > 0 else max(self.poll, 0.05)):
                 if isinstance(key.data, NodeAgent):
                     self.read_agent(key.data)
+                    continue
+                if isinstance(key.data, NodeWatch):
+                    key.data.ready(key.fileobj)
                     continue
                 try:
                     while os.read(rfd, 4096):

@@ -1,6 +1,6 @@
 """What the pilot was given: the nodes of its allocation, their cores, and when it ends.
 
-Read from the batch system's environment (SLURM, PBS, LoadLeveler), from an explicit
+Read from the batch system's environment (SLURM, PBS, SGE, LoadLeveler), from an explicit
 host list, or this machine alone. Standard library only.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -38,7 +39,7 @@ class Node:
 
 @dataclass
 class Allocation:
-    kind: str  # slurm | pbs | loadleveler | hosts | local
+    kind: str  # slurm | pbs | sge | loadleveler | hosts | local
     nodes: list[Node]
     job_id: str | None = None
     end: float | None = None  # epoch seconds when the batch system ends the allocation
@@ -50,28 +51,58 @@ class Allocation:
 
 
 def expand_hostlist(spec: str) -> list[str]:
-    """SLURM's compact host lists: ``node[01-03,07],gpu1`` -> node01 node02 node03 node07 gpu1."""
+    """SLURM's compact host lists: ``node[01-03,07],gpu1`` -> node01 node02 node03 node07
+    gpu1; ``a[1-2]b[3-4]`` -> a1b3 a1b4 a2b3 a2b4. Inside SLURM the pilot asks SLURM's own
+    parser (:func:`slurm_hostnames`); this one serves where scontrol is absent. A list it
+    cannot read all of is a ValueError saying where, never a guess."""
     hosts: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", spec):
-        hosts.extend(_expand_one(part))
+    pos = 0
+    while pos < len(spec):
+        m = _ITEM.match(spec, pos)
+        if not m or not m.group(0):
+            raise ValueError(f"cannot read the node list {spec!r} at character {pos + 1}")
+        hosts.extend(_expand_one(m.group(0), spec))
+        pos = m.end()
+        if pos < len(spec):
+            if spec[pos] != "," or pos == len(spec) - 1:
+                raise ValueError(f"cannot read the node list {spec!r} at character {pos + 1}")
+            pos += 1
     return hosts
 
 
-def _expand_one(part: str) -> list[str]:
+_ITEM = re.compile(r"(?:[^,\[\]]+|\[[0-9,\-]+\])+")
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def _expand_one(part: str, spec: str) -> list[str]:
     m = re.search(r"\[([^\]]*)\]", part)
     if not m:
-        return [part] if part else []
+        return [part]
     head, tail = part[: m.start()], part[m.end():]
+    rests = _expand_one(tail, spec) if tail else [""]
     out = []
     for rng in m.group(1).split(","):
-        lo, _, hi = rng.partition("-")
-        if hi:
-            width = len(lo)
-            for k in range(int(lo), int(hi) + 1):
-                out.extend(head + str(k).zfill(width) + rest for rest in _expand_one(tail) or [""])
-        else:
-            out.extend(head + lo + rest for rest in _expand_one(tail) or [""])
+        r = _RANGE.fullmatch(rng)
+        if not r or (r.group(2) and int(r.group(2)) < int(r.group(1))):
+            raise ValueError(f"cannot read the node list {spec!r}: range {rng!r}")
+        lo, hi = r.group(1), r.group(2) or r.group(1)
+        for k in range(int(lo), int(hi) + 1):
+            out.extend(head + str(k).zfill(len(lo)) + rest for rest in rests)
     return out
+
+
+def slurm_hostnames(spec: str) -> list[str]:
+    """A SLURM node list expanded by SLURM itself (``scontrol show hostnames``), checked by
+    :func:`expand_hostlist`'s grammar first (scontrol prints garbage for a broken list
+    rather than refusing it); the pilot's own expansion where scontrol is absent."""
+    names = expand_hostlist(spec)
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", spec], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return names
+    said = out.stdout.split()
+    return said if out.returncode == 0 and said else names
 
 
 def expand_counts(spec: str) -> list[int]:
@@ -96,11 +127,43 @@ def _count_file(path: str) -> list[tuple[str, int]]:
     return list(counts.items())
 
 
+def pe_hostfile(path: str) -> list[tuple[str, int]]:
+    """Grid Engine's ``$PE_HOSTFILE``: a line per host, "host slots queue processors"
+    (``node1.example.org 4 all.q@node1 UNDEFINED``); a host on two lines (two queues)
+    has the sum of their slots."""
+    counts: dict[str, int] = {}
+    with open(path) as fh:
+        for line in fh:
+            words = line.split()
+            if len(words) >= 2 and words[1].isdigit():
+                counts[words[0]] = counts.get(words[0], 0) + int(words[1])
+    return list(counts.items())
+
+
 def _mark_local(nodes: list[Node]) -> list[Node]:
     me = {socket.gethostname(), socket.gethostname().split(".")[0], "localhost"}
     for n in nodes:
         n.local = n.name in me or n.name.split(".")[0] in me
     return nodes
+
+
+_SLURM_CONFIG: dict[str, str] = {}
+
+
+def slurm_config() -> dict[str, str]:
+    """The cluster's configuration as ``scontrol show config`` prints it (key: value, both
+    text), read once per pilot: {} when scontrol cannot say."""
+    if not _SLURM_CONFIG:
+        try:
+            out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=20,
+                                 stdin=subprocess.DEVNULL).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        for line in out.splitlines():
+            key, eq, value = line.partition("=")
+            if eq:
+                _SLURM_CONFIG[key.strip()] = value.strip()
+    return _SLURM_CONFIG
 
 
 def visible_gpus(env: dict[str, str] | os._Environ) -> list[str] | None:
@@ -137,7 +200,8 @@ def discover(env: dict[str, str] | None = None, hosts: str | None = None, hostfi
     """The allocation this pilot runs in.
 
     Precedence: an explicit ``hosts`` ("h1:4,h2:4") or ``hostfile`` (lines "host [cores]"),
-    then SLURM, PBS, LoadLeveler from ``env``, then this machine (``cores`` or its own).
+    then SLURM, PBS, SGE (``$PE_HOSTFILE``, else ``$NSLOTS`` here), LoadLeveler from ``env``,
+    then this machine (``cores`` or its own).
     ``walltime_minutes`` (from the job script) sets the end, counted from ``started``.
     GPUs and memory (MB) per node come from the host's definition when given, else from
     SLURM (``SLURM_GPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``) or, on this machine alone, as
@@ -180,7 +244,7 @@ def _nodes(env: dict[str, str], hosts: str | None, hostfile: str | None, cores: 
                         pairs.append((check_node_name(words[0]), int(words[1]) if len(words) > 1 else (cores or 1)))
         return Allocation("hosts", _mark_local([Node(h, c) for h, c in pairs]), end=end)
     if env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
-        names = expand_hostlist(env.get("SLURM_JOB_NODELIST") or env["SLURM_NODELIST"])
+        names = slurm_hostnames(env.get("SLURM_JOB_NODELIST") or env["SLURM_NODELIST"])
         counts = expand_counts(env.get("SLURM_JOB_CPUS_PER_NODE") or ",".join(["1"] * len(names)))
         if len(counts) != len(names):
             counts = (counts + [counts[-1]] * len(names))[: len(names)]
@@ -189,6 +253,13 @@ def _nodes(env: dict[str, str], hosts: str | None, hostfile: str | None, cores: 
     if env.get("PBS_NODEFILE"):
         return Allocation("pbs", _mark_local([Node(h, c) for h, c in _count_file(env["PBS_NODEFILE"])]),
                           job_id=env.get("PBS_JOBID"), end=end)
+    if env.get("PE_HOSTFILE") and env.get("JOB_ID"):
+        return Allocation("sge", _mark_local([Node(h, c) for h, c in pe_hostfile(env["PE_HOSTFILE"])]),
+                          job_id=env.get("JOB_ID"), end=end)
+    if env.get("JOB_ID") and env.get("SGE_ROOT") and env.get("NSLOTS", "").isdigit():
+        # an SGE job without a parallel environment: the slots it has (one), on this host
+        return Allocation("sge", [Node(socket.gethostname(), int(env["NSLOTS"]), local=True)],
+                          job_id=env["JOB_ID"], end=end)
     if env.get("LOADL_HOSTFILE"):
         return Allocation("loadleveler", _mark_local([Node(h, c) for h, c in _count_file(env["LOADL_HOSTFILE"])]),
                           job_id=env.get("LOADL_STEP_ID"), end=end)

@@ -9,7 +9,8 @@ member's command:
     mpiexec  members with more than one rank, where srun is not the launcher: which
              mpiexec is installed decides how it is called (``mpi.py``)
 
-Each is a prefix template with ``{node}``, ``{nodes}``, ``{ranks}``, ``{threads}``,
+Each is a prefix template with ``{node}``, ``{nodes}``, ``{hosts}`` (``node:ranks,...``),
+``{nnodes}``, ``{ranks}``, ``{per_node}`` (the most ranks on one node), ``{threads}``,
 ``{cwd}`` fields, overridable per host (``--launcher-prefix``), followed by
 ``bash -c CMD``. The template is split into words first and each word filled in after
 (:func:`command`), so a value is never more than the word it stands in; ssh gets its host
@@ -25,8 +26,8 @@ from typing import Mapping
 from .packing import Placement
 
 PREFIXES = {
-    "srun": "srun --exact --quiet --nodes={nnodes} --ntasks={ranks} --cpus-per-task={threads} "
-            "--nodelist={nodes} --chdir={cwd}",
+    "srun": "srun --exact --quiet --nodes={nnodes} --ntasks={ranks} --ntasks-per-node={per_node} "
+            "--cpus-per-task={threads} --nodelist={nodes} --chdir={cwd}",
     "mpiexec": "mpiexec -n {ranks} --host {hosts}",
     # the pilot keeps one session per node open to a node agent (pilot/nodeagent.py), so
     # members cost no key exchange or login; ServerAlive notices a dead node within ~6 s
@@ -35,6 +36,28 @@ PREFIXES = {
 
 #: ssh exits with this when the connection (not the member) failed
 SSH_FAILED = 255
+
+#: What srun says when it could not start a job step because the allocation is going or
+#: gone (scancel, preemption, walltime, a node failure): its exit status (1) is then
+#: srun's, not the member's, which may never have run.
+SRUN_NOT_STARTED = ("has expired", "already completing or completed", "Unable to create step",
+                    "Invalid job id", "has been revoked", "Unable to confirm allocation")
+
+
+def srun_refused(stderr_path: str) -> str | None:
+    """srun's last words in a member's stderr when it failed to start the step (one of
+    :data:`SRUN_NOT_STARTED`), or None: a member that ran and failed is the member's."""
+    try:
+        with open(stderr_path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 4096))
+            tail = fh.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return None
+    last = tail[-1] if tail else ""
+    if last.startswith("srun: error: ") and "task" not in last and any(w in last for w in SRUN_NOT_STARTED):
+        return last
+    return None
 
 
 def command(prefix: str, **fields: object) -> list[str]:
@@ -71,6 +94,7 @@ def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: 
         "nodes": ",".join(n.name for n, _ in placement),
         "hosts": ",".join(f"{n.name}:{k}" for n, k in placement),
         "nnodes": len(placement),
+        "per_node": max(k for _, k in placement),
         "ranks": ranks,
         "threads": threads,
         "cwd": cwd,

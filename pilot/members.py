@@ -75,7 +75,7 @@ def collect(cwd: str) -> dict[str, str]:
 
 class Member:
     __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
-                 "term_at", "agent", "key", "cpu", "rss")
+                 "term_at", "agent", "key", "cpu", "rss", "lost")
 
     def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
         self.task = task
@@ -93,22 +93,25 @@ class Member:
         self.key = pid
         self.cpu: float | None = None  # from the rusage of the reaped member (the end message's)
         self.rss: int | None = None
+        self.lost: str | None = None  # the node it ran on was lost (pilot/nodewatch.py): why, in words
 
     def usage(self) -> dict:
         """``cpu`` and ``rss`` for its ``end`` message, where its reaper measured them."""
         return {} if self.cpu is None else {"cpu": self.cpu, "rss": self.rss}
 
 
-def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int, int]:
-    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB, tmp MB) a task asks
-    for: the packer's arguments, in its order."""
+def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int, int, int | None]:
+    """(ranks, threads, exclusive, per-node core cap, GPUs, memory MB, tmp MB, ranks per
+    node) a task asks for: the packer's arguments, in its order."""
     ranks = max(1, int(task.get("ranks") or 1))
     threads = max(1, int(task.get("threads") or task.get("cores") or 1))
     if "ranks" not in task and "threads" not in task:
         ranks, threads = 1, max(1, int(task.get("cores") or 1))
     cap = task.get("cap")
+    rpn = task.get("rpn")
+    rpn = int(rpn) if rpn and ranks > 1 and ranks % int(rpn) == 0 else None
     return (ranks, threads, bool(task.get("exclusive")), int(cap) if cap else None,
-            int(task.get("gpus") or 0), int(task.get("mem") or 0), int(task.get("tmp") or 0))
+            int(task.get("gpus") or 0), int(task.get("mem") or 0), int(task.get("tmp") or 0), rpn)
 
 
 def note_stderr(task: dict, text: str) -> None:

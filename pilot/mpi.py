@@ -104,5 +104,28 @@ def find(path_env: str | None = None) -> "Mpi | str":
     return result
 
 
+_SRUN_MPI: list[str | None] = []
+
+
+def srun_mpi() -> str | None:
+    """The ``--mpi`` plugin for a member of several ranks started by srun: None where the
+    cluster's MpiDefault already is one; ``pmix`` where MpiDefault is ``none`` (ranks of
+    an MPI program would then each start alone, as rank 0 of 1) and srun has PMIx (Open MPI
+    4 and 5, MPICH and Intel MPI all speak it). Asked once per pilot."""
+    if not _SRUN_MPI:
+        from .allocation import slurm_config
+
+        plugin = None
+        if slurm_config().get("MpiDefault", "none") == "none":
+            try:
+                said = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=20,
+                                      stdin=subprocess.DEVNULL)
+                plugin = "pmix" if "pmix" in said.stdout + said.stderr else None
+            except (OSError, subprocess.TimeoutExpired):
+                plugin = None
+        _SRUN_MPI.append(plugin)
+    return _SRUN_MPI[0]
+
+
 _WHAT = {"slurm-wrapper": "SLURM's mpiexec wrapper, which would start an srun job and never run the payload",
          "unknown": "an MPI launcher pwe does not know how to call"}

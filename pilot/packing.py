@@ -71,7 +71,7 @@ class Packer:
         return max(0, min(self.free[name], self._limit(name, cap) - used))
 
     def why_never(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
-                  gpus: int = 0, mem: int = 0, tmp: int = 0) -> str | None:
+                  gpus: int = 0, mem: int = 0, tmp: int = 0, per_node: int | None = None) -> str | None:
         """Why a member can never be placed here (even on an empty allocation), or None."""
         live = [n for n in self.nodes if n.name not in self.dead]
         if not live:
@@ -93,6 +93,13 @@ class Packer:
             if mem and known and len(known) == len(whole) and mem > max(known):
                 return f"needs {mem} MB of memory on one node; nodes here have at most {max(known)} MB"
         biggest = max(self._limit(n.name, cap) for n in live)
+        if per_node:
+            spans = max(1, ranks // per_node)
+            can = [n for n in live if self._limit(n.name, cap) >= per_node * threads]
+            if len(can) < spans:
+                return (f"its {ranks} ranks go {per_node} to a node (ranksPerNode) on {spans} nodes of "
+                        f"{per_node * threads} free cores; the allocation has {len(can)} such node"
+                        f"{'s' if len(can) != 1 else ''} left")
         if threads > biggest:
             return (f"a rank needs {threads} cores (threadsPerRank) but nodes here have at most {biggest}"
                     " usable")
@@ -102,13 +109,16 @@ class Packer:
         return None
 
     def place(self, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
-              gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
+              gpus: int = 0, mem: int = 0, tmp: int = 0, per_node: int | None = None) -> Placement | None:
         """Where the member's ranks go, its cores (and GPUs, memory, tmp) taken; None when
-        it does not fit now."""
+        it does not fit now. ``per_node`` (ranksPerNode): exactly that many ranks on each of
+        ranks / per_node nodes."""
         live = [n for n in self.nodes if n.name not in self.dead]
         if tmp:
             live = [n for n in live if self._holds(self.tmp_free, n.name, tmp)]
         need = ranks * threads
+        if per_node and not (gpus or mem):
+            return self._place_even(live, ranks // per_node, per_node, threads, exclusive, cap, tmp)
         if gpus or mem:  # one node with the cores, the GPUs and the memory free
             fits = [n for n in live if self._has(n.name, gpus, mem) and (
                 self.free[n.name] == self.cap[n.name] and self._limit(n.name, cap) >= need if exclusive
@@ -158,14 +168,29 @@ class Packer:
             self.free[n.name] -= k * threads
         return self._take(chosen, tmp)
 
+    def _place_even(self, live: list[Node], spans: int, per_node: int, threads: int, exclusive: bool,
+                    cap: int | None, tmp: int) -> Placement | None:
+        """``per_node`` ranks on each of ``spans`` nodes (the fullest that have room: best fit)."""
+        need = per_node * threads
+        if exclusive:
+            fits = [n for n in live if self.free[n.name] == self.cap[n.name] and self._limit(n.name, cap) >= need]
+        else:
+            fits = [n for n in live if self._room(n.name, cap) >= need]
+        if len(fits) < spans:
+            return None
+        chosen = sorted(fits, key=lambda n: (self.free[n.name], not n.local))[:spans]
+        for n in chosen:
+            self.free[n.name] = 0 if exclusive else self.free[n.name] - need
+        return self._take(Placement([(n, per_node) for n in chosen]), tmp)
+
     def place_on(self, name: str, ranks: int, threads: int, exclusive: bool = False, cap: int | None = None,
-                 gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
+                 gpus: int = 0, mem: int = 0, tmp: int = 0, per_node: int | None = None) -> Placement | None:
         """:meth:`place` on node ``name`` alone (a group's next member, where the one
         before it ran: the group keeps its slot); None when that node has no room."""
         others = {n.name for n in self.nodes if n.name != name} - self.dead
         self.dead |= others
         try:
-            return self.place(ranks, threads, exclusive, cap, gpus, mem, tmp)
+            return self.place(ranks, threads, exclusive, cap, gpus, mem, tmp, per_node)
         finally:
             self.dead -= others
 
@@ -192,13 +217,14 @@ class Packer:
         return all(self.free[n.name] == self.cap[n.name] for n in self.nodes if n.name not in self.dead)
 
     def place_avoiding(self, avoid: set[str], ranks: int, threads: int, exclusive: bool = False,
-                       cap: int | None = None, gpus: int = 0, mem: int = 0, tmp: int = 0) -> Placement | None:
+                       cap: int | None = None, gpus: int = 0, mem: int = 0, tmp: int = 0,
+                       per_node: int | None = None) -> Placement | None:
         """:meth:`place`, on no node of ``avoid`` (pilot/nodesetup.py: a node whose
         setup_per_node has not run yet there, or failed): they count as full meanwhile."""
         saved = {name: self.free[name] for name in avoid if name in self.free}
         for name in saved:
             self.free[name] = 0
         try:
-            return self.place(ranks, threads, exclusive, cap, gpus, mem, tmp)
+            return self.place(ranks, threads, exclusive, cap, gpus, mem, tmp, per_node)
         finally:
             self.free.update(saved)

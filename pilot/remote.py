@@ -14,9 +14,9 @@ import sys
 from typing import Any
 
 from .launchers import PREFIXES, command
-from .members import Member, note_stderr, say, argv_for
+from .members import Member, say, argv_for
 from .packing import Placement
-from .wire import NODE_LOST, START
+from .wire import START
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
@@ -143,8 +143,9 @@ class RemoteNodes:
                 else:
                     self.finish(member, msg["rc"])
 
-    def agent_lost(self, agent: NodeAgent, extra: list[dict] = ()) -> None:
-        """A node's session is gone: what ran there (and ``extra``) goes back to the queue."""
+    def agent_lost(self, agent: NodeAgent, extra: list[dict] = (), dead: bool = False) -> None:
+        """A node's session is gone: what ran there (and ``extra``) goes back to the engine.
+        ``dead``: the node is known lost (pilot/nodewatch.py), no need to ask it."""
         agent.close()
         self.agents.pop(agent.node, None)
         lost = list(agent.members.values())
@@ -158,20 +159,22 @@ class RemoteNodes:
         except OSError:
             said = ""
         self.node_failed(agent.node, [m.task for m in lost if not m.killed] + list(extra),
-                         killed=[m for m in lost if m.killed], said=said)
+                         killed=[m for m in lost if m.killed], said=said, dead=dead)
 
-    def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "") -> None:
-        """A node's session broke. If the node is gone, run its members elsewhere (not
-        their fault); if it still answers, run them again anyway (no result came back)."""
-        if not self.node_alive(node):
+    def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "",
+                    dead: bool = False) -> None:
+        """A node's session broke. Its members go back to the engine, which runs them again
+        as their next attempt: if the node is gone, on the other nodes (not their fault:
+        ``node_lost``); if it still answers, anywhere (no result came back)."""
+        if dead or not self.node_alive(node):
             self.packer.kill_node(node)
+            why = self.losses[node] = f"node {node} became unreachable" + (f": {said[-300:]}" if said else "")
+            say(f"{why}; its members go to the other nodes")
             for t in tasks:
-                self.emit(NODE_LOST, node=node, n=t["n"], m=t["m"], why=said[-300:])
-                # so that `pwe logs` of the member says what happened to its node
-                note_stderr(t, f"node {node} became unreachable: {said}")
-            say(f"node {node} is unreachable ({said[-300:]}); its members go to the other nodes")
-        for t in reversed(tasks):
-            self.queue.appendleft(t)
+                self.member_lost(t, node, why)
+        else:
+            for t in tasks:
+                self.hand_back(t, f"its session to node {node} ended: {said[-200:]}")
         for m in killed:  # members we were stopping anyway: report as if reaped
             self.finish(m, -signal.SIGKILL)
         self.fail_unplaceable()
@@ -179,7 +182,7 @@ class RemoteNodes:
     def _ssh_head(self, node: str) -> list[str]:
         """The ssh command (host's prefix or the default) that reaches one node."""
         return command(self.launcher_prefix or PREFIXES["ssh"], node=node, nodes=node, hosts=node, nnodes=1, ranks=1,
-                       threads=1, cwd="/")
+                       per_node=1, threads=1, cwd="/")
 
     def node_alive(self, name: str) -> bool:
         """One short ssh round trip: can the node still run a command?"""

@@ -13,7 +13,8 @@ kind        fields
             ``cwd`` the member's directory, ``env`` {name: text}, ``ranks``, ``threads``,
             ``wall`` minutes per member or null; only when set: ``exclusive`` (whole
             nodes), ``cap`` (most cores of a node), ``gpus``, ``mem`` (MB), ``tmp``
-            (MB of the node's tmp pool for its $TMPDIR), ``setup`` (the id of the
+            (MB of the node's tmp pool for its $TMPDIR), ``rpn`` (ranks on each of its
+            nodes: ranksPerNode), ``setup`` (the id of the
             ``setup`` its nodes run first), ``prod`` [absolute paths]: its products, which
             the pilot checks once when it exits 0 (one missing: the member fails, rc 1,
             ``why`` naming it)
@@ -51,8 +52,10 @@ kind           fields
                :data:`UNWRITABLE` (``cannot write DIR: reason``) is the run's cause:
                the member's directory cannot be made or written
 ``drain``      ``why``, ``left`` s: the allocation ends, nothing more is taken
-``node_lost``  ``node``, ``n``, ``m``, ``why`` (its ssh session's last words; not always):
-               that member runs again on another node
+``node_lost``  ``node``, ``n``, ``m``, ``why`` (what the pilot saw: the node's slurmd stopped
+               answering, its ssh session's last words): a node of the allocation died
+               under that member, which the pilot hands ``back`` (the engine runs it
+               again as its next attempt, on the other nodes)
 ``hb``         ``running``, ``queued``: heartbeat
 ``down``       ``why``: ``stop``, ``idle``, ``cancel``, ``walltime``, ``terminated``,
                ``leave`` (drained) or ``error: ...`` (a defect)
@@ -109,7 +112,7 @@ UNWRITABLE = "cannot write "
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "ranks", "threads", "wall", "exclusive", "cap", "gpus",
-                     "mem", "tmp", "setup", "prod"}),
+                     "mem", "tmp", "setup", "prod", "rpn"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

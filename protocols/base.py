@@ -84,6 +84,12 @@ class PilotJob:
     env: dict[str, str] = field(default_factory=dict)
     pilot_args: list[str] = field(default_factory=list)
     notify: str | None = None  # command a job's edge events call (pwe notify ...)
+    parallel_environment: str | None = None  # SGE: the PE a job of more than one slot names
+
+    @property
+    def slots(self) -> int:
+        """Cores the job asks for in all (SGE's slots)."""
+        return self.nodes * self.cores_per_node
 
 
 #: What a job id looks like, for every scheduler here: SLURM's ``123`` or ``123_4``, PBS's
@@ -111,8 +117,10 @@ _ENV.filters["hms"] = walltime_hms
 
 
 #: requestedStart in each scheduler's words: SLURM's --begin, PBS's -a, LoadLeveler's
-#: startdate. None has a time zone: they are written in this machine's (pwe.starttime says why).
-BEGIN_FORMS = {"slurm": "%Y-%m-%dT%H:%M:%S", "pbs": "%Y%m%d%H%M.%S", "loadleveler": "%m/%d/%Y %H:%M:%S"}
+#: startdate, SGE's -a ([[CC]YY]MMDDhhmm[.SS]). None has a time zone: they are written in
+#: this machine's (pwe.starttime says why).
+BEGIN_FORMS = {"slurm": "%Y-%m-%dT%H:%M:%S", "pbs": "%Y%m%d%H%M.%S", "loadleveler": "%m/%d/%Y %H:%M:%S",
+               "sge": "%Y%m%d%H%M.%S"}
 
 
 def _begin(when: Any, form: str) -> str:
@@ -138,6 +146,9 @@ class Protocol:
     job_id = ""
     submit_command: list[str] = []
     cancel_command: list[str] = []
+    #: commands it runs besides those of the registry's list (which ``pwe hosts check``
+    #: looks for): run from a host's ``commands_dir`` too
+    more_commands: tuple[str, ...] = ()
     timeout = 30.0
     #: words in a failed command's answer saying that the scheduler could not be asked (its
     #: controller down, restarting, overloaded), not that it refused: ask again later
@@ -145,7 +156,15 @@ class Protocol:
                                           "connection refused", "connection timed out", "cannot connect to server",
                                           "unable to connect", "connection reset")
 
-    def __init__(self, runner: CommandRunner):
+    def __init__(self, runner: CommandRunner, host: Any = None):
+        """``host``: the registry entry submitted to, when there is one; its ``commands_dir``
+        (the batch system's commands, not those first on the PATH) is where every command
+        of this protocol is run from."""
+        directory = getattr(host, "commands_dir", None)
+        if directory:
+            from .runner import InDir
+
+            runner = InDir(runner, directory, registry.info(self.name).commands + self.more_commands)
         self.runner = runner
         #: why the last status query got no answer (its words); None when it was answered
         self.no_answer: str | None = None

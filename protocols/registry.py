@@ -33,6 +33,9 @@ class ProtocolInfo:
     submission_types: frozenset[str] = frozenset({"glidein"})
     #: its job script can ask for GPUs (SLURM --gres, PBS gpus=); LoadLeveler's cannot here
     asks_gpus: bool = True
+    #: a job of more than one slot names a parallel environment (SGE's ``-pe PE SLOTS``):
+    #: the host's ``parallel_environment``, checked against the cell before a run
+    parallel_environment: bool = False
 
 
 _SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes", "requestedStart"}
@@ -45,6 +48,10 @@ PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
     ProtocolInfo("slurm", "protocols.slurm:Slurm", ("sbatch", "squeue", "scancel"),
                  frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"}), allocates=True),
     ProtocolInfo("pbs", "protocols.pbs:Pbs", ("qsub", "qstat", "qdel"), frozenset(_SIZE), allocates=True),
+    # SGE's memory requests are per slot and site-defined (h_vmem, mem_free): maxTotalMemory is not
+    # stated; nor are GPUs (no standard complex). A multi-slot pilot needs a parallel environment.
+    ProtocolInfo("sge", "protocols.sge:Sge", ("qsub", "qstat", "qdel"), frozenset(_SIZE - {"maxTotalMemory"}),
+                 allocates=True, asks_gpus=False, parallel_environment=True),
     ProtocolInfo("loadleveler", "protocols.loadleveler:LoadLeveler", ("llsubmit", "llq", "llcancel"),
                  frozenset(_SIZE | {"reservation"}), allocates=True, asks_gpus=False),
 )}
@@ -61,9 +68,10 @@ def info(name: str) -> ProtocolInfo:
     return PROTOCOLS[name]
 
 
-def get(name: str, runner: Any) -> Any:
-    """The protocol ``name``, talking through ``runner``, imported on first use."""
+def get(name: str, runner: Any, host: Any = None) -> Any:
+    """The protocol ``name``, talking through ``runner``, imported on first use; ``host``,
+    the registry entry it submits to (where its commands are: ``commands_dir``)."""
     import importlib
 
     module, _, cls = info(name).cls.partition(":")
-    return getattr(importlib.import_module(module), cls)(runner)
+    return getattr(importlib.import_module(module), cls)(runner, host)

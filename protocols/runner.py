@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pwe.errors import CommandTimeout, ContactError
 
-__all__ = ["CommandResult", "CommandRunner", "CommandTimeout", "ContactError", "LocalRunner"]
+__all__ = ["CommandResult", "CommandRunner", "CommandTimeout", "ContactError", "InDir", "LocalRunner"]
 
 
 @dataclass
@@ -69,3 +69,33 @@ class LocalRunner(CommandRunner):
         with open(path, "w") as fh:
             fh.write(text)
         os.chmod(path, mode)
+
+
+class InDir(CommandRunner):
+    """Another runner, with the commands in ``names`` run from ``directory`` (a host's
+    ``commands_dir``: its batch system's commands where they are not on the PATH, or where
+    another system's of the same names come first). It counts nothing itself: the calls
+    are the runner's it wraps."""
+
+    def __init__(self, inner: CommandRunner, directory: str, names: tuple[str, ...]) -> None:
+        self.inner = inner
+        self.calls = inner.calls
+        self.directory = directory.rstrip("/") or "/"
+        self.names = frozenset(names)
+
+    def run(self, argv: list[str], timeout: float = 30.0, input: str | None = None,
+            cwd: str | None = None) -> CommandResult:
+        if argv and argv[0] in self.names:
+            argv = [f"{self.directory}/{argv[0]}", *argv[1:]]
+        return self.inner.run(argv, timeout, input, cwd)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def write_file(self, path: str, text: str, mode: int = 0o700) -> None:
+        self.inner.write_file(path, text, mode)
+
+    def __getattr__(self, name: str):  # (what else the runner says of itself: display...)
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

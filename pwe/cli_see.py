@@ -131,6 +131,10 @@ def _status_lines(d, snap: dict) -> list[str]:
             + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
             + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
             for pid, p in pilots.items()))
+        for pid, p in pilots.items():
+            for node, when in (p.get("lost") or {}).items():
+                at = time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "?"
+                lines.append(f"pilot {pid}: node {node} lost at {at}; its members ran again on the other nodes")
     return lines
 
 

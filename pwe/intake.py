@@ -18,8 +18,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, START, UNWRITABLE, UP,
-                        VERSION, channel_key)
+from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NODE_LOST, START,
+                        UNWRITABLE, UP, VERSION, channel_key)
 
 from .errors import RunStopped
 from .trees import decide
@@ -195,7 +195,9 @@ class Intake:
                     where = str(ev["why"])[len(UNWRITABLE):].rsplit(": ", 1)[0]
                     if not writable(where):
                         self._unwritable = str(ev["why"])
-        if k == DRAIN:
+        if k == NODE_LOST:
+            self._node_lost(pilot, ev)
+        elif k == DRAIN:
             pilot.draining = True
         elif k == DOWN:
             pilot.down = True
@@ -208,6 +210,16 @@ class Intake:
             self._record({"e": "note", "what": f"pilot {pilot.id}: a damaged message skipped", "text":
                           str(ev.get("text", ev))[:80], "t": time.time()})
         self._pilot_news(pilot, ev)  # (setup_per_node's outcomes: pwe/pilotctl.py)
+
+    def _node_lost(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
+        """A node of a pilot's allocation died (the pilot hands its members back, each with
+        a ``back``): journaled once per node, so that ``pwe status`` names it."""
+        node = ev.get("node")
+        if not isinstance(node, str) or node in (self.state.pilots.get(pilot.id) or {}).get("lost", {}):
+            return
+        self._record({"e": "node_lost", "p": pilot.id, "node": node, "why": str(ev.get("why") or "")[:300],
+                      "t": ev.get("t") or time.time()})
+        self.notice(f"pilot {pilot.id}: node {node} lost; its members run again on the other nodes")
 
     def _refuse(self, pilot: PilotHandle, version: Any) -> None:
         """A pilot that speaks another version of the messages: tell it to leave, hand its

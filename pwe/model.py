@@ -70,6 +70,9 @@ class Scheduling(_Strict):
     minCpus: Count | None = Field(None, description="fewest cores one batch job may ask for")
     ranksPerMember: Count | None = Field(None, description="processes (MPI ranks) per member; default 1")
     threadsPerRank: Count | None = Field(None, description="threads per rank; default 1")
+    ranksPerNode: Count | None = Field(
+        None, description="ranks of a member on each of its nodes (ranksPerMember must be a multiple): the member "
+        "spans ranksPerMember / ranksPerNode nodes; default: packed onto as few nodes as have room")
     maxMembers: Count | None = Field(None, description="most members one pilot runs")
     coreUsageRule: Count | None = Field(None, description="most cores used on each node")
     shareNodes: StrictBool | None = Field(
@@ -132,6 +135,9 @@ class Scheduling(_Strict):
             a, b = getattr(self, lo), getattr(self, hi)
             if a is not None and b is not None and a > b:
                 raise ValueError(f"{lo} ({a}) is larger than {hi} ({b})")
+        if self.ranksPerNode is not None and (self.ranksPerMember or 1) % self.ranksPerNode:
+            raise ValueError(f"ranksPerMember ({self.ranksPerMember or 1}) is not a multiple of ranksPerNode "
+                             f"({self.ranksPerNode}): a member's ranks must divide evenly over its nodes")
         return self
 
     def cores_per_member(self) -> int:

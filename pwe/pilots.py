@@ -144,7 +144,7 @@ class Lane:
         from protocols.ssh import runner_for
 
         # commands go to the host's head node: here, or over SSH (host keys verified)
-        self.protocol = get_protocol(host.protocol, runner_for(host))
+        self.protocol = get_protocol(host.protocol, runner_for(host), host)
         self.ready = ReadyQueue()  # (runs of member indices: a million ready members cost one entry)
         self.status_every = status_every
         self.status_interval = status_every

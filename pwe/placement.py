@@ -38,6 +38,9 @@ def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, hos
     from .limits import check as check_limits
 
     check_limits(plan, hosts, src)  # (user-defined resources: each limited, each fits its limits)
+    from .pecheck import check as check_pes
+
+    notes = notes + check_pes(plan, hosts, src, registry.sources)  # (SGE: the cell has the host's PE)
     return plan, hosts, notes + run_warnings(plan, hosts)
 
 
@@ -119,7 +122,8 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
             "qos": sched.qos, "reservation": sched.reservation, "constraint": sched.nodeAttributes,
             # members that need GPUs get them only if the job asks for the nodes' GPUs
             "memory_mb": sched.maxTotalMemory, "gpus_per_node": host.gpus_per_node if gpus else 0,
-            "begin": sched.requested_start(_when(created))}
+            "begin": sched.requested_start(_when(created)),
+            "parallel_environment": getattr(host, "parallel_environment", None)}
 
 
 def _when(epoch: float | None) -> Any:
@@ -150,7 +154,7 @@ def preview_pilot_script(plan: Plan, host: Any, first: str | None = None) -> str
     from protocols.registry import get as get_protocol
     from protocols.runner import LocalRunner
 
-    protocol = get_protocol(host.protocol, LocalRunner())
+    protocol = get_protocol(host.protocol, LocalRunner(), host)
     if not protocol.batch:
         return None
     # the first node (in graph order) that runs on this host: its members ask for the first pilot
@@ -208,6 +212,17 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
                 f"node '{nid}': a member needs {threads} cores for one rank (threadsPerRank) but host "
                 f"'{host.name}' has nodes of {per_node} cores, and a rank cannot straddle nodes",
                 src, pn.line)
+        rpn = sched.ranksPerNode if ranks > 1 else None
+        if rpn and rpn * threads > per_node:
+            raise InputError(
+                f"node '{nid}': ranksPerNode {rpn} of {threads} threads needs {rpn * threads} cores on a node but host "
+                f"'{host.name}' has nodes of {per_node}; lower ranksPerNode or threadsPerRank", src, pn.line)
+        if rpn and n_nodes is not None and ranks // rpn > n_nodes:
+            has = f"has {n_nodes} node{'s' if n_nodes > 1 else ''}" if not which else \
+                f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} ({which})"
+            raise InputError(
+                f"node '{nid}': a member spans {ranks // rpn} nodes (ranksPerMember {ranks} / ranksPerNode {rpn}) but "
+                f"host '{host.name}' {has}; raise ranksPerNode or the host's nodes", src, pn.line)
         if n_nodes is not None and ranks > (per_node // threads) * n_nodes:  # (a rank never straddles nodes)
             has = f"has {n_nodes} nodes of {per_node}" if not which else \
                 f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} of {per_node} cores ({which})"
@@ -266,23 +281,21 @@ def check_mpi(plan: Plan, hosts: dict[str, Any], src: Path) -> None:
 def pilot_args_for(host: Any) -> list[str]:
     """How the local protocol starts a pilot for this host: its nodes and launcher."""
     args: list[str] = []
+    launcher = host.launcher
     if host.nodes:
         args += ["--hosts", ",".join(f"{n}:{host.cores_per_node or 1}" for n in host.nodes)]
-        launcher = host.launcher if host.launcher != "auto" else "ssh"
+        launcher = launcher if launcher != "auto" else "ssh"
+    if launcher not in ("auto", "fork") or host.nodes:
         args += ["--launcher", launcher]
-        prefix = host.launcher_prefix
-        if prefix is None and launcher == "ssh" and host.ssh_config:
-            from pilot.launchers import PREFIXES
+    prefix = host.launcher_prefix  # (a host's setting is never ignored)
+    if prefix is None and launcher == "ssh" and host.ssh_config:
+        # the host's ssh_config reaches its nodes too: the explicit nodes, or an allocation's
+        from pilot.launchers import PREFIXES
 
-            config = shlex.quote(host.ssh_config).replace("{", "{{").replace("}", "}}")  # a word, not a field
-            prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {config} ", 1)
-        if prefix:
-            args += ["--launcher-prefix", prefix]
-    else:
-        if host.launcher not in ("auto", "fork"):
-            args += ["--launcher", host.launcher]
-        if host.launcher_prefix:  # (it was dropped here: a host's setting is never ignored)
-            args += ["--launcher-prefix", host.launcher_prefix]
+        config = shlex.quote(host.ssh_config).replace("{", "{{").replace("}", "}}")  # a word, not a field
+        prefix = PREFIXES["ssh"].replace("ssh ", f"ssh -F {config} ", 1)
+    if prefix:
+        args += ["--launcher-prefix", prefix]
     if host.scratch:
         args += ["--scratch", host.scratch]  # (members' own $TMPDIRs: pilot/tmpdirs.py)
     if host.gpus_per_node:
@@ -301,8 +314,8 @@ def pilot_args_for(host: Any) -> list[str]:
 #: Scheduling fields every pilot acts on, whatever submits it: the engine's task for each
 #: member (ranks, threads, walltime per member, shareNodes -> exclusive, coreUsageRule ->
 #: cap, GPUs, memory) and its feeding (maxMembers: most members one pilot is given).
-MEMBER_FIELDS = frozenset({"ranksPerMember", "threadsPerRank", "maxWallTimePerMember", "shareNodes", "coreUsageRule",
-                           "gpusPerMember", "memoryPerMember", "tmpPerMember", "maxMembers"})
+MEMBER_FIELDS = frozenset({"ranksPerMember", "ranksPerNode", "threadsPerRank", "maxWallTimePerMember", "shareNodes",
+                           "coreUsageRule", "gpusPerMember", "memoryPerMember", "tmpPerMember", "maxMembers"})
 #: The fields each protocol acts on: those and what its job script states. The rest are
 #: reported, never dropped; submissionType is checked by value (registry: submission_types).
 USED_SCHEDULING = {name: MEMBER_FIELDS | p.script_fields for name, p in PROTOCOLS.items()}

@@ -237,6 +237,10 @@ class RunState:
             if r["p"] in self.pilots:
                 self.pilots[r["p"]].update(draining=True, drain_req=r.get("req"))
             return True
+        if e == "node_lost":  # (a node of its allocation died: pwe status names it)
+            if r["p"] in self.pilots:
+                self.pilots[r["p"]].setdefault("lost", {})[r["node"]] = r.get("t")
+            return True
         if e == "pilot_gone":
             if r["p"] in self.pilots:
                 self.pilots[r["p"]]["alive"] = False
@@ -481,7 +485,7 @@ class RunState:
             "finished_ok": self.finished_ok,
             "stopped": self.stopped,
             "rejected": dict(self.rejected),
-            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why")}
+            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why", "lost")}
                        for pid, p in self.pilots.items()},
             "work": self.work(),
         }

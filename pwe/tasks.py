@@ -55,6 +55,8 @@ class TaskBuilder:
             env[name] = value_text(value)
         task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.command(nid, i), "cwd": cwd,
                 "env": env, "ranks": ranks, "threads": threads, "wall": sched.maxWallTimePerMember}
+        if sched.ranksPerNode:
+            task["rpn"] = sched.ranksPerNode  # its ranks this many to a node (pilot/packing.py)
         if sched.shareNodes is False:
             task["exclusive"] = True  # whole nodes, shared with no other member
         if sched.coreUsageRule:

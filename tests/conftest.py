@@ -120,23 +120,8 @@ def run_cli(*args, cwd=None, timeout=120, env=None):
 # bare `pytest` works too. Services that cannot start: pytest.fail under CI, else skip.
 
 SERVICES = ROOT / "tests" / "services"
-_SERVICES_SETUP = []  # [(returncode or None when not root, output)], once per session
-
-
 def _services_setup():
-    if not _SERVICES_SETUP:
-        if _os.geteuid() != 0:
-            _SERVICES_SETUP.append((None, "not root: tests/services/setup.sh needs root "
-                                          "(apt-get, daemons, network namespaces)"))
-        else:
-            try:
-                p = _subprocess.run(["bash", str(SERVICES / "setup.sh")], capture_output=True, text=True,
-                                    timeout=900, stdin=_subprocess.DEVNULL)
-                _SERVICES_SETUP.append((p.returncode, p.stdout + p.stderr))
-            except _subprocess.TimeoutExpired as e:
-                out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-                _SERVICES_SETUP.append((-1, f"tests/services/setup.sh timed out after 900 s\n{out}"))
-    return _SERVICES_SETUP[0]
+    return run_setup_script(SERVICES / "setup.sh")
 
 
 def service_up(output, prefix):
@@ -366,3 +351,117 @@ def most_at_once(ivs) -> int:
         now += d
         most = max(most, now)
     return most
+
+
+# ---------------------------------------------------------------------------------------
+# The test clusters' set-up scripts (tests/cluster/): each run once per session.
+
+CLUSTER = ROOT / "tests" / "cluster"
+_SCRIPT_RUNS: dict = {}  # script -> (returncode or None when not root, output), once per session
+
+
+def run_setup_script(script: Path, timeout: int = 900):
+    """(returncode, output) of a root set-up script, run once per session (None: not root)."""
+    if script not in _SCRIPT_RUNS:
+        if _os.geteuid() != 0:
+            _SCRIPT_RUNS[script] = (None, f"not root: {script.relative_to(ROOT)} needs root (packages, daemons, "
+                                          "network namespaces)")
+        else:
+            try:
+                p = _subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout,
+                                    stdin=_subprocess.DEVNULL)
+                _SCRIPT_RUNS[script] = (p.returncode, p.stdout + p.stderr)
+            except _subprocess.TimeoutExpired:
+                _SCRIPT_RUNS[script] = (-1, f"{script.relative_to(ROOT)} timed out after {timeout} s")
+    return _SCRIPT_RUNS[script]
+
+
+def require_up(script: Path, prefix: str):
+    """Fail (CI) or skip unless ``script`` printed a line '<prefix> ... up'."""
+    rc, out = run_setup_script(script)
+    if rc is not None and service_up(out, prefix):
+        return
+    why = out if rc is None else f"{script.relative_to(ROOT)} exited {rc}; not up: {prefix.rstrip(':')}\n{out}"
+    if _os.environ.get("CI"):
+        pytest.fail(f"test cluster unavailable under CI: {why}", pytrace=False)
+    pytest.skip(f"test cluster unavailable: {why}")
+
+
+# ---------------------------------------------------------------------------------------
+# A real Grid Engine cell (tests/cluster/sge.sh): sge_qmaster and one sge_execd on this
+# machine, queue all.q (8 slots), parallel environment "pwe". Its commands are not on PATH
+# (/usr/bin/qsub is slurm-wlm-torque's): tests/cluster/sge.env names them (SGE_BIN).
+
+SGE_SCRIPT = CLUSTER / "sge.sh"
+SGE_ENV = CLUSTER / "sge.env"
+
+
+@pytest.fixture(scope="session")
+def sge_cell():
+    """The cell's environment (SGE_ROOT, SGE_CELL, the ports, SGE_BIN, SGE_HOST, SGE_PE,
+    SGE_QUEUE, SGE_SLOTS) as a dict, or skip/fail (CI) when the cell cannot run."""
+    require_up(SGE_SCRIPT, "sge:")
+    return dict(line.removeprefix("export ").split("=", 1) for line in SGE_ENV.read_text().splitlines()
+                if line.startswith("export "))
+
+
+# ---------------------------------------------------------------------------------------
+# The four-node SLURM cluster (tests/cluster/up.sh): slurmctld as pwe-head, one slurmd in
+# each ssh node's namespace pwe-n1..pwe-n4, reached with SLURM_CONF=/var/tmp/pwe-cluster/
+# slurm.conf (tests/cluster/env.sh); hosts slurm4 (srun steps) and slurm4-ssh in
+# tests/cluster/hosts.yaml.
+
+@_dataclasses.dataclass(frozen=True)
+class Slurm4:
+    """The four-node cluster: ``env`` reaches it (SLURM_CONF), ``hosts`` is its hosts.yaml."""
+    nodes: tuple = ("pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4")
+    conf: Path = Path("/var/tmp/pwe-cluster/slurm.conf")
+    hosts: Path = CLUSTER / "hosts.yaml"
+    node_sh: Path = SERVICES / "node.sh"
+
+    @property
+    def env(self):
+        return {"SLURM_CONF": str(self.conf)}
+
+    def run(self, *argv, timeout=60):
+        return _subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                               env={**_os.environ, **self.env}, stdin=_subprocess.DEVNULL)
+
+    def node_states(self):
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %t").stdout
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def kill(self, node):
+        """A node dies: its link goes down, every process in its namespace (slurmd, the
+        members there) is killed -9 (tests/services/node.sh)."""
+        _subprocess.run(["bash", str(self.node_sh), "kill", node.removeprefix("pwe-n")], check=True,
+                        capture_output=True, text=True, timeout=60)
+
+    def revive(self, node, timeout=90):
+        """Link up, sshd and slurmd back; returns once SLURM has the node idle again."""
+        _subprocess.run(["bash", str(self.node_sh), "revive", node.removeprefix("pwe-n")], check=True,
+                        capture_output=True, text=True, timeout=60)
+        deadline = _time.monotonic() + timeout
+        while _time.monotonic() < deadline:
+            state = self.node_states().get(node, "")
+            if state in ("idle", "mix", "alloc"):
+                return
+            if state.startswith(("down", "drain")):
+                self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+            _time.sleep(0.5)
+        raise AssertionError(f"{node} is {self.node_states().get(node)!r} {timeout} s after its revival")
+
+
+@pytest.fixture(scope="session")
+def slurm4_cluster():
+    require_up(CLUSTER / "up.sh", "slurm4:")
+    return Slurm4()
+
+
+@pytest.fixture
+def slurm4(slurm4_cluster):
+    """The real four-node SLURM cluster (a Slurm4), or skip/fail (CI) when it cannot run.
+    Whatever job a test leaves there (a pilot of a run it gave up on) is cancelled after it,
+    so the next test finds the nodes free."""
+    yield slurm4_cluster
+    slurm4_cluster.run("scancel", "--user", "root")

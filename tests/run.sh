@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need, starts the
-# real test services (SLURM + munge, qsub, SSH nodes: tests/services/setup.sh), lints
+# real test services and clusters (SLURM + munge, qsub, SSH nodes, Redis:
+# tests/services/setup.sh; a four-node SLURM and a Grid Engine cell: tests/cluster/up.sh,
+# which runs setup.sh first), lints
 # (ruff, and import-linter's layer contracts from pyproject.toml), then pytest.
 # Usage: bash tests/run.sh [pytest args]
 set -euo pipefail
@@ -13,7 +15,7 @@ echo "run.sh: lint-imports (the layers: pwe over hostinfo over protocols over pi
 layers=$(.venv/bin/lint-imports --no-cache) || { echo "$layers"; exit 1; }
 echo "$layers" | grep -E " KEPT| BROKEN"
 if [ "$(id -u)" = 0 ]; then
-    if ! bash tests/services/setup.sh; then
+    if ! bash tests/cluster/up.sh; then
         if [ -n "${CI:-}" ]; then
             echo "run.sh: the test services did not start (output above); under CI that is a failure" >&2
             exit 1

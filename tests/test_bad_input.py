@@ -163,7 +163,7 @@ def test_a_line_break_cannot_smuggle_a_line_into_a_job_script(write, tmp_path):
     ("hosts:\n  c: {protocol: slurm, cores_per_node: many}\n", 2, "'hosts.c.cores_per_node'"),
     ("hosts:\n  c:\n    protocol: local\n    contact: ssh://me@login\n", 2,
      "'hosts.c': protocol local runs on this machine (contact local); for a remote head node use a protocol that "
-     "submits there: ssh, slurm, pbs, loadleveler"),
+     "submits there: ssh, slurm, pbs, sge, loadleveler"),
 ])
 def test_bad_hosts_file_is_one_line_naming_it(tmp_path, text, line, phrase):
     hosts = tmp_path / "h.yaml"
@@ -205,11 +205,11 @@ def test_validate_checks_that_every_nodes_host_exists(tmp_path):
 
 def test_an_unknown_protocol_is_one_line_from_every_command(tmp_path):
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text("hosts:\n  grid:\n    protocol: sge\n    cores_per_node: 8\n")
+    hosts.write_text("hosts:\n  grid:\n    protocol: lsf\n    cores_per_node: 8\n")
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: a\nnodes:\n  a:\n    host: grid\n    run: x\n")
-    want = (f"{hosts}:3: 'hosts.grid.protocol': unknown protocol 'sge'; known: local, ssh, slurm, pbs, "
-            "loadleveler\n")
+    want = (f"{hosts}:3: 'hosts.grid.protocol': unknown protocol 'lsf'; known: local, ssh, slurm, pbs, "
+            "sge, loadleveler\n")
     for args in (["plan", wf], ["plan", wf, "--host", "grid"], ["validate", wf], ["run", wf, "--run-dir",
                  tmp_path / "run"], ["hosts", "list", "--hosts", hosts], ["hosts", "check", "grid", "--hosts", hosts]):
         status, out, err = run_cli(*args, cwd=tmp_path)
@@ -218,4 +218,4 @@ def test_an_unknown_protocol_is_one_line_from_every_command(tmp_path):
     hosts.write_text("hosts:\n  c: {protocol: slrum}\n")
     status, _, err = run_cli("hosts", "list", "--hosts", hosts)
     assert status == 2 and err == (f"{hosts}:2: 'hosts.c.protocol': unknown protocol 'slrum' (did you mean "
-                                   "'slurm'?); known: local, ssh, slurm, pbs, loadleveler\n"), err
+                                   "'slurm'?); known: local, ssh, slurm, pbs, sge, loadleveler\n"), err

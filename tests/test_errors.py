@@ -185,7 +185,7 @@ def test_a_bad_hosts_file_is_a_hosts_file_error(tmp_path):
     import hostinfo
 
     hosts = tmp_path / "h.yaml"
-    for text, message in (("hosts: [\n", "YAML syntax error"), ("hosts:\n  c: {protocol: sge}\n", "unknown protocol"),
+    for text, message in (("hosts: [\n", "YAML syntax error"), ("hosts:\n  c: {protocol: lsf}\n", "unknown protocol"),
                           ("hosts:\n  c: {protocol: slurm, contact: 'ssh://me@h:port'}\n",
                            "write the contact as ssh://user@host or ssh://user@host:port")):
         hosts.write_text(text)

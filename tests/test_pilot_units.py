@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from pilot.allocation import Node, discover, expand_counts, expand_hostlist
+from pilot.allocation import Node, discover, expand_counts, expand_hostlist, slurm_hostnames
 from pilot.launchers import choose, wrap
 from pilot.packing import Packer
 
@@ -15,9 +15,85 @@ def test_slurm_hostlists_and_counts():
     assert expand_hostlist("node[01-03,07],gpu1") == ["node01", "node02", "node03", "node07", "gpu1"]
     assert expand_hostlist("a[1-2]b[3-4]") == ["a1b3", "a1b4", "a2b3", "a2b4"]
     assert expand_hostlist("single") == ["single"]
+    assert expand_hostlist("n[1-3,7]") == ["n1", "n2", "n3", "n7"]
+    assert expand_hostlist("a1,b[01-02]") == ["a1", "b01", "b02"]
+    assert expand_hostlist("pwe-n[1-4]") == ["pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4"]
     assert expand_counts("4(x2),2") == [4, 4, 2]
     with pytest.raises(ValueError):
         expand_counts("four")
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n[3-1]", "a,,b", "a,", "n[x]", "[", "]", "n]"])
+def test_a_node_list_that_cannot_be_read_is_refused_not_guessed(bad):
+    with pytest.raises(ValueError, match="cannot read the node list"):
+        expand_hostlist(bad)
+    with pytest.raises(ValueError):  # (scontrol prints "n]" for "n[1-": its answer is checked first)
+        slurm_hostnames(bad)
+
+
+def test_inside_slurm_the_node_list_is_slurms_own_expansion():
+    """SLURM_JOB_NODELIST read by scontrol where it exists, by the pilot's expander where
+    not: the same nodes either way, for every form the issue names."""
+    for spec in ("n[1-3,7]", "a1,b[01-02]", "node[01-03,07],gpu1", "pwe-n[1-4]"):
+        assert slurm_hostnames(spec) == expand_hostlist(spec)
+    alloc = discover(env={"SLURM_JOB_NODELIST": "a1,b[01-02]", "SLURM_JOB_CPUS_PER_NODE": "2(x3)",
+                          "SLURM_JOB_ID": "9"})
+    assert [(n.name, n.cores) for n in alloc.nodes] == [("a1", 2), ("b01", 2), ("b02", 2)]
+
+
+def test_ranks_per_node_places_exactly_that_many_on_each_node():
+    p = Packer(nodes(2, 2, 2, 2))
+    pl = p.place(4, 1, per_node=2)
+    assert sorted(k for _, k in pl) == [2, 2] and len({n.name for n, _ in pl}) == 2
+    # without ranksPerNode the same member would take the free cores wherever they are
+    p.free["n2"] = 1
+    assert p.place(4, 1, per_node=2) is None  # n2 and n3: only one node with 2 free cores
+    assert p.place(2, 1) is not None
+    p.release(pl, 1)
+    assert p.why_never(4, 1, per_node=4) and "ranksPerNode" in p.why_never(4, 1, per_node=4)
+    assert p.why_never(8, 1, per_node=2) is None  # four nodes of two
+    p.kill_node("n0")
+    assert "3 such nodes" in p.why_never(8, 1, per_node=2)
+
+
+def test_a_task_carries_ranks_per_node_only_when_it_divides():
+    from pilot.members import task_shape
+
+    assert task_shape({"ranks": 4, "threads": 1, "rpn": 2})[7] == 2
+    assert task_shape({"ranks": 4, "threads": 1, "rpn": 3})[7] is None  # (the engine refuses it at validate)
+    assert task_shape({"ranks": 1, "threads": 1, "rpn": 1})[7] is None
+
+
+def test_the_node_watch_finds_a_node_whose_daemon_stops_answering():
+    """Real sockets: a node is there while its port accepts connections; refused twice in
+    a row and it is lost (an unanswered connect counts as a miss after the timeout)."""
+    import selectors
+    import time
+
+    from pilot.nodewatch import NodeWatch
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    sel = selectors.DefaultSelector()
+    watch = NodeWatch(["127.0.0.1"], port, sel, every=0.05, timeout=1.0, misses=2)
+
+    def run(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            watch.tick()
+            for key, _ in sel.select(timeout=0.02):
+                key.data.ready(key.fileobj)
+
+    run(0.5)
+    assert watch.gone == set() and watch.missed["127.0.0.1"] == 0
+    server.close()  # the daemon dies: connects are refused
+    run(0.5)
+    assert watch.take_lost() == ["127.0.0.1"] and "127.0.0.1" in watch.gone
+    assert "refused" in watch.why["127.0.0.1"].lower()
+    assert watch.take_lost() == []  # said once
+    watch.close()
 
 
 def test_discover_from_each_batch_system(tmp_path):
@@ -108,8 +184,8 @@ def test_launcher_choice_and_command_lines():
     assert choose("local", [(local, 2)], 2, configured="fork") == "mpiexec"
     env = {"PWE_MEMBER": "3", "X": "a b; $(rm -rf /)"}
     argv = wrap("srun", ["true"], "echo hi", [(remote, 2)], 2, 3, "/runs/m/3", env)
-    assert argv == ["srun", "--exact", "--quiet", "--nodes=1", "--ntasks=2", "--cpus-per-task=3",
-                    "--nodelist=far", "--chdir=/runs/m/3", "bash", "-c", "echo hi"]
+    assert argv == ["srun", "--exact", "--quiet", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2",
+                    "--cpus-per-task=3", "--nodelist=far", "--chdir=/runs/m/3", "bash", "-c", "echo hi"]
     argv = wrap("ssh", ["true"], "echo 'hi there'", [(remote, 1)], 1, 1, "/runs/a b", env)
     assert argv[:-1] == ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3",
                          "-o", "ConnectTimeout=5", "--", "far"]

@@ -21,7 +21,7 @@ from pwe.model import Scheduling
 #: a value for every scheduling field, each unlike its default
 SAMPLE = {
     "account": "acct9", "queue": "q9", "maxWallTime": 33, "minWallTime": 1, "maxWallTimePerMember": 5,
-    "minWallTimePerMember": 1, "maxCpus": 8, "minCpus": 200, "ranksPerMember": 2, "threadsPerRank": 2,
+    "minWallTimePerMember": 1, "maxCpus": 8, "minCpus": 200, "ranksPerMember": 2, "ranksPerNode": 1, "threadsPerRank": 2,
     "maxMembers": 3, "coreUsageRule": 2, "shareNodes": False, "maxTotalMemory": 4000, "minTotalMemory": 100,
     "nodeAttributes": "bigmem", "requestedStart": "2030-01-01T00:00", "stdout": "o.txt", "stderr": "e.txt",
     "stdin": "i.txt", "memoryPerMember": 100, "gpusPerMember": 1, "tmpPerMember": 10, "minNodes": 2, "maxNodes": 3, "qos": "high",
@@ -46,7 +46,9 @@ def observe(d, protocol: str, sched: dict) -> dict:
     from pwe.engine import Engine, PilotHandle
 
     d.mkdir()
-    (d / "hosts.yaml").write_text(HOST.format(p=protocol, extra=""))
+    # (an SGE host's pilots of more than one slot name its parallel environment)
+    (d / "hosts.yaml").write_text(HOST.format(p=protocol, extra=", parallel_environment: smp" if protocol == "sge"
+                                              else ""))
     engine = Engine.create(_workflow(d, sched), run_dir=d / "run", host="h")
     engine._load()
     try:

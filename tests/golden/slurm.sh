@@ -6,6 +6,8 @@
 #SBATCH --time=1:30:00
 #SBATCH --output=/runs/r1/pilots/p1/job.out
 #SBATCH --error=/runs/r1/pilots/p1/job.err
+#SBATCH --no-kill
+#SBATCH --no-requeue
 #SBATCH --partition=short
 #SBATCH --account=abc123
 # pwe pilot p1: one allocation, many members

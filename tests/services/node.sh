@@ -2,11 +2,13 @@
 # Simulate the death and return of a test node (network namespace pwe-nN of setup.sh).
 #   node.sh kill N     its link goes down (peers see silence, as with a real dead node),
 #                      then every process in the namespace is killed (kill -9)
-#   node.sh revive N   link up, sshd restarted; returns once ssh to it works again
+#   node.sh revive N   link up, sshd (and the four-node cluster's slurmd) restarted;
+#                      returns once ssh to it works again
 #   node.sh status N   prints "up" or "down"; exit 0 when up
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/common.sh"
+. "$HERE/../cluster/common.sh"
 
 usage() { echo "usage: $0 kill|revive|status N   (N in 1..$PWE_NODES)" >&2; exit 2; }
 [ $# = 2 ] || usage
@@ -31,6 +33,10 @@ case "$1" in
         setup_bridge && setup_node_net "$n" || { echo "node.sh: cannot bring up the network of $ns" >&2; exit 1; }
         err=$(start_node_sshd "$n") || { echo "node.sh: $err" >&2; exit 1; }
         out=$(ssh_login "$ns") || { echo "node.sh: ssh to $ns fails after revive: $out" >&2; exit 1; }
+        # a node of the four-node SLURM cluster (tests/cluster/up.sh) gets its slurmd back
+        if [ -f "$PWE_CLUSTER_CONF" ]; then
+            err=$(start_cluster_slurmd "$n") || { echo "node.sh: $err" >&2; exit 1; }
+        fi
         echo "$ns: up"
         ;;
     status)
