@@ -309,6 +309,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
                     self.member_over(t, member.placement)
                     self.hand_back(t, f"srun could not start it: {refused}")
                     continue
+                if rc > 0:  # (srun's own words may be others: wait a moment for our SIGTERM)
+                    self.signalled.append((time.time(), member, rc))
+                    continue
             if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:
                 node = member.placement[0][0]
                 if not self.node_alive(node.name):

@@ -30,15 +30,21 @@ class Endings:
             self.hand_back(self.queue.popleft(), "the pilot is drained")
 
     def settle_signalled(self, now: float) -> None:
+        """Members whose end waits a moment for the pilot's own SIGTERM (the allocation
+        ending): killed by a signal nobody here sent, or an srun that failed (srun fails
+        when the allocation goes, with words that change from release to release). If the
+        SIGTERM comes, they go back to the engine; if not, they ended as they said."""
         keep = []
         for at, member, rc in self.signalled:
             t = member.task
-            self.member_over(t, member.placement)  # (it has ended, whatever is said of it)
             if self.terminated:
+                self.member_over(t, member.placement)
                 self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
             elif now - at > _SIGNAL_GRACE:
+                self.member_over(t, member.placement)
+                why = {"why": f"killed by signal {-rc}"} if rc < 0 else {}
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=collect(t["cwd"]), why=f"killed by signal {-rc}", **member.usage())
+                          out=collect(t["cwd"]), **why, **member.usage())
                 self.next_in_group(t)
             else:
                 keep.append((at, member, rc))

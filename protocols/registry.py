@@ -36,6 +36,8 @@ class ProtocolInfo:
     #: a job of more than one slot names a parallel environment (SGE's ``-pe PE SLOTS``):
     #: the host's ``parallel_environment``, checked against the cell before a run
     parallel_environment: bool = False
+    #: it can say its partitions' sizes (SLURM's sinfo), checked against the host before a run
+    lists_partitions: bool = False
 
 
 _SIZE = {"maxWallTime", "queue", "account", "maxTotalMemory", "maxCpus", "minCpus", "maxNodes", "requestedStart"}
@@ -46,7 +48,8 @@ PROTOCOLS: dict[str, ProtocolInfo] = {p.name: p for p in (
     ProtocolInfo("ssh", "protocols.interactive:Interactive", ("python3",), frozenset({"maxWallTime"}),
                  submission_types=frozenset({"glidein", "interactive"})),
     ProtocolInfo("slurm", "protocols.slurm:Slurm", ("sbatch", "squeue", "scancel"),
-                 frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"}), allocates=True),
+                 frozenset(_SIZE | {"qos", "reservation", "nodeAttributes"}), allocates=True,
+                 lists_partitions=True),
     ProtocolInfo("pbs", "protocols.pbs:Pbs", ("qsub", "qstat", "qdel"), frozenset(_SIZE), allocates=True),
     # SGE's memory requests are per slot and site-defined (h_vmem, mem_free): maxTotalMemory is not
     # stated; nor are GPUs (no standard complex). A multi-slot pilot needs a parallel environment.

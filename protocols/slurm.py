@@ -34,6 +34,7 @@ class Slurm(Protocol):
     job_id = "$SLURM_JOB_ID"
     submit_command = ["sbatch", "--parsable"]
     cancel_command = ["scancel"]
+    more_commands = ("scontrol", "sinfo")
 
     def parse_job_id(self, out: str) -> str:
         return out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"
@@ -70,6 +71,35 @@ class Slurm(Protocol):
         if res.status != 0 and INVALID_JOB in res.stderr + res.stdout:
             return JobState.COMPLETED  # the controller forgot it: it ended long ago
         return JobState.UNKNOWN  # no answer (the controller is away): never an end
+
+    def partitions(self) -> dict[str, dict[str, int]]:
+        """What sinfo says of each partition: ``nodes`` (how many), ``cpus`` and ``memory``
+        (MB) of its largest node, ``default`` (1 for the default partition). One ``sinfo``
+        call; SchedulerUnreachable when it does not answer."""
+        from .base import SchedulerUnreachable, _said
+
+        try:
+            # (asked before a run: a controller that is away costs 5 s, not the status timeout)
+            res = self.runner.run(["sinfo", "-h", "-N", "-o", "%P|%N|%c|%m"], timeout=min(self.timeout, 5.0))
+        except (CommandTimeout, ContactError) as exc:
+            raise SchedulerUnreachable(f"sinfo: {exc}", exc.command) from exc
+        if res.status != 0:
+            raise SchedulerUnreachable(f"sinfo failed: {_said(res)}", res.command, res.status, res.stderr)
+        out: dict[str, dict[str, int]] = {}
+        seen: dict[str, set[str]] = {}
+        for line in res.stdout.splitlines():
+            words = line.strip().split("|")
+            if len(words) != 4:
+                continue
+            name, node, cpus, memory = words
+            default = name.endswith("*")
+            part = out.setdefault(name.rstrip("*"), {"nodes": 0, "cpus": 0, "memory": 0, "default": int(default)})
+            if node not in seen.setdefault(name, set()):
+                seen[name].add(node)
+                part["nodes"] += 1
+            part["cpus"] = max(part["cpus"], int(cpus.rstrip("+")) if cpus.rstrip("+").isdigit() else 0)
+            part["memory"] = max(part["memory"], int(memory.rstrip("+")) if memory.rstrip("+").isdigit() else 0)
+        return out
 
     def _find_command(self, name: str) -> list[str]:
         return ["squeue", "-h", "-t", "all", "-o", "%i", "-n", name]

@@ -38,9 +38,10 @@ def plan_for_hosts(workflow: str | Path, sets: dict[str, Any] | None = None, hos
     from .limits import check as check_limits
 
     check_limits(plan, hosts, src)  # (user-defined resources: each limited, each fits its limits)
-    from .pecheck import check as check_pes
+    from .sitecheck import check as check_site
 
-    notes = notes + check_pes(plan, hosts, src, registry.sources)  # (SGE: the cell has the host's PE)
+    # (what the batch system says of itself: SGE's PEs, SLURM's partitions' sizes)
+    notes = notes + check_site(plan, hosts, src, registry.sources)
     return plan, hosts, notes + run_warnings(plan, hosts)
 
 

@@ -96,6 +96,12 @@ def write(tmp_path):
     return _write
 
 
+#: The environment of a test whose hosts file describes a cluster that is not this machine's:
+#: SLURM's commands find no configuration, so pwe does not check the hosts against the
+#: machine's test cluster (pwe/sitecheck.py asks sinfo, and skips the check when it cannot).
+NO_SLURM = {"SLURM_CONF": "/dev/null"}
+
+
 def run_cli(*args, cwd=None, timeout=120, env=None):
     """Run the real console entry point in a subprocess: exit status, stdout, stderr.
 

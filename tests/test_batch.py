@@ -475,17 +475,19 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
 
 
 def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_cluster, tmp_path):
-    """Issue 8.7 on the real SLURM: sbatch refuses the pilot job (a partition that does not
-    exist). The run stops with one line carrying sbatch's own answer, exit status 3, and
+    """Issue 8.7 on the real SLURM: sbatch refuses the pilot job (a walltime over its
+    partition's limit: short allows 10 min; a partition that does not exist, or more nodes,
+    cores or memory than it has, is refused before the run is made: pwe/sitecheck.py).
+    The run stops with one line carrying sbatch's own answer, exit status 3, and
     `pwe status` says why. The host is fixed in hosts.yaml; `pwe resume` submits with the
     fixed definition and every member runs once."""
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text("hosts:\n  cl:\n    protocol: slurm\n    cores_per_node: 8\n    max_nodes: 1\n"
-                     "    partitions: [{name: nosuchpart}]\n")
+                     "    partitions: [{name: short}]\n")
     ledger = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: refused\nnodes:\n  m:\n    parameters: {i: {range: [0, 5]}}\n"
-                  f"    run: echo $PWE_MEMBER >> {ledger}\n    scheduling: {{maxWallTime: 5}}\n")
+                  f"    run: echo $PWE_MEMBER >> {ledger}\n    scheduling: {{maxWallTime: 30}}\n")
     run = tmp_path / "run"
 
     def pwe(*args):
@@ -500,7 +502,7 @@ def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_clus
     assert "partition" in last.lower() and last.endswith(f"then: pwe resume {run}"), last
     st = json.loads(pwe("status", run, "--json").stdout)
     assert st["phase"].startswith("stopped: the batch system refused"), st
-    hosts.write_text(hosts.read_text().replace("nosuchpart", slurm_cluster.default_partition))
+    hosts.write_text(hosts.read_text().replace("short", slurm_cluster.default_partition))
     second = pwe("resume", run)
     assert second.returncode == 0, second.stderr
     assert sorted(ledger.read_text().split()) == [str(i) for i in range(5)]

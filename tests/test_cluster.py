@@ -51,7 +51,7 @@ def counting_path(tmp_path: Path, slurm4) -> tuple[dict, Path]:
     file first: how many the engine made, counted outside it."""
     shims, calls = tmp_path / "shims", tmp_path / "calls"
     shims.mkdir()
-    for name in ("sbatch", "squeue", "scancel"):
+    for name in ("sbatch", "squeue", "scancel", "qsub"):
         real = shutil.which(name)
         (shims / name).write_text(f'#!/bin/sh\necho "$(date +%s.%N) {name}" >> {calls}\nexec {real} "$@"\n')
         (shims / name).chmod(0o755)
@@ -66,6 +66,12 @@ def calls_of(calls: Path) -> Counter:
 def pwe(*args, env, cwd, timeout=300):
     return subprocess.run([PY, "-m", "pwe", *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def start_run(wf: Path, slurm4, run_dir: Path, env: dict) -> subprocess.Popen:
+    """`pwe run` of the workflow on the four-node cluster's hosts, in the background."""
+    return subprocess.Popen([PY, "-m", "pwe", "run", wf, "--hosts", slurm4.hosts, "--run-dir", run_dir],
+                            cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def ends_by_member(run_dir: Path) -> Counter:
@@ -104,6 +110,21 @@ def test_one_pilot_fans_members_over_four_nodes(slurm4, tmp_path, host, n):
     assert trace.returncode == 0, trace.stderr
     rows = [json.loads(line) for line in trace.stdout.splitlines()]
     assert {r["member"]: r["node_name"] for r in rows} == where
+
+
+def test_a_pbs_pilot_of_two_nodes_runs_members_on_both(slurm4, tmp_path):
+    """PBS's words for a multi-node pilot (`#PBS -l nodes=2:ppn=2`), through the PBS front
+    end over this cluster (slurm-wlm-torque's qsub): one job, members on both its nodes."""
+    env, calls = counting_path(tmp_path, slurm4)
+    wf = ledger_workflow(tmp_path, 40, 0.2, "pbs4")
+    run_dir = tmp_path / "run"
+    proc = pwe("run", wf, "--hosts", slurm4.hosts, "--run-dir", run_dir, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "#PBS -l nodes=2:ppn=2" in (run_dir / "pilots" / "p1" / "job.sh").read_text()
+    _, ends = read_ledger(tmp_path)
+    assert sorted(int(x[2]) for x in ends) == list(range(40))
+    assert len({x[4] for x in ends}) == 2 and {x[4] for x in ends} <= set(slurm4.nodes)
+    assert [r["batch"] for r in read_journal(run_dir) if r.get("e") == "pilot"] == ["pbs"]
 
 
 def test_an_mpi_member_spans_two_nodes_and_a_failing_rank_fails_it(slurm4, tmp_path):
@@ -160,8 +181,7 @@ def test_a_node_lost_mid_run_has_its_members_run_again_on_the_others(slurm4, tmp
     n = 60
     wf = ledger_workflow(tmp_path, n, 2)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([PY, "-m", "pwe", "run", wf, "--hosts", slurm4.hosts, "--run-dir", run_dir],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_run(wf, slurm4, run_dir, env)
     victim = "pwe-n3"
     try:
         # kill it while members run on it (their ledger says they started there)
@@ -200,8 +220,7 @@ def test_a_cancelled_allocation_gets_a_new_pilot_and_the_run_completes(slurm4, t
     n = 40
     wf = ledger_workflow(tmp_path, n, 1)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([PY, "-m", "pwe", "run", wf, "--hosts", slurm4.hosts, "--run-dir", run_dir],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_run(wf, slurm4, run_dir, env)
     try:
         wait_for(lambda: len(read_ledger(tmp_path)[1]) >= 8 if (tmp_path / "ledger").exists() else False,
                  timeout=120, what="some members done")
@@ -239,3 +258,26 @@ def test_ranks_per_node_wider_than_the_hosts_nodes_is_refused_at_plan(tmp_path):
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
         assert proc.returncode == 2, proc.stdout
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("host,words", [
+    ("max_nodes: 8", "may ask for 8 nodes but partition 'batch' has 4 (sinfo); lower max_nodes"),
+    ("cores_per_node: 16", "may ask for 16 cores per node but partition 'batch' has 2 (sinfo)"),
+    ("memory_per_node: 64000", "may ask for 64000 MB of memory per node but partition 'batch' has 2000 (sinfo)"),
+    ("partitions: [{name: gpu}]", "partition 'gpu' does not exist; sinfo lists: batch"),
+])
+def test_a_host_asking_more_than_its_partition_has_is_refused_before_anything_is_made(slurm4, tmp_path, host,
+                                                                                       words):
+    """Such a pilot job would wait in the queue for ever (or be refused by sbatch once the
+    run is made): sinfo says what the partition has, and plan and run refuse in one line."""
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  big:\n    protocol: slurm\n    account: abc\n"
+                                         f"    {host}\n")
+    wf = ledger_workflow(tmp_path, 4, 0, "big")
+    env = {**os.environ, **slurm4.env, "PYTHONPATH": str(ROOT)}
+    for command in (["plan"], ["run", "--run-dir", tmp_path / "run"]):
+        proc = pwe(*command, wf, env=env, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "host 'big'" in lines[0] and words in lines[0], lines
+        assert "hosts.yaml:5:" in lines[0]  # the line to change
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ledger").exists()

@@ -289,7 +289,7 @@ def test_local_gpus_counted_one_way(tmp_path):
 
 
 def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
-    from conftest import run_cli
+    from conftest import NO_SLURM, run_cli
 
     (tmp_path / "hosts.yaml").write_text(
         "hosts:\n  gpu:\n    protocol: slurm\n    cores_per_node: 8\n    gpus_per_node: 4\n    memory_per_node: 64000\n"
@@ -297,32 +297,32 @@ def test_plan_shows_gpu_pilots_asking_for_the_nodes_gpus(tmp_path):
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, 8]}}\n    run: x\n"
                   "    scheduling: {gpusPerMember: 1, memoryPerMember: 8000, maxWallTime: 30}\n")
-    status, out, err = run_cli("plan", wf, "--host", "gpu")
+    status, out, err = run_cli("plan", wf, "--host", "gpu", env=NO_SLURM)
     assert status == 0, err
     assert "#SBATCH --gres=gpu:4\n" in out
     assert "#SBATCH --nodes=2\n" in out  # 8 members of one GPU: two nodes of 4 GPUs (their 8 cores fit one)
     assert "--gpus-per-node 4 --memory-per-node 64000" in out  # the pilot packs by both
-    status, out, err = run_cli("plan", wf, "--host", "torque")
+    status, out, err = run_cli("plan", wf, "--host", "torque", env=NO_SLURM)
     assert status == 0, err
     assert "#PBS -l nodes=2:ppn=8:gpus=4\n" in out
     # memory can call for more nodes too: 8 x 16000 MB on nodes of 64000 MB
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, 8]}}\n    run: x\n"
                   "    scheduling: {memoryPerMember: 16000, maxWallTime: 30}\n")
-    status, out, err = run_cli("plan", wf, "--host", "gpu")
+    status, out, err = run_cli("plan", wf, "--host", "gpu", env=NO_SLURM)
     assert status == 0 and "#SBATCH --nodes=2\n" in out, out
     # a node without GPU members asks for none
     assert "--gres=gpu" not in out, out
 
 
 def test_plan_sizes_each_hosts_pilot_by_that_hosts_nodes(tmp_path):
-    from conftest import run_cli
+    from conftest import NO_SLURM, run_cli
 
     (tmp_path / "hosts.yaml").write_text("hosts:\n  cluster:\n    protocol: slurm\n    cores_per_node: 8\n"
                                          "    partitions: [{name: short, max_walltime: 10}, {name: long}]\n")
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  prep:\n    run: x\n  sim:\n    host: cluster\n    after: [prep]\n"
                   "    parameters: {k: {range: [0, 20]}}\n    run: y\n    scheduling: {maxWallTime: 5}\n")
-    status, out, err = run_cli("plan", wf)
+    status, out, err = run_cli("plan", wf, env=NO_SLURM)
     assert status == 0, err
     # sized by 'sim' (20 members, 5 min), not by 'prep', the first node of the graph
     assert "first pilot job for host cluster" in out

@@ -36,23 +36,7 @@ ClusterName=pwe4
 SlurmctldHost=pwe-head($PWE_HEAD_ADDR)
 SlurmctldPort=$PWE_CLUSTER_CTLD_PORT
 SlurmdPort=6818
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-SchedulerType=sched/backfill
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-ReturnToService=2
-SlurmdParameters=config_overrides
-MinJobAge=300
-EnforcePartLimits=ALL
-MailProg=/bin/true
+$(slurm_conf_common CR_Core_Memory)
 # a node that stops answering is DOWN after about this long (the pilot notices sooner)
 SlurmdTimeout=30
 StateSaveLocation=$PWE_CLUSTER_DIR/state

@@ -7,7 +7,8 @@
 #   - sge: a Grid Engine cell, qmaster and one execd here (tests/cluster/sge.sh);
 # and writes
 #   tests/cluster/env.sh      SLURM_CONF, SGE_ROOT (and the rest a shell needs)
-#   tests/cluster/hosts.yaml  pwe hosts for them: slurm4 (srun steps), slurm4-ssh (ssh), sge
+#   tests/cluster/hosts.yaml  pwe hosts for them: slurm4 (srun steps), slurm4-ssh (ssh),
+#                             pbs4 (PBS through slurm-wlm-torque), sge
 # Idempotent: starts only what is not running; a second run when all is up takes seconds.
 # One line per part; exits 1 (with the reason) when any part cannot start.
 set -uo pipefail
@@ -61,6 +62,11 @@ hosts:
     ssh_config: $PWE_SSH_DIR/ssh_config
     partitions:
       - {name: batch, max_nodes: $PWE_NODES}
+  pbs4:
+    # PBS's words (qsub -l nodes=2:ppn=2) through slurm-wlm-torque's front end to the same nodes
+    protocol: pbs
+    cores_per_node: $PWE_CLUSTER_CPUS
+    max_nodes: 2
   sge:
     # the Grid Engine cell: one pilot job through its parallel environment
     protocol: sge

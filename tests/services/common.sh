@@ -184,11 +184,11 @@ start_munge() {
 
 # ---------------------------------------------------------------- slurm
 
-slurm_conf_text() {
+# What every test cluster's slurm.conf says (this one-node cluster's and the four-node
+# one's of tests/cluster/common.sh): daemons as root, munge, no accounting, cores (and,
+# given CR_Core_Memory, memory) as what jobs are given.
+slurm_conf_common() {
     cat <<EOF
-$SLURM_CONF_MARKER
-ClusterName=pwe
-SlurmctldHost=localhost
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -196,7 +196,7 @@ MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=${1:-CR_Core}
 SchedulerType=sched/backfill
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -207,6 +207,15 @@ MinJobAge=300
 # a job over its partition's limits is refused at submission (not left pending forever)
 EnforcePartLimits=ALL
 MailProg=/bin/true
+EOF
+}
+
+slurm_conf_text() {
+    cat <<EOF
+$SLURM_CONF_MARKER
+ClusterName=pwe
+SlurmctldHost=localhost
+$(slurm_conf_common CR_Core)
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$PWE_SLURM_DIR/state
