@@ -43,6 +43,11 @@ from .transport import PilotSpool, Transport, keys
 from .wire import DOWN, END, HB, NODE_LOST, START, UNWRITABLE, UP, VERSION
 
 
+#: A member's exit status when a signal ended it: as the pilot reaps it (negative), or as
+#: its shell reports a child killed (128 + the signal)
+KILLED = frozenset({-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL})
+
+
 class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
@@ -156,11 +161,13 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
         if launcher == "fork" and self.n_spawners and self.launch_on_spawner(task, placement, threads, exclusive,
                                                                             member_env):
             return
-        if launcher == "ssh" and len(placement) == 1 and ranks == 1:
-            self.launch_on_agent(task, placement, threads, exclusive, member_env)
-            return
         # the host's prefix is for the launcher it chose (or for any, when it chose none)
         prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
+        if len(placement) == 1 and ranks == 1 and (launcher == "ssh" or (launcher == "srun" and prefix is None)):
+            # through that node's agent: one ssh session, or one srun step, per node for the
+            # pilot's life, not one per member (pilot/remote.py)
+            self.launch_on_agent(task, placement, threads, exclusive, member_env, launcher)
+            return
         if launcher == "srun" and ranks > 1 and prefix is None:
             from .mpi import srun_mpi
 
@@ -330,10 +337,10 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
             self.hand_back(t, "the allocation ended while it ran", "the allocation is ending")
             return
-        if rc in (-signal.SIGTERM, -signal.SIGKILL) and not member.killed:
+        if rc in KILLED and not member.killed:
             # killed by someone else: when the batch system ends the job it signals the
-            # members and the pilot at once. Wait a moment for our own SIGTERM before
-            # calling it the member's failure.
+            # members and the pilot at once (a member's shell says so as 143 or 137). Wait
+            # a moment for our own SIGTERM before calling it the member's failure.
             self.signalled.append((time.time(), member, rc))
             return
         fields: dict[str, Any] = {}

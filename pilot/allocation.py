@@ -98,7 +98,7 @@ def slurm_hostnames(spec: str) -> list[str]:
     names = expand_hostlist(spec)
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", spec], capture_output=True, text=True, timeout=20,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, cwd="/")
     except (OSError, subprocess.TimeoutExpired):
         return names
     said = out.stdout.split()
@@ -156,7 +156,7 @@ def slurm_config() -> dict[str, str]:
     if not _SLURM_CONFIG:
         try:
             out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=20,
-                                 stdin=subprocess.DEVNULL).stdout
+                                 stdin=subprocess.DEVNULL, cwd="/").stdout
         except (OSError, subprocess.TimeoutExpired):
             return {}
         for line in out.splitlines():

@@ -42,7 +42,7 @@ class Endings:
                 self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
             elif now - at > _SIGNAL_GRACE:
                 self.member_over(t, member.placement)
-                why = {"why": f"killed by signal {-rc}"} if rc < 0 else {}
+                why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
                 self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
                           out=collect(t["cwd"]), **why, **member.usage())
                 self.next_in_group(t)

@@ -4,7 +4,9 @@ The pilot itself runs on the allocation's first node. A member placed there with
 rank is forked (posix_spawn, no launcher at all). Otherwise a launcher wraps the
 member's command:
 
-    srun     inside SLURM: one job step per member (``--exact``), pinned to its node(s)
+    srun     inside SLURM: a member of one rank through its node's agent, itself one
+             ``srun --overlap`` step per node (pilot/remote.py); a member of several
+             ranks (MPI) as a job step of its own (``--exact``), pinned to its nodes
     ssh      to the nodes of a node file (PBS, LoadLeveler, a host list)
     mpiexec  members with more than one rank, where srun is not the launcher: which
              mpiexec is installed decides how it is called (``mpi.py``)
@@ -33,6 +35,10 @@ PREFIXES = {
     # members cost no key exchange or login; ServerAlive notices a dead node within ~6 s
     "ssh": "ssh -o BatchMode=yes -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -o ConnectTimeout=5 -- {node}",
 }
+
+#: How the pilot starts a node's agent inside SLURM (pilot/remote.py): one job step of one
+#: task on that node, for the pilot's life, sharing its cores with the members it starts
+AGENT_SRUN = "srun --overlap --quiet --nodes=1 --ntasks=1 --nodelist={node} --chdir=/"
 
 #: ssh exits with this when the connection (not the member) failed
 SSH_FAILED = 255

@@ -64,7 +64,7 @@ def classify(path: str) -> tuple[str, str]:
         return "slurm-wrapper", real  # a script around srun, whatever its name
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, cwd="/")
         said = (proc.stdout + proc.stderr).strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "unknown", f"{path} --version failed: {exc}"
@@ -119,7 +119,7 @@ def srun_mpi() -> str | None:
         if slurm_config().get("MpiDefault", "none") == "none":
             try:
                 said = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=20,
-                                      stdin=subprocess.DEVNULL)
+                                      stdin=subprocess.DEVNULL, cwd="/")
                 plugin = "pmix" if "pmix" in said.stdout + said.stderr else None
             except (OSError, subprocess.TimeoutExpired):
                 plugin = None

@@ -15,7 +15,8 @@ library only; never pickle):
          {"k": "failed", "id": N, "rc": 126|127, "why": "..."}
 
 What it says in one pass of its loop goes out in one write. It ends, killing its
-members, when stdin closes: the pilot is gone, or the connection is. Members get the
+members, when stdin closes: the pilot is gone, or the connection is. SIGTERM, SIGHUP or
+SIGINT (the batch system ending its step) kills its members too, at once. Members get the
 same treatment as on the pilot's own node: own directory, own session, stdout/stderr
 files there.
 """
@@ -83,6 +84,21 @@ def main() -> None:
     os.set_blocking(rfd, False)
     os.set_blocking(wfd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def stopped(signum: int, _frame) -> None:
+        # the batch system ends our step (scancel, the allocation's end), or our session
+        # hangs up: members run in sessions of their own, which it may not reach (SLURM's
+        # proctrack/linuxproc follows parents, and they outlive us as init's). None may
+        # outlive us: one left running would finish its work after the pilot handed it
+        # back, and run a second time elsewhere. They end now; we leave once all are reaped
+        for pid in running:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, stopped)
     signal.set_wakeup_fd(wfd)
     sel = selectors.DefaultSelector()
     sel.register(rfd, selectors.EVENT_READ, "child")

@@ -109,6 +109,16 @@ class NodeWatch:
             self.gone.add(node)
             self.lost.append(node)
 
+    def answers(self, node: str) -> bool:
+        """One probe of the node now, waited for (at most ``timeout``): does it answer?"""
+        if node in self.gone:
+            return False
+        try:
+            with socket.create_connection((node, self.port), timeout=self.timeout):
+                return True
+        except OSError:
+            return False
+
     def take_lost(self) -> list[str]:
         """The nodes found lost since the last call."""
         out, self.lost = self.lost, []

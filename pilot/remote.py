@@ -1,7 +1,9 @@
-"""Members on the allocation's other nodes, over ssh: one session per node to a node
-agent (``pilot.nodeagent``) that forks the members there, so a member costs no key
-exchange or login. A broken session is a node to probe: gone, its members run
-elsewhere; still there, they run again (no result came back). Standard library only."""
+"""Members on the allocation's other nodes: one session per node to a node agent
+(``pilot.nodeagent``) that forks the members there, so a member costs no key exchange or
+login (over ssh), and no job step (inside SLURM: the agent is one ``srun --overlap`` step
+on its node for the pilot's life, instead of a step per member through the controller).
+A broken session is a node to probe: gone, its members run elsewhere; still there, they
+run again (no result came back). Standard library only."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from .launchers import PREFIXES, command
+from .launchers import AGENT_SRUN, PREFIXES, command
 from .members import Member, say, argv_for
 from .packing import Placement
 from .wire import START
@@ -77,14 +79,14 @@ class RemoteNodes:
     their agents (a mixin: it uses the pilot's queue, packer, running members and events)."""
 
     def launch_on_agent(self, task: dict, placement: Placement, threads: int, exclusive: bool,
-                        member_env: dict) -> None:
+                        member_env: dict, launcher: str = "ssh") -> None:
         """Run a member on another node through that node's agent (one ssh session per
         node instead of one per member: no key exchange or login per member)."""
         node = placement[0][0].name
-        agent = self.agents.get(node) or self.start_agent(node)
+        agent = self.agents.get(node) or self.start_agent(node, launcher)
         key = self._next_key
         self._next_key -= 1
-        member = Member(task, 0, placement, threads, exclusive, "ssh")
+        member = Member(task, 0, placement, threads, exclusive, launcher)
         member.agent, member.key = agent, key
         # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
         tmp = member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.path(task["n"], task["m"], task["a"])
@@ -100,20 +102,27 @@ class RemoteNodes:
         self.running[key] = member
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
 
-    def start_agent(self, node: str) -> NodeAgent | None:
+    def start_agent(self, node: str, launcher: str = "ssh") -> NodeAgent | None:
         import subprocess
 
         import pilot as pkg
 
-        head = self._ssh_head(node)
         root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
-        remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
+        if launcher == "srun":
+            # a step of one task on that node, sharing its cores with the members (--overlap)
+            argv = command(AGENT_SRUN, node=node) + ["env", f"PYTHONPATH={root}", sys.executable, "-m",
+                                                     "pilot.nodeagent"]
+        else:
+            remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
+            argv = self._ssh_head(node) + [remote]
         try:
-            proc = subprocess.Popen(head + [remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            # (from the pilot's directory: its cwd may be a member's, tidied away since, and
+            # srun will not start from a directory that is gone)
+            proc = subprocess.Popen(argv, cwd=self.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=open(os.path.join(self.dir, f"agent-{node}.log"), "ab"),
                                     start_new_session=True)
         except OSError as exc:
-            say(f"cannot start ssh to {node}: {exc}")
+            say(f"cannot start {launcher} to {node}: {exc}")
             return None
         agent = NodeAgent(node, proc, self.sel)
         self.agents[node] = agent
@@ -147,6 +156,11 @@ class RemoteNodes:
         """A node's session is gone: what ran there (and ``extra``) goes back to the engine.
         ``dead``: the node is known lost (pilot/nodewatch.py), no need to ask it."""
         agent.close()
+        if dead:
+            try:  # (its ssh or srun would wait on a node that will not answer)
+                agent.proc.kill()
+            except OSError:
+                pass
         self.agents.pop(agent.node, None)
         lost = list(agent.members.values())
         agent.members.clear()
@@ -185,14 +199,17 @@ class RemoteNodes:
                        per_node=1, threads=1, cwd="/")
 
     def node_alive(self, name: str) -> bool:
-        """One short ssh round trip: can the node still run a command?"""
+        """Can the node still run a command? Inside SLURM, does its slurmd answer (the
+        node watch's probe); else one short ssh round trip."""
         import subprocess
 
+        if self.watch is not None:
+            return self.watch.answers(name)
         head = self._ssh_head(name)
         if head and head[0].endswith("ssh"):
             head[1:1] = ["-S", "none"]  # a fresh connection, even if the prefix multiplexes
         try:
             return subprocess.run(head + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=8).returncode == 0
+                                  stderr=subprocess.DEVNULL, timeout=8, cwd="/").returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             return False

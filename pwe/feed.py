@@ -94,9 +94,13 @@ class Feeding:
                 and not p.given_up]
 
     def _window(self, pilot: PilotHandle) -> int:
-        # a local pilot gets a deep queue (dispatch rate); a batch pilot about two members
-        # per core, so that the rest can go to other pilots when the host allows several
-        deep = pilot.job is None and not self._shared(pilot)  # (added pilots share: pwe/pilotctl.py)
+        # a pilot that is its lane's only one gets a deep queue (dispatch rate: a window of
+        # two members a core holds a 2-core pilot to about 160 short members/s, the round
+        # trip of tasks and events); where the host allows several batch pilots, about two
+        # members per core, so that the rest can go to the others
+        lane = self.lanes.get(pilot.lane)
+        alone = pilot.job is None or (lane is not None and lane.host.max_pilots == 1)
+        deep = alone and not self._shared(pilot)  # (added pilots share: pwe/pilotctl.py)
         return max(8 * pilot.slots, 256) if deep else max(2 * pilot.slots, 2)
 
     def _feed_pilot(self, pilot: PilotHandle, lane: Lane, skip: set[str] | None = None) -> int:

@@ -51,9 +51,9 @@ def counting_path(tmp_path: Path, slurm4) -> tuple[dict, Path]:
     file first: how many the engine made, counted outside it."""
     shims, calls = tmp_path / "shims", tmp_path / "calls"
     shims.mkdir()
-    for name in ("sbatch", "squeue", "scancel", "qsub"):
+    for name in ("sbatch", "squeue", "scancel", "qsub", "srun"):
         real = shutil.which(name)
-        (shims / name).write_text(f'#!/bin/sh\necho "$(date +%s.%N) {name}" >> {calls}\nexec {real} "$@"\n')
+        (shims / name).write_text(f'#!/bin/sh\necho "$(date +%s.%N) {name} $*" >> {calls}\nexec {real} "$@"\n')
         (shims / name).chmod(0o755)
     env = {**os.environ, **slurm4.env, "PYTHONPATH": str(ROOT), "PATH": f"{shims}:{os.environ['PATH']}"}
     return env, calls
@@ -102,6 +102,10 @@ def test_one_pilot_fans_members_over_four_nodes(slurm4, tmp_path, host, n):
     assert made["squeue"] <= wall / 5 + 2, (made, wall)
     pilots = [r for r in read_journal(run_dir) if r.get("e") == "pilot"]
     assert len(pilots) == 1 and pilots[0]["batch"] == "slurm"
+    if host == "slurm4":
+        # the members on the other three nodes went through one agent step per node (the
+        # pilot's PATH is the job's, so its srun calls are counted too), not a step each
+        assert made["srun"] == 3, made
     script = (run_dir / "pilots" / "p1" / "job.sh").read_text()
     assert "#SBATCH --nodes=4" in script and "#SBATCH --no-kill" in script
     # the journal's start of each member and the trace name the node its ledger says it ran on
