@@ -128,7 +128,7 @@ def wait_idle(env: dict, timeout: float = 120) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--members", type=int, default=2000)
-    ap.add_argument("--each", type=int, default=200, help="members for sbatch-each (one job per member)")
+    ap.add_argument("--each", type=int, default=200, help="members for sbatch-each (one job per member; 0: skip)")
     ap.add_argument("--scale", type=int, default=20000, help="members for 1 node vs 4 nodes (0: skip)")
     args = ap.parse_args()
     if "SLURM_CONF" not in os.environ:
@@ -143,8 +143,9 @@ def main() -> None:
               f"   sbatch -> first member {first_member(run_dir):.2f} s", flush=True)
     wall = srun_steps(env, n)
     print(f"{'srun steps alone (salloc -N4)':32} {n:8} {wall:8.2f} {n / wall:10.1f}", flush=True)
-    wall = sbatch_each(env, args.each)
-    print(f"{'one sbatch per member':32} {args.each:8} {wall:8.2f} {args.each / wall:10.1f}", flush=True)
+    if args.each:
+        wall = sbatch_each(env, args.each)
+        print(f"{'one sbatch per member':32} {args.each:8} {wall:8.2f} {args.each / wall:10.1f}", flush=True)
     wait_idle(env)
     detect, again = node_loss(d, env)
     print(f"node loss: kill -> node_lost {detect:.2f} s; kill -> last handed-back member started again "

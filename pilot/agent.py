@@ -163,9 +163,11 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
             return
         # the host's prefix is for the launcher it chose (or for any, when it chose none)
         prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
-        if len(placement) == 1 and ranks == 1 and (launcher == "ssh" or (launcher == "srun" and prefix is None)):
+        chosen = self.launcher in (None, "auto")
+        if len(placement) == 1 and ranks == 1 and (launcher == "ssh" or (launcher == "srun" and chosen)):
             # through that node's agent: one ssh session, or one srun step, per node for the
-            # pilot's life, not one per member (pilot/remote.py)
+            # pilot's life, not one per member (pilot/remote.py). A host that names srun
+            # itself gets a step per member (SLURM accounts and confines each)
             self.launch_on_agent(task, placement, threads, exclusive, member_env, launcher)
             return
         if launcher == "srun" and ranks > 1 and prefix is None:

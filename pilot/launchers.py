@@ -6,7 +6,8 @@ member's command:
 
     srun     inside SLURM: a member of one rank through its node's agent, itself one
              ``srun --overlap`` step per node (pilot/remote.py); a member of several
-             ranks (MPI) as a job step of its own (``--exact``), pinned to its nodes
+             ranks (MPI), or any member when the host names ``launcher: srun``, as a
+             job step of its own (``--exact``), pinned to its nodes
     ssh      to the nodes of a node file (PBS, LoadLeveler, a host list)
     mpiexec  members with more than one rank, where srun is not the launcher: which
              mpiexec is installed decides how it is called (``mpi.py``)

@@ -182,7 +182,9 @@ class RemoteNodes:
         ``node_lost``); if it still answers, anywhere (no result came back)."""
         if dead or not self.node_alive(node):
             self.packer.kill_node(node)
-            why = self.losses[node] = f"node {node} became unreachable" + (f": {said[-300:]}" if said else "")
+            # (the node watch's words when it found the node lost, else the session's last)
+            why = self.losses.get(node) or f"node {node} became unreachable" + (f": {said[-300:]}" if said else "")
+            self.losses[node] = why
             say(f"{why}; its members go to the other nodes")
             for t in tasks:
                 self.member_lost(t, node, why)

@@ -94,14 +94,20 @@ class Feeding:
                 and not p.given_up]
 
     def _window(self, pilot: PilotHandle) -> int:
-        # a pilot that is its lane's only one gets a deep queue (dispatch rate: a window of
-        # two members a core holds a 2-core pilot to about 160 short members/s, the round
-        # trip of tasks and events); where the host allows several batch pilots, about two
-        # members per core, so that the rest can go to the others
+        # a local pilot gets a deep queue (dispatch rate); a batch pilot that is its lane's
+        # only one (max_pilots 1) up to eight members a core, at most 64 (two a core held a
+        # 2-core pilot to about 160 short members/s: the round trip of tasks and events),
+        # leaving the rest of a sweep to a pilot added later (pwe pilot add); where the host
+        # allows several batch pilots, about two members per core, so that the rest can go
+        # to the others
+        if self._shared(pilot):  # (added pilots share: pwe/pilotctl.py)
+            return max(2 * pilot.slots, 2)
+        if pilot.job is None:
+            return max(8 * pilot.slots, 256)
         lane = self.lanes.get(pilot.lane)
-        alone = pilot.job is None or (lane is not None and lane.host.max_pilots == 1)
-        deep = alone and not self._shared(pilot)  # (added pilots share: pwe/pilotctl.py)
-        return max(8 * pilot.slots, 256) if deep else max(2 * pilot.slots, 2)
+        if lane is not None and lane.host.max_pilots == 1:
+            return max(2 * pilot.slots, min(8 * pilot.slots, 64))
+        return max(2 * pilot.slots, 2)
 
     def _feed_pilot(self, pilot: PilotHandle, lane: Lane, skip: set[str] | None = None) -> int:
         """Hand ``pilot`` ready members of ``lane`` up to its window: by the lane's order
