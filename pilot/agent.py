@@ -10,7 +10,8 @@ its events wait for an engine to read them.
 The loop's steps all read and change the same queue, packer and running members, so
 the agent is one class; its parts are mixins by job: intake.py (what the engine sends,
 groups), endings.py (walltimes, drain, cancel, leave), nodesetup.py, remote.py (other
-nodes over ssh) and spawners.py (local spawners). What has state of its own is apart
+nodes' agents, over ssh or srun), spawners.py (local spawners) and nodewatch.py (nodes
+lost). What has state of its own is apart
 (members.py, packing.py, tmpdirs.py, transport.py, broker.py); the command line is
 __main__.py.
 """
@@ -30,17 +31,17 @@ from typing import Any
 from .allocation import Allocation, discover, visible_gpus
 from .launchers import PREFIXES, SSH_FAILED, choose, srun_refused, wrap
 from .packing import Packer, Placement
-from .tmpdirs import TmpDirs
+from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .members import Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
 from .endings import Endings
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
-from .nodewatch import NodeWatch, slurmd_port
+from .nodewatch import NodeLosses, NodeWatch, slurmd_port
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
-from .wire import DOWN, END, HB, NODE_LOST, START, UNWRITABLE, UP, VERSION
+from .wire import DOWN, END, HB, START, UNWRITABLE, UP, VERSION
 
 
 #: A member's exit status when a signal ended it: as the pilot reaps it (negative), or as
@@ -48,7 +49,7 @@ from .wire import DOWN, END, HB, NODE_LOST, START, UNWRITABLE, UP, VERSION
 KILLED = frozenset({-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL})
 
 
-class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
+class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, NodeLosses, MemberTmp):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
@@ -212,23 +213,6 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
         space went back to the pool with its cores: Packer.release)."""
         self.tmpdirs.remove(task["n"], task["m"], task["a"])
 
-    def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
-                      member_env: dict) -> bool:
-        """The member attempt's own fresh $TMPDIR (pilot/tmpdirs.py), made here for a member
-        on this node and put in its environment (TMPDIR, PWE_TMPDIR); False when it cannot be
-        made (the member fails with the reason). A member on another node gets its own from
-        that node's agent (remote.py); one whose ranks span nodes, or that srun or mpiexec
-        start on another node, keeps the nodes' own $TMPDIR (one path would not exist on all)."""
-        if len(placement) != 1 or not placement[0][0].local:
-            return True
-        try:
-            member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.make(task["n"], task["m"], task["a"])
-        except OSError as exc:
-            self.packer.release(placement, threads, exclusive)
-            self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
-            return False
-        return True
-
     def unwritable(self, task: dict, placement: Placement, threads: int, exclusive: bool, where: str,
                    strerror: str) -> None:
         """A member whose directory takes no files: the run's cause, not the member's. It is
@@ -355,62 +339,6 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup):
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                   out=collect(t["cwd"]), **fields, **member.usage())
         self.next_in_group(t)
-
-    def fail_unplaceable(self) -> None:
-        """After a node died: members that no longer fit anywhere fail now, with the reason,
-        instead of waiting for cores that will never come back."""
-        keep: deque[dict] = deque()
-        for task in self.queue:
-            never = self.why_never(task_shape(task))
-            if never:
-                self.fail_now(task, 1, f"cannot be placed: {never}")
-            else:
-                keep.append(task)
-        self.queue = keep
-
-    def why_never(self, shape: tuple) -> str | None:
-        """Why a member of this shape can never run in this allocation (the packer's word,
-        with what became of the nodes it lost), or None."""
-        never = self.packer.why_never(*shape)
-        if never and self.losses:
-            never += " (" + "; ".join(self.losses.values()) + ")"
-        return never
-
-    # -- nodes lost -----------------------------------------------------------------------
-    def lost_node_of(self, member: Member) -> str | None:
-        """The first of the member's nodes the watch gave up, or None."""
-        if self.watch is None or not self.watch.gone:
-            return None
-        return next((n.name for n, _ in member.placement if n.name in self.watch.gone), None)
-
-    def lost_why(self, node: str) -> str:
-        return f"node {node} lost ({self.watch.why.get(node, 'no answer') if self.watch else 'no answer'})"
-
-    def member_lost(self, task: dict, node: str, why: str) -> None:
-        """A member whose node died under it: reported (``node_lost``), a line in its stderr,
-        and handed back to the engine, which runs it again as its next attempt (on this
-        pilot's other nodes while they have room). Never an ``end``: what it did there is
-        not known, so it is recorded neither as succeeded nor as failed."""
-        self.losses.setdefault(node, why[-300:])
-        self.emit(NODE_LOST, node=node, n=task["n"], m=task["m"], why=why[-300:])
-        note_stderr(task, f"{why}: run again elsewhere")
-        self.hand_back(task, why)
-
-    def lose_nodes(self) -> None:
-        """Act on the nodes the watch found lost: nothing more goes there, and what runs
-        there is stopped (its launcher, here) and handed back as it is reaped."""
-        for name in self.watch.take_lost() if self.watch is not None else ():
-            why = self.losses[name] = self.lost_why(name)
-            say(f"{why}; its members go to the other nodes of the allocation")
-            self.packer.kill_node(name)
-            for m in list(self.running.values()):
-                if m.agent is None and any(n.name == name for n, _ in m.placement):
-                    m.lost = name
-                    killpg(m.pid, signal.SIGKILL)  # (srun or mpiexec here: the member there is gone)
-            agent = self.agents.get(name)
-            if agent is not None:  # members over ssh: their session goes too
-                self.agent_lost(agent, dead=True)
-            self.fail_unplaceable()
 
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> int:

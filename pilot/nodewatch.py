@@ -14,7 +14,9 @@ link is down within about 5-7 s. A probe that timed out while the pilot itself w
 running (a loaded node: the loop came round late) does not count: it is asked again.
 
 The probe sockets are registered in the pilot's selector (data: this watch), so the loop
-wakes when one completes; :meth:`NodeWatch.tick` starts and times them out.
+wakes when one completes; :meth:`NodeWatch.tick` starts and times them out. What the pilot
+does with a lost node and the members that ran there is :class:`NodeLosses`, a mixin of
+:class:`pilot.agent.PilotAgent`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from __future__ import annotations
 import errno
 import os
 import selectors
+import signal
 import socket
 import time
+from collections import deque
 
 from .allocation import slurm_config
+from .members import Member, killpg, note_stderr, say, task_shape
+from .wire import NODE_LOST
 
 #: slurmd's port when ``scontrol show config`` does not say (SLURM's default)
 SLURMD_PORT = 6818
@@ -127,3 +133,63 @@ class NodeWatch:
     def close(self) -> None:
         for node in list(self.flight):
             self._done(node, None)
+
+
+class NodeLosses:
+    """The pilot's side of a node lost (uses its watch, packer, running members, agents,
+    queue and events)."""
+
+    def why_never(self, shape: tuple) -> str | None:
+        """Why a member of this shape can never run in this allocation (the packer's word,
+        with what became of the nodes it lost), or None."""
+        never = self.packer.why_never(*shape)
+        if never and self.losses:
+            never += " (" + "; ".join(self.losses.values()) + ")"
+        return never
+
+    def lost_node_of(self, member: Member) -> str | None:
+        """The first of the member's nodes the watch gave up, or None."""
+        if self.watch is None or not self.watch.gone:
+            return None
+        return next((n.name for n, _ in member.placement if n.name in self.watch.gone), None)
+
+    def lost_why(self, node: str) -> str:
+        return f"node {node} lost ({self.watch.why.get(node, 'no answer') if self.watch else 'no answer'})"
+
+    def member_lost(self, task: dict, node: str, why: str) -> None:
+        """A member whose node died under it: reported (``node_lost``), a line in its stderr,
+        and handed back to the engine, which runs it again as its next attempt (on this
+        pilot's other nodes while they have room). Never an ``end``: what it did there is
+        not known, so it is recorded neither as succeeded nor as failed."""
+        self.losses.setdefault(node, why[-300:])
+        self.emit(NODE_LOST, node=node, n=task["n"], m=task["m"], why=why[-300:])
+        note_stderr(task, f"{why}: run again elsewhere")
+        self.hand_back(task, why)
+
+    def lose_nodes(self) -> None:
+        """Act on the nodes the watch found lost: nothing more goes there, and what runs
+        there is stopped (its launcher, here) and handed back as it is reaped."""
+        for name in self.watch.take_lost() if self.watch is not None else ():
+            why = self.losses[name] = self.lost_why(name)
+            say(f"{why}; its members go to the other nodes of the allocation")
+            self.packer.kill_node(name)
+            for m in list(self.running.values()):
+                if m.agent is None and any(n.name == name for n, _ in m.placement):
+                    m.lost = name
+                    killpg(m.pid, signal.SIGKILL)  # (srun or mpiexec here: the member there is gone)
+            agent = self.agents.get(name)
+            if agent is not None:  # members over ssh: their session goes too
+                self.agent_lost(agent, dead=True)
+            self.fail_unplaceable()
+
+    def fail_unplaceable(self) -> None:
+        """After a node died: members that no longer fit anywhere fail now, with the reason,
+        instead of waiting for cores that will never come back."""
+        keep: deque[dict] = deque()
+        for task in self.queue:
+            never = self.why_never(task_shape(task))
+            if never:
+                self.fail_now(task, 1, f"cannot be placed: {never}")
+            else:
+                keep.append(task)
+        self.queue = keep

@@ -20,6 +20,7 @@ import shutil
 import socket
 import stat
 
+from .packing import Placement
 from .spawn import pid_alive
 
 
@@ -144,3 +145,24 @@ class TmpDirs:
             return None
         return st.f_bavail * st.f_frsize // (1024 * 1024)
 
+
+class MemberTmp:
+    """The pilot's side of members' $TMPDIRs (a mixin of :class:`pilot.agent.PilotAgent`:
+    uses its tmpdirs, packer and fail_now)."""
+
+    def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
+                      member_env: dict) -> bool:
+        """The member attempt's own fresh $TMPDIR (pilot/tmpdirs.py), made here for a member
+        on this node and put in its environment (TMPDIR, PWE_TMPDIR); False when it cannot be
+        made (the member fails with the reason). A member on another node gets its own from
+        that node's agent (remote.py); one whose ranks span nodes, or that srun or mpiexec
+        start on another node, keeps the nodes' own $TMPDIR (one path would not exist on all)."""
+        if len(placement) != 1 or not placement[0][0].local:
+            return True
+        try:
+            member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.make(task["n"], task["m"], task["a"])
+        except OSError as exc:
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
+            return False
+        return True
