@@ -96,8 +96,8 @@ def node_loss(d: Path, env: dict, victim: int = 3) -> tuple[float, float]:
     try:
         while not (ledger.exists() and f"pwe-n{victim}" in ledger.read_text()):
             time.sleep(0.05)
+        killed = time.time()  # (node.sh takes the link down first, then kills what runs there)
         subprocess.run(["bash", str(NODE_SH), "kill", str(victim)], check=True, capture_output=True)
-        killed = time.time()
         _, err = proc.communicate(timeout=600)
     finally:
         proc.kill()

@@ -367,3 +367,37 @@ def test_tmp_is_packed_with_the_cores_on_every_node_a_member_takes():
     # a node whose pool is not known is not counted
     u = Packer(nodes(2), tmp={"n0": None})
     assert u.place(1, 1, tmp=10**6) is not None and u.why_never(1, 1, tmp=10**6) is None
+
+
+def test_the_node_watch_gives_up_a_node_that_answers_nothing():
+    """A port whose connects hang (its listen queue full: as a node whose link went down,
+    nothing comes back) is missed at each probe's timeout; a probe starts every `every`
+    seconds whether the last one answered or not, so two misses come `every` apart."""
+    import selectors
+    import time
+
+    from pilot.nodewatch import NodeWatch
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    held = [socket.create_connection(("127.0.0.1", port))]  # (fills the queue)
+    for _ in range(3):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        held.append(s)
+    sel = selectors.DefaultSelector()
+    watch = NodeWatch(["127.0.0.1"], port, sel, every=0.05, timeout=0.3, misses=2)
+    end = time.monotonic() + 5
+    while time.monotonic() < end and not watch.gone:
+        watch.tick()
+        for key, _ in sel.select(timeout=0.02):
+            key.data.ready(key.fileobj)
+    assert watch.take_lost() == ["127.0.0.1"]
+    assert watch.why["127.0.0.1"] == f"no answer from port {port} in 0.3 s"
+    watch.close()
+    assert all(not probes for probes in watch.flight.values())
+    for s in held + [server]:
+        s.close()
