@@ -29,7 +29,7 @@ from collections import deque
 from typing import Any
 
 from .allocation import Allocation, discover, visible_gpus
-from .launchers import PREFIXES, SSH_FAILED, choose, srun_refused, wrap
+from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
@@ -291,7 +291,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             member.cpu, member.rss = cpu, rss
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
-            lost = member.lost or self.lost_node_of(member)
+            lost = self.lost_node_of(member)
             if lost:  # its node died under it: not the member's fault, whatever its launcher said
                 self.member_lost(t, lost, self.lost_why(lost))
                 self.member_over(t, member.placement)
@@ -304,15 +304,6 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                     continue
                 if rc > 0:  # (srun's own words may be others: wait a moment for our SIGTERM)
                     self.signalled.append((time.time(), member, rc))
-                    continue
-            if member.launcher == "ssh" and rc == SSH_FAILED and not member.killed:
-                node = member.placement[0][0]
-                if not self.node_alive(node.name):
-                    self.packer.kill_node(node.name)
-                    say(f"node {node.name} is unreachable; its members go to the other nodes")
-                    self.member_lost(t, node.name, f"node {node.name} is unreachable")
-                    self.member_over(t, member.placement)
-                    self.fail_unplaceable()
                     continue
             self.finish(member, rc)
 

@@ -36,18 +36,18 @@ class Endings:
         SIGTERM comes, they go back to the engine; if not, they ended as they said."""
         keep = []
         for at, member, rc in self.signalled:
-            t = member.task
-            if self.terminated:
-                self.member_over(t, member.placement)
-                self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
-            elif now - at > _SIGNAL_GRACE:
-                self.member_over(t, member.placement)
-                why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
-                self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                          out=collect(t["cwd"]), **why, **member.usage())
-                self.next_in_group(t)
-            else:
+            if not self.terminated and now - at <= _SIGNAL_GRACE:
                 keep.append((at, member, rc))
+                continue
+            t = member.task
+            self.member_over(t, member.placement)
+            if self.terminated:
+                self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
+                continue
+            why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
+            self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
+                      out=collect(t["cwd"]), **why, **member.usage())
+            self.next_in_group(t)
         self.signalled = keep
 
     def enforce_walltimes(self, now: float) -> None:

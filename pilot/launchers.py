@@ -41,9 +41,6 @@ PREFIXES = {
 #: task on that node, for the pilot's life, sharing its cores with the members it starts
 AGENT_SRUN = "srun --overlap --quiet --nodes=1 --ntasks=1 --nodelist={node} --chdir=/"
 
-#: ssh exits with this when the connection (not the member) failed
-SSH_FAILED = 255
-
 #: What srun says when it could not start a job step because the allocation is going or
 #: gone (scancel, preemption, walltime, a node failure): its exit status (1) is then
 #: srun's, not the member's, which may never have run.

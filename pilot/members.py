@@ -75,7 +75,7 @@ def collect(cwd: str) -> dict[str, str]:
 
 class Member:
     __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
-                 "term_at", "agent", "key", "cpu", "rss", "lost")
+                 "term_at", "agent", "key", "cpu", "rss")
 
     def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
         self.task = task
@@ -93,7 +93,6 @@ class Member:
         self.key = pid
         self.cpu: float | None = None  # from the rusage of the reaped member (the end message's)
         self.rss: int | None = None
-        self.lost: str | None = None  # the node it ran on was lost (pilot/nodewatch.py): why, in words
 
     def usage(self) -> dict:
         """``cpu`` and ``rss`` for its ``end`` message, where its reaper measured them."""

@@ -187,8 +187,9 @@ class NodeLosses:
             self.packer.kill_node(name)
             for m in list(self.running.values()):
                 if m.agent is None and any(n.name == name for n, _ in m.placement):
-                    m.lost = name
-                    killpg(m.pid, signal.SIGKILL)  # (srun or mpiexec here: the member there is gone)
+                    # (srun or mpiexec here: the member there is gone; reaped, it is handed
+                    # back, its node being among the watch's gone: lost_node_of)
+                    killpg(m.pid, signal.SIGKILL)
             agent = self.agents.get(name)
             if agent is not None:  # members over ssh: their session goes too
                 self.agent_lost(agent, dead=True)
