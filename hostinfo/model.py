@@ -111,7 +111,14 @@ class Host(BaseModel):
     broker: StrictStr | None = Field(None, description="redis://host:port/db, without its password")
     broker_password_file: StrictStr | None = Field(None, description="an owner-only file with the broker's password")
     connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
-    shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths")
+    shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths; "
+                                  "false (with an ssh:// contact): the engine runs on the login node, the workflow and "
+                                  "its inputs are staged there and the results brought back (pwe.remote)")
+    remote_dir: StrictStr = Field("pwe-remote", description="(shared_fs: false) where on the login node runs are "
+                                  "staged, one directory per run; relative to the login directory")
+    remote_pwe: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["pwe"], description="(shared_fs: false) the command that runs pwe on the login node, "
+        "as a list: e.g. [/opt/pwe/bin/pwe], or [env, SLURM_CONF=/etc/slurm/other.conf, pwe]")
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
     fallback: Literal["none", "local"] = Field(
         "none", description="'local': when the scheduler's commands are absent, warn and run the members here")
@@ -119,7 +126,7 @@ class Host(BaseModel):
         default_factory=dict, description="most of each user-defined resource (a node's 'resources') held at once "
         "by the members running on this host, e.g. license: 2")
 
-    _lines = field_validator("scratch", "launcher_prefix")(classmethod(lambda cls, v: one_line(v)))
+    _lines = field_validator("scratch", "launcher_prefix", "remote_dir")(classmethod(lambda cls, v: one_line(v)))
     _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))
 
     @field_validator("commands_dir")
@@ -186,6 +193,8 @@ class Host(BaseModel):
 
     @model_validator(mode="after")
     def _contact(self) -> "Host":
+        if not self.shared_fs and self.contact == "local":
+            raise ValueError("shared_fs: false needs a login node to stage to: give contact: ssh://user@login-node")
         if self.transport == "redis" and not self.broker:
             raise ValueError("transport redis needs broker: redis://host:port/db")
         from protocols.registry import PROTOCOLS

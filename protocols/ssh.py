@@ -210,7 +210,7 @@ class SshRunner(CommandRunner):
             try:
                 parent = posixpath.dirname(path)
                 if parent:
-                    self._makedirs(sftp, parent)
+                    sftp_makedirs(sftp, parent)
                 with sftp.open(path, "w") as fh:
                     sftp.chmod(path, mode)  # before the text is in it
                     fh.write(text.encode())
@@ -226,6 +226,11 @@ class SshRunner(CommandRunner):
                 self._drop()
                 if attempt == 2:
                     raise self._error(f"the connection dropped while writing {path} ({exc})") from None
+
+    def sftp(self) -> Any:
+        """The connection's SFTP client, opened on first use (protocols.staging moves files
+        with it)."""
+        return self._sftp_client()
 
     def close(self) -> None:
         with self._lock:
@@ -275,21 +280,6 @@ class SshRunner(CommandRunner):
             raise self._error(f"the connection dropped while {argv[0]} was running; whether it "
                               "took effect is unknown")
         return CommandResult(argv, status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-
-    @staticmethod
-    def _makedirs(sftp: Any, directory: str) -> None:
-        parts = directory.split("/")
-        for i in range(1, len(parts) + 1):
-            d = "/".join(parts[:i])
-            if d in ("", "."):
-                continue
-            try:
-                sftp.stat(d)
-            except FileNotFoundError:
-                try:
-                    sftp.mkdir(d)
-                except OSError:
-                    sftp.stat(d)  # made meanwhile by another writer is fine; else the stat raises
 
     # -- the connection ---------------------------------------------------------------------
     def _timeout(self) -> float:
@@ -517,6 +507,23 @@ def _files_holding(files: list[str], key_name: str) -> list[str]:
         if keys.lookup(key_name):
             found.append(path)
     return found
+
+
+def sftp_makedirs(sftp: Any, directory: str) -> None:
+    """``mkdir -p`` over SFTP (owner-only directories); one made meanwhile by another
+    writer is fine."""
+    parts = directory.split("/")
+    for i in range(1, len(parts) + 1):
+        d = "/".join(parts[:i])
+        if d in ("", "."):
+            continue
+        try:
+            sftp.stat(d)
+        except FileNotFoundError:
+            try:
+                sftp.mkdir(d, 0o700)
+            except OSError:
+                sftp.stat(d)  # made meanwhile is fine; else this raises
 
 
 def _tilde(path: str) -> str:

@@ -16,9 +16,11 @@ from .cli_base import fail, find, hosts_option, json_option, warn, workspace_opt
 from .cli_events import events
 from .cli_check import hosts, plan, validate
 from .cli_pilot import pilot
+from .cli_remote import drive
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
 from .errors import PweError, RunStopped
+from .remote import RemoteRun, is_remote
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,13 +51,31 @@ def _with_run_options(f):
     return f
 
 
+def _run_id(value: str | None) -> str | None:
+    """``pwe submit --run-id`` (hidden: a staged run's id, given by the machine that staged
+    it, pwe.remote): a run id's characters only."""
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", value):
+        raise click.BadParameter("a run id is letters, digits, '.', '_' and '-'")
+    return value
+
+
 def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
-            hosts_file: str | None, workspace: str | None = None):
+            hosts_file: str | None, workspace: str | None = None, run_id: str | None = None):
+    """An engine for a new run of FILE, or (a host without shared file systems) the run
+    staged to its login node (:class:`pwe.remote.RemoteRun`)."""
     from .engine import Engine
     from .load import parse_sets
+    from .placement import plan_for_hosts
+    from .remote import RemoteRun, staged
 
-    return Engine.create(file, parse_sets(sets), host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
-                         workspace=workspace)
+    values = parse_sets(sets)
+    planned = plan_for_hosts(file, values, host=host, hosts_file=hosts_file, cores=cores)
+    if any(staged(h) for h in planned[1].values()):
+        return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
+    return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
+                         workspace=workspace, planned=planned, run_id=run_id)
 
 
 def _follow(engine, as_json: bool = False, **kwargs) -> None:
@@ -159,6 +179,8 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
         warn(engine.warnings)
+        if isinstance(engine, RemoteRun):
+            return drive(engine, as_json, fresh=True)
         _follow(engine, as_json)
     except PweError as exc:
         fail(exc)
@@ -169,8 +191,9 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 @_with_run_options
 @click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
+@click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
 @json_option
-def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, as_json) -> None:
+def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, run_id, as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .control import spawn_engine
 
@@ -179,10 +202,12 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
 
         return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
     try:
-        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, run_id)
+        warn(engine.warnings)
+        if isinstance(engine, RemoteRun):
+            return drive(engine, as_json, follow=False, fresh=True)
     except PweError as exc:
         fail(exc)
-    warn(engine.warnings)
     spawn_engine(engine.dir)
     click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir)}) if as_json else engine.run_id)
 
@@ -212,7 +237,7 @@ def cancel(run: str, as_json: bool) -> None:
 
     try:
         d = find(run)
-        done = cancel_run(d)
+        done = RemoteRun.open(d).cancel() if is_remote(d) else cancel_run(d)
     except PweError as exc:
         fail(exc)
     if as_json:
@@ -242,6 +267,8 @@ def retry(run: str | None, detach: bool, as_json: bool) -> None:
 def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False) -> None:
     try:
         d = find(run)
+        if is_remote(d):
+            return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
         if detach:
             from .control import detach as go_on
 

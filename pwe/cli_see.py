@@ -66,7 +66,7 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
     try:
         d = find(run)
         while True:
-            snap = run_status(d)
+            snap = run_status(d) if not _remote_unfetched(d) else _remote_status(d)
             if as_json:
                 click.echo(json.dumps(snap, indent=None if watch else 2))
             else:
@@ -83,6 +83,29 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     warn(snap.get("warnings", []))
+
+
+def _remote_unfetched(d) -> bool:
+    """A run staged to a login node (pwe.remote) whose results are not here yet."""
+    from .remote import is_remote
+
+    return is_remote(d) and not (d / "state.json").is_file()
+
+
+def _remote_status(d) -> dict:
+    """``pwe status`` of a staged run, asked there (one command over ssh)."""
+    from .remote import RemoteRun
+
+    rr = RemoteRun.open(d)
+    if rr.info.get("step") in ("stage", "submit"):
+        return {"run_id": rr.run_id, "phase": f"not submitted yet (staging to {rr.host.name}); then: pwe resume",
+                "nodes": {}, "totals": {}, "run_dir": str(d)}
+    try:
+        snap = rr.status()
+    finally:
+        rr.close()
+    snap["run_id"], snap["remote_run_dir"], snap["run_dir"] = rr.run_id, snap.get("run_dir"), str(d)
+    return snap
 
 
 def _status_lines(d, snap: dict) -> list[str]:

@@ -20,6 +20,7 @@ this drawing, so neither can drift).
           +-- CommandTimeout       1    a command did not answer in time              protocols.runner, protocols.ssh
           +-- ContactError         1    the host cannot be reached                    protocols.ssh
           +-- SchedulerUnreachable 1    the batch system did not answer: ask later    protocols.base
+          +-- StagingError         1    a file staged or fetched did not arrive whole protocols.staging
 
 A HostError keeps the command, its exit status and its stderr as attributes, and its
 ``str()`` is one line carrying the host's own answer. The engine stops a run on a pilot
@@ -192,3 +193,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
+
+class StagingError(HostError):
+    """A file sent to a login node or brought back from one did not arrive whole (its copy
+    does not hash as the source does, or the source is gone): protocols.staging."""

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -29,6 +30,8 @@ from pydantic import (
 
 from hostinfo.model import one_line, one_word
 
+from .inputs import checked_pattern
+
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 
@@ -39,6 +42,20 @@ NODE_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, description="minutes")]
 Count = Annotated[StrictInt, Field(ge=1)]
+
+
+def _input_pattern(v: Any) -> Any:
+    # what is staged must come from the workspace: refused here, at validate, not when staging
+    # (before the type's own checks, so that '' gets this message too; not text: StrictStr's)
+    if isinstance(v, str) and checked_pattern(v) is None:
+        raise ValueError("an input is a path pattern inside the workspace: not blank, no leading '/', no '..' "
+                         "part, no line break")
+    return v
+
+
+#: An item of ``inputs``: a path pattern relative to the workspace (:mod:`pwe.inputs`).
+InputPattern = Annotated[StrictStr, Field(min_length=1), BeforeValidator(_input_pattern)]
+
 #: An item of setup_per_node: shell text (several lines are welcome: they run as one script).
 SetupLine = Annotated[StrictStr, Field(min_length=1)]
 
@@ -307,6 +324,11 @@ class Workflow(_Strict):
     workspace: Annotated[StrictStr, Field(min_length=1)] | None = Field(
         None, description="the directory products are relative to (PWE_WORKSPACE); relative to the workflow "
         "file's directory; default: that directory (pwe run --workspace overrides)"
+    )
+    inputs: list[InputPattern] = Field(
+        default_factory=list, description="files a run needs, staged to a host whose file systems are not shared "
+        "(shared_fs: false): path patterns relative to the workspace (glob: *, ?, [...], ** for any depth); a "
+        "directory means every file under it (pwe.inputs)"
     )
     nodes: Annotated[dict[Annotated[str, Field(pattern=NODE_ID)], Node], Field(min_length=1)]
     # (issue 14: the order ready members are handed out in, and limits on user resources)

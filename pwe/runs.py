@@ -22,19 +22,21 @@ from .plan import Plan, plan_workflow
 
 def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
            cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
+           planned: tuple[Plan, dict[str, Any], list[str]] | None = None,
            **options: Any) -> tuple[Path, Plan, dict[str, Any], list[str]]:
     """Check the workflow, make its run directory; (its path, the plan, run.json's
-    content, the warnings ``pwe run`` prints)."""
+    content, the warnings ``pwe run`` prints). ``planned``: what
+    :func:`~pwe.placement.plan_for_hosts` gave for the same arguments, not done twice."""
     from .placement import pilot_args_for, plan_for_hosts
 
     src = Path(workflow)
     cores_option = cores
-    plan, hosts, warnings = plan_for_hosts(src, sets, host=host, hosts_file=hosts_file, cores=cores)
+    plan, hosts, warnings = planned or plan_for_hosts(src, sets, host=host, hosts_file=hosts_file, cores=cores)
     for the_host in hosts.values():
-        if the_host.contact != "local" and not the_host.shared_fs:
-            raise InputError(f"host '{the_host.name}' does not share this machine's filesystem (shared_fs: "
-                             "false); this version needs the run directory visible on the host at the same "
-                             "path", src)
+        if the_host.contact != "local" and not the_host.shared_fs:  # (pwe.remote: its engine runs there)
+            raise InputError(f"host '{the_host.name}' does not share this machine's file systems (shared_fs: "
+                             "false): its runs are staged to its login node and run there by `pwe run` or `pwe "
+                             "submit` from the command line, not by an engine on this machine", src)
         if the_host.transport == "redis" and the_host.broker_password_file:
             from pilot.broker import read_password
 

@@ -49,6 +49,8 @@ def check(plan: Any, hosts: dict[str, Any], src: Path, sources: dict[str, str] |
         if (host.cores_per_node or 1) > 1 and note not in warnings:
             warnings.append(note)
     for host in hosts.values():
+        if host.contact != "local" and not host.shared_fs:
+            continue  # (pwe.remote: the run is checked again on its login node, where the batch system is)
         if protocol_info(host.protocol).lists_partitions:
             _check_partitions(host, src, (sources or {}).get(host.name))
         if not protocol_info(host.protocol).parallel_environment or not host.parallel_environment:

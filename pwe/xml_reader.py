@@ -455,6 +455,8 @@ def _workflow(root: etree._Element) -> LineDict:
             _put(wf, "defaults", _defaults(child), child.sourceline)
         elif child.tag == "limits":  # <limit name="license">4</limit>: as limits: {license: 4}
             _put(wf, "limits", _amounts(child), child.sourceline)
+        elif child.tag == "inputs":  # <input>data/*.csv</input>: a pattern, as <product> is read (pwe.inputs)
+            _put(wf, "inputs", _lines(child, strip=True), child.sourceline)
         elif child.tag == "node":
             if nodes.line is None:
                 nodes.line = child.sourceline
@@ -484,11 +486,12 @@ def _defaults(el: etree._Element) -> LineDict:
     return out
 
 
-def _lines(el: etree._Element) -> LineList:
-    """``<setup_per_node><line>...</line>...</setup_per_node>`` as the YAML form's list."""
+def _lines(el: etree._Element, strip: bool = False) -> LineList:
+    """``<setup_per_node><line>...</line>...</setup_per_node>`` (or ``<inputs><input>``...,
+    ``strip``: a path, without the spaces around it) as the YAML form's list."""
     out = LineList(line=el.sourceline)
     for child in el:
-        out.append(_text(child))
+        out.append(_text(child).strip() if strip else _text(child))
         out.item_lines.append(child.sourceline)
     return out
 

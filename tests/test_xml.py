@@ -58,6 +58,7 @@ defaults:
     account: abc123
     maxWallTime: 60
     queue: normal
+inputs: [data/*.csv, "**/*.msh", params.json]
 nodes:
   prepare:
     description: make the inputs
@@ -126,6 +127,11 @@ FULL_XML = """\
       <queue> normal </queue>
     </scheduling>
   </defaults>
+  <inputs>
+    <input>data/*.csv</input>
+    <input> **/*.msh </input>
+    <input>params.json</input>
+  </inputs>
   <node id="prepare">
     <description>make the inputs</description>
     <run>./prepare --steps {{ nsteps }}</run>
@@ -210,6 +216,7 @@ def test_every_element_equals_yaml(full_pair):
     assert xml_wf.nodes["simulate"].combine == "zip" and xml_wf.nodes["simulate"].retries == 2
     assert xml_wf.nodes["simulate"].parameters["seed"].range == [0.0, 1.0, 0.5]
     assert list(xml_wf.nodes) == ["prepare", "simulate", "fromfile", "analyze"]
+    assert xml_wf.inputs == ["data/*.csv", "**/*.msh", "params.json"]  # (an <input>'s spaces around it dropped)
 
 
 def test_every_element_plans_alike(full_pair):
@@ -253,6 +260,10 @@ def test_xsd_scheduling_matches_model():
     assert node_xml == (set(model.Node.model_fields) - {"parameters", "resources", "products"}
                         | {"parameter", "resource", "product", "id"})
     assert set(shapes["defaults"].attrs) | set(shapes["defaults"].children) == set(model.Defaults.model_fields)
+    # the workflow's: <node> spells 'nodes'; <inputs> holds one <input> per pattern
+    workflow_xml = set(shapes["workflow"].attrs) | set(shapes["workflow"].children)
+    assert workflow_xml == set(model.Workflow.model_fields) - {"nodes"} | {"node"}
+    assert shapes["inputs"].children == ("input",)
 
 
 # --- one clear line for every bad input ---------------------------------------------------

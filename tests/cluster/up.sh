@@ -8,7 +8,9 @@
 # and writes
 #   tests/cluster/env.sh      SLURM_CONF, SGE_ROOT (and the rest a shell needs)
 #   tests/cluster/hosts.yaml  pwe hosts for them: slurm4 (srun steps), slurm4-ssh (ssh),
-#                             pbs4 (PBS through slurm-wlm-torque), sge
+#                             pbs4 (PBS through slurm-wlm-torque), sge, remote (slurm4 from
+#                             a workstation sharing no file system with it: staged to the
+#                             login node pwe-n1 over ssh)
 # Idempotent: starts only what is not running; a second run when all is up takes seconds.
 # One line per part; exits 1 (with the reason) when any part cannot start.
 set -uo pipefail
@@ -45,7 +47,7 @@ cat >"$HERE/hosts.yaml.new" <<HOSTS
 # Written by tests/cluster/up.sh: pwe hosts of the test clusters (. tests/cluster/env.sh first).
 hosts:
   slurm4:
-    # one pilot job over up to four nodes; members as srun --exact job steps
+    # one pilot job over up to four nodes; members through one srun --overlap agent step per node
     protocol: slurm
     cores_per_node: $PWE_CLUSTER_CPUS
     memory_per_node: $PWE_CLUSTER_MEMORY
@@ -74,6 +76,21 @@ hosts:
     parallel_environment: pwe
     cores_per_node: 4
     max_nodes: 1
+  remote:
+    # slurm4 seen from a workstation that shares no file system with it and has no scheduler
+    # commands: the workflow and its inputs are staged to the login node pwe-n1 over ssh,
+    # the engine runs there, the results come back (shared_fs: false)
+    protocol: slurm
+    contact: ssh://pwe-n1
+    ssh_config: $PWE_SSH_DIR/ssh_config
+    shared_fs: false
+    remote_dir: /var/tmp/pwe-login/runs
+    remote_pwe: [env, SLURM_CONF=$PWE_CLUSTER_CONF, $(cd "$HERE/../.." && pwd)/.venv/bin/pwe]
+    cores_per_node: $PWE_CLUSTER_CPUS
+    memory_per_node: $PWE_CLUSTER_MEMORY
+    max_nodes: $PWE_NODES
+    partitions:
+      - {name: batch, max_nodes: $PWE_NODES}
 HOSTS
 mv "$HERE/hosts.yaml.new" "$HERE/hosts.yaml"
 
