@@ -254,3 +254,35 @@ def test_shared_fs_false_needs_a_login_node(tmp_path):
     hosts.write_text("hosts:\n  far:\n    protocol: slurm\n    shared_fs: false\n")
     status, out, err = run_cli("hosts", "list", "--hosts", hosts, cwd=tmp_path)
     assert status == 2 and "shared_fs: false needs a login node" in err and str(hosts) in err, err
+
+
+def test_an_interrupted_fetch_goes_on_from_its_part_file(tmp_path, remote):
+    """protocols.staging both ways over the real sshd of pwe-n1: a local .part that is a
+    prefix is continued; one whose bytes differ is fetched again whole (the hash says so);
+    a file already here with the same hash is not fetched at all."""
+    from protocols.ssh import SshRunner
+    from protocols.staging import Stager
+
+    there = LOGIN_RUNS / "fetch-test"
+    there.mkdir(parents=True, exist_ok=True)
+    try:
+        data = os.urandom(5_000_000)
+        (there / "a.bin").write_bytes(data)
+        runner = SshRunner("ssh://pwe-n1", ssh_config="/var/tmp/pwe-ssh/ssh_config")
+        stager = Stager(runner)
+        here = tmp_path / "a.bin"
+        (tmp_path / "a.bin.part").write_bytes(data[:2_000_000])
+        (moved,) = stager.get([(f"{there}/a.bin", here)])
+        assert (moved.resumed_at, moved.sent) == (2_000_000, 3_000_000) and here.read_bytes() == data
+        assert here.stat().st_mode & 0o777 == 0o600  # owner-only here, whatever it was there
+        (moved,) = stager.get([(f"{there}/a.bin", here)])
+        assert moved.skipped and moved.sent == 0
+        here.unlink()
+        (tmp_path / "a.bin.part").write_bytes(b"x" * 1_000_000)  # not a prefix of the file
+        (moved,) = stager.get([(f"{there}/a.bin", here)])
+        assert moved.resumed_at == 0 and here.read_bytes() == data
+        assert not (tmp_path / "a.bin.part").exists()
+        assert runner.connects == 1
+        runner.close()
+    finally:
+        shutil.rmtree(there, ignore_errors=True)
