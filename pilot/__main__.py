@@ -11,6 +11,7 @@ import sys
 
 from .agent import PilotAgent
 from .allocation import discover
+from .guardian import guard
 from .transport import PilotSpool, Transport, keys
 
 
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     directory = os.path.abspath(args.dir)
     try:
         key_out, key_in = keys(directory, args.secret)
+        # the pilot's guardian (pilot/guardian.py): this process waits, a child is the pilot
+        # (forked before anything is opened that only the pilot may use)
+        table = guard(directory, key_out, 4096)
         transport: Transport
         if args.transport == "redis":
             from .broker import PilotRedis, read_password
@@ -72,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
                   margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
                   tmp_per_node=args.tmp_per_node)
+    pilot.table = table
     sys.exit(pilot.run())
 
 

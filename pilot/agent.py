@@ -33,6 +33,7 @@ from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
+from .guardian import MemberTable
 from .members import Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
 from .endings import Endings
 from .intake import TaskIntake
@@ -108,6 +109,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.setup_procs: dict[int, tuple] = {}  # pid -> (process, node, id, started, log)
         self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd)
         self.losses: dict[str, str] = {}  # node -> how it was lost, in words
+        self.table: MemberTable | None = None  # shared with the guardian (pilot/guardian.py), if any
+        self._to_report: list[int] = []  # its entries of members collected since the last write
 
     @property
     def free(self) -> int:
@@ -124,9 +127,14 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if not self._out and not self.transport.held:
             return True
         out, self._out = self._out, []
+        reported, self._to_report = self._to_report, []
         try:
             self.transport.send(out)
+            if self.table is not None:  # (their ends are in the events now: the guardian need not tell)
+                for k in reported:
+                    self.table.reported(k)
         except OSError as exc:
+            self._to_report = reported + self._to_report
             # disk full or quota: the transport holds what was not written; start no member
             # until it is (their events would have nowhere to go)
             if not self.write_blocked:
@@ -207,6 +215,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.member_over(task, placement)
             return
         self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+        if self.table is not None:
+            self.table.spawned(pid, task["n"], task["m"], task["a"])
 
     def member_over(self, task: dict, placement: Placement) -> None:
         """A member attempt that has ended (or never started): its $TMPDIR goes (its tmp
@@ -282,8 +292,14 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 return
         self.send_pending()
 
+    def _seen_over(self, pid: int, rc: int) -> None:
+        """A child that has ended, before it is collected: into the guardian's table first."""
+        k = self.table.over(pid, rc) if self.table is not None else None
+        if k is not None:
+            self._to_report.append(k)
+
     def reap(self) -> None:
-        for pid, rc, cpu, rss in reaped(lambda: self.running):
+        for pid, rc, cpu, rss in reaped(lambda: self.running, self._seen_over if self.table is not None else None):
             member = self.running.pop(pid, None)
             if member is None:
                 self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)

@@ -60,6 +60,8 @@ def make_member_dir(cwd: str) -> None:
             return
         err: OSError = PermissionError(errno.EACCES, os.strerror(errno.EACCES))
     except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):  # its own path (too long, a file in
+            return  # the way), no resume mends: its spawn fails on it, a failed member (not a back for ever)
         err = exc
     where = cwd
     while not os.path.isdir(where) and os.path.dirname(where) != where:
@@ -145,20 +147,35 @@ class Spawner:
             return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=FILE_ACTIONS, setsid=True)
 
 
-def reaped(wanted: Callable[[], object]) -> Iterator[tuple[int, int, float, int]]:
+def reaped(wanted: Callable[[], object],
+           seen: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, int, float, int]]:
     """(pid, exit status, cpu, rss) of each child that has ended, without waiting for
     more; a signal shows as its negative number. ``cpu`` is the user + system seconds of
     the child and the descendants it waited for, ``rss`` its peak resident set in KB (the
     rusage of ``wait4``: what the ``end`` message carries). ``wanted()`` is asked before
     each collection: children that are not members (ssh sessions to node agents, local
-    spawners) are left to their owner once no member is left."""
+    spawners) are left to their owner once no member is left. ``seen(pid, status)`` is
+    told of each before it is collected (pilot/guardian.py: so that its end is never
+    known only to a process that can die with it)."""
     while wanted():
-        try:
-            pid, status, use = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+        if seen is not None:
+            from .guardian import peek_exit
+
+            over = peek_exit()
+            if over is None:
+                return
+            seen(*over)
+            try:
+                pid, status, use = os.wait4(over[0], 0)  # (ended already: at once)
+            except ChildProcessError:
+                continue
+        else:
+            try:
+                pid, status, use = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
         yield pid, os.waitstatus_to_exitcode(status), round(use.ru_utime + use.ru_stime, 3), use.ru_maxrss
 
 

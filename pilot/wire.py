@@ -93,6 +93,8 @@ from typing import Any
 #: 2: every pilot message has ``q``; lines are signed (``s``); the ``ack`` kind.
 #: 3: ``leave`` (pwe pilot drain), ``setup`` and a task's ``setup`` (setup_per_node), ``node_setup``;
 #: the ``group`` kind; a ``task`` may carry ``prod`` (its products, checked at its end).
+#: (3 still: ``orphan_end``/``orphan_killed`` are the guardian's, in a file of their own, read
+#: by an engine that knows them; an older engine never opens it.)
 VERSION = 3
 
 # engine -> pilot
@@ -101,6 +103,8 @@ LEAVE, SETUP = "leave", "setup"
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
 NODE_SETUP = "node_setup"
+# the pilot's guardian -> engine, in orphans.jsonl once the pilot is gone (pilot/guardian.py)
+ORPHAN_END, ORPHAN_KILLED = "orphan_end", "orphan_killed"
 #: (never sent) what decode() makes of a line that is not a message
 DAMAGED = "damaged"
 #: (never sent) what a reader with a key makes of a line whose signature is missing or
@@ -128,6 +132,8 @@ FIELDS: dict[str, frozenset[str]] = {
     HB: frozenset({"running", "queued", "t", "q"}),
     DOWN: frozenset({"why", "t", "q"}),
     NODE_SETUP: frozenset({"node", "id", "rc", "dt", "log", "t", "q"}),
+    ORPHAN_END: frozenset({"n", "m", "a", "rc", "pid", "t"}),
+    ORPHAN_KILLED: frozenset({"n", "m", "a", "rc", "pid", "t"}),
 }
 #: What the pilot sends (each with its sequence number ``q``).
 FROM_PILOT = frozenset({UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN, NODE_SETUP})

@@ -51,10 +51,14 @@ class Feeding:
             return 0
         if self._pressure is not None:
             self._pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
+        lane_of = self._lane_of  # (one no longer ready is passed over when its turn comes)
         if st.ready:  # to the lane of each member's node, a run of members at a time
-            lane_of = self._lane_of  # (one no longer ready is passed over when its turn comes)
             for nid, lo, hi in st.ready.take_runs():
                 self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
+        if st.again:  # handed back (its node lost, its pilot gone): it had its turn, so it goes
+            for nid, i in reversed(st.again):  # first; its place at the back is then a stale entry
+                self.lanes[lane_of[nid]].ready.appendleft((nid, i))
+            st.again.clear()
         fed = 0
         for lane in self.lanes.values():
             if not lane.ready:

@@ -400,13 +400,16 @@ class PilotWork(Intake, Recovery, PilotControl):
             self._ingest(pilot)
         if pilot.given_up:
             why = f"{pilot.given_up}, its job cancelled; then {why}"
+        self._orphan_ends(pilot)  # (what its guardian saw end as it died: not run again)
         st = self.state
         inflight = st.inflight(pilot.id)
         if pilot.host == socket.gethostname():
             self._end_orphans(pilot, inflight)
-        for nid, i in inflight:
-            self._record({"e": "unassign", "n": nid, "m": i, "p": pilot.id})
-        self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": time.time()})
+        now = time.time()
+        for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)
+            self._record({"e": "unassign", "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
+                          "why": f"its pilot {pilot.id} is gone ({why}); it runs again", "t": now})
+        self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": now})
         pilot.alive = False
         pilot.outstanding = pilot.extra = 0
         pilot._groups.clear()

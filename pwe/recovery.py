@@ -11,12 +11,16 @@ import signal
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from pilot.wire import BACK, DOWN, DRAIN, END, START, UP
+from pilot.wire import BACK, DOWN, DRAIN, END, START, UP, channel_key
 
-from .state import ASSIGNED, READY
+from .state import ASSIGNED, READY, RUNNING
 
 if TYPE_CHECKING:
     from .pilots import PilotHandle
+
+
+#: exit statuses of a member killed by a signal (a shell says 128 + N): not an end of its own
+KILLED = frozenset({-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM})
 
 
 def _kill_group(pgid: int) -> None:
@@ -139,6 +143,36 @@ class Recovery:
                 self._record({"e": "offset", "p": pid_, "off": cursor})
                 self._recovered[pid_] = [ev for ev in files[pid_][0] if ev.get("k") in (UP, DRAIN, DOWN)]
         hand_back_strays()  # (a pilot that is gone and had started one the journal forgot)
+
+    def _orphan_ends(self, pilot: PilotHandle) -> None:
+        """What the pilot's guardian saw when the pilot died (pilot/guardian.py): a member
+        that ended on its own but whose end the pilot never reported ends with that status
+        now, as its pilot would have said it (outputs read from its directory), instead
+        of running again. Members the guardian killed (still running: no result came
+        back), and ends by a kill signal, are not ends: they run again, as their next
+        attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
+        from pilot.guardian import read_orphans
+        from pilot.members import collect
+        from pilot.wire import ORPHAN_END
+
+        from .rundir import member_dir
+
+        st = self.state
+        key = channel_key(self._secret, pilot.id, True) if self._secret is not None else None
+        for msg in read_orphans(str(pilot.dir), key):
+            nid, i, a, rc = msg.get("n"), msg.get("m"), msg.get("a"), msg.get("rc")
+            if msg["k"] != ORPHAN_END or type(rc) is not int or rc in KILLED or nid not in st.nodes:
+                continue
+            ns = st.nodes[nid]
+            if type(i) is not int or not 0 <= i < ns.size or ns.attempt[i] != a or ns.pilot.get(i) != pilot.id \
+                    or ns.state[i] not in (ASSIGNED, RUNNING):
+                continue  # (reported after all, or not this pilot's: its own end stands)
+            if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
+                self._record({"e": "start", "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
+            out = collect(str(member_dir(self.dir, nid, i))) if rc == 0 else {}
+            self._take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
+            self._record({"e": "note", "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
+                          "pilot died; its end came from the pilot's guardian", "t": msg.get("t")})
 
     def _end_orphans(self, pilot: PilotHandle, inflight: list[tuple[str, int]]) -> None:
         """End what a pilot of this machine that is gone left running: a member orphaned by

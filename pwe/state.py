@@ -86,6 +86,7 @@ class RunState:
         self.plan = plan
         self.nodes: dict[str, NodeState] = {}
         self.ready = ReadyQueue()
+        self.again: list[tuple[str, int]] = []  # ready again (unassign): fed first (pwe.feed), not last
         self.barrier_left: dict[tuple[str, str], int] = {}
         self.pilots: dict[str, dict[str, Any]] = {}
         self.cancelled = False
@@ -228,6 +229,7 @@ class RunState:
             ns.pilot.pop(i, None)
             ns.pid.pop(i, None)
             self.ready.append((r["n"], i))
+            self.again.append((r["n"], i))
             return True
         if e == "pilot":
             self.pilots[r["p"]] = {k: v for k, v in r.items() if k not in ("e",)}

@@ -257,3 +257,62 @@ def test_a_member_handed_back_for_an_unwritable_directory_after_its_start_spends
     ns = st.nodes["a"]
     assert ns.state[0] == READY and ns.attempt[0] == 0
     assert ns.state[1] == READY and ns.attempt[1] == 1
+
+
+def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_path):
+    """Issue 22: 2,000 short members two at a time, the pilot killed (-9) twenty times at
+    random moments. From the members' own ledger: every member completed, and none twice.
+    A member that ended as its pilot died is recorded with the end it had (its pilot's
+    guardian saw it: pilot/guardian.py), not run again; one still running was killed with
+    its pilot and ran again as its next attempt, which the trace says."""
+    import random
+
+    n, kills = 2000, 20
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        f"name: kills\nproperties: {{ledger: {ledger}}}\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
+        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.01; '
+        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rng = random.Random()
+
+    def ended() -> int:
+        try:
+            return ledger.read_bytes().count(b"end ")
+        except FileNotFoundError:
+            return 0
+
+    try:
+        for k in range(1, kills + 1):
+            events = run_dir / "pilots" / f"p{k}" / "events.jsonl"
+            # (after its first end: three pilots in a row that finish nothing stop the run)
+            wait_for(lambda ev=events, want=(k - 1) * n // (kills + 5): ev.exists() and b'"k":"end"' in ev.read_bytes()
+                     and ended() >= want, timeout=120, what=f"pilot p{k}")
+            time.sleep(rng.uniform(0.0, 0.3))
+            kill_pilot(events)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    twice = sorted(k for k, c in ends.items() if c > 1)
+    assert not twice, f"members that completed twice: {twice[:10]}"
+    assert set(ends) == {(str(i),) for i in range(n)}
+    recs = read_journal(run_dir)
+    assert len([r for r in recs if r["e"] == "pilot_gone"]) >= kills
+    rerun = {r["m"] for r in recs if r["e"] == "start" and r["a"] > 1}
+    assert rerun, "no member was running at any of the kills"
+    # the trace: each rerun member's first attempt was lost with its pilot, its second done
+    rows = [json.loads(line) for line in pwe("trace", run_dir, "--json", cwd=tmp_path, check=0).stdout.splitlines()]
+    first = {r["member"]: r for r in rows if r["attempt"] == 1}
+    assert {r["member"] for r in rows if r["attempt"] == 2 and r["state"] == "done"} >= rerun
+    for m in rerun:
+        assert first[m]["state"] == "lost" and "its pilot" in first[m]["why"], first[m]
+    # and the members whose end only the guardian saw ended as attempt 1, not run again
+    notes = [r for r in recs if r["e"] == "note" and "guardian" in r.get("what", "")]
+    for r in notes:
+        m = int(r["what"].split(":")[2].split()[0])
+        assert ends[(str(m),)] == 1 and first[m]["state"] == "done"

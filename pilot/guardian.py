@@ -1,0 +1,285 @@
+"""The pilot's guardian: how each member on the pilot's node ended, even when the pilot
+itself is killed (kill -9, an OOM kill). Standard library only; Linux (elsewhere, or
+where the kernel refuses, the pilot runs without one, as before).
+
+Why. A member's exit status reaches its parent only. When the pilot is killed, the
+members it started live on as orphans: one that was already over (a zombie the pilot
+had not collected yet), one it had collected but not yet reported, and one that ends a
+moment after the pilot died would each have its end lost, and run again: a member
+completed twice. So the pilot process forks at its start (:func:`guard`): the parent
+becomes the **guardian**, a child subreaper (``PR_SET_CHILD_SUBREAPER``) that does
+nothing but wait; the child is the pilot. Orphans of the pilot are reparented to the
+guardian, which collects them with their real exit statuses.
+
+What the pilot shares with it, without a system call per member: a table in shared
+memory (:class:`MemberTable`, an anonymous shared mapping made before the fork), one
+entry per member it spawned here: its pid, node, index, attempt and state: running,
+over (its exit status, seen with ``waitid(WNOWAIT)`` *before* the pilot collects it),
+reported (its ``end`` is in the pilot's events). So at no moment is an end known only
+to a process that can die with it.
+
+When the pilot ends, however it ends, the guardian: kills every child left (members
+still running: they ran with a pilot that can no longer report them, so they run again,
+as their next attempt), collects them all, and writes to ``orphans.jsonl`` in the
+pilot's directory, signed as the pilot's events are: an ``orphan_end`` (with the exit
+status) for each member that ended on its own but was never reported (a zombie, or one
+over but unreported in the table), an ``orphan_killed`` for each it killed. Then it
+exits with the pilot's status. The engine reads the file once the guardian is gone
+(:mod:`pwe.pilots`): an ``orphan_end`` is that attempt's end; the rest run again.
+
+Signals sent to the guardian (the engine's SIGTERM to cancel a local pilot) are passed
+on to the pilot; the pilot dies with the guardian (``PR_SET_PDEATHSIG``), so a pilot is
+never left without one.
+
+Not covered: members on the allocation's other nodes (their node agents end them when
+the pilot's session ends: they run again) and members of local spawners (many slots:
+the spawner is their parent; it ends them the same way).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import signal
+import struct
+import sys
+import time
+from typing import Any, Iterator
+
+from .wire import ORPHAN_END, ORPHAN_KILLED, decode, encode
+
+ORPHANS = "orphans.jsonl"
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+FREE, RUNNING, OVER, REPORTED = 0, 1, 2, 3
+# pid, state, exit status, attempt, member index, node id (NUL-padded: ids are at most 100 bytes)
+_ENTRY = struct.Struct("<iiiiq104s")
+_PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class MemberTable:
+    """The members spawned on the pilot's node, in memory the guardian shares. The pilot
+    writes (:meth:`spawned`, :meth:`over`, :meth:`reported`); the guardian reads."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.mem = mmap.mmap(-1, size * _ENTRY.size)  # (anonymous, MAP_SHARED: seen across the fork)
+        self.free = list(range(size - 1, -1, -1))
+        self.at: dict[int, int] = {}  # pid -> entry (the pilot's own index)
+
+    def spawned(self, pid: int, node: str, member: int, attempt: int) -> None:
+        if not self.free:
+            return  # (more running than entries: the guardian finds such a one by its environment)
+        k = self.free.pop()
+        self.at[pid] = k
+        _ENTRY.pack_into(self.mem, k * _ENTRY.size, pid, RUNNING, 0, attempt, member, node.encode()[:104])
+
+    def over(self, pid: int, rc: int) -> int | None:
+        """The member with this pid has ended with ``rc`` (not yet collected); its entry,
+        to give to :meth:`reported` once its end is written (None: not a member here)."""
+        k = self.at.pop(pid, None)  # (its pid may be another member's as soon as it is collected)
+        if k is not None:
+            struct.pack_into("<ii", self.mem, k * _ENTRY.size + 4, OVER, rc)
+        return k
+
+    def reported(self, k: int) -> None:
+        """The end of the member in entry ``k`` is in the pilot's events: the entry is free."""
+        struct.pack_into("<i", self.mem, k * _ENTRY.size + 4, REPORTED)
+        self.free.append(k)
+
+    def entries(self) -> Iterator[tuple[int, int, int, str, int, int]]:
+        """(pid, state, rc, node, member, attempt) of each entry in use."""
+        for k in range(self.size):
+            pid, state, rc, attempt, member, node = _ENTRY.unpack_from(self.mem, k * _ENTRY.size)
+            if state in (RUNNING, OVER):
+                yield pid, state, rc, node.rstrip(b"\0").decode(errors="replace"), member, attempt
+
+
+def peek_exit() -> tuple[int, int] | None:
+    """(pid, exit status) of a child that has ended, without collecting it (so that its
+    end can be put where the guardian sees it first); a signal is its negative number."""
+    try:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None or not info.si_pid:
+        return None
+    rc = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+    return info.si_pid, rc
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def guard(directory: str, key: bytes | None, entries: int) -> MemberTable | None:
+    """Fork the guardian. Returns in the pilot (the child) with the shared table; the
+    guardian never returns from here (it exits with the pilot's status). None, without a
+    fork, where a subreaper cannot be had (not Linux, refused) or ``PWE_NO_GUARDIAN`` is set."""
+    if os.environ.get("PWE_NO_GUARDIAN") or not sys.platform.startswith("linux"):
+        return None
+    if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+        return None
+    table = MemberTable(entries)
+    guardian = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _prctl(PR_SET_CHILD_SUBREAPER, 0)
+        if os.getppid() != guardian:  # it died before the line above: so do we
+            os._exit(1)
+        return table
+    _watch(child, table, directory, key)
+    raise AssertionError("unreachable")
+
+
+def _watch(child: int, table: MemberTable, directory: str, key: bytes | None) -> None:
+    for sig in _PASSED_ON:
+        signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
+    while True:
+        try:
+            pid, status = os.waitpid(child, 0)
+        except ChildProcessError:
+            status = 0
+            break
+        if pid == child:
+            break
+    for sig in _PASSED_ON:
+        signal.signal(sig, signal.SIG_IGN)  # (the clean-up below is not to be cut short)
+    try:
+        _clean_up(table, directory, key)
+    except Exception as exc:  # noqa: BLE001 - whatever happens, the pilot's status is passed on
+        print(f"pilot guardian: {exc!r}", file=sys.stderr, flush=True)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _pass_on(child: int, signum: int) -> None:
+    try:
+        os.kill(child, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _children() -> dict[int, bool]:
+    """This process's children: pid -> whether it has ended (a zombie)."""
+    me, out = os.getpid(), {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            out[int(name)] = fields[0] == b"Z"
+    return out
+
+
+def _identity(pid: int) -> tuple[str, int, int] | None:
+    """(node, member, attempt) of a live member, from the environment it started with."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+        return env[b"PWE_NODE"].decode(), int(env[b"PWE_MEMBER"]), int(env[b"PWE_ATTEMPT"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _clean_up(table: MemberTable, directory: str, key: bytes | None) -> None:
+    known = {pid: (node, m, a) for pid, state, _, node, m, a in table.entries() if state == RUNNING}
+    msgs: list[dict[str, Any]] = []
+    # over and collected by the pilot, not yet reported: their ends are here alone
+    for pid, state, rc, node, m, a in table.entries():
+        if state == OVER:
+            msgs.append({"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid})
+    children = _children()
+    who: dict[int, tuple[str, int, int] | None] = {}
+    for pid, zombie in children.items():
+        who[pid] = known.get(pid) or (None if zombie else _identity(pid))
+        if not zombie:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # (a member is its own session's leader)
+            except (ProcessLookupError, PermissionError):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    deadline = time.monotonic() + 10
+    ended: dict[int, int] = {}
+    while children and time.monotonic() < deadline:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.01)
+            continue
+        ended[pid] = os.waitstatus_to_exitcode(status)
+    # one the table did not have yet (spawned in the instant before the pilot died: its
+    # environment not yet its own, or gone with it): the one member the pilot started and
+    # had not entered, when exactly one is missing (it spawns one member at a time)
+    unknown = [pid for pid in ended if who.get(pid) is None]
+    if len(unknown) == 1:
+        who[unknown[0]] = _the_missing_one(directory, key, known, who)
+    for pid, rc in ended.items():
+        ident = who.get(pid)
+        if ident is None:
+            continue
+        node, m, a = ident
+        # ended before it was killed: on its own, with that status; else killed here
+        natural = children.get(pid) or rc != -signal.SIGKILL
+        msgs.append({"k": ORPHAN_END if natural else ORPHAN_KILLED, "n": node, "m": m, "a": a, "rc": rc,
+                     "pid": pid})
+    if msgs:
+        for msg in msgs:
+            msg["t"] = round(time.time(), 3)
+        with open(os.path.join(directory, ORPHANS), "ab") as fh:
+            fh.write(encode(msgs, key))
+
+
+def _the_missing_one(directory: str, key: bytes | None, known: dict, who: dict) -> tuple[str, int, int] | None:
+    """The member the pilot's events say it started and that neither the table nor a live
+    process accounts for, when there is exactly one such."""
+    started: dict[tuple[str, int, int], int] = {}
+    try:
+        with open(os.path.join(directory, "events.jsonl"), "rb") as fh:
+            for line in fh:
+                for msg in _decoded(line, key):
+                    k = (msg.get("n"), msg.get("m"), msg.get("a"))
+                    if msg.get("k") == "start":
+                        started[k] = 1
+                    elif msg.get("k") in ("end", "back"):
+                        started.pop(k, None)
+    except OSError:
+        return None
+    accounted = set(known.values()) | {v for v in who.values() if v}
+    left = [k for k in started if k not in accounted]
+    return left[0] if len(left) == 1 else None
+
+
+def _decoded(line: bytes, key: bytes | None) -> list[dict[str, Any]]:
+    """The message of one whole line; none for one forged, damaged or cut short."""
+    msgs, _ = decode(line if line.endswith(b"\n") else line + b"\n", key)
+    return [m for m in msgs if m.get("k") not in ("forged", "malformed", "damaged")]
+
+
+def read_orphans(directory: str, key: bytes | None) -> list[dict[str, Any]]:
+    """(The engine's side.) What a pilot's guardian wrote: the messages whose signature
+    holds (others are dropped: a member must not be able to forge its own end)."""
+    out = []
+    try:
+        with open(os.path.join(directory, ORPHANS), "rb") as fh:
+            for line in fh:
+                out += [m for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
+    except OSError:
+        pass
+    return out
+
