@@ -139,6 +139,9 @@ def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
         msg = f"unknown key '{loc[-1]}'{' in ' + _describe(loc[:-1]) if loc[:-1] else ''}{hint}"
     elif kind == "missing":
         msg = f"{where}: missing; {_missing_hint(loc)}"
+    elif kind == "string_too_long" and (named := _name_kind(loc)):
+        msg = (f"{named.format(_value(err['input']))} is {len(err['input'])} characters long; ids and names have "
+               f"at most {model.MAX_NAME} (they become directory, file and variable names): shorten it")
     elif kind == "string_pattern_mismatch":
         msg = f"{where}: {_value(err['input'])} is not a valid name (use letters, digits and '_'{_pattern_extra(loc)})"
     elif folded:
@@ -215,6 +218,22 @@ def _missing_hint(loc: tuple) -> str:
         "range": "write {range: [start, stop]} or {range: [start, stop, step]}",
         "file": "write {file: values.csv, column: NAME}",
     }.get(key, "this key is required")
+
+
+def _name_kind(loc: tuple) -> str | None:
+    """What the name at ``loc`` is, with ``{}`` for the name ("node id {}", "parameter {}
+    of node 'a'"), or None for a value that is no id or name. (pwe.xml_reader._too_long
+    says the same of the XML form.)"""
+    if loc == ("name",):
+        return "the workflow's name {}"
+    if len(loc) == 2 and loc[0] in ("nodes", "properties", "limits"):
+        return {"nodes": "node id {}", "properties": "property {}", "limits": "limit {}"}[loc[0]]
+    if len(loc) == 4 and loc[0] == "nodes" and loc[2] in ("parameters", "env", "resources"):
+        what = {"parameters": "parameter", "env": "env variable", "resources": "resource"}[loc[2]]
+        return f"{what} {{}} of node '{loc[1]}'"
+    if len(loc) == 5 and loc[0] == "nodes" and loc[2:4] == ("group", "sort_by"):
+        return f"sort_by name {{}} of node '{loc[1]}'"
+    return None
 
 
 def _pattern_extra(loc: tuple) -> str:

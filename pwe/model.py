@@ -39,6 +39,19 @@ Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: Node ids: used in file names and on the command line.
 NODE_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+#: The longest node id, workflow name and name (parameter, property, env, resource, limit),
+#: in characters (ASCII: bytes). A node id is a directory's name (members/<node>/...) and
+#: begins each member's $TMPDIR name (<node>.<index>.<attempt>); the workflow's name begins
+#: the run id (<name>-YYYYmmdd-HHMMSS-xxxx), the run directory's name and every pilot's job
+#: name; a parameter's name is in PWE_PARAM_<NAME>. A file name holds at most 255 bytes
+#: (NAME_MAX) and a path 4,096 (PATH_MAX): 100 leaves room for what follows in the name and
+#: for a deep runs root (and ids are written in every journal record). A longer id once
+#: validated, and its run then waited for ever: no member's directory could be made.
+MAX_NAME = 100
+#: A name of :data:`IDENTIFIER`'s form, at most :data:`MAX_NAME` characters.
+Name = Annotated[str, Field(pattern=IDENTIFIER, max_length=MAX_NAME)]
+#: A node id (or the workflow's name), at most :data:`MAX_NAME` characters.
+NodeId = Annotated[str, Field(pattern=NODE_ID, max_length=MAX_NAME)]
 
 Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, description="minutes")]
 Count = Annotated[StrictInt, Field(ge=1)]
@@ -98,7 +111,9 @@ class Scheduling(_Strict):
     maxTotalMemory: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB, whole job")
     minTotalMemory: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB, whole job")
     nodeAttributes: StrictStr | None = Field(None, description="node features / constraint expression")
-    requestedStart: StrictStr | None = Field(None, description="earliest start, ISO 8601 or the scheduler's form")
+    requestedStart: StrictStr | None = Field(
+        None, description="earliest start of its pilot jobs: ISO 8601 (2030-01-01T08:00, +02:00 or Z), yyyy/MM/dd "
+        "HH:mm:ss, or now+N (s, min, h, d); a time with no zone is in the zone of the machine that reads it")
     stdout: StrictStr | None = Field(None, description="batch job stdout path")
     stderr: StrictStr | None = Field(None, description="batch job stderr path")
     stdin: StrictStr | None = Field(None, description="batch job stdin path")
@@ -233,7 +248,7 @@ class Group(_Strict):
         None, description="conditions over the member's parameters (pwe show -q's language, e.g. 'T>300; seed<5'); "
         "a member is grouped when any one of them holds (each one's ';'-joined parts all); the others run ungrouped. "
         "Default: every member")
-    sort_by: list[Annotated[StrictStr, Field(pattern=IDENTIFIER)]] = Field(
+    sort_by: list[Annotated[StrictStr, Field(pattern=IDENTIFIER, max_length=MAX_NAME)]] = Field(
         default_factory=list, description="parameter names: members are ordered by them (then by index)")
     reverse_sort: StrictBool = Field(False, description="sort descending")
     split_by_sort_key: StrictBool = Field(False, description="a new group wherever the sort key changes")
@@ -250,20 +265,20 @@ class Node(_Strict):
     after: list[Annotated[StrictStr, Field(min_length=1)]] = Field(
         default_factory=list, description="ids of the nodes this one waits for"
     )
-    parameters: dict[Annotated[str, Field(pattern=IDENTIFIER)], ParamSpec] = Field(
+    parameters: dict[Name, ParamSpec] = Field(
         default_factory=dict, description="name -> values; the node expands into one member per combination"
     )
     combine: Literal["product", "zip"] = Field("product", description="how parameters combine")
     retries: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="reruns of a failed member")
     host: StrictStr | None = Field(None, description="a host from the registry; default: defaults.host")
-    env: dict[Annotated[str, Field(pattern=IDENTIFIER)], Scalar] = Field(
+    env: dict[Name, Scalar] = Field(
         default_factory=dict, description="extra environment variables for every member"
     )
     scheduling: Scheduling | None = None
     setup_per_node: list[SetupLine] | None = Field(
         None, description="shell lines each pilot runs once on every node before the first member of this node "
         "there; a node where they fail takes none of its members (default: defaults.setup_per_node)")
-    resources: dict[Annotated[str, Field(pattern=IDENTIFIER)], Annotated[StrictInt, Field(ge=1)]] = Field(
+    resources: dict[Name, Annotated[StrictInt, Field(ge=1)]] = Field(
         default_factory=dict, description="user-defined resources one member holds while it runs (e.g. license: 1); "
         "never more at once than the workflow's or the host's limits (pwe/limits.py)"
     )
@@ -315,9 +330,10 @@ class Defaults(_Strict):
 class Workflow(_Strict):
     """A whole workflow file."""
 
-    name: Annotated[StrictStr, Field(pattern=NODE_ID, description="letters, digits, '_', '.', '-'")]
+    name: Annotated[StrictStr, Field(pattern=NODE_ID, max_length=MAX_NAME,
+                                      description="letters, digits, '_', '.', '-'; at most 100 characters")]
     description: StrictStr | None = None
-    properties: dict[Annotated[str, Field(pattern=IDENTIFIER)], Scalar] = Field(
+    properties: dict[Name, Scalar] = Field(
         default_factory=dict, description="values every payload template may use"
     )
     defaults: Defaults = Field(default_factory=Defaults)
@@ -330,13 +346,13 @@ class Workflow(_Strict):
         "(shared_fs: false): path patterns relative to the workspace (glob: *, ?, [...], ** for any depth); a "
         "directory means every file under it (pwe.inputs)"
     )
-    nodes: Annotated[dict[Annotated[str, Field(pattern=NODE_ID)], Node], Field(min_length=1)]
+    nodes: Annotated[dict[NodeId, Node], Field(min_length=1)]
     # (issue 14: the order ready members are handed out in, and limits on user resources)
     order: Literal["pressure", "fifo"] = Field(
         "pressure", description="pressure: ready members of the nodes with the longest estimated time to the end of "
         "the run first (pwe/pressure.py); fifo: in the order they became ready"
     )
-    limits: dict[Annotated[str, Field(pattern=IDENTIFIER)], Annotated[StrictInt, Field(ge=1)]] = Field(
+    limits: dict[Name, Annotated[StrictInt, Field(ge=1)]] = Field(
         default_factory=dict, description="most of each user-defined resource held at once in this run, e.g. "
         "license: 4 (nodes ask with 'resources')"
     )

@@ -7,6 +7,7 @@ both build the pilot job with :func:`pilot_job` and warn with :func:`run_warning
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from collections import Counter
@@ -189,12 +190,8 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
         per_node = host.cores_per_node or 1
         if sched.coreUsageRule:
             per_node = min(per_node, sched.coreUsageRule)
-        if host.protocol != "local" and sched.maxWallTimePerMember and \
-                sched.maxWallTimePerMember >= float(sched.maxWallTime or 60):
-            raise InputError(
-                f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) does not fit in a pilot's "
-                f"maxWallTime ({float(sched.maxWallTime or 60):g} min, less its hand-back margin); raise maxWallTime",
-                src, pn.line)
+        if host.protocol != "local":  # (a local pilot has no walltime)
+            check_walltimes(nid, pn, host, src)
         # the most nodes one pilot has: the head node (or the host's own nodes) where the
         # protocol allocates none, else what max_nodes and maxNodes allow (None: no limit)
         if not protocol_info(host.protocol).allocates:
@@ -258,6 +255,62 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
                 f"{host.memory_per_node} MB per node", src, pn.line)
     check_mpi(plan, used, src)
     return used
+
+
+#: Minutes a pilot job asks for when the profile names no maxWallTime.
+DEFAULT_WALLTIME = 60.0
+#: Seconds a pilot may take from its start to its first member (Python, its transport, the
+#: engine's first feed): a member's walltime must fit in what is left of the job after them.
+PILOT_START_S = 30.0
+
+
+def hand_back_margin(walltime: float) -> float:
+    """Seconds before its job's end that a pilot of ``walltime`` minutes stops taking
+    members and hands them back (pilot/__main__.py: --margin's default)."""
+    return min(60.0, walltime * 6)
+
+
+def check_walltimes(nid: str, pn: Any, host: Any, src: Path) -> None:
+    """A node's walltimes against its pilot jobs' (a host with a batch system, ``host`` as
+    its partition shows it), in one line at the scheduling key to change:
+
+    - a ``queue`` the host lists with a ``max_walltime`` shorter than the pilot's walltime
+      (the job would wait in the queue for ever, or be refused at each submission);
+    - a ``maxWallTimePerMember`` longer than what a pilot job has for a member: its
+      walltime less the hand-back margin and its start. No pilot would ever start such a
+      member: each would hand it back, and the engine start another for it."""
+    sched = pn.scheduling
+    lines = getattr(pn, "scheduling_lines", {}) or {}
+    walltime = float(sched.maxWallTime or DEFAULT_WALLTIME)
+    given = "" if sched.maxWallTime else ", the default"
+    wall_line = lines.get("maxWallTime") or lines.get("queue") or pn.line
+    if sched.queue:
+        part = next((p for p in host.partitions if p.name == sched.queue), None)
+        if part is not None and part.max_walltime is not None and part.max_walltime < walltime:
+            raise InputError(
+                f"node '{nid}': maxWallTime ({walltime:g} min{given}) is longer than the max_walltime of queue "
+                f"'{part.name}' on host '{host.name}' ({part.max_walltime:g} min): its pilot jobs would never start; "
+                f"set maxWallTime to at most {part.max_walltime:g} or choose another queue", src, wall_line)
+    per_member = sched.maxWallTimePerMember
+    if per_member is None:
+        return
+    margin = hand_back_margin(walltime)
+    room = walltime - (margin + PILOT_START_S) / 60
+    if per_member > room:
+        raise InputError(
+            f"node '{nid}': maxWallTimePerMember ({per_member:g} min) does not fit in a pilot's maxWallTime "
+            f"({walltime:g} min{given}) less the pilot's start and hand-back margin ({margin + PILOT_START_S:g} s): "
+            f"no pilot could start a member; raise maxWallTime to at least "
+            f"{math.ceil(walltime_for(per_member) * 10) / 10:g} or lower maxWallTimePerMember to at most "
+            f"{max(math.floor(room * 10) / 10, 0):g}", src, lines.get("maxWallTimePerMember") or pn.line)
+
+
+def walltime_for(per_member: float) -> float:
+    """The shortest pilot walltime (minutes) that can start a member of ``per_member``
+    minutes: W - (hand_back_margin(W) + PILOT_START_S) / 60 >= per_member."""
+    if per_member + (60.0 + PILOT_START_S) / 60 >= 10:  # (a margin of a full minute from 10 min on)
+        return per_member + (60.0 + PILOT_START_S) / 60
+    return (per_member + PILOT_START_S / 60) / 0.9
 
 
 def check_mpi(plan: Plan, hosts: dict[str, Any], src: Path) -> None:

@@ -65,6 +65,8 @@ class PlannedNode:
     products: list[PathTemplate] = field(default_factory=list)  # (pwe.products)
     products_line: int | None = None
     resources_line: int | None = None  # (pwe.limits: where its user resources are named)
+    #: where each key of its (merged) scheduling profile is given: its own scheduling, else defaults'
+    scheduling_lines: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -302,6 +304,10 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                                                 line_of("nodes", nid, "products")),
             products_line=line_of("nodes", nid, "products"),
             resources_line=line_of("nodes", nid, "resources"),
+            scheduling_lines={key: line_of("nodes", nid, "scheduling", key)
+                              if node.scheduling is not None and key in node.scheduling.model_fields_set
+                              else line_of("defaults", "scheduling", key)
+                              for key in sched.model_dump(exclude_none=True)},
         )
 
     total = sum(n.size for n in nodes.values())

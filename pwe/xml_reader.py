@@ -308,6 +308,8 @@ def _schema_message(raw: str, el: etree._Element | None, shapes: dict[str, _Shap
         value = (el.get(attr) if attr else "".join(el.itertext())) if el is not None else None
         # an attribute: <node id="a">: retries="x" ...; text: <maxCpus>0</maxCpus> in node 'a' ...
         shown = f'{here}: {attr}="{value}"' if attr else f"<{name}>{value}</{name}>{_context(el)}"
+        if "exceeds the allowed maximum length" in what and value is not None:
+            return _too_long(el, attr, value.strip()), line
         if enum := _ENUM.search(what):
             choices = re.findall(r"'([^']*)'", enum["set"])
             return f"{shown} is not {_one_of(choices)}{did_you_mean(value or '', choices)}", line
@@ -325,6 +327,24 @@ def _schema_message(raw: str, el: etree._Element | None, shapes: dict[str, _Shap
     if "Element content is not allowed, because the type definition is simple" in what:
         return f"{here} holds text only, not elements; {_LT_HELP}", line
     return f"{here}: {_strip_ns(what).rstrip('.')}", line
+
+
+def _too_long(el: etree._Element | None, attr: str | None, value: str) -> str:
+    """A node id or name longer than the model's MAX_NAME, said as the YAML form says it
+    (:func:`pwe.load._input_error`)."""
+    from .model import MAX_NAME
+
+    tag = el.tag if el is not None else ""
+    kind = {"workflow": "the workflow's name", "node": "node id", "after": "node id in <after>",
+            "parameter": "parameter", "property": "property", "env": "env variable", "resource": "resource",
+            "limit": "limit", "group": "sort_by name"}.get(tag, f"<{tag}> {attr or 'value'}")
+    words = value.split() if tag == "group" else [value]  # (sort_by: a list; libxml2 names the whole)
+    long = next((w for w in words if len(w) > MAX_NAME), value)
+    shown = repr(long) if len(repr(long)) <= 60 else repr(long)[:57] + "..."
+    node = next(el.iterancestors("node"), None) if el is not None and tag not in ("workflow", "node") else None
+    of = f" of node '{node.get('id')}'" if node is not None and node.get("id") else ""
+    return (f"{kind} {shown}{of} is {len(long)} characters long; ids and names have at most {MAX_NAME} (they "
+            "become directory, file and variable names): shorten it")
 
 
 def _unexpected(el: etree._Element, parent: etree._Element, expected: list[str],

@@ -1,9 +1,12 @@
 """Read a YAML workflow into a line-numbered raw tree (:mod:`pwe.source`).
 
-PyYAML's SafeLoader, changed in three ways that users of a workflow file rely on:
+PyYAML's SafeLoader, changed in four ways that users of a workflow file rely on:
 plain scalars are typed by the YAML 1.2 core schema (``on``/``yes`` stay strings,
 ``007`` stays a string), a key given twice in one mapping is an error instead of a
-silent overwrite, and every mapping key and sequence item keeps its line number.
+silent overwrite, every mapping key and sequence item keeps its line number, and
+aliases may add at most :data:`MAX_ALIAS_NODES` nodes to the document (an alias bomb,
+"billion laughs", is refused at the alias that crosses it, while composing, before
+anything walks the tree).
 """
 
 from __future__ import annotations
@@ -14,16 +17,58 @@ from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from .errors import WorkflowSchemaError, WorkflowSyntaxError
 from .source import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE, LineDict, LineList
 
 
+#: The most nodes aliases may add to one YAML file, counted as the tree they stand for
+#: would be written out (an alias of a list of 1,000 values adds 1,001). Construction
+#: shares an aliased node, but everything after it (the text checks, the model's
+#: validation, expansion) walks the tree written out: nested anchors ("billion laughs")
+#: would make a few hundred bytes into 10^9 nodes and hours of work. A million is what a
+#: whole file of :data:`MAX_FILE_BYTES` holds written out (validating it takes seconds);
+#: a usual use (``defaults: &d`` merged into every node, one list of values shared by
+#: a few nodes) adds thousands.
+MAX_ALIAS_NODES = 1_000_000
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with the core schema, duplicate-key errors and line numbers."""
+    """SafeLoader with the core schema, duplicate-key errors, line numbers and a bound
+    on what aliases expand to."""
 
     yaml_implicit_resolvers: dict = {}
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._nodes = 0  # the document's nodes so far, each alias counted as what it stands for
+        self._aliased = 0  # of which aliases added these
+        self._sizes: dict[int, int] = {}  # id(an anchored node) -> its size written out
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(AliasEvent):
+            mark = self.peek_event().start_mark
+            node = super().compose_node(parent, index)
+            # (an alias inside its own anchor's node has no size yet: the constructor refuses it)
+            size = self._sizes.get(id(node), 1)
+            self._nodes += size
+            self._aliased += size
+            if self._aliased > MAX_ALIAS_NODES:
+                # the file is not known here: read_yaml adds it
+                raise WorkflowSchemaError(
+                    f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes (an alias of an alias of ...: "
+                    "an alias bomb?); write the values out, or put long lists of values in a parameter file "
+                    "({file: values.csv})", line=mark.line + 1)
+            return node
+        anchored = self.peek_event().anchor is not None
+        before = self._nodes
+        self._nodes += 1
+        node = super().compose_node(parent, index)
+        if anchored:
+            self._sizes[id(node)] = self._nodes - before
+        return node
 
     def construct_yaml_map(self, node: MappingNode) -> Any:  # type: ignore[override]
         seen: dict[Any, int] = {}

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -428,6 +429,221 @@ def test_a_run_beyond_the_member_limit(write):
                       "120,000,000 members; a run has at most 100,000,000")
 
 
+# -- 13. YAML aliases (issue 22, item 3): what they expand to is bounded, counted while composing
+
+def _laughs(levels=9, width=9):
+    """'billion laughs': each anchor a list of ``width`` aliases of the one before; the
+    last one's alias stands for width ** levels strings, in a few hundred bytes."""
+    lines = ["name: a", "x0: &x0 [" + ", ".join(["lol"] * width) + "]"]
+    lines += [f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * width) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + f"\nnodes:\n  a:\n    run: echo {{{{ t }}}}\n    parameters:\n      t: *x{levels}\n"
+
+
+def _many_aliases(big=2000, aliases=1000):
+    """One anchor of ``big`` values, and ``aliases`` nodes that each name it."""
+    values = "[" + ", ".join(map(str, range(big))) + "]"
+    nodes = "".join(f"  n{i}:\n    run: echo {{{{ t }}}}\n    parameters: {{t: *v}}\n" for i in range(1, aliases + 1))
+    return f"name: a\nnodes:\n  n0:\n    run: echo {{{{ t }}}}\n    parameters: {{t: &v {values}}}\n" + nodes
+
+
+def test_a_yaml_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound(write):
+    """9^9 (387 million) strings from 400 bytes: was more than 20 s (and gigabytes) in the
+    text checks and validation that walk the tree; now counted while composing (aliases of
+    x5 add 9^6 each: the fourth alias of x6, on line 8, passes a million)."""
+    from pwe.yaml_reader import MAX_ALIAS_NODES
+
+    assert MAX_ALIAS_NODES == 1_000_000
+    path = write(_laughs())
+    t0 = time.monotonic()
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert time.monotonic() - t0 < 5  # (a hang detector: it takes milliseconds)
+    _one_line_refusal(result, f"{path}:8: ", "YAML aliases expand to more than 1,000,000 nodes")
+
+
+def test_many_aliases_of_one_large_anchor_are_refused_too(write):
+    """No nesting: a thousand aliases of a list of 2,000 values (2 million in all)."""
+    path = write(_many_aliases())
+    line = 5 + 3 * 500  # the 500th alias (each adds 2,001 nodes) passes a million
+    t0 = time.monotonic()
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert time.monotonic() - t0 < 5
+    _one_line_refusal(result, f"{path}:{line}: ", "an alias bomb?")
+
+
+def test_the_bound_counts_what_each_alias_stands_for(monkeypatch):
+    """The mechanism, not the clock: each alias adds the size of its anchor written out
+    (an alias of an alias counted whole), and the bound is crossed at that alias's line."""
+    from pwe import yaml_reader
+    from pwe.errors import InputError
+
+    text = "name: a\nx: &x [1, 2, 3]\ny: &y [*x, *x]\nz: [*y]\nnodes: {a: {run: x}}\n"
+    # x: 4 nodes; y: 1 + 4 + 4 = 9; the aliases add 4 + 4 + 9 = 17
+    monkeypatch.setattr(yaml_reader, "MAX_ALIAS_NODES", 17)
+    assert yaml_reader.read_yaml(Path("wf.yaml"), text)["z"] == [[[1, 2, 3], [1, 2, 3]]]
+    monkeypatch.setattr(yaml_reader, "MAX_ALIAS_NODES", 16)
+    with pytest.raises(InputError) as info:
+        yaml_reader.read_yaml(Path("wf.yaml"), text)
+    assert info.value.line == 4 and "more than 16 nodes" in info.value.message
+
+
+MERGE_KEYS = """name: a
+defaults:
+  scheduling: &sched {maxWallTimePerMember: 5}
+nodes:
+  prepare:
+    <<: &common
+      retries: 2
+      env: {MODE: fast}
+    run: ./prepare
+  simulate:
+    <<: *common
+    after: [prepare]
+    parameters: {T: &temps [300, 350, 400]}
+    scheduling: *sched
+    run: ./sim {{ T }}
+  analyze:
+    <<: *common
+    after: [simulate]
+    parameters: {T: *temps}
+    retries: 0
+    run: ./analyze {{ T }}
+"""
+
+
+def test_ordinary_anchors_aliases_and_merge_keys_still_work(write):
+    """Anchors are for this: a block of settings merged into each node (<<: *common), one
+    list of values and one profile shared; a node's own key wins over a merged one."""
+    from pwe.plan import plan_workflow
+
+    path = write(MERGE_KEYS)
+    plan = plan_workflow(path)
+    assert {n: (p.retries, dict(p.spec.env), p.size) for n, p in plan.nodes.items()} == {
+        "prepare": (2, {"MODE": "fast"}, 1), "simulate": (2, {"MODE": "fast"}, 3), "analyze": (0, {"MODE": "fast"}, 3)}
+    assert plan.nodes["simulate"].scheduling.maxWallTimePerMember == 5
+    status, out, err = run_cli("validate", path, timeout=60)
+    assert status == 0, err
+
+
+# -- 14. ids and names (issue 22, item 4): at most MAX_NAME characters, the same rule in YAML, XML
+#        and the JSON Schema; and a file system that refuses a member's directory while running
+
+LONG = "n" * 101
+
+
+NAMES_TOO_LONG = [  # (workflow, line, what the one line says)
+    (f"name: w\nnodes:\n  {LONG}:\n    run: 'true'\n", 3, "node id 'nnnn"),
+    (f"name: {LONG}\nnodes:\n  a:\n    run: 'true'\n", 1, "the workflow's name 'nnnn"),
+    (f"name: w\nnodes:\n  a:\n    run: echo {{{{ {LONG} }}}}\n    parameters:\n      {LONG}: [1]\n", 6,
+     "parameter 'nnnn"),
+    (f"name: w\nproperties:\n  {LONG}: 1\nnodes:\n  a:\n    run: 'true'\n", 3, "property 'nnnn"),
+    (f"name: w\nnodes:\n  a:\n    run: 'true'\n    env:\n      {LONG}: 1\n", 6, "env variable 'nnnn"),
+]
+
+
+@pytest.mark.parametrize("text, line, phrase", NAMES_TOO_LONG, ids=["node", "workflow", "parameter", "property", "env"])
+def test_an_id_or_name_longer_than_the_bound_is_one_line_at_validate(write, text, line, phrase):
+    """A node id of 300 characters validated, and its run then waited for ever (no member's
+    directory could be made: ENAMETOOLONG, handed back again and again)."""
+    path = write(text)
+    err = _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:{line}: ", phrase)
+    assert "is 101 characters long; ids and names have at most 100" in err
+
+
+XML_NAMES_TOO_LONG = [  # (workflow, line, what the one line says)
+    (f'<workflow name="w">\n  <node id="{LONG}">\n    <run>true</run>\n  </node>\n</workflow>\n', 2, "node id 'nnnn"),
+    (f'<workflow name="{LONG}">\n  <node id="a">\n    <run>true</run>\n  </node>\n</workflow>\n', 1,
+     "the workflow's name 'nnnn"),
+    (f'<workflow name="w">\n  <node id="a">\n    <parameter name="{LONG}"><value>1</value></parameter>\n'
+     '    <run>true</run>\n  </node>\n</workflow>\n', 3, "parameter 'nnnn"),
+]
+
+
+@pytest.mark.parametrize("text, line, phrase", XML_NAMES_TOO_LONG, ids=["node", "workflow", "parameter"])
+def test_the_xml_form_bounds_them_alike(write, text, line, phrase):
+    path = write(text, "wf.xml")
+    err = _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:{line}: ", phrase)
+    assert "is 101 characters long; ids and names have at most 100" in err
+
+
+def test_an_id_of_exactly_the_bound_runs(tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: {'w' * 100}\nnodes:\n  {'n' * 100}:\n    run: echo hi\n    parameters: {{{'p' * 100}: [1]}}\n")
+    status, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=120)
+    assert status == 0, err
+    assert (tmp_path / "run" / "members" / ("n" * 100) / "0" / "0" / "stdout").read_text() == "hi\n"
+
+
+def test_yaml_xml_and_the_json_schema_say_the_same_bound():
+    from lxml import etree
+
+    from pwe import model, schema
+
+    assert model.MAX_NAME == 100
+    xsd = etree.parse(str(ROOT / "schemas" / "workflow.xsd"))
+    ns = {"xs": "http://www.w3.org/2001/XMLSchema"}
+    for name in ("nodeId", "identifier"):
+        bound, = xsd.xpath(f"//xs:simpleType[@name='{name}']//xs:maxLength/@value", namespaces=ns)
+        assert int(bound) == model.MAX_NAME, name
+    js = json.loads(schema.generate())
+    assert js["properties"]["name"]["maxLength"] == model.MAX_NAME
+    for where in (js["properties"]["nodes"], js["properties"]["properties"], js["properties"]["limits"],
+                  js["$defs"]["Node"]["properties"]["parameters"], js["$defs"]["Node"]["properties"]["env"]):
+        assert where["propertyNames"]["maxLength"] == model.MAX_NAME
+
+
+def _deep_dir(tmp_path, length):
+    """A directory whose path is ``length`` characters long (components of 200)."""
+    path = str(tmp_path)
+    while len(path) < length - 201:
+        path += "/" + "d" * 200
+    path += "/" + "r" * (length - len(path) - 1)
+    assert len(path) == length
+    return Path(path)
+
+
+def _refused_while_running(run_dir, err, why):
+    """The member failed with ``why`` (no attempt handed back for ever), one line naming it."""
+    from conftest import read_journal
+
+    journal = read_journal(run_dir)
+    assert sum(r["e"] == "assign" for r in journal) == 1, [r["e"] for r in journal]  # (was: thousands)
+    assert not any(r["e"] == "unassign" for r in journal)
+    failed = [line for line in err.splitlines() if "failed:" in line]
+    assert len(failed) == 1 and why in failed[0], err
+
+
+def test_a_member_directory_too_long_for_the_file_system_fails_the_member(tmp_path):
+    """A run directory so deep that its members' directories pass PATH_MAX: the pilot could
+    not make one (ENAMETOOLONG) and handed the member back, as for a read-only directory;
+    the engine, finding members/ writable, gave it out again, for ever, saying nothing
+    (the journal grew by a megabyte a minute). Now the member fails, in one line."""
+    run_dir = _deep_dir(tmp_path, 4096 - 40)  # (its own files fit; members/<node>/0/0 does not)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: w\nnodes:\n  {'a' * 60}:\n    run: echo hi\n")
+    status, out, err = run_cli("run", wf, "--run-dir", run_dir, cwd=tmp_path, timeout=60)  # (the hang detector)
+    assert status == 1, err
+    _refused_while_running(run_dir, err, "cannot start: File name too long")
+
+
+def test_a_file_where_the_member_directory_must_be_fails_the_member(tmp_path):
+    """members/<node> is a file (ENOTDIR): the same endless hand-back before; a failed member now."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    run: echo hi\n")
+    code = ("import sys\nfrom pathlib import Path\nfrom pwe.engine import Engine\n"
+            f"e = Engine.create(Path({str(wf)!r}), run_dir=Path({str(tmp_path / 'run')!r}), cores=1)\n"
+            f"Path({str(tmp_path / 'run' / 'members' / 'a')!r}).write_text('in the way')\n"
+            "sys.exit(0 if e.run() else 1)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)  # (the hang detector)
+    assert proc.returncode == 1, proc.stderr
+    from conftest import read_journal
+
+    journal = read_journal(tmp_path / "run")
+    assert sum(r["e"] == "assign" for r in journal) == 1 and not any(r["e"] == "unassign" for r in journal)
+    end, = [r for r in journal if r["e"] == "end"]
+    assert end["rc"] == 126 and "Not a directory" in end["why"], end
+
+
 # -- every hostile input above, through every command ------------------------------------------
 
 def _catalogue():
@@ -461,6 +677,14 @@ def _catalogue():
     out += [(f"range {bounds}", {"wf.yaml": _parameters(f"      t: {{range: {bounds}}}\n")}, []) for bounds in NOT_FINITE]
     out += [(f"members {params.strip()}", {"wf.yaml": _parameters(params)}, []) for params, _, _ in TOO_MANY]
     out.append(("members in a run", {"wf.yaml": TOO_MANY_IN_A_RUN}, []))
+    out.append(("yaml alias bomb", {"wf.yaml": _laughs()}, []))
+    out.append(("many aliases of one anchor", {"wf.yaml": _many_aliases()}, []))
+    out.append(("alias bomb in hosts.yaml", {"hosts.yaml": _laughs().replace("name: a", "hosts: {}"),
+                                             "wf.yaml": ON_HOST_C}, []))
+    out += [(f"long {case}", {"wf.yaml": text}, []) for case, (text, _, _) in
+            zip(("node", "workflow", "parameter", "property", "env"), NAMES_TOO_LONG)]
+    out += [(f"long xml {case}", {"wf.xml": text}, []) for case, (text, _, _) in
+            zip(("node", "workflow", "parameter"), XML_NAMES_TOO_LONG)]
     return out
 
 

@@ -109,3 +109,47 @@ def test_slurm_holds_the_pilot_until_the_requested_start(slurm_cluster, tmp_path
     assert "3/3 finished" in err
     wait_for(lambda: slurm_cluster.job_state(job) in (None, "CANCELLED") or not slurm_cluster.job(job),
              timeout=60, what="the pilot job to be cancelled")
+
+
+# -- the original PWE's own form (issue 22, item 6) ---------------------------------------------
+
+def test_the_seeds_own_form_is_the_same_instant_as_iso():
+    """yyyy/MM/dd HH:mm:ss (what PWE's profiles hold) was refused: 'not a time; write ISO 8601'."""
+    assert starttime.parse("2026/12/01 08:00:00") == starttime.parse("2026-12-01T08:00:00")
+    assert starttime.parse("2026/12/01 08:00") == starttime.parse("2026-12-01T08:00")
+    assert starttime.parse("2026/12/01") == starttime.parse("2026-12-01")
+    assert starttime.parse("  2026/12/01 08:00:00 ") == starttime.parse("2026-12-01T08:00:00")
+    for bad in ("2026/13/01 08:00:00", "2026/12/01 24:00:00", "2026/12/1 8:00:00", "01/12/2026 08:00:00",
+                "2026/12/01 08:00:00 +02:00"):
+        with pytest.raises(ValueError, match="not a time; write ISO 8601"):
+            starttime.parse(bad)
+
+
+@pytest.mark.parametrize("text", ["2026/12/01 08:00:00", "2026-12-01T08:00:00"])
+def test_a_time_without_a_zone_is_this_machines_local_time(text):
+    """Both forms, zone-less, are read in the zone of the machine reading them (TZ here)."""
+    code = f"from pwe import starttime; t = starttime.parse({text!r}); print(t.isoformat())"
+    for tz, offset in (("Asia/Tokyo", "+09:00"), ("UTC", "+00:00"), ("America/New_York", "-05:00")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={"PYTHONPATH": str(ROOT), "TZ": tz, "PATH": "/usr/bin:/bin"}).stdout
+        assert out.strip() == f"2026-12-01T08:00:00{offset}", (tz, out)
+
+
+def test_the_seeds_form_validates_and_reaches_the_job_script(tmp_path):
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  cl: {protocol: pbs, cores_per_node: 8, max_nodes: 1}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: later\nnodes:\n  m:\n    run: 'true'\n"
+                  "    scheduling: {maxWallTime: 5, requestedStart: '2031/05/06 07:08:09'}\n")
+    rc, out, err = run_cli("validate", wf, "--hosts", tmp_path / "hosts.yaml")
+    assert rc == 0, err
+    rc, out, err = run_cli("plan", wf, "--host", "cl", "--hosts", tmp_path / "hosts.yaml")
+    assert rc == 0, err
+    assert "#PBS -a 203105060708.09\n" in out
+
+
+def test_garbage_in_the_seeds_shape_is_one_line(tmp_path):
+    wf = _wf(tmp_path, "2031/02/30 07:08:09")
+    rc, _, err = run_cli("validate", str(wf), "--hosts", str(tmp_path / "hosts.yaml"))
+    assert rc == 2 and "Traceback" not in err
+    line, = err.strip().splitlines()
+    assert line.startswith(f"{wf}:6:") and "requestedStart" in line and "yyyy/MM/dd HH:mm:ss" in line, line

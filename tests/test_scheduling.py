@@ -183,3 +183,92 @@ def test_plan_warns_as_the_engine_on_batch_hosts(tmp_path, protocol):
     result = CliRunner().invoke(cli, ["plan", str(wf), "--host", "h", "--json"])
     assert json.loads(result.stdout)["warnings"] == engine.warnings
     assert any("stdin" in w for w in engine.warnings) and not any("shareNodes" in w for w in engine.warnings)
+
+
+# -- a member's walltime against its pilot jobs' (issue 22, item 5) ------------------------------
+
+WALL_HOSTS = """hosts:
+  cl:
+    protocol: pbs
+    cores_per_node: 4
+    partitions:
+      - {name: short, max_walltime: 30}
+      - {name: long, max_walltime: 600}
+"""
+
+WALLTIMES = [  # (defaults' scheduling, the node's, line, what the one line says)
+    # longer than the job: was refused, at the node's line (not the key's)
+    ("{}", "{maxWallTime: 60, maxWallTimePerMember: 90}", 7,
+     "maxWallTimePerMember (90 min) does not fit in a pilot's maxWallTime (60 min) less the pilot's start and "
+     "hand-back margin (90 s): no pilot could start a member; raise maxWallTime to at least 91.5 or lower "
+     "maxWallTimePerMember to at most 58.5"),
+    # maxWallTime from defaults: the line of the node's maxWallTimePerMember
+    ("{maxWallTime: 60}", "\n      maxWallTimePerMember: 60", 8, "maxWallTimePerMember (60 min)"),
+    # within the hand-back margin: each pilot handed it back and the engine started another, for ever
+    ("{maxWallTime: 60}", "\n      maxWallTimePerMember: 59.5", 8, "raise maxWallTime to at least 61"),
+    # no maxWallTime: the default's 60 minutes, said so
+    ("{}", "{maxWallTimePerMember: 59}", 7, "maxWallTime (60 min, the default)"),
+    # a short walltime: a margin of a tenth of it
+    ("{}", "{maxWallTime: 5, maxWallTimePerMember: 4.5}", 7, "(60 s): no pilot could start a member; raise "
+     "maxWallTime to at least 5.6 or lower maxWallTimePerMember to at most 4"),
+    # a queue whose max_walltime is shorter than the job's: it would never start
+    ("{queue: short}", "\n      maxWallTime: 60", 8,
+     "maxWallTime (60 min) is longer than the max_walltime of queue 'short' on host 'cl' (30 min): its pilot jobs "
+     "would never start; set maxWallTime to at most 30 or choose another queue"),
+    ("{queue: short}", "{maxWallTimePerMember: 20}", 3, "maxWallTime (60 min, the default) is longer than"),
+]
+
+
+def _walltimes(d, defaults, node):
+    (d / "hosts.yaml").write_text(WALL_HOSTS)
+    wf = d / "wf.yaml"
+    sched = f"scheduling: {node}" if node.startswith("{") else f"scheduling:{node}"
+    wf.write_text(f"name: w\ndefaults:\n  scheduling: {defaults}\n  host: cl\nnodes:\n  a:\n    {sched}\n"
+                  "    run: 'true'\n")
+    return wf
+
+
+@pytest.mark.parametrize("defaults, node, line, phrase", WALLTIMES)
+def test_a_member_walltime_that_no_pilot_job_can_hold_is_one_line(tmp_path, defaults, node, line, phrase):
+    """validate, plan and run: exit 2, one line at the scheduling key to change, both numbers
+    and what to change; nothing made."""
+    wf = _walltimes(tmp_path, defaults, node)
+    for args in (["validate", str(wf)], ["plan", str(wf)], ["run", str(wf), "--run-dir", str(tmp_path / "run")]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, (args, result.stderr)
+        err = result.stderr
+        assert "Traceback" not in err and err.count("\n") == 1, err
+        assert err.startswith(f"{wf}:{line}: node 'a': "), err
+        assert phrase in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_xml_form_names_the_element(tmp_path):
+    (tmp_path / "hosts.yaml").write_text(WALL_HOSTS)
+    wf = tmp_path / "wf.xml"
+    wf.write_text('<workflow name="w">\n  <defaults host="cl"/>\n  <node id="a">\n'
+                  '    <run>true</run>\n    <scheduling>\n      <maxWallTime>60</maxWallTime>\n'
+                  '      <maxWallTimePerMember>90</maxWallTimePerMember>\n    </scheduling>\n  </node>\n</workflow>\n')
+    result = CliRunner().invoke(cli, ["validate", str(wf)])
+    assert result.exit_code == 2 and result.stderr.startswith(f"{wf}:7: node 'a': maxWallTimePerMember (90 min)"), \
+        result.stderr
+
+
+@pytest.mark.parametrize("sched", ["{maxWallTime: 60, maxWallTimePerMember: 58.5}", "{maxWallTimePerMember: 58.5}",
+                                   "{maxWallTime: 5, maxWallTimePerMember: 4}", "{queue: long, maxWallTime: 600}"])
+def test_walltimes_that_fit_are_taken(tmp_path, sched):
+    from pwe.placement import PILOT_START_S, hand_back_margin
+
+    assert hand_back_margin(60) + PILOT_START_S == 90  # (the pilot's own margin: pilot/__main__.py --margin)
+    wf = _walltimes(tmp_path, "{}", sched)
+    result = CliRunner().invoke(cli, ["plan", str(wf)])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_a_local_host_has_no_job_walltime_to_fit(tmp_path):
+    """On this machine a pilot is no job: maxWallTime is warned about as not used, and a
+    member's walltime (its own limit) is not held against it."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    run: 'true'\n    scheduling: {maxWallTime: 60, maxWallTimePerMember: 90}\n")
+    result = CliRunner().invoke(cli, ["validate", str(wf)])
+    assert result.exit_code == 0 and "maxWallTime not used" in result.stderr, result.stderr
