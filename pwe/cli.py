@@ -8,22 +8,23 @@ The commands that check input (``validate``, ``plan``, ``hosts``) are in
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
 
-from .cli_base import fail, find, hosts_option, json_option, warn, workspace_option
+from .cli_base import PweGroup, fail, find, hosts_option, json_option, warn, workspace_option
 from .cli_events import events
 from .cli_check import hosts, plan, validate
 from .cli_pilot import pilot
 from .cli_remote import drive
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
-from .errors import PweError, RunStopped
+from .errors import PweError, RunStopped, one_line
 from .remote import RemoteRun, is_remote
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PweGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pwe")
 def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
@@ -208,22 +209,49 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
             return drive(engine, as_json, follow=False, fresh=True)
     except PweError as exc:
         fail(exc)
-    spawn_engine(engine.dir)
+    try:
+        spawn_engine(engine.dir)
+    except PweError as exc:  # its engine could not take it (said why): nothing ran, nothing is left half-made
+        if not (engine.dir / "journal.jsonl").exists():
+            import shutil
+
+            shutil.rmtree(engine.dir, ignore_errors=True)
+        fail(exc)
     click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir)}) if as_json else engine.run_id)
 
 
 @cli.command(name="_engine", hidden=True)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--retry", is_flag=True)
-def _engine_cmd(run_dir: str, retry: bool) -> None:
-    """The background engine of `pwe submit` (internal)."""
+@click.option("--ready-fd", type=int, default=None)
+def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
+    """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
+    it says on that pipe, once, that it holds the run, or why it could not take it
+    (pwe.control.spawn_engine waits for that word)."""
     from pathlib import Path
 
+    from .control import REFUSED, TAKEN
     from .engine import Engine
 
+    def say(word: str) -> None:
+        nonlocal ready_fd
+        if ready_fd is None:
+            return
+        try:
+            os.write(ready_fd, (one_line(word) + "\n").encode())
+        except OSError:
+            pass  # (the command that started it stopped waiting)
+        finally:
+            os.close(ready_fd)
+            ready_fd = None
+
     try:
-        ok = Engine.open(Path(run_dir), reload_hosts=True).run(retry=retry)
+        engine = Engine.open(Path(run_dir), reload_hosts=True)
+        engine.lock.acquire()
+        say(TAKEN)
+        ok = engine.run(retry=retry)
     except PweError as exc:
+        say(f"{REFUSED}{exc.exit_status} {exc}")  # (only when it did not take the run: once said, said)
         fail(exc)
     sys.exit(0 if ok else 1)
 
@@ -277,7 +305,9 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False)
             return
         from .engine import Engine
 
-        _follow(Engine.open(d, reload_hosts=True), as_json, retry=retry)
+        engine = Engine.open(d, reload_hosts=True)
+        engine.lock.acquire()  # before a word is said: of two at once, one takes it, the other says who has it
+        _follow(engine, as_json, retry=retry)
     except PweError as exc:
         fail(exc)
 

@@ -16,6 +16,72 @@ import click
 from .errors import PweError
 
 
+def usage_line(exc: click.UsageError, path: str | None = None, command: click.Command | None = None) -> str:
+    """One line for a usage error of any command (click says three: Usage, Try, Error):
+    the command, what is wrong (with the nearest right word), and where the right ones
+    are. ``pwe run: no such option '--hots' (did you mean '--hosts'?); `pwe run --help`
+    lists them``. ``path`` and ``command``: whose error it is, when click did not say."""
+    import difflib
+    import re
+
+    from .errors import did_you_mean, one_line
+
+    if exc.ctx is not None:
+        path, command = exc.ctx.command_path, exc.ctx.command
+    path = path or "pwe"
+    text = one_line(exc.format_message())
+    hint = "says how it is used"
+    unknown = re.match(r"No such command '(.*?)'\.", text)
+    if isinstance(exc, click.NoSuchOption) and command is not None:
+        names = {o.lstrip("-"): o for p in command.params if not getattr(p, "hidden", False)
+                 for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}  # (compared without the dashes)
+        close = difflib.get_close_matches(exc.option_name.lstrip("-"), list(names), n=1, cutoff=0.6)
+        near = f" (did you mean '{names[close[0]]}'?)" if close else ""
+        text, hint = f"no such option '{exc.option_name}'{near}", "lists them"
+    elif unknown and isinstance(command, click.Group):
+        shown = [n for n, c in command.commands.items() if not c.hidden]
+        text, hint = f"no such command '{unknown.group(1)}'{did_you_mean(unknown.group(1), shown)}", "lists them"
+    else:
+        text = re.sub(r"\.? ?\(?Did you mean (.*?)\??\)?$", r" (did you mean \1?)", text).rstrip(".")
+        if len(text) > 1 and text[0].isupper() and not text[1].isupper():
+            text = text[0].lower() + text[1:]
+    return f"{path}: {text}; `{path} --help` {hint}"
+
+
+class PweGroup(click.Group):
+    """``pwe`` and its groups of commands: a usage error of any command (an unknown option
+    or command, a missing argument, a value not allowed) is one line on stderr, exit
+    status 2, like every other error of input. A group alone (``pwe``, ``pwe hosts``)
+    still shows its help."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            sub = self.commands.get(ctx.invoked_subcommand or "")  # (whose options click could not tell)
+            raise _one_line_usage(exc, f"{ctx.command_path} {ctx.invoked_subcommand}" if sub else ctx.command_path,
+                                  sub or self) from None
+
+
+def _one_line_usage(exc: click.UsageError, path: str | None = None,
+                    command: click.Command | None = None) -> click.UsageError:
+    """``exc`` as a usage error that shows itself in one line (click's own class, so its
+    exit status and handling stay click's; the class tree of pwe's errors is pwe.errors)."""
+    if getattr(exc, "one_line", False) or type(exc).__name__ == "NoArgsIsHelpError":
+        return exc  # (said already; `pwe` or `pwe hosts` alone: the help it asks for)
+    line = usage_line(exc, path, command)
+    said = click.UsageError(line, exc.ctx)
+    said.one_line = True
+    said.show = lambda file=None: click.echo(line, err=True)
+    return said
+
+
 def console():
     from rich.console import Console
 

@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import planview
-from .cli_base import console, fail, hosts_option, json_option, set_option, warn, workspace_option
+from .cli_base import PweGroup, console, fail, hosts_option, json_option, set_option, warn, workspace_option
 from .errors import PweError
 
 
@@ -115,7 +115,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
     warn(warnings)
 
 
-@click.group()
+@click.group(cls=PweGroup)
 def hosts() -> None:
     """The host registry: built-in local, ~/.config/pwe/hosts.yaml, hosts.yaml beside a workflow."""
 

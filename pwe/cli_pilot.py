@@ -9,11 +9,11 @@ import sys
 
 import click
 
-from .cli_base import fail, find, hosts_option, json_option
+from .cli_base import PweGroup, fail, find, hosts_option, json_option
 from .errors import PweError
 
 
-@click.group()
+@click.group(cls=PweGroup)
 def pilot() -> None:
     """More pilots for a running run; let one finish and leave; list them."""
 

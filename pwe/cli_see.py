@@ -67,6 +67,7 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
         d = find(run)
         while True:
             snap = run_status(d) if not _remote_unfetched(d) else _remote_status(d)
+            _damaged_snapshot(d, snap)
             if as_json:
                 click.echo(json.dumps(snap, indent=None if watch else 2))
             else:
@@ -83,6 +84,19 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     warn(snap.get("warnings", []))
+
+
+def _damaged_snapshot(d, snap: dict) -> None:
+    """A state.json that is there but cannot be read is said (its counts came from the
+    journal), with what writes it again."""
+    from .rundir import run_ref
+    from .runview import snapshot
+
+    path = d / "state.json"
+    if path.exists() and snapshot(path) is None:
+        ref = run_ref(d)
+        snap.setdefault("warnings", []).append(
+            f"{path} is damaged: these counts are the journal's; `pwe resume {ref}` writes it again")
 
 
 def _remote_unfetched(d) -> bool:

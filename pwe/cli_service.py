@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .cli_base import fail, json_option, set_option
+from .cli_base import PweGroup, fail, json_option, set_option
 from .errors import InputError, PweError
 
 
@@ -29,7 +29,7 @@ def _when(t: float | None) -> str:
 
 
 # -- pwe service ------------------------------------------------------------------------------
-@click.group()
+@click.group(cls=PweGroup)
 def service() -> None:
     """pwe as a long-lived service (Celery worker and beat): submissions, triggers, adopting runs.
 
@@ -158,7 +158,7 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
 
 
 # -- pwe trigger ------------------------------------------------------------------------------------
-@click.group()
+@click.group(cls=PweGroup)
 def trigger() -> None:
     """Start workflows on a cron schedule, at the end of another run, or when a file appears
     (the service fires them: pwe service start)."""

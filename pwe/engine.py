@@ -85,6 +85,7 @@ class Engine(PilotWork, Feeding):
         self._brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
         self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
         self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
+        self._unwritable_backs: dict[tuple[str, int], int] = {}  # (node, member) -> such hand-backs
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
         #: Python callables that check a node's members (run_workflow's ``checks``: pwe/trees.py)
@@ -140,8 +141,14 @@ class Engine(PilotWork, Feeding):
         ``cancel``: stop the run (its pilots and their members) and return.
         Ctrl-C cancels the run; ``pwe retry`` picks it up again.
         """
-        self.lock.acquire()
+        if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli.py)
+            self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
+            if self._hosts_changed:  # (written only by the engine holding the run)
+                try:
+                    rundir.write_json_atomic(self.dir / "run.json", self.info)
+                except OSError:
+                    pass  # the next engine finds the change again; the journal says it either way
             self._load()
             for name in self._hosts_changed:
                 self._record({"e": "note", "what": f"host '{name}' is defined differently than when the run began; "

@@ -6,7 +6,8 @@ this drawing, so neither can drift).
     PweError                       1    anything pwe reports to a user                pwe.rundir, pwe.cli, pwe.notify
      +-- RunStopped                3    stopped early, state intact: resumable        pwe.engine
      |    +-- JournalError         3    cannot write the run directory (disk full)    pwe.journal, pwe.engine
-     +-- RunDamaged                1    a file of the run directory damaged or gone   pwe.runs, pwe.engine
+     +-- RunDamaged                2    a file of the run directory damaged or gone   pwe.runs, pwe.journal, pwe.remote
+     +-- RunTaken                  2    another engine holds the run: who, since when pwe.rundir, pwe.control
      +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry
      |    +-- WorkflowSyntaxError  2    not well-formed YAML / XML / UTF-8 text       pwe.yaml_reader, pwe.xml_reader
      |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  pwe.load, pwe.plan, the readers
@@ -76,7 +77,19 @@ class JournalError(RunStopped):
 
 class RunDamaged(PweError):
     """A file the run directory needs is damaged or missing (``run.json``, the workflow's
-    copy, the journal): says which, and what can still be done."""
+    copy, the journal): says which, and what repairs it or what can still be done. Exit
+    status 2, as bad input: found before anything ran, and running it again as it is
+    cannot help."""
+
+    exit_status = 2
+
+
+class RunTaken(PweError):
+    """Another engine holds the run (``engine.lock``): it says which (pid, host, since
+    when, from the holder's own record) and what to do (``pwe status``, wait, ``pwe
+    cancel``). Exit status 2: nothing was done."""
+
+    exit_status = 2
 
 
 class InputError(PweError):

@@ -193,7 +193,11 @@ class Intake:
                     # the run stops once this batch is journaled, if it still cannot write
                     # there (not for what a stopped run's pilot handed back meanwhile)
                     where = str(ev["why"])[len(UNWRITABLE):].rsplit(": ", 1)[0]
-                    if not writable(where):
+                    # a directory that looks writable and still refused (no space, a quota,
+                    # an I/O error) the same member twice: not a passing thing; stop and say it
+                    seen = self._unwritable_backs
+                    seen[(ev["n"], ev["m"])] = seen.get((ev["n"], ev["m"]), 0) + 1
+                    if not writable(where) or seen[(ev["n"], ev["m"])] >= 2:
                         self._unwritable = str(ev["why"])
         if k == NODE_LOST:
             self._node_lost(pilot, ev)

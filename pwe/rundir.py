@@ -5,7 +5,7 @@
       workflow.<ext>      a copy of the workflow file as submitted
       journal.jsonl       the event history; the run's state store (one writer: the engine)
       state.json          a snapshot of per-node counts, rewritten atomically (pwe status)
-      engine.lock         locked (flock) by the one engine working on the run; its pid and host
+      engine.lock         locked (flock) by the one engine working on the run; its pid, host, since
       engine.log          the background engine's output (pwe submit)
       control/cancel      a request to cancel, for a running engine to act on
       pilots/<id>/        tasks.jsonl (engine -> pilot), events.jsonl (pilot -> engine), pilot.log
@@ -33,7 +33,7 @@ from typing import Any
 
 from pilot.spawn import pid_alive  # (pwe.rundir.pid_alive: the one way, the pilot's)
 
-from .errors import InputError, PweError, RunNotFound, RunStopped
+from .errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
 
 DEFAULT_ROOT = Path("pwe-runs")
 
@@ -123,7 +123,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 class EngineLock:
     """One engine per run: an exclusive ``flock`` on ``engine.lock``, a file the run keeps,
-    with the holder's pid and host inside (for ``pwe status`` and the refusal's words).
+    with the holder's record inside: its pid, host and since when (for ``pwe status`` and
+    the words of :class:`RunTaken`, what a second engine, ``pwe resume`` or ``retry``
+    says when it finds the run taken).
 
     The kernel drops the lock when its holder dies (kill -9 included), so there is no
     stale lock to take over and no check-then-take race: of two engines that try at
@@ -139,53 +141,61 @@ class EngineLock:
         self._fd: int | None = None
 
     def holder(self) -> dict | None:
-        """The pid and host of the engine that holds the lock; None when none does."""
+        """The record (pid, host, since) of the engine that holds the lock; None when none
+        does. Asked the moment an engine takes the lock, it waits (at most :data:`SETTLE`)
+        for that engine's record rather than name a holder that died before it."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:
             return None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pass  # held
-            except OSError:
-                return None  # no locks on this filesystem: nobody can hold one
-            else:
-                return None  # taken (and given back when fd closes): nobody held it
-            try:
-                info = json.loads(os.pread(fd, 4096, 0))
-            except (OSError, ValueError):
-                info = None
-            return info if isinstance(info, dict) and info else {"pid": "?", "host": "?"}
+            deadline = time.monotonic() + self.SETTLE
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # held
+                except OSError:
+                    return None  # no locks on this filesystem: nobody can hold one
+                else:
+                    return None  # taken (and given back when fd closes): nobody held it
+                info = _record(fd)
+                if info and _live(info):
+                    return info
+                if time.monotonic() > deadline:
+                    return info or {"pid": "?", "host": "?"}
+                time.sleep(0.005)
         finally:
             os.close(fd)
 
+    #: How long :meth:`acquire` keeps trying while the lock is busy but names no live holder:
+    #: one that has just taken it and not yet written its record, or a reader asking who
+    #: holds it (:meth:`holder`, a moment's shared lock) over a record a dead holder left.
+    SETTLE = 1.0
+
     def acquire(self) -> None:
+        """Take the run, atomically (``flock``), or raise :class:`RunTaken` saying who has
+        it, from the holder's own record (pid, host, since when)."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise RunStopped(f"cannot open {self.path}: {exc.strerror}: make the run directory writable") from None
-        try:
-            for wait in (0.002, 0.02, 0):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if not wait:
-                        raise
-                    time.sleep(wait)  # (perhaps only someone asking who holds it, for a moment)
-        except BlockingIOError:
-            os.close(fd)
-            info = self.holder() or {}
-            raise PweError(
-                f"an engine is already working on this run (pid {info.get('pid')} on {info.get('host')}); "
-                "use pwe status, or pwe cancel"
-            ) from None
-        except OSError as exc:
-            os.close(fd)
-            raise PweError(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
-                           "with file locks (Lustre: mounted with -o flock)") from None
+        deadline, pause = time.monotonic() + self.SETTLE, 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                info = _record(fd)
+                if (info and _live(info)) or time.monotonic() > deadline:
+                    os.close(fd)
+                    raise RunTaken(self.taken(info or {})) from None
+                time.sleep(pause)
+                pause = min(2 * pause, 0.05)
+            except OSError as exc:
+                os.close(fd)
+                raise PweError(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
+                               "with file locks (Lustre: mounted with -o flock)") from None
         info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
         try:
             os.ftruncate(fd, 0)
@@ -194,6 +204,19 @@ class EngineLock:
             pass  # held all the same; status names no holder
         self._fd = fd
         self.held = True
+
+    def taken(self, info: dict) -> str:
+        """The one line a command that found the run taken says: who holds it (its record:
+        pid, host, since when) and what to do."""
+        since = info.get("since")
+        if isinstance(since, (int, float)):
+            today = time.strftime("%Y-%m-%d") == time.strftime("%Y-%m-%d", time.localtime(since))
+            when = time.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S", time.localtime(since))
+        else:
+            when = "?"
+        ref = run_ref(self.path.parent)
+        return (f"{ref}: already taken by pid {info.get('pid', '?')} on {info.get('host', '?')} since {when}; "
+                f"`pwe status {ref}` shows it: wait for it to end, or stop it with `pwe cancel {ref}`")
 
     def release(self) -> None:
         if self.held and self._fd is not None:
@@ -204,6 +227,38 @@ class EngineLock:
             os.close(self._fd)
             self._fd = None
             self.held = False
+
+
+def _record(fd: int) -> dict | None:
+    """The holder's record in an open ``engine.lock`` (pid, host, since); None when it is
+    empty or not whole yet."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and "pid" in info else None
+
+
+def _live(info: dict) -> bool:
+    """Whether a holder's record names a live process (one of another host: trusted)."""
+    if info.get("host") != socket.gethostname():
+        return True
+    try:
+        return pid_alive(int(info["pid"]))
+    except (TypeError, ValueError):
+        return True
+
+
+def run_ref(run_dir: Path) -> str:
+    """How to name a run on the command line: its id when it is under ./pwe-runs, else its
+    directory."""
+    run_dir = Path(run_dir)
+    try:
+        if (DEFAULT_ROOT / run_dir.name).resolve() == run_dir.resolve():
+            return run_dir.name
+    except OSError:
+        pass
+    return str(run_dir)
 
 
 def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,

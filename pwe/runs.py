@@ -87,8 +87,10 @@ def read_info(run_dir: Path) -> dict[str, Any]:
             raise ValueError("not what pwe writes there")
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not the JSON pwe wrote"
-        raise RunDamaged(f"{path} is damaged ({why}): the run cannot be shown member by member or "
-                         "resumed; `pwe status` still shows its last counts, `pwe logs` its members' output") from None
+        copies = sorted(run_dir.glob("workflow.*"))
+        anew = f"; to run its workflow anew: pwe run {copies[0]}" if copies else ""
+        raise RunDamaged(f"{path} is damaged ({why}) and cannot be repaired: the run cannot be resumed or read member "
+                         f"by member; {_still(run_dir)}{anew}") from None
     return info
 
 
@@ -102,9 +104,9 @@ def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
     try:
         text = copy.read_bytes()
     except OSError as exc:
-        raise RunDamaged(f"the run's copy of its workflow, {copy}, cannot be read ({exc.strerror}): put the "
-                         f"workflow it ran there (the original, {original}, if it has not changed since); "
-                         "`pwe status` still shows the run's counts, `pwe logs` its members' output") from None
+        raise RunDamaged(f"the run's copy of its workflow, {copy}, cannot be read ({exc.strerror}): put the workflow "
+                         f"it ran back there (the original, {original}, if it has not changed since), then give this "
+                         f"command again; {_still(run_dir)}") from None
     try:
         same = original.is_file() and original.read_bytes() == text
     except OSError:
@@ -114,29 +116,64 @@ def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
 
 def check_journal(run_dir: Path) -> bool:
     """False for a run no engine has worked on yet (no journal); :class:`RunDamaged` when
-    the journal is missing or empty but the run has begun (it has pilots or a snapshot):
-    replaying nothing would run every member again."""
+    the journal is missing, empty or holds no whole record but the run has begun (it has
+    pilots or a snapshot): replaying nothing would run every member again."""
     path = run_dir / "journal.jsonl"
     try:
-        if path.stat().st_size > 0:
-            return True
+        size = path.stat().st_size
     except FileNotFoundError:
-        pass
+        size, what = 0, "missing"
+    except OSError as exc:
+        raise RunDamaged(f"{path} cannot be read ({exc.strerror}): make it readable, then give this command again; "
+                         f"{_still(run_dir)}") from None
+    else:
+        what = "empty"
+        if size > 0:
+            if _whole_record(path):
+                return True
+            what = "cut off inside its first record"
     try:
         begun = (run_dir / "state.json").exists() or any((run_dir / "pilots").iterdir())
     except OSError:
         begun = False
     if begun:
-        raise RunDamaged(f"{path} is missing or empty, but the run has begun: its record of its members is lost "
-                         "(resuming would run every member again); put the journal back, or start a new run; "
-                         "`pwe status` still shows the last counts, `pwe logs` the members' output")
-    return False
+        copies = sorted(run_dir.glob("workflow.*"))
+        anew = f" (pwe run {copies[0]})" if copies else ""
+        raise RunDamaged(f"{path} is {what}, but the run has begun: its record of its members is lost and cannot be "
+                         f"rebuilt (resuming would run every member again); put the journal back, or start the run "
+                         f"anew{anew}; {_still(run_dir)}")
+    return size > 0
+
+
+def _whole_record(path: Path) -> bool:
+    """Whether the journal holds at least one whole line (its first 64 KiB end one; a
+    first line longer than any record is left to the replay, which says it is damaged)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return True  # (said by the replay that reads it)
+    return b"\n" in head or len(head) == 65536
+
+
+def _still(run_dir: Path) -> str:
+    """What can still be seen of a damaged run, in the words of the commands that show it."""
+    ref = rundir.run_ref(run_dir)
+    try:
+        snap = json.loads((run_dir / "state.json").read_text())
+        counts = isinstance(snap, dict) and isinstance(snap.get("nodes"), dict)
+    except (OSError, ValueError):
+        counts = False
+    logs = f"`pwe logs {ref} NODE:INDEX` what a member wrote"
+    return f"`pwe status {ref}` still shows the counts it last saved and {logs}" if counts else \
+        f"{logs.replace(' what', ' still shows what')}"
 
 
 def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
-    """Update ``info``'s lanes (and run.json) to the hosts' current definitions, read from
-    the same places as when the run was made; the names of the hosts that changed. A
-    host no longer defined keeps its recorded definition."""
+    """Update ``info``'s lanes to the hosts' current definitions, read from the same places
+    as when the run was made; the names of the hosts that changed. A host no longer
+    defined keeps its recorded definition. run.json is written by the engine once it holds
+    the run (``Engine.run``), never by a command that may find it taken."""
     import hostinfo
     from hostinfo.model import Host
 
@@ -153,6 +190,4 @@ def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
         lane["host_def"] = host.model_dump()
         lane["cores"] = host.cores_per_node
         changed.append(name)
-    if changed:
-        rundir.write_json_atomic(run_dir / "run.json", info)
     return changed

@@ -219,3 +219,92 @@ def test_an_unknown_protocol_is_one_line_from_every_command(tmp_path):
     status, _, err = run_cli("hosts", "list", "--hosts", hosts)
     assert status == 2 and err == (f"{hosts}:2: 'hosts.c.protocol': unknown protocol 'slrum' (did you mean "
                                    "'slurm'?); known: local, ssh, slurm, pbs, sge, loadleveler\n"), err
+
+
+# -- a usage error of any command: one line with the hint, exit 2 (issue 22 item 8b) ----------------
+
+def _commands(group=cli, path=()):
+    """Every visible command of pwe, as the words that name it (groups walked)."""
+    import click
+
+    for name, command in sorted(group.commands.items()):
+        if command.hidden:
+            continue
+        if isinstance(command, click.Group):
+            yield from _commands(command, path + (name,))
+        else:
+            yield path + (name,)
+
+
+@pytest.mark.parametrize("command", list(_commands()), ids=" ".join)
+def test_an_unknown_option_is_one_line_from_every_command(command):
+    result = CliRunner().invoke(cli, [*command, "--no-such-thing"], prog_name="pwe")
+    said = "pwe " + " ".join(command)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == f"{said}: no such option '--no-such-thing'; `{said} --help` lists them\n"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run", "WF", "--hots", "h.yaml"],
+     "pwe run: no such option '--hots' (did you mean '--hosts'?); `pwe run --help` lists them"),
+    (["run"], "pwe run: missing argument 'FILE'; `pwe run --help` says how it is used"),
+    (["run", "WF", "--cores", "0"],
+     "pwe run: invalid value for '--cores': 0 is not in the range x>=1; `pwe run --help` says how it is used"),
+    (["run", "WF", "--set"], "pwe run: option '--set' requires an argument; `pwe run --help` says how it is used"),
+    (["trace", "r", "--format", "xml"], "pwe trace: invalid value for '--format': 'xml' is not one of 'tsv', "
+     "'json'; `pwe trace --help` says how it is used"),
+    (["status", "--jsn"], "pwe status: no such option '--jsn' (did you mean '--json'?); `pwe status --help` lists them"),
+    (["stauts"], "pwe: no such command 'stauts' (did you mean 'status'?); `pwe --help` lists them"),
+    (["hosts", "lst"], "pwe hosts: no such command 'lst' (did you mean 'list'?); `pwe hosts --help` lists them"),
+    (["pilot", "add", "--count", "2"], "pwe pilot add: no such option '--count'; `pwe pilot add --help` lists them"),
+    (["hosts", "check"], "pwe hosts check: missing argument 'NAME'; `pwe hosts check --help` says how it is used"),
+    (["--bogus"], "pwe: no such option '--bogus'; `pwe --help` lists them"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "said")
+def test_a_usage_error_is_one_line_with_the_hint(write, args, line):
+    wf = write("name: a\n" + GOOD_NODE)
+    status, out, err = run_cli(*[wf if a == "WF" else a for a in args])
+    assert (status, out, err) == (2, "", line + "\n")
+
+
+def test_help_is_still_help():
+    status, out, _ = run_cli("run", "--help")
+    assert status == 0 and out.startswith("Usage: pwe run [OPTIONS] FILE")
+    status, _, err = run_cli()  # pwe alone: its help, as a usage error
+    assert status == 2 and "Usage: pwe [OPTIONS] COMMAND" in err and "status" in err
+
+
+# -- a workflow or hosts file too large: one line naming the file and the limit (item 8c) ------------
+
+def _huge(path, head):
+    """A file of 50 MB: ``head``, then comment lines."""
+    with open(path, "w") as fh:
+        fh.write(head)
+        fh.write(("#" * 79 + "\n") * (50 * 1000 * 1000 // 80))
+    return path
+
+
+@pytest.mark.parametrize("args", [["validate"], ["plan"], ["run"], ["submit"]], ids=" ".join)
+def test_a_50_mb_workflow_is_one_line_naming_it_and_the_limit(tmp_path, args):
+    wf = _huge(tmp_path / "wf.yaml", "name: a\n" + GOOD_NODE)
+    status, out, err = run_cli(*args, wf, cwd=tmp_path)
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"{wf}: 47.7 MiB is too large; a workflow file holds at most 4 MiB"), err
+    assert not (tmp_path / "pwe-runs").exists()
+
+
+def test_a_50_mb_hosts_file_is_one_line_naming_it_and_the_limit(tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: a\nnodes:\n  a: {run: 'sleep 0.1'}\n")
+    hosts = tmp_path / "h.yaml"
+    hosts.write_text("hosts:\n  h: {protocol: local}\n")
+    rc, out, err = run_cli("submit", wf, "--hosts", hosts, "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 0, err
+    from conftest import wait_for
+
+    wait_for(lambda: b'"e":"finish"' in (tmp_path / "run" / "journal.jsonl").read_bytes(), what="the run's end")
+    _huge(hosts, "hosts:\n  h: {protocol: local}\n")
+    want = f"{hosts}: 47.7 MiB is too large; a hosts file holds at most 4 MiB\n"
+    for args in (["validate", wf, "--hosts", hosts], ["run", wf, "--hosts", hosts], ["hosts", "list", "--hosts", hosts],
+                 ["resume", tmp_path / "run"]):  # (resume reads the run's hosts file again)
+        status, out, err = run_cli(*args, cwd=tmp_path)
+        assert (status, out, err) == (2, "", want), args

@@ -241,3 +241,181 @@ def test_damaged_run_directories_never_end_in_a_traceback(tmp_path):
         if (run_dir / "ran").read_text() != (good / "ran").read_text():
             failures.append(f"{name}: members ran again:\n{(run_dir / 'ran').read_text()}")
     assert not failures, "\n\n".join(failures)
+
+
+# -- two commands taking one run at once: exactly one takes it, the other says who has it -----------
+
+RACE_WF = """
+name: race
+nodes:
+  a:
+    parameters: {i: [0, 1]}
+    run: echo "a $PWE_MEMBER says hello"; echo "start a $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger; echo "end a $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger
+  b:
+    after: [a]
+    parameters: {i: [0, 1]}
+    run: echo "start b $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger; while [ ! -e ../../../../go ]; do sleep 0.05; done; sleep 4; echo "end b $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger
+"""
+RACE_TRIALS = 10
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A run whose engine and pilot were killed (-9) while b's members ran (they wait for a
+    file `go` in the run directory, then take 4 s): each race takes up a copy of it."""
+    from conftest import kill_pilot
+
+    tmp = tmp_path_factory.mktemp("interrupted")
+    (tmp / "wf.yaml").write_text(RACE_WF)
+    run_dir = tmp / "run"
+    rc, _, err = run_cli("submit", tmp / "wf.yaml", "--cores", "2", "--run-dir", run_dir, cwd=tmp)
+    assert rc == 0, err
+    wait_for(lambda: (run_dir / "ledger").is_file() and (run_dir / "ledger").read_text().count("start b") == 2,
+             what="b's members to start")
+    os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
+    kill_pilot(run_dir / "pilots" / "p1" / "events.jsonl")
+    wait_for(lambda: EngineLock(run_dir).holder() is None, what="the killed engine's lock to go")
+    yield run_dir
+    (run_dir / "go").touch()  # (b's orphaned members end)
+
+
+def _resumes(run_dir) -> list[int]:
+    """The pids of the engines that took the run up (its journal's resume records)."""
+    return [rec["pid"] for rec in map(json.loads, (Path(run_dir) / "journal.jsonl").read_text().splitlines())
+            if rec.get("e") == "resume"]
+
+
+@pytest.mark.parametrize("commands", [
+    (("resume",), ("resume",)),
+    (("resume", "--detach"), ("resume", "--detach")),
+    (("resume",), ("retry",)),
+], ids=["resume+resume", "detach+detach", "resume+retry"])
+def test_two_commands_taking_one_run_at_once_one_takes_it_the_other_says_who(tmp_path, interrupted, commands):
+    import shutil
+
+    dirs = []
+    for k in range(RACE_TRIALS):
+        d = tmp_path / f"trial{k}"
+        shutil.copytree(interrupted, d)
+        (d / "go").touch()
+        dirs.append(d)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    before = len(_resumes(interrupted))
+    procs = [[subprocess.Popen([sys.executable, "-m", "pwe", *cmd[:1], str(d), *cmd[1:]], cwd=tmp_path, env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for cmd in commands] for d in dirs]
+    outcomes = [[(p.wait(timeout=120), *p.communicate()) for p in pair] for pair in procs]
+    if "--detach" in commands[0]:
+        for d in dirs:  # the detached engine that took it runs it to its end
+            wait_for(lambda d=d: b'"e":"finish"' in (d / "journal.jsonl").read_bytes() and EngineLock(d).holder() is None,
+                     timeout=120, what="the detached engine to finish")
+    bad = []
+    for d, pair in zip(dirs, outcomes):
+        said = f"{d.name}: " + " | ".join(f"{' '.join(c)} -> {rc} {out.strip()!r} {err.strip()!r}"
+                                          for c, (rc, out, err) in zip(commands, pair))
+        rcs = sorted(rc for rc, _, _ in pair)
+        took = _resumes(d)[before:]
+        if rcs != [0, 2] or len(took) != 1:
+            bad.append(f"not one taker, one refused ({len(took)} engines took it): {said}")
+            continue
+        _, out, err = next(o for o in pair if o[0] == 2)
+        lines = err.splitlines()
+        m = re.fullmatch(re.escape(str(d)) + r": already taken by pid (\d+) on (\S+) since (\d\d:\d\d:\d\d); (.*)",
+                         lines[0]) if len(lines) == 1 else None
+        if not m or out or int(m.group(1)) != took[0] or m.group(2) != socket.gethostname() \
+                or not all(w in m.group(4) for w in (f"pwe status {d}", "wait", f"pwe cancel {d}")):
+            bad.append(f"the refusal is not one line naming the taker (pid {took[0]}): {said}")
+        starts, ends = ledger_counts(d / "ledger", attempts=True)
+        twice = sorted(k for k, c in starts.items() if c > 1)
+        if twice or {(node, m_) for node, m_, _ in ends} != {(n, str(i)) for n in "ab" for i in range(2)}:
+            bad.append(f"ran twice {twice} or not to its end: {said}\n{(d / 'ledger').read_text()}")
+    assert not bad, f"{len(bad)} of {RACE_TRIALS} trials:\n" + "\n".join(bad)
+
+
+# -- a damaged run directory: every command that cannot go on says so in one line, exit 2 ---------
+
+def _torn_last(path):
+    data = path.read_bytes()
+    path.write_bytes(data[:data.rindex(b"\n", 0, len(data) - 1) + 20])  # the last record cut inside
+
+
+RUN_DAMAGES = {
+    # damage: (how, {command: None (it works: exit 0) or the words of its one line, exit 2})
+    "state.json missing": (lambda d: (d / "state.json").unlink(), {}),
+    "state.json garbage": (lambda d: _garbage(d / "state.json"), {}),
+    "journal torn mid-record": (lambda d: _torn_last(d / "journal.jsonl"), {}),
+    "run.json garbage": (lambda d: _garbage(d / "run.json"),
+                         dict.fromkeys(("show", "trace", "report", "resume"),
+                                       ("run.json is damaged", "cannot be repaired", "pwe run "))),
+    "workflow copy missing": (lambda d: (d / "workflow.yaml").unlink(),
+                              dict.fromkeys(("show", "trace", "report", "resume"),
+                                            ("workflow.yaml", "put the workflow it ran back there"))),
+    "journal missing": (lambda d: (d / "journal.jsonl").unlink(),
+                        dict.fromkeys(("show", "trace", "report", "resume"),
+                                      ("journal.jsonl is missing", "put the journal back", "pwe run "))),
+    "journal cut in its first record": (lambda d: (d / "journal.jsonl").write_bytes(
+        (d / "journal.jsonl").read_bytes()[:30]), dict.fromkeys(("show", "trace", "report", "resume"), (
+            "journal.jsonl is cut off inside its first record", "put the journal back", "pwe run "))),
+    "journal garbage": (lambda d: _garbage(d / "journal.jsonl"),
+                        dict.fromkeys(("show", "trace", "report", "resume"),
+                                      ("journal.jsonl is damaged", "put a good copy back"))),
+}
+RUN_COMMANDS = [("status",), ("show",), ("logs", "a:0"), ("trace",), ("report",), ("resume",)]
+
+
+@pytest.mark.parametrize("command", RUN_COMMANDS, ids=[c[0] for c in RUN_COMMANDS])
+@pytest.mark.parametrize("damage", list(RUN_DAMAGES))
+def test_a_damaged_run_directory_is_one_line_and_exit_2_or_the_command_works(tmp_path, interrupted, damage,
+                                                                              command):
+    """An interrupted run (its engine and pilot killed) with one file damaged or gone: a
+    command that can still answer does (status from the snapshot, logs from the member's
+    files; resume rebuilds the snapshot and repairs a torn journal); one that cannot says
+    in one line what is damaged and what to do, exit 2, and runs nothing."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(interrupted, run_dir)
+    (run_dir / "go").touch()
+    how, refused = RUN_DAMAGES[damage]
+    how(run_dir)
+    ledger = (run_dir / "ledger").read_text()
+    rc, out, err = run_cli(command[0], run_dir, *command[1:], cwd=tmp_path, timeout=120)
+    assert "Traceback" not in err, err
+    words = refused.get(command[0])
+    if words:
+        assert rc == 2 and not out and err.count("\n") == 1, (rc, out, err)
+        assert all(w in err for w in words), err
+        assert (run_dir / "ledger").read_text() == ledger, "a member ran"
+        return
+    assert rc == 0, (rc, out, err)
+    if command == ("status",):
+        assert "interrupted" in out or "stopped" in out or "pwe resume" in out, out
+        if damage == "state.json garbage":
+            assert f"{run_dir / 'state.json'} is damaged" in err and f"pwe resume {run_dir}" in err, err
+    elif command[0] == "logs":
+        assert "a 0 says hello" in out
+    elif command == ("resume",):
+        assert "4 done of 4" in out, out
+        assert_each_attempt_ran_once(run_dir / "ledger", 2)
+        from conftest import read_journal
+
+        read_journal(run_dir)  # every line whole: a torn one was cut off
+        assert json.loads((run_dir / "state.json").read_text())["totals"]["done"] == 4
+
+
+def test_a_background_engine_that_cannot_take_the_run_says_why_to_the_command_that_started_it(tmp_path,
+                                                                                              interrupted):
+    """spawn_engine (pwe submit, --detach) waits for its engine's word over a pipe: taken,
+    or why not, raised here with the engine's exit status (not "started" while it died)."""
+    import shutil
+
+    from pwe.control import spawn_engine
+    from pwe.errors import PweError
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(interrupted, run_dir)
+    _garbage(run_dir / "run.json")
+    with pytest.raises(PweError) as refused:
+        spawn_engine(run_dir)
+    assert refused.value.exit_status == 2 and str(refused.value).startswith(f"{run_dir / 'run.json'} is damaged")
+    assert "\n" not in str(refused.value)
