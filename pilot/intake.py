@@ -29,6 +29,10 @@ class TaskIntake:
                     continue
                 if self.draining or self.leaving:
                     self.hand_back(msg, "the allocation is ending" if self.draining else "the pilot is drained")
+                elif msg.get("a", 1) > 1:
+                    # it ran before (its node or pilot was lost, or it failed): it had its
+                    # turn, so it goes ahead of what this pilot holds, not behind it
+                    self.queue.appendleft(msg)
                 else:
                     self.queue.append(msg)
                 got = True
