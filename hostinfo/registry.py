@@ -1,6 +1,7 @@
 """The host registry: built-in ``local``, then files, each later one overriding earlier.
 
-Read, in order: ``$XDG_CONFIG_HOME/pwe/hosts.yaml`` (``~/.config/pwe/hosts.yaml``), a
+Read, in order: ``hosts.yaml`` in pwe's configuration directory (:func:`pwe.places.config_dir`:
+``$PWE_HOME/config``, else ``$XDG_CONFIG_HOME/pwe``, else ``~/.config/pwe``), a
 ``hosts.yaml`` beside the workflow, and ``--hosts FILE``. Whatever is wrong with a file
 (unreadable, not YAML, against the hosts model: pydantic's errors) is one
 :class:`~pwe.errors.HostsFileError` naming it and the line, raised in :func:`load` only.
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 
 from pwe.errors import HostsFileError, InputError
 from pwe.errors import did_you_mean
+from pwe.places import config_dir
 from pwe.source import find_bad_text, locate
 from pwe.yaml_reader import read_yaml
 
@@ -65,8 +67,7 @@ class Registry:
 
 
 def default_files(workflow: Path | None = None, extra: str | Path | None = None) -> list[Path]:
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    files = [xdg / "pwe" / "hosts.yaml"]
+    files = [config_dir() / "hosts.yaml"]
     if workflow is not None:
         files.append(Path(workflow).resolve().parent / "hosts.yaml")
     if extra is not None:

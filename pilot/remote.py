@@ -83,6 +83,10 @@ class RemoteNodes:
         """Run a member on another node through that node's agent (one ssh session per
         node instead of one per member: no key exchange or login per member)."""
         node = placement[0][0].name
+        if self.tmpdirs.error is not None:  # (the host's scratch names a variable not set: said, never guessed)
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, 1, f"cannot make its $TMPDIR: {self.tmpdirs.error}")
+            return
         agent = self.agents.get(node) or self.start_agent(node, launcher)
         key = self._next_key
         self._next_key -= 1

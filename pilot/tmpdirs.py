@@ -14,8 +14,10 @@ same run on the same node removes what pilots of that run left there whose proce
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import re
 import shutil
 import socket
 import stat
@@ -41,10 +43,33 @@ def remove_tree(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+_VAR = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def expand(text: str, env: dict | None = None) -> str:
+    """``$NAME`` and ``${NAME}`` in ``text`` replaced by their values (then ``~``); an unset
+    or empty variable is ValueError naming it, never left as a literal folder name (what
+    ``os.path.expandvars`` does, and ``makedirs`` would make)."""
+    env = os.environ if env is None else env
+
+    def one(m: re.Match) -> str:
+        name = m.group(1) if m.group(1) is not None else m.group(2)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+            raise ValueError(f"scratch {text!r}: '${{{name}}}' is not a variable's name")
+        value = env.get(name)
+        if not value:
+            raise ValueError(f"scratch {text!r}: ${name} is not set on {socket.gethostname()}; set it in the host's "
+                             "environment or setup lines, or give the scratch directory as a path")
+        return value
+
+    return os.path.expanduser(_VAR.sub(one, text))
+
+
 def tmp_root(scratch: str | None) -> str:
-    """Where members' directories are made on this node."""
+    """Where members' directories are made on this node; ValueError (naming it) for a
+    variable in ``scratch`` that is not set here."""
     if scratch:
-        return os.path.expanduser(os.path.expandvars(scratch))
+        return expand(scratch)
     return os.environ.get("TMPDIR") or "/tmp"
 
 
@@ -53,7 +78,12 @@ class TmpDirs:
 
     def __init__(self, pilot_dir: str, scratch: str | None = None):
         pilot_dir = os.path.abspath(pilot_dir)
-        self.root = tmp_root(scratch)
+        #: why no member's directory can be made on this node (an unset variable in scratch)
+        self.error: str | None = None
+        try:
+            self.root = tmp_root(scratch)
+        except ValueError as exc:
+            self.error, self.root = str(exc), os.path.join(pilot_dir, "no-scratch")
         run_dir = os.path.dirname(os.path.dirname(pilot_dir))  # RUN/pilots/<id>
         self.prefix = f"pwe-{hashlib.sha256(run_dir.encode()).hexdigest()[:10]}-"
         self.host = socket.gethostname()
@@ -68,7 +98,7 @@ class TmpDirs:
         directories ``pwe-<run>-*-<this host>-<pid>`` whose pid is gone. What was removed."""
         gone = []
         try:
-            names = os.listdir(self.root)
+            names = os.listdir(self.root) if self.error is None else []
         except OSError:
             return gone
         tail = f"-{self.host}-"
@@ -92,8 +122,12 @@ class TmpDirs:
         (``remove`` checked it: one directory read, no write) instead of being removed
         and another made: on a disk filesystem that pair of metadata writes costs more
         than a short member's whole start (measured: bench/BENCHMARKS.md)."""
+        if self.error is not None:
+            raise OSError(errno.EINVAL, self.error)
         if not self._made:
             os.makedirs(self.root, exist_ok=True)
+            if os.path.islink(self.base):  # (swapped in: members' files would go where it leads)
+                raise OSError(errno.ELOOP, f"{self.base} is a symbolic link, not the pilot's own directory")
             os.makedirs(self.base, mode=0o700, exist_ok=True)
             os.chmod(self.base, 0o700)
             self._made = True
@@ -113,6 +147,8 @@ class TmpDirs:
 
     def path(self, node: str, member: int, attempt: int) -> str:
         """The directory a node agent makes for a member on its own node (one per attempt)."""
+        if self.error is not None:
+            raise OSError(errno.EINVAL, self.error)
         return os.path.join(self.base, f"{node.replace('/', '_')}.{member}.{attempt}")
 
     def remove(self, node: str, member: int, attempt: int) -> None:
@@ -139,6 +175,8 @@ class TmpDirs:
 
     def free_mb(self) -> int | None:
         """Free space under the root, MB (the tmp pool when the host states none)."""
+        if self.error is not None:
+            return None
         try:
             st = os.statvfs(self.root)
         except OSError:

@@ -34,7 +34,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .wire import GROUP, TASK, channel_key, decode, encode
+from .wire import FORGED, GROUP, TASK, channel_key, decode, encode
+
+#: the most of a spool file read at once, and the longest line held back waiting for its
+#: end: a line longer than any message (a group of many tasks is a few MB) is not one of the
+#: other end's, and is dropped as ``forged`` rather than held in memory without bound
+READ_CHUNK = MAX_LINE = 64 << 20
 
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
 
@@ -102,10 +107,14 @@ class _Inbox:
                     return [], cursor
             fh.seek(cursor)
             self._at, self._partial = cursor, b""
-        data = fh.read()
+        data = fh.read(READ_CHUNK)
         if not data:
             return [], cursor
         msgs, self._partial = decode(self._partial + data, self.key)
+        if len(self._partial) > MAX_LINE:  # (no message is that long: its bytes are skipped, said as forged)
+            msgs.append({"k": FORGED, "text": self._partial[:80].decode("utf-8", "replace"),
+                         "why": f"a line longer than {MAX_LINE >> 20} MiB"})
+            self._partial = b""
         self._at = fh.tell() - len(self._partial)
         return msgs, self._at
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from .journal import Replayed, replay
 from .state import RunState, ready_runs
+from .regular import open_regular
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -55,7 +56,7 @@ _SPARSE = ("rc", "why", "outputs", "failures", "pilot", "pid")
 def _anchor(journal: Path, offset: int) -> int:
     """CRC-32 of the journal's bytes just before ``offset``: whether it is still the
     journal the checkpoint was taken of."""
-    with open(journal, "rb") as fh:
+    with open_regular(journal, "rb") as fh:
         start = max(0, offset - _ANCHOR)
         fh.seek(start)
         data = fh.read(offset - start)
@@ -115,7 +116,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
 def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
     """The checkpoint's state, offset and line count; ValueError (what is wrong) when it
     cannot be used, FileNotFoundError when there is none."""
-    with open(run_dir / NAME, "rb") as fh:
+    with open_regular(run_dir / NAME, "rb") as fh:
         data = fh.read()
     first, _, rest = data.partition(b"\n")
     try:

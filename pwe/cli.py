@@ -20,7 +20,7 @@ from .cli_pilot import pilot
 from .cli_remote import drive
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
-from .errors import PweError, RunStopped, one_line
+from .errors import InputError, PweError, RunStopped, one_line
 from .remote import RemoteRun, is_remote
 
 
@@ -82,11 +82,12 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
 def _follow(engine, as_json: bool = False, **kwargs) -> None:
     """Run the engine in the foreground with a progress display; exit 0 / 1. With
     ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
-    from .runview import complete_counts, failed_examples, outcome, progress, run_ref
+    from .rundir import run_ref
+    from .runview import complete_counts, failed_examples, outcome, progress
     from .state import FAILED
 
     total = engine.plan.total_members
-    ref = run_ref(engine.dir, engine.run_id)
+    ref = run_ref(engine.dir)
     bar = None
     last_line = [0.0]
     if sys.stderr.isatty():
@@ -322,13 +323,16 @@ def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -
     """User-exit callback for a batch job's edge events (called from job scripts)."""
     from pathlib import Path
 
-    from .notify import send
+    from .notify import check_ids, send
 
     d = Path(run_dir)
-    if not (d / "secret").is_file():
-        click.echo(f"{d}: not a pwe run directory (no secret)", err=True)
-        sys.exit(2)
-    send(d, pilot, event, job, status)
+    try:
+        check_ids(pilot, job)
+        if not (d / "secret").is_file():
+            raise InputError(f"{d}: not a pwe run directory (no secret)")
+        send(d, pilot, event, job, status)
+    except PweError as exc:
+        fail(exc)
 
 
 cli.add_command(events)  # pwe events RUN: the run's event history (pwe/cli_events.py)

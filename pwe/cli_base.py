@@ -99,7 +99,8 @@ def warn(warnings: list[str]) -> None:
 
 
 def find(run: str | None):
-    """The run directory RUN names (a run id under ./pwe-runs, or a path; None: the newest)."""
+    """The run directory RUN names (:func:`pwe.rundir.find`: a run id or unique prefix, under
+    ./pwe-runs or the service's run root; a path; None: the newest under ./pwe-runs)."""
     from .rundir import find
 
     return find(run)

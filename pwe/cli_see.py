@@ -19,30 +19,32 @@ from .errors import PweError
 
 
 @click.command()
-@click.option("--root", default=None, type=click.Path(), help="the run root (default ./pwe-runs)")
+@click.option("--root", default=None, type=click.Path(), help="only the runs under this run root")
 @json_option
 def runs(root: str | None, as_json: bool) -> None:
-    """The runs under the run root, newest first: state, progress, started, duration."""
+    """Every run pwe knows, newest first: where it came from (command line, service, trigger
+    NAME), state, progress, started, duration. Runs are under ./pwe-runs and the service's
+    run root (pwe service status)."""
     from pathlib import Path
 
-    from .rundir import DEFAULT_ROOT, run_dirs
+    from .rundir import listed, roots
     from .runview import run_summary
 
-    out = []
-    for d in run_dirs(Path(root) if root else DEFAULT_ROOT):
-        out.append(run_summary(d))
+    out = [run_summary(d, where) for d, where in listed(Path(root) if root else None)]
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
     if not out:
-        click.echo(f"no runs under {root or DEFAULT_ROOT}/", err=True)
+        looked = f"{root}/" if root else ", ".join(f"{r}/" for r, _ in roots())
+        click.echo(f"no runs (looked in {looked})", err=True)
         return
     width = max(len(r["run_id"]) for r in out)
-    click.echo(f"{'run':<{width}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
+    came = max(len(r["from"]) for r in out + [{"from": "from"}])
+    click.echo(f"{'run':<{width}}  {'from':<{came}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
     for r in out:
         prog = f"{r['finished']:,}/{r['total']:,}" if r["total"] is not None else "?"
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "?"
-        click.echo(f"{r['run_id']:<{width}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
+        click.echo(f"{r['run_id']:<{width}}  {r['from']:<{came}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
                    f"{_duration(r['duration'])}")
 
 
@@ -241,7 +243,7 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
     are a glob to zsh; NODE alone for index 0)."""
     import re
 
-    from .runview import member_output
+    from .runview import inert, member_output
 
     m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
     if not m:
@@ -260,9 +262,10 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
         click.echo(json.dumps({"node": node, "member": idx,
                                **{name: {"path": str(path), "text": text} for name, path, text in files}}, indent=2))
         return
+    shown = inert if sys.stdout.isatty() else str  # (a terminal sees no member's escape sequences)
     for name, path, text in files:
         click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
-        click.echo(text, nl=not text.endswith("\n") and bool(text))
+        click.echo(shown(text), nl=not text.endswith("\n") and bool(text))
 
 
 @click.command()

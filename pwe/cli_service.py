@@ -18,9 +18,16 @@ from .errors import InputError, PweError
 
 
 def _store():
+    """The service's directory; where an earlier pwe kept it (still used), said on stderr."""
+    from .places import state_dir
     from .service.store import Store
 
-    return Store()
+    store = Store()
+    if store.legacy:
+        click.echo(f"warning: the service's directory is {store.root}, where an earlier pwe kept it; it is used "
+                   f"while {state_dir() / 'service'} does not exist (move it there while the service is stopped)",
+                   err=True)
+    return store
 
 
 def _when(t: float | None) -> str:
@@ -33,7 +40,28 @@ def _when(t: float | None) -> str:
 def service() -> None:
     """pwe as a long-lived service (Celery worker and beat): submissions, triggers, adopting runs.
 
-    Its directory is $PWE_HOME/service (default ~/.pwe/service)."""
+    Its directory is $PWE_HOME/state/service, else $XDG_STATE_HOME/pwe/service
+    (default ~/.local/state/pwe/service)."""
+
+
+def _file_glob(text: str, plan: Any) -> str:
+    """An --on-file GLOB, absolute; :class:`InputError` (one line) for one that is empty, holds
+    a control character, or whose fixed part (up to its first wildcard) is not inside the
+    workflow's workspace: the service lists it every second, and its files reach payloads."""
+    import os
+
+    from .products import workspace
+
+    if not text.strip() or any(ord(c) < 32 or ord(c) == 127 for c in text) or len(text) > 4096:
+        raise InputError(f"--on-file {text[:80]!r}: a glob of files in the workflow's workspace, e.g. 'incoming/*.dat'")
+    ws = workspace(plan)
+    full = os.path.abspath(os.path.expanduser(text))  # (relative to here, as every path a command takes)
+    fixed = full[: min((full.find(c) for c in "*?[" if c in full), default=len(full))]
+    if os.path.commonpath([os.path.realpath(os.path.dirname(fixed) or "/"), os.path.realpath(ws)]) != \
+            os.path.realpath(ws):
+        raise InputError(f"--on-file {text[:80]!r}: outside the workflow's workspace {ws}; give a glob inside it "
+                         "(the workflow's 'workspace:' key chooses it)")
+    return full
 
 
 @service.command()
@@ -220,9 +248,9 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
                 raise InputError(f"--after-run {after}: one of {', '.join(ENDS)}")
             trig.update(kind="run-end", on=after, of=of)
         else:
-            if settle < 0:
+            if not settle >= 0 or settle == float("inf"):  # (NaN, infinity: a file would never be taken)
                 raise InputError(f"--settle {settle:g}: seconds, 0 or more")
-            trig.update(kind="file", glob=os.path.abspath(on_file), settle=settle)
+            trig.update(kind="file", glob=_file_glob(on_file, plan), settle=settle)
             # files already there are not new: only files that appear from now on fire
             trig["taken"] = {}
             for p in glob.glob(trig["glob"]):

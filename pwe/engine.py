@@ -41,6 +41,7 @@ from .plan import Plan
 from .groups import Groups
 from .state import RunState
 from .tasks import TaskBuilder
+from .regular import read_bytes
 
 if TYPE_CHECKING:
     from .results import RunResult
@@ -180,7 +181,7 @@ class Engine(PilotWork, Feeding):
 
     def _load(self) -> None:
         try:
-            self._secret = (self.dir / "secret").read_bytes().strip()
+            self._secret = read_bytes(self.dir / "secret").strip()
         except FileNotFoundError:
             self._secret = None  # (a run made by a pwe before secrets: its pilots sign nothing)
         path = self.dir / "journal.jsonl"

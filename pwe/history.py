@@ -19,15 +19,20 @@ from pilot.broker import ARCHIVE
 from pilot.transport import EVENTS
 from pilot.wire import DAMAGED, FORGED, MALFORMED, VERSION, channel_key, decode
 
+from .errors import InputError
 from .journal import replay
+from .regular import read_bytes
 
 
 def events(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Every pilot message of the run (per pilot, by ``q``), then every journal record."""
     try:
-        secret: bytes | None = (run_dir / "secret").read_bytes().strip()
+        secret: bytes | None = read_bytes(run_dir / "secret").strip()
     except FileNotFoundError:
         secret = None
+    except OSError as exc:
+        raise InputError(f"{run_dir / 'secret'} cannot be read ({exc.strerror or exc}): the pilots' messages cannot "
+                         "be checked; it must be the run's own regular file") from None
     pilots = sorted((p for p in (run_dir / "pilots").glob("p*") if p.is_dir()),
                     key=lambda p: (len(p.name), p.name))
     for d in pilots:
@@ -35,9 +40,12 @@ def events(run_dir: Path) -> Iterator[dict[str, Any]]:
         got: list[dict[str, Any]] = []
         for name, via in ((EVENTS, "spool"), (ARCHIVE, "redis")):
             try:
-                data = (d / name).read_bytes()
+                data = read_bytes(d / name)
             except FileNotFoundError:
                 continue
+            except OSError as exc:
+                raise InputError(f"{d / name} cannot be read ({exc.strerror or exc}); it must be the pilot's own "
+                                 "regular file") from None
             msgs, partial = decode(data, key)
             for m in msgs:
                 got.append({"pilot": d.name, "via": via, "v": VERSION, **m})

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from pilot import transport
 
 from .errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
+from .regular import open_regular
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
@@ -91,9 +92,12 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, l
     every member again."""
     done = Replayed(Path(path))
     try:
-        fh = open(path, "rb")
+        fh = open_regular(path, "rb")
     except FileNotFoundError:
         return done
+    except OSError as exc:  # (a FIFO or a device put there: never opened for a blocking read)
+        raise RunDamaged(f"{path} cannot be read ({exc.strerror or exc}): put the run's journal back, then give this "
+                         "command again") from None
     with fh:
         fh.seek(start)
         done.end, done.lines = start, lines

@@ -20,14 +20,24 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
-from .errors import PweError
+from .errors import InputError, PweError
+from .regular import read_bytes, read_text
 
 EVENTS = ("queued", "started", "ended")
+#: a pilot id as the engine makes them (p1, p2, ...; h1 for helpers): it becomes part of a
+#: file name under edges/, so never a path, an option or a control character
+PILOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+#: a job id as protocols.base.JOB_ID says every scheduler writes one (pwe cannot import it
+#: here without the protocols' weight in every job's callback)
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\[\]-]{0,199}")
+#: an edge event file is a few hundred bytes; one larger is not pwe's and is not parsed
+EDGE_LIMIT = 64 * 1024
 
 
 def make_secret(run_dir: Path) -> None:
@@ -38,7 +48,7 @@ def make_secret(run_dir: Path) -> None:
 
 
 def _key(run_dir: Path) -> bytes:
-    return (run_dir / "secret").read_text().strip().encode()
+    return read_text(run_dir / "secret", limit=4096).strip().encode()
 
 
 def _mac(key: bytes, body: dict[str, Any]) -> str:
@@ -51,6 +61,7 @@ def send(run_dir: Path, pilot: str, event: str, job: str, status: int | None = N
     line in the job's stderr) when the run directory cannot be read or written."""
     if event not in EVENTS:
         raise ValueError(f"event must be one of {', '.join(EVENTS)}")
+    check_ids(pilot, job)
     body = {"pilot": pilot, "event": event, "job": job, "status": status, "t": round(time.time(), 3),
             "id": secrets.token_hex(8)}
     d = run_dir / "edges"
@@ -84,7 +95,10 @@ def receive(run_dir: Path, seen: set[str]) -> list[tuple[dict[str, Any], bool]]:
     for name in names:
         seen.add(name)
         try:
-            msg = json.loads((d / name).read_text())
+            data = read_bytes(d / name, EDGE_LIMIT + 1)
+            if len(data) > EDGE_LIMIT:
+                raise ValueError("larger than any edge event")
+            msg = json.loads(data)
             mac = msg.pop("mac")
             ok = key is not None and isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, msg))
             msg.setdefault("id", mac)
@@ -93,6 +107,17 @@ def receive(run_dir: Path, seen: set[str]) -> list[tuple[dict[str, Any], bool]]:
         msg["file"] = name
         out.append((msg, ok))
     return out
+
+
+def check_ids(pilot: str, job: str) -> None:
+    """:class:`InputError` (one line) for a pilot or job id that is not one: either would
+    reach a file name and the journal."""
+    for what, value, form, example in (("pilot id", pilot, PILOT_ID, "p1"), ("job id", job, JOB_ID, "12345")):
+        if not isinstance(value, str) or form.fullmatch(value) is None:
+            shown = repr(value if len(value) <= 80 else value[:80] + "...")
+            raise InputError(f"pwe notify: {shown} is not a {what}: letters, digits, '_' and '-'"
+                             f"{', and .+[]' if what == 'job id' else ''}, starting with a letter or digit, at most "
+                             f"{64 if what == 'pilot id' else 200} characters (e.g. {example})")
 
 
 def sign(run_dir: Path, body: dict[str, Any]) -> dict[str, Any]:

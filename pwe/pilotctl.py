@@ -45,6 +45,7 @@ from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 
 from .errors import InputError, JournalError, PweError, RunStopped
 from .rundir import EngineLock, write_json_atomic
+from .regular import read_text
 
 if TYPE_CHECKING:
     from .pilots import PilotHandle
@@ -77,7 +78,7 @@ def ask(run_dir: Path, body: dict[str, Any], wait: float = ANSWER_WAIT) -> dict[
     deadline = time.time() + wait
     while time.time() < deadline:
         try:
-            got = json.loads(answer.read_text())
+            got = json.loads(read_text(answer))
         except (OSError, ValueError):
             if not lock.holder():
                 (d / f"pilot-{rid}.json").unlink(missing_ok=True)
@@ -153,7 +154,7 @@ def listing(run_dir: Path) -> list[dict[str, Any]]:
         for p in ns.pilot.values():
             running[p] = running.get(p, 0) + 1
     try:
-        view = json.loads((run_dir / "state.json").read_text()).get("pilot_view") or {}
+        view = json.loads(read_text(run_dir / "state.json")).get("pilot_view") or {}
     except (OSError, ValueError):
         view = {}
     live_engine = EngineLock(run_dir).holder() is not None
@@ -194,7 +195,7 @@ class PilotControl:
         for name in names:
             path = d / name
             try:
-                req = json.loads(path.read_text())
+                req = json.loads(read_text(path, limit=1 << 20))
                 ok = isinstance(req, dict) and authentic(self.dir, req)
             except (OSError, ValueError):
                 req, ok = {}, False

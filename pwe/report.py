@@ -22,6 +22,7 @@ import math
 import time
 from pathlib import Path
 from typing import Any
+from .regular import open_regular
 
 #: attempts up to which every one is its own bar, with its own tooltip
 EXACT_BARS = 5_000
@@ -115,7 +116,7 @@ def build(run_dir: Path) -> str:
         "run_id": info["run_id"], "summary": summary, "failures": failures, "nfailed": nfailed,
         "causes": sorted(((n, why, c) for (n, why), c in causes.items()), key=lambda x: -x[2]),
         "max_failures": MAX_FAILURES, "pilots": pilots, "nodes": node_ids, "colors": color,
-        "timeline_note": timeline["note"], "data_json": json.dumps(data, separators=(",", ":")).replace("</", "<\\/"),
+        "timeline_note": timeline["note"], "data_json": script_json(data),
         "generated": _clock(time.time()),
     })
 
@@ -236,6 +237,16 @@ def _hist(vals: list[float], unit: str) -> dict | None:
             "max": round(hi, 4), "mean": round(sum(vals) / len(vals), 4)}
 
 
+def script_json(data: Any) -> str:
+    """JSON to stand inside a ``<script type="application/json">`` element: ``<``, ``>`` and
+    ``&`` written as ``\\u003c`` and friends, so no value (a node's name, a pilot's host, a
+    parameter) can close the element, open a comment (``<!--``) or start markup; the text
+    parses back to the same data."""
+    text = json.dumps(data, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026") \
+        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
 def _params(plan: Any, nid: str, i: int) -> str:
     return " ".join(f"{k}={v}" for k, v in plan.nodes[nid].space.values_of(i).items())
 
@@ -243,7 +254,7 @@ def _params(plan: Any, nid: str, i: int) -> str:
 def _tail(path: Path, lines: int = 5) -> str:
     """The last few lines a member wrote to this file ('' when none)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "rb") as fh:
             fh.seek(max(0, fh.seek(0, 2) - 4096))
             text = fh.read().decode("utf-8", "replace")
     except OSError:

@@ -75,42 +75,115 @@ def create(run_dir: Path) -> Path:
     return run_dir
 
 
-def find(run: str | None, root: Path = DEFAULT_ROOT) -> Path:
-    """A run directory from a run id, a unique prefix of one (under ``root``), a path,
-    or (None) the newest run under ``root``. An ambiguous prefix is :class:`RunNotFound`
-    naming the runs it could mean."""
+#: Where the runs of a root come from (``pwe runs``' "from"), for runs whose run.json does
+#: not say (made before it did).
+COMMAND_LINE, SERVICE = "command line", "service"
+
+
+def roots() -> list[tuple[Path, str]]:
+    """The run roots, in the order a run is looked for, each with where its runs come from:
+    ./pwe-runs (:data:`COMMAND_LINE`), then the service's run root (its directory's
+    ``runs/`` or its ``--run-root``) and any other directory its submissions name
+    (:data:`SERVICE`). The one list every command that takes a RUN, and ``pwe runs``, use."""
+    from .service.store import Store  # (its files only: no celery)
+
+    out = [(DEFAULT_ROOT, COMMAND_LINE)]
+    store = Store()
+    if store.root.is_dir():
+        out.append((store.run_root(), SERVICE))
+        out += [(Path(r["run_dir"]).parent, SERVICE) for r in store.submissions() if isinstance(r.get("run_dir"), str)]
+    seen, unique = set(), []
+    for root, origin in out:
+        key = _key(root)
+        if key not in seen:
+            seen.add(key)
+            unique.append((root, origin))
+    return unique
+
+
+def _key(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except OSError:
+        return str(path.absolute())
+
+
+def _shown(root: Path) -> str:
+    return f"{root}/"
+
+
+def find(run: str | None, root: Path | None = None) -> Path:
+    """A run directory from a run id or a unique prefix of one (looked for under every one
+    of :func:`roots`, or ``root`` alone), a path, or (None) the newest run under ./pwe-runs
+    (``root``). An ambiguous prefix is :class:`RunNotFound` naming the runs it could mean
+    and where each is; a run found nowhere names every place looked in."""
     if run is None:
-        runs = sorted((p for p in root.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
+        base = root or DEFAULT_ROOT
+        runs = sorted((p for p in base.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
         if not runs:
-            raise RunNotFound(f"no runs under {root}/; give a run id or a run directory")
+            raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
         return runs[-1].parent
-    for cand in (Path(run), root / run):
-        if (cand / "run.json").is_file():
-            return cand
-    known = sorted(p.parent.name for p in root.glob("*/run.json")) if root.is_dir() else []
+    bad = "too long" if len(run) > 1024 else "a control character in it" if any(
+        ord(c) < 32 or 127 <= ord(c) < 160 for c in run) else None
+    try:
+        if not bad and (Path(run) / "run.json").is_file():
+            return Path(run)
+    except OSError as exc:  # (a name too long for the file system)
+        bad = exc.strerror or str(exc)
+    if bad:  # (said with repr: no escape sequence of it reaches the terminal)
+        raise RunNotFound(f"run {run[:60] + ('...' if len(run) > 60 else '')!r}: not a run id or run directory "
+                          f"({bad}); give a run id, a prefix of one or a run directory")
+    places = [(root, COMMAND_LINE)] if root is not None else roots()
+    if run and "/" not in run and run not in (".", ".."):
+        for base, _ in places:
+            if (base / run / "run.json").is_file():
+                return base / run
+    known = [(p.parent.name, base) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
     if run and "/" not in run:
-        hits = [k for k in known if k.startswith(run)]
+        hits = [(k, base) for k, base in known if k.startswith(run)]
         if len(hits) == 1:
-            return root / hits[0]
+            return hits[0][1] / hits[0][0]
         if hits:
-            shown = ", ".join(hits[:10]) + (f" and {len(hits) - 10} more" if len(hits) > 10 else "")
-            raise RunNotFound(f"'{run}' is the start of {len(hits)} runs under {root}/: {shown}; give more of the id")
+            shown = ", ".join(f"{k} ({_shown(base)})" for k, base in hits[:10]) + (
+                f" and {len(hits) - 10} more" if len(hits) > 10 else "")
+            raise RunNotFound(f"'{run}' is the start of {len(hits)} runs: {shown}; give more of the id")
     from .errors import did_you_mean
 
-    raise RunNotFound(f"no run '{run}' (looked in {root}/){did_you_mean(run, known)}")
+    looked = ", ".join(_shown(base) for base, _ in places)
+    raise RunNotFound(f"no run '{run}' (looked in {looked}){did_you_mean(run, sorted(k for k, _ in known))}")
 
 
-def run_dirs(root: Path = DEFAULT_ROOT) -> list[Path]:
-    """The run directories under ``root``, newest first (by when each was made)."""
-    if not root.is_dir():
-        return []
+def listed(root: Path | None = None) -> list[tuple[Path, str]]:
+    """The run directories under ``root`` (None: under every one of :func:`roots`), newest
+    first (by when each was made), each with where its root's runs come from."""
     found = []
-    for p in root.glob("*/run.json"):
-        try:
-            found.append((p.stat().st_mtime, p.parent))
-        except OSError:
+    for base, where in ([(root, COMMAND_LINE)] if root is not None else roots()):
+        if not base.is_dir():
             continue
-    return [d for _, d in sorted(found, key=lambda x: x[0], reverse=True)]
+        for p in base.glob("*/run.json"):
+            try:
+                found.append((p.stat().st_mtime, p.parent, where))
+            except OSError:
+                continue
+    return [(d, w) for _, d, w in sorted(found, key=lambda x: x[0], reverse=True)]
+
+
+def run_dirs(root: Path | None = None) -> list[Path]:
+    """:func:`listed`'s run directories alone."""
+    return [d for d, _ in listed(root)]
+
+
+def origin(info: dict[str, Any], where: str = COMMAND_LINE) -> str:
+    """Where a run came from: :data:`COMMAND_LINE`, :data:`SERVICE` or ``trigger NAME``.
+    What its run.json (``info``) says (``from``); for a run made before it said: its
+    ``service`` record (with a trigger's name), else ``where`` (its root's, :func:`listed`)."""
+    said = info.get("from")
+    if isinstance(said, str) and said:
+        return said
+    svc = info.get("service")
+    if isinstance(svc, dict):
+        return f"trigger {svc['trigger']}" if svc.get("trigger") else SERVICE
+    return where
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -250,13 +323,14 @@ def _live(info: dict) -> bool:
 
 
 def run_ref(run_dir: Path) -> str:
-    """How to name a run on the command line: its id when it is under ./pwe-runs, else its
-    directory."""
+    """How to name a run on the command line: its id when :func:`find` finds it by its id
+    (it is under one of :func:`roots`), else its directory."""
     run_dir = Path(run_dir)
-    try:
-        if (DEFAULT_ROOT / run_dir.name).resolve() == run_dir.resolve():
+    try:  # (under a root: not a directory of that name that happens to be here)
+        if _key(run_dir.parent) in {_key(root) for root, _ in roots()} and \
+                find(run_dir.name).resolve() == run_dir.resolve():
             return run_dir.name
-    except OSError:
+    except (OSError, PweError):
         pass
     return str(run_dir)
 

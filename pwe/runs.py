@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from . import rundir
 from .errors import InputError, RunDamaged
 from .plan import Plan, plan_workflow
+from .regular import kind, open_regular, read_text
 
 
 def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
@@ -66,6 +68,7 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     info = {
         "run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
         "host": host, "cores": cores, "created": time.time(),
+        "from": rundir.origin(options),  # (command line; the service's runs pass service=...)
         # where its hosts came from, read again by resume and retry (a host fixed meanwhile)
         "hosts_file": str(Path(hosts_file).resolve()) if hosts_file else None, "cores_option": cores_option,
         **options,
@@ -81,7 +84,7 @@ def read_info(run_dir: Path) -> dict[str, Any]:
     """run.json's content; :class:`RunDamaged` (one line) when it cannot be read."""
     path = run_dir / "run.json"
     try:
-        info = json.loads(path.read_text())
+        info = json.loads(read_text(path))
         if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in ("run_id", "workflow", "copy")) \
                 or not isinstance(info.get("lanes"), dict) or not info["lanes"]:
             raise ValueError("not what pwe writes there")
@@ -120,7 +123,11 @@ def check_journal(run_dir: Path) -> bool:
     pilots or a snapshot): replaying nothing would run every member again."""
     path = run_dir / "journal.jsonl"
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode):
+            raise RunDamaged(f"{path} is not a regular file ({kind(st.st_mode)}): put the journal back, then give this "
+                             f"command again; {_still(run_dir)}")
     except FileNotFoundError:
         size, what = 0, "missing"
     except OSError as exc:
@@ -149,7 +156,7 @@ def _whole_record(path: Path) -> bool:
     """Whether the journal holds at least one whole line (its first 64 KiB end one; a
     first line longer than any record is left to the replay, which says it is damaged)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "rb") as fh:
             head = fh.read(65536)
     except OSError:
         return True  # (said by the replay that reads it)
@@ -160,7 +167,7 @@ def _still(run_dir: Path) -> str:
     """What can still be seen of a damaged run, in the words of the commands that show it."""
     ref = rundir.run_ref(run_dir)
     try:
-        snap = json.loads((run_dir / "state.json").read_text())
+        snap = json.loads(read_text(run_dir / "state.json"))
         counts = isinstance(snap, dict) and isinstance(snap.get("nodes"), dict)
     except (OSError, ValueError):
         counts = False

@@ -9,12 +9,14 @@ journal is newer than the snapshot.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError, PweError
-from .rundir import DEFAULT_ROOT, EngineLock, member_dir, pilot_states
+from .rundir import COMMAND_LINE, EngineLock, member_dir, origin, pilot_states
+from .regular import open_regular, read_text
 
 
 def status(run_dir: Path) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def status(run_dir: Path) -> dict[str, Any]:
     snap["run_dir"] = str(d)
     heartbeat = 5.0
     try:
-        heartbeat = float(json.loads((d / "run.json").read_text()).get("heartbeat", 5.0))
+        heartbeat = float(json.loads(read_text(d / "run.json")).get("heartbeat", 5.0))
     except (OSError, ValueError, TypeError):
         pass
     snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
@@ -89,18 +91,20 @@ def core_hours(snap: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
-def run_summary(run_dir: Path) -> dict[str, Any]:
-    """One line of ``pwe runs``: ``run_id``, ``state`` (the phase), ``finished`` and
-    ``total`` members, ``started`` (epoch s), ``duration`` (s: to the last snapshot, or to
-    now while an engine runs it), ``run_dir``. From the snapshot: nothing is replayed; a
-    run that cannot be read says so in ``state``."""
+def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
+    """One line of ``pwe runs``: ``run_id``, ``from`` (:func:`~pwe.rundir.origin`; ``where``:
+    its root's), ``state`` (the phase), ``finished`` and ``total`` members, ``started``
+    (epoch s), ``duration`` (s: to the last snapshot, or to now while an engine runs it),
+    ``run_dir``. From the snapshot: nothing is replayed; a run that cannot be read says so
+    in ``state``."""
     from .state import FINAL, NAMES
 
-    out: dict[str, Any] = {"run_id": run_dir.name, "state": "?", "finished": 0, "total": None, "started": None,
-                           "duration": None, "run_dir": str(run_dir)}
+    out: dict[str, Any] = {"run_id": run_dir.name, "from": where, "state": "?", "finished": 0, "total": None,
+                           "started": None, "duration": None, "run_dir": str(run_dir)}
     try:
-        info = json.loads((run_dir / "run.json").read_text())
+        info = json.loads(read_text(run_dir / "run.json"))
         out["run_id"] = info.get("run_id", run_dir.name)
+        out["from"] = origin(info, where)
         out["started"] = info.get("created")
     except (OSError, ValueError, AttributeError):
         out["state"] = "damaged (run.json)"
@@ -123,7 +127,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
 def snapshot(path: Path) -> dict[str, Any] | None:
     """state.json's content; None when it is missing or not what the engine writes."""
     try:
-        snap = json.loads(path.read_text())
+        snap = json.loads(read_text(path))
     except (OSError, ValueError):
         return None
     ok = isinstance(snap, dict) and all(isinstance(snap.get(k, {}), dict) for k in ("nodes", "totals", "pilots")) \
@@ -194,6 +198,16 @@ def _indices(state: bytearray, code: int):
         i = state.find(code, i + 1)
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """``text`` with every control character but newline and tab written visibly (``\\x1b``):
+    what a member wrote, printed to a terminal, can then neither move its cursor, set its
+    title nor hide a line (ESC sequences, carriage returns, backspaces)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple[str, Path, str]]:
     """A member's stdout and stderr as (name, path, text), from where
     :func:`rundir.member_path` says it keeps them (a file it left empty is not kept: its
@@ -217,7 +231,11 @@ def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple
     out = []
     for name in ("stdout", "stderr"):
         p = md / name
-        out.append((name, p, p.read_text(errors="replace") if p.exists() else ""))
+        try:
+            out.append((name, p, read_text(p, errors="replace") if p.exists() else ""))
+        except OSError as exc:
+            raise InputError(f"{p}: cannot be read ({exc.strerror or exc}); a member's {name} must be a regular "
+                           "file") from None
     return out
 
 
@@ -240,7 +258,7 @@ def node_sizes(run_dir: Path) -> dict[str, int]:
     """Members per node of a run: from state.json (each member is counted in exactly one
     state), else, when the engine never wrote one, from the run's plan."""
     try:
-        counts = json.loads((run_dir / "state.json").read_text())["nodes"]
+        counts = json.loads(read_text(run_dir / "state.json"))["nodes"]
         return {n: sum(c.values()) for n, c in counts.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
@@ -290,10 +308,10 @@ def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, st
             what = ns.why.get(i) or f"exit {ns.rc.get(i)}"
             tail = ""
             try:
-                with open(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
+                with open_regular(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
                     fh.seek(max(0, fh.seek(0, 2) - 4096))
                     last = fh.read().decode("utf-8", "replace").strip().splitlines()
-                tail = f"  | {last[-1][:120]}" if last else ""
+                tail = f"  | {inert(last[-1][:120])}" if last else ""
             except OSError:
                 pass
             lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))
@@ -301,13 +319,3 @@ def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, st
         if len(lines) >= limit:
             break
     return lines
-
-
-def run_ref(run_dir: Path, run_id: str) -> str:
-    """How to name a run on the command line: its id under ./pwe-runs, else its path."""
-    try:
-        if (DEFAULT_ROOT / run_id).resolve() == run_dir:
-            return run_id
-    except OSError:
-        pass
-    return str(run_dir)

@@ -25,7 +25,7 @@ class Service:
 
     def __init__(self, home: Path):
         self.home = home
-        self.dir = home / "service"
+        self.dir = home / "state" / "service"
 
     def pwe(self, *args, env=None, timeout=120):
         return run_cli(*args, cwd=self.home.parent, env={"PWE_HOME": str(self.home), **(env or {})}, timeout=timeout)
@@ -169,6 +169,47 @@ def test_embedded_service_runs_a_submission_to_its_end(embedded, tmp_path):
     assert verified and event["pilot"] == "p9" and event["job"] == "4242" and event["event"] == "started"
 
 
+def test_a_service_run_is_found_by_id_and_prefix_by_every_command_from_anywhere(embedded, tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=tmp_path / "ledger", n=2, sleep=0.05))
+    run_id = embedded.ok("submit", "--service", wf).strip()
+    rec = embedded.wait_phase(run_id)
+    elsewhere = tmp_path / "elsewhere"  # no pwe-runs here: the run is the service's
+    elsewhere.mkdir()
+
+    def pwe(*args):
+        return run_cli(*args, cwd=elsewhere, env={"PWE_HOME": str(embedded.home)})
+
+    prefix = run_id[:-2]
+    for ref in (run_id, prefix):
+        rc, out, err = pwe("status", ref, "--json")
+        assert rc == 0 and json.loads(out)["run_id"] == run_id and json.loads(out)["phase"] == "succeeded", err
+    for args in (["show", prefix], ["show", prefix, "-q", "state=done"], ["logs", prefix, "a:0"],
+                 ["trace", prefix], ["report", prefix, "-o", str(tmp_path / "r.html")], ["events", prefix]):
+        rc, out, err = pwe(*args)
+        assert rc == 0, (args, err)
+    rc, out, err = pwe("cancel", prefix)
+    assert rc == 0 and out.strip() == f"{run_id}: already finished; nothing to cancel", err
+    # pwe runs lists it, from the service, beside the command line's runs
+    rows = {r["run_id"]: r for r in json.loads(pwe("runs", "--json")[1])}
+    assert rows[run_id]["from"] == "service" and rows[run_id]["run_dir"] == rec["run_dir"], rows
+    rc, text, err = pwe("runs")
+    [line] = [l for l in text.splitlines() if l.startswith(run_id)]
+    assert line.split()[1] == "service" and text.splitlines()[0].split()[:3] == ["run", "from", "state"], text
+    # a run of the same workflow from the command line here: the shared prefix is ambiguous, said in one line
+    rc, out, err = pwe("run", wf, "--cores", "1", "--json")
+    local = json.loads(out)["run_id"]
+    rc, out, err = pwe("status", "ledger-")
+    err = one_line_error(rc, out, err)
+    assert f"{run_id} ({Path(rec['run_dir']).parent}/)" in err and f"{local} (pwe-runs/)" in err, err
+    assert "give more of the id" in err
+    rows = {r["run_id"]: r["from"] for r in json.loads(pwe("runs", "--json")[1])}
+    assert rows[local] == "command line" and rows[run_id] == "service"
+    rc, out, err = pwe("status", "nosuchrun")
+    err = one_line_error(rc, out, err)
+    assert f"looked in pwe-runs/, {embedded.dir / 'runs'}/" in err, err
+
+
 def test_a_submission_delivered_twice_is_one_run(embedded, tmp_path):
     """acks_late means a task may come twice: the client's run id makes the second a no-op."""
     sys.path.insert(0, str(ROOT))
@@ -256,7 +297,7 @@ def test_service_over_redis_with_a_password_from_another_client(tmp_path, redis_
         svc.wait_phase(run_id)
         starts, ends = ledger_counts(ledger)
         assert len(ends) == 4 and set(starts.values()) == set(ends.values()) == {1}
-        assert not (client.home / "service" / "runs").exists()
+        assert not (client.home / "state" / "service" / "runs").exists()
         # a wrong password is one line, not a hang or a traceback
         bad = re.sub(r":[^:@/]*@", ":wrong@", url)
         rc, out, err = client.pwe("submit", "--service", "--broker", bad, wf, timeout=60)
@@ -313,6 +354,9 @@ def test_cron_trigger_fires_runs_and_skips_while_one_runs(embedded, tmp_path):
         assert s2 >= e1, f"a run started at {s2} while the previous one ran until {e1}"
     listed = json.loads(embedded.ok("trigger", "list", "--json"))
     assert all(t["id"] != "every" for t in listed)
+    # pwe runs lists the trigger's runs, saying which trigger started each
+    rows = {r["run_id"]: r for r in json.loads(embedded.ok("runs", "--json"))}
+    assert all(rows[h["run"]]["from"] == "trigger every" for h in fired), rows
 
 
 def test_cron_trigger_with_overlap_queue_runs_one_after_another(embedded, tmp_path):

@@ -1,6 +1,7 @@
 """pwe as a long-lived service (``pwe service``, ``pwe trigger``, ``pwe submit --service``).
 
-Where things are (``$PWE_HOME/service``, default ``~/.pwe/service``, owner-only)::
+Where things are (``service/`` in pwe's state directory, :mod:`pwe.places`: ``$PWE_HOME/state``,
+``$XDG_STATE_HOME/pwe``, default ``~/.local/state/pwe``; owner-only)::
 
     service/
       config.json        the broker (a Redis URL keeps its password: mode 600), the queue, the run root

@@ -82,7 +82,7 @@ def broker_url(store: Store) -> str:
 
 def _service_app() -> Celery:
     """The app the worker and beat processes load (``-A pwe.service.app``): the service
-    directory comes from ``PWE_HOME``, the broker from its config.json."""
+    directory comes from ``PWE_SERVICE_DIR`` (set by the service), the broker from its config.json."""
     store = Store()
     app = make_app(broker_url(store), store.queue(), store)
 

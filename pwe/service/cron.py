@@ -43,10 +43,32 @@ def check_expression(expr: str) -> str:
 
     text = " ".join(str(expr).split())
     fields = text.split(" ")
-    if len(fields) not in (5, 6) or not croniter.is_valid(text):
-        raise InputError(f"--cron '{expr}': not a cron expression (five fields: minute hour day month weekday, "
+    shown = _shown(expr)
+    if len(text) > 200 or len(fields) not in (5, 6) or not croniter.is_valid(text):
+        raise InputError(f"--cron {shown}: not a cron expression (five fields: minute hour day month weekday, "
                          "or six with seconds last, e.g. '*/5 * * * *' or '* * * * * */10')")
+    if _never(text):
+        raise InputError(f"--cron {shown}: never fires (no such day: e.g. 30 February); give a schedule that does")
     return text
+
+
+def _shown(value: object) -> str:
+    """A value as a message shows it: quoted, escapes visible (no control character reaches
+    the terminal), cut at 80 characters."""
+    text = str(value)
+    return repr(text if len(text) <= 80 else text[:80] + "...")
+
+
+def _never(expr: str) -> bool:
+    """Whether a valid expression never fires (croniter gives up: its search for the next
+    date is bounded), so that no trigger waits for ever and no listing fails on it."""
+    from croniter import CroniterBadDateError, croniter
+
+    try:
+        croniter(expr, _dt.datetime(2000, 1, 1)).get_next(_dt.datetime)
+    except (CroniterBadDateError, ValueError, OverflowError):
+        return True
+    return False
 
 
 def check_zone(name: str) -> ZoneInfo:
@@ -56,7 +78,7 @@ def check_zone(name: str) -> ZoneInfo:
             raise ValueError
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise InputError(f"--tz '{name}': unknown time zone{did_you_mean(name, available_timezones())}; "
+        raise InputError(f"--tz {_shown(name)}: unknown time zone{did_you_mean(name[:80], available_timezones())}; "
                          "give an IANA name such as UTC, Europe/Paris or America/New_York") from None
 
 
@@ -103,8 +125,13 @@ def slots(expr: str, zone: ZoneInfo, after: float, upto: float, limit: int = 10_
     stop = _utc(after).astimezone(zone).replace(tzinfo=None) - _MARGIN
     it = croniter(expr, start)
     out: list[float] = []
+    from croniter import CroniterBadDateError
+
     while len(out) < limit:
-        naive = it.get_prev(_dt.datetime)
+        try:
+            naive = it.get_prev(_dt.datetime)
+        except CroniterBadDateError:  # (never fires)
+            break
         if naive < stop:
             break
         out.extend(t for t in _instants(naive, zone, wildcard) if after < t <= upto)
@@ -154,10 +181,15 @@ def next_slot(expr: str, zone: ZoneInfo, now: float) -> float | None:
     """The next firing instant after ``now`` (for listings), None when none within a year."""
     from croniter import croniter
 
+    from croniter import CroniterBadDateError
+
     wildcard = is_wildcard(expr)
     it = croniter(expr, _utc(now).astimezone(zone).replace(tzinfo=None) - _MARGIN)
     for _ in range(10_000):
-        naive = it.get_next(_dt.datetime)
+        try:
+            naive = it.get_next(_dt.datetime)
+        except CroniterBadDateError:  # (a schedule stored before never-firing ones were refused)
+            return None
         later = [t for t in _instants(naive, zone, wildcard) if t > now]
         if later:
             return min(later)

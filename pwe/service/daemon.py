@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InputError, PweError
+from ..places import SERVICE_DIR_VAR
 from .store import Store, write_private
 
 #: Seconds without a tick reaching the worker before worker and beat are restarted
@@ -96,7 +97,7 @@ def start(store: Store, broker: str | None, queue: str | None, run_root: str | N
         raise PweError(f"the broker {redact(url)} does not answer; check the URL, its password and that it runs")
     store.write_config(cfg)
     since = time.time()
-    env = {**os.environ, "PWE_HOME": str(store.root.parent)}
+    env = {**os.environ, SERVICE_DIR_VAR: str(store.root)}
     log = open(store.root / "service.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "service", "_main"], stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log, start_new_session=True, cwd=store.root, env=env)
@@ -217,7 +218,7 @@ def main(store: Store) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
     queue = store.queue()
-    env = {**os.environ, "PWE_HOME": str(store.root.parent), "PWE_SERVICE_WORKER": "1"}
+    env = {**os.environ, SERVICE_DIR_VAR: str(store.root), "PWE_SERVICE_WORKER": "1"}
     celery = [sys.executable, "-m", "celery", "-A", "pwe.service.app"]
     commands = {
         "worker": celery + ["worker", "--pool=solo", "-Q", queue, "--without-gossip", "--without-mingle",
@@ -289,12 +290,12 @@ def _end_leftovers(store: Store) -> None:
         old = json.loads((store.root / "service.json").read_text())
     except (OSError, ValueError):
         return
-    marker = f"PWE_HOME={store.root.parent}".encode()
+    markers = {f"{SERVICE_DIR_VAR}={store.root}".encode(), f"PWE_HOME={store.root.parent}".encode()}  # (an older pwe's)
     for key in ("worker", "beat"):
         pid = old.get(key)
         try:
             with open(f"/proc/{int(pid)}/environ", "rb") as fh:
-                mine = marker in fh.read().split(b"\0")
+                mine = bool(markers & set(fh.read().split(b"\0")))
             with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
                 mine = mine and b"pwe.service.app" in fh.read()
         except (OSError, ValueError, TypeError):

@@ -19,22 +19,27 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import PweError
+from ..places import service_dir
 from ..rundir import write_json_atomic
 
 QUEUE = "pwe"
 
 
 def home() -> Path:
-    """The service directory: ``$PWE_HOME/service`` (``~/.pwe/service`` by default)."""
-    base = os.environ.get("PWE_HOME") or os.path.join(os.path.expanduser("~"), ".pwe")
-    return Path(base).resolve() / "service"
+    """The service directory: ``service/`` in pwe's state directory (:mod:`pwe.places`:
+    ``$PWE_HOME/state``, ``$XDG_STATE_HOME/pwe``, ``~/.local/state/pwe``), or where an
+    earlier pwe kept it (``$PWE_HOME/service``, ``~/.pwe/service``) while only that exists."""
+    return service_dir()[0]
 
 
 class Store:
     """The service directory and its files."""
 
     def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root else home()
+        where, old = service_dir()
+        self.root = Path(root) if root else where
+        #: the directory is where an earlier pwe kept it (`pwe service status` says so)
+        self.legacy = old and not root
         self.subs = self.root / "submissions"
         self.broker_dir = self.root / "broker"
 
@@ -48,7 +53,7 @@ class Store:
             os.chmod(self.root, 0o700)
         except OSError as exc:
             raise PweError(f"cannot create the service directory {self.root}: {exc.strerror}; "
-                           "set PWE_HOME to a writable place") from None
+                           "set PWE_HOME (or XDG_STATE_HOME) to a writable place") from None
         finally:
             os.umask(old)
         return self
