@@ -297,13 +297,20 @@ def test_two_commands_taking_one_run_at_once_one_takes_it_the_other_says_who(tmp
     for k in range(RACE_TRIALS):
         d = tmp_path / f"trial{k}"
         shutil.copytree(interrupted, d)
-        (d / "go").touch()
         dirs.append(d)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     before = len(_resumes(interrupted))
     procs = [[subprocess.Popen([sys.executable, "-m", "pwe", *cmd[:1], str(d), *cmd[1:]], cwd=tmp_path, env=env,
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for cmd in commands] for d in dirs]
+    # b's members end only once `go` is there, and it is made only once the command that did
+    # not take the run has answered (with --detach, both): the taker cannot have finished
+    # the run before the other command even looked, however slowly a loaded machine starts them
+    wanted = 2 if "--detach" in commands[0] else 1
+    for d, pair in zip(dirs, procs):
+        wait_for(lambda pair=pair: sum(p.poll() is not None for p in pair) >= wanted, timeout=120,
+                 what="the command that did not take the run to answer")
+        (d / "go").touch()
     outcomes = [[(p.wait(timeout=120), *p.communicate()) for p in pair] for pair in procs]
     if "--detach" in commands[0]:
         for d in dirs:  # the detached engine that took it runs it to its end
