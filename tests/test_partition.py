@@ -85,9 +85,14 @@ def test_cpu_members_go_to_a_gpu_partition_only_when_nothing_else_fits(tmp_path)
 
 
 def test_queue_overrides_the_choice(tmp_path):
-    d = plan_json(workflow(tmp_path, post="maxWallTime: 20, queue: short"))
+    d = plan_json(workflow(tmp_path, post="maxWallTime: 20"))
+    assert next(n for n in d["nodes"] if n["id"] == "post")["partition"]["partition"] == "debug"  # (chosen)
+    d = plan_json(workflow(tmp_path, post="maxWallTime: 20, queue: gpu"))
     post = next(n for n in d["nodes"] if n["id"] == "post")["partition"]
-    assert post["partition"] == "short" and post["why"] == "queue in the scheduling profile"
+    assert post["partition"] == "gpu" and post["why"] == "queue in the scheduling profile"
+    # a queue named that cannot hold the walltime is refused, not left pending (issue 22)
+    status, _, err = run_cli("plan", workflow(tmp_path, post="maxWallTime: 20, queue: short"), cwd=tmp_path)
+    assert status == 2 and "max_walltime of queue 'short'" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_no_partition_fits_is_one_line_naming_node_and_host(tmp_path):
