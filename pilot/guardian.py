@@ -183,6 +183,16 @@ def _children() -> dict[int, bool]:
     return out
 
 
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # (a member is its own session's leader)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _identity(pid: int) -> tuple[str, int, int] | None:
     """(node, member, attempt) of a live member, from the environment it started with."""
     try:
@@ -200,29 +210,31 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None) -> None:
     for pid, state, rc, node, m, a in table.entries():
         if state == OVER:
             msgs.append({"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid})
-    children = _children()
+    # every child: those the pilot left, and those reparented here meanwhile (a killed
+    # spawner's or agent's members): each killed when first seen alive, all collected
+    children: dict[int, bool] = {}  # pid -> it had ended (a zombie) when first seen
     who: dict[int, tuple[str, int, int] | None] = {}
-    for pid, zombie in children.items():
-        who[pid] = known.get(pid) or (None if zombie else _identity(pid))
-        if not zombie:
-            try:
-                os.killpg(pid, signal.SIGKILL)  # (a member is its own session's leader)
-            except (ProcessLookupError, PermissionError):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-    deadline = time.monotonic() + 10
     ended: dict[int, int] = {}
-    while children and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for pid, zombie in _children().items():
+            if pid in children:
+                continue
+            children[pid] = zombie
+            who[pid] = known.get(pid) or (None if zombie else _identity(pid))
+            if not zombie:
+                _kill(pid)
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            while True:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                ended[pid] = os.waitstatus_to_exitcode(status)
+                if pid not in children:  # (ended before any scan saw it: on its own)
+                    children[pid], who[pid] = True, known.get(pid)
         except ChildProcessError:
             break
-        if pid == 0:
-            time.sleep(0.01)
-            continue
-        ended[pid] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
     # one the table did not have yet (spawned in the instant before the pilot died: its
     # environment not yet its own, or gone with it): the one member the pilot started and
     # had not entered, when exactly one is missing (it spawns one member at a time)

@@ -41,6 +41,7 @@ import posixpath
 import re
 import select
 import shlex
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -348,6 +349,10 @@ class SshRunner(CommandRunner):
         except Exception as exc:  # noqa: BLE001 - mapped right below, once
             client.close()
             raise self._map(exc, t) from None
+        try:  # small SFTP requests (a file's open, close, rename) must not wait for Nagle's timer
+            client.get_transport().sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (AttributeError, OSError):
+            pass  # (through a ProxyCommand: not a TCP socket here)
         transport = client.get_transport()
         if t.keepalive:
             transport.set_keepalive(t.keepalive)

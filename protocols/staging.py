@@ -37,10 +37,10 @@ PART = ".part"
 _CHUNK = 1 << 20           # bytes read from a local file per write
 _BATCH = 256               # files per remote check command (well under ARG_MAX)
 _CHECK_TIMEOUT = 600.0     # hashing a batch of large files takes a while
-# sizes, then a separator, then hashes of the files given as arguments; missing ones are
-# left out (their errors are dropped), so the answer is what exists
-_SIZES_AND_HASHES = ('for f; do [ -f "$f" ] && printf "%s %s\\n" "$(wc -c < "$f")" "$f"; done; '
-                     'echo "--"; for f; do [ -f "$f" ] && sha256sum -- "$f"; done; exit 0')
+# sizes, then a separator, then hashes of the files given as arguments: two processes for
+# the whole batch (not a few per file); missing ones are left out (their errors dropped),
+# so the answer is what exists
+_SIZES_AND_HASHES = ('stat -c "%s %n" -- "$@" 2>/dev/null; echo "--"; sha256sum -- "$@" 2>/dev/null; exit 0')
 # every regular file under $0: size, mode, path relative to it, NUL-separated (any name)
 _LIST = 'cd -- "$0" && find . -type f -printf "%s %m %P\\0"'
 
@@ -79,6 +79,7 @@ class Stager:
     def __init__(self, runner: CommandRunner, on_file: Callable[[Moved], None] | None = None):
         self.runner = runner
         self.on_file = on_file or (lambda moved: None)
+        self._made: set[str] = set()  # remote directories known to be there (one check each)
 
     # -- to the host ------------------------------------------------------------------------
     def put(self, pairs: Iterable[tuple[Path, str]]) -> list[Moved]:
@@ -108,7 +109,10 @@ class Stager:
             part_size, part_sum = there.get(remote + PART, (None, None))
             if part_size is not None and 0 < part_size <= size and part_sum == sha256_of(local, part_size):
                 m.resumed_at = part_size
-            sftp_makedirs(sftp, posixpath.dirname(remote))
+            parent = posixpath.dirname(remote)
+            if parent not in self._made:
+                sftp_makedirs(sftp, parent)
+                self._made.add(parent)
             m.sent = self._send(sftp, local, remote + PART, m.resumed_at)
             todo.append((local, remote, digest, m))
         if not todo:
