@@ -254,12 +254,10 @@ class RemoteRun:
             return []
         there = stager.listing(f"{self.base}/workspace")
         ws = Path(self.info["workspace"])
-        pairs = []
-        for nid in nodes:
-            for i in range(plan.nodes[nid].size):
-                pairs += [(f"{self.base}/workspace/{rel}", ws / rel) for rel in member_products(plan, nid, i)
-                          if rel in there]
-        return stager.get(pairs, {r: there[r.split("/workspace/", 1)[1]][1] for r, _ in pairs})
+        wanted = [rel for nid in nodes for i in range(plan.nodes[nid].size) for rel in member_products(plan, nid, i)
+                  if rel in there]
+        return stager.get([(f"{self.base}/workspace/{rel}", ws / rel) for rel in wanted],
+                          {f"{self.base}/workspace/{rel}": there[rel][1] for rel in wanted})
 
     # -- the one way to ask pwe there -----------------------------------------------------------
     def _pwe_json(self, args: list[str]) -> dict[str, Any]:
