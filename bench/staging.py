@@ -230,7 +230,7 @@ class Bench:
                         timed(lambda fs: [sha256_of(p) for p in fs], files))
             self.record(name, "piece: remote `sha256sum` of the set (a command per 256 files)", nbytes, n,
                         timed(self._sha256sum, remotes))
-            self.record(name, "piece: Stager.remote_sums (wc -c + sha256sum per file)", nbytes, n,
+            self.record(name, "piece: Stager.remote_sums (one stat + one sha256sum per 256 files)", nbytes, n,
                         timed(self.stager.remote_sums, remotes))
             self.record(name, "piece: sftp_makedirs of each file's directory", nbytes, n,
                         timed(self._makedirs, dest, n))
