@@ -34,7 +34,7 @@ from .packing import Packer, Placement
 from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .guardian import MemberTable
-from .members import Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
+from .members import KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
 from .endings import Endings
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
@@ -44,10 +44,6 @@ from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
 from .wire import DOWN, END, HB, START, UNWRITABLE, UP, VERSION
 
-
-#: A member's exit status when a signal ended it: as the pilot reaps it (negative), or as
-#: its shell reports a child killed (128 + the signal)
-KILLED = frozenset({-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL})
 
 
 class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, NodeLosses, MemberTmp):
@@ -294,7 +290,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
 
     def _seen_over(self, pid: int, rc: int) -> None:
         """A child that has ended, before it is collected: into the guardian's table first."""
-        k = self.table.over(pid, rc) if self.table is not None else None
+        k = self.table.over(pid, rc)  # (given to reaped() only when there is a table)
         if k is not None:
             self._to_report.append(k)
 

@@ -47,7 +47,7 @@ import sys
 import time
 from typing import Any, Iterator
 
-from .wire import ORPHAN_END, ORPHAN_KILLED, decode, encode
+from .wire import DAMAGED, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILLED, decode, encode
 
 ORPHANS = "orphans.jsonl"
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
@@ -204,10 +204,11 @@ def _identity(pid: int) -> tuple[str, int, int] | None:
 
 
 def _clean_up(table: MemberTable, directory: str, key: bytes | None) -> None:
-    known = {pid: (node, m, a) for pid, state, _, node, m, a in table.entries() if state == RUNNING}
+    entries = list(table.entries())
+    known = {pid: (node, m, a) for pid, state, _, node, m, a in entries if state == RUNNING}
     msgs: list[dict[str, Any]] = []
     # over and collected by the pilot, not yet reported: their ends are here alone
-    for pid, state, rc, node, m, a in table.entries():
+    for pid, state, rc, node, m, a in entries:
         if state == OVER:
             msgs.append({"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid})
     # every child: those the pilot left, and those reparented here meanwhile (a killed
@@ -280,7 +281,7 @@ def _the_missing_one(directory: str, key: bytes | None, known: dict, who: dict) 
 def _decoded(line: bytes, key: bytes | None) -> list[dict[str, Any]]:
     """The message of one whole line; none for one forged, damaged or cut short."""
     msgs, _ = decode(line if line.endswith(b"\n") else line + b"\n", key)
-    return [m for m in msgs if m.get("k") not in ("forged", "malformed", "damaged")]
+    return [m for m in msgs if m.get("k") not in (FORGED, MALFORMED, DAMAGED)]
 
 
 def read_orphans(directory: str, key: bytes | None) -> list[dict[str, Any]]:

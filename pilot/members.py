@@ -4,6 +4,7 @@ returned, and the few words the pilot adds to its stderr. Standard library only.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -17,6 +18,12 @@ if TYPE_CHECKING:
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
 #: (about half the cost of a tiny member).
+#: A member's exit status when a signal ended it: as its parent collects it (negative), or
+#: as its shell reports a child killed (128 + the signal). The pilot waits a moment for its
+#: own SIGTERM before calling one the member's failure; the engine never takes one from a
+#: dead pilot's guardian as an end of the member's own (pwe.recovery).
+KILLED = frozenset({-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL})
+
 _PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,+@ ")
 _BUILTINS = {
     "cd", "exit", "export", "source", ".", "set", "unset", "ulimit", "umask", "alias", "eval", "exec",

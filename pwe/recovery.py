@@ -19,10 +19,6 @@ if TYPE_CHECKING:
     from .pilots import PilotHandle
 
 
-#: exit statuses of a member killed by a signal (a shell says 128 + N): not an end of its own
-KILLED = frozenset({-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM})
-
-
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -152,7 +148,7 @@ class Recovery:
         back), and ends by a kill signal, are not ends: they run again, as their next
         attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
         from pilot.guardian import read_orphans
-        from pilot.members import collect
+        from pilot.members import KILLED, collect
         from pilot.wire import ORPHAN_END
 
         from .rundir import member_dir

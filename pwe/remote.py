@@ -266,7 +266,7 @@ class RemoteRun:
         if res.status != 0:
             said = (res.stderr.strip().splitlines() or [f"exit status {res.status}"])[-1]
             where = f"on {self.runner.display}: {' '.join(argv[:len(self.host.remote_pwe) + 1])}"
-            if res.status == 127 or "not found" in said and res.status in (126, 127):
+            if res.status == 127 or (res.status == 126 and "not found" in said):  # (no such command there)
                 raise InputError(f"host '{self.info['host']}': {where}: {said}; set remote_pwe to the command that "
                                  "runs pwe on the login node")
             if res.status == 2:

@@ -140,27 +140,39 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     assert len(shown) == n and all(m["state"] == "done" for m in shown)
 
 
+def start_kill_sweep(tmp_path, n: int, between: str = ""):
+    """`pwe run` (in the background, 2 cores) of n short members that write their own ledger
+    (start, then ``between``, then end, with member and attempt): (ledger, run dir, process)."""
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        f"name: kills\nproperties: {{ledger: {ledger}}}\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
+        f'    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; {between}'
+        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return ledger, run_dir, proc
+
+
+def ledger_ends(ledger) -> int:
+    """How many ends the members' ledger has (0 before it exists)."""
+    try:
+        return ledger.read_bytes().count(b"end ")
+    except FileNotFoundError:
+        return 0
+
+
 def test_pilot_killed_again_and_again_never_runs_an_attempt_twice(tmp_path):
     """Many short members, 2 at a time; the pilot is killed (-9) five times mid-run. Each
     member's start is on disk as it starts, and the engine ends what a dead pilot left
     running before it hands its members on: from the members' own ledger, no attempt
     of a member started or ended twice, and every member ended."""
     n = 2000
-    ledger = tmp_path / "ledger"
-    wf = tmp_path / "wf.yaml"
-    wf.write_text(
-        f"name: kills\nproperties: {{ledger: {ledger}}}\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
-        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; '
-        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
-                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ledger, run_dir, proc = start_kill_sweep(tmp_path, n)
 
     def ended() -> int:
-        try:
-            return ledger.read_bytes().count(b"end ")
-        except FileNotFoundError:
-            return 0
+        return ledger_ends(ledger)
 
     try:
         for k, share in enumerate((0.1, 0.25, 0.4, 0.55, 0.7), start=1):
@@ -268,22 +280,11 @@ def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_pat
     import random
 
     n, kills = 2000, 20
-    ledger = tmp_path / "ledger"
-    wf = tmp_path / "wf.yaml"
-    wf.write_text(
-        f"name: kills\nproperties: {{ledger: {ledger}}}\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
-        '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.01; '
-        'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
-                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ledger, run_dir, proc = start_kill_sweep(tmp_path, n, "sleep 0.01; ")
     rng = random.Random()
 
     def ended() -> int:
-        try:
-            return ledger.read_bytes().count(b"end ")
-        except FileNotFoundError:
-            return 0
+        return ledger_ends(ledger)
 
     try:
         for k in range(1, kills + 1):
