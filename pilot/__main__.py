@@ -6,13 +6,17 @@ loop until it leaves. Standard library only.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import select
 import sys
 
 from .agent import PilotAgent
 from .allocation import discover
 from .guardian import guard
 from .transport import PilotSpool, Transport, keys
+
+ORDER_WAIT = 60.0  # seconds a pilot started ahead (--await-start) waits for its order
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,5 +84,31 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(pilot.run())
 
 
+def await_start() -> None:
+    """``python -m pilot --await-start`` (protocols/local.py): the pilot's interpreter and
+    imports done first, while the engine plans; then one JSON line on stdin gives the
+    command line, the environment, the working directory and the log, and the pilot goes
+    on as if started with them. End-of-file, or no order within ORDER_WAIT seconds: its run
+    did not need it (a run that is not local, an engine that stopped); it leaves."""
+    ready, _, _ = select.select([sys.stdin], [], [], ORDER_WAIT)
+    line = sys.stdin.buffer.readline() if ready else b""
+    if not line.strip():
+        sys.exit(0)
+    order = json.loads(line)
+    os.environ.clear()
+    os.environ.update(order["env"])
+    log = os.open(order["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd, onto in ((null, 0), (log, 1), (log, 2)):
+        os.dup2(fd, onto)
+    os.close(log)
+    os.close(null)
+    os.chdir(order["cwd"])
+    main(order["argv"])
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--await-start"]:
+        await_start()
+    else:
+        main()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
+from . import warmpilot
 from .base import Protocol
 
 
@@ -27,24 +27,30 @@ class Local(Protocol):
     def start(self, pilot_dir: Path, slots: int, heartbeat: float = 5.0, idle_timeout: float = 300.0,
               extra_args: list[str] | tuple[str, ...] = (), host_env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start a pilot filling ``slots`` cores of this machine; its process. ``host_env``:
-        the host entry's ``env``, which its members see (as a job script exports it)."""
+        the host entry's ``env``, which its members see (as a job script exports it).
+
+        The pilot is the one :func:`~protocols.warmpilot.prestart` made, when there is one (its interpreter and
+        imports done while the engine planned), else a new one; either way it learns its
+        command line, environment and log from one line on its standard input
+        (``python -m pilot --await-start``)."""
         pilot_dir.mkdir(parents=True, exist_ok=True)
-        # the pilot package sits beside pwe in one distribution; make it importable even when
-        # pwe runs from a source tree
         env = {**os.environ, **(host_env or {})}
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = warmpilot.pythonpath(env)
+        order = {"argv": ["--dir", str(pilot_dir), "--slots", str(slots), "--heartbeat", str(heartbeat),
+                          "--idle-timeout", str(idle_timeout), *extra_args],
+                 "cwd": str(pilot_dir), "env": env, "log": str(pilot_dir / "pilot.log")}
+        warm = warmpilot.take()
+        if warm is not None and warmpilot.hand(warm, order):
+            return warm
         log = open(pilot_dir / "pilot.log", "ab")
         try:
-            return subprocess.Popen(
-                # -S: no site-packages (the pilot is standard library only, found through
-                # PYTHONPATH): ~20 ms less before the first member starts
-                [sys.executable, "-S", "-m", "pilot", "--dir", str(pilot_dir), "--slots", str(slots),
-                 "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout), *extra_args],
-                cwd=pilot_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )
+            fresh = warmpilot.await_start(env, stdout=log, cwd=pilot_dir)
         finally:
             log.close()
+        if not warmpilot.hand(fresh, order):
+            fresh.wait()
+            raise OSError(f"the pilot did not start: see {pilot_dir / 'pilot.log'}")
+        return fresh
 
     def alive(self, pid: int, host: str, popen: subprocess.Popen | None = None) -> bool:
         """Whether a pilot's process runs: asked of the process when this engine started

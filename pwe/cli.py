@@ -79,6 +79,16 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
                          workspace=workspace, planned=planned, run_id=run_id)
 
 
+def _prestart(host: str | None) -> None:
+    """A local pilot's interpreter started before the engine's imports and planning, so
+    the two start-ups overlap (protocols/local.py prestart; unused, it leaves at once).
+    Only where the run may well be local: no --host, or --host local."""
+    if host in (None, "local"):
+        from protocols.warmpilot import prestart
+
+        prestart()
+
+
 def _follow(engine, as_json: bool = False, **kwargs) -> None:
     """Run the engine in the foreground with a progress display; exit 0 / 1. With
     ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
@@ -177,11 +187,15 @@ def _leave(status: int) -> None:
 @json_option
 def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
+    _prestart(host)
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
         warn(engine.warnings)
         if isinstance(engine, RemoteRun):
+            from protocols.warmpilot import dismiss
+
+            dismiss()
             return drive(engine, as_json, fresh=True)
         _follow(engine, as_json)
     except PweError as exc:
@@ -231,6 +245,7 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
     (pwe.control.spawn_engine waits for that word)."""
     from pathlib import Path
 
+    _prestart(None)
     from .control import REFUSED, TAKEN
     from .engine import Engine
 

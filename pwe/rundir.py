@@ -395,12 +395,19 @@ def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
 
 
 def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
-    """The pid is alive and is that pilot (not a process that reused the pid)."""
+    """The pid is alive and is that pilot (not a process that reused the pid): its working
+    directory is the pilot's (a local pilot learns its directory on its stdin:
+    protocols/warmpilot.py), or its command line names it (a pilot started by a job
+    script). One still waiting for its order counts as that pilot: it may be about to
+    take it."""
     if not pid_alive(pid):
         return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return str(pilot_dir).encode() in fh.read()
+            argv = fh.read()
+        if str(pilot_dir).encode() in argv or argv.endswith(b"\0--await-start\0"):
+            return True
+        return os.readlink(f"/proc/{pid}/cwd") == os.path.realpath(pilot_dir)
     except OSError:
-        return True  # no /proc: trust the pid
+        return True  # no /proc (or not ours to read): trust the pid
 

@@ -943,7 +943,7 @@ nodes:
         pilots = pilot_pids(run)
         assert len(pilots) == 1
         reaper(run, *pilots)
-        assert str(run) in cmdline(pilots[0])
+        assert os.readlink(f"/proc/{pilots[0]}/cwd").startswith(os.path.realpath(run)), "that pid is not this run's pilot"
         os.kill(pilots[0], signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, f"exit {proc.returncode}\n{err}"

@@ -87,3 +87,74 @@ def test_pilot_imports_only_the_standard_library():
     assert not new & set(HEAVY + ("pwe", "hostinfo", "protocols")), sorted(new)
     stdlib = set(sys.stdlib_module_names)
     assert new - stdlib == {"pilot"}, sorted(new - stdlib)
+
+
+# -- a local pilot started ahead of its order (protocols/warmpilot.py) ------------------------
+
+def test_the_prestarted_pilot_is_the_one_started(tmp_path):
+    """Local.start hands its order to the pilot prestart() made, not to a second one."""
+    from protocols import warmpilot
+    from protocols.local import Local
+    from protocols.runner import LocalRunner
+
+    warmpilot.prestart()
+    warm = warmpilot._warm
+    assert warm is not None
+    started = Local(LocalRunner()).start(tmp_path / "p1", 1, idle_timeout=1.0)
+    try:
+        assert started is warm and warmpilot._warm is None
+        assert started.wait(timeout=60) == 0  # came up, found nothing to do, left
+        ev = [json.loads(ln) for ln in (tmp_path / "p1" / "events.jsonl").read_text().splitlines()]
+        assert [e["k"] for e in ev][0] == "up" and ev[-1]["k"] == "down"
+        again = Local(LocalRunner()).start(tmp_path / "p2", 1, idle_timeout=1.0)  # none waiting: a new one, the same way
+        assert again is not warm and again.wait(timeout=60) == 0
+        assert (tmp_path / "p2" / "events.jsonl").read_text()
+    finally:
+        for proc in (warm, started):
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_run_hands_its_order_to_the_pilot_it_started_before_planning(tmp_path):
+    """`pwe run` starts the pilot's interpreter before its own imports; the run's order
+    gives it its environment (as the engine sees it), the members' directories and its log."""
+    wf = tmp_path / "w.yaml"
+    wf.write_text("name: w\nnodes:\n  m:\n    parameters: {i: {range: [0, 3]}}\n"
+                  "    run: echo $PWE_MEMBER $WARM_MARK; pwd\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), WARM_MARK="set-after-nothing"))
+    assert proc.returncode == 0, proc.stderr
+    pilots = [json.loads(ln) for ln in (run_dir / "journal.jsonl").read_text().splitlines()
+              if json.loads(ln).get("e") == "pilot"]
+    assert len(pilots) == 1, pilots
+    outs = sorted((run_dir / "members" / "m").glob("*/*/stdout"))
+    assert len(outs) == 3
+    for out in outs:
+        member, mark, cwd = out.read_text().split()
+        assert mark == "set-after-nothing" and cwd == str(out.parent)
+    assert (run_dir / "pilots" / "p1" / "pilot.log").exists()
+    # nothing is left waiting for an order
+    left = subprocess.run(["pgrep", "-f", "pilot --await-start"], capture_output=True, text=True).stdout.split()
+    mine = [p for p in left if os.path.exists(f"/proc/{p}") and os.readlink(f"/proc/{p}/cwd") == str(tmp_path)]
+    assert not mine, f"a prestarted pilot was left behind: {mine}"
+
+
+def test_a_waiting_pilot_leaves_at_end_of_file_and_takes_environment_and_log_from_its_order(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    unused = subprocess.Popen([sys.executable, "-S", "-m", "pilot", "--await-start"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    out, _ = unused.communicate(b"", timeout=30)
+    assert unused.returncode == 0 and out == b""
+    # an order it cannot carry out is said in the log it names, in the directory it names
+    d = tmp_path / "p"
+    d.mkdir()
+    order = {"argv": ["--dir", str(d), "--slots", "0", "--hosts", "not a host!"], "cwd": str(d),
+             "env": dict(env, ORDERED="1"), "log": str(d / "pilot.log")}
+    given = subprocess.Popen([sys.executable, "-S", "-m", "pilot", "--await-start"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    out, _ = given.communicate(json.dumps(order).encode() + b"\n", timeout=30)
+    assert given.returncode == 2, out
+    assert out == b"", "after its order the pilot writes to its log only"
+    assert "the allocation's nodes" in (d / "pilot.log").read_text()
