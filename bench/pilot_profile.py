@@ -28,7 +28,7 @@ PROFILED = '''if __name__ == "__main__":
     import cProfile, os
     _prof = cProfile.Profile()
     try:
-        _prof.runcall(main)
+        _prof.runcall(await_start if sys.argv[1:] == ["--await-start"] else main)
     finally:
         _prof.dump_stats(os.path.join(os.environ["PWE_BENCH_PROFILE"], f"pilot-{os.getpid()}.prof"))
 '''

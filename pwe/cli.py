@@ -13,15 +13,13 @@ import sys
 
 import click
 
-from .cli_base import PweGroup, fail, find, hosts_option, json_option, warn, workspace_option
+from .cli_base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, warn, workspace_option
 from .cli_events import events
 from .cli_check import hosts, plan, validate
 from .cli_pilot import pilot
-from .cli_remote import drive
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
 from .errors import InputError, PweError, RunStopped, one_line
-from .remote import RemoteRun, is_remote
 
 
 @click.group(cls=PweGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,7 +38,7 @@ _run_options = [
     click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
     click.option("--host", default=None, help="run every node on this host"),
     click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
-    click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill (default: all)"),
+    click.option("--cores", type=CORES, default=None, help="cores of this machine to fill (default: all)"),
     hosts_option,
     workspace_option,
 ]
@@ -188,6 +186,9 @@ def _leave(status: int) -> None:
 def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     _prestart(host)
+    from .cli_remote import drive
+    from .remote import RemoteRun
+
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
         click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
@@ -211,7 +212,9 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 @json_option
 def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, run_id, as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
+    from .cli_remote import drive
     from .control import spawn_engine
+    from .remote import RemoteRun
 
     if to_service or broker:
         from .cli_service import submit_to_service
@@ -238,7 +241,7 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
 @cli.command(name="_engine", hidden=True)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--retry", is_flag=True)
-@click.option("--ready-fd", type=int, default=None)
+@click.option("--ready-fd", type=Whole(0, 1 << 20), default=None)
 def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
     """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
     it says on that pipe, once, that it holds the run, or why it could not take it
@@ -278,6 +281,7 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
 def cancel(run: str, as_json: bool) -> None:
     """Stop RUN: its pilots and their members."""
     from .control import cancel as cancel_run
+    from .remote import RemoteRun, is_remote
 
     try:
         d = find(run)
@@ -309,6 +313,9 @@ def retry(run: str | None, detach: bool, as_json: bool) -> None:
 
 
 def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False) -> None:
+    from .cli_remote import drive
+    from .remote import RemoteRun, is_remote
+
     try:
         d = find(run)
         if is_remote(d):
@@ -333,7 +340,7 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False)
 @click.option("--pilot", required=True, help="the pilot id (p1, p2, ...)")
 @click.argument("event", type=click.Choice(["queued", "started", "ended"]))
 @click.argument("job")
-@click.argument("status", required=False, type=int)
+@click.argument("status", required=False, type=Whole(-1024, 1024))
 def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -> None:
     """User-exit callback for a batch job's edge events (called from job scripts)."""
     from pathlib import Path
