@@ -20,7 +20,8 @@ def pwe_env(**extra: str) -> dict[str, str]:
     engine and the pilot on every start, which no user pays.
     """
     subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in PACKAGES)], check=True)
-    return dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
 
 
 def timed_run(args: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
