@@ -216,7 +216,7 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
     from .control import spawn_engine
     from .remote import RemoteRun
 
-    if to_service or broker:
+    if to_service or broker is not None:
         from .cli_service import submit_to_service
 
         return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
@@ -261,7 +261,10 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
         except OSError:
             pass  # (the command that started it stopped waiting)
         finally:
-            os.close(ready_fd)
+            try:
+                os.close(ready_fd)
+            except OSError:
+                pass  # (not a descriptor this process has: nobody to tell)
             ready_fd = None
 
     try:

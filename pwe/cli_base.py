@@ -106,6 +106,77 @@ def find(run: str | None):
     return find(run)
 
 
+def _said(value: object) -> str:
+    """A value a user gave, as a refusal shows it: short, and any control character escaped."""
+    text = str(value)
+    if not text:
+        return "''"
+    text = text if text.isprintable() else repr(text)[1:-1]
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+class Whole(click.IntRange):
+    """A whole number between two bounds, both always given (``1e30``, ``-1``, ``abc`` and
+    ``2.5`` are refused alike, in one line saying what to give, e.g. ``--cores: -1 is out of
+    range; give a whole number from 1 to 100000``). With :class:`Seconds`, the one type of
+    every numeric option: no command checks a number itself."""
+
+    name = "integer"
+
+    def __init__(self, low: int, high: int):
+        super().__init__(low, high)
+
+    def _describe_range(self) -> str:
+        return f"{self.min} to {self.max}"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip(), 10)
+            except ValueError:
+                self.fail(f"{_said(value)} is not a whole number; give one from {self._describe_range()}", param, ctx)
+        if not self.min <= number <= self.max:
+            self.fail(f"{_said(value)} is out of range; give a whole number from {self._describe_range()}",
+                      param, ctx)
+        return number
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds between two bounds, finite (``nan``, ``inf``, ``-1``, ``1e30``
+    refused in one line: a watch that waits for ever, a file never taken)."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float):
+        super().__init__(low, high)
+
+    def _describe_range(self) -> str:
+        return f"{self.min:g} to {self.max:g}"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            self.fail(f"{_said(value)} is not a number; give seconds from {self._describe_range()}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{_said(value)} is not a finite number; give seconds from {self._describe_range()}", param, ctx)
+        if not self.min <= number <= self.max:
+            self.fail(f"{_said(value)} is out of range; give seconds from {self._describe_range()}", param, ctx)
+        return number
+
+
+#: The bounds of the numbers commands take (a machine's cores, a pilot's nodes: far beyond
+#: any there is, far below what would overflow or never end).
+CORES = Whole(1, 100_000)
+NODES = Whole(1, 100_000)
+#: How many lines or members a listing shows (0: all, where the option says so).
+COUNT = Whole(0, 1_000_000_000)
+
+
 set_option = click.option(
     "--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property (repeatable)"
 )

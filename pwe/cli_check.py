@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import planview
-from .cli_base import PweGroup, console, fail, hosts_option, json_option, set_option, warn, workspace_option
+from .cli_base import PweGroup, Whole, console, fail, hosts_option, json_option, set_option, warn, workspace_option
 from .errors import PweError
 
 
@@ -61,7 +61,8 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
 @click.argument("file", type=click.Path(dir_okay=True))
 @set_option
 @click.option("--host", default=None, help="run every node on this host instead of the file's")
-@click.option("--members", "show", default=3, show_default=True, help="members shown per node")
+@click.option("--members", "show", default=3, show_default=True, type=Whole(0, 1_000_000),
+              help="members shown per node")
 @hosts_option
 @workspace_option
 @json_option

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .cli_base import PweGroup, fail, find, hosts_option, json_option
+from .cli_base import NODES, PweGroup, fail, find, hosts_option, json_option
 from .errors import PweError
 
 
@@ -32,7 +32,7 @@ def _answer(got: dict, as_json: bool, said: str) -> None:
 @pilot.command()
 @click.argument("run")
 @click.option("--host", default=None, help="a host of the run (default: its first) or of the registry (a helper)")
-@click.option("--nodes", type=click.IntRange(1), default=None, help="nodes of the pilot job (batch hosts)")
+@click.option("--nodes", type=NODES, default=None, help="nodes of the pilot job (batch hosts)")
 @hosts_option
 @json_option
 def add(run: str, host: str | None, nodes: int | None, hosts_file: str | None, as_json: bool) -> None:

@@ -14,7 +14,7 @@ import time
 
 import click
 
-from .cli_base import fail, find, json_option, warn
+from .cli_base import COUNT, Seconds, Whole, fail, find, json_option, warn
 from .errors import PweError
 
 
@@ -58,7 +58,7 @@ def _duration(s: float | None) -> str:
 @click.command()
 @click.argument("run", required=False)
 @click.option("--watch", is_flag=True, help="refresh in place until the run ends")
-@click.option("--every", default=2.0, show_default=True, type=click.FloatRange(0.1), help="seconds between refreshes")
+@click.option("--every", default=2.0, show_default=True, type=Seconds(0.1, 3600), help="seconds between refreshes")
 @json_option
 def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
     """Per node: members waiting / queued / running / done / failed, and the core-hours of
@@ -183,7 +183,7 @@ def _status_lines(d, snap: dict) -> list[str]:
               help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' (README: queries)")
 @click.option("--node", default=None, help="only this node")
 @click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
-@click.option("--limit", default=200, show_default=True, help="most members listed (0: all)")
+@click.option("--limit", default=200, show_default=True, type=COUNT, help="most members listed (0: all)")
 @click.option("--tree", is_flag=True, help="the trees of checked nodes: each member under its parent")
 @json_option
 def show(run: str, query: str | None, node: str | None, only: str | None, limit: int, tree: bool,
@@ -235,7 +235,8 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("run")
 @click.argument("member")
-@click.option("--tail", "tail", type=click.IntRange(1), default=None, metavar="N", help="only the last N lines of each")
+@click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
+              help="only the last N lines of each")
 @click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
 @json_option
 def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bool) -> None:
