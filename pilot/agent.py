@@ -86,6 +86,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.transport = transport or PilotSpool(directory, fsync, *keys(directory))
         self._task_cursor = 0
         self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
+        self.envs: dict[str, dict[str, str]] = {}  # the engine's ``env`` messages: id -> shared environment
         self._out: list[dict[str, Any]] = []
         self.write_blocked = False
         self._unwritable = ""  # the last member directory that refused, said once in pilot.log

@@ -11,7 +11,7 @@ from array import array
 from collections import deque
 
 from .members import say
-from .wire import BACK, CANCEL, DAMAGED, FORGED, GROUP, LEAVE, MALFORMED, SETUP, STOP, TASK
+from .wire import BACK, CANCEL, DAMAGED, ENV, FORGED, GROUP, LEAVE, MALFORMED, NO_ENV, SETUP, STOP, TASK
 
 
 class TaskIntake:
@@ -41,6 +41,10 @@ class TaskIntake:
                 got = self.take_group(tasks if isinstance(tasks, list) else []) or got
             elif kind == STOP:
                 self.stopping = True
+            elif kind == ENV:
+                env = msg.get("env")
+                if isinstance(env, dict) and all(type(v) is str for v in env.values()):
+                    self.envs[str(msg.get("id"))] = env
             elif kind == SETUP:
                 self.take_setup(msg)
             elif kind == LEAVE:
@@ -66,6 +70,13 @@ class TaskIntake:
         except (KeyError, TypeError, ValueError):
             say(f"a task without node, member and attempt ignored: {str(task)[:200]}")
             return False
+        if "eb" in task:  # its node's shared environment (an ``env`` message), under its own
+            base = self.envs.get(task["eb"])
+            if base is None:
+                self.hand_back(task, f"{NO_ENV}{str(task['eb'])[:40]}")
+                return False
+            del task["eb"]
+            task["env"] = {**base, **(task.get("env") or {})}
         taken = self.taken.get(n)
         if taken is None:
             taken = self.taken[n] = array("I")

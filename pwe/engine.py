@@ -94,7 +94,9 @@ class Engine(PilotWork, Feeding):
         #: says what the engine found wrong but worked around (a damaged journal line)
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
-        self._task = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace")).build  # a member's task
+        builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
+        self._task = builder.build  # a member's task
+        self._task_envs = builder.envs  # the nodes' shared environments it names (feed._share_env)
         # the groups of each node that has ``group:`` (formed when first needed: pwe/groups.py)
         self._groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
         self._held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from pilot.wire import GROUP, STOP
+from pilot.wire import ENV, GROUP, STOP
 
 from . import limits, pressure
 from .state import READY, WAITING
@@ -40,6 +40,7 @@ class Feeding:
     _groups: dict[str, Any]
     _held: set[tuple[str, int]]
     _task: Callable[..., dict[str, Any]]
+    _task_envs: dict[str, dict[str, str]]
     _record: Callable[[dict[str, Any]], Any]
     # -- feeding (starting pilots and taking in their messages: pwe/pilots.py) -------------------
     def _feed(self) -> int:
@@ -156,6 +157,7 @@ class Feeding:
                     continue
             attempt = ns.attempt[i] + 1
             task = self._task(nid, i, attempt)
+            self._share_env(pilot, task)
             self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
             pilot.send(task)
             pilot.outstanding += 1
@@ -203,6 +205,13 @@ class Feeding:
             return gate is None or gate.take(nid)
         return may
 
+    def _share_env(self, pilot: PilotHandle, task: dict[str, Any]) -> None:
+        """Send ``pilot`` the shared environment ``task`` names, unless it has it."""
+        eb = task.get("eb")
+        if eb is not None and eb not in pilot.envs_sent:
+            pilot.send({"k": ENV, "id": eb, "env": self._task_envs[eb]})
+            pilot.envs_sent.add(eb)
+
     def _feed_group(self, pilot: PilotHandle, nid: str, i: int, now: float) -> int | None:
         """Member ``i`` of a grouped node is ready: hand its group to ``pilot`` as one
         ``group`` message, made of the group's members ready now (one journaled ``assign``
@@ -227,6 +236,7 @@ class Feeding:
         for j in chosen:
             attempt = ns.attempt[j] + 1
             tasks.append(self._task(nid, j, attempt))
+            self._share_env(pilot, tasks[-1])  # (before the group that needs it)
             self._record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)

@@ -18,8 +18,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NODE_LOST, START,
-                        UNWRITABLE, UP, VERSION, channel_key)
+from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NO_ENV, NODE_LOST,
+                        START, UNWRITABLE, UP, VERSION, channel_key)
 
 from .errors import RunStopped
 from .trees import decide
@@ -185,6 +185,8 @@ class Intake:
                     self._failed_pilots = 0
                 elif applied is not None and k == BACK:
                     pilot.one_less(ev["n"], ev["m"])
+                    if str(ev.get("why")).startswith(NO_ENV):  # (it lost it: a new handle sends it again)
+                        pilot.envs_sent.discard(str(ev["why"])[len(NO_ENV):])
                     if (ev.get("why") or "").startswith("needs "):
                         pilot.refused.add((ev["n"], ev["m"]))
                 if k == BACK and str(ev.get("why")).startswith(UNWRITABLE):

@@ -73,6 +73,7 @@ class PilotHandle:
         self.given_up_at = 0.0
         self.transport = transport or EngineSpool(directory)
         self._out: list[dict[str, Any]] = []
+        self.envs_sent: set[str] = set()  # the ``env`` messages it was sent (pwe/feed.py _share_env)
         self.q = 0  # the highest sequence number applied (journaled with the cursor)
         self.qs: dict[str, int] = {}  # the highest each transport delivered ("spool", "redis")
         self.acked = 0  # the last ``ack`` sent (a pilot that sends through a broker)

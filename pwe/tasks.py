@@ -1,11 +1,16 @@
 """A member's task: the message that hands one attempt of it to a pilot.
 
-Built once per attempt, on the dispatch path (thousands a second): plain dicts, the
-environment's fixed part computed once per run.
+Built once per attempt, on the dispatch path (thousands a second): plain dicts. What a
+node's members share of their environment (the run, the node, the host, ranks and
+threads, the node's own ``env``) is made once per node and sent to each pilot once, as an
+``env`` message that each task names (``eb``); a task carries only its member's own part
+(its index, attempt and parameters): a third of the bytes in the pilot's tasks file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,8 @@ class TaskBuilder:
         if workspace:
             self._env_base["PWE_WORKSPACE"] = workspace
         self._members = str(run_dir / "members")
+        self.envs: dict[str, dict[str, str]] = {}  # eb -> a node's shared environment (an ``env`` message)
+        self._node_env: dict[str, tuple[str, frozenset[str]]] = {}  # node -> (eb, the names its own env sets)
         self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
         self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
 
@@ -38,23 +45,25 @@ class TaskBuilder:
         cwd = member_path(self._members, nid, i)
         if attempt > 1:
             _keep_previous_attempt(Path(cwd), attempt - 1)
-        env = dict(self._env_base)
         ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
-        env.update({
-            "PWE_NODE": nid, "PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt), "PWE_HOST": pn.host,
-            "PWE_RANKS": str(ranks), "PWE_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
-            "PWE_WALLTIME_MINUTES": _minutes(sched.maxWallTimePerMember or sched.maxWallTime),
-        })
+        eb, own = self._node_env.get(nid) or self._shared_env(nid, ranks, threads)
+        env = {"PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt)}
         for name, value in pn.space.values_of(i).items():
             env["PWE_PARAM_" + name.upper()] = value_text(value)
         if pn.tree is not None and i >= pn.space.size:  # a member a check grew: its place in its tree
             env["PWE_PARENT"], env["PWE_ITERATION"] = str(pn.tree.parent_of(i)), str(pn.tree.depth_of(i))
         elif pn.check is not None:
             env["PWE_ITERATION"] = "1"
-        for name, value in pn.spec.env.items():
-            env[name] = value_text(value)
+        if own:  # the node's own env has the last word, as it had when all was one dict
+            env = {k: v for k, v in env.items() if k not in own}
         task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.command(nid, i), "cwd": cwd,
-                "env": env, "ranks": ranks, "threads": threads, "wall": sched.maxWallTimePerMember}
+                "env": env, "eb": eb}
+        if ranks != 1:
+            task["ranks"] = ranks
+        if threads != 1:
+            task["threads"] = threads
+        if sched.maxWallTimePerMember is not None:
+            task["wall"] = sched.maxWallTimePerMember
         if sched.ranksPerNode:
             task["rpn"] = sched.ranksPerNode  # its ranks this many to a node (pilot/packing.py)
         if sched.shareNodes is False:
@@ -74,13 +83,29 @@ class TaskBuilder:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
         return task
 
+    def _shared_env(self, nid: str, ranks: int, threads: int) -> tuple[str, frozenset[str]]:
+        """Node ``nid``'s shared environment, made once: its id (a digest of it, so nodes
+        that share all of it share one message) and the names the node's own ``env`` sets."""
+        pn = self.plan.nodes[nid]
+        sched = pn.scheduling
+        env = dict(self._env_base)
+        env.update({
+            "PWE_NODE": nid, "PWE_HOST": pn.host, "PWE_RANKS": str(ranks), "PWE_THREADS": str(threads),
+            "OMP_NUM_THREADS": str(threads),
+            "PWE_WALLTIME_MINUTES": _minutes(sched.maxWallTimePerMember or sched.maxWallTime),
+        })
+        own = {name: value_text(value) for name, value in pn.spec.env.items()}
+        env.update(own)
+        eb = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:12]
+        self.envs[eb] = env
+        self._node_env[nid] = (eb, frozenset(own))
+        return self._node_env[nid]
+
 
 def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
     """The run's setup_per_node sets: {id: (lines, the nodes that need them)}; a node's own
     lines, else the defaults'. The id is a digest of the lines, so nodes with the same
     lines share one set (run once per pilot node for all of them)."""
-    import hashlib
-
     out: dict[str, tuple[list[str], list[str]]] = {}
     for nid, pn in plan.nodes.items():
         lines = pn.spec.setup_per_node

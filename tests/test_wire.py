@@ -28,7 +28,7 @@ def test_what_both_ends_write_is_what_the_wire_module_lists(tmp_path):
     for name in ("tasks.jsonl", "events.jsonl"):
         for line in (tmp_path / "run" / "pilots" / "p1" / name).read_text().splitlines():
             msg = json.loads(line)
-            assert len(msg.pop("s")) == 64, f"{name}: a line that is not signed: {line}"
+            assert len(msg.pop("s")) == 32, f"{name}: a line that is not signed (128 bits): {line}"
             kind = msg.pop("k")
             assert kind in wire.FIELDS, f"{name}: kind {kind!r} is not in pilot/wire.py"
             assert set(msg) <= wire.FIELDS[kind], f"{name}: {kind} has fields {set(msg) - wire.FIELDS[kind]} " \
