@@ -59,6 +59,7 @@ def main() -> None:
             bar = BARS.get(int(slots))
             verdict = "" if bar is None else f">= {bar}: {'met' if ratio >= bar else 'NOT met'}"
             runs = "; ".join(f"{x} {', '.join(f'{r:.0f}' for r in v[x])}" for x in ("pwe", "bare"))
+            runs += "; each pair " + ", ".join(f"{x / y:.2f}" for x, y in zip(v["pwe"], v["bare"]))
             print(f"{slots:>5} {spawners:>8} {p:19.0f} {s:15.0f} {b:13.0f} {ratio:6.2f}  {verdict}  ({runs})")
     finally:
         shutil.rmtree(base, ignore_errors=True)
