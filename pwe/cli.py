@@ -95,7 +95,8 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
     from .state import FAILED
 
     total = engine.plan.total_members
-    ref = run_ref(engine.dir)
+    # how to name the run in the lines after it (run_ref reads the service's store: after
+    # the run, not before its first member)
     bar = None
     last_line = [0.0]
     if sys.stderr.isatty():
@@ -125,12 +126,13 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
     except RunStopped as exc:
         if bar is not None:
             bar.stop()
-        click.echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {ref}", err=True)
+        click.echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
+                   err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         if bar is not None:
             bar.stop()
-        click.echo(f"cancelled; `pwe retry {ref}` runs what was left", err=True)
+        click.echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
         sys.exit(130)
     finally:
         if bar is not None:
@@ -145,6 +147,7 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         click.echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
     from .treeview import unconverged_lines
 
+    ref = run_ref(engine.dir)
     for line in unconverged_lines(engine.state, ref):
         click.echo(line, err=True)
     if t[FAILED]:

@@ -52,9 +52,6 @@ def fall_back(plan: Plan, registry: Any) -> tuple[dict[str, Any], list[str]]:
     same name, its resources mapped as well as this machine allows (cores, GPUs, memory
     are this machine's; its env is kept, its setup lines, written for the cluster, are
     not run). Returns those stand-ins by name, and one warning for each."""
-    from hostinfo.check import missing_commands
-    from hostinfo.registry import builtin_local
-
     swap, notes = {}, []
     for name in dict.fromkeys(pn.host for pn in plan.nodes.values()):
         try:
@@ -63,6 +60,9 @@ def fall_back(plan: Plan, registry: Any) -> tuple[dict[str, Any], list[str]]:
             continue  # (check_hosts says so, with the node's line)
         if host.fallback != "local" or host.protocol == "local":
             continue
+        from hostinfo.check import missing_commands  # (its thread pool: ~25 ms, only for such a host)
+        from hostinfo.registry import builtin_local
+
         missing = missing_commands(host)
         if not missing:
             continue
