@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from pwe.errors import CommandTimeout, ContactError
 
@@ -48,6 +49,16 @@ class CommandRunner:
 
     def write_file(self, path: str, text: str, mode: int = 0o700) -> None:  # pragma: no cover
         raise NotImplementedError
+
+
+def runner_for(host: Any) -> CommandRunner:
+    """The runner for a registry host's contact: this machine, or SSH to ``ssh://...``
+    (protocols/ssh.py, imported only then)."""
+    if host.contact == "local":
+        return LocalRunner()
+    from .ssh import SshRunner
+
+    return SshRunner.from_host(host)
 
 
 class LocalRunner(CommandRunner):

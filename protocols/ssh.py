@@ -50,7 +50,7 @@ from urllib.parse import unquote, urlsplit
 
 from pilot.allocation import check_node_name
 
-from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError, LocalRunner
+from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,6 @@ _EXIT_GRACE = 0.5  # s to wait for the end of output once the remote command has
 _REMOTE_SLACK = 2
 _BOUNDED = ('if command -v timeout >/dev/null 2>&1; then exec timeout -k 5 "$0" "$@"; '
             'else exec "$@"; fi')
-
-
-def runner_for(host: Any) -> CommandRunner:
-    """The runner for a registry host's contact: this machine, or SSH to ``ssh://...``."""
-    if host.contact == "local":
-        return LocalRunner()
-    return SshRunner.from_host(host)
 
 
 @dataclass

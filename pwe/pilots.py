@@ -142,7 +142,7 @@ class Lane:
         self.cores = cores
         self.pilot_args = [str(a) for a in pilot_args]
         from protocols.registry import get as get_protocol
-        from protocols.ssh import runner_for
+        from protocols.runner import runner_for
 
         # commands go to the host's head node: here, or over SSH (host keys verified)
         self.protocol = get_protocol(host.protocol, runner_for(host), host)

@@ -65,6 +65,7 @@ def observe(d, protocol: str, sched: dict) -> dict:
             script = " ".join(lane.pilot_args)
         task = engine._task("m", 0, 1)
         task.pop("env")
+        task.pop("eb")  # (names the shared environment: it too only mirrors the task, and holds the run id)
         fed = engine._feed_pilot(pilot, lane)
         pilot.close()
     finally:
