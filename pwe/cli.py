@@ -244,7 +244,7 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
 @cli.command(name="_engine", hidden=True)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--retry", is_flag=True)
-@click.option("--ready-fd", type=Whole(0, 1 << 20), default=None)
+@click.option("--ready-fd", type=Whole(0, 2**31 - 1), default=None)
 def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
     """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
     it says on that pipe, once, that it holds the run, or why it could not take it

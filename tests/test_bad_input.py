@@ -249,7 +249,8 @@ def test_an_unknown_option_is_one_line_from_every_command(command):
      "pwe run: no such option '--hots' (did you mean '--hosts'?); `pwe run --help` lists them"),
     (["run"], "pwe run: missing argument 'FILE'; `pwe run --help` says how it is used"),
     (["run", "WF", "--cores", "0"],
-     "pwe run: invalid value for '--cores': 0 is not in the range x>=1; `pwe run --help` says how it is used"),
+     "pwe run: invalid value for '--cores': 0 is out of range; give a whole number from 1 to 100000; "
+     "`pwe run --help` says how it is used"),
     (["run", "WF", "--set"], "pwe run: option '--set' requires an argument; `pwe run --help` says how it is used"),
     (["trace", "r", "--format", "xml"], "pwe trace: invalid value for '--format': 'xml' is not one of 'tsv', "
      "'json'; `pwe trace --help` says how it is used"),

@@ -439,9 +439,9 @@ TRIGGERS = [
     ("file empty", ["--on-file", ""], "a glob of files"),
     ("file blank", ["--on-file", "  "], "a glob of files"),
     ("file escape", ["--on-file", "in/\x1b[2J*"], "a glob of files"),
-    ("settle NaN", ["--on-file", "in/*", "--settle", "nan"], "--settle nan"),
-    ("settle inf", ["--on-file", "in/*", "--settle", "inf"], "--settle inf"),
-    ("settle huge", ["--on-file", "in/*", "--settle", "1e400"], "--settle inf"),
+    ("settle NaN", ["--on-file", "in/*", "--settle", "nan"], "'--settle': nan is not a finite number"),
+    ("settle inf", ["--on-file", "in/*", "--settle", "inf"], "'--settle': inf is not a finite number"),
+    ("settle huge", ["--on-file", "in/*", "--settle", "1e400"], "'--settle': 1e400 is not a finite number"),
 ]
 
 
