@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import socket
 import time
 from collections import deque
@@ -51,15 +52,47 @@ class BrokerError(OSError):
     """The broker refused a command (its ``-ERR`` line) or cannot be reached."""
 
 
-def parse_url(url: str) -> tuple[str, int, int, str | None, str | None]:
-    """(host, port, db, user, password) of ``redis://[user[:password]@]host[:port][/db]``."""
+def redact(url: str) -> str:
+    """``url`` with its credentials replaced by ``***`` (``redis://:***@host/0``; a user
+    name before ``:`` stays), whatever else is wrong with it: what error lines show."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url  # (no scheme: what comes before an '@' is still credentials)
+    if "@" not in rest:
+        return url
+    cred, _, tail = rest.rpartition("@")
+    user, colon, _ = cred.partition(":")
+    return f"{head}{sep}{user + ':' if colon else ''}***@{tail}"
+
+
+def parse_url(url: str, schemes: tuple[str, ...] = ("redis",)) -> tuple[str, int, int, str | None, str | None]:
+    """(host, port, db, user, password) of ``redis://[user[:password]@]host[:port][/db]``;
+    a :class:`ValueError` saying what is wrong and how to write one, which shows the URL
+    without its password (:func:`redact`) and with any control character escaped."""
+    def bad(what: str) -> ValueError:
+        shown = redact(url)
+        shown = repr(shown if len(shown) <= 80 else shown[:80]) + ("..." if len(shown) > 80 else "")
+        return ValueError(f"{shown}: {what}; write {schemes[0]}://[:PASSWORD@]HOST[:PORT][/DB]")
+
+    if not isinstance(url, str) or not url:
+        raise bad("empty")
+    if len(url) > 2048 or any(c.isspace() or not c.isprintable() for c in url):
+        raise bad("longer than 2048 characters" if len(url) > 2048 else "a space or control character in it")
     u = urlsplit(url)
-    if u.scheme != "redis" or not u.hostname:
-        raise ValueError(f"broker {url!r}: write redis://host:port/db")
+    if u.scheme not in schemes:
+        raise bad(f"not a {' or '.join(s + '://' for s in schemes)} URL")
+    if not u.hostname:
+        raise bad("no host")
+    try:
+        port = 6379 if u.port is None else u.port
+    except ValueError:  # (not a number, or past 65535)
+        port = 0
+    if not 1 <= port <= 65535:
+        raise bad("the port is a number from 1 to 65535")
     db = u.path.strip("/") or "0"
-    if not db.isdigit():
-        raise ValueError(f"broker {url!r}: the database is a number (redis://host:port/0)")
-    return (u.hostname, u.port or 6379, int(db), unquote(u.username) if u.username else None,
+    if not re.fullmatch(r"[0-9]{1,9}", db):
+        raise bad("the database is a number (/0)")
+    return (u.hostname, port, int(db), unquote(u.username) if u.username else None,
             unquote(u.password) if u.password else None)
 
 
@@ -399,4 +432,4 @@ class EngineRedis(Transport):
 
 
 __all__ = ["ARCHIVE", "EVENTS", "Broker", "BrokerError", "EngineRedis", "PilotRedis", "Redis", "parse_url",
-           "read_password", "stream_for"]
+           "read_password", "redact", "stream_for"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .cli_base import PweGroup, fail, json_option, set_option
+from .cli_base import CORES, COUNT, PweGroup, Seconds, fail, json_option, set_option
 from .errors import InputError, PweError
 
 
@@ -69,7 +69,7 @@ def _file_glob(text: str, plan: Any) -> str:
               help="redis://:PASSWORD@HOST:PORT/DB to serve across machines (default: the embedded broker, "
                    "this machine only; 'embedded' to go back to it)")
 @click.option("--queue", default=None, help="the queue's name on the broker (default pwe)")
-@click.option("--run-root", default=None, type=click.Path(file_okay=False),
+@click.option("--run-root", default=None, type=click.Path(),
               help="where runs go (default: SERVICE_DIR/runs)")
 @json_option
 def start(broker: str | None, queue: str | None, run_root: str | None, as_json: bool) -> None:
@@ -154,6 +154,7 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
 
     from .load import parse_sets
     from .service import daemon
+    from .service.store import check_queue
     from .service.submit import prepare
 
     try:
@@ -162,17 +163,22 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
                              "keeps its runs under its run root and reads its own hosts")
         req = prepare(file, parse_sets(sets), host, cores, workspace)
         store = _store()
-        url = broker or os.environ.get("PWE_BROKER") or store.config().get("broker") or "filesystem://"
-        daemon.check_broker(url)
+        if broker is not None:
+            where, url = "--broker", broker
+        elif os.environ.get("PWE_BROKER"):
+            where, url = "PWE_BROKER", os.environ["PWE_BROKER"]
+        else:
+            where, url = f"{store.root / 'config.json'}: broker", store.config().get("broker") or "filesystem://"
+        url = daemon.check_broker("filesystem://" if url == "embedded" else url, where)
+        queue = check_queue(os.environ["PWE_QUEUE"], "PWE_QUEUE") if os.environ.get("PWE_QUEUE") else store.queue()
         if url.startswith("filesystem:"):
             store.make()
-        queue = os.environ.get("PWE_QUEUE") or store.queue()
         from .service.app import send
 
         try:
             send(url, queue, store, "pwe.submit", req=req)
         except Exception as exc:  # the broker's own error, whatever its kind, in one line
-            raise PweError(f"cannot reach the broker {daemon.redact(url)}: {exc}") from None
+            raise PweError(f"cannot reach the broker {daemon.redact(url)}: {daemon.redact_in(str(exc), url)}") from None
     except PweError as exc:
         fail(exc)
     if url.startswith("filesystem:") and daemon._holder(store) is None:
@@ -204,7 +210,7 @@ def trigger() -> None:
               help="(--after-run) only runs of this workflow (its name)")
 @click.option("--on-file", "on_file", default=None, metavar="GLOB",
               help="fire for each file that appears matching GLOB")
-@click.option("--settle", default=5.0, show_default=True, type=float,
+@click.option("--settle", default=5.0, show_default=True, type=Seconds(0, 86400),
               help="(--on-file) seconds a file must stay unchanged before it is taken")
 @click.option("--overlap", default="skip", show_default=True, metavar="allow|skip|queue",
               help="while this trigger's previous run runs: start another (allow), do not (skip), "
@@ -212,7 +218,7 @@ def trigger() -> None:
 @click.option("--id", "tid", default=None, help="the trigger's name (default t1, t2, ...)")
 @set_option
 @click.option("--host", default=None, help="run every node on this host")
-@click.option("--cores", type=click.IntRange(1), default=None, help="cores of this machine to fill")
+@click.option("--cores", type=CORES, default=None, help="cores of this machine to fill")
 @json_option
 def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, sets, host, cores, as_json) -> None:
     """Add a trigger that starts FILE. Runs get, as properties their payloads may use:
@@ -248,8 +254,6 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
                 raise InputError(f"--after-run {after}: one of {', '.join(ENDS)}")
             trig.update(kind="run-end", on=after, of=of)
         else:
-            if not settle >= 0 or settle == float("inf"):  # (NaN, infinity: a file would never be taken)
-                raise InputError(f"--settle {settle:g}: seconds, 0 or more")
             trig.update(kind="file", glob=_file_glob(on_file, plan), settle=settle)
             # files already there are not new: only files that appear from now on fire
             trig["taken"] = {}
@@ -323,7 +327,7 @@ def remove(tid: str, as_json: bool) -> None:
 
 @trigger.command()
 @click.argument("tid", metavar="[ID]", required=False)
-@click.option("--limit", default=50, show_default=True, help="the newest N (0: all)")
+@click.option("--limit", default=50, show_default=True, type=COUNT, help="the newest N (0: all)")
 @json_option
 def history(tid: str | None, limit: int, as_json: bool) -> None:
     """What the triggers did, oldest first: fired (with the run), skipped, queued, missed."""

@@ -3,7 +3,9 @@ checkpoint, the secret, edge events, control requests, a member's stdout): only 
 file is read. A FIFO, a device or a socket put where one should be is refused with an
 OSError whose ``strerror`` says what it is (one line in the callers' messages), and it is
 never opened for a blocking read: ``O_NONBLOCK`` on the open (a FIFO without a writer
-would wait for one), the kind checked on the open descriptor (no race with a rename)."""
+would wait for one), the kind checked on the open descriptor (no race with a rename).
+:func:`in_the_way` says what stands where a directory should be (a run directory, a run
+root), from ``stat`` alone."""
 
 from __future__ import annotations
 
@@ -49,3 +51,26 @@ def read_bytes(path: Path | str, limit: int | None = None) -> bytes:
 def read_text(path: Path | str, errors: str = "strict", limit: int | None = None) -> str:
     """A regular file's text (UTF-8)."""
     return read_bytes(path, limit).decode("utf-8", errors)
+
+
+def in_the_way(path: Path | str) -> tuple[Path, str] | None:
+    """What stands where directory ``path`` is, or would be made: (that path, what it is:
+    ``a regular file``, ``a FIFO``, ``a dangling symbolic link to X`` ...) for ``path`` or
+    the nearest of its parents that exists; None when that is a directory. Only ``stat``:
+    nothing is opened, so a FIFO there never blocks."""
+    p = Path(path)
+    for q in (p, *p.parents):
+        try:
+            st = os.stat(q)
+        except FileNotFoundError:
+            if os.path.islink(q):
+                return q, f"a dangling symbolic link to {os.readlink(q)}"
+            continue
+        except NotADirectoryError:
+            continue  # (a parent is not a directory: said when the walk gets there)
+        except OSError as exc:
+            return q, f"not usable ({exc.strerror})"
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        return q, "a regular file" if stat.S_ISREG(st.st_mode) else kind(st.st_mode)
+    return None

@@ -63,6 +63,13 @@ def member_dir(root: Path, node: str, index: int) -> Path:
 
 
 def create(run_dir: Path) -> Path:
+    from .regular import in_the_way
+
+    blocked = in_the_way(run_dir)
+    if blocked:  # (one line saying what stands there, not mkdir's "exists" for a dangling link)
+        where = "move it away or give --run-dir" if Path(run_dir).parent == DEFAULT_ROOT else "choose another --run-dir"
+        raise InputError(f"cannot create run directory {run_dir}: {blocked[0]} is {blocked[1]}, not a directory; "
+                         f"{where}")
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
         run_dir.chmod(0o700)  # owner-only: its secret signs every message of the run
@@ -109,7 +116,22 @@ def _key(path: Path) -> str:
 
 
 def _shown(root: Path) -> str:
-    return f"{root}/"
+    """A run root as lines show it, with what stands there when it is not a directory."""
+    from .regular import in_the_way
+
+    blocked = in_the_way(root) if os.path.lexists(root) else None
+    return f"{root}/" + (f" ({blocked[1]}, not a directory)" if blocked and blocked[0] == root else "")
+
+
+def check_roots(places: list[tuple[Path, str]]) -> None:
+    """:class:`InputError` (one line) when one of ``places`` (:func:`roots`) is there but is not
+    a directory (a file, a FIFO, a dangling symbolic link): a listing would leave its runs out."""
+    from .regular import in_the_way
+
+    for root, _ in places:
+        blocked = in_the_way(root) if os.path.lexists(root) else None
+        if blocked and blocked[0] == root:
+            raise InputError(f"run root {root}/ is {blocked[1]}, not a directory of runs; move it away")
 
 
 def find(run: str | None, root: Path | None = None) -> Path:
@@ -119,6 +141,7 @@ def find(run: str | None, root: Path | None = None) -> Path:
     and where each is; a run found nowhere names every place looked in."""
     if run is None:
         base = root or DEFAULT_ROOT
+        check_roots([(base, COMMAND_LINE)])
         runs = sorted((p for p in base.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
         if not runs:
             raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
@@ -157,7 +180,9 @@ def listed(root: Path | None = None) -> list[tuple[Path, str]]:
     """The run directories under ``root`` (None: under every one of :func:`roots`), newest
     first (by when each was made), each with where its root's runs come from."""
     found = []
-    for base, where in ([(root, COMMAND_LINE)] if root is not None else roots()):
+    places = [(root, COMMAND_LINE)] if root is not None else roots()
+    check_roots(places)
+    for base, where in places:
         if not base.is_dir():
             continue
         for p in base.glob("*/run.json"):

@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InputError, PweError
 from ..places import SERVICE_DIR_VAR
-from .store import Store, write_private
+from .store import QUEUE, Store, check_queue, write_private
 
 #: Seconds without a tick reaching the worker before worker and beat are restarted
 #: ($PWE_SERVICE_STALE overrides: the tests make it short).
@@ -37,22 +36,52 @@ START_WAIT = 60.0
 
 
 def redact(url: str) -> str:
-    """A broker URL with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """A broker URL with its password replaced by ``***`` (:func:`pilot.broker.redact`)."""
+    from pilot.broker import redact as hide
+
+    return hide(url)
 
 
-def check_broker(url: str) -> str:
-    """A broker URL the service can use; :class:`InputError` (one line) otherwise."""
-    scheme = urlsplit(url).scheme
-    if scheme not in ("redis", "rediss", "filesystem"):
-        raise InputError(f"--broker {redact(url)}: give redis://[:PASSWORD@]HOST[:PORT][/DB] (or rediss://); "
-                         "with no --broker the service uses its embedded broker on this machine")
+def redact_in(text: str, url: str) -> str:
+    """``text`` (a broker's own error) with the password of ``url`` replaced by ``***``."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        secret = urlsplit(url).password or ""
+    except ValueError:
+        secret = ""
+    for word in {secret, unquote(secret)} - {""}:
+        text = text.replace(word, "***")
+    return text
+
+
+def check_broker(url: str, where: str = "--broker") -> str:
+    """A broker URL the service can use (``redis://``, ``rediss://`` with a host, a port
+    from 1 to 65535, a database number; ``filesystem://``, the embedded one);
+    :class:`InputError` (one line, ``where`` first, the password never in it) otherwise."""
+    from pilot.broker import parse_url
+
+    if url != "filesystem://":
+        try:
+            parse_url(url, ("redis", "rediss"))
+        except ValueError as exc:
+            raise InputError(f"{where} {exc} (or rediss://; 'embedded': this machine's own broker)") from None
     return url
+
+
+def check_run_root(path: str) -> Path:
+    """``--run-root`` as an absolute path where a directory is, or can be made;
+    :class:`InputError` (one line) for one with a control character in it, or where a file,
+    a FIFO or a dangling symbolic link stands in its way."""
+    from ..regular import in_the_way
+
+    if not path or any(ord(c) < 32 or ord(c) == 127 for c in path) or len(path) > 4096:
+        raise InputError(f"--run-root {path[:100]!r}: give a directory's path (no control characters)")
+    blocked = in_the_way(Path(path))
+    if blocked:
+        raise InputError(f"--run-root {path}: {blocked[0]} is {blocked[1]}, not a directory; give a directory "
+                         "(one that does not exist yet is made)")
+    return Path(path).resolve()
 
 
 def _holder(store: Store) -> dict[str, Any] | None:
@@ -77,28 +106,38 @@ def _holder(store: Store) -> dict[str, Any] | None:
 
 
 def start(store: Store, broker: str | None, queue: str | None, run_root: str | None) -> dict[str, Any]:
-    """Start the service in the background; what it runs with once its first tick came."""
+    """Start the service in the background; what it runs with once its first tick came.
+    Bad input (``broker``, ``queue``, ``run_root``, or what config.json holds) is
+    :class:`InputError` before anything is written."""
+    if broker is not None and broker != "embedded":
+        check_broker(broker)
+    if queue is not None:
+        check_queue(queue)
+    root = check_run_root(run_root) if run_root is not None else None
+    cfg = store.config()
+    if broker is None and cfg.get("broker"):
+        check_broker(cfg["broker"], f"{store.root / 'config.json'}: broker")
+    store.queue()  # (config.json's, checked)
     store.make()
     held = _holder(store)
     if held is not None:
         raise PweError(f"the service of {store.root} is already running (pid {held.get('pid')}); "
                        "pwe service status, or pwe service stop")
-    cfg = store.config()
     if broker is not None:
-        cfg["broker"] = check_broker(broker) if broker != "embedded" else None
+        cfg["broker"] = broker if broker != "embedded" else None
     if queue is not None:
         cfg["queue"] = queue
-    if run_root is not None:
-        cfg["run_root"] = str(Path(run_root).resolve())
+    if root is not None:
+        cfg["run_root"] = str(root)
     from .app import queue_depth
 
     url = cfg.get("broker") or "filesystem://"
-    if queue_depth(url, cfg.get("queue") or store.queue(), store) is None:
+    if queue_depth(url, cfg.get("queue") or QUEUE, store) is None:
         raise PweError(f"the broker {redact(url)} does not answer; check the URL, its password and that it runs")
     store.write_config(cfg)
     since = time.time()
     env = {**os.environ, SERVICE_DIR_VAR: str(store.root)}
-    log = open(store.root / "service.log", "ab")
+    log = _log(store.root / "service.log")
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "service", "_main"], stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log, start_new_session=True, cwd=store.root, env=env)
     log.close()
@@ -155,7 +194,7 @@ def status(store: Store) -> dict[str, Any]:
     runs = []
     for rec in store.submissions():
         phase = rec.get("phase") or "submitted"
-        if not rec.get("final") and phase != "given up":
+        if phase not in ("refused", "given up"):  # (a run that ended may be retried or resumed since)
             phase = run_phase(Path(rec["run_dir"]))[0]
         runs.append({"run_id": rec["run_id"], "phase": phase, "run_dir": rec["run_dir"],
                      "workflow": rec.get("workflow"), "trigger": rec.get("trigger"), "values": rec.get("values") or {},
@@ -177,8 +216,8 @@ def status(store: Store) -> dict[str, Any]:
         "beat": held.get("beat") if held else None,
         "started": held.get("started") if held else None,
         "broker": redact(url) + ("" if cfg.get("broker") else f" (embedded: {store.broker_dir})"),
-        "queue": cfg.get("queue") or store.queue(),
-        "queue_depth": queue_depth(url, cfg.get("queue") or store.queue(), store),
+        "queue": store.queue(),
+        "queue_depth": queue_depth(url, store.queue(), store),
         "last_tick_age": round(now - tick, 1) if tick is not None else None,
         "consuming": held is not None and tick is not None and now - tick < STALE,
         "run_root": str(store.run_root()),
@@ -229,7 +268,7 @@ def main(store: Store) -> int:
     born: dict[str, float] = {}
 
     def launch(name: str) -> None:
-        with open(store.root / f"{name}.log", "ab") as log:
+        with _log(store.root / f"{name}.log") as log:
             procs[name] = subprocess.Popen(commands[name], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                            cwd=store.root, env=env)
         born[name] = time.time()
@@ -303,6 +342,13 @@ def _end_leftovers(store: Store) -> None:
         if mine:
             _say(f"ending the {key} (pid {pid}) a killed service left behind")
             _kill(pid, signal.SIGKILL)
+
+
+def _log(path: Path):
+    """A log of the service's, for appending, owner-only (what a broker says may name it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # (one an earlier pwe made with the umask's mode)
+    return os.fdopen(fd, "ab")
 
 
 def _say(line: str) -> None:

@@ -14,15 +14,28 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import PweError
+from ..errors import InputError, PweError
 from ..places import service_dir
 from ..rundir import write_json_atomic
 
 QUEUE = "pwe"
+#: A queue's name: a word Celery's ``-Q`` takes as one queue (no comma, no space) and the
+#: embedded broker puts in file names (no '/').
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_queue(name: Any, where: str = "--queue") -> str:
+    """A queue name (:data:`QUEUE_NAME`); :class:`InputError` (one line, ``where`` first)."""
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        shown = repr(name[:100]) + ("..." if len(name) > 100 else "") if isinstance(name, str) else repr(name)
+        raise InputError(f"{where} {shown}: a queue's name is 1 to 100 letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit")
+    return name
 
 
 def home() -> Path:
@@ -69,7 +82,9 @@ class Store:
         return Path(self.config().get("run_root") or self.root / "runs")
 
     def queue(self) -> str:
-        return self.config().get("queue") or QUEUE
+        """The service's queue: config.json's (checked: :func:`check_queue`), else ``pwe``."""
+        name = self.config().get("queue")
+        return check_queue(name, f"{self.root / 'config.json'}: queue") if name not in (None, "") else QUEUE
 
     # -- locks ----------------------------------------------------------------------------
     @contextlib.contextmanager
