@@ -30,13 +30,20 @@ from .wire import START
 #: it always did (a second process buys nothing on a few cores and costs a pipe message
 #: each way per member).
 SLOTS_PER_SPAWNER = 8
+#: Where the node has the cores for it, one spawner per this many slots: on 16 cores, 16
+#: slots of `true` ran at 0.91 of the bare spawn loop with 4 spawners, 0.78 with 2 and
+#: 0.85 with 8 (bench/dispatch_cores.py, 20,000 members, 2026-11-26; BENCHMARKS.md).
+SLOTS_PER_SPAWNER_MANY_CORES = 4
 MAX_SPAWNERS = 16
 
 
-def spawner_count(local_slots: int, asked: int | None = None) -> int:
+def spawner_count(local_slots: int, asked: int | None = None, cores: int | None = None) -> int:
     """How many local spawners for this many slots on the pilot's node: ``asked`` when
     given (``--spawners``, ``PWE_SPAWNERS``; 0: the pilot spawns by itself), else none
-    below :data:`SLOTS_PER_SPAWNER` slots and one per that many above."""
+    below :data:`SLOTS_PER_SPAWNER` slots and one per that many above; on a node of
+    ``cores`` cores (default: those this process may run on), up to one per
+    :data:`SLOTS_PER_SPAWNER_MANY_CORES` slots, at most a quarter of the cores (on few
+    cores the spawners would take the members' turn)."""
     if asked is None:
         try:
             asked = int(os.environ["PWE_SPAWNERS"])
@@ -46,7 +53,10 @@ def spawner_count(local_slots: int, asked: int | None = None) -> int:
         return max(0, asked)
     if local_slots < SLOTS_PER_SPAWNER:
         return 0
-    return min(MAX_SPAWNERS, -(-local_slots // SLOTS_PER_SPAWNER))
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    wide = min(-(-local_slots // SLOTS_PER_SPAWNER_MANY_CORES), cores // 4)
+    return min(MAX_SPAWNERS, max(-(-local_slots // SLOTS_PER_SPAWNER), wide))
 
 
 class LocalSpawners:

@@ -53,7 +53,10 @@ def ledger_lines(ledger: Path) -> list[list[str]]:
 
 def test_how_many_spawners():
     assert spawner_count(2) == 0 and spawner_count(SLOTS_PER_SPAWNER - 1) == 0  # few slots: the pilot alone
-    assert spawner_count(16) == 2 and spawner_count(17) == 3
+    assert spawner_count(16, cores=2) == 2 and spawner_count(17, cores=2) == 3  # one per 8 slots on few cores
+    assert spawner_count(8, cores=2) == 1 and spawner_count(16, cores=8) == 2
+    assert spawner_count(16, cores=16) == 4 and spawner_count(64, cores=64) == 16  # one per 4 with cores for them
+    assert spawner_count(200, cores=256) == 16  # (MAX_SPAWNERS)
     assert spawner_count(2, asked=2) == 2 and spawner_count(64, asked=0) == 0
 
 
