@@ -59,8 +59,8 @@ def prestart() -> None:
     anything when this process closes the pipe or exits, or after a minute
     (pilot.__main__.ORDER_WAIT): a Local.start after that starts a new one."""
     global _warm
-    if _warm is not None:
-        return
+    if _warm is not None and _warm.poll() is None:
+        return  # (one waits already; one that has left, its minute over, is replaced)
     env = dict(os.environ, PYTHONPATH=pythonpath(os.environ))
     try:
         _warm = await_start(env, stdout=subprocess.DEVNULL, cwd=os.getcwd())

@@ -79,7 +79,7 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
 
 def _prestart(host: str | None) -> None:
     """A local pilot's interpreter started before the engine's imports and planning, so
-    the two start-ups overlap (protocols/local.py prestart; unused, it leaves at once).
+    the two start-ups overlap (protocols/warmpilot.py; unused, it leaves at once).
     Only where the run may well be local: no --host, or --host local."""
     if host in (None, "local"):
         from protocols.warmpilot import prestart

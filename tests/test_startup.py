@@ -97,6 +97,7 @@ def test_the_prestarted_pilot_is_the_one_started(tmp_path):
     from protocols.local import Local
     from protocols.runner import LocalRunner
 
+    warmpilot.dismiss()  # (one an earlier in-process `pwe run` left: it may have left, its minute over)
     warmpilot.prestart()
     warm = warmpilot._warm
     assert warm is not None
