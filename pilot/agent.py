@@ -46,6 +46,9 @@ from .wire import DOWN, END, HB, START, UNWRITABLE, UP, VERSION
 
 
 
+FIRST_POLL = 0.002  # s between looks for the first task, in the first second (protocols/warmpilot.py)
+
+
 class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, NodeLosses, MemberTmp):
     """One pilot: fills the cores of its allocation's nodes with members."""
 
@@ -389,11 +392,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
     def _loop(self, sel: selectors.BaseSelector, rfd: int) -> str:
         """Take tasks, start and reap members, report, until there is nothing left to do;
         why the pilot leaves."""
-        last_hb = last_activity = time.time()
+        last_hb = last_activity = began = time.time()
+        fed = False  # (until its first task: looked for every FIRST_POLL s, for at most a second)
         while True:
             if not self.cancelled:
                 if self.read_tasks():
-                    last_activity = time.time()
+                    last_activity, fed = time.time(), True
                     if self.packer.dead:  # (what came in may fit on no node that is left)
                         self.fail_unplaceable()
                 self.launch_ready()
@@ -424,9 +428,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                         else "walltime" if self.draining else "leave" if self.leaving else "stop")
             if not self.running and not self.queue and not self.chained and now - last_activity > self.idle_timeout:
                 return "idle"
-            # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to
-            # look for new tasks
-            for key, _ in sel.select(timeout=self.poll if self.free > 0 else max(self.poll, 0.05)):
+            # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to look for tasks
+            wait = self.poll if self.free > 0 else max(self.poll, 0.05)
+            for key, _ in sel.select(timeout=wait if fed or now - began > 1.0 else FIRST_POLL):
                 if isinstance(key.data, NodeAgent):
                     self.read_agent(key.data)
                     continue
