@@ -24,6 +24,9 @@ from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MA
 from .errors import RunStopped
 from .trees import decide
 
+#: seconds an engine with pilots on a broker sleeps before it waits on the broker for events
+BATCH = 0.01
+
 if TYPE_CHECKING:
     from .pilots import PilotHandle
 
@@ -61,18 +64,22 @@ class Intake:
         return broker
 
     def _sleep(self, seconds: float) -> None:
-        """Wait between rounds of the loop; with pilots on one broker, until one of them
-        adds an event (a blocking read, up to ``seconds``): their events are taken in at
-        once, not at the next round."""
+        """Wait between rounds of the loop; with pilots on one broker, :data:`BATCH` s and
+        then until one of them adds an event (a blocking read, up to ``seconds`` in all):
+        an idle engine takes their events in at once, not at the next round, and a busy one
+        still takes them in batches (woken by every event, it took a round per member start:
+        5,000 x true ran at 0.67 of the spool's rate)."""
         waits: dict[Any, dict[str, str]] = {}
         for p in self.pilots.values():
             broker = getattr(p.transport, "broker", None)
             if p.alive and broker is not None and isinstance(p.cursor, list):
                 waits.setdefault(broker, {})[p.transport.stream] = p.cursor[1]
-        if len(waits) == 1:
+        if len(waits) == 1 and seconds > BATCH:
+            time.sleep(BATCH)
             broker, streams = next(iter(waits.items()))
-            if broker.wait(streams, seconds):
-                return
+            if not broker.wait(streams, seconds - BATCH):
+                time.sleep(seconds - BATCH)  # (it did not answer: as without one)
+            return
         time.sleep(seconds)
 
     def _admit(self, pilot: PilotHandle, ev: dict[str, Any]) -> str:
