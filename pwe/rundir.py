@@ -25,13 +25,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import secrets
-import socket
 import time
 from pathlib import Path
 from typing import Any
-
-from pilot.spawn import pid_alive  # (pwe.rundir.pid_alive: the one way, the pilot's)
 
 from .errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
 
@@ -39,6 +35,8 @@ DEFAULT_ROOT = Path("pwe-runs")
 
 
 def new_run_id(name: str) -> str:
+    import secrets
+
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
@@ -294,7 +292,7 @@ class EngineLock:
                 os.close(fd)
                 raise PweError(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
                                "with file locks (Lustre: mounted with -o flock)") from None
-        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
+        info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode()
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, info, 0)
@@ -339,9 +337,11 @@ def _record(fd: int) -> dict | None:
 
 def _live(info: dict) -> bool:
     """Whether a holder's record names a live process (one of another host: trusted)."""
-    if info.get("host") != socket.gethostname():
+    if info.get("host") != os.uname().nodename:
         return True
     try:
+        from pilot.spawn import pid_alive  # (the one way, the pilot's)
+
         return pid_alive(int(info["pid"]))
     except (TypeError, ValueError):
         return True
@@ -387,7 +387,7 @@ def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_runnin
             last, age = _last_event(d / "events.jsonl", now)
             if last.get("k") == "down":
                 state, why = "gone", f"left ({last.get('why')})"
-            elif not p.get("job") and p.get("host") == socket.gethostname():
+            elif not p.get("job") and p.get("host") == os.uname().nodename:
                 state = "up" if _is_pilot_process(p.get("pid", 0), d) else "gone"
                 if state == "gone":
                     why = "died (pwe resume hands its members on)"
@@ -425,6 +425,8 @@ def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
     protocols/warmpilot.py), or its command line names it (a pilot started by a job
     script). One still waiting for its order counts as that pilot: it may be about to
     take it."""
+    from pilot.spawn import pid_alive
+
     if not pid_alive(pid):
         return False
     try:
