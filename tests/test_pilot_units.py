@@ -417,3 +417,57 @@ def test_a_task_that_ran_before_goes_ahead_of_what_the_pilot_holds(tmp_path):
     engine.send([{**task, "m": 9, "a": 2}, {**task, "m": 5, "a": 1}])
     assert agent.read_tasks()
     assert [(t["m"], t["a"]) for t in agent.queue] == [(9, 2), (0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+
+
+def test_a_nodes_shared_environment_is_sent_once_and_a_task_naming_an_unknown_one_goes_back(tmp_path):
+    """Wire 4: a task carries its member's own environment over the ``env`` message its
+    ``eb`` names (sent to a pilot once); a task naming one the pilot never got is handed
+    back (no attempt spent), and the engine forgets it sent that one, so it goes again."""
+    import json
+
+    from pilot.agent import PilotAgent
+    from pilot.transport import EngineSpool, PilotSpool
+
+    engine = EngineSpool(tmp_path)
+    agent = PilotAgent(str(tmp_path), 2, transport=PilotSpool(str(tmp_path)))
+    task = {"k": "task", "n": "a", "a": 1, "cmd": "true", "cwd": str(tmp_path / "m")}
+    engine.send([{"k": "env", "id": "e1", "env": {"PWE_NODE": "a", "X": "shared"}},
+                 {**task, "m": 0, "env": {"PWE_MEMBER": "0", "X": "own"}, "eb": "e1"},
+                 {**task, "m": 1, "env": {"PWE_MEMBER": "1"}, "eb": "e1"},
+                 {**task, "m": 2, "env": {"PWE_MEMBER": "2"}, "eb": "nope"}])
+    assert agent.read_tasks()
+    assert [t["env"] for t in agent.queue] == [{"PWE_NODE": "a", "X": "own", "PWE_MEMBER": "0"},
+                                               {"PWE_NODE": "a", "X": "shared", "PWE_MEMBER": "1"}]
+    assert all("eb" not in t for t in agent.queue)
+    agent.flush()
+    backs = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(e["k"], e["m"], e["why"]) for e in backs] == [("back", 2, "no environment nope")]
+    taken = agent.taken["a"]
+    assert len(taken) <= 2 or taken[2] == 0  # not taken: the same attempt may come again
+
+    # the engine's side: the builder's shared environment goes once per pilot, before the
+    # first task naming it; a `back` saying the pilot lacks it makes the next task send it again
+    from pwe.engine import Engine
+    from pwe.pilots import PilotHandle
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, 4]}}\n    env: {PWE_MEMBER: mine}\n"
+                  "    run: 'true'\n")
+    eng = Engine.create(wf, run_dir=tmp_path / "run", cores=1)
+    eng._load()
+    t0 = eng._task("a", 0, 1)
+    assert t0["env"] == {"PWE_ATTEMPT": "1", "PWE_PARAM_I": "0"}  # (the node's own env has the last word)
+    assert eng._task_envs[t0["eb"]]["PWE_MEMBER"] == "mine" and "ranks" not in t0 and "wall" not in t0
+    (eng.dir / "pilots" / "p1").mkdir(parents=True)
+    pilot = PilotHandle("p1", eng.dir / "pilots" / "p1", 0, "here", 1)
+    for i in range(2):
+        eng._share_env(pilot, eng._task("a", i, 1))
+    assert [m["k"] for m in pilot._out] == ["env"] and pilot.envs_sent == {t0["eb"]}
+    eng.pilots["p1"] = pilot
+    eng._record({"e": "assign", "n": "a", "m": 3, "a": 1, "p": "p1"})
+    pilot.outstanding = 1
+    eng._take(pilot, {"k": "back", "n": "a", "m": 3, "a": 1, "why": "no environment " + t0["eb"], "t": 1.0, "q": 1})
+    assert pilot.envs_sent == set()  # so the next task naming it sends it again
+    eng._share_env(pilot, eng._task("a", 3, 1))
+    assert [m["k"] for m in pilot._out] == ["env", "env"]
+    eng.journal.close()
