@@ -137,8 +137,15 @@ def test_run_hands_its_order_to_the_pilot_it_started_before_planning(tmp_path):
         assert mark == "set-after-nothing" and cwd == str(out.parent)
     assert (run_dir / "pilots" / "p1" / "pilot.log").exists()
     # nothing is left waiting for an order
-    left = subprocess.run(["pgrep", "-f", "pilot --await-start"], capture_output=True, text=True).stdout.split()
-    mine = [p for p in left if os.path.exists(f"/proc/{p}") and os.readlink(f"/proc/{p}/cwd") == str(tmp_path)]
+    mine = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                waiting = fh.read().endswith(b"\0--await-start\0")
+            if waiting and os.readlink(f"/proc/{p}/cwd") == str(tmp_path):
+                mine.append(p)
+        except OSError:
+            pass  # (gone meanwhile)
     assert not mine, f"a prestarted pilot was left behind: {mine}"
 
 
