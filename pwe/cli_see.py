@@ -103,9 +103,11 @@ def _damaged_snapshot(d, snap: dict) -> None:
 
 def _remote_unfetched(d) -> bool:
     """A run staged to a login node (pwe.remote) whose results are not here yet."""
+    if (d / "state.json").is_file():
+        return False  # (its results are here: pwe.remote is not imported for a local run)
     from .remote import is_remote
 
-    return is_remote(d) and not (d / "state.json").is_file()
+    return is_remote(d)
 
 
 def _remote_status(d) -> dict:
