@@ -29,10 +29,10 @@ class Local(Protocol):
         """Start a pilot filling ``slots`` cores of this machine; its process. ``host_env``:
         the host entry's ``env``, which its members see (as a job script exports it).
 
-        The pilot is the one :func:`~protocols.warmpilot.prestart` made, when there is one (its interpreter and
-        imports done while the engine planned), else a new one; either way it learns its
-        command line, environment and log from one line on its standard input
-        (``python -m pilot --await-start``)."""
+        The pilot is the one :func:`~protocols.warmpilot.prestart` made, when there is one
+        (its interpreter and imports done while the engine planned), else a new one; either
+        way it learns its command line, environment and log from one line on its standard
+        input (``python -m pilot --await-start``)."""
         pilot_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **(host_env or {})}
         env["PYTHONPATH"] = warmpilot.pythonpath(env)

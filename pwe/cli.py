@@ -95,8 +95,6 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
     from .state import FAILED
 
     total = engine.plan.total_members
-    # how to name the run in the lines after it (run_ref reads the service's store: after
-    # the run, not before its first member)
     bar = None
     last_line = [0.0]
     if sys.stderr.isatty():
@@ -147,7 +145,7 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         click.echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
     from .treeview import unconverged_lines
 
-    ref = run_ref(engine.dir)
+    ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
     for line in unconverged_lines(engine.state, ref):
         click.echo(line, err=True)
     if t[FAILED]:

@@ -113,23 +113,28 @@ def _key(path: Path) -> str:
         return str(path.absolute())
 
 
-def _shown(root: Path) -> str:
-    """A run root as lines show it, with what stands there when it is not a directory."""
+def _not_a_directory(root: Path) -> str | None:
+    """What stands where run root ``root`` should be when it is there but not a directory
+    (a file, a FIFO, a dangling symbolic link); None otherwise."""
     from .regular import in_the_way
 
     blocked = in_the_way(root) if os.path.lexists(root) else None
-    return f"{root}/" + (f" ({blocked[1]}, not a directory)" if blocked and blocked[0] == root else "")
+    return blocked[1] if blocked and blocked[0] == root else None
+
+
+def _shown(root: Path) -> str:
+    """A run root as lines show it, with what stands there when it is not a directory."""
+    what = _not_a_directory(root)
+    return f"{root}/" + (f" ({what}, not a directory)" if what else "")
 
 
 def check_roots(places: list[tuple[Path, str]]) -> None:
     """:class:`InputError` (one line) when one of ``places`` (:func:`roots`) is there but is not
     a directory (a file, a FIFO, a dangling symbolic link): a listing would leave its runs out."""
-    from .regular import in_the_way
-
     for root, _ in places:
-        blocked = in_the_way(root) if os.path.lexists(root) else None
-        if blocked and blocked[0] == root:
-            raise InputError(f"run root {root}/ is {blocked[1]}, not a directory of runs; move it away")
+        what = _not_a_directory(root)
+        if what:
+            raise InputError(f"run root {root}/ is {what}, not a directory of runs; move it away")
 
 
 def find(run: str | None, root: Path | None = None) -> Path:
