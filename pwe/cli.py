@@ -13,12 +13,13 @@ import sys
 
 import click
 
-from .cli_base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, warn, workspace_option
+from .cli_base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, warn, who, workspace_option
 from .cli_events import events
 from .cli_check import hosts, plan, validate
 from .cli_pilot import pilot
 from .cli_see import COMMANDS as SEE_COMMANDS
 from .cli_service import service, trigger
+from .cli_ui import ui
 from .errors import InputError, PweError, RunStopped, one_line
 
 
@@ -28,7 +29,7 @@ def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
 
 
-for _command in (validate, plan, hosts, service, trigger, pilot, *SEE_COMMANDS):
+for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMANDS):
     cli.add_command(_command)
 
 
@@ -243,7 +244,9 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--retry", is_flag=True)
 @click.option("--ready-fd", type=Whole(0, 2**31 - 1), default=None)
-def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
+@click.option("--by", default=None)
+@click.option("--only", "only_file", default=None, type=click.Path(dir_okay=False))
+def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None, only_file: str | None) -> None:
     """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
     it says on that pipe, once, that it holds the run, or why it could not take it
     (pwe.control.spawn_engine waits for that word)."""
@@ -268,11 +271,18 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None) -> None:
                 pass  # (not a descriptor this process has: nobody to tell)
             ready_fd = None
 
+    only = None
+    if only_file:  # (pwe.control.spawn_engine: the members a retry takes, in a file of control/)
+        try:
+            only = json.loads(Path(only_file).read_text())
+        except (OSError, ValueError):
+            only = {}  # (unreadable: retry nothing rather than everything)
+        Path(only_file).unlink(missing_ok=True)
     try:
         engine = Engine.open(Path(run_dir), reload_hosts=True)
         engine.lock.acquire()
         say(TAKEN)
-        ok = engine.run(retry=retry)
+        ok = engine.run(retry=retry, by=by, only=only)
     except PweError as exc:
         say(f"{REFUSED}{exc.exit_status} {exc}")  # (only when it did not take the run: once said, said)
         fail(exc)
@@ -289,7 +299,7 @@ def cancel(run: str, as_json: bool) -> None:
 
     try:
         d = find(run)
-        done = RemoteRun.open(d).cancel() if is_remote(d) else cancel_run(d)
+        done = RemoteRun.open(d).cancel() if is_remote(d) else cancel_run(d, by=who())
     except PweError as exc:
         fail(exc)
     if as_json:
@@ -310,31 +320,50 @@ def resume(run: str | None, detach: bool, as_json: bool) -> None:
 @cli.command()
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+@click.option("-q", "--query", default=None,
+              help="only the failed, skipped or cancelled members this query selects, e.g. 'node=sim; exit=7'")
 @json_option
-def retry(run: str | None, detach: bool, as_json: bool) -> None:
-    """Rerun RUN's failed members (and what they held back)."""
-    _continue(run, detach, retry=True, as_json=as_json)
+def retry(run: str | None, detach: bool, query: str | None, as_json: bool) -> None:
+    """Rerun RUN's failed members (and what they held back); -q: only those a query selects."""
+    _continue(run, detach, retry=True, as_json=as_json, query=query)
 
 
-def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False) -> None:
+def retry_selection(d, query: str) -> dict[str, list[list[int]]]:
+    """The failed, skipped and cancelled members of run ``d`` that ``query`` selects, as a
+    retry record's ``only`` (:func:`pwe.control.selection`); :class:`InputError` when it
+    selects none. ``pwe retry -q`` and the dashboard's retry of a selection."""
+    from .control import selection
+    from .query import select
+
+    picked = [m for m in select(d, query) if m["state"] in ("failed", "skipped", "cancelled")]
+    if not picked:
+        raise InputError(f"query {query!r} selects no failed, skipped or cancelled member of {d.name}: nothing to "
+                         "retry")
+    return selection(picked)
+
+
+def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None) -> None:
     from .cli_remote import drive
     from .remote import RemoteRun, is_remote
 
     try:
         d = find(run)
         if is_remote(d):
+            if query:
+                raise InputError("retry -q: a run staged to a login node is retried whole (pwe retry RUN)")
             return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
+        only = retry_selection(d, query) if query else None
         if detach:
             from .control import detach as go_on
 
-            run_id = go_on(d, retry)
+            run_id = go_on(d, retry, by=who(), only=only)
             click.echo(json.dumps({"run_id": run_id, "run_dir": str(d)}) if as_json else run_id)
             return
         from .engine import Engine
 
         engine = Engine.open(d, reload_hosts=True)
         engine.lock.acquire()  # before a word is said: of two at once, one takes it, the other says who has it
-        _follow(engine, as_json, retry=retry)
+        _follow(engine, as_json, retry=retry, by=who(), only=only)
     except PweError as exc:
         fail(exc)
 

@@ -106,6 +106,18 @@ def find(run: str | None):
     return find(run)
 
 
+def who() -> str:
+    """Who asked, as the record of an action (cancel, retry, resume, a trigger fired)
+    says it: ``cli:<user>`` (the dashboard says ``ui:<user>@<address>``)."""
+    import getpass
+    import os
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return f"cli:uid {os.getuid()}"
+
+
 def _said(value: object) -> str:
     """A value a user gave, as a refusal shows it: short, and any control character escaped."""
     text = str(value)

@@ -136,6 +136,18 @@ def _registry(workflow: str | None, hosts_file: str | None):
     return hostinfo.load(Path(workflow) if workflow else None, hosts_file)
 
 
+def host_rows(reg) -> list[dict]:
+    """What ``pwe hosts list --json`` prints (and the dashboard shows): one row per host."""
+    return [{"name": n, "protocol": h.protocol, "contact": h.contact, "cores_per_node": h.cores_per_node,
+             "nodes": len(h.nodes) or None, "source": reg.sources[n]} for n, h in sorted(reg.hosts.items())]
+
+
+def check_document(name: str, checks: list) -> dict:
+    """What ``pwe hosts check NAME --json`` prints (and the dashboard shows)."""
+    return {"host": name, "ok": all(c[1] for c in checks),
+            "checks": [{"check": w, "ok": g, "detail": d} for w, g, d in checks]}
+
+
 @hosts.command(name="list")
 @_registry_options
 def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
@@ -144,8 +156,7 @@ def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> N
         reg = _registry(workflow, hosts_file)
     except PweError as exc:
         fail(exc)
-    rows = [{"name": n, "protocol": h.protocol, "contact": h.contact, "cores_per_node": h.cores_per_node,
-             "nodes": len(h.nodes) or None, "source": reg.sources[n]} for n, h in sorted(reg.hosts.items())]
+    rows = host_rows(reg)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -189,8 +200,7 @@ def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json
     checks = check_host(host)
     ok = all(c[1] for c in checks)
     if as_json:
-        click.echo(json.dumps({"host": name, "ok": ok, "checks": [{"check": w, "ok": g, "detail": d}
-                                                                  for w, g, d in checks]}, indent=2))
+        click.echo(json.dumps(check_document(name, checks), indent=2))
     else:
         marks = ("✓", "✗") if sys.stdout.isatty() else ("ok  ", "FAIL")
         for what, good, detail in checks:

@@ -246,7 +246,7 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
     are a glob to zsh; NODE alone for index 0)."""
     import re
 
-    from .runview import inert, member_output
+    from .runview import inert, logs_document
 
     m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
     if not m:
@@ -254,19 +254,17 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
         sys.exit(2)
     node, idx = m.group(1), int(m.group(2) or 0)
     try:
-        files = member_output(find(run), node, idx, member)
+        doc = logs_document(find(run), node, idx, member, tail, only_stderr)
     except PweError as exc:
         fail(exc)
-    if only_stderr:
-        files = [f for f in files if f[0] == "stderr"]
-    if tail:
-        files = [(name, path, "".join(text.splitlines(keepends=True)[-tail:])) for name, path, text in files]
     if as_json:
-        click.echo(json.dumps({"node": node, "member": idx,
-                               **{name: {"path": str(path), "text": text} for name, path, text in files}}, indent=2))
+        click.echo(json.dumps(doc, indent=2))
         return
     shown = inert if sys.stdout.isatty() else str  # (a terminal sees no member's escape sequences)
-    for name, path, text in files:
+    for name in ("stdout", "stderr"):
+        if name not in doc:
+            continue
+        path, text = doc[name]["path"], doc[name]["text"]
         click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
         click.echo(shown(text), nl=not text.endswith("\n") and bool(text))
 

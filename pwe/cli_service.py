@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .cli_base import CORES, COUNT, PweGroup, Seconds, fail, json_option, set_option
+from .cli_base import CORES, COUNT, PweGroup, Seconds, fail, json_option, set_option, who
 from .errors import InputError, PweError
 
 
@@ -71,20 +71,24 @@ def _file_glob(text: str, plan: Any) -> str:
 @click.option("--queue", default=None, help="the queue's name on the broker (default pwe)")
 @click.option("--run-root", default=None, type=click.Path(),
               help="where runs go (default: SERVICE_DIR/runs)")
+@click.option("--ui", default=None, metavar="[HOST:]PORT",
+              help="serve the dashboard (pwe ui) there too, its address in SERVICE_DIR/ui.log ('off': no more)")
 @json_option
-def start(broker: str | None, queue: str | None, run_root: str | None, as_json: bool) -> None:
+def start(broker: str | None, queue: str | None, run_root: str | None, ui: str | None, as_json: bool) -> None:
     """Start the service in the background (it adopts the runs a stopped service left)."""
     from .service import daemon
 
     try:
-        st = daemon.start(_store(), broker, queue, run_root)
+        st = daemon.start(_store(), broker, queue, run_root, ui)
     except PweError as exc:
         fail(exc)
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
     click.echo(f"pwe service running (pid {st['pid']}; worker {st['worker']}, beat {st['beat']})  "
-               f"broker {st['broker']}, queue {st['queue']}; runs under {st['run_root']}")
+               f"broker {st['broker']}, queue {st['queue']}; runs under {st['run_root']}"
+               + (f"; dashboard on {st['ui']} (its address: {Path(st['service_dir']) / 'ui.log'})" if st.get("ui")
+                  else ""))
 
 
 @service.command()
@@ -290,9 +294,9 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
 @json_option
 def list_triggers(as_json: bool) -> None:
     """The triggers: what fires each, its overlap rule, its workflow, its last run."""
-    from .service.daemon import status
+    from .service.daemon import trigger_rows
 
-    triggers = status(_store())["triggers"]
+    triggers = trigger_rows(_store())
     if as_json:
         click.echo(json.dumps(triggers, indent=2))
         return
@@ -300,6 +304,7 @@ def list_triggers(as_json: bool) -> None:
         click.echo("no triggers (pwe trigger add)")
     for t in triggers:
         click.echo(f"{t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+                   + ("" if t.get("enabled", True) else "  (disabled)")
                    + (f"  next {t['next']}" if t.get("next") else "")
                    + (f"  last run {t['last_run']}" if t.get("last_run") else "")
                    + (f"  ({t['pending']} queued)" if t.get("pending") else ""))
@@ -342,3 +347,47 @@ def history(tid: str | None, limit: int, as_json: bool) -> None:
     for r in rows:
         extra = " ".join(f"{k}={v}" for k, v in r.items() if k not in ("id", "trigger", "what", "t"))
         click.echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")
+
+
+def _enable(tid: str, on: bool, as_json: bool) -> None:
+    from .service.supervisor import set_enabled
+
+    try:
+        changed = set_enabled(_store().make(), tid, on, who())
+    except PweError as exc:
+        fail(exc)
+    word = "enabled" if on else "disabled"
+    if as_json:
+        click.echo(json.dumps({"trigger": tid, "enabled": on, "changed": changed}))
+    else:
+        click.echo(f"trigger {tid} {word}" if changed else f"trigger {tid} was {word} already")
+
+
+@trigger.command()
+@click.argument("tid", metavar="ID")
+@json_option
+def enable(tid: str, as_json: bool) -> None:
+    """Let trigger ID fire again (a cron trigger from now on: no catch-up of what it missed)."""
+    _enable(tid, True, as_json)
+
+
+@trigger.command()
+@click.argument("tid", metavar="ID")
+@json_option
+def disable(tid: str, as_json: bool) -> None:
+    """Keep trigger ID from firing until it is enabled again (pwe trigger enable)."""
+    _enable(tid, False, as_json)
+
+
+@trigger.command()
+@click.argument("tid", metavar="ID")
+@json_option
+def fire(tid: str, as_json: bool) -> None:
+    """Fire trigger ID now, as its schedule would (its overlap rule holds); prints the run id."""
+    from .service.supervisor import fire_now
+
+    try:
+        run_id = fire_now(_store().make(), tid, who())
+    except PweError as exc:
+        fail(exc)
+    click.echo(json.dumps({"trigger": tid, "run_id": run_id}) if as_json else run_id)

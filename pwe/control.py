@@ -19,7 +19,8 @@ CANCEL_WAIT = 10.0
 START_WAIT = 30.0
 
 
-def spawn_engine(run_dir: Path, retry: bool = False, wait: float = START_WAIT) -> int:
+def spawn_engine(run_dir: Path, retry: bool = False, wait: float = START_WAIT, by: str | None = None,
+                 only: dict[str, list[list[int]]] | None = None) -> int:
     """Run the engine of ``run_dir`` in the background, detached from this terminal (its
     own session), writing to ``engine.log`` (``pwe submit``, ``--detach``, the service);
     its pid. With ``wait``, return only once that engine holds the run's lock, so that a
@@ -27,13 +28,24 @@ def spawn_engine(run_dir: Path, retry: bool = False, wait: float = START_WAIT) -
     could not take the run (another engine holds it: :class:`RunTaken`, or it failed
     before), raise what it said, so the command that started it says it too, with its
     exit status. The engine tells over a pipe (``--ready-fd``): another holder seen in
-    the lock file is not this engine. The service passes 0: it says "starting" itself."""
+    the lock file is not this engine. The service passes 0: it says "starting" itself.
+    ``by`` (who asked) and ``only`` (the members a retry takes, :meth:`Engine.run`) go to
+    the engine (``only`` in a file of ``control/`` it reads and removes)."""
+    extra = ["--by", by] if by else []
+    if only is not None:
+        import json
+        import secrets
+
+        (run_dir / "control").mkdir(exist_ok=True)
+        path = run_dir / "control" / f"retry-{secrets.token_hex(8)}.json"
+        path.write_text(json.dumps(only, separators=(",", ":")))
+        extra += ["--only", str(path)]
     log = open(run_dir / "engine.log", "ab")
     r, w = os.pipe() if wait else (-1, -1)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pwe", "_engine", str(run_dir), *(["--retry"] if retry else []),
-             *(["--ready-fd", str(w)] if wait else [])],
+             *(["--ready-fd", str(w)] if wait else []), *extra],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd(),
             pass_fds=(w,) if wait else ())
     except BaseException:
@@ -92,26 +104,53 @@ def _said(line: str, status: int) -> PweError:
     return exc
 
 
-def detach(run_dir: Path, retry: bool = False) -> str:
-    """Continue a run (``retry``: its failed members again) in the background; its run id.
-    The run and its hosts are checked here first, so bad input is said at once; the
-    engine started takes the run, or this says who has it (:class:`RunTaken`, exit 2)."""
-    from .engine import Engine
+def detach(run_dir: Path, retry: bool = False, by: str | None = None,
+           only: dict[str, list[list[int]]] | None = None) -> str:
+    """Continue a run (``retry``: its failed members again; ``only``: those of them alone)
+    in the background; its run id. The run and its hosts are checked here first, so bad
+    input is said at once; the engine started takes the run, or this says who has it
+    (:class:`RunTaken`, exit 2). ``by``: who asked (the journal says it)."""
+    from .engine import Engine, retry_selects
 
     engine = Engine.open(run_dir, reload_hosts=True)
     held = engine.lock.holder()
     if held:
         raise RunTaken(engine.lock.taken(held))
-    spawn_engine(run_dir, retry)
+    if only is not None and not retry_selects():
+        from .errors import InputError
+
+        raise InputError("retrying a selection of members needs a pwe whose state applies a retry's 'only' "
+                         "(pwe/state.py RunState._retry(only)); `pwe retry RUN` without -q retries them all")
+    spawn_engine(run_dir, retry, by=by, only=only)
     return engine.run_id
 
 
-def cancel(run_dir: Path) -> bool:
+def selection(members: list[dict]) -> dict[str, list[list[int]]]:
+    """Members (``pwe show`` records: node, member) as ``{node: [[first, end], ...]}``, runs of
+    consecutive indices: what a ``retry`` record's ``only`` holds (a million members
+    selected by a query are a few runs)."""
+    out: dict[str, list[list[int]]] = {}
+    for m in sorted(members, key=lambda m: (m["node"], m["member"])):
+        runs = out.setdefault(m["node"], [])
+        if runs and runs[-1][1] == m["member"]:
+            runs[-1][1] += 1
+        elif not runs or runs[-1][1] < m["member"]:
+            runs.append([m["member"], m["member"] + 1])
+    return out
+
+
+def cancel(run_dir: Path, by: str | None = None) -> bool:
     """Cancel a run: ask its running engine (``control/cancel``) and wait until it has
-    left, or, when no engine runs it, cancel it here. False when it had already finished."""
+    left, or, when no engine runs it, cancel it here. False when it had already finished.
+    ``by``: who asked (the journal's ``cancel`` record says it)."""
     lock = EngineLock(run_dir)
     if lock.holder():
-        (run_dir / "control" / "cancel").touch()
+        import json
+
+        (run_dir / "control").mkdir(exist_ok=True)
+        tmp = run_dir / "control" / f".cancel.{os.getpid()}"
+        tmp.write_text(json.dumps({"by": by} if by else {}))
+        os.replace(tmp, run_dir / "control" / "cancel")  # (the engine reads it whole, or not yet)
         deadline = time.time() + CANCEL_WAIT
         while lock.holder():
             if time.time() > deadline:
@@ -121,5 +160,5 @@ def cancel(run_dir: Path) -> bool:
     from .engine import Engine
 
     engine = Engine.open(run_dir)
-    engine.run(cancel=True)
+    engine.run(cancel=True, by=by)
     return engine.state.cancelled

@@ -137,13 +137,20 @@ class Engine(PilotWork, Feeding):
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self, progress: Callable[[RunState], None] | None = None, retry: bool = False,
-            cancel: bool = False) -> bool:
+            cancel: bool = False, by: str | None = None, only: dict[str, list[list[int]]] | None = None) -> bool:
         """Run (or resume) to the end. True when every member succeeded.
 
-        ``retry``: first give failed, skipped and cancelled members another go.
+        ``retry``: first give failed, skipped and cancelled members another go (``only``:
+        those of these members alone, ``{node: [[first, end], ...]}``: ``pwe retry -q``).
         ``cancel``: stop the run (its pilots and their members) and return.
+        ``by``: who asked (``cli:USER``, ``ui:USER@ADDRESS``), said in the journal's
+        ``resume``, ``retry`` and ``cancel`` records.
         Ctrl-C cancels the run; ``pwe retry`` picks it up again.
         """
+        self._by = {"by": by} if by else {}
+        if only is not None and not retry_selects():
+            raise InputError("retrying a selection of members needs a pwe whose state applies a retry's 'only' "
+                             "(pwe/state.py RunState._retry(only)); `pwe retry RUN` without -q retries them all")
         if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli.py)
             self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
@@ -160,9 +167,10 @@ class Engine(PilotWork, Feeding):
                 # a cancel request the last engine never took in (it ended first) is stale:
                 # retrying is the user asking for the run again
                 (self.dir / "control" / "cancel").unlink(missing_ok=True)
-                self._record({"e": "retry", "t": time.time()})
+                self._record({"e": "retry", "t": time.time(), **self._by, **({"only": only} if only is not None
+                                                                             else {})})
             if cancel:
-                self.cancel()
+                self.cancel(by)
             else:
                 self._complete_by_products()
             return self._loop(progress)
@@ -194,7 +202,7 @@ class Engine(PilotWork, Feeding):
         self.journal = Journal(path, fsync=bool(self.info.get("fsync")))
         self.journal.lines = replayed.lines
         self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
-                      **_callable_checks(self.state, self.checks)})
+                      **_callable_checks(self.state, self.checks), **getattr(self, "_by", {})})
         for line in unusable + replayed.warnings():
             self.notice(line)
             self._record({"e": "note", "what": line, "t": time.time()})
@@ -235,7 +243,7 @@ class Engine(PilotWork, Feeding):
         while True:
             if cancel_file.exists():
                 if not st.cancelled:
-                    self.cancel()  # journaled (and flushed) before the request is taken away
+                    self.cancel(asked_by(cancel_file))  # journaled (and flushed) before the request is taken away
                 # consumed: a later `pwe retry` or `pwe resume` must not cancel again
                 cancel_file.unlink(missing_ok=True)
             busy = 0
@@ -289,15 +297,16 @@ class Engine(PilotWork, Feeding):
         return self.state.apply(rec)
 
     # -- cancel and shutdown -----------------------------------------------------------------
-    def cancel(self) -> bool:
-        """Stop the run's pilots and mark what is unfinished cancelled; False if nothing was."""
+    def cancel(self, by: str | None = None) -> bool:
+        """Stop the run's pilots and mark what is unfinished cancelled; False if nothing was.
+        ``by``: who asked (said in the ``cancel`` record)."""
         if self.state.unfinished() == 0:
             return False
         for pilot in self.pilots.values():
             if pilot.alive:
                 pilot.send({"k": CANCEL})
                 pilot.flush()
-        self._record({"e": "cancel", "t": time.time()})
+        self._record({"e": "cancel", "t": time.time(), **({"by": by} if by else {})})
         self.journal.flush()
         return True
 
@@ -368,6 +377,27 @@ class Engine(PilotWork, Feeding):
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:
             pass  # a snapshot is a convenience; the journal is the record
+
+
+def retry_selects() -> bool:
+    """Whether this pwe's state applies a ``retry`` record's ``only`` (a selection of the
+    members to retry); without it a retry record retries every failed member."""
+    import inspect
+
+    return "only" in inspect.signature(RunState._retry).parameters
+
+
+def asked_by(request: Path) -> str | None:
+    """Who asked, from a request file in ``control/`` (``pwe cancel`` writes ``{"by": ...}``
+    there; an empty one, an earlier pwe's, says nobody)."""
+    import json
+
+    try:
+        said = json.loads(request.read_bytes()[:4096] or b"{}")
+    except (OSError, ValueError):
+        return None
+    by = said.get("by") if isinstance(said, dict) else None
+    return by[:200] if isinstance(by, str) else None
 
 
 def run_workflow(workflow: str | Path, sets: dict[str, Any] | None = None, *, cores: int | None = None,

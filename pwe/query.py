@@ -250,13 +250,15 @@ def matches(conds: list[Cond], row: dict[str, Any]) -> bool:
 
 
 def select(run_dir: Any, query: str | None = None, node: str | None = None, state: str | None = None,
-           limit: int = 0) -> list[dict[str, Any]]:
+           limit: int = 0, offset: int = 0, loaded: tuple[Any, Any] | None = None) -> list[dict[str, Any]]:
     """The members of a run that match ``query`` (and are of ``node``, in ``state`` when
     given), at most ``limit`` (0: all), as :func:`pwe.results.member_record` gives them;
     with ``T``, ``cpu``, ``rss`` and ``host`` of the last attempt when the query asks for
     one of them (then the whole journal is read: :mod:`pwe.trace`). The Python API's
     ``RunResult.query`` and ``pwe show -q``. A bad query is :class:`InputError`, said
-    before the run is read when its form is wrong."""
+    before the run is read when its form is wrong. ``offset``: leave out the first that
+    many matches (a page of them: the dashboard, pwe.ui). ``loaded``: (state, trace or
+    None) already read (the dashboard keeps them up to date), instead of reading them here."""
     from .results import member_record
     from .state import NAMES
 
@@ -266,7 +268,14 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
         raise InputError(f"--state: one of {', '.join(NAMES)}")
     last: dict[tuple[str, int], list[Any]] = {}
     pilots: dict[str, dict[str, Any]] = {}
-    if needs_trace(conds):
+    if loaded is not None and (loaded[1] is not None or not needs_trace(conds)):
+        st, tr = loaded
+        plan = st.plan
+        if tr is not None and needs_trace(conds):
+            for (nid, i, _a), a in sorted(tr.attempts.items()):
+                last[(nid, i)] = a
+            pilots = tr.pilots
+    elif needs_trace(conds):
         from .trace import load
 
         _, plan, st, tr = load(run_dir)
@@ -299,8 +308,20 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
         if not wanted:
             continue
         states = ns.state
-        for i in range(ns.size):
+        start = 0
+        if not conds and offset:  # (a page far down: counted on the state's arrays, no record made)
+            if len(wanted) == len(NAMES):
+                start, offset = min(offset, ns.size), offset - min(offset, ns.size)
+            else:
+                here = sum(ns.counts[k] for k in wanted)
+                if here <= offset:
+                    offset -= here
+                    continue
+        for i in range(start, ns.size):
             if states[i] not in wanted:
+                continue
+            if not conds and offset:
+                offset -= 1
                 continue
             rec = member_record(st, nid, i)
             rec["exit"] = rec["exit_status"]
@@ -311,6 +332,9 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
                 p = pilots.get(a[9], {})
                 rec["host"] = p.get("lane") or p.get("host")  # (the registry's name of the host, as the trace)
             if conds and not matches(conds, rec):
+                continue
+            if offset:
+                offset -= 1
                 continue
             del rec["exit"]
             out.append(rec)

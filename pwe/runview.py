@@ -95,12 +95,13 @@ def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
     """One line of ``pwe runs``: ``run_id``, ``from`` (:func:`~pwe.rundir.origin`; ``where``:
     its root's), ``state`` (the phase), ``finished`` and ``total`` members, ``started``
     (epoch s), ``duration`` (s: to the last snapshot, or to now while an engine runs it),
-    ``run_dir``. From the snapshot: nothing is replayed; a run that cannot be read says so
+    ``core_hours`` (measured: done and failed attempts), ``run_dir``. From the snapshot:
+    nothing is replayed; a run that cannot be read says so
     in ``state``."""
     from .state import FINAL, NAMES
 
     out: dict[str, Any] = {"run_id": run_dir.name, "from": where, "state": "?", "finished": 0, "total": None,
-                           "started": None, "duration": None, "run_dir": str(run_dir)}
+                           "started": None, "duration": None, "core_hours": None, "run_dir": str(run_dir)}
     try:
         info = json.loads(read_text(run_dir / "run.json"))
         out["run_id"] = info.get("run_id", run_dir.name)
@@ -118,6 +119,9 @@ def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
     totals = snap.get("totals") or {}
     out["total"] = snap.get("total_members") or sum(totals.values())
     out["finished"] = sum(totals.get(NAMES[s], 0) for s in FINAL)
+    if isinstance(snap.get("work"), dict):  # measured: done and failed attempts' time x their cores
+        ch = core_hours(snap)
+        out["core_hours"] = round(ch["done"] + ch["failed"], 4)
     end = time.time() if running else snap.get("updated")
     if out["started"] and end:
         out["duration"] = round(max(0.0, end - out["started"]), 1)
@@ -208,14 +212,32 @@ def inert(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple[str, Path, str]]:
-    """A member's stdout and stderr as (name, path, text), from where
+def logs_document(run_dir: Path, node: str, index: int, said: str, tail: int | None = None,
+                  only_stderr: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
+    """What ``pwe logs --json`` prints (and the dashboard shows): ``node``, ``member``, and
+    ``stdout`` / ``stderr`` each as ``{"path", "text"}``; ``tail``: only the last lines;
+    ``max_bytes``: only the last bytes of each file (then ``"cut"``: bytes left out)."""
+    files = member_output(run_dir, node, index, said, max_bytes=max_bytes)
+    if only_stderr:
+        files = [f for f in files if f[0] == "stderr"]
+    out: dict[str, Any] = {"node": node, "member": index}
+    for name, path, text, cut in files:
+        if tail:
+            text = "".join(text.splitlines(keepends=True)[-tail:])
+        out[name] = {"path": str(path), "text": text, **({"cut": cut} if cut else {})}
+    return out
+
+
+def member_output(run_dir: Path, node: str, index: int, said: str,
+                  max_bytes: int | None = None) -> list[tuple[str, Path, str, int]]:
+    """A member's stdout and stderr as (name, path, text, bytes left out), from where
     :func:`rundir.member_path` says it keeps them (a file it left empty is not kept: its
     text is ""). A member that does not exist is bad input; one that has not run yet is an
-    error of exit status 1. ``said`` is how the user named the member."""
+    error of exit status 1. ``said`` is how the user named the member. ``max_bytes``: only
+    the last that many bytes of each file are read."""
     md = member_dir(run_dir, node, index)
     if not md.is_dir() and _has_run(run_dir, node, index):
-        return [(name, md / name, "") for name in ("stdout", "stderr")]  # it wrote nothing
+        return [(name, md / name, "", 0) for name in ("stdout", "stderr")]  # it wrote nothing
     if not md.is_dir():
         sizes = node_sizes(run_dir)
         if node in sizes and index >= sizes[node]:
@@ -232,7 +254,15 @@ def member_output(run_dir: Path, node: str, index: int, said: str) -> list[tuple
     for name in ("stdout", "stderr"):
         p = md / name
         try:
-            out.append((name, p, read_text(p, errors="replace") if p.exists() else ""))
+            if not p.exists():
+                out.append((name, p, "", 0))
+            elif max_bytes is None:
+                out.append((name, p, read_text(p, errors="replace"), 0))
+            else:
+                with open_regular(p, "rb") as fh:
+                    size = fh.seek(0, 2)
+                    fh.seek(max(0, size - max_bytes))
+                    out.append((name, p, fh.read(max_bytes).decode("utf-8", "replace"), max(0, size - max_bytes)))
         except OSError as exc:
             raise InputError(f"{p}: cannot be read ({exc.strerror or exc}); a member's {name} must be a regular "
                            "file") from None

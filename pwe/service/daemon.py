@@ -84,6 +84,15 @@ def check_run_root(path: str) -> Path:
     return Path(path).resolve()
 
 
+def check_ui(text: str) -> str:
+    """``--ui HOST:PORT`` (or ``PORT``, on 127.0.0.1) as ``HOST:PORT``; :class:`InputError` else."""
+    host, _, port = text.rpartition(":")
+    host = host or "127.0.0.1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535 or any(ord(c) < 33 for c in host) or len(host) > 255:
+        raise InputError(f"--ui {text[:80]!r}: give PORT or HOST:PORT (port 1 to 65535), e.g. 127.0.0.1:8765")
+    return f"{host}:{int(port)}"
+
+
 def _holder(store: Store) -> dict[str, Any] | None:
     """service.json when the service holds its lock (it runs), else None."""
     import fcntl
@@ -105,10 +114,12 @@ def _holder(store: Store) -> dict[str, Any] | None:
     return None
 
 
-def start(store: Store, broker: str | None, queue: str | None, run_root: str | None) -> dict[str, Any]:
+def start(store: Store, broker: str | None, queue: str | None, run_root: str | None,
+          ui: str | None = None) -> dict[str, Any]:
     """Start the service in the background; what it runs with once its first tick came.
     Bad input (``broker``, ``queue``, ``run_root``, or what config.json holds) is
-    :class:`InputError` before anything is written."""
+    :class:`InputError` before anything is written. ``ui``: ``HOST:PORT`` where the service
+    serves the dashboard too (``pwe ui``, a process it keeps alive; "off": no more)."""
     if broker is not None and broker != "embedded":
         check_broker(broker)
     if queue is not None:
@@ -129,6 +140,8 @@ def start(store: Store, broker: str | None, queue: str | None, run_root: str | N
         cfg["queue"] = queue
     if root is not None:
         cfg["run_root"] = str(root)
+    if ui is not None:
+        cfg["ui"] = None if ui == "off" else check_ui(ui)
     from .app import queue_depth
 
     url = cfg.get("broker") or "filesystem://"
@@ -182,7 +195,6 @@ def _kill(pid: Any, sig: int) -> None:
 
 def status(store: Store) -> dict[str, Any]:
     """What ``pwe service status`` shows (also as JSON)."""
-    from . import cron
     from .app import queue_depth
     from .supervisor import run_phase
 
@@ -199,15 +211,7 @@ def status(store: Store) -> dict[str, Any]:
         runs.append({"run_id": rec["run_id"], "phase": phase, "run_dir": rec["run_dir"],
                      "workflow": rec.get("workflow"), "trigger": rec.get("trigger"), "values": rec.get("values") or {},
                      "submitted": rec.get("submitted"), "error": rec.get("error")})
-    triggers = []
-    for trig in store.triggers().values():
-        nxt = None
-        if trig["kind"] == "cron":
-            try:
-                nxt = cron.iso(cron.next_slot(trig["cron"], cron.check_zone(trig["tz"]), now))
-            except InputError:
-                pass
-        triggers.append({**describe(trig), "next": nxt})
+    triggers = trigger_rows(store, now)
     out = {
         "service_dir": str(store.root),
         "running": held is not None,
@@ -221,9 +225,28 @@ def status(store: Store) -> dict[str, Any]:
         "last_tick_age": round(now - tick, 1) if tick is not None else None,
         "consuming": held is not None and tick is not None and now - tick < STALE,
         "run_root": str(store.run_root()),
+        "ui": cfg.get("ui"),
         "runs": runs,
         "triggers": triggers,
     }
+    return out
+
+
+def trigger_rows(store: Store, now: float | None = None) -> list[dict[str, Any]]:
+    """The triggers as ``pwe trigger list --json`` (and the dashboard) show them: each as
+    :func:`describe` says it, with its ``next`` slot (cron, while enabled)."""
+    from . import cron
+
+    now = time.time() if now is None else now
+    out = []
+    for trig in store.triggers().values():
+        nxt = None
+        if trig["kind"] == "cron" and trig.get("enabled", True):
+            try:
+                nxt = cron.iso(cron.next_slot(trig["cron"], cron.check_zone(trig["tz"]), now))
+            except InputError:
+                pass
+        out.append({**describe(trig), "next": nxt})
     return out
 
 
@@ -237,7 +260,8 @@ def describe(trig: dict[str, Any]) -> dict[str, Any]:
         when = f"file {trig['glob']} (settled {trig.get('settle', 5):g} s)"
     keep = ("id", "kind", "workflow", "name", "overlap", "cron", "tz", "catchup", "on", "of", "glob", "settle", "sets",
             "host", "cores", "created", "last_run")
-    return {**{k: trig[k] for k in keep if k in trig}, "when": when, "pending": len(trig.get("pending") or [])}
+    return {**{k: trig[k] for k in keep if k in trig}, "when": when, "pending": len(trig.get("pending") or []),
+            "enabled": bool(trig.get("enabled", True))}
 
 
 # -- the service process ------------------------------------------------------------------------
@@ -264,6 +288,11 @@ def main(store: Store) -> int:
                             "--without-heartbeat", "-l", "WARNING", "-n", f"pwe-{os.getpid()}@%h"],
         "beat": celery + ["beat", "-S", "celery.beat:Scheduler", "-l", "WARNING"],
     }
+    ui = store.config().get("ui")
+    if ui:  # the dashboard (pwe ui: its address and login word go to ui.log, owner-only)
+        host, _, port = ui.rpartition(":")
+        commands["ui"] = [sys.executable, "-m", "pwe", "ui", "--host", host, "--port", port, "--runs",
+                          str(store.run_root())]
     procs: dict[str, subprocess.Popen] = {}
     born: dict[str, float] = {}
 
@@ -277,6 +306,7 @@ def main(store: Store) -> int:
     def record() -> None:
         write_private(store.root / "service.json", {
             "pid": os.getpid(), "worker": procs["worker"].pid, "beat": procs["beat"].pid, "started": started,
+            **({"ui": procs["ui"].pid} if "ui" in procs else {}),
             "broker": redact(store.config().get("broker") or "filesystem://"), "queue": queue})
 
     started = time.time()
@@ -296,6 +326,8 @@ def main(store: Store) -> int:
                 _say(f"no tick has reached the worker for {time.time() - tick:.0f} s: restarting worker and beat "
                      "(a worker that stopped consuming, celery #8030)")
                 for name, proc in procs.items():
+                    if name == "ui":
+                        continue  # (the dashboard has no tick to miss)
                     _end(proc)
                     launch(name)
                 changed = True

@@ -191,7 +191,11 @@ def _fire(store: Store, trig: dict[str, Any], values: dict[str, Any], stamp: flo
 
 
 def evaluate(store: Store, trig: dict[str, Any], now: float, ended: list[dict[str, Any]]) -> None:
-    """Evaluate one trigger (changes its record in place; the caller saves)."""
+    """Evaluate one trigger (changes its record in place; the caller saves). A disabled
+    trigger fires nothing; its cron slots passed meanwhile are not caught up when it is
+    enabled again (:func:`set_enabled` moves its ``last`` on)."""
+    if not trig.get("enabled", True):
+        return
     if trig.get("pending") and not _active(store, trig):
         _launch(store, trig, trig["pending"].pop(0))  # a queued fire: its turn
     kind = trig["kind"]
@@ -254,3 +258,48 @@ def _files(store: Store, trig: dict[str, Any], now: float) -> None:
     for path in list(seen):
         if path not in present:
             del seen[path]
+
+
+# -- asked for by a user (pwe trigger enable / disable / fire, the dashboard) ---------------------
+def _named(triggers: dict[str, Any], tid: str) -> dict[str, Any]:
+    from ..errors import InputError
+    from ..source import did_you_mean
+
+    if tid not in triggers:
+        raise InputError(f"no trigger '{tid}'{did_you_mean(tid, triggers)}; pwe trigger list")
+    return triggers[tid]
+
+
+def set_enabled(store: Store, tid: str, enabled: bool, by: str | None = None) -> bool:
+    """Enable or disable trigger ``tid`` (its history says so, and who asked); whether it
+    changed. A cron trigger enabled again starts from now: no catch-up of the slots it was
+    disabled through."""
+    with store.locked():
+        triggers = store.triggers()
+        trig = _named(triggers, tid)
+        if bool(trig.get("enabled", True)) == enabled:
+            return False
+        trig["enabled"] = enabled
+        now = time.time()
+        if enabled and trig["kind"] == "cron":
+            trig["last"] = now
+        store.save_triggers(triggers)
+    what = "enabled" if enabled else "disabled"
+    store.log(tid, what, f"{tid}-{what}-{now}", **({"by": by} if by else {}))
+    return True
+
+
+def fire_now(store: Store, tid: str, by: str | None = None) -> str:
+    """Fire trigger ``tid`` now, as its schedule would (its overlap rule holds; a cron
+    trigger's run gets ``scheduled_time`` now); the run id it starts (or queues)."""
+    now = time.time()
+    with store.locked():
+        triggers = store.triggers()
+        trig = _named(triggers, tid)
+        values = {"scheduled_time": cron.iso(now)} if trig["kind"] == "cron" else {}
+        key = f"now\0{now!r}\0{by or ''}"
+        _fire(store, trig, values, now, key)
+        store.save_triggers(triggers)
+    run_id = _run_id(trig, now, key)
+    store.log(tid, "asked", f"{tid}-asked-{now}", run=run_id, **({"by": by} if by else {}))
+    return run_id

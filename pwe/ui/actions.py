@@ -1,0 +1,76 @@
+"""What the dashboard's buttons do, each through the function its command calls, with
+who asked (``ui:<user>@<address>``) carried into the run's journal (the ``cancel``,
+``retry`` and ``resume`` records' ``by``) or the trigger history:
+
+======================  ======================================================
+action                  the command (the function)
+======================  ======================================================
+cancel                  ``pwe cancel`` (:func:`pwe.control.cancel`)
+retry [query]           ``pwe retry --detach [-q QUERY]`` (:func:`pwe.control.detach`,
+                        the selection by :func:`pwe.cli.retry_selection`)
+resume                  ``pwe resume --detach`` (:func:`pwe.control.detach`)
+trigger fire            ``pwe trigger fire`` (:func:`pwe.service.supervisor.fire_now`)
+trigger enable/disable  ``pwe trigger enable|disable`` (:func:`...supervisor.set_enabled`)
+======================  ======================================================
+
+Each answers what the command's ``--json`` prints. They block (a cancel waits for the
+engine to leave): the app runs them in a thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .api import Sources
+
+
+def who(address: str) -> str:
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        import os
+
+        user = f"uid {os.getuid()}"
+    return f"ui:{user}@{address}"
+
+
+def cancel(src: Sources, run_id: str, by: str) -> dict[str, Any]:
+    from ..control import cancel as cancel_run
+    from ..remote import RemoteRun, is_remote
+
+    d = src.find(run_id)
+    done = RemoteRun.open(d).cancel() if is_remote(d) else cancel_run(d, by=by)
+    return {"run_id": d.name, "cancelled": done}
+
+
+def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = None) -> dict[str, Any]:
+    """``pwe retry --detach [-q QUERY]`` (``retry``) or ``pwe resume --detach``."""
+    from ..cli import retry_selection
+    from ..control import detach
+    from ..errors import InputError
+    from ..remote import is_remote
+
+    d = src.find(run_id)
+    if is_remote(d):
+        raise InputError(f"{run_id} runs on a login node: pwe {'retry' if retry else 'resume'} {run_id} drives it")
+    only = retry_selection(d, query) if (retry and query) else None
+    done = detach(d, retry, by=by, only=only)
+    src.cache.get(d)  # (read again from here on: its journal moves)
+    return {"run_id": done, "run_dir": str(d), **({"selected": sum(b - a for runs in only.values()
+                                                                      for a, b in runs)} if only else {})}
+
+
+def trigger_fire(tid: str, by: str) -> dict[str, Any]:
+    from ..service.store import Store
+    from ..service.supervisor import fire_now
+
+    return {"trigger": tid, "run_id": fire_now(Store().make(), tid, by)}
+
+
+def trigger_enable(tid: str, on: bool, by: str) -> dict[str, Any]:
+    from ..service.store import Store
+    from ..service.supervisor import set_enabled
+
+    return {"trigger": tid, "enabled": on, "changed": set_enabled(Store().make(), tid, on, by)}

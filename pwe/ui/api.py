@@ -1,0 +1,225 @@
+"""The dashboard's JSON documents, each built by the function the command line's ``--json``
+uses, so the page and a script see one schema:
+
+=====================  ==========================================================
+document               the command whose ``--json`` it is (the function)
+=====================  ==========================================================
+runs                   ``pwe runs`` (:func:`pwe.runview.run_summary`)
+run                    ``pwe status`` (:func:`pwe.runview.status`), with ``dag``:
+                       ``pwe validate``'s nodes and edges (:func:`pwe.planview.summary`)
+members                ``pwe show -q`` (:func:`pwe.query.select`), a page of them
+logs                   ``pwe logs`` (:func:`pwe.runview.logs_document`), bounded
+timeline               ``pwe trace`` (:meth:`pwe.trace.Trace.records`), the newest
+triggers               ``pwe trigger list`` (:func:`pwe.service.daemon.trigger_rows`)
+hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.cli_check`)
+=====================  ==========================================================
+
+A run is named by its id only, and only a run :func:`runs` lists is found (never a path).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, PweError, RunNotFound
+from .model import Runs
+
+#: A run id, as pwe makes them (and nothing that could be a path).
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: The most of a member's log file the dashboard reads (its last bytes).
+LOG_BYTES = 256 * 1024
+#: The most members one page holds, and the most attempts the timeline draws.
+PAGE_MAX, TIMELINE_MAX = 1000, 5000
+
+
+class Sources:
+    """Where the dashboard's runs are: ``runs_root`` (``--runs DIR``; None: ./pwe-runs),
+    and the service's runs always (:func:`pwe.rundir.roots`)."""
+
+    def __init__(self, runs_root: Path | None = None):
+        self.runs_root = runs_root
+        self.cache = Runs()
+
+    def listed(self) -> list[tuple[Path, str]]:
+        from ..rundir import COMMAND_LINE, listed
+
+        if self.runs_root is None:
+            return listed()
+        found = listed(self.runs_root) + [(d, w) for d, w in listed() if w != COMMAND_LINE]
+        seen: set[str] = set()
+        out = []
+        for d, w in found:
+            if str(d.resolve()) not in seen:
+                seen.add(str(d.resolve()))
+                out.append((d, w))
+        return out
+
+    def find(self, run_id: str) -> Path:
+        """The run directory of ``run_id`` among those listed; :class:`RunNotFound` else."""
+        if not RUN_ID.fullmatch(run_id):
+            raise RunNotFound(f"run {run_id[:60]!r}: not a run id")
+        for d, _ in self.listed():
+            if d.name == run_id:
+                return d
+        raise RunNotFound(f"no run '{run_id}' here")
+
+
+def runs(src: Sources) -> list[dict[str, Any]]:
+    """``pwe runs --json``."""
+    from ..runview import run_summary
+
+    return [run_summary(d, where) for d, where in src.listed()]
+
+
+def run(src: Sources, run_id: str) -> dict[str, Any]:
+    """``pwe status --json`` of the run, with ``dag`` (``pwe validate --json``'s nodes and
+    edges, for its plan as run) and ``run_id``."""
+    from ..planview import summary
+    from ..runview import status
+
+    d = src.find(run_id)
+    doc = status(d)
+    loaded = src.cache.get(d)
+    dag = summary(loaded.plan, [])
+    doc["dag"] = {k: dag[k] for k in ("workflow", "total_members", "nodes", "edges", "critical_path")}
+    doc.setdefault("run_id", run_id)
+    return doc
+
+
+def members(src: Sources, run_id: str, query: str | None = None, node: str | None = None,
+            state: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+    """A page of ``pwe show -q QUERY --json``: ``members`` (its records), ``offset``,
+    ``limit`` and ``more`` (whether a next page has any)."""
+    from ..query import needs_trace, parse, select
+
+    if not 0 <= offset <= 10**9 or not 1 <= limit <= PAGE_MAX:
+        raise InputError(f"offset 0 to 1000000000, limit 1 to {PAGE_MAX}")
+    d = src.find(run_id)
+    loaded = src.cache.get(d)
+    trace = loaded.traced() if query and needs_trace(parse(query, None)) else None
+    with loaded.lock:
+        page = select(d, query or None, node or None, state or None, limit + 1, offset, (loaded.state, trace))
+    return {"run_id": run_id, "query": query or "", "offset": offset, "limit": limit, "more": len(page) > limit,
+            "members": page[:limit]}
+
+
+def member(src: Sources, run_id: str, node: str, index: int) -> dict[str, Any]:
+    """One member as ``pwe show`` lists it, with ``files``: what its directory holds
+    (name and size: its stdout, stderr, outputs file and what it wrote there), and
+    ``products``: the paths its node names for it, each with whether it exists."""
+    from ..results import member_record
+    from ..rundir import member_dir
+
+    d = src.find(run_id)
+    loaded = src.cache.get(d)
+    with loaded.lock:
+        ns = loaded.state.nodes.get(node)
+        if ns is None or not 0 <= index < ns.size:
+            raise InputError(f"{node}[{index}]: no such member of {run_id}")
+        rec = member_record(loaded.state, node, index)
+    from .security import inside
+
+    md = member_dir(d, node, index)
+    files = []
+    if inside(d, md) and md.is_dir():
+        for entry in sorted(os.scandir(md), key=lambda e: e.name)[:200]:
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    files.append({"name": entry.name, "bytes": entry.stat(follow_symlinks=False).st_size})
+            except OSError:
+                continue
+    rec["files"] = files
+    rec["products"] = _products(loaded, node, index)
+    return rec
+
+
+def _products(loaded: Any, node: str, index: int) -> list[dict[str, Any]]:
+    """The product paths of a member (pwe.products), each with whether it is there."""
+    pn = loaded.plan.nodes[node]
+    if not getattr(pn, "products", None) or not loaded.info.get("workspace"):
+        return []
+    from ..products import absolute
+
+    try:
+        paths = absolute(loaded.plan, loaded.info["workspace"], node, index)
+    except (PweError, ValueError, TypeError, OSError):
+        return []
+    return [{"path": str(p), "exists": Path(p).exists()} for p in paths]
+
+
+def logs(src: Sources, run_id: str, node: str, index: int, tail: int | None = None) -> dict[str, Any]:
+    """``pwe logs --json`` of a member, each file's last :data:`LOG_BYTES` bytes at most
+    (``cut``: how many were left out). A log that is a symbolic link out of the run
+    directory, or not a regular file, is refused."""
+    from ..runview import logs_document, node_sizes
+    from .security import inside
+
+    d = src.find(run_id)
+    sizes = node_sizes(d)
+    if node not in sizes or not 0 <= index < sizes[node]:
+        raise InputError(f"{node}[{index}]: no such member of {run_id}")
+    from ..rundir import member_dir
+
+    md = member_dir(d, node, index)
+    for name in ("stdout", "stderr"):
+        if os.path.lexists(md / name) and not inside(d, md / name):
+            raise InputError(f"{node}[{index}] {name}: not a file inside the run directory")
+    return logs_document(d, node, index, f"{node}:{index}", tail, max_bytes=LOG_BYTES)
+
+
+def timeline(src: Sources, run_id: str, limit: int = TIMELINE_MAX) -> dict[str, Any]:
+    """The run's trace (``pwe trace --format json``'s records) for its timeline: the
+    ``limit`` attempts that started last, with ``attempts`` (how many in all), and the
+    progress of each pilot and each machine (``by_pilot``, ``by_machine``: attempts
+    per state)."""
+    d = src.find(run_id)
+    loaded = src.cache.get(d)
+    tr = loaded.traced()
+    with loaded.lock:
+        recs = list(tr.records(None))
+    by_pilot: dict[str, dict[str, int]] = {}
+    by_machine: dict[str, dict[str, int]] = {}
+    for r in recs:
+        for key, into in ((r["pilot"], by_pilot), (r["node_name"], by_machine)):
+            if key is not None:
+                c = into.setdefault(str(key), {})
+                c[r["state"]] = c.get(r["state"], 0) + 1
+    recs.sort(key=lambda r: r["start"] or r["submit"] or 0)
+    shown = recs[-limit:]
+    for r in shown:
+        r.pop("parameters", None)
+    return {"run_id": run_id, "attempts": len(recs), "records": shown, "by_pilot": by_pilot,
+            "by_machine": by_machine, "pilots": {p: {k: v for k, v in info.items() if k in
+                                                    ("host", "lane", "batch", "job", "slots", "gone")}
+                                                for p, info in tr.pilots.items()}}
+
+
+def triggers() -> list[dict[str, Any]]:
+    """``pwe trigger list --json``."""
+    from ..service.daemon import trigger_rows
+    from ..service.store import Store
+
+    store = Store()
+    return trigger_rows(store) if store.root.is_dir() else []
+
+
+def hosts() -> list[dict[str, Any]]:
+    """``pwe hosts list --json``."""
+    import hostinfo
+
+    from ..cli_check import host_rows
+
+    return host_rows(hostinfo.load())
+
+
+def host_check(name: str) -> dict[str, Any]:
+    """``pwe hosts check NAME --json`` (a live check: it reaches the host)."""
+    import hostinfo
+    from hostinfo.check import check_host
+
+    from ..cli_check import check_document
+
+    return check_document(name, check_host(hostinfo.load().get(name)))

@@ -1,0 +1,445 @@
+"""The Starlette app of the dashboard: its routes, the checks every request passes
+(:mod:`.security`), the OpenAPI description (Starlette's ``SchemaGenerator``, from the
+YAML after ``---`` in each endpoint's docstring; ``components`` in :mod:`.openapi`), and
+:func:`serve` (uvicorn). Read endpoints are ``GET /api/...``; actions are ``POST``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response, \
+    StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.schemas import SchemaGenerator
+from starlette.staticfiles import StaticFiles
+
+from ..errors import InputError, PweError, RunNotFound, RunTaken
+from . import actions, api, live
+from .openapi import BASE
+from .security import COOKIE, MAX_BODY, MAX_STREAMS, Guard, cookies_of
+
+STATIC = Path(__file__).parent / "static"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _error(exc: Exception) -> JSONResponse:
+    code = 404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, RunTaken) else \
+        400 if isinstance(exc, InputError) else 409
+    return JSONResponse({"error": str(exc)}, status_code=code)
+
+
+async def _call(fn: Any, *args: Any, **kw: Any) -> Response:
+    try:
+        return JSONResponse(await run_in_threadpool(fn, *args, **kw))
+    except PweError as exc:
+        return _error(exc)
+
+
+def _whole(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise InputError(f"{name}: a whole number from {low} to {high}") from None
+    if not low <= n <= high:
+        raise InputError(f"{name}: a whole number from {low} to {high}")
+    return n
+
+
+# -- pages -----------------------------------------------------------------------------------
+async def index(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+
+async def login(request: Request) -> Response:
+    guard: Guard = request.app.state.guard
+    given = request.query_params.get("token", "")
+    if not given or not guard.login_ok(given):
+        return PlainTextResponse("wrong or missing token: open the address pwe ui printed", status_code=401)
+    out = RedirectResponse("/", status_code=303)
+    out.set_cookie(COOKIE, guard.session, httponly=True, samesite="strict", path="/",
+                   secure=request.url.scheme == "https")
+    return out
+
+
+async def session(request: Request) -> Response:
+    """Who the page is and what it may do.
+    ---
+    summary: the session (authenticated, the CSRF value for actions)
+    returns: Session
+    """
+    guard: Guard = request.app.state.guard
+    authed = request.scope.get("pwe_auth", False)
+    return JSONResponse({"authenticated": authed, "reads": authed or guard.open_reads,
+                         "csrf": guard.csrf if authed else None})
+
+
+# -- reading ----------------------------------------------------------------------------------
+async def runs(request: Request) -> Response:
+    """Every run (pwe runs --json).
+    ---
+    summary: the runs, newest first (pwe runs --json)
+    returns: [RunSummary]
+    """
+    return await _call(api.runs, request.app.state.src)
+
+
+async def run(request: Request) -> Response:
+    """One run (pwe status --json, with its DAG).
+    ---
+    summary: one run (pwe status --json) with dag (pwe validate --json's nodes and edges)
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    returns: Status
+    """
+    return await _call(api.run, request.app.state.src, request.path_params["run_id"])
+
+
+async def members(request: Request) -> Response:
+    """A page of a run's members (pwe show -q --json).
+    ---
+    summary: a page of members matching a query (pwe show -q QUERY --json)
+    parameters:
+      - {name: run_id, in: path, required: true, schema: {type: string}}
+      - {name: q, in: query, schema: {type: string}, description: "a query, e.g. state=failed; T>300"}
+      - {name: node, in: query, schema: {type: string}}
+      - {name: state, in: query, schema: {type: string}}
+      - {name: offset, in: query, schema: {type: integer, minimum: 0}}
+      - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 1000}}
+    returns: MemberPage
+    """
+    try:
+        q = request.query_params
+        offset = _whole(request, "offset", 0, 0, 10**9)
+        limit = _whole(request, "limit", 50, 1, api.PAGE_MAX)
+    except InputError as exc:
+        return _error(exc)
+    return await _call(api.members, request.app.state.src, request.path_params["run_id"], q.get("q"),
+                       q.get("node"), q.get("state"), offset, limit)
+
+
+def _member_args(request: Request) -> tuple[str, str, int]:
+    p = request.path_params
+    return p["run_id"], p["node"], int(p["index"])
+
+
+async def member(request: Request) -> Response:
+    """One member, its files and products.
+    ---
+    summary: one member (pwe show's record) with its files and products
+    parameters:
+      - {name: run_id, in: path, required: true, schema: {type: string}}
+      - {name: node, in: path, required: true, schema: {type: string}}
+      - {name: index, in: path, required: true, schema: {type: integer}}
+    returns: Member
+    """
+    return await _call(api.member, request.app.state.src, *_member_args(request))
+
+
+async def logs(request: Request) -> Response:
+    """A member's stdout and stderr (pwe logs --json), bounded.
+    ---
+    summary: a member's logs (pwe logs --json), the last 256 KiB of each at most
+    parameters:
+      - {name: run_id, in: path, required: true, schema: {type: string}}
+      - {name: node, in: path, required: true, schema: {type: string}}
+      - {name: index, in: path, required: true, schema: {type: integer}}
+      - {name: tail, in: query, schema: {type: integer, minimum: 1}}
+    returns: Logs
+    """
+    try:
+        tail = _whole(request, "tail", 0, 0, 1_000_000) or None
+    except InputError as exc:
+        return _error(exc)
+    return await _call(api.logs, request.app.state.src, *_member_args(request), tail)
+
+
+async def timeline(request: Request) -> Response:
+    """The run's trace, for its timeline.
+    ---
+    summary: the newest attempts (pwe trace's records) and progress per pilot and per machine
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    returns: Timeline
+    """
+    return await _call(api.timeline, request.app.state.src, request.path_params["run_id"])
+
+
+async def triggers(request: Request) -> Response:
+    """The triggers (pwe trigger list --json).
+    ---
+    summary: the triggers (pwe trigger list --json)
+    returns: [Trigger]
+    """
+    return await _call(api.triggers)
+
+
+async def hosts(request: Request) -> Response:
+    """The hosts (pwe hosts list --json).
+    ---
+    summary: the host registry (pwe hosts list --json)
+    returns: [Host]
+    """
+    return await _call(api.hosts)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(request.app.state.schemas.get_schema(routes=request.app.routes))
+
+
+# -- live -------------------------------------------------------------------------------------
+def _stream(request: Request, gen: Any) -> Response:
+    guard: Guard = request.app.state.guard
+    if guard.streams >= MAX_STREAMS:
+        return JSONResponse({"error": f"at most {MAX_STREAMS} live streams at once"}, status_code=503)
+    guard.streams += 1
+
+    async def counted():
+        try:
+            async for chunk in gen:
+                yield chunk
+        finally:
+            guard.streams -= 1
+
+    return StreamingResponse(counted(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def live_runs(request: Request) -> Response:
+    """The runs, pushed as they change.
+    ---
+    summary: server-sent events, 'runs' (pwe runs --json) whenever one changes
+    returns: events
+    """
+    return _stream(request, live.runs_stream(request.app.state.src, request.is_disconnected))
+
+
+async def live_run(request: Request) -> Response:
+    """One run's journal and status, pushed.
+    ---
+    summary: server-sent events, 'journal' (new journal records) and 'status' (pwe status --json)
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    returns: events
+    """
+    try:
+        d = request.app.state.src.find(request.path_params["run_id"])
+    except PweError as exc:
+        return _error(exc)
+    return _stream(request, live.run_stream(request.app.state.src, d, request.is_disconnected))
+
+
+# -- actions ----------------------------------------------------------------------------------
+async def _body(request: Request) -> dict[str, Any]:
+    data = b""
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > MAX_BODY:
+            raise InputError(f"a request of more than {MAX_BODY} bytes")
+    if not data.strip():
+        return {}
+    try:
+        body = json.loads(data)
+    except ValueError:
+        raise InputError("the request's body is not JSON") from None
+    if not isinstance(body, dict):
+        raise InputError("the request's body is a JSON object")
+    return body
+
+
+async def _act(request: Request, fn: Any, *args: Any, **kw: Any) -> Response:
+    by = actions.who(request.client.host if request.client else "?")
+    return await _call(fn, *args, by=by, **kw)
+
+
+async def cancel(request: Request) -> Response:
+    """Cancel a run (pwe cancel --json).
+    ---
+    summary: cancel the run (pwe cancel); the journal's cancel record says who asked
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    returns: Cancelled
+    """
+    return await _act(request, actions.cancel, request.app.state.src, request.path_params["run_id"])
+
+
+async def retry(request: Request) -> Response:
+    """Retry failed members (pwe retry --detach [-q QUERY] --json).
+    ---
+    summary: retry the failed, skipped and cancelled members, or those a query selects (pwe retry -q)
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    requestBody: {content: {application/json: {schema: {type: object, properties: {query: {type: string}}}}}}
+    returns: Started
+    """
+    try:
+        query = (await _body(request)).get("query") or None
+        if query is not None and not isinstance(query, str):
+            raise InputError("query: a text")
+    except InputError as exc:
+        return _error(exc)
+    return await _act(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True,
+                      query=query)
+
+
+async def resume(request: Request) -> Response:
+    """Resume a run (pwe resume --detach --json).
+    ---
+    summary: resume the run in the background (pwe resume --detach)
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    returns: Started
+    """
+    return await _act(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=False)
+
+
+async def trigger_action(request: Request) -> Response:
+    """Fire, enable or disable a trigger (pwe trigger fire|enable|disable --json).
+    ---
+    summary: fire a trigger now, or enable or disable it (pwe trigger fire|enable|disable)
+    parameters:
+      - {name: tid, in: path, required: true, schema: {type: string}}
+      - {name: what, in: path, required: true, schema: {type: string, enum: [fire, enable, disable]}}
+    returns: object
+    """
+    tid, what = request.path_params["tid"], request.path_params["what"]
+    if what == "fire":
+        return await _act(request, actions.trigger_fire, tid)
+    if what in ("enable", "disable"):
+        return await _act(request, actions.trigger_enable, tid, what == "enable")
+    return JSONResponse({"error": f"no action '{what[:40]}': fire, enable or disable"}, status_code=404)
+
+
+async def host_check(request: Request) -> Response:
+    """A live check of a host (pwe hosts check --json).
+    ---
+    summary: reach the host and check it (pwe hosts check NAME --json)
+    parameters: [{name: name, in: path, required: true, schema: {type: string}}]
+    returns: HostCheck
+    """
+    return await _call(api.host_check, request.path_params["name"])
+
+
+class Schemas(SchemaGenerator):
+    """Starlette's generator, with ``returns: NAME`` (``[NAME]``: a list of them; ``events``: an
+    event stream) in a docstring written out as the OpenAPI responses it stands for."""
+
+    def parse_docstring(self, func_or_method: Any) -> dict[str, Any]:
+        spec = dict(super().parse_docstring(func_or_method))
+        kind = spec.pop("returns", None)
+        if kind is None:
+            return spec
+        error = {"description": "refused, or bad input (one line)",
+                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        if isinstance(kind, list):  # (YAML reads [NAME] as a list)
+            kind = f"[{kind[0]}]"
+        if kind == "events":
+            ok = {"description": "server-sent events", "content": {"text/event-stream": {}}}
+        else:
+            name = kind.strip("[]")
+            one = {"type": "object"} if name == "object" else {"$ref": f"#/components/schemas/{name}"}
+            schema = {"type": "array", "items": one} if kind.startswith("[") else one
+            ok = {"description": "the document", "content": {"application/json": {"schema": schema}}}
+        spec["responses"] = {200: ok, **{code: error for code in (400, 401, 403, 404, 409, 429)}}
+        return spec
+
+
+class Checks:
+    """Every request's checks (:mod:`.security`), as pure ASGI middleware (streams pass)."""
+
+    OPEN = ("/", "/login", "/api/session", "/api/openapi.json")
+
+    def __init__(self, app: Any, guard: Guard):
+        self.app, self.guard = app, guard
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path, method = scope["path"], scope["method"]
+        g = self.guard
+        bearer = headers.get("authorization", "").lower().startswith("bearer ")
+        scope["pwe_auth"] = authed = g.authenticated(headers, cookies_of(headers.get("cookie", "")))
+        refusal = None
+        if not g.host_ok(headers.get("host", "")):
+            refusal = (421, "this dashboard answers requests for its loopback address only")
+        elif method not in ("GET", "HEAD", "POST"):
+            refusal = (405, "GET or POST")
+        elif method == "POST":
+            length = headers.get("content-length", "0")
+            client = (scope.get("client") or ("?",))[0]
+            if not length.isdigit() or int(length) > MAX_BODY:
+                refusal = (413, f"a request body of at most {MAX_BODY} bytes")
+            elif not authed:
+                refusal = (401, "actions need the dashboard's token (open the address pwe ui printed)")
+            elif not bearer and not g.origin_ok(headers.get("origin"), headers.get("host", ""), scope["scheme"]):
+                refusal = (403, "an action from another origin")
+            elif not bearer and not g.csrf_ok(headers.get("x-pwe-csrf")):
+                refusal = (403, "an action without the page's CSRF value")
+            elif not g.action_allowed(client):
+                refusal = (429, "too many actions: wait a minute")
+        elif not authed and not g.open_reads and not (path in self.OPEN or path.startswith("/static/")):
+            refusal = (401, "this dashboard needs its token (open the address pwe ui printed)")
+        if refusal is not None:
+            response: Response = JSONResponse({"error": refusal[1]}, status_code=refusal[0])
+            return await response(scope, receive, self._headers(send))
+        return await self.app(scope, receive, self._headers(send))
+
+    @staticmethod
+    def _headers(send: Any) -> Any:
+        async def with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + [
+                    (b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+            await send(message)
+        return with_headers
+
+
+def make_app(src: api.Sources, guard: Guard) -> Any:
+    """The dashboard's ASGI app (the checks around Starlette's router)."""
+    run_p = "/api/runs/{run_id}"
+    member_p = run_p + "/members/{node}/{index:int}"
+    routes = [
+        Route("/", index), Route("/login", login),
+        Route("/api/session", session), Route("/api/openapi.json", openapi, include_in_schema=False),
+        Route("/api/runs", runs), Route(run_p, run), Route(run_p + "/members", members),
+        Route(member_p, member), Route(member_p + "/logs", logs), Route(run_p + "/timeline", timeline),
+        Route("/api/triggers", triggers), Route("/api/hosts", hosts),
+        Route("/api/live/runs", live_runs), Route("/api/live/runs/{run_id}", live_run),
+        Route(run_p + "/cancel", cancel, methods=["POST"]), Route(run_p + "/retry", retry, methods=["POST"]),
+        Route(run_p + "/resume", resume, methods=["POST"]),
+        Route("/api/triggers/{tid}/{what}", trigger_action, methods=["POST"]),
+        Route("/api/hosts/{name}/check", host_check, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.state.src, app.state.guard = src, guard
+    app.state.schemas = Schemas(BASE)
+    return Checks(app, guard)
+
+
+def serve(src: api.Sources, guard: Guard, host: str, port: int, ready: Any = None) -> None:
+    """Serve the dashboard until interrupted (uvicorn; its access log is off: a login's
+    address holds the token)."""
+    import uvicorn
+
+    config = uvicorn.Config(make_app(src, guard), host=host, port=port, access_log=False, log_level="warning",
+                            timeout_graceful_shutdown=2, h11_max_incomplete_event_size=64 * 1024,
+                            limit_concurrency=1000)
+    server = uvicorn.Server(config)
+    if ready is not None:
+        async def main() -> None:
+            task = asyncio.create_task(server.serve())
+            while not server.started and not task.done():
+                await asyncio.sleep(0.02)
+            if server.started:
+                ready(server)
+            await task
+        asyncio.run(main())
+    else:
+        server.run()
