@@ -21,7 +21,7 @@ function el(tag, attrs, ...kids) {
     else if (k === "text") e.textContent = String(v);
     else e.setAttribute(k, String(v));
   }
-  for (const kid of kids.flat()) {
+  for (const kid of kids.flat(Infinity)) {
     if (kid === null || kid === undefined || kid === false) continue;
     e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
   }
@@ -30,7 +30,7 @@ function el(tag, attrs, ...kids) {
 function svg(tag, attrs, ...kids) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
-  for (const kid of kids.flat()) if (kid !== null && kid !== undefined)
+  for (const kid of kids.flat(Infinity)) if (kid !== null && kid !== undefined)
     e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
   return e;
 }
@@ -46,7 +46,8 @@ function bar(counts, total) {
   const b = el("span", {class: "bar", title: STATES.filter(s => counts[s]).map(s => `${s} ${counts[s]}`).join(", ")});
   for (const s of ["done", "failed", "skipped", "cancelled", "running", "queued"]) {
     const n = counts[s] || 0;
-    if (n && total) b.append(el("span", {class: `b-${s}`, style: `width:${(100 * n / total).toFixed(3)}%`}));
+    if (n && total) { const part = el("span", {class: `b-${s}`}); part.style.width = `${(100 * n / total).toFixed(3)}%`;
+      b.append(part); }  // (CSSOM, not a style attribute: the page's CSP allows no inline style)
   }
   return b;
 }
