@@ -74,6 +74,8 @@ async function act(path, body) {
   return out;
 }
 function listen(path, handlers) {
+  for (const old of streams) old.close();  // (one stream a page: a route that overtook another keeps one)
+  streams = [];
   const es = new EventSource(path);
   const dot = document.getElementById("live");
   es.onopen = () => dot.classList.add("on");
@@ -245,6 +247,8 @@ async function showRun(id, member) {
     if (!tlWanted || tlBusy) return; tlWanted = false; tlBusy = true;
     try { putTimeline(await get(`${base}/timeline`)); } catch (e) { notice(e.message, true); } finally { tlBusy = false; }
   };
+  for (const t of timers) clearInterval(t);
+  timers = [];
   setTimeout(loadTimeline, 50);
   timers.push(setInterval(loadTimeline, 2000));
   let membersWanted = false;
