@@ -84,13 +84,14 @@ def last_assigned(run_dir: Path) -> int:
         size = fh.seek(0, 2)
         fh.seek(max(0, size - (4 << 20)))
         tail = fh.read()
-    return max(_field(line, "m") for line in tail.split(b"\n")[1:] if b'"e":"assign"' in line)
+    return max(_field(line, "m") + _field(line, "len", 1) - 1 for line in tail.split(b"\n")[1:]
+               if b'"e":"assign"' in line)
 
 
-def _field(line: bytes, name: str) -> int:
+def _field(line: bytes, name: str, missing: int = -1) -> int:
     try:
-        return int(json.loads(line)[name])
-    except (ValueError, KeyError, TypeError):
+        return int(json.loads(line).get(name, missing))
+    except (ValueError, TypeError, AttributeError):
         return -1  # (a line cut short: the kill, or a read while it is written)
 
 

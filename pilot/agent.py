@@ -199,7 +199,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         # its start on disk before it exists (one write, no fsync): a pilot killed at any
         # moment, even inside the spawn, leaves no member running that the engine does not
         # know of (it finds it by its environment and ends it before running it again)
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[n.name for n, _ in placement])
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[n.name for n, _ in placement])
         self.flush()
         try:
             pid = self.spawner.spawn(argv, env, cwd, task["cmd"], made=True)

@@ -42,10 +42,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .members import say
-from .transport import EVENTS, EngineSpool, PilotSpool, Transport
+from .transport import ARCHIVE, EVENTS, EngineSpool, PilotSpool, Transport, open_spool
 from .wire import ACK, DOWN, decode
 
-ARCHIVE = "events.redis.jsonl"  # what the engine read from the broker, as it read it
 
 
 class BrokerError(OSError):
@@ -372,7 +371,7 @@ class EngineRedis(Transport):
         self.broker = broker
         self.key_in = key_in
         self.stream = stream_for(key_in, self.dir)
-        self._archive = open(os.path.join(self.dir, ARCHIVE), "ab", buffering=0)
+        self._archive = None  # (opened at the first entry read: a sealed pilot's is never made again)
         self._after = "0-0"  # the last entry read
         self._untrimmed = 0  # entries read since the stream was last trimmed
 
@@ -390,8 +389,11 @@ class EngineRedis(Transport):
         msgs, off = self.spool.receive(off)
         kept = 0  # the last q archived already (read again from the start: not archived twice)
         if not cursor:
-            with open(os.path.join(self.dir, ARCHIVE), "rb") as fh:
-                old = decode(fh.read(), self.key_in)[0]
+            try:
+                with open_spool(os.path.join(self.dir, ARCHIVE)) as fh:
+                    old = decode(fh.read(), self.key_in)[0]
+            except FileNotFoundError:
+                old = []
             for m in old:
                 m["via"] = "redis"
                 if type(m.get("q")) is int:
@@ -403,6 +405,8 @@ class EngineRedis(Transport):
             # the run's record of it first: a broker is not one
             from .transport import append_whole
 
+            if self._archive is None:
+                self._archive = open(os.path.join(self.dir, ARCHIVE), "ab", buffering=0)
             append_whole(self._archive, data)
             got = decode(b"".join(b for _, b in entries), self.key_in)[0]
             for m in got:
@@ -428,7 +432,9 @@ class EngineRedis(Transport):
 
     def close(self) -> None:
         self.spool.close()
-        self._archive.close()
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
 
 
 __all__ = ["ARCHIVE", "EVENTS", "Broker", "BrokerError", "EngineRedis", "PilotRedis", "Redis", "parse_url",

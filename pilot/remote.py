@@ -104,7 +104,7 @@ class RemoteNodes:
             return
         agent.members[key] = member
         self.running[key] = member
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[node])
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[node])
 
     def start_agent(self, node: str, launcher: str = "ssh") -> NodeAgent | None:
         import subprocess

@@ -108,7 +108,7 @@ class LocalSpawners:
         member.agent, member.key = agent, key
         agent.members[key] = member
         self.running[key] = member
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], pid=0, nodes=[placement[0][0].name])
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
         self.pending.append((member, {"k": "run", "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"],
                                       "cwd": task["cwd"], "env": member_env, "made": True}))
         return True

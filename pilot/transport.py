@@ -20,6 +20,11 @@ held back until its writer finishes it. **Redis** (:mod:`pilot.broker`): the pil
 events through a Redis stream, its tasks still through the spool; a pilot that loses
 the broker goes on through the spool by itself.
 
+A pilot that has left, once the engine has taken in all it said, may have its files
+**sealed** (:func:`seal`): compressed to ``NAME.gz`` when together they are big (a million
+members' are hundreds of MB of repetitive JSON); every reader here opens either
+(:func:`open_spool`), and a cursor stays an offset into the plain text.
+
 Every line is signed with its channel's key (:func:`pilot.wire.channel_key`, from the
 run's ``secret``; :func:`keys` is how a pilot finds it) and every message a pilot sends
 has its sequence number ``q``, given here as it is first sent: the engine applies each
@@ -28,8 +33,10 @@ has its sequence number ``q``, given here as it is first sent: the engine applie
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,72 @@ from .wire import FORGED, GROUP, TASK, channel_key, decode, encode
 READ_CHUNK = MAX_LINE = 64 << 20
 
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
+ARCHIVE = "events.redis.jsonl"  # what the engine read from a broker, as it read it (pilot/broker.py)
+
+#: a left pilot's spool files are sealed (compressed) once together they are bigger than
+#: this (about 16,000 members' worth); smaller ones stay plain text, to be read as they are,
+#: and a run of that size is not held up at its end for the few MB it would save
+SEAL_ABOVE = 8 << 20
+
+
+def seal_above() -> int:
+    """:data:`SEAL_ABOVE`, or the bytes ``PWE_SEAL_ABOVE`` says (a whole number; anything
+    else is ignored)."""
+    given = os.environ.get("PWE_SEAL_ABOVE", "")
+    return int(given) if given.isdigit() else SEAL_ABOVE
+
+
+def open_spool(path: str):
+    """A spool file opened for reading, plain or sealed (``path + ".gz"``: its plain text
+    as it reads, seeks and tells); the plain one when both are there (a seal cut short).
+    :class:`FileNotFoundError` when neither is."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        return gzip.open(path + ".gz", "rb")
+
+
+def spool_bytes(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE)) -> dict[str, int]:
+    """The plain spool files ``names`` of a pilot's directory that are there: path -> size."""
+    sizes: dict[str, int] = {}
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            sizes[path] = os.stat(path).st_size
+        except FileNotFoundError:
+            pass
+    return sizes
+
+
+def seal(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE), above: int | None = None) -> int:
+    """Compress the spool files ``names`` of a pilot's directory to ``NAME.gz`` (then the
+    plain one goes), when together they are more than ``above`` bytes (:func:`seal_above`);
+    the bytes saved. Only for a pilot that has left and whose every message was taken in: nobody
+    writes these files again. Each is written, synced and renamed into place before its
+    plain file is removed, so a crash or a full disk leaves the plain file, read as before
+    (what the disk refused is :class:`OSError`, the plain file kept)."""
+    sizes = spool_bytes(directory, names)
+    if sum(sizes.values()) <= (seal_above() if above is None else above):
+        return 0
+    saved = 0
+    for path, size in sizes.items():
+        tmp = path + ".gz.tmp"
+        try:
+            with open(path, "rb") as src, open(tmp, "wb") as raw:
+                with gzip.GzipFile(os.path.basename(path), "wb", 6, raw, mtime=0) as gz:
+                    shutil.copyfileobj(src, gz, 1 << 20)
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(tmp, path + ".gz")
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        os.unlink(path)
+        saved += size - os.stat(path + ".gz").st_size
+    return saved
 
 
 def keys(directory: str, secret: str | None = None) -> tuple[bytes | None, bytes | None]:
@@ -102,7 +175,7 @@ class _Inbox:
         if fh is None or cursor != self._at:
             if fh is None:
                 try:
-                    fh = self._fh = open(self.path, "rb")
+                    fh = self._fh = open_spool(self.path)
                 except FileNotFoundError:
                     return [], cursor
             fh.seek(cursor)
@@ -153,12 +226,14 @@ class EngineSpool(Transport):
         self.dir = str(directory)
         self.where = os.path.join(self.dir, TASKS)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        self._out = open(self.where, "ab", buffering=0)
+        self._out = None  # (opened at the first send: a sealed pilot's is never made again)
         self._in = _Inbox(os.path.join(self.dir, EVENTS), key_in)
         self.key_out = key_out
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
         try:
+            if self._out is None:
+                self._out = open(self.where, "ab", buffering=0)
             append_whole(self._out, encode(msgs, self.key_out))
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, self.where) from None
@@ -173,10 +248,14 @@ class EngineSpool(Transport):
         found, not whole (a million members' tasks are hundreds of MB); one never sent
         costs a read of the whole file."""
         out: Counter[tuple[str, int, int]] = Counter()
-        with open(self.where, "rb") as fh:
-            if among is None:
+        try:
+            fh = open_spool(self.where)
+        except FileNotFoundError:
+            return out  # (nothing was ever sent)
+        with fh:
+            if among is None or isinstance(fh, gzip.GzipFile):  # (sealed: read forwards, whole)
                 for line in fh:
-                    _count_task(line, out, None)
+                    _count_task(line, out, among)
                 return out
             end, carry = fh.seek(0, os.SEEK_END), b""
             while end > 0 and not among <= out.keys():
@@ -190,7 +269,9 @@ class EngineSpool(Transport):
         return out
 
     def close(self) -> None:
-        self._out.close()
+        if self._out is not None:
+            self._out.close()
+            self._out = None
         self._in.close()
 
 

@@ -81,6 +81,7 @@ class Engine(PilotWork, Feeding):
         self.lock = rundir.EngineLock(run_dir)
         self._next_pilot = 1
         self._failed_pilots = 0  # pilots in a row that broke before finishing any member
+        self._sealing: list[Any] = []  # threads compressing left pilots' spool files (pwe.pilots._seal)
         self._edges_seen: set[str] = set()
         self._secret: bytes | None = None  # the run's secret: every line to and from a pilot is signed with it
         self._brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
@@ -322,9 +323,18 @@ class Engine(PilotWork, Feeding):
                         if pilot.job and not pilot.came_up and self.state is not None and \
                                 self.state.unfinished() == 0:
                             pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
-                    pilot.close()
+                    pilot.flush()
                 except (OSError, PweError):
                     pass  # the pilot keeps running what it has; resume takes its events in
+            try:
+                self._await_leaving()  # (a finished run's big spools: sealed once their pilots said they left)
+            except (OSError, PweError):
+                pass
+            for pilot in self.pilots.values():
+                try:
+                    pilot.close()
+                except (OSError, PweError):
+                    pass
             for lane in self.lanes.values():
                 if pending.get(lane.name):
                     try:
@@ -346,6 +356,7 @@ class Engine(PilotWork, Feeding):
                     pass
                 self._snapshot()
         finally:
+            self._sealed()
             self.lock.release()
 
     def _checkpoint(self) -> None:

@@ -24,6 +24,21 @@ from .journal import replay
 from .regular import read_bytes
 
 
+def _spool_bytes(path: Path) -> bytes:
+    """A pilot's spool file, plain or sealed (compressed once the pilot left:
+    :func:`pilot.transport.seal`); :class:`OSError` for one damaged past reading."""
+    try:
+        return read_bytes(path)
+    except FileNotFoundError:
+        import gzip
+        import zlib
+
+        try:
+            return gzip.decompress(read_bytes(f"{path}.gz"))
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise OSError(f"{path}.gz is damaged ({exc})") from None
+
+
 def events(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Every pilot message of the run (per pilot, by ``q``), then every journal record."""
     try:
@@ -40,7 +55,7 @@ def events(run_dir: Path) -> Iterator[dict[str, Any]]:
         got: list[dict[str, Any]] = []
         for name, via in ((EVENTS, "spool"), (ARCHIVE, "redis")):
             try:
-                data = read_bytes(d / name)
+                data = _spool_bytes(d / name)
             except FileNotFoundError:
                 continue
             except OSError as exc:

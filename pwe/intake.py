@@ -119,12 +119,15 @@ class Intake:
                 self._record({"e": "note", "what": broker.notes.pop(0), "t": time.time()})
         if not events:
             return 0
+        held: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
         for ev in events:
             why = self._admit(pilot, ev)
             if why:
                 self._reject(pilot, ev, why)
             else:
-                self._take(pilot, ev)
+                self._take(pilot, ev, held)
+        for rec in held.values():  # (started, not ended in this batch: journaled before the offset)
+            self.journal.append(rec)
         self._record({"e": "offset", "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
         if getattr(pilot.transport, "acks", False) and pilot.q > pilot.acked:
             # sent after the journal is flushed (the loop flushes it before the pilots)
@@ -136,17 +139,19 @@ class Intake:
         return len(events)
 
     @staticmethod
-    def _event_record(pid_: str, ev: dict[str, Any]) -> dict[str, Any] | None:
+    def _event_record(pid_: str, ev: dict[str, Any], host: str | None = None) -> dict[str, Any] | None:
         """The journal record of a pilot's ``start``, ``end`` or ``back``; None for a
-        message without the fields its kind has (damaged)."""
+        message without the fields its kind has (damaged). A start's ``nodes`` are left
+        out when they are only ``host``, the pilot's own (its journal record says it)."""
         k = ev["k"]
         try:
             if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
                 return {"e": "unassign", "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
             rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "t": ev.get("t")}
             if k == START:
-                rec["pid"] = ev.get("pid", 0)
-                if ev.get("nodes"):
+                if ev.get("pid"):  # (0: its spawner's child, pid not known here)
+                    rec["pid"] = ev["pid"]
+                if ev.get("nodes") and ev["nodes"] != [host]:
                     rec["nodes"] = ev["nodes"]  # (for the trace: where it ran)
             else:
                 rec["rc"] = ev["rc"]
@@ -172,11 +177,14 @@ class Intake:
                 pass  # (a damaged message: apply refuses it below)
         return rec
 
-    def _take(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
-        """Act on one message of a pilot."""
+    def _take(self, pilot: PilotHandle, ev: dict[str, Any], held: dict[Any, dict[str, Any]] | None = None) -> None:
+        """Act on one message of a pilot. ``held``: the batch's start records not yet
+        journaled, by (node, member, attempt): a start is held there and its end, when it
+        comes in the same batch, is journaled as one record carrying it (``st``: the
+        journal's compacted form, pwe/journal.py); the caller journals what is left held."""
         k = ev["k"]
         if k == START or k == END or k == BACK:
-            rec = self._judged(self._event_record(pilot.id, ev))
+            rec = self._judged(self._event_record(pilot.id, ev, pilot.host))
             if rec is None:
                 k = DAMAGED
             else:
@@ -185,7 +193,18 @@ class Intake:
                 except (KeyError, ValueError, TypeError, IndexError):
                     applied, k = None, DAMAGED  # (a node or member this run does not have)
                 if k != DAMAGED:
-                    self.journal.append(rec)
+                    start = held.pop((rec["n"], rec["m"], rec["a"]), None) if held else None
+                    if k == START and applied is not None and held is not None:
+                        held[(rec["n"], rec["m"], rec["a"])] = rec
+                    elif k == END and start is not None:
+                        rec["st"] = start["t"]
+                        if "nodes" in start:
+                            rec["nodes"] = start["nodes"]
+                        self.journal.append(rec)
+                    else:
+                        if start is not None:
+                            self.journal.append(start)  # (handed back after it started: in that order)
+                        self.journal.append(rec)
                 if applied is not None and k == END:
                     pilot.one_less(ev["n"], ev["m"])
                     pilot.finished_any = True

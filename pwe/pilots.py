@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pilot.transport import EngineSpool, Transport
+from pilot.transport import EngineSpool, Transport, seal, seal_above, spool_bytes
 
 from .errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from .journal import cannot_write
@@ -78,6 +78,7 @@ class PilotHandle:
         self.qs: dict[str, int] = {}  # the highest each transport delivered ("spool", "redis")
         self.acked = 0  # the last ``ack`` sent (a pilot that sends through a broker)
         self.refusals: set[str] = set()  # kinds of refusal said on stderr already (once each)
+        self.sealed = False  # it left and its spool files are (being) compressed: nothing more is written
 
     def send(self, msg: dict[str, Any]) -> None:
         self._out.append(msg)
@@ -107,6 +108,8 @@ class PilotHandle:
         return self.outstanding - self.extra
 
     def flush(self) -> None:
+        if self.sealed:
+            self._out.clear()  # (it has left: a message to it is read by no one, and would make a new file)
         if not self._out:
             return
         out, self._out = self._out, []
@@ -394,6 +397,44 @@ class PilotWork(Intake, Recovery, PilotControl):
         protocol = self.lanes[pilot.lane].protocol
         return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
 
+    def _seal(self, pilot: PilotHandle) -> None:
+        """A pilot that said it left, all it said taken in: its spool files are compressed
+        when they are big (:func:`pilot.transport.seal`), in a thread (a million members'
+        take seconds, and zlib lets the loop go on); :meth:`_sealed` waits for them."""
+        import threading
+
+        pilot.close()
+        pilot.sealed = True
+        t = threading.Thread(target=_seal_quietly, args=(str(pilot.dir),), name=f"seal {pilot.id}")
+        t.start()
+        self._sealing.append(t)
+
+    def _await_leaving(self, wait: float = 5.0) -> None:
+        """At the end of a finished run: each pilot just told to stop whose spool files are
+        big enough to seal is waited for until it says it left (``wait`` s at most, all
+        together), then given up as gone (journaled) and sealed. One with small files is
+        not waited for: the run's end is not held up for nothing."""
+        if self.state is None or self.state.unfinished():
+            return
+        above = seal_above()
+        big = [p for p in self.pilots.values()
+               if p.alive and not p.sealed and sum(spool_bytes(str(p.dir)).values()) > above]
+        deadline = time.time() + wait
+        while big:
+            for p in list(big):
+                self._ingest(p)
+                if p.down:
+                    self._pilot_gone(p, "exited")
+                    big.remove(p)
+            if not big or time.time() > deadline:
+                break
+            time.sleep(0.02)
+
+    def _sealed(self) -> None:
+        """Wait for the seals under way (:meth:`_seal`)."""
+        while self._sealing:
+            self._sealing.pop().join()
+
     def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         """Give a pilot up: take in everything it wrote first (pilot events win), then hand
         its unfinished members on."""
@@ -416,6 +457,8 @@ class PilotWork(Intake, Recovery, PilotControl):
         pilot._groups.clear()
         if pilot.popen is not None:
             pilot.popen.poll()
+        if pilot.down:
+            self._seal(pilot)
         # A pilot that never came up, died without saying goodbye, or left on an error, and
         # finished nothing: three in a row is a pilot that cannot work here (a defect, a
         # broken environment). Stop with its words instead of starting pilots forever.
@@ -431,3 +474,12 @@ class PilotWork(Intake, Recovery, PilotControl):
                 last = "(no output)"
             what = "died before starting" if not pilot.came_up else "failed before finishing any member"
             raise RunStopped(f"3 pilots in a row {what}; the last said: {last}  (see {log}): fix what it says")
+
+
+def _seal_quietly(directory: str) -> None:
+    """Seal a left pilot's spool files; one the disk refuses stays plain (a convenience:
+    readers take either)."""
+    try:
+        seal(directory)
+    except OSError:
+        pass

@@ -66,8 +66,11 @@ class Recovery:
         own files still say, and they are read whole again.
 
         Each pilot's tasks file says what it was sent, its events what it handed back,
-        started and ended. So: a member the journal has on a pilot that is gone, or on
-        one that does not hold it (never sent, or handed back), is handed back; a task a
+        started and ended. So: the starts and ends of the members the journal has on each
+        pilot are applied again first (a member whose end the journal lost ended, even on
+        a pilot that is gone: it is not run again); then a member the journal has on a
+        pilot that is gone, or on one that does not hold it (never sent, or handed back),
+        is handed back; a task a
         pilot holds that the journal forgot is that pilot's again (never sent twice:
         the pilot would run it twice); then every start and end is applied again (one
         already applied changes nothing). Only what changes the state is journaled, and
@@ -98,7 +101,6 @@ class Recovery:
                     if not holds(pid_, nid, i, ns.attempt[i]):
                         self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
 
-        hand_back_strays()
         started = {_task_key(ev): pid_ for pid_, (events, _, _) in files.items() for ev in events
                    if ev.get("k") == START}
         live = [q for q in reversed(list(files)) if st.pilots[q].get("alive")]
@@ -130,6 +132,10 @@ class Recovery:
                         n += 1
             return n
 
+        # first what the pilots' files say of the members the journal has on them: one whose
+        # end it lost on a pilot that is gone ended there, and is no stray to run again
+        apply_again()
+        hand_back_strays()
         # an end applied again may release members whose assignment the journal skipped
         # (they were not ready then): until nothing changes
         while adopt() + apply_again():

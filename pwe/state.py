@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
+from .journal import unpack
 from .readyqueue import ReadyQueue
 from .trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -193,6 +194,12 @@ class RunState:
         """Apply one journal record. Idempotent for pilot events: an event for an attempt
         or a pilot that is no longer current is ignored (returns None)."""
         e = r["e"]
+        if "len" in r and e == "assign" or "st" in r and e == "end":  # (compacted: pwe/journal.py)
+            out = None
+            for one in unpack(r):
+                got = self.apply(one)
+                out = got if got is not None else out
+            return out
         if e == "assign":
             ns = self.nodes[r["n"]]
             i = r["m"]

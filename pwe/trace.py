@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from .journal import replay
+from .journal import replay, unpack
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
@@ -47,6 +47,13 @@ class Trace:
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/trees.py)
 
     def take(self, r: dict[str, Any]) -> None:
+        if "len" in r or "st" in r:  # (compacted records: pwe/journal.py)
+            for one in unpack(r):
+                self._take(one)
+        else:
+            self._take(r)
+
+    def _take(self, r: dict[str, Any]) -> None:
         e = r["e"]
         if e == "assign":
             self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
@@ -103,7 +110,8 @@ class Trace:
                 "submit": submit, "start": start, "end": end,
                 "duration": dt if dt is not None else (round(end - start, 3) if end and start else None),
                 "cpu": cpu, "rss_kb": rss, "host": p.get("lane") or p.get("host"),
-                "node_name": nodes[0] if nodes else None,
+                # (a start without nodes ran on its pilot's host: pwe/intake.py leaves them out)
+                "node_name": nodes[0] if nodes else p.get("host") if start is not None else None,
                 "pilot": pid, "batch": p.get("batch"), "job": p.get("job"),
                 "parameters": {} if space is None else space.values_of(i) if i < space.size else
                 self.grown[nid][i - space.size], "outputs": out or {},

@@ -13,14 +13,18 @@ EXAMPLES = ROOT / "examples"
 
 
 def read_journal(run_dir) -> list[dict]:
-    """A finished run's journal, every line whole (a torn line fails the test)."""
+    """A finished run's journal, every line whole (a torn line fails the test), as the
+    records its lines stand for (pwe.journal.unpack: one assign a member, an end carrying
+    its start as that start and the end)."""
     import json
+
+    from pwe.journal import unpack
 
     out = []
     with open(Path(run_dir) / "journal.jsonl", "rb") as fh:
         for line in fh:
             assert line.endswith(b"\n"), "torn journal line"
-            out.append(json.loads(line))
+            out.extend(unpack(json.loads(line)))
     return out
 
 
