@@ -60,6 +60,7 @@ NUMERIC = {
     ("logs", "--tail"): ["logs", "RUN", "a:0"],
     ("_engine", "--ready-fd"): ["_engine", "RUN"],
     ("notify", "status"): ["notify", "--run", "RUN", "--pilot", "p1", "started", "42", "--"],
+    ("ui", "--port"): ["ui"],
 }
 BAD_NUMBERS = ["-1", "nan", "inf", "-inf", "1e30", "99999999999999999999999999", "abc", "", "1\n2"]
 

@@ -411,3 +411,60 @@ def test_triggers_enable_disable_and_fire_from_the_api(home, tmp_path):
     run_dir = Path(next(h["run"] for h in hist if h["what"] == "fired"))
     assert run_dir.name == fired["run_id"] or True
     assert c.post("/api/triggers/nightly/explode", headers=h).status_code == 404
+
+
+def test_pwe_retry_q_selects_failed_members_or_says_why_not(done):
+    from pwe.engine import retry_selects
+
+    cwd, run = done
+    rc, out, err = run_cli("retry", run.name, "-q", "state=done", cwd=cwd)
+    assert rc == 2 and "selects no failed, skipped or cancelled member" in err and len(err.splitlines()) == 1
+    rc, out, err = run_cli("retry", run.name, "-q", "T>abc", cwd=cwd)
+    assert rc == 2 and "needs a number" in err
+    if not retry_selects():  # (pwe/state.py must apply a retry's 'only' first: nothing runs, nothing is written)
+        before = (run / "journal.jsonl").read_bytes()
+        rc, out, err = run_cli("retry", run.name, "-q", "x=13", cwd=cwd)
+        assert rc == 2 and "retrying a selection of members needs" in err and len(err.splitlines()) == 1
+        assert (run / "journal.jsonl").read_bytes() == before
+
+
+def test_a_selection_is_runs_of_consecutive_members():
+    from pwe.control import selection
+
+    picked = [{"node": "b", "member": 7}, {"node": "a", "member": 3}, {"node": "a", "member": 4},
+              {"node": "a", "member": 9}, {"node": "a", "member": 4}]
+    assert selection(picked) == {"a": [[3, 5], [9, 10]], "b": [[7, 8]]}
+
+
+def test_pwe_service_serves_the_dashboard_with_its_runs(tmp_path, monkeypatch):
+    import socket
+    import urllib.request
+
+    monkeypatch.setenv("PWE_HOME", str(tmp_path / "home"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, out, err = run_cli("service", "start", "--ui", str(port), cwd=tmp_path, env={"PWE_SERVICE_STALE": "30"})
+    assert rc == 0, err
+    try:
+        assert f"dashboard on 127.0.0.1:{port}" in out
+        rc, out, err = run_cli("submit", "--service", ROOT / "examples" / "quickstart.yaml", cwd=tmp_path)
+        assert rc == 0, err
+        run_id = out.strip()
+
+        def listed():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=5) as r:
+                    return [x for x in json.loads(r.read()) if x["run_id"] == run_id and x["from"] == "service"]
+            except OSError:
+                return []
+
+        wait_for(listed, 60, "the service's run on its dashboard")
+        log = tmp_path / "home" / "state" / "service" / "ui.log"
+        assert f"http://127.0.0.1:{port}/login?token=" in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
+    finally:
+        run_cli("service", "stop", cwd=tmp_path)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=5)
+    rc, out, err = run_cli("service", "start", "--ui", "99999", cwd=tmp_path)
+    assert rc == 2 and "--ui" in err and len(err.strip().splitlines()) == 1

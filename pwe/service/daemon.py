@@ -291,8 +291,7 @@ def main(store: Store) -> int:
     ui = store.config().get("ui")
     if ui:  # the dashboard (pwe ui: its address and login word go to ui.log, owner-only)
         host, _, port = ui.rpartition(":")
-        commands["ui"] = [sys.executable, "-m", "pwe", "ui", "--host", host, "--port", port, "--runs",
-                          str(store.run_root())]
+        commands["ui"] = [sys.executable, "-m", "pwe", "ui", "--host", host, "--port", port]  # (the service's runs)
     procs: dict[str, subprocess.Popen] = {}
     born: dict[str, float] = {}
 

@@ -335,6 +335,10 @@ async function showMember(node, index) {
       logs.error ? el("p", {class: "muted", text: logs.error}) : ["stdout", "stderr"].map(k => logs[k] ? [
         el("strong", {text: k + (logs[k].cut ? ` (last part; ${fmt(logs[k].cut)} bytes before it)` : "")}),
         el("pre", {class: "log", id: `log-${k}`, text: logs[k].text})] : null)));
+    clearTimeout(runView.tail);
+    if (["running", "queued"].includes(m.state)) runView.tail = setTimeout(() => {  // a live tail: its logs grow between events
+      if (runView.member && runView.member[0] === node && runView.member[1] === index &&
+          document.getElementById("member")) showMember(node, index); }, 2000);
   } catch (e) { box.replaceChildren(el("p", {class: "bad", text: e.message})); }
 }
 
