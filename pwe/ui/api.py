@@ -174,7 +174,8 @@ def timeline(src: Sources, run_id: str, limit: int = TIMELINE_MAX) -> dict[str, 
     """The run's trace (``pwe trace --format json``'s records) for its timeline: the
     ``limit`` attempts that started last, with ``attempts`` (how many in all), and the
     progress of each pilot and each machine (``by_pilot``, ``by_machine``: attempts
-    per state)."""
+    per state). Of a very long journal, the attempts of its last 16 MiB (``from_offset``:
+    where they begin; 0: all)."""
     d = src.find(run_id)
     loaded = src.cache.get(d)
     tr = loaded.traced()
@@ -192,6 +193,7 @@ def timeline(src: Sources, run_id: str, limit: int = TIMELINE_MAX) -> dict[str, 
     for r in shown:
         r.pop("parameters", None)
     return {"run_id": run_id, "attempts": len(recs), "records": shown, "by_pilot": by_pilot,
+            "from_offset": loaded.partial,  # (0: the whole journal; else the attempts assigned after it)
             "by_machine": by_machine, "pilots": {p: {k: v for k, v in info.items() if k in
                                                     ("host", "lane", "batch", "job", "slots", "gone")}
                                                 for p, info in tr.pilots.items()}}

@@ -5,8 +5,9 @@ never a reload.
   snapshot (``state.json``, which its engine rewrites every 0.5 s) or its engine changes.
 - ``/api/live/run/ID``: a ``journal`` event with the run's new journal records as they
   are appended (its event bus, as the engine journals every pilot message it takes in:
-  each ``{"e", "n", "m", "a", "rc", "t", "p"}``, at most :data:`BATCH` an event, with
-  ``n`` how many there were), and a ``status`` event (``pwe status --json``) whenever the
+  each ``{"e", "n", "m", "a", "rc", "t", "p"}``, one per member event as
+  :func:`pwe.journal.unpack` gives them, at most :data:`BATCH` an event, with ``n`` how
+  many there were), and a ``status`` event (``pwe status --json``) whenever the
   snapshot changes.
 
 Each stream reads files only (the journal's new bytes, a stat of the snapshot) every
@@ -66,7 +67,7 @@ async def runs_stream(src: Any, gone: Any) -> AsyncIterator[bytes]:
 def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     """The whole records appended to the journal at ``path`` after byte ``offset``, and the
     offset after them (a line still being written waits for the next look)."""
-    from ..journal import decode
+    from ..journal import decode, unpack
 
     try:
         with open(path, "rb") as fh:
@@ -78,8 +79,13 @@ def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     out = []
     for line in data[:cut].splitlines(keepends=True):
         rec = decode(line)
-        if rec is not None:
-            out.append({k: rec[k] for k in FIELDS if k in rec})
+        if rec is None:
+            continue
+        try:
+            ones = unpack(rec)  # (an assign of consecutive members, an end carrying its start: each its own)
+        except (ValueError, KeyError, TypeError):
+            continue
+        out.extend({k: one[k] for k in FIELDS if k in one} for one in ones)
     return out, offset + cut
 
 

@@ -20,6 +20,8 @@ from typing import Any
 KEEP = 8
 #: A run is brought up to date at most this often (seconds).
 FRESH = 0.5
+#: A journal longer than this has its trace (the timeline's) read from its last TRACE_TAIL bytes.
+WHOLE_TRACE, TRACE_TAIL = 64 * 1024 * 1024, 16 * 1024 * 1024
 
 
 class LoadedRun:
@@ -37,7 +39,7 @@ class LoadedRun:
         self.state, replayed, _ = load(run_dir, self.plan)
         self.end, self.lines = replayed.end, replayed.lines
         self.trace: Any = None
-        self.trace_end = self.trace_lines = 0
+        self.trace_end = self.trace_lines = self.partial = 0
         self.checked = time.monotonic()
 
     @property
@@ -72,15 +74,25 @@ class LoadedRun:
             return True
 
     def traced(self) -> Any:
-        """The run's trace (:class:`pwe.trace.Trace`), read the first time."""
+        """The run's trace (:class:`pwe.trace.Trace`), read the first time: the whole journal,
+        or, of a journal over :data:`WHOLE_TRACE` bytes, its last :data:`TRACE_TAIL` bytes
+        (the attempts assigned there: ``self.partial`` is then the offset it starts at)."""
         from ..journal import replay
         from ..trace import Trace
 
         with self.lock:
             if self.trace is None:
                 tr = Trace()
-                done = replay(self.journal, tr.take)
+                start = 0
+                size = self._size()
+                if size > WHOLE_TRACE:
+                    with open(self.journal, "rb") as fh:
+                        fh.seek(size - TRACE_TAIL)
+                        fh.readline()  # (to the next whole line)
+                        start = fh.tell()
+                done = replay(self.journal, tr.take, start=start)
                 self.trace, self.trace_end, self.trace_lines = tr, done.end, done.lines
+                self.partial = start
             return self.trace
 
 

@@ -302,7 +302,8 @@ async function loadMembers() {
   try { page = await get(`/api/runs/${encodeURIComponent(runView.id)}/members?${p}`); }
   catch (e) { box.replaceChildren(el("p", {class: "bad", id: "members-error", text: e.message})); return; }
   runView.visible = new Set(page.members.map(m => `${m.node}:${m.member}`));
-  const t = el("table", {id: "members"}, el("tr", {}, ["member", "state", "attempts", "exit", "why", "parameters", "outputs"].map(h => el("th", {text: h}))));
+  const t = el("table", {id: "members"}, el("tr", {}, ["member", "state", "attempts", "exit", "why", "parameters", "outputs"].map(
+    h => el("th", {class: ["attempts", "exit"].includes(h) ? "num" : null, text: h}))));
   for (const m of page.members) {
     t.append(el("tr", {class: "click member-row", "data-member": `${m.node}:${m.member}`, on: {click: () => showMember(m.node, m.member)}},
       el("td", {text: `${m.node}[${m.member}]`}), el("td", {}, stateSpan(m.state)), el("td", {class: "num", text: m.attempts}),
