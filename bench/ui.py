@@ -5,8 +5,9 @@
    10^3, 10^5 and 10^6 members, with the server cold (a fresh `pwe ui`: the run read from its
    checkpoint) and warm (read before);
 2. the server's memory (RSS of `pwe ui`) while 10 browsers watch a running 10^5-member run;
-3. journal records per second delivered to a page (its event stream) against those the
-   engine wrote meanwhile.
+3. member events per second delivered to a page (its event stream: journal records as
+   pwe.journal.unpack gives them) against those the engine wrote meanwhile, and what one
+   page takes in when the journal grows faster than an engine here writes it.
 
 Runs are made with `pwe submit` (members `true`, 2 cores); the 10^5 and 10^6 runs are
 cancelled once some thousands of members ended (a page shows every member however many
@@ -94,12 +95,61 @@ def interactive(driver, ui: UI, run_id: str) -> float:
     raise SystemExit(f"{run_id}: the page never became interactive")
 
 
+def events_in(journal: Path, start: int, end: int) -> int:
+    """The member events (records as pwe.journal.unpack gives them: what a page is sent)
+    in the journal's whole lines from byte ``start`` to about ``end``."""
+    from pwe.journal import decode, unpack
+
+    with open(journal, "rb") as fh:
+        fh.seek(start)
+        data = fh.read(end - start)
+    data = data[:data.rfind(b"\n") + 1]
+    return sum(len(unpack(r)) for r in map(decode, data.splitlines(keepends=True)) if r is not None)
+
+
+def capacity(work: Path, run_id: str, n: int) -> dict:
+    """What one page's stream carries when the journal grows faster than an engine writes
+    it here: ``n`` note records appended at once to a copy of a finished run; the time
+    until the page has counted them all."""
+    import shutil
+
+    from pwe.journal import encode
+
+    copy = work / "pwe-runs" / f"{run_id}-cap"
+    shutil.copytree(work / "pwe-runs" / run_id, copy)
+    ui = UI(work)
+    d = browser()
+    try:
+        interactive(d, ui, copy.name)
+        time.sleep(1.0)
+        before = d.execute_script("return window.pweStats.records")
+        now = time.time()
+        data = b"".join(encode({"e": "note", "what": f"bench {i}", "t": now}) for i in range(n))
+        t0 = time.time()
+        with open(copy / "journal.jsonl", "ab") as fh:
+            fh.write(data)
+        while d.execute_script("return window.pweStats.records") - before < n:
+            if time.time() - t0 > 300:
+                raise SystemExit("the page did not take them all in 300 s")
+            time.sleep(0.05)
+        dt = time.time() - t0
+    finally:
+        d.quit()
+        ui.stop()
+    print(f"{n:,} journal records appended at once ({len(data) / 1e6:.1f} MB): one page had them all after "
+          f"{dt:.2f} s: {n / dt:,.0f} records/s", flush=True)
+    return {"records": n, "bytes": len(data), "seconds": round(dt, 2), "per_s": round(n / dt)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,100000,1000000")
     ap.add_argument("--browsers", type=int, default=10)
     ap.add_argument("--watch", type=float, default=20.0, help="seconds the browsers watch the running run")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--capacity", type=int, default=200_000,
+                    help="journal records appended at once to a copy of the smallest run, for the rate one page "
+                         "takes them in (0: not measured)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pwe-bench-ui-"))
     os.environ["PWE_HOME"] = str(work / "home")
@@ -143,7 +193,7 @@ def main() -> None:
         time.sleep(3)
         peak, samples = 0.0, []
         r0 = [dr.execute_script("return window.pweStats.records") for dr in drivers]
-        j0 = journal.read_bytes().count(b"\n")
+        j0 = journal.stat().st_size
         t0 = time.time()
         while time.time() - t0 < a.watch:
             rss = ui.rss_mb()
@@ -153,22 +203,25 @@ def main() -> None:
         dt = time.time() - t0
         time.sleep(1.0)  # (the last look of each stream)
         r1 = [dr.execute_script("return window.pweStats.records") for dr in drivers]
-        j1 = journal.read_bytes().count(b"\n")
+        j1 = events_in(journal, j0, journal.stat().st_size)
+        j0 = 0
         ends = journal.read_bytes().count(b'"e":"end"')
         per_page = [(b - a) / dt for a, b in zip(r0, r1)]
         out["watch"] = {"browsers": a.browsers, "seconds": round(dt, 1), "rss_before_mb": round(base_rss, 1),
                         "rss_peak_mb": round(peak, 1), "rss_median_mb": round(sorted(samples)[len(samples) // 2], 1),
-                        "journal_records_per_s": round((j1 - j0) / dt, 1),
+                        "journal_events_per_s": round((j1 - j0) / dt, 1),
                         "delivered_per_s_per_page": [round(x, 1) for x in per_page],
                         "members_ended_at_end": ends}
         print(f"{a.browsers} browsers on a running 100,000-member run for {dt:.0f} s: pwe ui RSS {base_rss:.0f} MB "
-              f"before, peak {peak:.0f} MB; journal {((j1 - j0) / dt):,.0f} records/s written, delivered to each page "
-              f"{min(per_page):,.0f}-{max(per_page):,.0f} records/s", flush=True)
+              f"before, peak {peak:.0f} MB; journal {((j1 - j0) / dt):,.0f} member events/s written, delivered to "
+              f"each page {min(per_page):,.0f}-{max(per_page):,.0f}/s", flush=True)
     finally:
         for dr in drivers:
             dr.quit()
         pwe("cancel", run_id, cwd=work)
         ui.stop()
+    if a.capacity:
+        out["capacity"] = capacity(work, runs[min(runs)], a.capacity)
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out))
