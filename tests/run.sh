@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,web]'
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,web,docs]'
 echo "run.sh: ruff check"
 .venv/bin/ruff check .
 echo "run.sh: lint-imports (the layers: pwe over hostinfo over protocols over pilot)"
