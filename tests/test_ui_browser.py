@@ -147,6 +147,8 @@ def test_cancel_from_the_page_stops_the_run_and_the_state_says_so(home, tmp_path
         driver.switch_to.alert.accept()
         wait_js(driver, "return document.querySelector('#phase').textContent === 'cancelled'", 30, "cancelled")
         assert "cancelled" in driver.find_element("id", "notice").text
+        wait_js(driver, "return !document.querySelector('#summary').textContent.includes('engine pid')", 10,
+                "the engine gone from the summary")
         assert driver.execute_script("return window.__same_page") == "yes"
         no_errors(driver)
     finally:

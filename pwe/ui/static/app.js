@@ -254,7 +254,7 @@ async function showRun(id, member) {
   let membersWanted = false;
   timers.push(setInterval(() => { if (membersWanted) { membersWanted = false; loadMembers(); } }, 1000));
   listen(`/api/live/runs/${encodeURIComponent(id)}`, {
-    status: s => { putStatus({...doc, ...s}); },
+    status: s => { putStatus({...s, dag: doc.dag}); },  // (the status as it is now: an engine gone is gone)
     journal: j => {
       window.pweStats.records += j.n;
       tlWanted = true;
