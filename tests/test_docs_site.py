@@ -134,7 +134,8 @@ def test_the_build_fails_on_an_error_class_without_an_entry(site_copy, tmp_path)
 
 
 def pages() -> list[Path]:
-    return sorted(DOCS.rglob("*.md"))
+    """The site's pages and the README (its samples follow the same rules)."""
+    return sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
 
 
 def test_every_block_has_a_checked_language():
@@ -213,7 +214,7 @@ def sandbox(tmp_path):
     return tmp_path, env, run.name
 
 
-@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(DOCS)))
+@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_code_samples_of_the_page_run(page, sandbox):
     where, env, run_id = sandbox
     ran = 0
