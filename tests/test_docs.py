@@ -65,7 +65,7 @@ def example_workflows() -> list[Path]:
     return out
 
 
-# -- the workflows the README shows are example files ----------------------------------------
+# -- the workflows the docs show are example files ------------------------------------------
 
 
 def test_every_workflow_in_the_docs_is_an_example_file():
@@ -136,7 +136,7 @@ def test_every_example_is_in_the_examples_table():
     assert not missing, f"{EXAMPLES_PAGE.relative_to(ROOT)} does not list {missing}"
 
 
-# -- the run directory drawn in the README is the one a run makes -----------------------------
+# -- the run directory drawn in the docs is the one a run makes -------------------------------
 
 SOURCES = [p for d in ("pwe", "pilot", "protocols") for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".j2")]
 
