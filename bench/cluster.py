@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, check_ends, pwe_env
+from common import ROOT, check_ends, journal_records, pwe_env
 
 HOSTS = ROOT / "tests" / "cluster" / "hosts.yaml"
 NODE_SH = ROOT / "tests" / "services" / "node.sh"
@@ -43,8 +43,7 @@ def workflow(d: Path, n: int, run: str = "true", host: str = "slurm4") -> Path:
 
 
 def journal(run_dir: Path) -> list[dict]:
-    with open(run_dir / "journal.jsonl") as fh:
-        return [json.loads(line) for line in fh]
+    return journal_records(run_dir)
 
 
 def pwe_run(d: Path, env: dict, n: int, host: str, hosts: Path = HOSTS) -> tuple[float, Path]:

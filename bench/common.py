@@ -37,29 +37,55 @@ def timed_run(args: list[str], env: dict[str, str], cwd: Path | None = None) -> 
     return wall
 
 
-def check_ends(run_dir: Path, members: int) -> None:
-    """The run's journal holds exactly ``members`` ends, each with exit status 0."""
+def journal_records(run_dir: Path, whole: bool = True) -> list[dict]:
+    """A run's journal as the records its lines stand for (pwe.journal.unpack: one assign
+    and one end a member). ``whole=False``: of a journal being written, the lines that are
+    whole so far."""
     import json
 
-    ends = 0
-    with open(run_dir / "journal.jsonl") as fh:
+    sys.path.insert(0, str(ROOT))
+    from pwe.journal import unpack
+
+    out: list[dict] = []
+    with open(run_dir / "journal.jsonl", "rb") as fh:
         for line in fh:
-            r = json.loads(line)
-            if r["e"] == "end":
-                assert r["rc"] == 0, r
-                ends += 1
-    assert ends == members, (ends, members)
+            try:
+                out += unpack(json.loads(line))
+            except ValueError:
+                if whole:
+                    raise
+    return out
+
+
+def pilot_events(run_dir: Path) -> list[dict]:
+    """Every message of every pilot of a run, from their own files, plain or sealed
+    (compressed once a pilot left: pilot.transport.open_spool)."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    from pilot.transport import EVENTS, open_spool
+
+    out: list[dict] = []
+    for d in sorted((run_dir / "pilots").iterdir()):
+        try:
+            with open_spool(str(d / EVENTS)) as fh:
+                out += [json.loads(line) for line in fh if line.strip()]
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def check_ends(run_dir: Path, members: int) -> None:
+    """The run's journal holds exactly ``members`` ends, each with exit status 0."""
+    ends = [r for r in journal_records(run_dir) if r["e"] == "end"]
+    assert all(r["rc"] == 0 for r in ends), next(r for r in ends if r["rc"])
+    assert len(ends) == members, (len(ends), members)
 
 
 def pilot_span(run_dir: Path) -> float:
     """First member start to last member end, from the pilots' own event records."""
-    import json
-
     times: dict[str, list[float]] = {"start": [], "end": []}
-    for events in (run_dir / "pilots").glob("*/events.jsonl"):
-        with open(events) as fh:
-            for line in fh:
-                ev = json.loads(line)
-                if ev["k"] in times:
-                    times[ev["k"]].append(ev["t"])
+    for ev in pilot_events(run_dir):
+        if ev["k"] in times:
+            times[ev["k"]].append(ev["t"])
     return max(times["end"]) - min(times["start"])

@@ -12,7 +12,6 @@ connection, remote shell, exec).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import pwe_env
+from common import pilot_events, pwe_env
 
 
 def main() -> None:
@@ -44,8 +43,7 @@ def main() -> None:
                        env=env, check=True, capture_output=True, cwd=d)
         wall = time.perf_counter() - t0
         dts, nodes = [], set()
-        for line in open(run_dir / "pilots" / "p1" / "events.jsonl"):
-            ev = json.loads(line)
+        for ev in pilot_events(run_dir):
             if ev["k"] == "end":
                 assert ev["rc"] == 0, ev
                 dts.append(ev["dt"])

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import pwe_env, timed_run
+from common import journal_records, pwe_env, timed_run
 
 
 def workflow(d: Path, n: int) -> Path:
@@ -49,8 +49,8 @@ def dispatch(d: Path, n: int, repeat: int, env: dict) -> dict[str, list[float]]:
 
 def _records(run_dir: Path) -> list[dict]:
     try:
-        return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
+        return journal_records(run_dir, whole=False)
+    except OSError:
         return []
 
 

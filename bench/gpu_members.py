@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import pwe_env
+from common import pilot_events, pwe_env
 
 MEMBER = r'''
 import os, sys, time
@@ -99,7 +99,7 @@ nodes:
               f"{json.loads(hosts.stdout).get('cores_per_node') if hosts.returncode == 0 else '?'}")
         doc = json.loads(shown.stdout)
         members = doc["members"] if isinstance(doc, dict) else doc
-        ev = [json.loads(x) for p in (run_dir / "pilots").glob("*/events.jsonl") for x in p.read_text().splitlines()]
+        ev = pilot_events(run_dir)
         spans: dict[tuple[str, int], list[float]] = {}
         for e in ev:
             if e["k"] in ("start", "end"):

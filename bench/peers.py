@@ -51,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, pwe_env, timed_run
+from common import ROOT, pilot_events, pwe_env, timed_run
 from dispatch_local import bare_loop, check, settle, workflow
 
 BENCH = ROOT / "bench"
@@ -195,10 +195,8 @@ def run_pwe(base: Path, n: int, slots: int, cmd: str, env: dict[str, str]) -> di
         raise RuntimeError(str(e)[-500:]) from None
     check(run_dir, n)
     starts, ends = [], []
-    for events in (run_dir / "pilots").glob("*/events.jsonl"):
-        for line in events.read_text().splitlines():
-            ev = json.loads(line)
-            (starts if ev["k"] == "start" else ends if ev["k"] == "end" else []).append(ev["t"])
+    for ev in pilot_events(run_dir):
+        (starts if ev["k"] == "start" else ends if ev["k"] == "end" else []).append(ev["t"])
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"wall": wall, "first": min(starts) - t0, "last_end": max(ends) - t0}
 

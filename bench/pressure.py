@@ -18,7 +18,6 @@ the first member's start to the last member's end (the pilot's clock).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -26,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import pwe_env, timed_run  # noqa: E402
+from common import journal_records, pwe_env, timed_run  # noqa: E402
 
 
 def workflow(order: str, leaves: int, leaf_s: float, stages: int, stage_s: float) -> str:
@@ -40,8 +39,7 @@ def workflow(order: str, leaves: int, leaf_s: float, stages: int, stage_s: float
 
 def makespan(run_dir: Path) -> float:
     starts, ends = [], []
-    for line in (run_dir / "journal.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in journal_records(run_dir):
         if r["e"] == "start":
             starts.append(r["t"])
         elif r["e"] == "end":

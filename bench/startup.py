@@ -20,7 +20,6 @@ alternated with this tree's, so the change is told from the host's drift.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import PACKAGES, pwe_env
+from common import PACKAGES, pilot_events, pwe_env
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path, stdin=None) -> float:
@@ -52,7 +51,7 @@ def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float,
     run_dir = base / f"w2-{k}"
     t_wall0 = time.time()
     wall = timed([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "8", "--run-dir", str(run_dir)], env, base)
-    ev = [json.loads(x) for p in (run_dir / "pilots").glob("*/events.jsonl") for x in p.read_text().splitlines()]
+    ev = pilot_events(run_dir)
     up = min(e["t"] for e in ev if e["k"] == "up") - t_wall0
     first = min(e["t"] for e in ev if e["k"] == "start") - t_wall0
     tail = wall - (max(e["t"] for e in ev if e["k"] == "end") - t_wall0)

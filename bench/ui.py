@@ -47,7 +47,7 @@ def make_run(cwd: Path, n: int, cancel_after: int | None) -> str:
     p = pwe("submit", f"wf{n}.yaml", "--cores", "2", cwd=cwd)
     run_id = p.stdout.strip()
     journal = cwd / "pwe-runs" / run_id / "journal.jsonl"
-    while not journal.exists() or journal.read_bytes().count(b'"e":"end"') < cancel_after:
+    while not journal.exists() or ends_in(journal) < cancel_after:
         time.sleep(0.5)
     pwe("cancel", run_id, cwd=cwd)
     return run_id
@@ -93,6 +93,17 @@ def interactive(driver, ui: UI, run_id: str) -> float:
             return t
         time.sleep(0.02)
     raise SystemExit(f"{run_id}: the page never became interactive")
+
+
+def ends_in(journal: Path) -> int:
+    """How many members' ends the journal has so far (its ``ends`` records count each row)."""
+    from pwe.journal import decode, unpack
+
+    with open(journal, "rb") as fh:
+        data = fh.read()
+    data = data[:data.rfind(b"\n") + 1]
+    return sum(1 for r in map(decode, data.splitlines(keepends=True)) if r is not None and r["e"] in ("end", "ends")
+               for u in unpack(r) if u["e"] == "end")
 
 
 def events_in(journal: Path, start: int, end: int) -> int:
@@ -205,7 +216,7 @@ def main() -> None:
         r1 = [dr.execute_script("return window.pweStats.records") for dr in drivers]
         j1 = events_in(journal, j0, journal.stat().st_size)
         j0 = 0
-        ends = journal.read_bytes().count(b'"e":"end"')
+        ends = ends_in(journal)
         per_page = [(b - a) / dt for a, b in zip(r0, r1)]
         out["watch"] = {"browsers": a.browsers, "seconds": round(dt, 1), "rss_before_mb": round(base_rss, 1),
                         "rss_peak_mb": round(peak, 1), "rss_median_mb": round(sorted(samples)[len(samples) // 2], 1),

@@ -110,17 +110,12 @@ def detach(run_dir: Path, retry: bool = False, by: str | None = None,
     in the background; its run id. The run and its hosts are checked here first, so bad
     input is said at once; the engine started takes the run, or this says who has it
     (:class:`RunTaken`, exit 2). ``by``: who asked (the journal says it)."""
-    from .engine import Engine, retry_selects
+    from .engine import Engine
 
     engine = Engine.open(run_dir, reload_hosts=True)
     held = engine.lock.holder()
     if held:
         raise RunTaken(engine.lock.taken(held))
-    if only is not None and not retry_selects():
-        from .errors import InputError
-
-        raise InputError("retrying a selection of members needs a pwe whose state applies a retry's 'only' "
-                         "(pwe/state.py RunState._retry(only)); `pwe retry RUN` without -q retries them all")
     spawn_engine(run_dir, retry, by=by, only=only)
     return engine.run_id
 

@@ -149,9 +149,6 @@ class Engine(PilotWork, Feeding):
         Ctrl-C cancels the run; ``pwe retry`` picks it up again.
         """
         self._by = {"by": by} if by else {}
-        if only is not None and not retry_selects():
-            raise InputError("retrying a selection of members needs a pwe whose state applies a retry's 'only' "
-                             "(pwe/state.py RunState._retry(only)); `pwe retry RUN` without -q retries them all")
         if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli.py)
             self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
@@ -388,14 +385,6 @@ class Engine(PilotWork, Feeding):
             rundir.write_json_atomic(self.dir / "state.json", snap)
         except OSError:
             pass  # a snapshot is a convenience; the journal is the record
-
-
-def retry_selects() -> bool:
-    """Whether this pwe's state applies a ``retry`` record's ``only`` (a selection of the
-    members to retry); without it a retry record retries every failed member."""
-    import inspect
-
-    return "only" in inspect.signature(RunState._retry).parameters
 
 
 def asked_by(request: Path) -> str | None:

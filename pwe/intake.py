@@ -180,7 +180,7 @@ class Intake:
     def _take(self, pilot: PilotHandle, ev: dict[str, Any], held: dict[Any, dict[str, Any]] | None = None) -> None:
         """Act on one message of a pilot. ``held``: the batch's start records not yet
         journaled, by (node, member, attempt): a start is held there and its end, when it
-        comes in the same batch, is journaled as one record carrying it (``st``: the
+        comes in the same batch, is journaled as one record carrying it (``ran``: the
         journal's compacted form, pwe/journal.py); the caller journals what is left held."""
         k = ev["k"]
         if k == START or k == END or k == BACK:
@@ -197,7 +197,7 @@ class Intake:
                     if k == START and applied is not None and held is not None:
                         held[(rec["n"], rec["m"], rec["a"])] = rec
                     elif k == END and start is not None:
-                        rec["st"] = start["t"]
+                        rec["ran"] = 1  # (its start: at t - dt, pwe/journal.py)
                         if "nodes" in start:
                             rec["nodes"] = start["nodes"]
                         self.journal.append(rec)

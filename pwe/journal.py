@@ -12,12 +12,21 @@ and goes on after it; what such a record said, the pilots' own files still say (
 engine reads them again: :meth:`pwe.pilots.PilotWork._recover`). Lines without a
 checksum (a journal written by an earlier version of pwe) replay as they are.
 
-Two records are written compacted, since they are most of a big run's journal (a million
-members made 310 bytes each of assign, start and end): consecutive members handed to the
-same pilot in one pass are one ``assign`` with ``"len"`` (members ``m`` .. ``m+len-1``),
-and a member whose start and end the engine takes in together has one ``end`` that
-carries its start (``"st"``, the start's time, and ``"nodes"``). :func:`unpack` gives a
-record back as the records it stands for; every reader of records goes through it.
+Three forms are written compacted, since assigns, starts and ends are most of a big run's
+journal (a million members made 310 bytes each of them):
+
+- consecutive members handed to the same pilot in one pass are one ``assign`` with
+  ``"len"`` (members ``m`` .. ``m+len-1``);
+- a member whose start and end the engine takes in together has one ``end`` that carries
+  its start (``"ran": 1``: it started at ``t - dt``, the pilot's own measure, and on
+  ``"nodes"`` when they are not its pilot's host);
+- ends written one after another, of the same node, attempt and pilot, each exit status 0
+  with nothing but its times and usage (no outputs, no reason, no verdict), are one
+  ``ends`` record of columns: ``{"e":"ends","n":..,"a":..,"p":..,"m":[..],"t":[..],
+  "dt":[..],"cpu":[..],"rss":[..],"ran":[0|1,..]}``.
+
+:func:`unpack` gives a record back as the records it stands for; every reader of records
+goes through it.
 """
 
 from __future__ import annotations
@@ -67,22 +76,47 @@ def decode(line: bytes) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) and "e" in rec else None
 
 
+#: the keys of an end that an ``ends`` record holds (``ran`` besides, when there)
+_PLAIN_END = frozenset(("e", "n", "m", "a", "p", "t", "rc", "dt", "cpu", "rss"))
+_COLUMNS = ("m", "t", "dt", "cpu", "rss")
+
+
+def _packs(record: dict[str, Any]) -> bool:
+    """Whether an end goes into an ``ends`` record (see the module's docstring)."""
+    return record["rc"] == 0 and (record.keys() == _PLAIN_END or record.keys() == _PLAIN_END | {"ran"})
+
+
 def unpack(r: dict[str, Any]) -> list[dict[str, Any]]:
     """The records one journal record stands for (see the module's docstring): an assign
-    with ``len`` as one assign per member, an end carrying its start as that start and
-    the end; any other record as itself. A ``len`` that is not a count of at least one
-    is :class:`ValueError` (a damaged record)."""
+    with ``len`` as one assign per member, an ``ends`` as its ends, an end carrying its
+    start as that start and the end; any other record as itself. A ``len`` that is not a
+    count of at least one, or columns of other lengths, is :class:`ValueError` (a damaged
+    record)."""
+    if r["e"] == "ends":
+        cols = [r[k] for k in _COLUMNS] + [r["ran"]]
+        if not all(type(c) is list and len(c) == len(cols[0]) for c in cols):
+            raise ValueError("ends columns of different lengths")
+        out = []
+        for m, t, dt, cpu, rss, ran in zip(*cols):
+            end = {"e": "end", "n": r["n"], "m": m, "a": r["a"], "p": r["p"], "t": t, "rc": 0, "dt": dt, "cpu": cpu,
+                   "rss": rss}
+            if ran:
+                end["ran"] = 1
+            out += unpack(end)
+        return out
     if r["e"] == "assign" and "len" in r:
         count = r["len"]
         if type(count) is not int or count < 1:
             raise ValueError(f"assign len {count!r}")
         one = {k: v for k, v in r.items() if k != "len"}
         return [{**one, "m": r["m"] + j} for j in range(count)]
-    if r["e"] == "end" and "st" in r:
-        start = {"e": "start", "n": r["n"], "m": r["m"], "a": r["a"], "p": r["p"], "t": r["st"]}
+    if r["e"] == "end" and "ran" in r:
+        t, dt = r.get("t"), r.get("dt")
+        began = round(t - dt, 3) if isinstance(t, (int, float)) and isinstance(dt, (int, float)) else t
+        start = {"e": "start", "n": r["n"], "m": r["m"], "a": r["a"], "p": r["p"], "t": began}
         if "nodes" in r:
             start["nodes"] = r["nodes"]
-        return [start, {k: v for k, v in r.items() if k not in ("st", "nodes")}]
+        return [start, {k: v for k, v in r.items() if k not in ("ran", "nodes")}]
     return [r]
 
 
@@ -174,7 +208,7 @@ class Journal:
         self.path = path
         self.fsync = fsync
         self._buf: list[bytes] = []
-        self._run: dict[str, Any] | None = None  # an assign still growing (``len``), not yet encoded
+        self._run: dict[str, Any] | None = None  # an assign (``len``) or ``ends`` still growing, not yet encoded
         self._trim_torn_tail()
         self._fh = open(path, "ab", buffering=0)
         #: bytes written (and flushed) so far: what a checkpoint covers (:mod:`pwe.checkpoint`)
@@ -205,23 +239,34 @@ class Journal:
         return len(self._buf) + (self._run is not None)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Add a record to the next write. An assign of the member after the last one
-        assigned, of the same node, attempt, pilot and time, lengthens that one instead
-        (its ``len``): a pass of the feed is one line, not one a member."""
+        """Add a record to the next write, compacted (see the module's docstring): an
+        assign of the member after the last one assigned, of the same node, attempt, pilot
+        and time, lengthens that one (its ``len``): a pass of the feed is one line, not one
+        a member; a plain end after another of the same node, attempt and pilot joins it
+        in an ``ends`` record: a batch of the pilot's events is one line."""
         run = self._run
-        if record["e"] == "assign":
-            if run is not None and record["m"] == run["m"] + run.get("len", 1) \
+        e = record["e"]
+        if run is not None:
+            if e == "assign" and run["e"] == "assign" and record["m"] == run["m"] + run.get("len", 1) \
                     and record.keys() == run.keys() - {"len"} and all(record[k] == run[k] for k in record if k != "m"):
                 run["len"] = run.get("len", 1) + 1
                 return
-            if run is not None:
-                self._buf.append(encode(run))
-            self._run = dict(record)
-            return
-        if run is not None:
+            if e == "end" and run["e"] in ("end", "ends") and _packs(record) and record["n"] == run["n"] \
+                    and record["a"] == run["a"] and record["p"] == run["p"]:
+                if run["e"] == "end":  # (its first end becomes the first row of the columns)
+                    first = run
+                    run = self._run = {"e": "ends", "n": first["n"], "a": first["a"], "p": first["p"],
+                                       **{k: [first[k]] for k in _COLUMNS}, "ran": [first.get("ran", 0)]}
+                for k in _COLUMNS:
+                    run[k].append(record[k])
+                run["ran"].append(record.get("ran", 0))
+                return
             self._buf.append(encode(run))
             self._run = None
-        self._buf.append(encode(record))
+        if e == "assign" or e == "end" and _packs(record):
+            self._run = dict(record)
+        else:
+            self._buf.append(encode(record))
 
     def flush(self) -> None:
         if self._run is not None:

@@ -194,7 +194,7 @@ class RunState:
         """Apply one journal record. Idempotent for pilot events: an event for an attempt
         or a pilot that is no longer current is ignored (returns None)."""
         e = r["e"]
-        if "len" in r and e == "assign" or "st" in r and e == "end":  # (compacted: pwe/journal.py)
+        if e == "ends" or "len" in r and e == "assign" or "ran" in r and e == "end":  # (compacted: pwe/journal.py)
             out = None
             for one in unpack(r):
                 got = self.apply(one)
@@ -275,7 +275,7 @@ class RunState:
             self.ready.clear()
             return True
         if e == "retry":
-            self._retry()
+            self._retry(r.get("only"))
             return True
         if e in ("edge", "note") and (r.get("file") or r.get("id")):
             if r.get("file"):
@@ -405,14 +405,19 @@ class RunState:
                 self.ready.append_run(qid, lo + a, lo + b)
         return True
 
-    def _retry(self) -> None:
-        """Failed and skipped members go back to waiting; their retry budgets start anew."""
+    def _retry(self, only: dict[str, list[list[int]]] | None = None) -> None:
+        """Failed and skipped members go back to waiting; their retry budgets start anew.
+        ``only`` (``{node: [[first, end], ...]}``, pwe retry -q): those of them alone, and
+        the skipped members that wait on nothing else; what still waits on a member that
+        stays failed is skipped again."""
         self.cancelled = False
         self.finished_ok = None
         again = False
         for nid, ns in self.nodes.items():
+            picked = None if only is None else {i for a, b in only.get(nid, []) for i in range(a, min(b, ns.size))}
             for i in range(ns.size):
-                if ns.state[i] in (FAILED, SKIPPED, CANCELLED):
+                if ns.state[i] in (FAILED, SKIPPED, CANCELLED) and (
+                        picked is None or i in picked or ns.state[i] == SKIPPED):
                     self._set(nid, ns, i, WAITING)
                     ns.failures.pop(i, None)
                     again = True
@@ -445,6 +450,12 @@ class RunState:
         for nid in self.nodes:  # a tree that did not converge: its dependents cannot run, again
             for root in sorted(self.plan.nodes[nid].tree.unconverged()):
                 self._skip_downstream(nid, root)
+        if only is not None:  # members left failed (not selected): what waits on them cannot run, again
+            for nid, ns in self.nodes.items():
+                i = ns.state.find(FAILED)
+                while i >= 0:
+                    self._skip_downstream(nid, i)
+                    i = ns.state.find(FAILED, i + 1)
 
     def _satisfied_counts_only(self, nid: str, i: int) -> None:
         for e in self.plan.edges_out_of(nid):

@@ -47,7 +47,7 @@ class Trace:
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/trees.py)
 
     def take(self, r: dict[str, Any]) -> None:
-        if "len" in r or "st" in r:  # (compacted records: pwe/journal.py)
+        if "len" in r or "ran" in r or r["e"] == "ends":  # (compacted records: pwe/journal.py)
             for one in unpack(r):
                 self._take(one)
         else:

@@ -56,11 +56,22 @@ def wait_for(cond, timeout=60.0, what="condition"):
 
 
 def count_ends(run_dir) -> int:
-    """How many end records a run's journal has (0 before it has one)."""
+    """How many members' ends a run's journal has (0 before it has one): its end records,
+    and the rows of its ``ends`` records (pwe/journal.py; a line being written is not one)."""
+    import json
+
     try:
-        return (Path(run_dir) / "journal.jsonl").read_bytes().count(b'"e":"end"')
+        data = (Path(run_dir) / "journal.jsonl").read_bytes()
     except FileNotFoundError:
         return 0
+    n = data.count(b'"e":"end"')
+    for line in data.split(b"\n"):
+        if line.startswith(b'{"e":"ends"'):
+            try:
+                n += len(json.loads(line)["m"])
+            except ValueError:
+                pass
+    return n
 
 
 def ledger_counts(ledger, attempts: bool = False):

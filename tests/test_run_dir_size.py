@@ -71,7 +71,7 @@ def test_a_replayed_journal_of_compacted_records_gives_the_same_state(tmp_path):
         end = {"e": "end", "n": "a", "m": i, "a": 1, "p": "p1", "t": 3.0, "rc": 0, "dt": 1.0}
         for r in (start, end):
             assert plain.apply(r)
-        j.append({**end, "st": 2.0, "nodes": ["x"]})
+        j.append({**end, "ran": 1, "nodes": ["x"]})
     j.append({"e": "start", "n": "a", "m": 9, "a": 1, "p": "p1", "t": 2.0})
     assert plain.apply({"e": "start", "n": "a", "m": 9, "a": 1, "p": "p1", "t": 2.0})
     j.close()
@@ -90,6 +90,41 @@ def test_a_replayed_journal_of_compacted_records_gives_the_same_state(tmp_path):
     rows = {r["member"]: r for r in tr.records()}
     assert rows[0]["start"] == 2.0 and rows[0]["end"] == 3.0 and rows[0]["node_name"] == "x"
     assert rows[0]["state"] == "done" and rows[9]["state"] == "running"
+
+
+def test_plain_ends_one_after_another_are_one_record_of_columns(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+
+    def end(m, **more):
+        return {"e": "end", "n": "a", "m": m, "a": 1, "p": "p1", "t": 10.0 + m, "rc": 0, "dt": 0.5, "cpu": 0.1,
+                "rss": 100 + m, **more}
+    recs = [end(0, ran=1), end(1), end(5, ran=1)]  # one record
+    recs += [end(6, out={"x": "1"}), end(7), end(8)]  # outputs: alone; then two more
+    recs += [{**end(9), "rc": 1}, end(10), {**end(11), "n": "b"}]  # failed: alone; another node: not with 10
+    recs += [end(12), {"e": "note", "what": "x"}, end(13), {**end(14), "a": 2}, {**end(15), "p": "p2"}]
+    for r in recs:
+        j.append(r)
+    j.close()
+    lines = _lines(path)
+    assert [(r["e"], r["m"]) for r in lines if r["e"] != "note"] == [
+        ("ends", [0, 1, 5]), ("end", 6), ("ends", [7, 8]), ("end", 9), ("end", 10), ("end", 11), ("end", 12),
+        ("end", 13), ("end", 14), ("end", 15)]
+    assert lines[0]["ran"] == [1, 0, 1] and lines[0]["rss"] == [100, 101, 105]
+    got = [u for r in lines for u in unpack({k: v for k, v in r.items() if k != "c"})]
+    want = [u for r in recs for u in unpack(r)]
+    assert got == want
+    assert [r["e"] for r in got[:4]] == ["start", "end", "end", "start"] and got[0]["t"] == 9.5
+
+
+def test_an_ends_record_whose_columns_differ_in_length_is_damaged(tmp_path):
+    st = _state(tmp_path)
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(encode({"e": "run", "t": 1.0}) + encode({"e": "assign", "n": "a", "m": 0, "a": 1, "p": "p1",
+                                                                "len": 3})
+                     + encode({"e": "ends", "n": "a", "a": 1, "p": "p1", "m": [0, 1], "t": [1.0], "dt": [0, 0],
+                               "cpu": [0, 0], "rss": [0, 0], "ran": [0, 0]}))
+    assert replay(path, st.apply).damaged == [3]
 
 
 @pytest.mark.parametrize("bad", [0, -3, "4", 1.5, None])
@@ -184,8 +219,10 @@ def test_a_big_run_seals_its_pilot_and_every_reader_still_reads_it(tmp_path):
     assert sorted(p.name for p in pdir.iterdir() if "jsonl" in p.name) == [EVENTS + ".gz", TASKS + ".gz"]
     recs = _lines(run_dir / "journal.jsonl")
     assert sum(r["e"] == "assign" for r in recs) < n  # (assigned in runs)
-    assert sum(r["e"] == "end" for r in recs) == 2 * n
-    assert any("st" in r for r in recs)  # (ends that came with their start carry it)
+    assert sum(1 if r["e"] == "end" else len(r["m"]) if r["e"] == "ends" else 0 for r in recs) == 2 * n
+    assert sum(r["e"] in ("end", "ends") for r in recs) < 2 * n  # (a batch of ends is one line)
+    ran = [x for r in recs if r["e"] == "ends" for x in r["ran"]] + [r.get("ran", 0) for r in recs if r["e"] == "end"]
+    assert 1 in ran  # (ends that came with their start carry it)
     gone = [r for r in recs if r["e"] == "pilot_gone"]
     assert len(gone) == 1 and gone[0]["why"] == "exited"  # (waited for, so that it could be sealed)
     logical = read_journal(run_dir)
