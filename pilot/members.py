@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: A member's exit status when a signal ended it: as its parent collects it (negative), or
 #: as its shell reports a child killed (128 + the signal). The pilot waits a moment for its
 #: own SIGTERM before calling one the member's failure; the engine never takes one from a
-#: dead pilot's guardian as an end of the member's own (pwe.recovery).
+#: dead pilot's guardian as an end of the member's own (pwe.engine.recovery).
 KILLED = frozenset({-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL})
 
 _PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,+@ ")
@@ -38,7 +38,7 @@ _OUTPUTS_LIMIT = 64 * 1024
 
 def missing_product(paths: list[str]) -> str | None:
     """The first of a member's products (absolute paths) that does not exist, or None:
-    one ``lstat`` each, once, when the member exits 0 (pwe.products)."""
+    one ``lstat`` each, once, when the member exits 0 (pwe.planning.products)."""
     for p in paths:
         if not os.path.lexists(p):
             return p

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pwe.errors import UnknownProtocol
+from pwe.base.errors import UnknownProtocol
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ NAMES = tuple(PROTOCOLS)
 
 
 def info(name: str) -> ProtocolInfo:
-    """What pwe knows of protocol ``name``; :class:`~pwe.errors.UnknownProtocol` (one line,
+    """What pwe knows of protocol ``name``; :class:`~pwe.base.errors.UnknownProtocol` (one line,
     bad input) if nothing."""
     if name not in PROTOCOLS:
-        from pwe.errors import did_you_mean
+        from pwe.base.errors import did_you_mean
 
         raise UnknownProtocol(f"unknown protocol {name!r}{did_you_mean(name, NAMES)}; known: {', '.join(NAMES)}")
     return PROTOCOLS[name]

@@ -5,7 +5,7 @@ a login node. Both return :class:`CommandResult` and raise :class:`CommandTimeou
 runner also :class:`ContactError` when the host cannot be reached), and count the
 commands they ran (the scheduler etiquette benchmark reads the counts). A command that
 ran and failed is a result (its status and stderr), not an exception: a protocol decides
-what a failure means. The two exceptions belong to the one tree in :mod:`pwe.errors`
+what a failure means. The two exceptions belong to the one tree in :mod:`pwe.base.errors`
 (re-exported here); the subprocess module's are mapped in :class:`LocalRunner`, once.
 """
 
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from pwe.errors import CommandTimeout, ContactError
+from pwe.base.errors import CommandTimeout, ContactError
 
 __all__ = ["CommandResult", "CommandRunner", "CommandTimeout", "ContactError", "InDir", "LocalRunner"]
 

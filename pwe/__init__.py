@@ -8,7 +8,7 @@ The Python API::
     plan.render("simulate", 0)         # the command member 0 of 'simulate' runs
 """
 
-from .errors import InputError, PweError
+from .base.errors import InputError, PweError
 
 __all__ = ["Engine", "InputError", "Plan", "PweError", "RunResult", "plan_workflow", "resume_workflow",
            "run_workflow"]
@@ -18,15 +18,15 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # imported on first use: `pwe status` must not pay for pydantic and jinja2
     if name in ("Plan", "plan_workflow"):
-        from . import plan
+        from .planning import plan
 
         return getattr(plan, name)
     if name in ("Engine", "run_workflow", "resume_workflow"):
-        from . import engine
+        from .engine import loop as engine
 
         return getattr(engine, name)
     if name == "RunResult":
-        from .results import RunResult
+        from .observe.results import RunResult
 
         return RunResult
     raise AttributeError(name)

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..rundir import EngineLock
+from ..runstate.rundir import EngineLock
 from . import cron
-from .store import Store
+from ..runstate.service_store import Store
 
 #: A started engine that has not taken its run's lock yet is given this long (imports, replay).
 START_GRACE = 30.0
@@ -81,7 +81,7 @@ def _journal_size(run_dir: Path) -> int:
 
 def start_engine(store: Store, rec: dict[str, Any]) -> None:
     """Start an engine for the run (it resumes from the journal when there is one)."""
-    from ..control import spawn_engine
+    from ..engine.control import spawn_engine
 
     run_dir = Path(rec["run_dir"])
     rec["pid"] = spawn_engine(run_dir, wait=0)
@@ -95,7 +95,7 @@ def start_engine(store: Store, rec: dict[str, Any]) -> None:
 def run_phase(run_dir: Path) -> tuple[str, bool]:
     """(phase, engine running) of a run, from its lock and its snapshot (runview.phase;
     a stopped run's phase says why)."""
-    from ..runview import phase, snapshot
+    from ..observe.runview import phase, snapshot
 
     running = bool(EngineLock(run_dir).holder())
     snap = snapshot(run_dir / "state.json") or {}
@@ -262,8 +262,8 @@ def _files(store: Store, trig: dict[str, Any], now: float) -> None:
 
 # -- asked for by a user (pwe trigger enable / disable / fire, the dashboard) ---------------------
 def _named(triggers: dict[str, Any], tid: str) -> dict[str, Any]:
-    from ..errors import InputError
-    from ..source import did_you_mean
+    from ..base.errors import InputError
+    from ..base.source import did_you_mean
 
     if tid not in triggers:
         raise InputError(f"no trigger '{tid}'{did_you_mean(tid, triggers)}; pwe trigger list")
