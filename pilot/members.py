@@ -7,13 +7,10 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .packing import Placement
 from .spawn import tidy_member_dir
-
-if TYPE_CHECKING:
-    from .remote import NodeAgent
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
@@ -96,7 +93,9 @@ class Member:
         self.deadline = self.started + wall * 60 if wall else None
         self.killed: str | None = None
         self.term_at = 0.0
-        self.agent: NodeAgent | None = None  # set when a node agent runs it on another node
+        # set when a node agent runs it on another node: a pilot.remote.NodeAgent (not imported:
+        # remote.py builds on this module)
+        self.agent: Any = None
         self.key = pid
         self.cpu: float | None = None  # from the rusage of the reaped member (the end message's)
         self.rss: int | None = None

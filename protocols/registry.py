@@ -78,3 +78,15 @@ def get(name: str, runner: Any, host: Any = None) -> Any:
 
     module, _, cls = info(name).cls.partition(":")
     return getattr(importlib.import_module(module), cls)(runner, host)
+
+
+def runner_for(host: Any) -> Any:
+    """The runner for a registry host's contact: this machine, or SSH to ``ssh://...``
+    (protocols/ssh.py, imported only then)."""
+    if host.contact == "local":
+        from .runner import LocalRunner
+
+        return LocalRunner()
+    from .ssh import SshRunner
+
+    return SshRunner.from_host(host)

@@ -256,7 +256,8 @@ def test_a_member_handed_back_for_an_unwritable_directory_after_its_start_spends
     as the run's cause. That attempt did not happen: the next one is attempt 1 again. A
     member handed back for another reason after it started keeps its attempt."""
     from pwe.planning.plan import plan_workflow
-    from pwe.runstate.state import READY, RunState
+    from pwe.base.states import READY
+    from pwe.runstate.state import RunState
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [0, 1]}\n    run: 'true'\n")

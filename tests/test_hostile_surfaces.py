@@ -136,7 +136,7 @@ def test_a_search_is_bounded_in_what_it_reads(evil_run, monkeypatch):
     output end; and the mechanism: a pattern is searched in at most MAX_SUBJECT characters."""
     status, out, err = run_cli("show", evil_run, "-q", "out.big~a*a*b", "--json", timeout=120)
     assert status == 0 and json.loads(out) == [], err
-    from pwe.observe import query
+    from pwe.planning import conditions
 
     seen = []
 
@@ -144,10 +144,10 @@ def test_a_search_is_bounded_in_what_it_reads(evil_run, monkeypatch):
         def search(self, text):
             seen.append(len(text))
 
-    cond = query.parse("out.big~a", None)[0]
+    cond = conditions.parse("out.big~a", None)[0]
     object.__setattr__(cond, "pattern", Spy())
     cond.test({"outputs": {"big": "a" * 100_000}})
-    assert seen == [query.MAX_SUBJECT]
+    assert seen == [conditions.MAX_SUBJECT]
 
 
 def test_ordinary_queries_still_work(evil_run):

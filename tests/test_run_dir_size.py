@@ -57,7 +57,7 @@ def test_consecutive_assigns_to_one_pilot_are_one_record_and_replay_as_each(tmp_
 
 
 def test_a_replayed_journal_of_compacted_records_gives_the_same_state(tmp_path):
-    from pwe.runstate.state import DONE, RUNNING
+    from pwe.base.states import DONE, RUNNING
 
     plain, packed = _state(tmp_path), _state(tmp_path)
     path = tmp_path / "journal.jsonl"
@@ -136,7 +136,7 @@ def test_an_assign_run_of_no_sensible_length_is_a_damaged_record(tmp_path, bad):
                      + encode({"e": "assign", "n": "a", "m": 1, "a": 1, "p": "p1", "len": 2}))
     got = replay(path, st.apply)
     assert got.damaged == [2]
-    from pwe.runstate.state import ASSIGNED, READY
+    from pwe.base.states import ASSIGNED, READY
 
     assert [st.nodes["a"].state[i] for i in range(4)] == [READY, ASSIGNED, ASSIGNED, READY]
 

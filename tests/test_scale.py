@@ -18,7 +18,8 @@ from pwe.runstate import checkpoint, runs
 from pwe.runstate.journal import replay
 from pwe.runstate.rundir import SHARD, member_dir
 from pwe.runstate.readyqueue import ReadyQueue
-from pwe.runstate.state import READY, RunState
+from pwe.base.states import READY
+from pwe.runstate.state import RunState
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), PWE_CHECKPOINT_EVERY="0.3")
 FIELDS = ("state", "attempt", "deps", "counts", "rc", "why", "outputs", "failures", "pilot", "pid", "spent",

@@ -5,11 +5,13 @@ OSError whose ``strerror`` says what it is (one line in the callers' messages), 
 never opened for a blocking read: ``O_NONBLOCK`` on the open (a FIFO without a writer
 would wait for one), the kind checked on the open descriptor (no race with a rename).
 :func:`in_the_way` says what stands where a directory should be (a run directory, a run
-root), from ``stat`` alone."""
+root), from ``stat`` alone. And the one way pwe writes a JSON file of a run directory or of the
+service's: :func:`write_json_atomic` (whole, by rename)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
@@ -74,3 +76,11 @@ def in_the_way(path: Path | str) -> tuple[Path, str] | None:
             return None
         return q, "a regular file" if stat.S_ISREG(st.st_mode) else kind(st.st_mode)
     return None
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write then rename: a reader sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, separators=(",", ":"), default=str)
+    os.replace(tmp, path)

@@ -9,6 +9,7 @@ import sys
 import click
 
 from ..observe import planview
+from ..observe.hostview import check_document, host_rows
 from .base import PweGroup, Whole, console, fail, hosts_option, json_option, set_option, warn, workspace_option
 from ..base.errors import PweError
 
@@ -134,18 +135,6 @@ def _registry(workflow: str | None, hosts_file: str | None):
     import hostinfo
 
     return hostinfo.load(Path(workflow) if workflow else None, hosts_file)
-
-
-def host_rows(reg) -> list[dict]:
-    """What ``pwe hosts list --json`` prints (and the dashboard shows): one row per host."""
-    return [{"name": n, "protocol": h.protocol, "contact": h.contact, "cores_per_node": h.cores_per_node,
-             "nodes": len(h.nodes) or None, "source": reg.sources[n]} for n, h in sorted(reg.hosts.items())]
-
-
-def check_document(name: str, checks: list) -> dict:
-    """What ``pwe hosts check NAME --json`` prints (and the dashboard shows)."""
-    return {"host": name, "ok": all(c[1] for c in checks),
-            "checks": [{"check": w, "ok": g, "detail": d} for w, g, d in checks]}
 
 
 @hosts.command(name="list")

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, warn, who, workspace_option
+from .base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, leave, warn, who, workspace_option
 from .events import events
 from .check import hosts, plan, validate
 from .pilot import pilot
@@ -93,7 +93,7 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
     ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
     from ..runstate.rundir import run_ref
     from ..observe.runview import complete_counts, failed_examples, outcome, progress
-    from ..runstate.state import FAILED
+    from ..base.states import FAILED
 
     total = engine.plan.total_members
     bar = None
@@ -138,7 +138,7 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
             bar.stop()
     t = engine.state.totals()
     if as_json:
-        from ..runstate.state import NAMES
+        from ..base.states import NAMES
 
         click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
                                "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
@@ -156,29 +156,7 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         click.echo(f"see: pwe show {ref} --state failed", err=True)
         if shown:  # NODE:INDEX, not NODE[INDEX]: brackets are a glob to the shell it is pasted into
             click.echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
-    _leave(0 if ok else 1)
-
-
-def _leave(status: int) -> None:
-    """Exit once a run is over, without tearing the interpreter down: freeing every module
-    and object of the engine (pydantic's models, jinja2) takes ~60 ms after the last
-    member has ended, in every `pwe run`. The journal and snapshot are closed by now;
-    exit handlers still run and output is flushed. With another thread alive, the usual
-    exit (which waits for it)."""
-    import threading
-
-    if threading.active_count() > 1:
-        sys.exit(status)
-    import atexit
-    import os
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status)
+    leave(0 if ok else 1)
 
 
 @cli.command()
@@ -328,22 +306,9 @@ def retry(run: str | None, detach: bool, query: str | None, as_json: bool) -> No
     _continue(run, detach, retry=True, as_json=as_json, query=query)
 
 
-def retry_selection(d, query: str) -> dict[str, list[list[int]]]:
-    """The failed, skipped and cancelled members of run ``d`` that ``query`` selects, as a
-    retry record's ``only`` (:func:`pwe.engine.control.selection`); :class:`InputError` when it
-    selects none. ``pwe retry -q`` and the dashboard's retry of a selection."""
-    from ..engine.control import selection
-    from ..observe.query import select
-
-    picked = [m for m in select(d, query) if m["state"] in ("failed", "skipped", "cancelled")]
-    if not picked:
-        raise InputError(f"query {query!r} selects no failed, skipped or cancelled member of {d.name}: nothing to "
-                         "retry")
-    return selection(picked)
-
-
 def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None) -> None:
     from .remote import drive
+    from ..engine.control import retry_selection
     from ..engine.remote import RemoteRun, is_remote
 
     try:

@@ -93,7 +93,7 @@ def _word(snap: dict) -> str:
 
 def _progress(rr: RemoteRun):
     from ..observe.runview import progress
-    from ..runstate.state import NAMES
+    from ..base.states import NAMES
 
     last = [0.0, None]
 
@@ -111,10 +111,10 @@ def _progress(rr: RemoteRun):
 
 def _ending(rr: RemoteRun, as_json: bool, ok: bool) -> None:
     """The run, now fetched, said as ``pwe run`` says any run."""
-    from .main import _leave
+    from .base import leave
     from ..observe.results import load_state
     from ..observe.runview import complete_counts, outcome
-    from ..runstate.state import FAILED, NAMES
+    from ..base.states import FAILED, NAMES
 
     _, st = load_state(rr.dir)
     t = st.totals()
@@ -127,4 +127,4 @@ def _ending(rr: RemoteRun, as_json: bool, ok: bool) -> None:
         click.echo(f"{rr.run_id}: {outcome(t, st)} of {sum(t)}  ({rr.dir})", err=False)
     if t[FAILED]:
         click.echo(f"see: pwe show {rr.run_id} --state failed", err=True)
-    _leave(0 if ok else 1)
+    leave(0 if ok else 1)

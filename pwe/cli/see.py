@@ -191,7 +191,7 @@ def _status_lines(d, snap: dict) -> list[str]:
 def show(run: str, query: str | None, node: str | None, only: str | None, limit: int, tree: bool,
          as_json: bool) -> None:
     """Members of RUN with parameters, state, attempts, exit status and outputs."""
-    from ..observe.query import select
+    from ..observe.results import select
 
     if tree:
         return _show_tree(run, node, as_json)

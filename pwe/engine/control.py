@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..base.errors import PweError, RunTaken
+from ..base.errors import InputError, PweError, RunTaken
 from ..runstate.rundir import EngineLock, run_ref
 
 #: How long ``pwe cancel`` waits for a running engine to stop its pilots and leave.
@@ -132,6 +132,19 @@ def selection(members: list[dict]) -> dict[str, list[list[int]]]:
         elif not runs or runs[-1][1] < m["member"]:
             runs.append([m["member"], m["member"] + 1])
     return out
+
+
+def retry_selection(d, query: str) -> dict[str, list[list[int]]]:
+    """The failed, skipped and cancelled members of run ``d`` that ``query`` selects, as a
+    retry record's ``only`` (:func:`selection`); :class:`InputError` when it
+    selects none. ``pwe retry -q`` and the dashboard's retry of a selection."""
+    from ..observe.results import select
+
+    picked = [m for m in select(d, query) if m["state"] in ("failed", "skipped", "cancelled")]
+    if not picked:
+        raise InputError(f"query {query!r} selects no failed, skipped or cancelled member of {d.name}: nothing to "
+                         "retry")
+    return selection(picked)
 
 
 def cancel(run_dir: Path, by: str | None = None) -> bool:

@@ -22,10 +22,10 @@ from pilot.wire import ENV, GROUP, STOP
 
 from ..planning import limits
 from ..runstate import pressure
-from ..runstate.state import READY, WAITING
+from ..base.states import ASSIGNED, READY, RUNNING, WAITING
 
 if TYPE_CHECKING:
-    from .pilots import Lane, PilotHandle
+    from .handles import Lane, PilotHandle
 
 
 class Feeding:
@@ -84,6 +84,11 @@ class Feeding:
                 fed += self._feed_pilot(started, lane)
         return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/engine/pilotctl.py)
 
+    def _in_flight(self, nid: str) -> int:
+        """Members of node ``nid`` queued on a pilot or running (what its limits count)."""
+        counts = self.state.nodes[nid].counts
+        return counts[ASSIGNED] + counts[RUNNING]
+
     def _worth_a_pilot(self, lane: Lane) -> bool:
         """Whether a new pilot of the lane would get a member now: one ready there whose
         user resources fit their limits. A pilot started for members a limit holds back
@@ -91,7 +96,7 @@ class Feeding:
         start, find nothing it may run and idle out: an allocation spent on nothing."""
         if self._limits is None:
             return True
-        gate = self._limits.gate(self.state)
+        gate = self._limits.gate(self._in_flight)
         return any(gate.fits(nid) for nid in lane.ready.nodes())
 
     def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
@@ -192,7 +197,7 @@ class Feeding:
         lane with a higher pressure still has members waiting (the pilot runs its queue in
         order, so a member queued there would start before the other node's members when
         they become ready); and only while its resources fit their limits."""
-        gate = self._limits.gate(self.state) if self._limits is not None else None
+        gate = self._limits.gate(self._in_flight) if self._limits is not None else None
         self._gate = gate  # (this feed's: the other members of a group are counted by it too)
         press = self._pressure
         deep = press.waiting_max(self.state, self._lane_nodes[lane.name]) if press is not None else -1.0

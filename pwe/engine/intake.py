@@ -28,7 +28,7 @@ from ..planning.trees import decide
 BATCH = 0.01
 
 if TYPE_CHECKING:
-    from .pilots import PilotHandle
+    from .handles import PilotHandle
 
 
 class Intake:

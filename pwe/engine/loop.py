@@ -36,12 +36,14 @@ from ..runstate import checkpoint, pressure, rundir, runs
 from ..base.errors import InputError, PweError, RunStopped
 from .feed import Feeding
 from ..runstate.journal import Journal, JournalError
-from .pilots import Lane, PilotHandle, PilotWork, make_lanes
+from .handles import Lane, PilotHandle, make_lanes
+from .pilots import PilotWork
 from ..planning.plan import Plan
 from ..planning.groups import Groups
 from ..runstate.state import RunState
 from .tasks import TaskBuilder
 from ..base.regular import read_bytes
+from ..base.regular import write_json_atomic
 
 if TYPE_CHECKING:
     from ..observe.results import RunResult
@@ -154,7 +156,7 @@ class Engine(PilotWork, Feeding):
         try:
             if self._hosts_changed:  # (written only by the engine holding the run)
                 try:
-                    rundir.write_json_atomic(self.dir / "run.json", self.info)
+                    write_json_atomic(self.dir / "run.json", self.info)
                 except OSError:
                     pass  # the next engine finds the change again; the journal says it either way
             self._load()
@@ -382,7 +384,7 @@ class Engine(PilotWork, Feeding):
                                      for lane in self.lanes.values() if lane.unreachable_since is not None},
                      "pilot_view": self._pilot_view()})
         try:
-            rundir.write_json_atomic(self.dir / "state.json", snap)
+            write_json_atomic(self.dir / "state.json", snap)
         except OSError:
             pass  # a snapshot is a convenience; the journal is the record
 

@@ -44,11 +44,12 @@ from pilot.nodesetup import SETUP_FAILED
 from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 
 from ..base.errors import InputError, JournalError, PweError, RunStopped
-from ..runstate.rundir import EngineLock, write_json_atomic
+from ..runstate.rundir import EngineLock
+from ..base.regular import write_json_atomic
 from ..base.regular import read_text
 
 if TYPE_CHECKING:
-    from .pilots import PilotHandle
+    from .handles import PilotHandle
 
 #: How long ``pwe pilot add/drain`` waits for the engine's answer (a submission included).
 ANSWER_WAIT = 90.0
@@ -236,7 +237,7 @@ class PilotControl:
     def _pilot_add(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
         from hostinfo.model import Host
 
-        from .pilots import Lane
+        from .handles import Lane
 
         name = str(req.get("host"))
         lane = self.lanes.get(name)
@@ -337,7 +338,7 @@ class PilotControl:
         """Before a helper pilot is reattached: its lane, as the journal recorded it."""
         from hostinfo.model import Host
 
-        from .pilots import Lane
+        from .handles import Lane
 
         lane_def, name = p.get("lane_def"), p.get("lane")
         if lane_def and name and name not in self.lanes:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from pilot.wire import BACK, DOWN, DRAIN, END, START, UP, channel_key
 
-from ..runstate.state import ASSIGNED, READY, RUNNING
+from ..base.states import ASSIGNED, READY, RUNNING
 
 if TYPE_CHECKING:
-    from .pilots import PilotHandle
+    from .handles import PilotHandle
 
 
 def _kill_group(pgid: int) -> None:
@@ -37,7 +37,7 @@ class Recovery:
     """Uses the engine's state, journal (``_record``), pilots and lanes."""
 
     def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
-        from .pilots import PilotHandle  # (pilots.py builds on this module)
+        from .handles import PilotHandle
 
         self._restore_lane(p)  # (a helper's lane: pwe/engine/pilotctl.py)
         lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))

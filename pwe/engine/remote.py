@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from ..runstate import rundir
 from ..base.errors import InputError, PweError, RunStopped
+from ..base.regular import write_json_atomic
 
 REMOTE_FILE = "remote.json"
 POLL = 2.0          # seconds between two status queries of a remote run
@@ -107,10 +108,10 @@ class RemoteRun:
         info = {"run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
                 "host": name, "host_def": host.model_dump(), "cores_option": cores, "created": time.time(),
                 "workspace": str(ws), "inputs": inputs, "step": "stage", "base": None, "remote_run_id": None}
-        rundir.write_json_atomic(path / "run.json", {k: info[k] for k in ("run_id", "workflow", "copy", "sets",
+        write_json_atomic(path / "run.json", {k: info[k] for k in ("run_id", "workflow", "copy", "sets",
                                                                           "host", "created", "workspace")}
                                  | {"remote": True})
-        rundir.write_json_atomic(path / REMOTE_FILE, info)
+        write_json_atomic(path / REMOTE_FILE, info)
         rr = cls(path, info)
         rr.warnings = warnings
         return rr
@@ -136,7 +137,7 @@ class RemoteRun:
 
     def _step(self, step: str, **more: Any) -> None:
         self.info.update(step=step, **more)
-        rundir.write_json_atomic(self.dir / REMOTE_FILE, self.info)
+        write_json_atomic(self.dir / REMOTE_FILE, self.info)
 
     def close(self) -> None:
         self.runner.close()
@@ -237,7 +238,7 @@ class RemoteRun:
         self._record("fetch", moved)
         remote_info = json.loads(self.runner.run(["cat", f"{self.base}/run/run.json"], timeout=_TIMEOUT).stdout)
         # the run as the login node made it, read here: this machine's workspace and workflow
-        rundir.write_json_atomic(self.dir / "run.json", {
+        write_json_atomic(self.dir / "run.json", {
             **remote_info, "workflow": self.info["workflow"], "workspace": self.info["workspace"],
             "hosts_file": None, "remote": {"host": self.info["host"], "login": self.runner.display,
                                            "run_dir": f"{self.base}/run"}})

@@ -109,9 +109,24 @@ def add_products(out: dict[str, Any], plan: Any, workspace: str | None) -> None:
     if not any(n.products for n in plan.nodes.values()):
         return
     found = products.scan(plan, root)
-    counts = products.plan_counts(plan, found)
+    counts = plan_counts(plan, found)
     for node in out["nodes"]:
         node.update(counts[node["id"]])
         node["products"] = [t.source for t in plan.nodes[node["id"]].products]
     out["workspace"] = str(root)
     out["dirs_listed"] = found.dirs_listed
+
+
+def plan_counts(plan: Any, found: Any) -> dict[str, dict[str, int]]:
+    """Per node what ``pwe plan`` says before a run: ``complete`` (products all there),
+    ``eligible`` (ready to run now: nothing it waits for is missing) and ``waiting`` (on
+    members upstream), worked out by the state's own rules with the complete members done."""
+    from ..planning.products import records
+    from ..base.states import READY, WAITING
+    from ..runstate.state import RunState
+
+    st = RunState(plan)
+    for rec in records(found):
+        st.apply(rec)
+    return {nid: {"complete": found.count(nid), "eligible": ns.counts[READY], "waiting": ns.counts[WAITING]}
+            for nid, ns in st.nodes.items()}

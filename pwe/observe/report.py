@@ -40,7 +40,7 @@ def build(run_dir: Path) -> str:
     """The report of the run in ``run_dir``, as the text of one HTML file."""
     from ..runstate.rundir import member_dir
     from .runview import status
-    from ..runstate.state import FAILED, NAMES
+    from ..base.states import FAILED, NAMES
     from ..workflow.templates import render_page
     from .trace import load
 

@@ -98,7 +98,7 @@ def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
     ``core_hours`` (measured: done and failed attempts), ``run_dir``. From the snapshot:
     nothing is replayed; a run that cannot be read says so
     in ``state``."""
-    from ..runstate.state import FINAL, NAMES
+    from ..base.states import FINAL, NAMES
 
     out: dict[str, Any] = {"run_id": run_dir.name, "from": where, "state": "?", "finished": 0, "total": None,
                            "started": None, "duration": None, "core_hours": None, "run_dir": str(run_dir)}
@@ -172,7 +172,7 @@ def members(run_dir: Path, node: str | None = None, state: str | None = None, li
     """Members of a run as ``pwe show`` lists them (:func:`results.member_record`), of one
     node and in one state when given, at most ``limit`` (0: all)."""
     from .results import load_state, member_record
-    from ..runstate.state import NAMES
+    from ..base.states import NAMES
 
     _, st = load_state(run_dir)
     if node is not None and node not in st.nodes:
@@ -273,7 +273,7 @@ def _has_run(run_dir: Path, node: str, index: int) -> bool:
     """Whether a member has started at least once (its state: checkpoint and journal tail;
     a run whose state cannot be read says so, naming the file)."""
     from .results import load_state
-    from ..runstate.state import ASSIGNED, READY, SKIPPED, WAITING
+    from ..base.states import ASSIGNED, READY, SKIPPED, WAITING
 
     st = load_state(run_dir)[1]
     ns = st.nodes.get(node)
@@ -300,7 +300,7 @@ def node_sizes(run_dir: Path) -> dict[str, int]:
 # -- a run followed to its end (pwe run, resume, retry) ----------------------------------------
 def progress(totals: list[int]) -> tuple[int, str]:
     """(members finished, a line of what runs and what failed) for a progress display."""
-    from ..runstate.state import FAILED, FINAL, RUNNING, SKIPPED
+    from ..base.states import FAILED, FINAL, RUNNING, SKIPPED
 
     finished = sum(totals[s] for s in FINAL)
     extra = f"running {totals[RUNNING]}  failed {totals[FAILED]}" + (
@@ -311,7 +311,7 @@ def progress(totals: list[int]) -> tuple[int, str]:
 def outcome(totals: list[int], state: Any = None) -> str:
     """The final counts in words: done always (with how many of them were complete by
     their products, when any), failed, skipped and cancelled when any."""
-    from ..runstate.state import DONE, FINAL, NAMES
+    from ..base.states import DONE, FINAL, NAMES
 
     complete = sum(complete_counts(state).get("complete", {}).values()) if state is not None else 0
     return ", ".join(f"{totals[s]} {NAMES[s]}" + (f" ({complete} complete by products, not run)"
@@ -329,7 +329,7 @@ def complete_counts(state: Any) -> dict[str, Any]:
 def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, str]]:
     """(NODE:INDEX, a line) for the first few failed members: exit status or reason, and
     the last line the member wrote to stderr (what a user looks for first)."""
-    from ..runstate.state import FAILED
+    from ..base.states import FAILED
 
     lines: list[tuple[str, str]] = []
     for nid, ns in state.nodes.items():

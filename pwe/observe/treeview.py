@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import PweError
-from ..runstate.state import NAMES, RunState
+from ..base.states import NAMES
+from ..runstate.state import RunState
 
 
 def checked_nodes(st: RunState) -> list[str]:

@@ -2,7 +2,7 @@
 together, to run there one after another.
 
 How the groups are formed, as Row forms them: the members ``include`` selects (any one
-of its conditions holds; a condition is ``pwe show -q``'s language, :mod:`pwe.observe.query`,
+of its conditions holds; a condition is ``pwe show -q``'s language, :mod:`pwe.planning.conditions`,
 over the member's parameters and index), ordered by ``sort_by`` (stable: members with
 the same key keep their index order; ``reverse_sort`` descending), cut wherever the sort
 key changes (``split_by_sort_key``), then into pieces of at most ``maximum_size``. A
@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..observe import query
+from . import conditions
 from ..base.errors import InputError, WorkflowSchemaError
 
 
@@ -61,7 +61,7 @@ class Groups:
         for k, text in enumerate(spec.include or ()):
             where = line_of("nodes", nid, "group", "include", k) or line_of("nodes", nid, "group")
             try:
-                conds = query.parse(text, names)
+                conds = conditions.parse(text, names)
             except InputError as exc:
                 raise WorkflowSchemaError(f"node '{nid}': group.include: {exc}", path, where) from None
             for c in conds:
@@ -113,7 +113,7 @@ class Groups:
         entries = []
         for text in self.spec.include or ():
             tests = []
-            for c in query.parse(text, set(space.names)):
+            for c in conditions.parse(text, set(space.names)):
                 if c.field == "member":
                     tests.append(lambda i, c=c: c.test({"member": i}))
                 else:

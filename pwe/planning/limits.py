@@ -22,7 +22,7 @@ likely misspelt; both are one line, exit 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..base.errors import InputError
 from ..base.source import did_you_mean
@@ -84,15 +84,13 @@ class Limits:
         gate = cls(plan, host_of, {lane.host.name: getattr(lane.host, "limits", {}) for lane in lanes.values()})
         return gate if gate.need else None
 
-    def gate(self, state: Any) -> "Gate":
-        """What is in flight now (queued on a pilot or running), from the members' states."""
-        from ..runstate.state import ASSIGNED, RUNNING
-
+    def gate(self, in_flight: Callable[[str], int]) -> "Gate":
+        """What is in flight now, from ``in_flight(node)``: how many members of a node are
+        queued on a pilot or running (the engine counts them in its members' states)."""
         run_used: dict[str, int] = {}
         host_used: dict[tuple[str, str], int] = {}
         for nid, need in self.need.items():
-            counts = state.nodes[nid].counts
-            held = counts[ASSIGNED] + counts[RUNNING]
+            held = in_flight(nid)
             if not held:
                 continue
             host = self.host_of[nid]

@@ -30,7 +30,7 @@ import posixpath
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import jinja2
 
@@ -38,8 +38,8 @@ from ..base.errors import InputError, TemplateError
 from ..base.source import did_you_mean
 from ..workflow.templates import PathTemplate
 
-if TYPE_CHECKING:
-    from .plan import Plan
+#: a :class:`pwe.planning.plan.Plan` (not imported: plan.py builds on this module)
+Plan = Any
 
 #: most runs of consecutive members one ``complete`` journal record holds
 RUNS_PER_RECORD = 4096
@@ -214,16 +214,3 @@ def records(found: Scan) -> Iterator[dict[str, Any]]:
 def absolute(plan: Plan, root: str, nid: str, i: int) -> list[str]:
     """Member ``i``'s products as absolute paths (what its task carries to the pilot)."""
     return [posixpath.join(root, rel) for rel in member_products(plan, nid, i)]
-
-
-def plan_counts(plan: Plan, found: Scan) -> dict[str, dict[str, int]]:
-    """Per node what ``pwe plan`` says before a run: ``complete`` (products all there),
-    ``eligible`` (ready to run now: nothing it waits for is missing) and ``waiting`` (on
-    members upstream), worked out by the state's own rules with the complete members done."""
-    from ..runstate.state import READY, WAITING, RunState
-
-    st = RunState(plan)
-    for rec in records(found):
-        st.apply(rec)
-    return {nid: {"complete": found.count(nid), "eligible": ns.counts[READY], "waiting": ns.counts[WAITING]}
-            for nid, ns in st.nodes.items()}

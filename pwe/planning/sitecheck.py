@@ -104,7 +104,7 @@ def _asked(host: Any, question: str) -> Any:
     key = (host.name, host.contact, host.commands_dir, question)
     if key not in _LISTED:
         from protocols.registry import get as get_protocol
-        from protocols.runner import runner_for
+        from protocols.registry import runner_for
 
         try:
             protocol = get_protocol(host.protocol, runner_for(host), host)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .readyqueue import ReadyQueue
-from .state import DONE, WAITING
+from ..base.states import DONE, WAITING
 
 #: a member's estimate when nothing is known about its node (seconds)
 DEFAULT_SECONDS = 60.0

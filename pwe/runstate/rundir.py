@@ -214,14 +214,6 @@ def origin(info: dict[str, Any], where: str = COMMAND_LINE) -> str:
     return where
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write then rename: a reader sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, separators=(",", ":"), default=str)
-    os.replace(tmp, path)
-
-
 class EngineLock:
     """One engine per run: an exclusive ``flock`` on ``engine.lock``, a file the run keeps,
     with the holder's record inside: its pid, host and since when (for ``pwe status`` and

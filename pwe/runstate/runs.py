@@ -20,6 +20,7 @@ from . import rundir
 from ..base.errors import InputError, RunDamaged
 from ..planning.plan import Plan, plan_workflow
 from ..base.regular import kind, open_regular, read_text
+from ..base.regular import write_json_atomic
 
 
 def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
@@ -73,7 +74,7 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
         "hosts_file": str(Path(hosts_file).resolve()) if hosts_file else None, "cores_option": cores_option,
         **options,
     }
-    rundir.write_json_atomic(path / "run.json", info)
+    write_json_atomic(path / "run.json", info)
     from .notify import make_secret
 
     make_secret(path)

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from ..base.errors import InputError, PweError
 from ..base.places import service_dir
-from .rundir import write_json_atomic
+from ..base.regular import write_json_atomic
 
 QUEUE = "pwe"
 #: A queue's name: a word Celery's ``-Q`` takes as one queue (no comma, no space) and the

@@ -30,17 +30,13 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
+from ..base.states import ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, READY, RUNNING, SKIPPED, WAITING
 from .journal import unpack
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
 if TYPE_CHECKING:  # (pwe status reads the state's names without planning anything)
     from ..planning.plan import Plan
-
-# member states
-WAITING, READY, ASSIGNED, RUNNING, DONE, FAILED, SKIPPED, CANCELLED = range(8)
-NAMES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled"]
-FINAL = (DONE, FAILED, SKIPPED, CANCELLED)
 
 
 @dataclass

@@ -115,7 +115,26 @@ def submit_run(store: Store, req: dict[str, Any]) -> dict[str, Any]:
             store.save_submission(rec)
             return rec
     store.save_submission(rec)
-    from .supervisor import start_engine
-
     start_engine(store, rec)
     return rec
+
+
+def journal_size(run_dir: Path) -> int:
+    """The journal's size: an engine that made no progress since it started left it as it was."""
+    try:
+        return (run_dir / "journal.jsonl").stat().st_size
+    except OSError:
+        return 0
+
+
+def start_engine(store: Store, rec: dict[str, Any]) -> None:
+    """Start an engine for the run (it resumes from the journal when there is one)."""
+    from ..engine.control import spawn_engine
+
+    run_dir = Path(rec["run_dir"])
+    rec["pid"] = spawn_engine(run_dir, wait=0)
+    rec["started"] = time.time()
+    rec["spawns"] = int(rec.get("spawns") or 0) + 1
+    rec["journal_at_start"] = journal_size(run_dir)
+    rec["phase"] = "starting"
+    store.save_submission(rec)

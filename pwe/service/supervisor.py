@@ -27,6 +27,7 @@ from typing import Any
 
 from ..runstate.rundir import EngineLock
 from . import cron
+from .submit import journal_size, start_engine
 from ..runstate.service_store import Store
 
 #: A started engine that has not taken its run's lock yet is given this long (imports, replay).
@@ -72,26 +73,6 @@ def _alive(pid: Any) -> bool:
         return False
 
 
-def _journal_size(run_dir: Path) -> int:
-    try:
-        return (run_dir / "journal.jsonl").stat().st_size
-    except OSError:
-        return 0
-
-
-def start_engine(store: Store, rec: dict[str, Any]) -> None:
-    """Start an engine for the run (it resumes from the journal when there is one)."""
-    from ..engine.control import spawn_engine
-
-    run_dir = Path(rec["run_dir"])
-    rec["pid"] = spawn_engine(run_dir, wait=0)
-    rec["started"] = time.time()
-    rec["spawns"] = int(rec.get("spawns") or 0) + 1
-    rec["journal_at_start"] = _journal_size(run_dir)
-    rec["phase"] = "starting"
-    store.save_submission(rec)
-
-
 def run_phase(run_dir: Path) -> tuple[str, bool]:
     """(phase, engine running) of a run, from its lock and its snapshot (runview.phase;
     a stopped run's phase says why)."""
@@ -125,13 +106,13 @@ def supervise(store: Store, now: float) -> list[dict[str, Any]]:
         if _alive(rec.get("pid")) and now - float(rec.get("started") or 0) < START_GRACE:
             continue
         if int(rec.get("spawns") or 0) >= MAX_FRUITLESS_STARTS and \
-                _journal_size(run_dir) == rec.get("journal_at_start"):
+                journal_size(run_dir) == rec.get("journal_at_start"):
             rec["phase"] = "given up"
             rec["error"] = f"{rec['spawns']} engines in a row did nothing; see {run_dir / 'engine.log'}, " \
                            f"then pwe resume {run_dir}"
             store.save_submission(rec)
             continue
-        if _journal_size(run_dir) != rec.get("journal_at_start"):
+        if journal_size(run_dir) != rec.get("journal_at_start"):
             rec["spawns"] = 0  # the last engine got somewhere: this is not a loop
         start_engine(store, rec)
     return ended

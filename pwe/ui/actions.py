@@ -7,7 +7,7 @@ action                  the command (the function)
 ======================  ======================================================
 cancel                  ``pwe cancel`` (:func:`pwe.engine.control.cancel`)
 retry [query]           ``pwe retry --detach [-q QUERY]`` (:func:`pwe.engine.control.detach`,
-                        the selection by :func:`pwe.cli.main.retry_selection`)
+                        the selection by :func:`pwe.engine.control.retry_selection`)
 resume                  ``pwe resume --detach`` (:func:`pwe.engine.control.detach`)
 trigger fire            ``pwe trigger fire`` (:func:`pwe.service.supervisor.fire_now`)
 trigger enable/disable  ``pwe trigger enable|disable`` (:func:`...supervisor.set_enabled`)
@@ -47,7 +47,7 @@ def cancel(src: Sources, run_id: str, by: str) -> dict[str, Any]:
 
 def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = None) -> dict[str, Any]:
     """``pwe retry --detach [-q QUERY]`` (``retry``) or ``pwe resume --detach``."""
-    from ..cli.main import retry_selection
+    from ..engine.control import retry_selection
     from ..engine.control import detach
     from ..base.errors import InputError
     from ..engine.remote import is_remote

@@ -7,11 +7,11 @@ document               the command whose ``--json`` it is (the function)
 runs                   ``pwe runs`` (:func:`pwe.observe.runview.run_summary`)
 run                    ``pwe status`` (:func:`pwe.observe.runview.status`), with ``dag``:
                        ``pwe validate``'s nodes and edges (:func:`pwe.observe.planview.summary`)
-members                ``pwe show -q`` (:func:`pwe.observe.query.select`), a page of them
+members                ``pwe show -q`` (:func:`pwe.observe.results.select`), a page of them
 logs                   ``pwe logs`` (:func:`pwe.observe.runview.logs_document`), bounded
 timeline               ``pwe trace`` (:meth:`pwe.observe.trace.Trace.records`), the newest
 triggers               ``pwe trigger list`` (:func:`pwe.service.daemon.trigger_rows`)
-hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.cli.check`)
+hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.observe.hostview`)
 =====================  ==========================================================
 
 A run is named by its id only, and only a run :func:`runs` lists is found (never a path).
@@ -93,7 +93,8 @@ def members(src: Sources, run_id: str, query: str | None = None, node: str | Non
             state: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
     """A page of ``pwe show -q QUERY --json``: ``members`` (its records), ``offset``,
     ``limit`` and ``more`` (whether a next page has any)."""
-    from ..observe.query import needs_trace, parse, select
+    from ..observe.results import select
+    from ..planning.conditions import needs_trace, parse
 
     if not 0 <= offset <= 10**9 or not 1 <= limit <= PAGE_MAX:
         raise InputError(f"offset 0 to 1000000000, limit 1 to {PAGE_MAX}")
@@ -212,7 +213,7 @@ def hosts() -> list[dict[str, Any]]:
     """``pwe hosts list --json``."""
     import hostinfo
 
-    from ..cli.check import host_rows
+    from ..observe.hostview import host_rows
 
     return host_rows(hostinfo.load())
 
@@ -222,6 +223,6 @@ def host_check(name: str) -> dict[str, Any]:
     import hostinfo
     from hostinfo.check import check_host
 
-    from ..cli.check import check_document
+    from ..observe.hostview import check_document
 
     return check_document(name, check_host(hostinfo.load().get(name)))

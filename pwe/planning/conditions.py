@@ -1,4 +1,5 @@
-"""Queries over a run's members: ``state=failed; T>300; outputs.energy<1.5``.
+"""The language of queries over a run's members: ``state=failed; T>300; outputs.energy<1.5``
+(``pwe show -q``, :func:`pwe.observe.results.select`; a group's ``include``, :mod:`pwe.planning.groups`).
 
 A query is conditions joined by ``;`` (all must hold), each ``FIELD OP VALUE`` with OP
 one of ``= != < <= > >= ~`` (``~``: the value is a regular expression found in the
@@ -137,7 +138,7 @@ def parse(text: str, parameters: set[str] | frozenset[str] | None = frozenset())
                              "= != < <= > >= ~, e.g. 'T>300'")
         op = "=" if op == "==" else op
         bare = parameters is None and ALIASES.get(name, name) not in PLAIN and "." not in name
-        field = f"params.{name}" if bare else _field(name, parameters or frozenset(), part)
+        field = f"params.{name}" if bare else field_named(name, parameters or frozenset(), part)
         pattern = None
         if op == "~":
             try:
@@ -159,7 +160,7 @@ def parse(text: str, parameters: set[str] | frozenset[str] | None = frozenset())
             if isinstance(v, float) and not math.isfinite(v):
                 raise InputError(f"query condition {part.strip()!r}: {raw!r}: {op} needs a finite number")
         if field == "state" and op != "~":
-            from ..runstate.state import NAMES
+            from ..base.states import NAMES
 
             bad = [v for v in values if str(v) not in NAMES]
             if bad:
@@ -221,7 +222,7 @@ def _slow(pattern: str) -> str | None:
         return None
 
 
-def _field(name: str, parameters: set[str] | frozenset[str], part: str) -> str:
+def field_named(name: str, parameters: set[str] | frozenset[str], part: str) -> str:
     """The field a name in a query means; :class:`InputError` when it means none."""
     name = ALIASES.get(name, name)
     if name in PLAIN:
@@ -247,97 +248,3 @@ def needs_trace(conds: list[Cond]) -> bool:
 
 def matches(conds: list[Cond], row: dict[str, Any]) -> bool:
     return all(c.test(row) for c in conds)
-
-
-def select(run_dir: Any, query: str | None = None, node: str | None = None, state: str | None = None,
-           limit: int = 0, offset: int = 0, loaded: tuple[Any, Any] | None = None) -> list[dict[str, Any]]:
-    """The members of a run that match ``query`` (and are of ``node``, in ``state`` when
-    given), at most ``limit`` (0: all), as :func:`pwe.observe.results.member_record` gives them;
-    with ``T``, ``cpu``, ``rss`` and ``host`` of the last attempt when the query asks for
-    one of them (then the whole journal is read: :mod:`pwe.observe.trace`). The Python API's
-    ``RunResult.query`` and ``pwe show -q``. A bad query is :class:`InputError`, said
-    before the run is read when its form is wrong. ``offset``: leave out the first that
-    many matches (a page of them: the dashboard, pwe.ui). ``loaded``: (state, trace or
-    None) already read (the dashboard keeps them up to date), instead of reading them here."""
-    from .results import member_record
-    from ..runstate.state import NAMES
-
-    conds = parse(query, None) if query else []
-    want = None if state is None else state.lower()
-    if want is not None and want not in NAMES:
-        raise InputError(f"--state: one of {', '.join(NAMES)}")
-    last: dict[tuple[str, int], list[Any]] = {}
-    pilots: dict[str, dict[str, Any]] = {}
-    if loaded is not None and (loaded[1] is not None or not needs_trace(conds)):
-        st, tr = loaded
-        plan = st.plan
-        if tr is not None and needs_trace(conds):
-            for (nid, i, _a), a in sorted(tr.attempts.items()):
-                last[(nid, i)] = a
-            pilots = tr.pilots
-    elif needs_trace(conds):
-        from .trace import load
-
-        _, plan, st, tr = load(run_dir)
-        for (nid, i, _a), a in sorted(tr.attempts.items()):
-            last[(nid, i)] = a
-        pilots = tr.pilots
-    else:
-        from .results import load_state
-
-        _, st = load_state(run_dir)
-        plan = st.plan
-    if node is not None and node not in st.nodes:
-        from ..base.errors import PweError, did_you_mean
-
-        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
-    names = {n for pn in plan.nodes.values() for n in pn.space.names}
-    for c in conds:
-        if c.bare and c.field[7:] not in names:
-            _field(c.field[7:], names, c.text)  # (raises: no such field)
-    # conditions on the state and the node are tested on the state's arrays first: a
-    # member's full record (its parameters) is made only for those that pass them
-    quick = [c for c in conds if c.field in ("state", "node")]
-    conds = [c for c in conds if c.field not in ("state", "node")]
-    out: list[dict[str, Any]] = []
-    for nid, ns in st.nodes.items():
-        if node and nid != node:
-            continue
-        wanted = bytes(k for k, name in enumerate(NAMES) if (want is None or name == want)
-                       and all(c.test({"state": name, "node": nid}) for c in quick))
-        if not wanted:
-            continue
-        states = ns.state
-        start = 0
-        if not conds and offset:  # (a page far down: counted on the state's arrays, no record made)
-            if len(wanted) == len(NAMES):
-                start, offset = min(offset, ns.size), offset - min(offset, ns.size)
-            else:
-                here = sum(ns.counts[k] for k in wanted)
-                if here <= offset:
-                    offset -= here
-                    continue
-        for i in range(start, ns.size):
-            if states[i] not in wanted:
-                continue
-            if not conds and offset:
-                offset -= 1
-                continue
-            rec = member_record(st, nid, i)
-            rec["exit"] = rec["exit_status"]
-            a = last.get((nid, i))
-            if a is not None:
-                rec["T"] = a[5] if a[5] is not None else (round(a[2] - a[1], 3) if a[2] and a[1] else None)
-                rec["cpu"], rec["rss"] = a[6], a[7]
-                p = pilots.get(a[9], {})
-                rec["host"] = p.get("lane") or p.get("host")  # (the registry's name of the host, as the trace)
-            if conds and not matches(conds, rec):
-                continue
-            if offset:
-                offset -= 1
-                continue
-            del rec["exit"]
-            out.append(rec)
-            if limit and len(out) >= limit:
-                return out
-    return out
