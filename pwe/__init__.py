@@ -21,10 +21,14 @@ def __getattr__(name):
         from .planning import plan
 
         return getattr(plan, name)
-    if name in ("Engine", "run_workflow", "resume_workflow"):
-        from .engine import loop as engine
+    if name == "Engine":
+        from .engine.loop import Engine
 
-        return getattr(engine, name)
+        return Engine
+    if name in ("run_workflow", "resume_workflow"):
+        from .engine import api
+
+        return getattr(api, name)
     if name == "RunResult":
         from .observe.results import RunResult
 

@@ -11,7 +11,8 @@ from pwe.workflow import model
 from pwe.base.errors import InputError, WorkflowSchemaError, WorkflowSyntaxError
 from pwe.workflow.load import load_workflow
 from pwe.planning.plan import plan_workflow
-from pwe.workflow.xml_reader import _schema, read_xml
+from pwe.workflow.xml_convert import schema
+from pwe.workflow.xml_reader import read_xml
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -252,7 +253,7 @@ def test_model_error_names_the_xml_line(tmp_path):
 
 def test_xsd_scheduling_matches_model():
     """Every model.Scheduling field is a <scheduling> child, and nothing else is."""
-    shapes = _schema()[1]
+    shapes = schema()[1]
     assert set(shapes["scheduling"].children) == set(model.Scheduling.model_fields)
     # a node's fields: attributes or children; <parameter> spells 'parameters', and 'id' is its key
     node_xml = set(shapes["node"].attrs) | set(shapes["node"].children)

@@ -17,8 +17,9 @@ drops assignments a pilot never received, and reads each pilot's messages on fro
 last cursor it journaled; applying a pilot event twice is a no-op. So no member that
 finished runs again, and none is lost.
 
-Making a run is :mod:`pwe.runstate.runs`; a member's task message is :mod:`pwe.engine.tasks`; feeding
-pilots (order, limits, groups) is :mod:`pwe.engine.feed`.
+Making a run is :mod:`pwe.runstate.runs`; a member's task message is :mod:`pwe.engine.tasks`;
+feeding pilots (order, limits, groups) is :mod:`pwe.engine.feed`; the Python API's
+run_workflow and resume_workflow are :mod:`pwe.engine.api`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from pilot.wire import CANCEL, STOP
 
@@ -42,11 +43,7 @@ from ..planning.plan import Plan
 from ..planning.groups import Groups
 from ..runstate.state import RunState
 from .tasks import TaskBuilder
-from ..base.regular import read_bytes
-from ..base.regular import write_json_atomic
-
-if TYPE_CHECKING:
-    from ..observe.results import RunResult
+from ..base.regular import read_bytes, write_json_atomic
 
 # The engine never needs to react within a millisecond: each pilot holds a window of
 # queued members. Sleeping at least POLL_MIN between rounds batches the work (fewer, larger
@@ -400,57 +397,6 @@ def asked_by(request: Path) -> str | None:
         return None
     by = said.get("by") if isinstance(said, dict) else None
     return by[:200] if isinstance(by, str) else None
-
-
-def run_workflow(workflow: str | Path, sets: dict[str, Any] | None = None, *, cores: int | None = None,
-                 run_dir: str | Path | None = None,
-                 checks: dict[str, Callable[[dict], Any]] | None = None) -> "RunResult":
-    """Run a workflow on this machine to the end and return its results (the Python API).
-
-    ``checks``: node id -> a callable that checks each member of that node once it
-    succeeded (iteration until convergence, pwe/planning/trees.py). It gets the member (``node``,
-    ``member``, ``parameters``, ``outputs``, ``parent``, ``iteration``) and returns None or
-    ``[]`` (converged) or a list of dicts of parameter values, one per child (a name left
-    out keeps the member's value)."""
-    from ..observe.results import RunResult
-
-    plan_checks = dict(checks or {})
-    engine = Engine.create(workflow, sets, cores=cores, run_dir=run_dir)
-    try:
-        _check_callables(engine.plan, plan_checks)
-    except InputError:
-        import shutil
-
-        shutil.rmtree(engine.dir, ignore_errors=True)  # (nothing half-made)
-        raise
-    engine.checks = plan_checks
-    ok = engine.run()
-    return RunResult(engine.dir, ok)
-
-
-def resume_workflow(run_dir: str | Path, *, checks: dict[str, Callable[[dict], Any]] | None = None) -> "RunResult":
-    """Resume a run (after any crash) to its end from Python, with the ``checks`` it was
-    started with (the one way to resume a run whose nodes a callable checks)."""
-    from ..observe.results import RunResult
-
-    engine = Engine.open(Path(run_dir), reload_hosts=True)
-    engine.checks = dict(checks or {})
-    _check_callables(engine.plan, engine.checks)
-    ok = engine.run()
-    return RunResult(engine.dir, ok)
-
-
-def _check_callables(plan: Plan, checks: dict[str, Any]) -> None:
-    """``checks`` names nodes of the plan, each without a ``check`` of its own, with callables."""
-    for nid, fn in checks.items():
-        if nid not in plan.nodes:
-            raise InputError(f"checks: the workflow has no node '{nid}' (its nodes: {', '.join(plan.nodes)})",
-                             plan.file)
-        if plan.nodes[nid].check is not None:
-            raise InputError(f"checks: node '{nid}' has a 'check' in {plan.file.name} already; give one or the other",
-                             plan.file, plan.nodes[nid].check_line)
-        if not callable(fn):
-            raise InputError(f"checks: the check of node '{nid}' is a {type(fn).__name__}, not a callable", plan.file)
 
 
 def _callable_checks(state: RunState, checks: dict[str, Any]) -> dict[str, Any]:
