@@ -1,6 +1,6 @@
 """The engine's feeding of pilots: which ready members go to which pilot, and when.
 
-A mixin of :class:`pwe.engine.loop.Engine` (split out of engine.py by job, as
+A mixin of :class:`pwe.engine.loop.Engine` (split out of loop.py by job, as
 :mod:`pwe.engine.intake` and :mod:`pwe.engine.recovery` are of pilots.py); it uses the engine's state,
 lanes, pilots, journal (``_record``) and task builder. What it decides:
 
