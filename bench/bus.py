@@ -7,7 +7,7 @@ Ingestion: a pilot's transport writes N signed ``end`` messages (numbered, in ba
 the pilot sends them); the engine's side then reads them all. Two figures each way:
 
 * bus: the transport's ``receive`` (read, signature checked, decoded) and the engine's
-  admission of each message by its sequence number (:meth:`pwe.intake.Intake._admit`);
+  admission of each message by its sequence number (:meth:`pwe.engine.intake.Intake._admit`);
 * engine: the same messages through the engine's whole ``_ingest`` (admission, journal
   record, state applied), for N members assigned to the pilot.
 
@@ -46,7 +46,7 @@ class _Admit:
     """The engine's admission alone (the same method, on a bare handle)."""
 
     def __init__(self):
-        from pwe.pilots import PilotWork
+        from pwe.engine.pilots import PilotWork
 
         self._secret = b"x"
         self._admit = PilotWork._admit.__get__(self)
@@ -73,7 +73,7 @@ def bus_rate(engine, n: int) -> tuple[float, int]:
 
 def engine_rate(make_transport, n: int, tmp: Path) -> float:
     """N end messages through Engine._ingest (journal + state), members assigned first."""
-    from pwe.engine import Engine, PilotHandle
+    from pwe.engine.loop import Engine, PilotHandle
 
     wf = tmp / "wf.yaml"
     wf.write_text(f"name: b\nnodes:\n  a:\n    parameters: {{i: {{range: [0, {n}]}}}}\n    run: 'true'\n")
@@ -108,7 +108,7 @@ def engine_rate(make_transport, n: int, tmp: Path) -> float:
 
 def latency(tmp: Path, hosts: str | None, members: int) -> list[float]:
     from pilot.wire import END
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     if hosts:
         (tmp / "hosts.yaml").write_text(hosts)

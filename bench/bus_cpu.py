@@ -37,7 +37,7 @@ try:
         p = PilotAgent(d, 2, idle_timeout=5)
         t = cpu(); p.run(); print(f"{cpu() - t:.3f}")
     else:
-        from pwe.engine import Engine
+        from pwe.engine.loop import Engine
         os.makedirs(base)
         wf = f"{base}/ab.yaml"
         open(wf, "w").write('name: ab\nnodes:\n  m:\n    parameters: {i: {range: [0, 5000]}}\n    run: "true"\n')

@@ -38,13 +38,13 @@ def timed_run(args: list[str], env: dict[str, str], cwd: Path | None = None) -> 
 
 
 def journal_records(run_dir: Path, whole: bool = True) -> list[dict]:
-    """A run's journal as the records its lines stand for (pwe.journal.unpack: one assign
+    """A run's journal as the records its lines stand for (pwe.runstate.journal.unpack: one assign
     and one end a member). ``whole=False``: of a journal being written, the lines that are
     whole so far."""
     import json
 
     sys.path.insert(0, str(ROOT))
-    from pwe.journal import unpack
+    from pwe.runstate.journal import unpack
 
     out: list[dict] = []
     with open(run_dir / "journal.jsonl", "rb") as fh:

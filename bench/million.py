@@ -147,7 +147,7 @@ class Sampler:
                 self.first_rss_kb = self.first_rss_kb or rss
                 self.last_rss_kb = rss
         if time.time() >= self._next_status:
-            from pwe.runview import status
+            from pwe.observe.runview import status
 
             t0 = time.perf_counter()
             status(self.dir)

@@ -8,9 +8,9 @@ of one node ``sim`` of N members naming that product, then a barrier node after 
 Then measures, each in a fresh process (imports and planning included) and with the
 page cache warm (the files were just made):
 
-- ``scan``: what a run does when it begins (``pwe.products.scan``: render every member's
+- ``scan``: what a run does when it begins (``pwe.planning.products.scan``: render every member's
   product path, list each directory once) and then the engine's part: the ``complete``
-  journal records (``pwe.products.records``) applied to the run's state; wall time of
+  journal records (``pwe.planning.products.records``) applied to the run's state; wall time of
   each part and peak RSS;
 - its system calls, counted by ``strace -f -c`` over the whole process, less a process
   that only plans (the same imports and planning, no scan): directory reads
@@ -59,7 +59,7 @@ import json, os, resource, sys, time
 from pathlib import Path
 mode, wf, ws = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 t0 = time.perf_counter()
-from pwe.plan import plan_workflow
+from pwe.planning.plan import plan_workflow
 from pwe import products
 plan = plan_workflow(wf)
 t1 = time.perf_counter()
@@ -67,7 +67,7 @@ out = {"plan_s": t1 - t0}
 if mode == "scan":
     found = products.scan(plan, ws)
     t2 = time.perf_counter()
-    from pwe.state import RunState
+    from pwe.runstate.state import RunState
     st = RunState(plan)
     recs = list(products.records(found))
     for r in recs:

@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-from pwe.results import load_state
+from pwe.observe.results import load_state
 
 walls: dict[str, list[float]] = {}
 for _ in range(5):

@@ -3,10 +3,10 @@ show`, issue 13's resume and memory), on a journal made for it (no member runs).
 
     flock /tmp/pwe-bench.lock python bench/state_million.py [--members 1000000] [--where disk|tmpfs]
 
-Makes a real run directory (``pwe.runs.create``) for one node of N members of ``true``,
+Makes a real run directory (``pwe.runstate.runs.create``) for one node of N members of ``true``,
 then writes the journal a finished run of it has (the engine's own records, encoded by
-``pwe.journal.encode``: a pilot, then each member's assign, start and end), and times in
-this process: a full replay; the checkpoint's write (``pwe.checkpoint.write``) and its
+``pwe.runstate.journal.encode``: a pilot, then each member's assign, start and end), and times in
+this process: a full replay; the checkpoint's write (``pwe.runstate.checkpoint.write``) and its
 load (``checkpoint.load``, with no tail); the engine state's memory per member (RSS of a
 fresh process that builds it, at N and at N/10: the difference over 0.9 N members); and as
 fresh processes (interpreter start-up and imports included): ``pwe show RUN --limit 20``
@@ -31,14 +31,14 @@ from common import ROOT, pwe_env
 ENV = pwe_env()
 sys.path.insert(0, str(ROOT))
 
-from pwe import checkpoint, runs  # noqa: E402
-from pwe.journal import encode, replay  # noqa: E402
-from pwe.state import RunState  # noqa: E402
+from pwe.runstate import checkpoint, runs  # noqa: E402
+from pwe.runstate.journal import encode, replay  # noqa: E402
+from pwe.runstate.state import RunState  # noqa: E402
 
 RSS_OF_STATE = """
 import sys
 from pwe import runs
-from pwe.state import RunState
+from pwe.runstate.state import RunState
 from pathlib import Path
 info, plan = runs.read(Path(sys.argv[1]))
 st = RunState(plan)

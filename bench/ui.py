@@ -6,7 +6,7 @@
    checkpoint) and warm (read before);
 2. the server's memory (RSS of `pwe ui`) while 10 browsers watch a running 10^5-member run;
 3. member events per second delivered to a page (its event stream: journal records as
-   pwe.journal.unpack gives them) against those the engine wrote meanwhile, and what one
+   pwe.runstate.journal.unpack gives them) against those the engine wrote meanwhile, and what one
    page takes in when the journal grows faster than an engine here writes it.
 
 Runs are made with `pwe submit` (members `true`, 2 cores); the 10^5 and 10^6 runs are
@@ -97,7 +97,7 @@ def interactive(driver, ui: UI, run_id: str) -> float:
 
 def ends_in(journal: Path) -> int:
     """How many members' ends the journal has so far (its ``ends`` records count each row)."""
-    from pwe.journal import decode, unpack
+    from pwe.runstate.journal import decode, unpack
 
     with open(journal, "rb") as fh:
         data = fh.read()
@@ -107,9 +107,9 @@ def ends_in(journal: Path) -> int:
 
 
 def events_in(journal: Path, start: int, end: int) -> int:
-    """The member events (records as pwe.journal.unpack gives them: what a page is sent)
+    """The member events (records as pwe.runstate.journal.unpack gives them: what a page is sent)
     in the journal's whole lines from byte ``start`` to about ``end``."""
-    from pwe.journal import decode, unpack
+    from pwe.runstate.journal import decode, unpack
 
     with open(journal, "rb") as fh:
         fh.seek(start)
@@ -124,7 +124,7 @@ def capacity(work: Path, run_id: str, n: int) -> dict:
     until the page has counted them all."""
     import shutil
 
-    from pwe.journal import encode
+    from pwe.runstate.journal import encode
 
     copy = work / "pwe-runs" / f"{run_id}-cap"
     shutil.copytree(work / "pwe-runs" / run_id, copy)

@@ -32,7 +32,7 @@ def check_host(host: Host, runner: Any = None) -> list[Check]:
 
     own = runner is None
     if own:
-        from protocols.runner import runner_for
+        from protocols.registry import runner_for
 
         try:
             runner = runner_for(host)
@@ -68,7 +68,7 @@ def missing_commands(host: Host, runner: Any = None) -> list[str]:
     own = runner is None
     try:
         if own:
-            from protocols.runner import runner_for
+            from protocols.registry import runner_for
 
             runner = runner_for(host)
         return [name for name, ok, _ in _commands(host, runner) if not ok and name in names]

@@ -17,7 +17,7 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # The rules for values that reach a job script or a command line, shared with the
-# workflow's scheduling profile (pwe.model): each is a pydantic after-validator.
+# workflow's scheduling profile (pwe.workflow.model): each is a pydantic after-validator.
 
 def one_line(v):
     """A value that ends up in a job script line: a line break would add a script line."""
@@ -63,7 +63,7 @@ class Partition(BaseModel):
     max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
     # its nodes' resources, where they differ from the host's (None: the host's value);
-    # pwe.partitions.choose_partition picks the first partition whose walltime and these fit
+    # pwe.planning.partitions.choose_partition picks the first partition whose walltime and these fit
     cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
     gpus_per_node: Annotated[StrictInt, Field(ge=0)] | None = None
     memory_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")
@@ -113,7 +113,7 @@ class Host(BaseModel):
     connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths; "
                                   "false (with an ssh:// contact): the engine runs on the login node, the workflow and "
-                                  "its inputs are staged there and the results brought back (pwe.remote)")
+                                  "its inputs are staged there and the results brought back (pwe.engine.remote)")
     remote_dir: StrictStr = Field("pwe-remote", description="(shared_fs: false) where on the login node runs are "
                                   "staged, one directory per run; relative to the login directory")
     remote_pwe: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)] = Field(

@@ -1,10 +1,10 @@
 """The host registry: built-in ``local``, then files, each later one overriding earlier.
 
-Read, in order: ``hosts.yaml`` in pwe's configuration directory (:func:`pwe.places.config_dir`:
+Read, in order: ``hosts.yaml`` in pwe's configuration directory (:func:`pwe.base.places.config_dir`:
 ``$PWE_HOME/config``, else ``$XDG_CONFIG_HOME/pwe``, else ``~/.config/pwe``), a
 ``hosts.yaml`` beside the workflow, and ``--hosts FILE``. Whatever is wrong with a file
 (unreadable, not YAML, against the hosts model: pydantic's errors) is one
-:class:`~pwe.errors.HostsFileError` naming it and the line, raised in :func:`load` only.
+:class:`~pwe.base.errors.HostsFileError` naming it and the line, raised in :func:`load` only.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pwe.errors import HostsFileError, InputError
-from pwe.errors import did_you_mean
-from pwe.places import config_dir
-from pwe.source import find_bad_text, locate
-from pwe.yaml_reader import read_yaml
+from pwe.base.errors import HostsFileError, InputError
+from pwe.base.errors import did_you_mean
+from pwe.base.places import config_dir
+from pwe.base.source import find_bad_text, locate
+from pwe.base.yaml_reader import read_yaml
 
 from .model import Host, HostsFile
 

@@ -341,7 +341,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             fields["why"] = member.killed
         elif rc == 0 and t.get("prod"):
             missing = missing_product(t["prod"])
-            if missing:  # (pwe.products: it said it succeeded, but what it was to make is not there)
+            if missing:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there)
                 rc, fields["why"] = 1, f"exited 0 without making its product {missing}"
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
                   out=collect(t["cwd"]), **fields, **member.usage())

@@ -25,7 +25,7 @@ pilot's directory, signed as the pilot's events are: an ``orphan_end`` (with the
 status) for each member that ended on its own but was never reported (a zombie, or one
 over but unreported in the table), an ``orphan_killed`` for each it killed. Then it
 exits with the pilot's status. The engine reads the file once the guardian is gone
-(:mod:`pwe.pilots`): an ``orphan_end`` is that attempt's end; the rest run again.
+(:mod:`pwe.engine.pilots`): an ``orphan_end`` is that attempt's end; the rest run again.
 
 Signals sent to the guardian (the engine's SIGTERM to cancel a local pilot) are passed
 on to the pilot; the pilot dies with the guardian (``PR_SET_PDEATHSIG``), so a pilot is

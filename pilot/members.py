@@ -7,13 +7,10 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .packing import Placement
 from .spawn import tidy_member_dir
-
-if TYPE_CHECKING:
-    from .remote import NodeAgent
 
 #: A payload made only of these characters, whose first word is no shell builtin, is
 #: exec'd directly: the shell would do nothing but split on spaces. Saves a bash start
@@ -21,7 +18,7 @@ if TYPE_CHECKING:
 #: A member's exit status when a signal ended it: as its parent collects it (negative), or
 #: as its shell reports a child killed (128 + the signal). The pilot waits a moment for its
 #: own SIGTERM before calling one the member's failure; the engine never takes one from a
-#: dead pilot's guardian as an end of the member's own (pwe.recovery).
+#: dead pilot's guardian as an end of the member's own (pwe.engine.recovery).
 KILLED = frozenset({-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL})
 
 _PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,+@ ")
@@ -38,7 +35,7 @@ _OUTPUTS_LIMIT = 64 * 1024
 
 def missing_product(paths: list[str]) -> str | None:
     """The first of a member's products (absolute paths) that does not exist, or None:
-    one ``lstat`` each, once, when the member exits 0 (pwe.products)."""
+    one ``lstat`` each, once, when the member exits 0 (pwe.planning.products)."""
     for p in paths:
         if not os.path.lexists(p):
             return p
@@ -96,7 +93,9 @@ class Member:
         self.deadline = self.started + wall * 60 if wall else None
         self.killed: str | None = None
         self.term_at = 0.0
-        self.agent: NodeAgent | None = None  # set when a node agent runs it on another node
+        # set when a node agent runs it on another node: a pilot.remote.NodeAgent (not imported:
+        # remote.py builds on this module)
+        self.agent: Any = None
         self.key = pid
         self.cpu: float | None = None  # from the rusage of the reaped member (the end message's)
         self.rss: int | None = None

@@ -28,7 +28,7 @@ members' are hundreds of MB of repetitive JSON); every reader here opens either
 Every line is signed with its channel's key (:func:`pilot.wire.channel_key`, from the
 run's ``secret``; :func:`keys` is how a pilot finds it) and every message a pilot sends
 has its sequence number ``q``, given here as it is first sent: the engine applies each
-``q`` once, whichever way it came (:mod:`pwe.pilots`).
+``q`` once, whichever way it came (:mod:`pwe.engine.pilots`).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ for every job asked about when the scheduler does not answer (and says why in
 ``no_answer``). A failed query is never an end state: only an answer the protocol
 recognises (:meth:`Protocol._status_failed`) says a job is no longer listed. A protocol
 says only how to ask (``_status_command``, ``_find_command``) and how to read the answer
-(``_parse_status``, ``_parse_find``). Errors are :class:`~pwe.errors.SubmitError`,
-:class:`~pwe.errors.SchedulerUnreachable`, :class:`~pwe.errors.CommandTimeout` and
-:class:`~pwe.errors.ContactError`, from the one tree in :mod:`pwe.errors`.
+(``_parse_status``, ``_parse_find``). Errors are :class:`~pwe.base.errors.SubmitError`,
+:class:`~pwe.base.errors.SchedulerUnreachable`, :class:`~pwe.base.errors.CommandTimeout` and
+:class:`~pwe.base.errors.ContactError`, from the one tree in :mod:`pwe.base.errors`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import jinja2
 
-from pwe.errors import SchedulerUnreachable, SubmitError
+from pwe.base.errors import SchedulerUnreachable, SubmitError
 
 from . import registry
 from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
@@ -79,7 +79,7 @@ class PilotJob:
     constraint: str | None = None
     memory_mb: int | None = None
     gpus_per_node: int = 0   # asked for when members of this pilot need GPUs
-    begin: Any = None        # requestedStart: the earliest start, an aware datetime (pwe.starttime)
+    begin: Any = None        # requestedStart: the earliest start, an aware datetime (pwe.workflow.starttime)
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     pilot_args: list[str] = field(default_factory=list)
@@ -118,7 +118,7 @@ _ENV.filters["hms"] = walltime_hms
 
 #: requestedStart in each scheduler's words: SLURM's --begin, PBS's -a, LoadLeveler's
 #: startdate, SGE's -a ([[CC]YY]MMDDhhmm[.SS]). None has a time zone: they are written in
-#: this machine's (pwe.starttime says why).
+#: this machine's (pwe.workflow.starttime says why).
 BEGIN_FORMS = {"slurm": "%Y-%m-%dT%H:%M:%S", "pbs": "%Y%m%d%H%M.%S", "loadleveler": "%m/%d/%Y %H:%M:%S",
                "sge": "%Y%m%d%H%M.%S"}
 
@@ -204,7 +204,7 @@ class Protocol:
     def _taken(self, name: str, exc: Exception) -> str | None:
         """After a submission that did not answer (``exc``): the job it made, found by its
         name, or None. When the lookup cannot answer either, nobody can tell whether it
-        took: :class:`~pwe.errors.SchedulerUnreachable` with ``maybe_ran``."""
+        took: :class:`~pwe.base.errors.SchedulerUnreachable` with ``maybe_ran``."""
         try:
             return self.find_by_name(name)
         except SchedulerUnreachable as again:
@@ -263,7 +263,7 @@ class Protocol:
 
     def find_by_name(self, name: str) -> str | None:
         """The id of a job named ``name`` the scheduler lists, or None when it lists none.
-        :class:`~pwe.errors.SchedulerUnreachable` when the query got no answer (timed out,
+        :class:`~pwe.base.errors.SchedulerUnreachable` when the query got no answer (timed out,
         failed): then nobody can tell, and nothing may be submitted again yet."""
         try:
             res = self.runner.run(self._find_command(name), timeout=self.timeout)

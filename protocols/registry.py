@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pwe.errors import UnknownProtocol
+from pwe.base.errors import UnknownProtocol
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ NAMES = tuple(PROTOCOLS)
 
 
 def info(name: str) -> ProtocolInfo:
-    """What pwe knows of protocol ``name``; :class:`~pwe.errors.UnknownProtocol` (one line,
+    """What pwe knows of protocol ``name``; :class:`~pwe.base.errors.UnknownProtocol` (one line,
     bad input) if nothing."""
     if name not in PROTOCOLS:
-        from pwe.errors import did_you_mean
+        from pwe.base.errors import did_you_mean
 
         raise UnknownProtocol(f"unknown protocol {name!r}{did_you_mean(name, NAMES)}; known: {', '.join(NAMES)}")
     return PROTOCOLS[name]
@@ -78,3 +78,15 @@ def get(name: str, runner: Any, host: Any = None) -> Any:
 
     module, _, cls = info(name).cls.partition(":")
     return getattr(importlib.import_module(module), cls)(runner, host)
+
+
+def runner_for(host: Any) -> Any:
+    """The runner for a registry host's contact: this machine, or SSH to ``ssh://...``
+    (protocols/ssh.py, imported only then)."""
+    if host.contact == "local":
+        from .runner import LocalRunner
+
+        return LocalRunner()
+    from .ssh import SshRunner
+
+    return SshRunner.from_host(host)

@@ -1,11 +1,12 @@
 """The one command runner: every command a protocol runs goes through here.
 
 ``LocalRunner`` runs on this machine; :class:`protocols.ssh.SshRunner` (paramiko) runs on
-a login node. Both return :class:`CommandResult` and raise :class:`CommandTimeout` (the SSH
+a login node (:func:`protocols.registry.runner_for` picks one for a host). Both return
+:class:`CommandResult` and raise :class:`CommandTimeout` (the SSH
 runner also :class:`ContactError` when the host cannot be reached), and count the
 commands they ran (the scheduler etiquette benchmark reads the counts). A command that
 ran and failed is a result (its status and stderr), not an exception: a protocol decides
-what a failure means. The two exceptions belong to the one tree in :mod:`pwe.errors`
+what a failure means. The two exceptions belong to the one tree in :mod:`pwe.base.errors`
 (re-exported here); the subprocess module's are mapped in :class:`LocalRunner`, once.
 """
 
@@ -14,9 +15,8 @@ from __future__ import annotations
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-from pwe.errors import CommandTimeout, ContactError
+from pwe.base.errors import CommandTimeout, ContactError
 
 __all__ = ["CommandResult", "CommandRunner", "CommandTimeout", "ContactError", "InDir", "LocalRunner"]
 
@@ -49,16 +49,6 @@ class CommandRunner:
 
     def write_file(self, path: str, text: str, mode: int = 0o700) -> None:  # pragma: no cover
         raise NotImplementedError
-
-
-def runner_for(host: Any) -> CommandRunner:
-    """The runner for a registry host's contact: this machine, or SSH to ``ssh://...``
-    (protocols/ssh.py, imported only then)."""
-    if host.contact == "local":
-        return LocalRunner()
-    from .ssh import SshRunner
-
-    return SshRunner.from_host(host)
 
 
 class LocalRunner(CommandRunner):

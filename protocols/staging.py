@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pwe.errors import StagingError
+from pwe.base.errors import StagingError
 
 from .runner import CommandRunner, ContactError
 from .ssh import sftp_makedirs

@@ -8,7 +8,7 @@ The Python API::
     plan.render("simulate", 0)         # the command member 0 of 'simulate' runs
 """
 
-from .errors import InputError, PweError
+from .base.errors import InputError, PweError
 
 __all__ = ["Engine", "InputError", "Plan", "PweError", "RunResult", "plan_workflow", "resume_workflow",
            "run_workflow"]
@@ -18,15 +18,19 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # imported on first use: `pwe status` must not pay for pydantic and jinja2
     if name in ("Plan", "plan_workflow"):
-        from . import plan
+        from .planning import plan
 
         return getattr(plan, name)
-    if name in ("Engine", "run_workflow", "resume_workflow"):
-        from . import engine
+    if name == "Engine":
+        from .engine.loop import Engine
 
-        return getattr(engine, name)
+        return Engine
+    if name in ("run_workflow", "resume_workflow"):
+        from .engine import api
+
+        return getattr(api, name)
     if name == "RunResult":
-        from .results import RunResult
+        from .observe.results import RunResult
 
         return RunResult
     raise AttributeError(name)

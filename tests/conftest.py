@@ -14,11 +14,11 @@ EXAMPLES = ROOT / "examples"
 
 def read_journal(run_dir) -> list[dict]:
     """A finished run's journal, every line whole (a torn line fails the test), as the
-    records its lines stand for (pwe.journal.unpack: one assign a member, an end carrying
+    records its lines stand for (pwe.runstate.journal.unpack: one assign a member, an end carrying
     its start as that start and the end)."""
     import json
 
-    from pwe.journal import unpack
+    from pwe.runstate.journal import unpack
 
     out = []
     with open(Path(run_dir) / "journal.jsonl", "rb") as fh:
@@ -57,7 +57,7 @@ def wait_for(cond, timeout=60.0, what="condition"):
 
 def count_ends(run_dir) -> int:
     """How many members' ends a run's journal has (0 before it has one): its end records,
-    and the rows of its ``ends`` records (pwe/journal.py; a line being written is not one)."""
+    and the rows of its ``ends`` records (pwe/runstate/journal.py; a line being written is not one)."""
     import json
 
     try:
@@ -113,7 +113,7 @@ def write(tmp_path):
 
 #: The environment of a test whose hosts file describes a cluster that is not this machine's:
 #: SLURM's commands find no configuration, so pwe does not check the hosts against the
-#: machine's test cluster (pwe/sitecheck.py asks sinfo, and skips the check when it cannot).
+#: machine's test cluster (pwe/planning/sitecheck.py asks sinfo, and skips the check when it cannot).
 NO_SLURM = {"SLURM_CONF": "/dev/null"}
 
 

@@ -11,7 +11,7 @@ python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,web,docs]'
 echo "run.sh: ruff check"
 .venv/bin/ruff check .
-echo "run.sh: lint-imports (the layers: pwe over hostinfo over protocols over pilot)"
+echo "run.sh: lint-imports (the layers: the rooms of pwe over hostinfo over protocols over pwe.base over pilot)"
 layers=$(.venv/bin/lint-imports --no-cache) || { echo "$layers"; exit 1; }
 echo "$layers" | grep -E " KEPT| BROKEN"
 if [ "$(id -u)" = 0 ]; then

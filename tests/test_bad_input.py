@@ -6,7 +6,7 @@
 import pytest
 from click.testing import CliRunner
 
-from pwe.cli import cli
+from pwe.cli.main import cli
 from conftest import run_cli
 
 GOOD_NODE = "nodes:\n  a:\n    run: echo hi\n"

@@ -108,7 +108,7 @@ def test_a_controller_that_does_not_answer_is_unknown_never_an_end():
 
 
 def test_a_submission_the_controller_could_not_take_is_unreachable_not_refused():
-    from pwe.errors import SchedulerUnreachable, SubmitError
+    from pwe.base.errors import SchedulerUnreachable, SubmitError
 
     said = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
     with pytest.raises(SchedulerUnreachable) as err:
@@ -191,7 +191,7 @@ def run_on(host, tmp_path, members, payload, name="wf"):
 
 
 def outputs(run_dir):
-    from pwe.results import load_state, member_record
+    from pwe.observe.results import load_state, member_record
 
     _, st = load_state(run_dir)
     return [member_record(st, "m", i) for i in range(st.nodes["m"].size)]
@@ -439,7 +439,7 @@ nodes:
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    from pwe.results import load_state, member_record
+    from pwe.observe.results import load_state, member_record
 
     _, st = load_state(run_dir)
     jobs = {nid: {member_record(st, nid, k)["outputs"]["job"] for k in range(6)} for nid in ("prep", "sim", "post")}
@@ -465,7 +465,7 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(EXAMPLES / "hybrid.yaml"), "--run-dir",
                            str(run_dir)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    from pwe.results import load_state, member_record
+    from pwe.observe.results import load_state, member_record
 
     _, st = load_state(run_dir)
     jobs = {member_record(st, "sweep", k)["outputs"]["job"] for k in range(8)}
@@ -477,7 +477,7 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
 def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_cluster, tmp_path):
     """Issue 8.7 on the real SLURM: sbatch refuses the pilot job (a walltime over its
     partition's limit: short allows 10 min; a partition that does not exist, or more nodes,
-    cores or memory than it has, is refused before the run is made: pwe/sitecheck.py).
+    cores or memory than it has, is refused before the run is made: pwe/planning/sitecheck.py).
     The run stops with one line carrying sbatch's own answer, exit status 3, and
     `pwe status` says why. The host is fixed in hosts.yaml; `pwe resume` submits with the
     fixed definition and every member runs once."""
@@ -518,8 +518,8 @@ def test_a_replayed_edge_event_is_journaled_once(tmp_path):
     ignored, and each replay is counted in a journal note."""
     import shutil
 
-    from pwe.engine import Engine
-    from pwe.notify import send
+    from pwe.engine.loop import Engine
+    from pwe.runstate.notify import send
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: e\nnodes:\n  m:\n    run: 'true'\n")
@@ -545,7 +545,7 @@ def test_a_replayed_edge_event_is_journaled_once(tmp_path):
 
 def test_the_silence_that_gives_a_pilot_up_is_many_heartbeats(tmp_path):
     """Issue 10.3: lost_after is max(120 s, 24 heartbeats) unless the run says otherwise."""
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: e\nnodes:\n  m:\n    run: 'true'\n")
@@ -556,7 +556,7 @@ def test_the_silence_that_gives_a_pilot_up_is_many_heartbeats(tmp_path):
 
 ENGINE = """
 import sys
-from pwe.engine import Engine
+from pwe.engine.loop import Engine
 engine = Engine.create(sys.argv[1], host="cluster", run_dir=sys.argv[2], **eval(sys.argv[3]))
 sys.exit(0 if engine.run() else 1)
 """

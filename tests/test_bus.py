@@ -143,7 +143,7 @@ def test_a_host_entry_chooses_redis_and_keeps_the_password_out_of_it(tmp_path):
     from hostinfo.model import Host
 
     h = Host(name="x", transport="redis", broker="redis://127.0.0.1:6391/0", broker_password_file="/p")
-    from pwe.placement import pilot_args_for
+    from pwe.planning.placement import pilot_args_for
 
     assert pilot_args_for(h)[-6:] == ["--transport", "redis", "--broker", "redis://127.0.0.1:6391/0",
                                       "--broker-password-file", "/p"]
@@ -341,7 +341,7 @@ def test_a_pilot_whose_broker_is_killed_goes_on_through_the_spool(tmp_path):
 # -- order and duplicates ------------------------------------------------------------------------
 
 def test_an_end_before_its_start_and_everything_read_twice_change_nothing(tmp_path):
-    from pwe.engine import Engine, PilotHandle
+    from pwe.engine.loop import Engine, PilotHandle
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [1, 2]}\n    run: 'true'\n  b:\n    after: [a]\n"
@@ -441,7 +441,7 @@ def test_a_pilot_whose_engine_does_not_acknowledge_keeps_its_events_on_disk_not_
     assert [m["q"] for m in spooled] == list(range(1, 41))  # everything not acknowledged, then the rest
     more, cursor = engine.receive(cursor)
     qs = [m["q"] for m in got + more]
-    # every event reaches the engine (one read from both is applied once: pwe/intake.py _admit)
+    # every event reaches the engine (one read from both is applied once: pwe/engine/intake.py _admit)
     assert qs[:6] == list(range(1, 7)) and set(qs) == set(range(1, 41))
     engine.forget()
     engine.close()

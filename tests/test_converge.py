@@ -1,4 +1,4 @@
-"""Iteration until convergence (pwe/trees.py): a checked node's members grow trees, end to end.
+"""Iteration until convergence (pwe/planning/trees.py): a checked node's members grow trees, end to end.
 
 Every run here is real: the engine and its pilot are processes, the members and their
 checks are shell commands, the engine is killed with SIGKILL. The trees are compared with
@@ -343,7 +343,7 @@ def test_bad_input_is_one_clear_line(tmp_path, what, body, phrase, line):
 
 
 def test_xml_and_yaml_checked_nodes_plan_alike(tmp_path):
-    from pwe.plan import plan_workflow
+    from pwe.planning.plan import plan_workflow
 
     (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
         name: c
@@ -409,7 +409,7 @@ def test_a_python_callable_check_across_a_kill_9_and_resume_workflow(tmp_path):
     args[2] = "resume"
     proc = subprocess.run(list(map(str, args)), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr  # (member 1's check raised)
-    from pwe.results import RunResult
+    from pwe.observe.results import RunResult
 
     members = [m for n in ("bisect", "report") for m in RunResult(run_dir).members(n)]
     bisect = [m for m in members if m["node"] == "bisect"]

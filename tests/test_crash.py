@@ -255,8 +255,9 @@ def test_a_member_handed_back_for_an_unwritable_directory_after_its_start_spends
     directory read-only (made a moment before the mount turned), the pilot hands it back
     as the run's cause. That attempt did not happen: the next one is attempt 1 again. A
     member handed back for another reason after it started keeps its attempt."""
-    from pwe.plan import plan_workflow
-    from pwe.state import READY, RunState
+    from pwe.planning.plan import plan_workflow
+    from pwe.base.states import READY
+    from pwe.runstate.state import RunState
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [0, 1]}\n    run: 'true'\n")

@@ -1,4 +1,4 @@
-"""pwe/dag.py answers as networkx did (it replaced networkx for start-up time, issue 13):
+"""pwe/planning/dag.py answers as networkx did (it replaced networkx for start-up time, issue 13):
 the same cycle, the same orders, the same critical path, on many random graphs. networkx
 is a test dependency only, for this check."""
 
@@ -7,7 +7,7 @@ import random
 import networkx as nx
 import pytest
 
-from pwe.dag import Graph
+from pwe.planning.dag import Graph
 
 
 def _pair(rng, n, p, acyclic):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LEDGER_WF, ROOT, count_ends, ledger_counts, run_cli, wait_for
-from pwe.rundir import EngineLock
+from pwe.runstate.rundir import EngineLock
 
 TRIALS = 200
 
@@ -72,7 +72,7 @@ def test_two_engines_racing_for_a_stale_lock_never_both_hold_it(tmp_path):
 
 def test_status_tells_who_holds_the_lock(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from pwe.rundir import EngineLock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from pwe.runstate.rundir import EngineLock; "
          "EngineLock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
@@ -83,7 +83,7 @@ def test_status_tells_who_holds_the_lock(tmp_path):
             EngineLock(tmp_path).acquire()
         # asking, from this process, twice, takes nothing from the holder
         assert EngineLock(tmp_path).holder()["pid"] == holder.pid
-        from pwe.runview import status
+        from pwe.observe.runview import status
 
         (tmp_path / "state.json").write_text('{"nodes": {}, "totals": {}}')
         assert status(tmp_path)["phase"] == "running" and status(tmp_path)["engine"] == {"pid": holder.pid, "host": socket.gethostname()}
@@ -416,8 +416,8 @@ def test_a_background_engine_that_cannot_take_the_run_says_why_to_the_command_th
     or why not, raised here with the engine's exit status (not "started" while it died)."""
     import shutil
 
-    from pwe.control import spawn_engine
-    from pwe.errors import PweError
+    from pwe.engine.control import spawn_engine
+    from pwe.base.errors import PweError
 
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted, run_dir)

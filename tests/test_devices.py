@@ -82,7 +82,7 @@ def test_a_member_no_node_can_hold_fails_with_the_reason(tmp_path):
     """The wider rule of issue 8.1: a member that no node of a live pilot can ever hold does
     not wait silently. Here the pilot's node has no GPU at all (the engine's host said one,
     the allocation has none): the member fails at once, saying why, and the others run."""
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {protocol: local, cores_per_node: 2, gpus_per_node: 1}\n")
     wf = tmp_path / "wf.yaml"

@@ -1,4 +1,4 @@
-"""The one error tree (pwe/errors.py): every exception class of pwe, protocols and hostinfo
+"""The one error tree (pwe/base/errors.py): every exception class of pwe, protocols and hostinfo
 is in it and drawn in its docstring, the host errors keep what the user needs on one
 line, the status guard of every protocol, and backend errors that used to reach a user
 as a traceback."""
@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-import pwe.errors
+import pwe.base.errors
 from conftest import ROOT, run_cli, sample_pilot_job
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout, ContactError, LocalRunner
-from pwe.errors import HostsFileError, InputError, PweError, SubmitError, UnknownProtocol
+from pwe.base.errors import HostsFileError, InputError, PweError, SubmitError, UnknownProtocol
 
 PACKAGES = ("pwe", "protocols", "hostinfo")  # pilot/ is standard library only and reports over the wire
 
@@ -40,9 +40,9 @@ def exception_classes():
 
 
 def drawing():
-    """The tree in pwe.errors' docstring: {name: (parent name or None, exit status)}."""
+    """The tree in pwe.base.errors' docstring: {name: (parent name or None, exit status)}."""
     tree, stack = {}, []
-    for line in pwe.errors.__doc__.splitlines():
+    for line in pwe.base.errors.__doc__.splitlines():
         m = re.match(r"^    ([ |]*)(?:\+-- )?([A-Z]\w+)\s+(\d)\s", line)
         if not m or m.group(2) == "class":
             continue
@@ -61,7 +61,7 @@ def test_every_exception_class_is_in_the_one_tree_and_drawn():
     assert not outside, f"derive from PweError: {outside}"
     tree = drawing()
     undrawn = sorted(set(classes) - set(tree))
-    assert not undrawn, f"draw in pwe/errors.py's docstring: {undrawn}"
+    assert not undrawn, f"draw in pwe/base/errors.py's docstring: {undrawn}"
     for name, (parent, status) in tree.items():
         cls = classes[name]
         assert cls.exit_status == status, (name, cls.exit_status, status)
@@ -70,22 +70,22 @@ def test_every_exception_class_is_in_the_one_tree_and_drawn():
     # the names the lower layers and the engine import still resolve, to the same classes
     import protocols.base
     import protocols.registry
-    import pwe.journal
-    import pwe.rundir
+    import pwe.runstate.journal
+    import pwe.runstate.rundir
 
     assert protocols.base.SubmitError is SubmitError and protocols.registry.UnknownProtocol is UnknownProtocol
-    assert pwe.journal.JournalError is pwe.errors.JournalError and pwe.rundir.RunNotFound is pwe.errors.RunNotFound
+    assert pwe.runstate.journal.JournalError is pwe.base.errors.JournalError and pwe.runstate.rundir.RunNotFound is pwe.base.errors.RunNotFound
 
 
 def test_the_errors_module_is_light_enough_for_the_lower_layers():
-    """protocols and hostinfo import pwe.errors; importing it (or protocols' runner) must
+    """protocols and hostinfo import pwe.base.errors; importing it (or protocols' runner) must
     not import the engine, pydantic, jinja2 or networkx. The lazy public API still works."""
-    code = ("import sys; import pwe.errors, protocols.runner; "
+    code = ("import sys; import pwe.base.errors, protocols.runner; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pwe', 'hostinfo', 'pydantic', 'jinja2', 'networkx', 'yaml', 'lxml', 'paramiko'))))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
-    assert json.loads(out) == ["pwe", "pwe.errors"]
+    assert json.loads(out) == ["pwe", "pwe.base", "pwe.base.errors"]
     import pwe
 
     assert pwe.InputError is InputError and callable(pwe.plan_workflow) and callable(pwe.run_workflow)

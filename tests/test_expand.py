@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from pwe.params import ListValues, ParameterSpace, RangeValues
-from pwe.plan import plan_workflow
+from pwe.planning.params import ListValues, ParameterSpace, RangeValues
+from pwe.planning.plan import plan_workflow
 from conftest import EXAMPLES, run_cli
 
 
@@ -217,6 +217,6 @@ nodes:
 
 
 def test_json_schema_has_not_drifted():
-    from pwe import schema
+    from pwe.workflow import schema
 
-    assert schema.SCHEMA_FILE.read_text() == schema.generate(), "run: python -m pwe.schema"
+    assert schema.SCHEMA_FILE.read_text() == schema.generate(), "run: python -m pwe.workflow.schema"

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT, kill_pilot, read_journal, wait_for
 from pilot import wire
-from pwe.cli import cli
+from pwe.cli.main import cli
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -63,8 +63,8 @@ def one_after_another(lines: list[list[str]], members: list[int]) -> bool:
 def test_a_group_runs_its_members_one_after_another_in_one_slot(tmp_path):
     """include + sort_by + split_by_sort_key + maximum_size as Row forms them; the members
     include leaves out run ungrouped; every member has its own state and outputs."""
-    from pwe.engine import Engine
-    from pwe.results import load_state, member_record
+    from pwe.engine.loop import Engine
+    from pwe.observe.results import load_state, member_record
 
     # x in 0..7, y in a,b: member index = 2x + (y == b). Grouped: x < 6 (12 members),
     # sorted by y (then index), cut where y changes, then at most 4 a group
@@ -116,7 +116,7 @@ def test_a_failed_member_fails_alone_the_rest_of_its_group_runs_and_retry_reruns
 def test_submit_whole_hands_a_group_out_only_when_every_member_is_ready(tmp_path):
     """b's members become ready one by one (each after its own a, of different lengths);
     with submit_whole each group of b goes out whole, in one message."""
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     led = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"
@@ -245,8 +245,8 @@ def test_the_pilots_walltime_end_hands_the_unstarted_members_of_a_group_back(tmp
 def test_a_million_members_group_in_index_runs_without_a_table(tmp_path):
     """Without include and sort_by a group is a run of indices: nothing per member is
     stored; with them, 4 bytes a member."""
-    from pwe.groups import Groups
-    from pwe.plan import plan_workflow
+    from pwe.planning.groups import Groups
+    from pwe.planning.plan import plan_workflow
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: g\nnodes:\n  w:\n    parameters: {i: {range: [0, 1000000]}}\n    run: 'true'\n"
@@ -264,8 +264,8 @@ def test_groups_are_formed_as_row_forms_them(tmp_path, combine, reverse):
     """Against a plain reading of Row's rules: include (any entry; within one, all
     parts), a stable sort by the sort_by values, a cut where the key changes, then
     pieces of maximum_size."""
-    from pwe.groups import Groups
-    from pwe.plan import plan_workflow
+    from pwe.planning.groups import Groups
+    from pwe.planning.plan import plan_workflow
 
     a = [3, 1, 2, 1, 3, 2] * (2 if combine == "zip" else 1)
     b = ["x", "y", "x", "z", "y", "x"] * (2 if combine == "zip" else 1)
@@ -334,7 +334,7 @@ def test_plan_shows_the_groups(tmp_path):
 
 
 def test_the_xml_form_says_the_same_groups(tmp_path):
-    from pwe.plan import plan_workflow
+    from pwe.planning.plan import plan_workflow
 
     y = tmp_path / "g.yaml"
     y.write_text("name: g\nnodes:\n  w:\n    parameters: {x: {range: [0, 8]}, y: [a, b]}\n    run: 'true'\n"

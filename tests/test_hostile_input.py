@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, run_cli
-from pwe.cli import cli
+from pwe.cli.main import cli
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -95,7 +95,7 @@ def test_ssh_gets_node_names_after_double_dash():
 def test_job_ids_that_are_not_job_ids_never_reach_the_scheduler():
     from protocols.runner import CommandResult, CommandRunner
     from protocols.slurm import Slurm
-    from pwe.errors import SubmitError
+    from pwe.base.errors import SubmitError
 
     class Recorder(CommandRunner):
         def __init__(self, answer=""):
@@ -287,7 +287,7 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
     reason (was: the pilot crashed, and three pilots in a row stopped the run, exit 3),
     and the other members run in the same pilot."""
     from conftest import read_journal
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: a\nnodes:\n  a:\n    parameters: {k: [1, 2, 3]}\n    run: echo {{ k }}\n")
@@ -370,7 +370,7 @@ def _special(path, kind):
     elif kind == "fifo":
         os.mkfifo(path)
     else:
-        from pwe.params import MAX_PARAMETER_FILE_BYTES
+        from pwe.planning.params import MAX_PARAMETER_FILE_BYTES
 
         with open(path, "wb") as fh:  # sparse: takes no disk
             fh.write(b"t\n1\n")
@@ -450,7 +450,7 @@ def test_a_yaml_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound(write)
     """9^9 (387 million) strings from 400 bytes: was more than 20 s (and gigabytes) in the
     text checks and validation that walk the tree; now counted while composing (aliases of
     x5 add 9^6 each: the fourth alias of x6, on line 8, passes a million)."""
-    from pwe.yaml_reader import MAX_ALIAS_NODES
+    from pwe.base.yaml_reader import MAX_ALIAS_NODES
 
     assert MAX_ALIAS_NODES == 1_000_000
     path = write(_laughs())
@@ -473,8 +473,8 @@ def test_many_aliases_of_one_large_anchor_are_refused_too(write):
 def test_the_bound_counts_what_each_alias_stands_for(monkeypatch):
     """The mechanism, not the clock: each alias adds the size of its anchor written out
     (an alias of an alias counted whole), and the bound is crossed at that alias's line."""
-    from pwe import yaml_reader
-    from pwe.errors import InputError
+    from pwe.base import yaml_reader
+    from pwe.base.errors import InputError
 
     text = "name: a\nx: &x [1, 2, 3]\ny: &y [*x, *x]\nz: [*y]\nnodes: {a: {run: x}}\n"
     # x: 4 nodes; y: 1 + 4 + 4 = 9; the aliases add 4 + 4 + 9 = 17
@@ -513,7 +513,7 @@ nodes:
 def test_ordinary_anchors_aliases_and_merge_keys_still_work(write):
     """Anchors are for this: a block of settings merged into each node (<<: *common), one
     list of values and one profile shared; a node's own key wins over a merged one."""
-    from pwe.plan import plan_workflow
+    from pwe.planning.plan import plan_workflow
 
     path = write(MERGE_KEYS)
     plan = plan_workflow(path)
@@ -576,7 +576,7 @@ def test_an_id_of_exactly_the_bound_runs(tmp_path):
 def test_yaml_xml_and_the_json_schema_say_the_same_bound():
     from lxml import etree
 
-    from pwe import model, schema
+    from pwe.workflow import model, schema
 
     assert model.MAX_NAME == 100
     xsd = etree.parse(str(ROOT / "schemas" / "workflow.xsd"))
@@ -629,7 +629,7 @@ def test_a_file_where_the_member_directory_must_be_fails_the_member(tmp_path):
     """members/<node> is a file (ENOTDIR): the same endless hand-back before; a failed member now."""
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    run: echo hi\n")
-    code = ("import sys\nfrom pathlib import Path\nfrom pwe.engine import Engine\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom pwe.engine.loop import Engine\n"
             f"e = Engine.create(Path({str(wf)!r}), run_dir=Path({str(tmp_path / 'run')!r}), cores=1)\n"
             f"Path({str(tmp_path / 'run' / 'members' / 'a')!r}).write_text('in the way')\n"
             "sys.exit(0 if e.run() else 1)\n")
@@ -720,14 +720,14 @@ def test_every_hostile_input_is_one_line_from_every_command(tmp_path, monkeypatc
 def test_an_engine_that_cannot_start_leaves_no_run_directory(tmp_path, monkeypatch):
     """Defence in depth: whatever fails after the run directory is made and before the
     engine exists (here: a lane's protocol) takes the directory away again."""
-    import pwe.engine
+    import pwe.engine.loop
 
     def broken(*args, **kwargs):
         raise RuntimeError("no lane")
 
-    monkeypatch.setattr(pwe.engine, "make_lanes", broken)
+    monkeypatch.setattr(pwe.engine.loop, "make_lanes", broken)
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: a\nnodes:\n  a: {run: 'true'}\n")
     with pytest.raises(RuntimeError):
-        pwe.engine.Engine.create(wf, run_dir=tmp_path / "run")
+        pwe.engine.loop.Engine.create(wf, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()

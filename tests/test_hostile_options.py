@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import run_cli
-from pwe.cli import cli
-from pwe.cli_base import Seconds, Whole
+from pwe.cli.main import cli
+from pwe.cli.base import Seconds, Whole
 from test_hostile_input import _one_line_refusal
 
 WF = "name: w\nnodes:\n  a:\n    parameters: {k: [1, 2]}\n    run: 'true'\n"

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, run_cli
-from pwe.cli import cli
+from pwe.cli.main import cli
 from test_hostile_input import _one_line_refusal
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -94,7 +94,7 @@ def test_the_report_renders_every_member_value_as_text(evil_run):
 def test_the_reports_data_cannot_leave_its_script_element(value):
     """Before: only '</' was escaped, so '<!--<script>' put the page's parser in the script's
     escaped state and the rest of the page was swallowed. Now no '<', '>' or '&' at all."""
-    from pwe.report import script_json
+    from pwe.observe.report import script_json
 
     text = script_json({"k": value, value: [value]})
     assert not set(text) & set("<>&\u2028\u2029"), text
@@ -136,7 +136,7 @@ def test_a_search_is_bounded_in_what_it_reads(evil_run, monkeypatch):
     output end; and the mechanism: a pattern is searched in at most MAX_SUBJECT characters."""
     status, out, err = run_cli("show", evil_run, "-q", "out.big~a*a*b", "--json", timeout=120)
     assert status == 0 and json.loads(out) == [], err
-    from pwe import query
+    from pwe.planning import conditions
 
     seen = []
 
@@ -144,10 +144,10 @@ def test_a_search_is_bounded_in_what_it_reads(evil_run, monkeypatch):
         def search(self, text):
             seen.append(len(text))
 
-    cond = query.parse("out.big~a", None)[0]
+    cond = conditions.parse("out.big~a", None)[0]
     object.__setattr__(cond, "pattern", Spy())
     cond.test({"outputs": {"big": "a" * 100_000}})
-    assert seen == [query.MAX_SUBJECT]
+    assert seen == [conditions.MAX_SUBJECT]
 
 
 def test_ordinary_queries_still_work(evil_run):
@@ -229,7 +229,7 @@ def test_an_edge_event_that_is_a_fifo_or_huge_is_not_trusted(evil_run, tmp_path)
     (run / "edges").mkdir()
     os.mkfifo(run / "edges" / "a.json")
     (run / "edges" / "b.json").write_text(json.dumps({"pilot": "p1", "x": "y" * 100_000, "mac": "0" * 64}))
-    code = ("import sys, json; from pathlib import Path; from pwe.notify import receive; "
+    code = ("import sys, json; from pathlib import Path; from pwe.runstate.notify import receive; "
             "print(json.dumps([ok for _, ok in receive(Path(sys.argv[1]), set())]))")
     proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=60, env=ENV)
     assert proc.returncode == 0 and json.loads(proc.stdout) == [False, False], proc.stderr
@@ -238,14 +238,14 @@ def test_an_edge_event_that_is_a_fifo_or_huge_is_not_trusted(evil_run, tmp_path)
 # -- files pwe reads from a run directory that are no regular files -------------------------------
 
 def test_open_regular_refuses_a_fifo_without_waiting(tmp_path):
-    """The mechanism: the one opener of run files (pwe/regular.py) opens with O_NONBLOCK and
+    """The mechanism: the one opener of run files (pwe/base/regular.py) opens with O_NONBLOCK and
     checks the kind on the open descriptor."""
-    code = ("import os, sys\nfrom pwe.regular import read_text\nos.mkfifo(sys.argv[1])\n"
+    code = ("import os, sys\nfrom pwe.base.regular import read_text\nos.mkfifo(sys.argv[1])\n"
             "try:\n    read_text(sys.argv[1])\nexcept OSError as e:\n    print(e.strerror)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f")], capture_output=True, text=True,
                           timeout=60, env=ENV)
     assert proc.stdout.strip() == "not a regular file (a FIFO)", proc.stderr
-    from pwe.regular import read_text
+    from pwe.base.regular import read_text
 
     with pytest.raises(OSError, match="a device"):
         read_text("/dev/null")
@@ -544,7 +544,7 @@ def test_a_pathological_glob_ends(tmp_path, pattern):
     (ws / ("a" * 200)).mkdir(parents=True)
     (ws / ("a" * 200) / ("a" * 250)).write_text("x")
     (ws / ("a" * 250)).write_text("x")
-    code = ("import sys; from pathlib import Path; from pwe.inputs import expand\n"
+    code = ("import sys; from pathlib import Path; from pwe.workflow.inputs import expand\n"
             "try:\n    print(expand([sys.argv[1]], Path(sys.argv[2])))\nexcept Exception as e:\n"
             "    print(type(e).__name__)\n")
     proc = subprocess.run([sys.executable, "-c", code, pattern, str(ws)], capture_output=True, text=True, timeout=60,

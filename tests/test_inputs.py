@@ -1,4 +1,4 @@
-"""A workflow's ``inputs:`` (pwe.inputs): the files staged to a host without shared file
+"""A workflow's ``inputs:`` (pwe.workflow.inputs): the files staged to a host without shared file
 systems. The patterns are checked at validate (one line, exit 2); expand() names the
 regular files they mean, relative to the workspace, and refuses what leads out of it."""
 
@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from pwe import products
-from pwe.errors import InputError
-from pwe.inputs import checked_pattern, expand
-from pwe.load import load_workflow
-from pwe.plan import plan_workflow
+from pwe.planning import products
+from pwe.base.errors import InputError
+from pwe.workflow.inputs import checked_pattern, expand
+from pwe.workflow.load import load_workflow
+from pwe.planning.plan import plan_workflow
 from conftest import run_cli
 
 

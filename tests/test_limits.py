@@ -151,7 +151,7 @@ def test_validate_refuses_a_resource_no_limit_allows(tmp_path, text, expect):
 
 
 def test_xml_and_yaml_say_the_same_limits_resources_and_order(tmp_path):
-    from pwe.plan import plan_workflow
+    from pwe.planning.plan import plan_workflow
 
     (tmp_path / "wf.yaml").write_text(
         "name: lic\norder: fifo\nlimits: {license: 3, seat: 1}\nnodes:\n  a:\n"

@@ -88,7 +88,7 @@ def test_a_node_that_dies_mid_run_has_its_members_finish_elsewhere(ssh_nodes, tm
     # what was running on node 3 when it died finished on another node
     for m in rerun:
         assert any(l[2] == "end" and int(l[3]) == m and l[1] != "10.233.3.2" for l in lines)
-    from pwe.results import load_state
+    from pwe.observe.results import load_state
 
     _, st = load_state(run_dir)
     assert st.nodes["m"].counts[4] == 24 and not st.nodes["m"].failures

@@ -172,7 +172,7 @@ def test_gpu_members_pilot_lands_in_the_gpu_partition_cpu_members_elsewhere(slur
 
 def test_gpu_partition_example_runs_on_slurm(slurm_cluster, tmp_path):
     """examples/gpu_partition.yaml with examples/hosts.yaml, as the README runs it."""
-    from pwe.results import load_state, member_record
+    from pwe.observe.results import load_state, member_record
 
     example = ROOT / "examples" / "gpu_partition.yaml"
     run_dir = tmp_path / "run"

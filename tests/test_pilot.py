@@ -50,8 +50,8 @@ def test_walltime_hands_back_what_cannot_finish_and_drains_before_the_end(tmp_pa
 
 
 def test_engine_gives_handed_back_members_to_the_next_pilot_without_spending_attempts(tmp_path):
-    from pwe.engine import Engine
-    from pwe.results import load_state
+    from pwe.engine.loop import Engine
+    from pwe.observe.results import load_state
 
     ledger = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"

@@ -65,7 +65,7 @@ def submit(wf, run_dir, cwd, *extra):
 
 def wait_end(run_dir, timeout=240):
     wait_for(lambda: b'"e":"finish"' in (Path(run_dir) / "journal.jsonl").read_bytes(), timeout, "the run's end")
-    from pwe.rundir import EngineLock
+    from pwe.runstate.rundir import EngineLock
 
     wait_for(lambda: not EngineLock(Path(run_dir)).holder(), 30, "the engine to leave")
 
@@ -213,7 +213,7 @@ def test_setup_that_fails_on_every_node_hands_members_back_and_stops(tmp_path):
     last = err.strip().splitlines()[-1]
     assert "setup_per_node failed on every node of 3 pilots in a row" in last and "Traceback" not in err
     assert not ledger.exists()  # no member ran
-    from pwe.results import load_state
+    from pwe.observe.results import load_state
 
     _, st = load_state(run_dir)
     ns = st.nodes["m"]
@@ -294,8 +294,8 @@ def test_setup_per_node_bad_input_is_one_line(write):
 
 
 def test_setup_per_node_xml_and_yaml_make_the_same_plan(write):
-    from pwe.plan import plan_workflow
-    from pwe.tasks import setup_sets
+    from pwe.planning.plan import plan_workflow
+    from pwe.engine.tasks import setup_sets
 
     y = write("name: s\ndefaults:\n  setup_per_node: [module load x, stage img]\nnodes:\n  a:\n    run: 'true'\n"
               "  b:\n    run: 'true'\n    setup_per_node: []\n  c:\n    run: 'true'\n    setup_per_node: [warm]\n")
@@ -320,7 +320,7 @@ def test_a_resumed_engine_knows_added_and_draining_pilots(tmp_path):
     every member once."""
     import signal
 
-    from pwe.rundir import EngineLock
+    from pwe.runstate.rundir import EngineLock
 
     n = 40
     wf, ledger = workflow(tmp_path, n, 0.3, name="resume")

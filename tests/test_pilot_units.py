@@ -447,8 +447,8 @@ def test_a_nodes_shared_environment_is_sent_once_and_a_task_naming_an_unknown_on
 
     # the engine's side: the builder's shared environment goes once per pilot, before the
     # first task naming it; a `back` saying the pilot lacks it makes the next task send it again
-    from pwe.engine import Engine
-    from pwe.pilots import PilotHandle
+    from pwe.engine.loop import Engine
+    from pwe.engine.handles import PilotHandle
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, 4]}}\n    env: {PWE_MEMBER: mine}\n"

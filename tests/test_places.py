@@ -1,6 +1,6 @@
-"""Where pwe keeps its state (pwe.places): PWE_HOME over XDG_STATE_HOME over ~/.local/state,
+"""Where pwe keeps its state (pwe.base.places): PWE_HOME over XDG_STATE_HOME over ~/.local/state,
 the service's directory of an earlier pwe still used, and the runs found there by every
-command (pwe.rundir.roots). No service runs here: a service's run root is a directory."""
+command (pwe.runstate.rundir.roots). No service runs here: a service's run root is a directory."""
 
 import json
 import time

@@ -107,9 +107,9 @@ def test_plan_shows_the_order_and_each_nodes_pressure(tmp_path):
 def test_queues_pass_over_held_nodes_and_keep_their_places(tmp_path):
     """ReadyQueue (fifo) and PressureQueue hand out the first member of a node not held
     back this feed, and the members passed over stay where they were."""
-    from pwe.plan import plan_workflow
-    from pwe.pressure import Pressure, PressureQueue
-    from pwe.readyqueue import ReadyQueue
+    from pwe.planning.plan import plan_workflow
+    from pwe.runstate.pressure import Pressure, PressureQueue
+    from pwe.runstate.readyqueue import ReadyQueue
 
     wf = tmp_path / "chain.yaml"
     wf.write_text(CHAIN_WF.format(order="pressure", ledger=tmp_path / "l"))

@@ -1,4 +1,4 @@
-"""Runs staged to a login node (pwe/remote.py, protocols/staging.py), for real.
+"""Runs staged to a login node (pwe/engine/remote.py, protocols/staging.py), for real.
 
 The "workstation" is this machine in its own mount namespace with every scheduler
 command masked (bind-mounted over by /dev/null) and no SLURM_CONF: from there `pwe run

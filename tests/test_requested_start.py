@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, read_journal, run_cli, wait_for
 from protocols.base import PilotJob, get
 from protocols.runner import LocalRunner
-from pwe import starttime
+from pwe.workflow import starttime
 
 HOSTS = """hosts:
   cluster: {protocol: slurm, cores_per_node: 8, max_nodes: 1, partitions: [{name: debug}]}

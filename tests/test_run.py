@@ -756,7 +756,7 @@ def test_cancel_stops_a_submitted_run(tmp_path, write, reaper):
 
 def test_python_api_run_workflow(tmp_path):
     import pwe as api
-    from pwe.results import load_state
+    from pwe.observe.results import load_state
 
     res = api.run_workflow(EXAMPLES / "quickstart.yaml", {"nsteps": 5}, run_dir=tmp_path / "run")
     assert res.ok is True
@@ -971,8 +971,8 @@ def test_cancel_of_a_finished_run_keeps_its_outcome(tmp_path, write):
     st = status(run)
     assert st["phase"] == "succeeded" and st["finished_ok"] is True, (
         "BUG pwe cancel on a run that already succeeded rewrites its outcome: "
-        f"phase {st['phase']!r}, finished_ok {st['finished_ok']!r} (pwe/engine.py Engine.run(cancel=True) journals "
-        "'cancel' then 'finish ok=false'; pwe/state.py apply('cancel') sets cancelled even when nothing was left)")
+        f"phase {st['phase']!r}, finished_ok {st['finished_ok']!r} (pwe/engine/loop.py Engine.run(cancel=True) journals "
+        "'cancel' then 'finish ok=false'; pwe/runstate/state.py apply('cancel') sets cancelled even when nothing was left)")
     assert all(r["state"] == "done" for r in show(run))
 
 
@@ -991,7 +991,7 @@ def test_hints_printed_by_run_work_with_run_dir(tmp_path, write):
         words = hint.split()[2:]  # after "see: pwe"
         rc, out, err = pwe(*words, cwd=tmp_path)
         assert rc == 0, (
-            f"BUG pwe/cli.py _follow prints `{hint[5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
+            f"BUG pwe/cli/main.py _follow prints `{hint[5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
             "looked up only under ./pwe-runs (rundir.find); print the run directory when --run-dir put it elsewhere")
         assert ("exit=1" in out) if words[0] == "show" else ("no such input: x1" in out), out
 
@@ -1031,7 +1031,7 @@ nodes:
     reported = "stdin" in err and "stdout" in err
     assert honoured or reported, (
         "BUG scheduling stdin/stdout are silently dropped on host 'local': the member read /dev/null and wrote "
-        f"members/.../stdout, and `pwe run` said nothing about it (stderr: {err.strip()!r}); pwe/engine.py "
+        f"members/.../stdout, and `pwe run` said nothing about it (stderr: {err.strip()!r}); pwe/engine/loop.py "
         "Engine._task passes only ranksPerMember/threadsPerRank/walltime to the pilot")
 
 

@@ -13,15 +13,15 @@ import pytest
 
 from conftest import LEDGER_WF, ledger_counts, read_journal, run_cli
 from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool, open_spool, seal
-from pwe.journal import Journal, encode, replay, unpack
+from pwe.runstate.journal import Journal, encode, replay, unpack
 
 WF = "name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, %d]}}\n    run: 'true'\n  b:\n    after: [a]\n" \
      "    parameters: {i: {range: [0, 3]}}\n    run: 'true'\n"
 
 
 def _state(tmp_path, n=10):
-    from pwe.plan import plan_workflow
-    from pwe.state import RunState
+    from pwe.planning.plan import plan_workflow
+    from pwe.runstate.state import RunState
 
     wf = tmp_path / "wf.yaml"
     wf.write_text(WF % n)
@@ -57,7 +57,7 @@ def test_consecutive_assigns_to_one_pilot_are_one_record_and_replay_as_each(tmp_
 
 
 def test_a_replayed_journal_of_compacted_records_gives_the_same_state(tmp_path):
-    from pwe.state import DONE, RUNNING
+    from pwe.base.states import DONE, RUNNING
 
     plain, packed = _state(tmp_path), _state(tmp_path)
     path = tmp_path / "journal.jsonl"
@@ -83,7 +83,7 @@ def test_a_replayed_journal_of_compacted_records_gives_the_same_state(tmp_path):
     assert packed.snapshot()["nodes"] == plain.snapshot()["nodes"]
     assert packed.snapshot()["nodes"]["a"]["done"] == 9 and packed.snapshot()["nodes"]["a"]["running"] == 1
     # the trace reads the start out of the end
-    from pwe.trace import Trace
+    from pwe.observe.trace import Trace
 
     tr = Trace()
     replay(path, tr.take)
@@ -136,7 +136,7 @@ def test_an_assign_run_of_no_sensible_length_is_a_damaged_record(tmp_path, bad):
                      + encode({"e": "assign", "n": "a", "m": 1, "a": 1, "p": "p1", "len": 2}))
     got = replay(path, st.apply)
     assert got.damaged == [2]
-    from pwe.state import ASSIGNED, READY
+    from pwe.base.states import ASSIGNED, READY
 
     assert [st.nodes["a"].state[i] for i in range(4)] == [READY, ASSIGNED, ASSIGNED, READY]
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from conftest import LEDGER_WF, ROOT, count_ends, ledger_counts, wait_for
 
-from pwe import checkpoint, runs
-from pwe.journal import replay
-from pwe.rundir import SHARD, member_dir
-from pwe.readyqueue import ReadyQueue
-from pwe.state import READY, RunState
+from pwe.runstate import checkpoint, runs
+from pwe.runstate.journal import replay
+from pwe.runstate.rundir import SHARD, member_dir
+from pwe.runstate.readyqueue import ReadyQueue
+from pwe.base.states import READY
+from pwe.runstate.state import RunState
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), PWE_CHECKPOINT_EVERY="0.3")
 FIELDS = ("state", "attempt", "deps", "counts", "rc", "why", "outputs", "failures", "pilot", "pid", "spent",

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from conftest import run_cli
 from protocols.registry import PROTOCOLS
-from pwe.cli import cli
-from pwe.model import Scheduling
+from pwe.cli.main import cli
+from pwe.workflow.model import Scheduling
 
 #: a value for every scheduling field, each unlike its default
 SAMPLE = {
@@ -43,7 +43,7 @@ def observe(d, protocol: str, sched: dict) -> dict:
     script it submits (the pilot's arguments for ``local``), the task it sends for member
     0 (without the environment, which only mirrors the task), and how many members it
     gives one pilot."""
-    from pwe.engine import Engine, PilotHandle
+    from pwe.engine.loop import Engine, PilotHandle
 
     d.mkdir()
     # (an SGE host's pilots of more than one slot name its parallel environment)
@@ -84,7 +84,7 @@ def test_a_protocol_uses_exactly_the_fields_placement_says_it_uses(tmp_path, pro
     """For each field: setting it changes what the engine submits or sends to the pilot
     if and only if placement lists it as used on that protocol (and so does not warn
     that it is not). The table cannot drift from the code."""
-    from pwe.placement import USED_SCHEDULING
+    from pwe.planning.placement import USED_SCHEDULING
 
     base = observe(tmp_path / "base", protocol, {})
     wrong = []
@@ -176,7 +176,7 @@ def test_plan_shows_the_warnings_run_prints(tmp_path):
 
 @pytest.mark.parametrize("protocol", ["slurm", "pbs", "loadleveler", "ssh"])
 def test_plan_warns_as_the_engine_on_batch_hosts(tmp_path, protocol):
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     (tmp_path / "hosts.yaml").write_text(HOST.format(p=protocol, extra=""))
     wf = _workflow(tmp_path, {"stdin": "x", "qos": "q", "shareNodes": False, "submissionType": "batch"}, members=2)
@@ -258,7 +258,7 @@ def test_the_xml_form_names_the_element(tmp_path):
 @pytest.mark.parametrize("sched", ["{maxWallTime: 60, maxWallTimePerMember: 58.5}", "{maxWallTimePerMember: 58.5}",
                                    "{maxWallTime: 5, maxWallTimePerMember: 4}", "{queue: long, maxWallTime: 600}"])
 def test_walltimes_that_fit_are_taken(tmp_path, sched):
-    from pwe.placement import PILOT_START_S, hand_back_margin
+    from pwe.planning.placement import PILOT_START_S, hand_back_margin
 
     assert hand_back_margin(60) + PILOT_START_S == 90  # (the pilot's own margin: pilot/__main__.py --margin)
     wf = _walltimes(tmp_path, "{}", sched)

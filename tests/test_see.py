@@ -349,7 +349,7 @@ nodes:
 
 
 def test_core_hours_of_a_node_without_walltime_come_from_its_done_members():
-    from pwe.runview import core_hours
+    from pwe.observe.runview import core_hours
 
     snap = {"nodes": {"n": {"done": 4, "failed": 1, "ready": 2, "queued": 1, "running": 1, "waiting": 10}},
             "work": {"n": {"cores": 3, "wall": None, "spent": 50.0, "done_spent": 40.0}}}

@@ -157,11 +157,11 @@ def test_embedded_service_runs_a_submission_to_its_end(embedded, tmp_path):
     assert rc == 0 and json.loads(out)["phase"] == "succeeded"
     # a batch system's edge event for the run, over the broker: signed into the run as pwe notify does
     sys.path.insert(0, str(ROOT))
-    from pwe.notify import receive
+    from pwe.runstate.notify import receive
     from pwe.service.app import send
-    from pwe.service.store import Store
+    from pwe.runstate.service_store import Store
 
-    send("filesystem://", "pwe", Store(embedded.dir), "pwe.notify", run_id=run_id, pilot="p9", event="started",
+    send("filesystem://", "pwe", Store(embedded.dir), "pwe.runstate.notify", run_id=run_id, pilot="p9", event="started",
          job="4242")
     edges = Path(rec["run_dir"]) / "edges"
     wait_for(lambda: edges.is_dir() and any(edges.iterdir()), 30, "the edge event in the run")
@@ -214,7 +214,7 @@ def test_a_submission_delivered_twice_is_one_run(embedded, tmp_path):
     """acks_late means a task may come twice: the client's run id makes the second a no-op."""
     sys.path.insert(0, str(ROOT))
     from pwe.service.app import send
-    from pwe.service.store import Store
+    from pwe.runstate.service_store import Store
     from pwe.service.submit import prepare
 
     ledger = tmp_path / "ledger"
@@ -249,7 +249,7 @@ def test_a_submission_with_a_workspace_runs_only_the_members_whose_products_are_
     was sent (the file is not where it was) keeps the workspace resolved where it was sent."""
     sys.path.insert(0, str(ROOT))
     from pwe.service.app import send
-    from pwe.service.store import Store
+    from pwe.runstate.service_store import Store
     from pwe.service.submit import prepare
 
     ledger, ws = tmp_path / "ledger", tmp_path / "ws"
@@ -472,7 +472,7 @@ def test_service_killed_mid_run_and_started_again_finishes_the_run(tmp_path):
 
 def test_pwe_help_does_not_import_celery():
     """Celery is imported by the service's commands only (every other command starts without it)."""
-    code = "import sys, pwe.cli; pwe.cli.cli.main(['--help'], standalone_mode=False); assert 'celery' not in sys.modules"
+    code = "import sys, pwe.cli.main; pwe.cli.main.cli.main(['--help'], standalone_mode=False); assert 'celery' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0 and "service" in proc.stdout and "trigger" in proc.stdout, proc.stderr
 

@@ -318,7 +318,7 @@ def qstat_jobs(cell):
 
 
 def test_workflow_runs_in_one_sge_pilot_through_its_parallel_environment(sge_cell, tmp_path):
-    from pwe.notify import receive
+    from pwe.runstate.notify import receive
 
     bindir, calls = shim(tmp_path, sge_cell)
     hosts_yaml(tmp_path, sge_cell, commands_dir=bindir)

@@ -22,7 +22,7 @@ _PROBE = """
 import json, sys
 argv = json.loads(sys.argv[1])
 sys.argv = ["pwe"] + argv
-from pwe.cli import main
+from pwe.cli.main import main
 try:
     main()
 except SystemExit as exc:
@@ -66,7 +66,7 @@ def test_help_status_and_logs_load_no_heavy_module(tmp_path):
 
 
 def test_run_path_does_not_load_networkx(tmp_path):
-    """The planner's graph is pwe.dag (standard library): `pwe validate` and `pwe run`
+    """The planner's graph is pwe.planning.dag (standard library): `pwe validate` and `pwe run`
     no longer import networkx (117 ms of every run)."""
     wf = tmp_path / "dag.yaml"
     wf.write_text("name: d\nnodes:\n  a: {run: 'true'}\n  b: {run: 'true', after: [a]}\n")

@@ -276,7 +276,7 @@ def test_logs_cannot_leave_the_run_directory(done, tmp_path):
 
 
 def test_the_token_is_owner_only_made_once_and_rotatable(home):
-    from pwe.errors import InputError
+    from pwe.base.errors import InputError
     from pwe.ui.security import token, token_path
 
     first, made = token()
@@ -437,7 +437,7 @@ def test_pwe_retry_q_selects_failed_members_or_says_why_not(done, tmp_path):
 
 
 def test_a_selection_is_runs_of_consecutive_members():
-    from pwe.control import selection
+    from pwe.engine.control import selection
 
     picked = [{"node": "b", "member": 7}, {"node": "a", "member": 3}, {"node": "a", "member": 4},
               {"node": "a", "member": 9}, {"node": "a", "member": 4}]

@@ -14,7 +14,7 @@ from pilot.transport import EngineSpool, PilotSpool
 def test_what_both_ends_write_is_what_the_wire_module_lists(tmp_path):
     """Every message a real run writes, each way, is of a kind pilot/wire.py names, with
     only the fields it lists for that kind; the pilot says its version when it comes up."""
-    from pwe.engine import Engine
+    from pwe.engine.loop import Engine
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    parameters: {i: [1, 2, 3]}\n"
@@ -40,8 +40,8 @@ def test_what_both_ends_write_is_what_the_wire_module_lists(tmp_path):
 
 
 def test_a_pilot_of_another_version_is_refused_with_one_line(tmp_path):
-    from pwe.engine import Engine, PilotHandle
-    from pwe.errors import RunStopped
+    from pwe.engine.loop import Engine, PilotHandle
+    from pwe.base.errors import RunStopped
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  a:\n    run: 'true'\n")

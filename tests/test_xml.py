@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pwe import model
-from pwe.errors import InputError, WorkflowSchemaError, WorkflowSyntaxError
-from pwe.load import load_workflow
-from pwe.plan import plan_workflow
-from pwe.xml_reader import _schema, read_xml
+from pwe.workflow import model
+from pwe.base.errors import InputError, WorkflowSchemaError, WorkflowSyntaxError
+from pwe.workflow.load import load_workflow
+from pwe.planning.plan import plan_workflow
+from pwe.workflow.xml_convert import schema
+from pwe.workflow.xml_reader import read_xml
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -252,7 +253,7 @@ def test_model_error_names_the_xml_line(tmp_path):
 
 def test_xsd_scheduling_matches_model():
     """Every model.Scheduling field is a <scheduling> child, and nothing else is."""
-    shapes = _schema()[1]
+    shapes = schema()[1]
     assert set(shapes["scheduling"].children) == set(model.Scheduling.model_fields)
     # a node's fields: attributes or children; <parameter> spells 'parameters', and 'id' is its key
     node_xml = set(shapes["node"].attrs) | set(shapes["node"].children)
@@ -375,9 +376,9 @@ def test_doctype_refused(tmp_path, doctype):
 
 def test_doctype_refused_even_past_the_prolog_check(tmp_path, monkeypatch):
     """The check after parsing catches a DOCTYPE the prolog pattern missed; nothing is read."""
-    import pwe.xml_reader
+    import pwe.workflow.xml_reader
 
-    monkeypatch.setattr(pwe.xml_reader, "_DOCTYPE_RE", __import__("re").compile("(?!)"))
+    monkeypatch.setattr(pwe.workflow.xml_reader, "_DOCTYPE_RE", __import__("re").compile("(?!)"))
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     path = tmp_path / "xxe.xml"

@@ -4,7 +4,7 @@ time (docs/gen/reference.py). A page says where with an HTML comment:
 - ``<!-- pwe: workflow-schema -->``: the workflow file's fields, from the JSON Schema;
 - ``<!-- pwe: scheduling-fields PROTOCOL -->``: the profile's fields a protocol acts on;
 - ``<!-- pwe: error-tree -->`` and the troubleshooting page's ``## ErrorClass`` entries:
-  the tree of pwe.errors, and each class's exit status and meaning under its entry.
+  the tree of pwe.base.errors, and each class's exit status and meaning under its entry.
 
 An error class without an entry (or an entry naming no class, or one without a fix) stops
 the build: a new error cannot ship undocumented."""

@@ -1,6 +1,6 @@
 """The reference pages' generated parts, from the code itself: the workflow file's fields
-from its JSON Schema (pwe.schema, made from the pydantic models), and pwe's error tree
-(pwe.errors) with the troubleshooting entry each class must have.
+from its JSON Schema (pwe.workflow.schema, made from the pydantic models), and pwe's error tree
+(pwe.base.errors) with the troubleshooting entry each class must have.
 
 Used by docs/gen/hooks.py at build time and by tests/test_docs_site.py."""
 
@@ -101,7 +101,7 @@ def workflow_reference(schema: dict | None = None) -> str:
     """The workflow file's reference in markdown: the top level, then each model, every
     field with its type, default and description, from the JSON Schema."""
     if schema is None:
-        from pwe.schema import generate
+        from pwe.workflow.schema import generate
 
         schema = json.loads(generate())
     defs = schema.get("$defs", {})
@@ -122,10 +122,10 @@ def workflow_reference(schema: dict | None = None) -> str:
 
 
 def scheduling_fields(protocol: str) -> str:
-    """The scheduling profile's fields a protocol acts on (pwe.placement.USED_SCHEDULING),
+    """The scheduling profile's fields a protocol acts on (pwe.planning.placement.USED_SCHEDULING),
     and the rest, which pwe validate, plan and run warn about for a node on such a host."""
-    from pwe.model import Scheduling
-    from pwe.placement import USED_SCHEDULING
+    from pwe.workflow.model import Scheduling
+    from pwe.planning.placement import USED_SCHEDULING
 
     used = USED_SCHEDULING[protocol]
     every = [n for n in Scheduling.model_fields if n != "submissionType"]
@@ -144,17 +144,17 @@ def expand_markers(markdown: str) -> str:
 
 
 def error_classes() -> list[type]:
-    """Every exception class of pwe.errors (PweError and what derives from it), in the
+    """Every exception class of pwe.base.errors (PweError and what derives from it), in the
     module's order."""
-    from pwe import errors
+    from pwe.base import errors
 
     return [c for _, c in inspect.getmembers(errors, inspect.isclass)
             if issubclass(c, errors.PweError) and c.__module__ == errors.__name__]
 
 
 def error_tree() -> str:
-    """The drawing of the tree in pwe.errors' docstring (class, exit status, what, where)."""
-    from pwe import errors
+    """The drawing of the tree in pwe.base.errors' docstring (class, exit status, what, where)."""
+    from pwe.base import errors
 
     lines = errors.__doc__.splitlines()
     start = next(i for i, l in enumerate(lines) if l.strip().startswith("class") and "exit" in l)
@@ -172,12 +172,13 @@ def entry_headings(markdown: str) -> list[str]:
 
 
 def troubleshooting_problems(markdown: str) -> list[str]:
-    """What is wrong with the troubleshooting page's entries against pwe.errors: a class
+    """What is wrong with the troubleshooting page's entries against pwe.base.errors: a class
     without an entry, an entry naming no class, an entry without a fix."""
     names = [c.__name__ for c in error_classes()]
     headings = entry_headings(markdown)
-    problems = [f"pwe.errors.{n} has no '## {n}' entry in docs/troubleshooting.md" for n in names if n not in headings]
-    problems += [f"docs/troubleshooting.md has an entry '## {h}', which is no class of pwe.errors"
+    problems = [f"pwe.base.errors.{n} has no '## {n}' entry in docs/troubleshooting.md"
+                for n in names if n not in headings]
+    problems += [f"docs/troubleshooting.md has an entry '## {h}', which is no class of pwe.base.errors"
                  for h in headings if h not in names]
     problems += [f"docs/troubleshooting.md lists {h} twice" for h in set(headings) if headings.count(h) > 1]
     for name, body in _entries(markdown):

@@ -1,6 +1,6 @@
 """pwe as a long-lived service (``pwe service``, ``pwe trigger``, ``pwe submit --service``).
 
-Where things are (``service/`` in pwe's state directory, :mod:`pwe.places`: ``$PWE_HOME/state``,
+Where things are (``service/`` in pwe's state directory, :mod:`pwe.base.places`: ``$PWE_HOME/state``,
 ``$XDG_STATE_HOME/pwe``, default ``~/.local/state/pwe``; owner-only)::
 
     service/

@@ -1,8 +1,8 @@
 """The Celery app of the service and its tasks (the one module that imports celery).
 
 Tasks: ``pwe.submit`` (make a run, start its engine), ``pwe.tick`` (beat sends it every
-second: adopt runs whose engine died, fire triggers), ``pwe.notify`` (a batch system's
-edge event for a run, over the broker, handed to :mod:`pwe.notify`).
+second: adopt runs whose engine died, fire triggers), ``pwe.runstate.notify`` (a batch system's
+edge event for a run, over the broker, handed to :mod:`pwe.runstate.notify`).
 
 Settings, and the pitfalls they answer:
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from celery import Celery
 
-from .store import Store
+from ..runstate.service_store import Store
 
 TICK_EVERY = 1.0
 #: Longer than any task can take (tasks take milliseconds to seconds: a run is not a task).
@@ -99,7 +99,7 @@ def _service_app() -> Celery:
         run_tick(store)
         _prune(store)
 
-    @app.task(name="pwe.notify")
+    @app.task(name="pwe.runstate.notify")
     def notify(run_id: str, pilot: str, event: str, job: str, status: int | None = None) -> None:
         from pathlib import Path
 
@@ -107,7 +107,7 @@ def _service_app() -> Celery:
 
         rec = store.submission(run_id) if RUN_ID.fullmatch(str(run_id)) else None
         if rec is not None:
-            from ..notify import send
+            from ..runstate.notify import send
 
             send(Path(rec["run_dir"]), pilot, event, job, status)
 

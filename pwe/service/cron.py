@@ -26,7 +26,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from ..errors import InputError, did_you_mean
+from ..base.errors import InputError, did_you_mean
 
 UTC = _dt.timezone.utc
 #: The most a slot may be late and still count as on time (a minute; less for schedules

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, PweError
-from ..places import SERVICE_DIR_VAR
-from .store import QUEUE, Store, check_queue, write_private
+from ..base.errors import InputError, PweError
+from ..base.places import SERVICE_DIR_VAR
+from ..runstate.service_store import QUEUE, Store, check_queue, write_private
 
 #: Seconds without a tick reaching the worker before worker and beat are restarted
 #: ($PWE_SERVICE_STALE overrides: the tests make it short).
@@ -73,7 +73,7 @@ def check_run_root(path: str) -> Path:
     """``--run-root`` as an absolute path where a directory is, or can be made;
     :class:`InputError` (one line) for one with a control character in it, or where a file,
     a FIFO or a dangling symbolic link stands in its way."""
-    from ..regular import in_the_way
+    from ..base.regular import in_the_way
 
     if not path or any(ord(c) < 32 or ord(c) == 127 for c in path) or len(path) > 4096:
         raise InputError(f"--run-root {path[:100]!r}: give a directory's path (no control characters)")

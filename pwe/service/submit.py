@@ -6,7 +6,7 @@ redelivery after a lost acknowledgement, a tick repeated after a crash) finds it
 does nothing: :func:`submit_run` is safe to call any number of times with one request.
 
 A run is never executed inside a Celery task: its engine is a detached process of its own
-(:func:`pwe.control.spawn_engine`), and the run's journal is its state.
+(:func:`pwe.engine.control.spawn_engine`), and the run's journal is its state.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, PweError
-from .store import Store
+from ..base.errors import InputError, PweError
+from ..runstate.service_store import Store
 
 #: A run id as pwe makes them (workflow name, time, a few hex digits): one path component.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
@@ -35,9 +35,9 @@ def prepare(file: str, sets: dict[str, Any], host: str | None, cores: int | None
     id chosen here, and the workspace its products are relative to, resolved here
     (``--workspace``, else the workflow's, else the file's directory: where the service
     runs a copy of the text, the copy's directory would be the wrong one)."""
-    from ..plan import plan_workflow
-    from ..products import workspace as resolve_workspace
-    from ..rundir import new_run_id
+    from ..planning.plan import plan_workflow
+    from ..planning.products import workspace as resolve_workspace
+    from ..runstate.rundir import new_run_id
 
     path = Path(file)
     plan = plan_workflow(path, sets, host=host)
@@ -77,7 +77,7 @@ def _with_values(file: Path, sets: dict[str, Any], host: str | None, values: dic
     reads would be refused as a --set that changes nothing)."""
     if not values:
         return sets
-    from ..plan import plan_workflow
+    from ..planning.plan import plan_workflow
 
     plan = plan_workflow(file, sets, host=host)
     used = set().union(*(n.template.names - set(n.space.names) for n in plan.nodes.values()))
@@ -87,7 +87,7 @@ def _with_values(file: Path, sets: dict[str, Any], host: str | None, values: dic
 def submit_run(store: Store, req: dict[str, Any]) -> dict[str, Any]:
     """Make the run ``req`` asks for (once) and start its engine; its submission record.
     Bad input is kept in the record (``error``), not raised: a task has no one to tell."""
-    from ..engine import Engine
+    from ..engine.loop import Engine
 
     run_id = str(req.get("run_id", ""))
     if not RUN_ID.fullmatch(run_id):
@@ -115,7 +115,26 @@ def submit_run(store: Store, req: dict[str, Any]) -> dict[str, Any]:
             store.save_submission(rec)
             return rec
     store.save_submission(rec)
-    from .supervisor import start_engine
-
     start_engine(store, rec)
     return rec
+
+
+def journal_size(run_dir: Path) -> int:
+    """The journal's size: an engine that made no progress since it started left it as it was."""
+    try:
+        return (run_dir / "journal.jsonl").stat().st_size
+    except OSError:
+        return 0
+
+
+def start_engine(store: Store, rec: dict[str, Any]) -> None:
+    """Start an engine for the run (it resumes from the journal when there is one)."""
+    from ..engine.control import spawn_engine
+
+    run_dir = Path(rec["run_dir"])
+    rec["pid"] = spawn_engine(run_dir, wait=0)
+    rec["started"] = time.time()
+    rec["spawns"] = int(rec.get("spawns") or 0) + 1
+    rec["journal_at_start"] = journal_size(run_dir)
+    rec["phase"] = "starting"
+    store.save_submission(rec)

@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..rundir import EngineLock
+from ..runstate.rundir import EngineLock
 from . import cron
-from .store import Store
+from .submit import journal_size, start_engine
+from ..runstate.service_store import Store
 
 #: A started engine that has not taken its run's lock yet is given this long (imports, replay).
 START_GRACE = 30.0
@@ -72,30 +73,10 @@ def _alive(pid: Any) -> bool:
         return False
 
 
-def _journal_size(run_dir: Path) -> int:
-    try:
-        return (run_dir / "journal.jsonl").stat().st_size
-    except OSError:
-        return 0
-
-
-def start_engine(store: Store, rec: dict[str, Any]) -> None:
-    """Start an engine for the run (it resumes from the journal when there is one)."""
-    from ..control import spawn_engine
-
-    run_dir = Path(rec["run_dir"])
-    rec["pid"] = spawn_engine(run_dir, wait=0)
-    rec["started"] = time.time()
-    rec["spawns"] = int(rec.get("spawns") or 0) + 1
-    rec["journal_at_start"] = _journal_size(run_dir)
-    rec["phase"] = "starting"
-    store.save_submission(rec)
-
-
 def run_phase(run_dir: Path) -> tuple[str, bool]:
     """(phase, engine running) of a run, from its lock and its snapshot (runview.phase;
     a stopped run's phase says why)."""
-    from ..runview import phase, snapshot
+    from ..observe.runview import phase, snapshot
 
     running = bool(EngineLock(run_dir).holder())
     snap = snapshot(run_dir / "state.json") or {}
@@ -125,13 +106,13 @@ def supervise(store: Store, now: float) -> list[dict[str, Any]]:
         if _alive(rec.get("pid")) and now - float(rec.get("started") or 0) < START_GRACE:
             continue
         if int(rec.get("spawns") or 0) >= MAX_FRUITLESS_STARTS and \
-                _journal_size(run_dir) == rec.get("journal_at_start"):
+                journal_size(run_dir) == rec.get("journal_at_start"):
             rec["phase"] = "given up"
             rec["error"] = f"{rec['spawns']} engines in a row did nothing; see {run_dir / 'engine.log'}, " \
                            f"then pwe resume {run_dir}"
             store.save_submission(rec)
             continue
-        if _journal_size(run_dir) != rec.get("journal_at_start"):
+        if journal_size(run_dir) != rec.get("journal_at_start"):
             rec["spawns"] = 0  # the last engine got somewhere: this is not a loop
         start_engine(store, rec)
     return ended
@@ -262,8 +243,8 @@ def _files(store: Store, trig: dict[str, Any], now: float) -> None:
 
 # -- asked for by a user (pwe trigger enable / disable / fire, the dashboard) ---------------------
 def _named(triggers: dict[str, Any], tid: str) -> dict[str, Any]:
-    from ..errors import InputError
-    from ..source import did_you_mean
+    from ..base.errors import InputError
+    from ..base.source import did_you_mean
 
     if tid not in triggers:
         raise InputError(f"no trigger '{tid}'{did_you_mean(tid, triggers)}; pwe trigger list")

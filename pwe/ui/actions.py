@@ -5,10 +5,10 @@ who asked (``ui:<user>@<address>``) carried into the run's journal (the ``cancel
 ======================  ======================================================
 action                  the command (the function)
 ======================  ======================================================
-cancel                  ``pwe cancel`` (:func:`pwe.control.cancel`)
-retry [query]           ``pwe retry --detach [-q QUERY]`` (:func:`pwe.control.detach`,
-                        the selection by :func:`pwe.cli.retry_selection`)
-resume                  ``pwe resume --detach`` (:func:`pwe.control.detach`)
+cancel                  ``pwe cancel`` (:func:`pwe.engine.control.cancel`)
+retry [query]           ``pwe retry --detach [-q QUERY]`` (:func:`pwe.engine.control.detach`,
+                        the selection by :func:`pwe.engine.control.retry_selection`)
+resume                  ``pwe resume --detach`` (:func:`pwe.engine.control.detach`)
 trigger fire            ``pwe trigger fire`` (:func:`pwe.service.supervisor.fire_now`)
 trigger enable/disable  ``pwe trigger enable|disable`` (:func:`...supervisor.set_enabled`)
 ======================  ======================================================
@@ -37,8 +37,8 @@ def who(address: str) -> str:
 
 
 def cancel(src: Sources, run_id: str, by: str) -> dict[str, Any]:
-    from ..control import cancel as cancel_run
-    from ..remote import RemoteRun, is_remote
+    from ..engine.control import cancel as cancel_run
+    from ..engine.remote import RemoteRun, is_remote
 
     d = src.find(run_id)
     done = RemoteRun.open(d).cancel() if is_remote(d) else cancel_run(d, by=by)
@@ -47,10 +47,10 @@ def cancel(src: Sources, run_id: str, by: str) -> dict[str, Any]:
 
 def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = None) -> dict[str, Any]:
     """``pwe retry --detach [-q QUERY]`` (``retry``) or ``pwe resume --detach``."""
-    from ..cli import retry_selection
-    from ..control import detach
-    from ..errors import InputError
-    from ..remote import is_remote
+    from ..engine.control import retry_selection
+    from ..engine.control import detach
+    from ..base.errors import InputError
+    from ..engine.remote import is_remote
 
     d = src.find(run_id)
     if is_remote(d):
@@ -63,14 +63,14 @@ def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = N
 
 
 def trigger_fire(tid: str, by: str) -> dict[str, Any]:
-    from ..service.store import Store
+    from ..runstate.service_store import Store
     from ..service.supervisor import fire_now
 
     return {"trigger": tid, "run_id": fire_now(Store().make(), tid, by)}
 
 
 def trigger_enable(tid: str, on: bool, by: str) -> dict[str, Any]:
-    from ..service.store import Store
+    from ..runstate.service_store import Store
     from ..service.supervisor import set_enabled
 
     return {"trigger": tid, "enabled": on, "changed": set_enabled(Store().make(), tid, on, by)}

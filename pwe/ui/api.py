@@ -4,14 +4,14 @@ uses, so the page and a script see one schema:
 =====================  ==========================================================
 document               the command whose ``--json`` it is (the function)
 =====================  ==========================================================
-runs                   ``pwe runs`` (:func:`pwe.runview.run_summary`)
-run                    ``pwe status`` (:func:`pwe.runview.status`), with ``dag``:
-                       ``pwe validate``'s nodes and edges (:func:`pwe.planview.summary`)
-members                ``pwe show -q`` (:func:`pwe.query.select`), a page of them
-logs                   ``pwe logs`` (:func:`pwe.runview.logs_document`), bounded
-timeline               ``pwe trace`` (:meth:`pwe.trace.Trace.records`), the newest
+runs                   ``pwe runs`` (:func:`pwe.observe.runview.run_summary`)
+run                    ``pwe status`` (:func:`pwe.observe.runview.status`), with ``dag``:
+                       ``pwe validate``'s nodes and edges (:func:`pwe.observe.planview.summary`)
+members                ``pwe show -q`` (:func:`pwe.observe.results.select`), a page of them
+logs                   ``pwe logs`` (:func:`pwe.observe.runview.logs_document`), bounded
+timeline               ``pwe trace`` (:meth:`pwe.observe.trace.Trace.records`), the newest
 triggers               ``pwe trigger list`` (:func:`pwe.service.daemon.trigger_rows`)
-hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.cli_check`)
+hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.observe.hostview`)
 =====================  ==========================================================
 
 A run is named by its id only, and only a run :func:`runs` lists is found (never a path).
@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, PweError, RunNotFound
+from ..base.errors import InputError, PweError, RunNotFound
 from .model import Runs
 
 #: A run id, as pwe makes them (and nothing that could be a path).
@@ -37,14 +37,14 @@ PAGE_MAX, TIMELINE_MAX = 1000, 5000
 
 class Sources:
     """Where the dashboard's runs are: ``runs_root`` (``--runs DIR``; None: ./pwe-runs),
-    and the service's runs always (:func:`pwe.rundir.roots`)."""
+    and the service's runs always (:func:`pwe.runstate.rundir.roots`)."""
 
     def __init__(self, runs_root: Path | None = None):
         self.runs_root = runs_root
         self.cache = Runs()
 
     def listed(self) -> list[tuple[Path, str]]:
-        from ..rundir import COMMAND_LINE, listed
+        from ..runstate.rundir import COMMAND_LINE, listed
 
         if self.runs_root is None:
             return listed()
@@ -69,7 +69,7 @@ class Sources:
 
 def runs(src: Sources) -> list[dict[str, Any]]:
     """``pwe runs --json``."""
-    from ..runview import run_summary
+    from ..observe.runview import run_summary
 
     return [run_summary(d, where) for d, where in src.listed()]
 
@@ -77,8 +77,8 @@ def runs(src: Sources) -> list[dict[str, Any]]:
 def run(src: Sources, run_id: str) -> dict[str, Any]:
     """``pwe status --json`` of the run, with ``dag`` (``pwe validate --json``'s nodes and
     edges, for its plan as run) and ``run_id``."""
-    from ..planview import summary
-    from ..runview import status
+    from ..observe.planview import summary
+    from ..observe.runview import status
 
     d = src.find(run_id)
     doc = status(d)
@@ -93,7 +93,8 @@ def members(src: Sources, run_id: str, query: str | None = None, node: str | Non
             state: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
     """A page of ``pwe show -q QUERY --json``: ``members`` (its records), ``offset``,
     ``limit`` and ``more`` (whether a next page has any)."""
-    from ..query import needs_trace, parse, select
+    from ..observe.results import select
+    from ..planning.conditions import needs_trace, parse
 
     if not 0 <= offset <= 10**9 or not 1 <= limit <= PAGE_MAX:
         raise InputError(f"offset 0 to 1000000000, limit 1 to {PAGE_MAX}")
@@ -110,8 +111,8 @@ def member(src: Sources, run_id: str, node: str, index: int) -> dict[str, Any]:
     """One member as ``pwe show`` lists it, with ``files``: what its directory holds
     (name and size: its stdout, stderr, outputs file and what it wrote there), and
     ``products``: the paths its node names for it, each with whether it exists."""
-    from ..results import member_record
-    from ..rundir import member_dir
+    from ..observe.results import member_record
+    from ..runstate.rundir import member_dir
 
     d = src.find(run_id)
     loaded = src.cache.get(d)
@@ -137,11 +138,11 @@ def member(src: Sources, run_id: str, node: str, index: int) -> dict[str, Any]:
 
 
 def _products(loaded: Any, node: str, index: int) -> list[dict[str, Any]]:
-    """The product paths of a member (pwe.products), each with whether it is there."""
+    """The product paths of a member (pwe.planning.products), each with whether it is there."""
     pn = loaded.plan.nodes[node]
     if not getattr(pn, "products", None) or not loaded.info.get("workspace"):
         return []
-    from ..products import absolute
+    from ..planning.products import absolute
 
     try:
         paths = absolute(loaded.plan, loaded.info["workspace"], node, index)
@@ -154,14 +155,14 @@ def logs(src: Sources, run_id: str, node: str, index: int, tail: int | None = No
     """``pwe logs --json`` of a member, each file's last :data:`LOG_BYTES` bytes at most
     (``cut``: how many were left out). A log that is a symbolic link out of the run
     directory, or not a regular file, is refused."""
-    from ..runview import logs_document, node_sizes
+    from ..observe.runview import logs_document, node_sizes
     from .security import inside
 
     d = src.find(run_id)
     sizes = node_sizes(d)
     if node not in sizes or not 0 <= index < sizes[node]:
         raise InputError(f"{node}[{index}]: no such member of {run_id}")
-    from ..rundir import member_dir
+    from ..runstate.rundir import member_dir
 
     md = member_dir(d, node, index)
     for name in ("stdout", "stderr"):
@@ -202,7 +203,7 @@ def timeline(src: Sources, run_id: str, limit: int = TIMELINE_MAX) -> dict[str, 
 def triggers() -> list[dict[str, Any]]:
     """``pwe trigger list --json``."""
     from ..service.daemon import trigger_rows
-    from ..service.store import Store
+    from ..runstate.service_store import Store
 
     store = Store()
     return trigger_rows(store) if store.root.is_dir() else []
@@ -212,7 +213,7 @@ def hosts() -> list[dict[str, Any]]:
     """``pwe hosts list --json``."""
     import hostinfo
 
-    from ..cli_check import host_rows
+    from ..observe.hostview import host_rows
 
     return host_rows(hostinfo.load())
 
@@ -222,6 +223,6 @@ def host_check(name: str) -> dict[str, Any]:
     import hostinfo
     from hostinfo.check import check_host
 
-    from ..cli_check import check_document
+    from ..observe.hostview import check_document
 
     return check_document(name, check_host(hostinfo.load().get(name)))

@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.schemas import SchemaGenerator
 from starlette.staticfiles import StaticFiles
 
-from ..errors import InputError, PweError, RunNotFound, RunTaken
+from ..base.errors import InputError, PweError, RunNotFound, RunTaken
 from . import actions, api, live
 from .openapi import BASE
 from .security import COOKIE, MAX_BODY, MAX_STREAMS, Guard, cookies_of

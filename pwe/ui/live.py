@@ -6,7 +6,7 @@ never a reload.
 - ``/api/live/run/ID``: a ``journal`` event with the run's new journal records as they
   are appended (its event bus, as the engine journals every pilot message it takes in:
   each ``{"e", "n", "m", "a", "rc", "t", "p"}``, one per member event as
-  :func:`pwe.journal.unpack` gives them, at most :data:`BATCH` an event, with ``n`` how
+  :func:`pwe.runstate.journal.unpack` gives them, at most :data:`BATCH` an event, with ``n`` how
   many there were), and a ``status`` event (``pwe status --json``) whenever the
   snapshot changes.
 
@@ -67,7 +67,7 @@ async def runs_stream(src: Any, gone: Any) -> AsyncIterator[bytes]:
 def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     """The whole records appended to the journal at ``path`` after byte ``offset``, and the
     offset after them (a line still being written waits for the next look)."""
-    from ..journal import decode, unpack
+    from ..runstate.journal import decode, unpack
 
     try:
         with open(path, "rb") as fh:
@@ -90,7 +90,7 @@ def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
 
 
 async def run_stream(src: Any, run_dir: Path, gone: Any) -> AsyncIterator[bytes]:
-    from ..runview import status
+    from ..observe.runview import status
 
     journal = run_dir / "journal.jsonl"
     offset = os.path.getsize(journal) if journal.exists() else 0

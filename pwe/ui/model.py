@@ -1,6 +1,6 @@
 """Runs as the dashboard reads them: each run's plan and state read once (the checkpoint,
-then the journal's tail: :func:`pwe.checkpoint.load`) and kept up to date by applying
-only what the journal gained since (:func:`pwe.journal.replay` from a byte offset, the
+then the journal's tail: :func:`pwe.runstate.checkpoint.load`) and kept up to date by applying
+only what the journal gained since (:func:`pwe.runstate.journal.replay` from a byte offset, the
 one replay every reader uses), so a page of a 10^6-member run's members costs a page,
 not a replay. The trace (for the timeline and the per-pilot progress) is built the
 first time it is asked for, then kept up to date the same way.
@@ -29,8 +29,8 @@ class LoadedRun:
     are as of."""
 
     def __init__(self, run_dir: Path):
-        from ..checkpoint import load
-        from ..runs import check_journal, read
+        from ..runstate.checkpoint import load
+        from ..runstate.runs import check_journal, read
 
         self.dir = run_dir
         self.lock = threading.RLock()
@@ -55,7 +55,7 @@ class LoadedRun:
     def refresh(self, force: bool = False) -> bool:
         """Apply what the journal gained since; False when the journal shrank (it is not
         the one read: the caller reads the run again)."""
-        from ..journal import replay
+        from ..runstate.journal import replay
 
         with self.lock:
             now = time.monotonic()
@@ -74,11 +74,11 @@ class LoadedRun:
             return True
 
     def traced(self) -> Any:
-        """The run's trace (:class:`pwe.trace.Trace`), read the first time: the whole journal,
+        """The run's trace (:class:`pwe.observe.trace.Trace`), read the first time: the whole journal,
         or, of a journal over :data:`WHOLE_TRACE` bytes, its last :data:`TRACE_TAIL` bytes
         (the attempts assigned there: ``self.partial`` is then the offset it starts at)."""
-        from ..journal import replay
-        from ..trace import Trace
+        from ..runstate.journal import replay
+        from ..observe.trace import Trace
 
         with self.lock:
             if self.trace is None:

@@ -30,7 +30,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..base.errors import InputError
 
 #: The largest request body taken (actions carry a query at most).
 MAX_BODY = 64 * 1024
@@ -42,7 +42,7 @@ COOKIE = "pwe_ui_session"
 
 
 def token_path() -> Path:
-    from ..places import state_dir
+    from ..base.places import state_dir
 
     return state_dir() / "ui" / "token"
 

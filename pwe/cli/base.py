@@ -1,0 +1,222 @@
+"""What every ``pwe`` command shares: one line for an error, warnings, the common options,
+a run named on the command line, the console.
+
+Every command that reads input maps :class:`~pwe.base.errors.InputError` to one line on
+stderr (``FILE:LINE: message``) and exit status 2; no traceback reaches a user.
+Heavy modules (pydantic, jinja2, rich) are imported inside the commands that
+need them: ``pwe status`` answers from a snapshot file and must start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..base.errors import PweError
+
+
+def usage_line(exc: click.UsageError, path: str | None = None, command: click.Command | None = None) -> str:
+    """One line for a usage error of any command (click says three: Usage, Try, Error):
+    the command, what is wrong (with the nearest right word), and where the right ones
+    are. ``pwe run: no such option '--hots' (did you mean '--hosts'?); `pwe run --help`
+    lists them``. ``path`` and ``command``: whose error it is, when click did not say."""
+    import difflib
+    import re
+
+    from ..base.errors import did_you_mean, one_line
+
+    if exc.ctx is not None:
+        path, command = exc.ctx.command_path, exc.ctx.command
+    path = path or "pwe"
+    text = one_line(exc.format_message())
+    hint = "says how it is used"
+    unknown = re.match(r"No such command '(.*?)'\.", text)
+    if isinstance(exc, click.NoSuchOption) and command is not None:
+        names = {o.lstrip("-"): o for p in command.params if not getattr(p, "hidden", False)
+                 for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}  # (compared without the dashes)
+        close = difflib.get_close_matches(exc.option_name.lstrip("-"), list(names), n=1, cutoff=0.6)
+        near = f" (did you mean '{names[close[0]]}'?)" if close else ""
+        text, hint = f"no such option '{exc.option_name}'{near}", "lists them"
+    elif unknown and isinstance(command, click.Group):
+        shown = [n for n, c in command.commands.items() if not c.hidden]
+        text, hint = f"no such command '{unknown.group(1)}'{did_you_mean(unknown.group(1), shown)}", "lists them"
+    else:
+        text = re.sub(r"\.? ?\(?Did you mean (.*?)\??\)?$", r" (did you mean \1?)", text).rstrip(".")
+        if len(text) > 1 and text[0].isupper() and not text[1].isupper():
+            text = text[0].lower() + text[1:]
+    return f"{path}: {text}; `{path} --help` {hint}"
+
+
+class PweGroup(click.Group):
+    """``pwe`` and its groups of commands: a usage error of any command (an unknown option
+    or command, a missing argument, a value not allowed) is one line on stderr, exit
+    status 2, like every other error of input. A group alone (``pwe``, ``pwe hosts``)
+    still shows its help."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            sub = self.commands.get(ctx.invoked_subcommand or "")  # (whose options click could not tell)
+            raise _one_line_usage(exc, f"{ctx.command_path} {ctx.invoked_subcommand}" if sub else ctx.command_path,
+                                  sub or self) from None
+
+
+def _one_line_usage(exc: click.UsageError, path: str | None = None,
+                    command: click.Command | None = None) -> click.UsageError:
+    """``exc`` as a usage error that shows itself in one line (click's own class, so its
+    exit status and handling stay click's; the class tree of pwe's errors is pwe.base.errors)."""
+    if getattr(exc, "one_line", False) or type(exc).__name__ == "NoArgsIsHelpError":
+        return exc  # (said already; `pwe` or `pwe hosts` alone: the help it asks for)
+    line = usage_line(exc, path, command)
+    said = click.UsageError(line, exc.ctx)
+    said.one_line = True
+    said.show = lambda file=None: click.echo(line, err=True)
+    return said
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def fail(exc: PweError) -> None:
+    click.echo(str(exc), err=True)
+    sys.exit(exc.exit_status)
+
+
+def warn(warnings: list[str]) -> None:
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+def find(run: str | None):
+    """The run directory RUN names (:func:`pwe.runstate.rundir.find`: a run id or unique prefix, under
+    ./pwe-runs or the service's run root; a path; None: the newest under ./pwe-runs)."""
+    from ..runstate.rundir import find
+
+    return find(run)
+
+
+def who() -> str:
+    """Who asked, as the record of an action (cancel, retry, resume, a trigger fired)
+    says it: ``cli:<user>`` (the dashboard says ``ui:<user>@<address>``)."""
+    import getpass
+    import os
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return f"cli:uid {os.getuid()}"
+
+
+def _said(value: object) -> str:
+    """A value a user gave, as a refusal shows it: short, and any control character escaped."""
+    text = str(value)
+    if not text:
+        return "''"
+    text = text if text.isprintable() else repr(text)[1:-1]
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+class Whole(click.IntRange):
+    """A whole number between two bounds, both always given (``1e30``, ``-1``, ``abc`` and
+    ``2.5`` are refused alike, in one line saying what to give, e.g. ``--cores: -1 is out of
+    range; give a whole number from 1 to 100000``). With :class:`Seconds`, the one type of
+    every numeric option: no command checks a number itself."""
+
+    name = "integer"
+
+    def __init__(self, low: int, high: int):
+        super().__init__(low, high)
+
+    def _describe_range(self) -> str:
+        return f"{self.min} to {self.max}"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip(), 10)
+            except ValueError:
+                self.fail(f"{_said(value)} is not a whole number; give one from {self._describe_range()}", param, ctx)
+        if not self.min <= number <= self.max:
+            self.fail(f"{_said(value)} is out of range; give a whole number from {self._describe_range()}",
+                      param, ctx)
+        return number
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds between two bounds, finite (``nan``, ``inf``, ``-1``, ``1e30``
+    refused in one line: a watch that waits for ever, a file never taken)."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float):
+        super().__init__(low, high)
+
+    def _describe_range(self) -> str:
+        return f"{self.min:g} to {self.max:g}"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            self.fail(f"{_said(value)} is not a number; give seconds from {self._describe_range()}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{_said(value)} is not a finite number; give seconds from {self._describe_range()}", param, ctx)
+        if not self.min <= number <= self.max:
+            self.fail(f"{_said(value)} is out of range; give seconds from {self._describe_range()}", param, ctx)
+        return number
+
+
+#: The bounds of the numbers commands take (a machine's cores, a pilot's nodes: far beyond
+#: any there is, far below what would overflow or never end).
+CORES = Whole(1, 100_000)
+NODES = Whole(1, 100_000)
+#: How many lines or members a listing shows (0: all, where the option says so).
+COUNT = Whole(0, 1_000_000_000)
+
+
+set_option = click.option(
+    "--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property (repeatable)"
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+hosts_option = click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+workspace_option = click.option(
+    "--workspace", default=None, type=click.Path(), metavar="DIR",
+    help="the directory products are relative to (PWE_WORKSPACE; default: the workflow's 'workspace:', else its "
+    "directory)")
+
+
+def leave(status: int) -> None:
+    """Exit once a run is over, without tearing the interpreter down: freeing every module
+    and object of the engine (pydantic's models, jinja2) takes ~60 ms after the last
+    member has ended, in every `pwe run`. The journal and snapshot are closed by now;
+    exit handlers still run and output is flushed. With another thread alive, the usual
+    exit (which waits for it)."""
+    import threading
+
+    if threading.active_count() > 1:
+        sys.exit(status)
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)

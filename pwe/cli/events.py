@@ -1,0 +1,35 @@
+"""``pwe events RUN``: the run's event history (:mod:`pwe.observe.history`), as JSON lines."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .base import fail, find, json_option
+from ..base.errors import PweError
+
+
+@click.command()
+@click.argument("run", required=False)
+@json_option
+def events(run: str | None, as_json: bool) -> None:
+    """Every event of a run: each pilot message (checked against the run's secret, with
+    what the engine made of it), then the journal's records. --json: one JSON object a
+    line."""
+    from ..observe.history import events as history
+
+    try:
+        run_dir = find(run)
+        for ev in history(run_dir):
+            if as_json:
+                click.echo(json.dumps(ev, separators=(",", ":")))
+            elif "record" in ev:
+                rest = {k: v for k, v in ev.items() if k != "record"}
+                click.echo(f"journal {ev['record']} {json.dumps(rest, separators=(',', ':'))}")
+            else:
+                rest = {k: v for k, v in ev.items() if k not in ("pilot", "q", "via", "k", "verdict", "v")}
+                click.echo(f"{ev['pilot']} q={ev.get('q')} {ev['via']} {ev['k']} {ev['verdict']} "
+                           f"{json.dumps(rest, separators=(',', ':'))}")
+    except PweError as exc:
+        fail(exc)

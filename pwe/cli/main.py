@@ -1,0 +1,369 @@
+"""The ``pwe`` command line: parses, calls the modules that do the work, prints.
+
+The commands that check input (``validate``, ``plan``, ``hosts``) are in
+:mod:`pwe.cli.check`; what the commands share is :mod:`pwe.cli.base`. Every listing takes
+``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, leave, warn, who, workspace_option
+from .events import events
+from .check import hosts, plan, validate
+from .pilot import pilot
+from .see import COMMANDS as SEE_COMMANDS
+from .service import service, trigger
+from .ui import ui
+from ..base.errors import InputError, PweError, RunStopped, one_line
+
+
+@click.group(cls=PweGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pwe")
+def cli() -> None:
+    """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
+
+
+for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMANDS):
+    cli.add_command(_command)
+
+
+# -- running ------------------------------------------------------------------------------
+
+_run_options = [
+    click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
+    click.option("--host", default=None, help="run every node on this host"),
+    click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
+    click.option("--cores", type=CORES, default=None, help="cores of this machine to fill (default: all)"),
+    hosts_option,
+    workspace_option,
+]
+
+
+def _with_run_options(f):
+    for opt in reversed(_run_options):
+        f = opt(f)
+    return f
+
+
+def _run_id(value: str | None) -> str | None:
+    """``pwe submit --run-id`` (hidden: a staged run's id, given by the machine that staged
+    it, pwe.engine.remote): a run id's characters only."""
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", value):
+        raise click.BadParameter("a run id is letters, digits, '.', '_' and '-'")
+    return value
+
+
+def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
+            hosts_file: str | None, workspace: str | None = None, run_id: str | None = None):
+    """An engine for a new run of FILE, or (a host without shared file systems) the run
+    staged to its login node (:class:`pwe.engine.remote.RemoteRun`)."""
+    from ..engine.loop import Engine
+    from ..workflow.load import parse_sets
+    from ..planning.placement import plan_for_hosts
+    from ..engine.remote import RemoteRun, staged
+
+    values = parse_sets(sets)
+    planned = plan_for_hosts(file, values, host=host, hosts_file=hosts_file, cores=cores)
+    if any(staged(h) for h in planned[1].values()):
+        return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
+    return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
+                         workspace=workspace, planned=planned, run_id=run_id)
+
+
+def _prestart(host: str | None) -> None:
+    """A local pilot's interpreter started before the engine's imports and planning, so
+    the two start-ups overlap (protocols/warmpilot.py; unused, it leaves at once).
+    Only where the run may well be local: no --host, or --host local."""
+    if host in (None, "local"):
+        from protocols.warmpilot import prestart
+
+        prestart()
+
+
+def _follow(engine, as_json: bool = False, **kwargs) -> None:
+    """Run the engine in the foreground with a progress display; exit 0 / 1. With
+    ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
+    from ..runstate.rundir import run_ref
+    from ..observe.runview import complete_counts, failed_examples, outcome, progress
+    from ..base.states import FAILED
+
+    total = engine.plan.total_members
+    bar = None
+    last_line = [0.0]
+    if sys.stderr.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("{task.fields[extra]}"), TimeElapsedColumn(), transient=False)
+        task = bar.add_task(engine.run_id, total=total, extra="")
+        bar.start()
+
+    def report(st) -> None:
+        nonlocal total
+        finished, extra = progress(st.totals())
+        total = sum(st.totals())  # (a check grows members as the run goes: pwe/planning/trees.py)
+        if bar is not None:
+            bar.update(task, completed=finished, total=total, extra=extra)
+        else:
+            import time
+
+            now = time.time()
+            if now - last_line[0] >= 5 or finished == total:
+                last_line[0] = now
+                click.echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
+
+    try:
+        ok = engine.run(progress=report, **kwargs)
+    except RunStopped as exc:
+        if bar is not None:
+            bar.stop()
+        click.echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
+                   err=True)
+        sys.exit(exc.exit_status)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.stop()
+        click.echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
+        sys.exit(130)
+    finally:
+        if bar is not None:
+            bar.stop()
+    t = engine.state.totals()
+    if as_json:
+        from ..base.states import NAMES
+
+        click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
+                               "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
+    else:
+        click.echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
+    from ..observe.treeview import unconverged_lines
+
+    ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
+    for line in unconverged_lines(engine.state, ref):
+        click.echo(line, err=True)
+    if t[FAILED]:
+        shown = failed_examples(engine.state, engine.dir, limit=3)
+        for _, line in shown:
+            click.echo(line, err=True)
+        click.echo(f"see: pwe show {ref} --state failed", err=True)
+        if shown:  # NODE:INDEX, not NODE[INDEX]: brackets are a glob to the shell it is pasted into
+            click.echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
+    leave(0 if ok else 1)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@_with_run_options
+@json_option
+def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
+    """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
+    _prestart(host)
+    from .remote import drive
+    from ..engine.remote import RemoteRun
+
+    try:
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
+        click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
+        warn(engine.warnings)
+        if isinstance(engine, RemoteRun):
+            from protocols.warmpilot import dismiss
+
+            dismiss()
+            return drive(engine, as_json, fresh=True)
+        _follow(engine, as_json)
+    except PweError as exc:
+        fail(exc)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@_with_run_options
+@click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
+@click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
+@click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
+@json_option
+def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, run_id, as_json) -> None:
+    """Start a run of FILE in the background and print its run id."""
+    from .remote import drive
+    from ..engine.control import spawn_engine
+    from ..engine.remote import RemoteRun
+
+    if to_service or broker is not None:
+        from .service import submit_to_service
+
+        return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
+    try:
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, run_id)
+        warn(engine.warnings)
+        if isinstance(engine, RemoteRun):
+            return drive(engine, as_json, follow=False, fresh=True)
+    except PweError as exc:
+        fail(exc)
+    try:
+        spawn_engine(engine.dir)
+    except PweError as exc:  # its engine could not take it (said why): nothing ran, nothing is left half-made
+        if not (engine.dir / "journal.jsonl").exists():
+            import shutil
+
+            shutil.rmtree(engine.dir, ignore_errors=True)
+        fail(exc)
+    click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir)}) if as_json else engine.run_id)
+
+
+@cli.command(name="_engine", hidden=True)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--retry", is_flag=True)
+@click.option("--ready-fd", type=Whole(0, 2**31 - 1), default=None)
+@click.option("--by", default=None)
+@click.option("--only", "only_file", default=None, type=click.Path(dir_okay=False))
+def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None, only_file: str | None) -> None:
+    """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
+    it says on that pipe, once, that it holds the run, or why it could not take it
+    (pwe.engine.control.spawn_engine waits for that word)."""
+    from pathlib import Path
+
+    _prestart(None)
+    from ..engine.control import REFUSED, TAKEN
+    from ..engine.loop import Engine
+
+    def say(word: str) -> None:
+        nonlocal ready_fd
+        if ready_fd is None:
+            return
+        try:
+            os.write(ready_fd, (one_line(word) + "\n").encode())
+        except OSError:
+            pass  # (the command that started it stopped waiting)
+        finally:
+            try:
+                os.close(ready_fd)
+            except OSError:
+                pass  # (not a descriptor this process has: nobody to tell)
+            ready_fd = None
+
+    only = None
+    if only_file:  # (pwe.engine.control.spawn_engine: the members a retry takes, in a file of control/)
+        try:
+            only = json.loads(Path(only_file).read_text())
+        except (OSError, ValueError):
+            only = {}  # (unreadable: retry nothing rather than everything)
+        Path(only_file).unlink(missing_ok=True)
+    try:
+        engine = Engine.open(Path(run_dir), reload_hosts=True)
+        engine.lock.acquire()
+        say(TAKEN)
+        ok = engine.run(retry=retry, by=by, only=only)
+    except PweError as exc:
+        say(f"{REFUSED}{exc.exit_status} {exc}")  # (only when it did not take the run: once said, said)
+        fail(exc)
+    sys.exit(0 if ok else 1)
+
+
+@cli.command()
+@click.argument("run")
+@json_option
+def cancel(run: str, as_json: bool) -> None:
+    """Stop RUN: its pilots and their members."""
+    from ..engine.control import cancel as cancel_run
+    from ..engine.remote import RemoteRun, is_remote
+
+    try:
+        d = find(run)
+        done = RemoteRun.open(d).cancel() if is_remote(d) else cancel_run(d, by=who())
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps({"run_id": d.name, "cancelled": done}))
+    else:
+        click.echo(f"{d.name}: cancelled" if done else f"{d.name}: already finished; nothing to cancel")
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+@json_option
+def resume(run: str | None, detach: bool, as_json: bool) -> None:
+    """Pick RUN up after any crash: finished members are kept, the rest run."""
+    _continue(run, detach, retry=False, as_json=as_json)
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+@click.option("-q", "--query", default=None,
+              help="only the failed, skipped or cancelled members this query selects, e.g. 'node=sim; exit=7'")
+@json_option
+def retry(run: str | None, detach: bool, query: str | None, as_json: bool) -> None:
+    """Rerun RUN's failed members (and what they held back); -q: only those a query selects."""
+    _continue(run, detach, retry=True, as_json=as_json, query=query)
+
+
+def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None) -> None:
+    from .remote import drive
+    from ..engine.control import retry_selection
+    from ..engine.remote import RemoteRun, is_remote
+
+    try:
+        d = find(run)
+        if is_remote(d):
+            if query:
+                raise InputError("retry -q: a run staged to a login node is retried whole (pwe retry RUN)")
+            return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
+        only = retry_selection(d, query) if query else None
+        if detach:
+            from ..engine.control import detach as go_on
+
+            run_id = go_on(d, retry, by=who(), only=only)
+            click.echo(json.dumps({"run_id": run_id, "run_dir": str(d)}) if as_json else run_id)
+            return
+        from ..engine.loop import Engine
+
+        engine = Engine.open(d, reload_hosts=True)
+        engine.lock.acquire()  # before a word is said: of two at once, one takes it, the other says who has it
+        _follow(engine, as_json, retry=retry, by=who(), only=only)
+    except PweError as exc:
+        fail(exc)
+
+
+@cli.command()
+@click.option("--run", "run_dir", required=True, type=click.Path(), help="the run directory")
+@click.option("--pilot", required=True, help="the pilot id (p1, p2, ...)")
+@click.argument("event", type=click.Choice(["queued", "started", "ended"]))
+@click.argument("job")
+@click.argument("status", required=False, type=Whole(-1024, 1024))
+def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -> None:
+    """User-exit callback for a batch job's edge events (called from job scripts)."""
+    from pathlib import Path
+
+    from ..runstate.notify import check_ids, send
+
+    d = Path(run_dir)
+    try:
+        check_ids(pilot, job)
+        if not (d / "secret").is_file():
+            raise InputError(f"{d}: not a pwe run directory (no secret)")
+        send(d, pilot, event, job, status)
+    except PweError as exc:
+        fail(exc)
+
+
+cli.add_command(events)  # pwe events RUN: the run's event history (pwe/cli/events.py)
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="pwe", standalone_mode=True)
+    except PweError as exc:  # anything a command did not map itself
+        fail(exc)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+

@@ -1,0 +1,336 @@
+"""The commands that show a run: ``runs``, ``status``, ``show``, ``logs``, ``trace`` and
+``report``. Every one takes ``--json``; every RUN may be a unique prefix of a run id.
+
+Heavy modules (jinja2, pydantic, networkx, rich) are imported inside the commands that
+need them: ``pwe status`` answers from a snapshot file and must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from .base import COUNT, Seconds, Whole, fail, find, json_option, warn
+from ..base.errors import PweError
+
+
+@click.command()
+@click.option("--root", default=None, type=click.Path(), help="only the runs under this run root")
+@json_option
+def runs(root: str | None, as_json: bool) -> None:
+    """Every run pwe knows, newest first: where it came from (command line, service, trigger
+    NAME), state, progress, started, duration. Runs are under ./pwe-runs and the service's
+    run root (pwe service status)."""
+    from pathlib import Path
+
+    from ..runstate.rundir import listed, roots
+    from ..observe.runview import run_summary
+
+    out = [run_summary(d, where) for d, where in listed(Path(root) if root else None)]
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not out:
+        looked = f"{root}/" if root else ", ".join(f"{r}/" for r, _ in roots())
+        click.echo(f"no runs (looked in {looked})", err=True)
+        return
+    width = max(len(r["run_id"]) for r in out)
+    came = max(len(r["from"]) for r in out + [{"from": "from"}])
+    click.echo(f"{'run':<{width}}  {'from':<{came}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
+    for r in out:
+        prog = f"{r['finished']:,}/{r['total']:,}" if r["total"] is not None else "?"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "?"
+        click.echo(f"{r['run_id']:<{width}}  {r['from']:<{came}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
+                   f"{_duration(r['duration'])}")
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+@click.command()
+@click.argument("run", required=False)
+@click.option("--watch", is_flag=True, help="refresh in place until the run ends")
+@click.option("--every", default=2.0, show_default=True, type=Seconds(0.1, 3600), help="seconds between refreshes")
+@json_option
+def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
+    """Per node: members waiting / queued / running / done / failed, and the core-hours of
+    done, running, eligible and waiting work (newest run by default)."""
+    from ..observe.runview import status as run_status
+
+    try:
+        d = find(run)
+        while True:
+            snap = run_status(d) if not _remote_unfetched(d) else _remote_status(d)
+            _damaged_snapshot(d, snap)
+            if as_json:
+                click.echo(json.dumps(snap, indent=None if watch else 2))
+            else:
+                text = "\n".join(_status_lines(d, snap))
+                if watch and sys.stdout.isatty():
+                    click.echo("\x1b[H\x1b[2J" + text)  # home, clear: the same lines redrawn
+                else:
+                    click.echo(text + ("\n" if watch else ""))
+            if not watch or snap["phase"] != "running":
+                break
+            time.sleep(every)
+    except PweError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    warn(snap.get("warnings", []))
+
+
+def _damaged_snapshot(d, snap: dict) -> None:
+    """A state.json that is there but cannot be read is said (its counts came from the
+    journal), with what writes it again."""
+    from ..runstate.rundir import run_ref
+    from ..observe.runview import snapshot
+
+    path = d / "state.json"
+    if path.exists() and snapshot(path) is None:
+        ref = run_ref(d)
+        snap.setdefault("warnings", []).append(
+            f"{path} is damaged: these counts are the journal's; `pwe resume {ref}` writes it again")
+
+
+def _remote_unfetched(d) -> bool:
+    """A run staged to a login node (pwe.engine.remote) whose results are not here yet."""
+    if (d / "state.json").is_file():
+        return False  # (its results are here: pwe.engine.remote is not imported for a local run)
+    from ..engine.remote import is_remote
+
+    return is_remote(d)
+
+
+def _remote_status(d) -> dict:
+    """``pwe status`` of a staged run, asked there (one command over ssh)."""
+    from ..engine.remote import RemoteRun
+
+    rr = RemoteRun.open(d)
+    if rr.info.get("step") in ("stage", "submit"):
+        return {"run_id": rr.run_id, "phase": f"not submitted yet (staging to {rr.host.name}); then: pwe resume",
+                "nodes": {}, "totals": {}, "run_dir": str(d)}
+    try:
+        snap = rr.status()
+    finally:
+        rr.close()
+    snap["run_id"], snap["remote_run_dir"], snap["run_dir"] = rr.run_id, snap.get("run_dir"), str(d)
+    return snap
+
+
+def _status_lines(d, snap: dict) -> list[str]:
+    cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
+    lines = []
+    engine = snap.get("engine") if snap["phase"] == "running" else None
+    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
+    lines.append(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
+    for name, u in (snap.get("unreachable") or {}).items():
+        since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
+        lines.append(f"host '{name}': its batch system does not answer, since {since} "
+                     f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+    for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
+        if view.get("setup_failed"):  # (pwe/engine/pilotctl.py)
+            lines.append(f"pilot {pid_}: setup_per_node failed on {', '.join(view['setup_failed'])}: no member that "
+                         "needs it runs there (pwe events RUN shows each)")
+    refused = {k: n for k, n in (snap.get("rejected") or {}).items() if k != "resent"}
+    if refused:  # (pwe events RUN shows each)
+        lines.append("pilot messages refused, never applied: " + ", ".join(f"{n} {k}" for k, n in refused.items()))
+    width = max([len(n) for n in snap["nodes"]] + [5])
+    lines.append(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
+    rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]
+    for name, counts in rows:
+        vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+    if snap.get("complete"):  # (pwe.planning.products: done without running)
+        lines.append("of the done, complete (products), not run: " + ", ".join(
+            f"{n} {c:,}" for n, c in snap["complete"].items()))
+    ch = snap.get("core_hours")
+    if ch:
+        def fmt(v):
+            return "?" if v is None else f"{v:,.2f}"
+
+        lines.append("core-hours: " + ", ".join(f"{k} {fmt(ch[k])}" for k in ("done", "failed", "running",
+                                                                                 "eligible", "waiting")))
+        pending = {n for n, c in snap["nodes"].items()
+                   if any(c.get(k) for k in ("running", "ready", "queued", "waiting"))}
+        guess = {n: how for n, how in ch["estimated_from"].items() if how != "maxWallTimePerMember" and n in pending}
+        if guess:
+            lines.append("  (estimates of work not yet done: " + "; ".join(
+                f"{n} {how}" for n, how in guess.items()) + "; maxWallTimePerMember where set)")
+    pilots = snap.get("pilots") or {}
+    if pilots:
+        lines.append("pilots: " + "; ".join(
+            f"{pid} {p['state']}"
+            + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
+            + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
+            for pid, p in pilots.items()))
+        for pid, p in pilots.items():
+            for node, when in (p.get("lost") or {}).items():
+                at = time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "?"
+                lines.append(f"pilot {pid}: node {node} lost at {at}; its members ran again on the other nodes")
+    return lines
+
+
+@click.command()
+@click.argument("run")
+@click.option("-q", "--query", default=None,
+              help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' (README: queries)")
+@click.option("--node", default=None, help="only this node")
+@click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
+@click.option("--limit", default=200, show_default=True, type=COUNT, help="most members listed (0: all)")
+@click.option("--tree", is_flag=True, help="the trees of checked nodes: each member under its parent")
+@json_option
+def show(run: str, query: str | None, node: str | None, only: str | None, limit: int, tree: bool,
+         as_json: bool) -> None:
+    """Members of RUN with parameters, state, attempts, exit status and outputs."""
+    from ..observe.results import select
+
+    if tree:
+        return _show_tree(run, node, as_json)
+
+    try:
+        out = select(find(run), query, node, only, limit)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    for m in out:
+        params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
+        outs = " ".join(f"{k}={v}" for k, v in m["outputs"].items())
+        rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
+        why = f" ({m['why']})" if m.get("why") else ""
+        took = f" T={m['T']:g}s" if m.get("T") is not None else ""
+        if "iteration" in m:  # a checked node's member: its place in its tree (pwe/planning/trees.py)
+            took += f" iteration={m['iteration']}" + (f" parent={m['parent']}" if m["parent"] is not None else "") \
+                + (f" {m['verdict']}" if m.get("verdict") else "")
+        click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
+                   + (f"  -> {outs}" if outs else ""))
+    if limit and len(out) >= limit:
+        click.echo(f"(first {limit}; --limit 0 for all)", err=True)
+
+
+def _show_tree(run: str, node: str | None, as_json: bool) -> None:
+    """``pwe show RUN --tree``: pwe/observe/treeview.py."""
+    from ..observe.treeview import show_trees, tree_lines
+
+    try:
+        data = show_trees(find(run), node)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif not data:
+        click.echo("no node of this run has a check: no trees", err=True)
+    else:
+        click.echo("\n".join(tree_lines(data)))
+
+
+@click.command()
+@click.argument("run")
+@click.argument("member")
+@click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
+              help="only the last N lines of each")
+@click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
+@json_option
+def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bool) -> None:
+    """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
+    are a glob to zsh; NODE alone for index 0)."""
+    import re
+
+    from ..observe.runview import inert, logs_document
+
+    m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
+    if not m:
+        click.echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
+        sys.exit(2)
+    node, idx = m.group(1), int(m.group(2) or 0)
+    try:
+        doc = logs_document(find(run), node, idx, member, tail, only_stderr)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    shown = inert if sys.stdout.isatty() else str  # (a terminal sees no member's escape sequences)
+    for name in ("stdout", "stderr"):
+        if name not in doc:
+            continue
+        path, text = doc[name]["path"], doc[name]["text"]
+        click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
+        click.echo(shown(text), nl=not text.endswith("\n") and bool(text))
+
+
+@click.command()
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["tsv", "json"]), default="tsv", show_default=True,
+              help="tsv: a header and one line per attempt; json: one JSON object per line")
+@click.option("--json", "as_json", is_flag=True, help="the same as --format json")
+def trace(run: str, fmt: str, as_json: bool) -> None:
+    """One record per member attempt: where and when it ran, how it ended, its CPU time,
+    peak memory and outputs (README: the trace)."""
+    from ..observe.trace import COLUMNS, load, tsv_value
+
+    try:
+        _, plan, _, tr = load(find(run), with_state=False)
+    except PweError as exc:
+        fail(exc)
+    out = sys.stdout
+    try:
+        if as_json or fmt == "json":
+            enc = json.JSONEncoder(separators=(",", ":"), default=str).encode
+            for rec in tr.records(plan):
+                out.write(enc(rec) + "\n")
+        else:
+            out.write("\t".join(COLUMNS) + "\n")
+            for rec in tr.records(plan):
+                out.write("\t".join(tsv_value(rec[c]) for c in COLUMNS) + "\n")
+        out.flush()
+    except BrokenPipeError:  # `pwe trace RUN | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+
+
+@click.command()
+@click.argument("run")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="where to write it (default: report.html in the run directory)")
+@json_option
+def report(run: str, output: str | None, as_json: bool) -> None:
+    """Write one self-contained HTML page about RUN: summary, timeline, utilisation,
+    durations and memory per node, failures, pilots. Prints where it is."""
+    import os
+    from pathlib import Path
+
+    from ..observe.report import build
+
+    try:
+        d = find(run)
+        html = build(d)
+    except PweError as exc:
+        fail(exc)
+    path = Path(output) if output else d / "report.html"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            fh.write(html)  # owner-only, as the run directory is
+        os.replace(tmp, path)  # a reader never opens half a page
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        click.echo(f"{path}: cannot write the report ({exc.strerror}): give another place with -o", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({"report": str(path), "bytes": len(html.encode())}))
+    else:
+        click.echo(str(path))
+
+
+COMMANDS = (runs, status, show, logs, trace, report)

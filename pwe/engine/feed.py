@@ -1,0 +1,265 @@
+"""The engine's feeding of pilots: which ready members go to which pilot, and when.
+
+A mixin of :class:`pwe.engine.loop.Engine` (split out of loop.py by job, as
+:mod:`pwe.engine.intake` and :mod:`pwe.engine.recovery` are of pilots.py); it uses the engine's state,
+lanes, pilots, journal (``_record``) and task builder. What it decides:
+
+- each lane's ready queue is taken in order: by pressure (:mod:`pwe.runstate.pressure`, the
+  default) or first in first out;
+- a member goes only while its user resources fit their limits (:mod:`pwe.planning.limits`);
+- a member of a grouped node brings its group, sent as one ``group`` message
+  (:mod:`pwe.planning.groups`);
+- a pilot gets members up to its window; a lane without a live pilot starts one, and a
+  batch lane starts more while every pilot is busy and the host allows them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from pilot.wire import ENV, GROUP, STOP
+
+from ..planning import limits
+from ..runstate import pressure
+from ..base.states import ASSIGNED, READY, RUNNING, WAITING
+
+if TYPE_CHECKING:
+    from .handles import Lane, PilotHandle
+
+
+class Feeding:
+    """Feeding pilots; a mixin of :class:`pwe.engine.loop.Engine`."""
+
+    state: Any
+    plan: Any
+    info: dict[str, Any]
+    dir: Any
+    lanes: dict[str, Any]
+    pilots: dict[str, Any]
+    _lane_of: dict[str, str]
+    _groups: dict[str, Any]
+    _held: set[tuple[str, int]]
+    _task: Callable[..., dict[str, Any]]
+    _task_envs: dict[str, dict[str, str]]
+    _record: Callable[[dict[str, Any]], Any]
+    # -- feeding (starting pilots and taking in their messages: pwe/engine/pilots.py) -------------------
+    def _feed(self) -> int:
+        """Hand ready members to the live pilots of their host; start pilots when a host
+        has none (or, on a batch host, when every live pilot is busy and the host allows
+        more at once)."""
+        st = self.state
+        if st.cancelled:
+            return 0
+        if self._pressure is not None:
+            self._pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
+        lane_of = self._lane_of  # (one no longer ready is passed over when its turn comes)
+        if st.ready:  # to the lane of each member's node, a run of members at a time
+            for nid, lo, hi in st.ready.take_runs():
+                self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
+        if st.again:  # handed back (its node lost, its pilot gone): it had its turn, so it goes
+            for nid, i in reversed(st.again):  # first; its place at the back is then a stale entry
+                self.lanes[lane_of[nid]].ready.appendleft((nid, i))
+            st.again.clear()
+        fed = 0
+        for lane in self.lanes.values():
+            if not lane.ready:
+                continue
+            live = self._live_pilots(lane)
+            if not live:
+                # (not while the lane's batch system does not answer: _may_submit; nor while
+                # every member ready there is held back by a limit: _worth_a_pilot)
+                started = self._start_pilot(lane) if self._may_submit(lane) and self._worth_a_pilot(lane) else None
+                if started is None:
+                    continue
+                live = [started]
+            fed += sum(self._feed_pilot(p, lane) for p in live)
+            most = lane.host.max_pilots if lane.protocol.batch else 1
+            while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
+                   and all(p.units >= self._window(p) for p in self._live_pilots(lane))
+                   and self._may_submit(lane) and self._worth_a_pilot(lane)):
+                started = self._start_pilot(lane)
+                if started is None:
+                    break
+                fed += self._feed_pilot(started, lane)
+        return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/engine/pilotctl.py)
+
+    def _in_flight(self, nid: str) -> int:
+        """Members of node ``nid`` queued on a pilot or running (what its limits count)."""
+        counts = self.state.nodes[nid].counts
+        return counts[ASSIGNED] + counts[RUNNING]
+
+    def _worth_a_pilot(self, lane: Lane) -> bool:
+        """Whether a new pilot of the lane would get a member now: one ready there whose
+        user resources fit their limits. A pilot started for members a limit holds back
+        (the licences all taken by another host's members) would wait in the batch queue,
+        start, find nothing it may run and idle out: an allocation spent on nothing."""
+        if self._limits is None:
+            return True
+        gate = self._limits.gate(self._in_flight)
+        return any(gate.fits(nid) for nid in lane.ready.nodes())
+
+    def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
+        return [p for p in self.pilots.values()
+                if p.lane == lane.name and p.alive and not p.down and not p.draining and not p.full
+                and not p.given_up]
+
+    def _window(self, pilot: PilotHandle) -> int:
+        # a local pilot gets a deep queue (dispatch rate); a batch pilot that is its lane's
+        # only one (max_pilots 1) up to eight members a core, at most 64 (two a core held a
+        # 2-core pilot to about 160 short members/s: the round trip of tasks and events),
+        # leaving the rest of a sweep to a pilot added later (pwe pilot add); where the host
+        # allows several batch pilots, about two members per core, so that the rest can go
+        # to the others
+        if self._shared(pilot):  # (added pilots share: pwe/engine/pilotctl.py)
+            return max(2 * pilot.slots, 2)
+        if pilot.job is None:
+            return max(8 * pilot.slots, 256)
+        lane = self.lanes.get(pilot.lane)
+        if lane is not None and lane.host.max_pilots == 1:
+            return max(2 * pilot.slots, min(8 * pilot.slots, 64))
+        return max(2 * pilot.slots, 2)
+
+    def _feed_pilot(self, pilot: PilotHandle, lane: Lane, skip: set[str] | None = None) -> int:
+        """Hand ``pilot`` ready members of ``lane`` up to its window: by the lane's order
+        (pressure or FIFO), within the limits of user resources, a group as one unit;
+        members of the nodes in ``skip`` keep their places (a helper pilot serves only the
+        nodes it can hold: pwe/engine/pilotctl.py). How many went."""
+        st = self.state
+        window = self._window(pilot)
+        fed = 0
+        refused: list[tuple[str, int]] = []
+        ready = lane.ready
+        now = round(time.time(), 3)  # (the trace's submit time of what is fed now)
+        held: set[str] = set(skip or ())  # nodes held back this feed (a limit, pressure, not served)
+        hand = self._hand_check(lane)
+        while ready and pilot.units < window and not pilot.full:
+            item = ready.pop_next(held)
+            if item is None:
+                break
+            nid, i = item
+            ns = st.nodes[nid]
+            if ns.state[i] != READY:
+                continue  # a stale entry: assigned or finished since it was queued
+            if (nid, i) in pilot.refused:
+                refused.append((nid, i))  # too long for what is left of this allocation
+                continue
+            if hand is not None and not hand(nid, pilot):
+                ready.appendleft((nid, i))
+                held.add(nid)
+                continue
+            most = self.plan.nodes[nid].scheduling.maxMembers
+            if most and pilot.given >= most:
+                # this pilot has had its share (maxMembers): it finishes them and leaves;
+                # the next ready member goes to a new pilot
+                pilot.full = True
+                pilot.send({"k": STOP})
+                ready.appendleft((nid, i))
+                break
+            if nid in self._groups:
+                sent = self._feed_group(pilot, nid, i, now)
+                if sent is not None:
+                    fed += sent
+                    continue
+            attempt = ns.attempt[i] + 1
+            task = self._task(nid, i, attempt)
+            self._share_env(pilot, task)
+            self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
+            pilot.send(task)
+            pilot.outstanding += 1
+            pilot.given += 1
+            fed += 1
+        if refused:
+            ready.extend(refused)
+            if lane.protocol.batch and all(not p.alive or p.full or p.draining or p is pilot
+                                           for p in self.pilots.values() if p.lane == lane.name):
+                pilot.full = True  # a fresh allocation has its whole walltime ahead of it
+                pilot.send({"k": STOP})
+        return fed
+
+    # -- the order members are handed out in, and limits (issue 14) --------------------------
+    def _order_and_limits(self) -> None:
+        """Each lane's ready queue by pressure (``order: pressure``, the default; the run's
+        own ``order`` option first) or first in first out; the gate of user resources."""
+        self._pressure: pressure.Pressure | None = None
+        if (self.info.get("order") or self.plan.workflow.order) == "pressure":
+            earlier = pressure.read_durations(self.dir, self.plan.workflow.name)
+            self._pressure = pressure.Pressure(self.plan, earlier)
+            for lane in self.lanes.values():
+                lane.ready = pressure.PressureQueue(self._pressure)
+        self._lane_nodes = {name: [n for n, ln in self._lane_of.items() if ln == name] for name in self.lanes}
+        self._limits = limits.Limits.of(self.plan, self._lane_of, self.lanes)
+        self._gate: limits.Gate | None = None  # (the gate of the feed under way: _hand_check)
+
+    def _hand_check(self, lane: Lane) -> Callable[[str, PilotHandle], bool] | None:
+        """For one feed of a pilot: may a member of node ``nid`` go to it now? None when
+        anything may. Beyond the pilot's free slots, a member goes only if no node of the
+        lane with a higher pressure still has members waiting (the pilot runs its queue in
+        order, so a member queued there would start before the other node's members when
+        they become ready); and only while its resources fit their limits."""
+        gate = self._limits.gate(self._in_flight) if self._limits is not None else None
+        self._gate = gate  # (this feed's: the other members of a group are counted by it too)
+        press = self._pressure
+        deep = press.waiting_max(self.state, self._lane_nodes[lane.name]) if press is not None else -1.0
+        if gate is None and deep < 0:
+            return None
+        level = press.pressure if press is not None else {}
+
+        def may(nid: str, pilot: PilotHandle) -> bool:
+            if deep >= 0 and pilot.units >= pilot.slots and level[nid] < deep:
+                return False
+            return gate is None or gate.take(nid)
+        return may
+
+    def _share_env(self, pilot: PilotHandle, task: dict[str, Any]) -> None:
+        """Send ``pilot`` the shared environment ``task`` names, unless it has it."""
+        eb = task.get("eb")
+        if eb is not None and eb not in pilot.envs_sent:
+            pilot.send({"k": ENV, "id": eb, "env": self._task_envs[eb]})
+            pilot.envs_sent.add(eb)
+
+    def _feed_group(self, pilot: PilotHandle, nid: str, i: int, now: float) -> int | None:
+        """Member ``i`` of a grouped node is ready: hand its group to ``pilot`` as one
+        ``group`` message, made of the group's members ready now (one journaled ``assign``
+        each, so every member keeps its own attempts and events); how many went. None: it
+        is in no group (``include`` leaves it out: it goes alone). A ``submit_whole`` group
+        whose members still wait is held (:meth:`_held_groups` looks again)."""
+        groups = self._groups[nid]
+        g = groups.group_of(i)
+        if g is None:
+            return None
+        ns = self.state.nodes[nid]
+        members = groups.members(g)
+        if groups.spec.submit_whole and any(ns.state[j] == WAITING for j in members):
+            self._held.add((nid, g))
+            return 0
+        self._held.discard((nid, g))
+        # (i is one of them; a member this pilot refused, too long for what it has left, is not)
+        chosen = [j for j in members if ns.state[j] == READY and (nid, j) not in pilot.refused]
+        if self._gate is not None:  # (i has its share of the limits already: _hand_check)
+            chosen = [j for j in chosen if j == i or self._gate.take(nid)]
+        tasks = []
+        for j in chosen:
+            attempt = ns.attempt[j] + 1
+            tasks.append(self._task(nid, j, attempt))
+            self._share_env(pilot, tasks[-1])  # (before the group that needs it)
+            self._record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
+        pilot.send({"k": GROUP, "tasks": tasks})
+        pilot.sent_group(nid, chosen)
+        pilot.given += len(chosen)
+        return len(chosen)
+
+    def _held_groups(self) -> None:
+        """``submit_whole`` groups held back: once none of their members waits (each is
+        ready, or has ended: skipped after a failure upstream), their ready members are
+        queued again, so the group goes out."""
+        st = self.state
+        for nid, g in list(self._held):
+            ns = st.nodes[nid]
+            members = self._groups[nid].members(g)
+            if not any(ns.state[j] == WAITING for j in members):
+                self._held.discard((nid, g))
+                for j in members:
+                    if ns.state[j] == READY:
+                        self.lanes[self._lane_of[nid]].ready.append((nid, j))
+                        break

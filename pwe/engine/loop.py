@@ -1,0 +1,411 @@
+"""The engine: walks the DAG member by member, feeds pilots, takes in their events.
+
+One engine works on a run at a time (``engine.lock``). Its loop:
+
+1. take in the messages pilots sent since last time (``start``/``end``/``down``...,
+   :mod:`pwe.engine.pilots`), journal them and apply them to the state (which releases
+   downstream members);
+2. check pilots are alive; a pilot that is gone has its unfinished members handed back
+   (queued ones without using an attempt);
+3. feed ready members to a live pilot, up to a window, journaling each assignment
+   *before* the pilot can see it (so a resumed engine never forgets one);
+4. snapshot the counts for ``pwe status``; report progress.
+
+Failure model: the engine may be killed at any point. The journal then holds a prefix
+of what happened; the pilots' transports hold the rest. ``resume`` replays the journal,
+drops assignments a pilot never received, and reads each pilot's messages on from the
+last cursor it journaled; applying a pilot event twice is a no-op. So no member that
+finished runs again, and none is lost.
+
+Making a run is :mod:`pwe.runstate.runs`; a member's task message is :mod:`pwe.engine.tasks`;
+feeding pilots (order, limits, groups) is :mod:`pwe.engine.feed`; the Python API's
+run_workflow and resume_workflow are :mod:`pwe.engine.api`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pilot.wire import CANCEL, STOP
+
+from ..runstate import checkpoint, pressure, rundir, runs
+from ..base.errors import InputError, PweError, RunStopped
+from .feed import Feeding
+from ..runstate.journal import Journal, JournalError
+from .handles import Lane, PilotHandle, make_lanes
+from .pilots import PilotWork
+from ..planning.plan import Plan
+from ..planning.groups import Groups
+from ..runstate.state import RunState
+from .tasks import TaskBuilder
+from ..base.regular import read_bytes, write_json_atomic
+
+# The engine never needs to react within a millisecond: each pilot holds a window of
+# queued members. Sleeping at least POLL_MIN between rounds batches the work (fewer, larger
+# reads and writes) and leaves the cores to the members.
+POLL_MIN, POLL_MAX = 0.01, 0.05
+SNAPSHOT_EVERY = 0.5
+#: Below this many free bytes the run directory's filesystem counts as full: pilots can no
+#: longer record events there, so the engine stops (state intact) instead of waiting on them.
+MIN_FREE_BYTES = 64 * 1024
+
+
+class Engine(PilotWork, Feeding):
+    """Runs one run directory to its end. Use :meth:`create` or :meth:`open`.
+
+    Each node runs on its own host (its ``host``, or ``--host`` for all); the engine keeps
+    one :class:`Lane` per host used (per partition of a host whose nodes need several),
+    each with its own pilots.
+    """
+
+    def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any]):
+        self.dir = Path(run_dir).resolve()  # pilots and members run elsewhere: absolute paths only
+        self.plan = plan
+        self.info = info
+        self.run_id = info["run_id"]
+        self.heartbeat = float(info.get("heartbeat", 5.0))
+        # silence that gives a pilot up: many heartbeats, and two minutes at least (a busy
+        # node, or a filesystem that stalls for a minute, must not cost a pilot)
+        self.lost_after = float(info.get("lost_after") or max(120.0, 24 * self.heartbeat))
+        # how long a pilot given up for silence may take to end once its job is cancelled
+        self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
+        self.state: RunState | None = None
+        self.journal: Journal | None = None
+        self.pilots: dict[str, PilotHandle] = {}
+        self.lock = rundir.EngineLock(run_dir)
+        self._next_pilot = 1
+        self._failed_pilots = 0  # pilots in a row that broke before finishing any member
+        self._sealing: list[Any] = []  # threads compressing left pilots' spool files (pwe.engine.pilots._seal)
+        self._edges_seen: set[str] = set()
+        self._secret: bytes | None = None  # the run's secret: every line to and from a pilot is signed with it
+        self._brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
+        self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
+        self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
+        self._unwritable_backs: dict[tuple[str, int], int] = {}  # (node, member) -> such hand-backs
+        self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
+        self.warnings: list[str] = []
+        #: Python callables that check a node's members (run_workflow's ``checks``: pwe/planning/trees.py)
+        self.checks: dict[str, Callable[[dict], Any]] = {}
+        #: says what the engine found wrong but worked around (a damaged journal line)
+        self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
+        self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
+        builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
+        self._task = builder.build  # a member's task
+        self._task_envs = builder.envs  # the nodes' shared environments it names (feed._share_env)
+        # the groups of each node that has ``group:`` (formed when first needed: pwe/planning/groups.py)
+        self._groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
+        self._held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
+        self._held_at = 0.0
+        # one lane per host, or per (host, partition) where its nodes need several partitions;
+        # each node's lane (a node whose host the run did not record runs on the first)
+        self.lanes: dict[str, Lane]
+        self.lanes, self._lane_of = make_lanes(plan, info["lanes"], float(info.get("status_every", 5.0)))
+        self._order_and_limits()
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
+               cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
+               **options: Any) -> "Engine":
+        """Check the workflow, make its run directory, and return an engine for it."""
+        path, plan, info, warnings = runs.create(workflow, sets, host, cores, run_dir, hosts_file, **options)
+        try:
+            engine = cls(path, plan, info)
+        except BaseException:  # a run that cannot start leaves no half-made directory behind
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        engine.warnings = warnings
+        return engine
+
+    @classmethod
+    def open(cls, run_dir: Path, reload_hosts: bool = False) -> "Engine":
+        """The engine of an existing run. ``reload_hosts`` (resume, retry): take the hosts'
+        current definitions from the registry, so that a host fixed after its batch system
+        refused a pilot (a partition, an account) is used as fixed; the change is journaled."""
+        info, plan = runs.read(run_dir)
+        changed = runs.current_hosts(run_dir, info) if reload_hosts else []
+        engine = cls(run_dir, plan, info)
+        engine._hosts_changed = changed
+        return engine
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, progress: Callable[[RunState], None] | None = None, retry: bool = False,
+            cancel: bool = False, by: str | None = None, only: dict[str, list[list[int]]] | None = None) -> bool:
+        """Run (or resume) to the end. True when every member succeeded.
+
+        ``retry``: first give failed, skipped and cancelled members another go (``only``:
+        those of these members alone, ``{node: [[first, end], ...]}``: ``pwe retry -q``).
+        ``cancel``: stop the run (its pilots and their members) and return.
+        ``by``: who asked (``cli:USER``, ``ui:USER@ADDRESS``), said in the journal's
+        ``resume``, ``retry`` and ``cancel`` records.
+        Ctrl-C cancels the run; ``pwe retry`` picks it up again.
+        """
+        self._by = {"by": by} if by else {}
+        if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli/main.py)
+            self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
+        try:
+            if self._hosts_changed:  # (written only by the engine holding the run)
+                try:
+                    write_json_atomic(self.dir / "run.json", self.info)
+                except OSError:
+                    pass  # the next engine finds the change again; the journal says it either way
+            self._load()
+            for name in self._hosts_changed:
+                self._record({"e": "note", "what": f"host '{name}' is defined differently than when the run began; "
+                              "new pilots use its current definition", "t": time.time()})
+            if retry:
+                # a cancel request the last engine never took in (it ended first) is stale:
+                # retrying is the user asking for the run again
+                (self.dir / "control" / "cancel").unlink(missing_ok=True)
+                self._record({"e": "retry", "t": time.time(), **self._by, **({"only": only} if only is not None
+                                                                             else {})})
+            if cancel:
+                self.cancel(by)
+            else:
+                self._complete_by_products()
+            return self._loop(progress)
+        except RunStopped as exc:
+            # said in the journal (when the disk still takes it), so `pwe status` shows why
+            try:
+                self._record({"e": "stopped", "why": str(exc), "t": time.time()})
+                self.journal.flush()
+            except (PweError, OSError):
+                pass
+            raise
+        except KeyboardInterrupt:
+            if self.journal is not None and self.state is not None and not self.state.cancelled:
+                self.cancel()
+            raise
+        finally:
+            self._shutdown()
+
+    def _load(self) -> None:
+        try:
+            self._secret = read_bytes(self.dir / "secret").strip()
+        except FileNotFoundError:
+            self._secret = None  # (a run made by a pwe before secrets: its pilots sign nothing)
+        path = self.dir / "journal.jsonl"
+        fresh = not runs.check_journal(self.dir)
+        # the checkpoint, then the journal's tail (or the whole journal without one)
+        self.state, replayed, unusable = checkpoint.load(self.dir, self.plan)
+        self._edges_seen = set(self.state.edge_files)  # taken in already: not read again
+        self.journal = Journal(path, fsync=bool(self.info.get("fsync")))
+        self.journal.lines = replayed.lines
+        self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
+                      **_callable_checks(self.state, self.checks), **getattr(self, "_by", {})})
+        for line in unusable + replayed.warnings():
+            self.notice(line)
+            self._record({"e": "note", "what": line, "t": time.time()})
+        if replayed.damaged or replayed.torn:
+            self._recover()
+        for pid_, p in self.state.pilots.items():
+            n = int(pid_.lstrip("p") or 0)
+            self._next_pilot = max(self._next_pilot, n + 1)
+            if p.get("alive"):
+                self._reattach(pid_, p)
+        self.journal.flush()
+
+    def _complete_by_products(self) -> None:
+        """When the run begins, and each time it is resumed or retried: journal the members
+        not begun (waiting or ready; after a retry, also those that failed) whose products
+        all exist in the workspace as complete (:mod:`pwe.planning.products`: each directory listed
+        once, only those members' paths rendered). So products made meanwhile, by hand or by
+        another run into the workspace, are not made again."""
+        if self.info.get("workspace") and any(pn.products for pn in self.plan.nodes.values()):
+            import re
+
+            from ..planning import products
+
+            nodes = self.state.nodes
+
+            def not_begun(nid: str) -> Iterable[tuple[int, int]]:
+                return (m.span() for m in re.finditer(rb"[\x00\x01]+", nodes[nid].state))  # WAITING, READY
+
+            for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
+                self._record(rec)
+
+    def _loop(self, progress: Callable[[RunState], None] | None) -> bool:
+        st = self.state
+        assert st is not None
+        sleep = POLL_MIN
+        last_snap = 0.0
+        cancel_file = self.dir / "control" / "cancel"
+        while True:
+            if cancel_file.exists():
+                if not st.cancelled:
+                    self.cancel(asked_by(cancel_file))  # journaled (and flushed) before the request is taken away
+                # consumed: a later `pwe retry` or `pwe resume` must not cancel again
+                cancel_file.unlink(missing_ok=True)
+            busy = 0
+            for pilot in list(self.pilots.values()):
+                if pilot.alive:
+                    busy += self._ingest(pilot)
+            self._check_pilots()
+            if st.unfinished() == 0:
+                break
+            if self._held and time.time() - self._held_at > 0.2:  # (at most 5 times a second)
+                self._held_groups()
+                self._held_at = time.time()
+            busy += self._feed()
+            self.journal.flush()  # assignments are durable before any pilot can see them
+            for pilot in self.pilots.values():
+                pilot.flush()
+            now = time.time()
+            if now - last_snap >= SNAPSHOT_EVERY:
+                self._take_edges()
+                self._take_pilot_requests()  # (pwe pilot add / drain: pwe/engine/pilotctl.py)
+                self._check_space()
+                self._snapshot()
+                last_snap = now
+                if checkpoint.due(self._ckpt_at, self._ckpt_cost, now):
+                    self._checkpoint()
+                if progress:
+                    progress(st)
+            sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
+            self._sleep(sleep)  # (woken early by a broker's new events: pilots.py)
+        ok = not st.cancelled and st.all_done()  # (with members a check grew, and trees converged)
+        self._record({"e": "finish", "ok": ok, "t": time.time()})
+        self.journal.flush()
+        pressure.write_durations(self.dir, self.plan.workflow.name, st,
+                                 self._pressure.earlier if self._pressure else None)  # (the next run's estimates)
+        if progress:
+            progress(st)
+        return ok
+
+    def _check_space(self) -> None:
+        try:
+            fs = os.statvfs(self.dir)
+        except OSError:
+            return
+        free = fs.f_bavail * fs.f_frsize
+        if free < MIN_FREE_BYTES:
+            raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free; pilots hold their "
+                               "events meanwhile): free space")
+
+    def _record(self, rec: dict[str, Any]) -> Any:
+        self.journal.append(rec)
+        return self.state.apply(rec)
+
+    # -- cancel and shutdown -----------------------------------------------------------------
+    def cancel(self, by: str | None = None) -> bool:
+        """Stop the run's pilots and mark what is unfinished cancelled; False if nothing was.
+        ``by``: who asked (said in the ``cancel`` record)."""
+        if self.state.unfinished() == 0:
+            return False
+        for pilot in self.pilots.values():
+            if pilot.alive:
+                pilot.send({"k": CANCEL})
+                pilot.flush()
+        self._record({"e": "cancel", "t": time.time(), **({"by": by} if by else {})})
+        self.journal.flush()
+        return True
+
+    def _shutdown(self) -> None:
+        """Tell pilots there is nothing more, close files, release the run. Never raises
+        over an error already on its way out (a full disk fails these writes too)."""
+        try:
+            pending: dict[str, list[str]] = {}
+            for pilot in self.pilots.values():
+                try:
+                    if pilot.alive and not pilot.down:
+                        pilot.send({"k": STOP})
+                        if pilot.job and not pilot.came_up and self.state is not None and \
+                                self.state.unfinished() == 0:
+                            pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
+                    pilot.flush()
+                except (OSError, PweError):
+                    pass  # the pilot keeps running what it has; resume takes its events in
+            try:
+                self._await_leaving()  # (a finished run's big spools: sealed once their pilots said they left)
+            except (OSError, PweError):
+                pass
+            for pilot in self.pilots.values():
+                try:
+                    pilot.close()
+                except (OSError, PweError):
+                    pass
+            for lane in self.lanes.values():
+                if pending.get(lane.name):
+                    try:
+                        lane.protocol.cancel(pending[lane.name])
+                    except Exception:  # a scheduler that does not answer must not hide the run's outcome
+                        pass
+                lane.protocol.close()
+            for pilot in self.pilots.values():
+                forget = getattr(pilot.transport, "forget", None)
+                if forget is not None and self.state is not None and self.state.unfinished() == 0:
+                    forget()  # the run is over: its events are journaled and archived in its directory
+            for broker in self._brokers.values():
+                broker.close()
+            if self.journal is not None:
+                try:
+                    self.journal.close()
+                    self._checkpoint()  # (only of a journal wholly written)
+                except PweError:
+                    pass
+                self._snapshot()
+        finally:
+            self._sealed()
+            self.lock.release()
+
+    def _checkpoint(self) -> None:
+        """The state as of the journal written so far (:mod:`pwe.runstate.checkpoint`): a resumed
+        engine and every reader replay only what comes after. Called with the journal
+        flushed (every record applied is written, and only those)."""
+        j = self.journal
+        if j is None or self.state is None or j.pending or j.offset == self._ckpt_offset:
+            return
+        t0 = time.perf_counter()
+        try:
+            checkpoint.write(self.dir, self.state, j.offset, j.lines, fsync=j.fsync)
+            self._ckpt_offset = j.offset
+        except OSError:
+            pass  # a convenience, as the snapshot: the journal is the record
+        self._ckpt_cost = time.perf_counter() - t0
+        self._ckpt_at = time.time()
+
+    def _snapshot(self) -> None:
+        snap = self.state.snapshot()
+        snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": time.time(),
+                     "engine": {"pid": os.getpid(), "host": socket.gethostname()},
+                     "total_members": sum(n.size for n in self.state.nodes.values()),  # (with grown ones)
+                     # hosts whose batch system does not answer: nothing new is submitted there
+                     "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
+                                     for lane in self.lanes.values() if lane.unreachable_since is not None},
+                     "pilot_view": self._pilot_view()})
+        try:
+            write_json_atomic(self.dir / "state.json", snap)
+        except OSError:
+            pass  # a snapshot is a convenience; the journal is the record
+
+
+def asked_by(request: Path) -> str | None:
+    """Who asked, from a request file in ``control/`` (``pwe cancel`` writes ``{"by": ...}``
+    there; an empty one, an earlier pwe's, says nobody)."""
+    import json
+
+    try:
+        said = json.loads(request.read_bytes()[:4096] or b"{}")
+    except (OSError, ValueError):
+        return None
+    by = said.get("by") if isinstance(said, dict) else None
+    return by[:200] if isinstance(by, str) else None
+
+
+def _callable_checks(state: RunState, checks: dict[str, Any]) -> dict[str, Any]:
+    """What the ``run``/``resume`` record says of callable checks: the nodes they check.
+    A run begun with them is refused by an engine without them (``pwe resume``), rather
+    than its trees silently stopping to grow."""
+    had = sorted(state.api_checks)
+    missing = [n for n in had if n not in checks]
+    if missing:
+        raise InputError(f"node(s) {', '.join(missing)} of this run are checked by a Python callable "
+                         "(run_workflow(checks=...)); resume it from Python: pwe.resume_workflow(RUN_DIR, checks=...)")
+    return {"checks": sorted(checks)} if checks else {}

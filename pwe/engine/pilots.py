@@ -1,0 +1,335 @@
+"""The engine's work with its pilots: start or submit one, take in what it says, tell when
+it is gone. The handle on each and the lanes (hosts) that start them are
+:mod:`pwe.engine.handles`.
+
+A pilot is reached only through its transport (:mod:`pilot.transport`): the engine asks it
+for the pilot's new messages after a cursor, journals the cursor it gets back, and sends
+batches of tasks. Whether a pilot is a process here or a batch job is its lane's
+protocol's business: the engine asks the protocol's capabilities (``batch``,
+``polls_status``), never its name.
+
+Nothing a pilot said is lost when it is given up: whatever the reason (its job ended, an
+edge event, its process gone, silence), every message it wrote is taken in first. A pilot
+gone silent while its job may still run is not given up at once: its job is cancelled, and
+its members are handed on only once the batch system says the job ended (or after
+``end_wait``), its messages taken in again. A lane whose batch system does not answer
+(:attr:`Lane.unreachable_since`) submits nothing new until it does.
+
+Taking in what pilots say (transports, admission, journal records) is :mod:`pwe.engine.intake`;
+recovering after a crash is :mod:`pwe.engine.recovery`: both are mixins of :class:`PilotWork`.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from pilot.transport import seal, seal_above, spool_bytes
+
+from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
+from .intake import Intake
+from .pilotctl import PilotControl
+from ..planning.placement import pilot_job
+from .recovery import Recovery
+from .handles import Lane, PilotHandle
+from ..base.states import READY
+
+
+class PilotWork(Intake, Recovery, PilotControl):
+    """The engine's work with its pilots, split out of :class:`~pwe.engine.loop.Engine` (its
+    base class) by job: it uses the engine's state, journal (``_record``) and lanes."""
+
+    def _start_pilot(self, lane: Lane, nodes: int | None = None,
+                     extra: dict[str, Any] | None = None) -> PilotHandle | None:
+        """``nodes``, ``extra`` (pwe pilot add): the job's nodes; fields of its ``pilot`` record."""
+        if lane.protocol.batch:
+            return self._with_setups(self._submit_pilot(lane, nodes, extra))
+        pid_ = f"p{self._next_pilot}"
+        self._next_pilot += 1
+        d = self.dir / "pilots" / pid_
+        transport = self._transport(lane.name, pid_)  # before the pilot looks for its tasks
+        popen = lane.protocol.start(d, lane.cores, self.heartbeat,
+                                    idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args,
+                                    host_env={k: str(v) for k, v in lane.host.env.items()})
+        host = socket.gethostname()
+        self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
+                      "slots": lane.cores, "t": time.time(), **(extra or {})})
+        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
+        self.pilots[pid_] = pilot
+        return self._with_setups(pilot)
+
+    def _submit_pilot(self, lane: Lane, nodes: int | None = None,
+                      extra: dict[str, Any] | None = None) -> PilotHandle | None:
+        """Glide in: one batch job that becomes a pilot, sized for the members ready now.
+        None when the batch system did not answer: tried again after a back-off."""
+        host = lane.host
+        maybe_taken = False
+        if lane.retry_pilot:  # its submission did not get through: the same pilot, the same job name
+            pid_, maybe_taken = lane.retry_pilot
+        else:
+            pid_ = f"p{self._next_pilot}"
+            self._next_pilot += 1
+        d = self.dir / "pilots" / pid_
+        transport = self._transport(lane.name, pid_)  # its tasks are there before the job starts
+        st = self.state
+        ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
+        job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
+                        heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60),
+                        created=self.info.get("created"))
+        if nodes:
+            job.nodes = nodes  # (pwe pilot add --nodes)
+        script = d / "job.sh"
+        script.write_text(lane.protocol.render(job))
+        try:
+            # an earlier submission that may have taken is looked up first: never two jobs
+            job_id = lane.protocol.find_by_name(job.job_name) if maybe_taken else None
+            if job_id is None:
+                job_id = lane.protocol.submit(job, str(script))
+        except SchedulerUnreachable as exc:
+            lane.retry_pilot = (pid_, maybe_taken or exc.maybe_ran)
+            self._unreachable(lane, str(exc))
+            return None
+        except (SubmitError, ContactError) as exc:
+            # the run keeps its state: fix the host (hosts.yaml, the account, the cluster) and resume;
+            # str(exc) is one line with the host's own answer, the chain keeps command, status, stderr
+            if isinstance(exc, ContactError):
+                raise RunStopped(f"cannot submit a pilot to host '{host.name}': {exc}: fix its contact (hosts.yaml, "
+                                 "known_hosts, keys)") from exc
+            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {exc}: fix the host "
+                             "(its hosts.yaml entry, the account or partition it names)") from exc
+        lane.retry_pilot = None
+        self._reachable(lane)
+        self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
+                      "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
+                      **(extra or {})})
+        pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
+                            transport=transport)
+        self.pilots[pid_] = pilot
+        return pilot
+
+    def _poll_jobs(self, lane: Lane) -> None:
+        """One batched status query for every live batch pilot of a host, at most every
+        status_every s."""
+        from protocols.base import JobState
+
+        live = [p for p in self.pilots.values() if p.alive and p.job and p.lane == lane.name]
+        now = time.time()
+        if not live or now - lane.last_status < lane.status_interval:
+            return
+        lane.last_status = now
+        states = lane.protocol.status([p.job for p in live])  # UNKNOWN when the host does not answer
+        if lane.protocol.no_answer:
+            self._unreachable(lane, lane.protocol.no_answer)
+        else:
+            self._reachable(lane)
+        # back off while nothing changes (kind to the scheduler); look again soon after a
+        # change, and while a pilot given up waits for its job to end
+        changed = any(states.get(p.job) != p.job_state for p in live)
+        lane.status_interval = lane.status_every if changed or any(p.given_up for p in live) else \
+            min(60.0, lane.status_interval * 1.5)
+        for pilot in live:
+            state = states.get(pilot.job, JobState.UNKNOWN)
+            pilot.job_state = state
+            if state.finished:
+                why = f"batch job {pilot.job} {state.value}"
+                if state is JobState.TIMEOUT:
+                    why += " (walltime: expected for a pilot)"
+                self._pilot_gone(pilot, why)
+
+    def _unreachable(self, lane: Lane, why: str) -> None:
+        """The lane's batch system did not answer: say so once (journal, ``pwe status``),
+        and submit nothing there before ``retry_at`` (back-off, up to a minute)."""
+        now = time.time()
+        if lane.unreachable_since is None:
+            lane.unreachable_since = now
+            lane.backoff = lane.status_every
+            self._record({"e": "note", "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
+                          "waiting for it: no new pilot is submitted there until it answers", "t": now})
+        else:
+            lane.backoff = min(60.0, lane.backoff * 1.5)
+        lane.unreachable_why = why
+        lane.retry_at = now + lane.backoff
+
+    def _reachable(self, lane: Lane) -> None:
+        if lane.unreachable_since is not None:
+            now = time.time()
+            self._record({"e": "note", "what": f"the batch system of host '{lane.name}' answers again, after "
+                          f"{now - lane.unreachable_since:.0f} s", "t": now})
+            lane.unreachable_since = None
+            lane.unreachable_why = ""
+
+    def _may_submit(self, lane: Lane) -> bool:
+        """Whether a new pilot may be started on the lane now: not while its batch system
+        does not answer, except as a retry, after the back-off, when no pilot of the lane
+        is polled (a submission is then the only way to learn it answers again); never
+        more pilots alive at once than the host allows (one given up counts until its job
+        ended)."""
+        if not lane.protocol.batch:
+            return True
+        alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
+        if any(p.given_up for p in alive) and len(alive) >= lane.host.max_pilots:
+            return False
+        if lane.unreachable_since is None:
+            return True
+        return time.time() >= lane.retry_at and not any(p.job for p in alive)
+
+    def _take_edges(self) -> None:
+        """Batch systems' edge events (pwe notify): journal the authentic ones, each once (by
+        its id: a replay is ignored and counted); a job that ended while its pilot still
+        looks alive is gone now, not at the next status poll."""
+        from ..runstate.notify import receive
+
+        st = self.state
+        for msg, ok in receive(self.dir, self._edges_seen):
+            if not ok:
+                self._record({"e": "note", "what": "edge event with a bad signature ignored",
+                              "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
+                continue
+            if msg["id"] in st.edges:
+                self._record({"e": "note", "what": "edge event already applied: its replay ignored",
+                              "replay_of": msg["id"], "replays": st.edges[msg["id"]] + 1, "file": msg["file"],
+                              "pilot": msg.get("pilot"), "t": time.time()})
+                continue
+            self._record({"e": "edge", **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status",
+                                                                    "t")}})
+            pilot = self.pilots.get(msg.get("pilot"))
+            if msg.get("event") == "ended" and pilot is not None and pilot.alive:
+                self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
+
+    def _check_pilots(self) -> None:
+        self._check_setups()  # (setup_per_node failing on every node, pilot after pilot: pwe/engine/pilotctl.py)
+        for lane in self.lanes.values():
+            if lane.protocol.polls_status:
+                self._poll_jobs(lane)
+        now = time.time()
+        for pilot in list(self.pilots.values()):
+            if not pilot.alive:
+                continue
+            if pilot.down or self._process_gone(pilot):
+                self._pilot_gone(pilot, "exited" if pilot.down else "died")
+            elif pilot.given_up:
+                if now - pilot.given_up_at > self.end_wait:
+                    self._pilot_gone(pilot, f"its job did not end within {self.end_wait:.0f} s")
+            elif self._silent(pilot, now):
+                why = f"silent for {now - pilot.last_heard:.0f} s"
+                if pilot.job is None:  # no job to end: what it said is all there is
+                    self._pilot_gone(pilot, why)
+                    continue
+                # its job may still run (a frozen process, a stalled filesystem) and its members
+                # with it: end the job, and hand its members on only once it has ended and
+                # everything it wrote has been taken in
+                lane = self.lanes[pilot.lane]
+                lane.protocol.cancel([pilot.job])
+                pilot.given_up, pilot.given_up_at = why, now
+                lane.status_interval, lane.last_status = lane.status_every, 0.0  # ask soon
+                self._record({"e": "note", "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
+                              "its members are handed on once the job has ended", "p": pilot.id, "t": now})
+
+    def _silent(self, pilot: PilotHandle, now: float) -> bool:
+        """A pilot that should be speaking (its job runs, or it is a process on another
+        machine) and has said nothing for ``lost_after`` s, even now."""
+        if now - pilot.last_heard <= self.lost_after:
+            return False
+        if pilot.job is not None:
+            from protocols.base import JobState
+
+            if not (pilot.came_up and pilot.job_state is JobState.RUNNING):
+                return False  # queued, or its batch system does not answer: its word is awaited
+        elif pilot.host == socket.gethostname():
+            return False  # a process here: whether it lives is asked of the process
+        self._ingest(pilot)  # what it said while the engine was busy (a slow status query)
+        return now - pilot.last_heard > self.lost_after
+
+    def _process_gone(self, pilot: PilotHandle) -> bool:
+        """A pilot whose process is gone; never one whose liveness the batch system tells
+        (asked for all pilots at once: _poll_jobs)."""
+        protocol = self.lanes[pilot.lane].protocol
+        return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
+
+    def _seal(self, pilot: PilotHandle) -> None:
+        """A pilot that said it left, all it said taken in: its spool files are compressed
+        when they are big (:func:`pilot.transport.seal`), in a thread (a million members'
+        take seconds, and zlib lets the loop go on); :meth:`_sealed` waits for them."""
+        import threading
+
+        pilot.close()
+        pilot.sealed = True
+        t = threading.Thread(target=_seal_quietly, args=(str(pilot.dir),), name=f"seal {pilot.id}")
+        t.start()
+        self._sealing.append(t)
+
+    def _await_leaving(self, wait: float = 5.0) -> None:
+        """At the end of a finished run: each pilot just told to stop whose spool files are
+        big enough to seal is waited for until it says it left (``wait`` s at most, all
+        together), then given up as gone (journaled) and sealed. One with small files is
+        not waited for: the run's end is not held up for nothing."""
+        if self.state is None or self.state.unfinished():
+            return
+        above = seal_above()
+        big = [p for p in self.pilots.values()
+               if p.alive and not p.sealed and sum(spool_bytes(str(p.dir)).values()) > above]
+        deadline = time.time() + wait
+        while big:
+            for p in list(big):
+                self._ingest(p)
+                if p.down:
+                    self._pilot_gone(p, "exited")
+                    big.remove(p)
+            if not big or time.time() > deadline:
+                break
+            time.sleep(0.02)
+
+    def _sealed(self) -> None:
+        """Wait for the seals under way (:meth:`_seal`)."""
+        while self._sealing:
+            self._sealing.pop().join()
+
+    def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
+        """Give a pilot up: take in everything it wrote first (pilot events win), then hand
+        its unfinished members on."""
+        if pilot.alive:
+            self._ingest(pilot)
+        if pilot.given_up:
+            why = f"{pilot.given_up}, its job cancelled; then {why}"
+        self._orphan_ends(pilot)  # (what its guardian saw end as it died: not run again)
+        st = self.state
+        inflight = st.inflight(pilot.id)
+        if pilot.host == socket.gethostname():
+            self._end_orphans(pilot, inflight)
+        now = time.time()
+        for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)
+            self._record({"e": "unassign", "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
+                          "why": f"its pilot {pilot.id} is gone ({why}); it runs again", "t": now})
+        self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": now})
+        pilot.alive = False
+        pilot.outstanding = pilot.extra = 0
+        pilot._groups.clear()
+        if pilot.popen is not None:
+            pilot.popen.poll()
+        if pilot.down:
+            self._seal(pilot)
+        # A pilot that never came up, died without saying goodbye, or left on an error, and
+        # finished nothing: three in a row is a pilot that cannot work here (a defect, a
+        # broken environment). Stop with its words instead of starting pilots forever.
+        broken = not pilot.came_up or not pilot.down or pilot.down_why.startswith("error")
+        if not broke or not broken or pilot.finished_any:
+            return
+        self._failed_pilots += 1
+        if self._failed_pilots >= 3:
+            log = pilot.dir / "pilot.log"
+            try:
+                last = log.read_text(errors="replace").strip().splitlines()[-1]
+            except (OSError, IndexError):
+                last = "(no output)"
+            what = "died before starting" if not pilot.came_up else "failed before finishing any member"
+            raise RunStopped(f"3 pilots in a row {what}; the last said: {last}  (see {log}): fix what it says")
+
+
+def _seal_quietly(directory: str) -> None:
+    """Seal a left pilot's spool files; one the disk refuses stays plain (a convenience:
+    readers take either)."""
+    try:
+        seal(directory)
+    except OSError:
+        pass

@@ -1,0 +1,141 @@
+"""A member's task: the message that hands one attempt of it to a pilot.
+
+Built once per attempt, on the dispatch path (thousands a second): plain dicts. What a
+node's members share of their environment (the run, the node, the host, ranks and
+threads, the node's own ``env``) is made once per node and sent to each pilot once, as an
+``env`` message that each task names (``eb``); a task carries only its member's own part
+(its index, attempt and parameters): a third of the bytes in the pilot's tasks file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pilot.wire import TASK
+
+from ..planning.plan import Plan
+from ..runstate.rundir import member_path
+from ..base.source import value_text
+
+
+class TaskBuilder:
+    """The ``task`` messages of one run's members (pilot/wire.py lists their fields)."""
+
+    def __init__(self, plan: Plan, run_id: str, run_dir: Path, workspace: str | None = None):
+        self.plan = plan
+        self._env_base = {"PWE_RUN_ID": run_id}
+        self._workspace = workspace  # (pwe.planning.products; a run made before workspaces has none)
+        if workspace:
+            self._env_base["PWE_WORKSPACE"] = workspace
+        self._members = str(run_dir / "members")
+        self.envs: dict[str, dict[str, str]] = {}  # eb -> a node's shared environment (an ``env`` message)
+        self._node_env: dict[str, tuple[str, frozenset[str]]] = {}  # node -> (eb, the names its own env sets)
+        self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
+        self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
+
+    def build(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
+        """Member ``i`` of node ``nid``, attempt ``attempt``: its command, directory,
+        environment and what it asks of a node. An earlier attempt's files are set aside."""
+        pn = self.plan.nodes[nid]
+        sched = pn.scheduling
+        cwd = member_path(self._members, nid, i)
+        if attempt > 1:
+            _keep_previous_attempt(Path(cwd), attempt - 1)
+        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+        eb, own = self._node_env.get(nid) or self._shared_env(nid, ranks, threads)
+        env = {"PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt)}
+        for name, value in pn.space.values_of(i).items():
+            env["PWE_PARAM_" + name.upper()] = value_text(value)
+        if pn.tree is not None and i >= pn.space.size:  # a member a check grew: its place in its tree
+            env["PWE_PARENT"], env["PWE_ITERATION"] = str(pn.tree.parent_of(i)), str(pn.tree.depth_of(i))
+        elif pn.check is not None:
+            env["PWE_ITERATION"] = "1"
+        if own:  # the node's own env has the last word, as it had when all was one dict
+            env = {k: v for k, v in env.items() if k not in own}
+        task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.command(nid, i), "cwd": cwd,
+                "env": env, "eb": eb}
+        if ranks != 1:
+            task["ranks"] = ranks
+        if threads != 1:
+            task["threads"] = threads
+        if sched.maxWallTimePerMember is not None:
+            task["wall"] = sched.maxWallTimePerMember
+        if sched.ranksPerNode:
+            task["rpn"] = sched.ranksPerNode  # its ranks this many to a node (pilot/packing.py)
+        if sched.shareNodes is False:
+            task["exclusive"] = True  # whole nodes, shared with no other member
+        if sched.coreUsageRule:
+            task["cap"] = sched.coreUsageRule  # most cores of a node this kind of member may use
+        if sched.gpusPerMember:
+            task["gpus"] = sched.gpusPerMember
+        if sched.memoryPerMember:
+            task["mem"] = sched.memoryPerMember
+        if sched.tmpPerMember:
+            task["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/packing.py packs it)
+        setup = self._setup.get(nid)
+        if setup:
+            task["setup"] = setup  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
+        if pn.products and self._workspace:
+            task["prod"] = _products(self.plan, self._workspace, nid, i)
+        return task
+
+    def _shared_env(self, nid: str, ranks: int, threads: int) -> tuple[str, frozenset[str]]:
+        """Node ``nid``'s shared environment, made once: its id (a digest of it, so nodes
+        that share all of it share one message) and the names the node's own ``env`` sets."""
+        pn = self.plan.nodes[nid]
+        sched = pn.scheduling
+        env = dict(self._env_base)
+        env.update({
+            "PWE_NODE": nid, "PWE_HOST": pn.host, "PWE_RANKS": str(ranks), "PWE_THREADS": str(threads),
+            "OMP_NUM_THREADS": str(threads),
+            "PWE_WALLTIME_MINUTES": _minutes(sched.maxWallTimePerMember or sched.maxWallTime),
+        })
+        own = {name: value_text(value) for name, value in pn.spec.env.items()}
+        env.update(own)
+        eb = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:12]
+        self.envs[eb] = env
+        self._node_env[nid] = (eb, frozenset(own))
+        return self._node_env[nid]
+
+
+def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
+    """The run's setup_per_node sets: {id: (lines, the nodes that need them)}; a node's own
+    lines, else the defaults'. The id is a digest of the lines, so nodes with the same
+    lines share one set (run once per pilot node for all of them)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for nid, pn in plan.nodes.items():
+        lines = pn.spec.setup_per_node
+        if lines is None:
+            lines = plan.workflow.defaults.setup_per_node
+        if lines:
+            sid = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+            out.setdefault(sid, (list(lines), []))[1].append(nid)
+    return out
+
+
+def _products(plan: Plan, workspace: str, nid: str, i: int) -> list[str]:
+    """The member's products, absolute: its pilot checks them once when it exits 0."""
+    from ..planning.products import absolute
+
+    return absolute(plan, workspace, nid, i)
+
+
+def _minutes(v: float | None) -> str:
+    return "" if v is None else f"{v:g}"
+
+
+def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
+    """Rename the previous attempt's files so that the next one starts clean."""
+    for name in ("stdout", "stderr", "outputs"):
+        try:
+            os.replace(cwd / name, cwd / f"{name}.{attempt}")
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # the run's directory, not the member: the run stops
+            from ..runstate.journal import cannot_write
+
+            raise cannot_write(cwd, exc) from None

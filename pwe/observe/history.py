@@ -1,0 +1,84 @@
+"""A run's event history, read back: the journal and the messages it was built from.
+
+Every message each pilot sent is kept in its directory (``events.jsonl``, the spool; and
+``events.redis.jsonl``, what the engine read from a broker), signed (:mod:`pilot.wire`).
+:func:`events` reads them all back, checks each signature with the run's secret, and
+says what the engine's rules make of each (``verdict``: ``applied``, or why not:
+``forged``, ``malformed``, ``duplicate``: a ``q`` already taken, whichever way it came);
+then the journal's records (``record``: their kind), in order. Each pilot message carries
+``v``, the version of the wire (:data:`pilot.wire.VERSION`) that defines its kind and
+fields: the one definition of the events, in ``pilot/wire.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+from pilot.broker import ARCHIVE
+from pilot.transport import EVENTS
+from pilot.wire import DAMAGED, FORGED, MALFORMED, VERSION, channel_key, decode
+
+from ..base.errors import InputError
+from ..runstate.journal import replay
+from ..base.regular import read_bytes
+
+
+def _spool_bytes(path: Path) -> bytes:
+    """A pilot's spool file, plain or sealed (compressed once the pilot left:
+    :func:`pilot.transport.seal`); :class:`OSError` for one damaged past reading."""
+    try:
+        return read_bytes(path)
+    except FileNotFoundError:
+        import gzip
+        import zlib
+
+        try:
+            return gzip.decompress(read_bytes(f"{path}.gz"))
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise OSError(f"{path}.gz is damaged ({exc})") from None
+
+
+def events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every pilot message of the run (per pilot, by ``q``), then every journal record."""
+    try:
+        secret: bytes | None = read_bytes(run_dir / "secret").strip()
+    except FileNotFoundError:
+        secret = None
+    except OSError as exc:
+        raise InputError(f"{run_dir / 'secret'} cannot be read ({exc.strerror or exc}): the pilots' messages cannot "
+                         "be checked; it must be the run's own regular file") from None
+    pilots = sorted((p for p in (run_dir / "pilots").glob("p*") if p.is_dir()),
+                    key=lambda p: (len(p.name), p.name))
+    for d in pilots:
+        key = channel_key(secret, d.name, True) if secret is not None else None
+        got: list[dict[str, Any]] = []
+        for name, via in ((EVENTS, "spool"), (ARCHIVE, "redis")):
+            try:
+                data = _spool_bytes(d / name)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise InputError(f"{d / name} cannot be read ({exc.strerror or exc}); it must be the pilot's own "
+                                 "regular file") from None
+            msgs, partial = decode(data, key)
+            for m in msgs:
+                got.append({"pilot": d.name, "via": via, "v": VERSION, **m})
+        got.sort(key=lambda m: m.get("q") if type(m.get("q")) is int else 0)
+        seen: set[int] = set()
+        for m in got:
+            k = m.get("k")
+            if k in (FORGED, MALFORMED, DAMAGED):
+                m["verdict"] = "forged" if k == FORGED else "malformed"
+            elif m.get("q") in seen:
+                m["verdict"] = "duplicate"
+            else:
+                seen.add(m.get("q"))
+                m["verdict"] = "applied"
+            yield m
+    records: list[dict[str, Any]] = []
+    replay(run_dir / "journal.jsonl", records.append)
+    for r in records:
+        out = {"record": r.get("e")}
+        out.update((k, v) for k, v in r.items() if k not in ("e", "c"))
+        yield out

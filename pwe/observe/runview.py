@@ -1,0 +1,351 @@
+"""A run seen from outside its engine: its phase, counts, pilots, members and their output,
+worked out for ``pwe status``, ``pwe show``, ``pwe logs`` and the last lines of ``pwe run``.
+
+Reading only: nothing here takes the run's lock or starts anything. ``status`` answers from
+``state.json`` and imports nothing heavy (not even the state's own module) unless the
+journal is newer than the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import InputError, PweError
+from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin, pilot_states
+from ..base.regular import open_regular, read_text
+
+
+def status(run_dir: Path) -> dict[str, Any]:
+    """What ``pwe status`` shows: the snapshot's counts per node and in total, the run's
+    ``phase`` in words, ``run_dir``, each pilot's state (:func:`rundir.pilot_states`), and
+    ``unreachable``: the hosts whose batch system does not answer the running engine, each
+    with ``since`` (a time) and ``why`` (what it said)."""
+    d = run_dir
+    snap = snapshot(d / "state.json")
+    holder = EngineLock(d).holder()
+    if snap is None or (not holder and _mtime(d / "journal.jsonl") > _mtime(d / "state.json")):
+        # the engine stopped before its last snapshot (killed, disk full), or the snapshot
+        # is damaged: the journal is the record, so count from it
+        from .results import load_state
+
+        try:
+            info, st = load_state(d)
+            snap = {**(snap or {}), **st.snapshot(), "run_id": info["run_id"],
+                    "total_members": sum(n.size for n in st.nodes.values())}  # (with a check's grown members)
+        except PweError as exc:
+            if snap is None:
+                raise
+            snap["warnings"] = [f"{exc}; these counts are the last snapshot's"]
+    snap["phase"] = _phase(snap, bool(holder))
+    if not holder:
+        snap["unreachable"] = {}  # an engine's word on its hosts' batch systems, true while it runs
+    if holder:
+        snap["engine"] = {"pid": holder.get("pid"), "host": holder.get("host")}  # who holds engine.lock
+    snap["run_dir"] = str(d)
+    heartbeat = 5.0
+    try:
+        heartbeat = float(json.loads(read_text(d / "run.json")).get("heartbeat", 5.0))
+    except (OSError, ValueError, TypeError):
+        pass
+    snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
+    if isinstance(snap.get("work"), dict):
+        snap["core_hours"] = core_hours(snap)
+    return snap
+
+
+def core_hours(snap: dict[str, Any]) -> dict[str, Any]:
+    """The core-hours of the run's work, as Row's status shows them: ``done`` and
+    ``failed`` as measured (seconds each attempt ran, times its cores); ``running``,
+    ``eligible`` (ready or queued on a pilot: only cores are missing) and ``waiting``
+    (for what they depend on) as estimated per node from maxWallTimePerMember where set,
+    else from the mean duration of its members that succeeded so far (None where neither
+    is known). ``estimated_from`` says which, per node."""
+    out: dict[str, Any] = {"done": 0.0, "failed": 0.0, "running": 0.0, "eligible": 0.0, "waiting": 0.0,
+                           "estimated_from": {}}
+    for nid, w in snap["work"].items():
+        counts = snap["nodes"].get(nid) or {}
+        cores = w.get("cores") or 1
+        spent, done_spent = w.get("spent") or 0.0, w.get("done_spent") or 0.0
+        out["done"] += done_spent * cores / 3600
+        out["failed"] += (spent - done_spent) * cores / 3600
+        if w.get("wall"):
+            each, how = w["wall"] * 60.0, "maxWallTimePerMember"
+        elif counts.get("done"):
+            each, how = done_spent / counts["done"], f"mean of {counts['done']:,} done"
+        else:
+            each, how = None, "not known yet (no member done, no maxWallTimePerMember)"
+        out["estimated_from"][nid] = how
+        for key, n in (("running", counts.get("running", 0)),
+                       ("eligible", counts.get("ready", 0) + counts.get("queued", 0)),
+                       ("waiting", counts.get("waiting", 0))):
+            if not n:
+                continue
+            if each is None or out[key] is None:
+                out[key] = None
+            else:
+                out[key] += n * each * cores / 3600
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
+    """One line of ``pwe runs``: ``run_id``, ``from`` (:func:`~pwe.runstate.rundir.origin`; ``where``:
+    its root's), ``state`` (the phase), ``finished`` and ``total`` members, ``started``
+    (epoch s), ``duration`` (s: to the last snapshot, or to now while an engine runs it),
+    ``core_hours`` (measured: done and failed attempts), ``run_dir``. From the snapshot:
+    nothing is replayed; a run that cannot be read says so
+    in ``state``."""
+    from ..base.states import FINAL, NAMES
+
+    out: dict[str, Any] = {"run_id": run_dir.name, "from": where, "state": "?", "finished": 0, "total": None,
+                           "started": None, "duration": None, "core_hours": None, "run_dir": str(run_dir)}
+    try:
+        info = json.loads(read_text(run_dir / "run.json"))
+        out["run_id"] = info.get("run_id", run_dir.name)
+        out["from"] = origin(info, where)
+        out["started"] = info.get("created")
+    except (OSError, ValueError, AttributeError):
+        out["state"] = "damaged (run.json)"
+        return out
+    snap = snapshot(run_dir / "state.json")
+    running = bool(EngineLock(run_dir).holder())
+    if snap is None:
+        out["state"] = "running" if running else "not started (no snapshot)"
+        return out
+    out["state"] = _phase(snap, running).split(";")[0]
+    totals = snap.get("totals") or {}
+    out["total"] = snap.get("total_members") or sum(totals.values())
+    out["finished"] = sum(totals.get(NAMES[s], 0) for s in FINAL)
+    if isinstance(snap.get("work"), dict):  # measured: done and failed attempts' time x their cores
+        ch = core_hours(snap)
+        out["core_hours"] = round(ch["done"] + ch["failed"], 4)
+    end = time.time() if running else snap.get("updated")
+    if out["started"] and end:
+        out["duration"] = round(max(0.0, end - out["started"]), 1)
+    return out
+
+
+def snapshot(path: Path) -> dict[str, Any] | None:
+    """state.json's content; None when it is missing or not what the engine writes."""
+    try:
+        snap = json.loads(read_text(path))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(snap, dict) and all(isinstance(snap.get(k, {}), dict) for k in ("nodes", "totals", "pilots")) \
+        and "nodes" in snap and all(isinstance(c, dict) for k in ("nodes", "pilots") for c in snap.get(k, {}).values())
+    return snap if ok else None
+
+
+def phase(snap: dict[str, Any], engine_running: bool) -> str:
+    """Where a run is, in one word, from its snapshot and whether an engine holds it:
+    running, cancelled, succeeded, failed, stopped (why: ``snap["stopped"]``) or
+    interrupted (its engine died). ``pwe status``, ``pwe runs`` and the service read this."""
+    if engine_running:
+        return "running"
+    if snap.get("cancelled"):
+        return "cancelled"
+    if snap.get("finished_ok") is True:
+        return "succeeded"
+    if snap.get("finished_ok") is False:
+        return "failed"
+    return "stopped" if snap.get("stopped") else "interrupted"
+
+
+def _phase(snap: dict[str, Any], engine_running: bool) -> str:
+    """:func:`phase` as ``pwe status`` says it."""
+    word = phase(snap, engine_running)
+    return {"failed": "finished with failures", "stopped": f"stopped: {snap.get('stopped')}; then: pwe resume",
+            "interrupted": "stopped (pwe resume continues it)"}.get(word, word)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def members(run_dir: Path, node: str | None = None, state: str | None = None, limit: int = 0) -> list[dict[str, Any]]:
+    """Members of a run as ``pwe show`` lists them (:func:`results.member_record`), of one
+    node and in one state when given, at most ``limit`` (0: all)."""
+    from .results import load_state, member_record
+    from ..base.states import NAMES
+
+    _, st = load_state(run_dir)
+    if node is not None and node not in st.nodes:
+        from ..base.source import did_you_mean
+
+        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+    want = None if state is None else state.lower()
+    if want is not None and want not in NAMES:
+        raise InputError(f"--state: one of {', '.join(NAMES)}")
+    out: list[dict[str, Any]] = []
+    for nid, ns in st.nodes.items():
+        if node and nid != node:
+            continue
+        # members in one state found in the state bytes at C speed (a million members, few failed)
+        found = range(ns.size) if want is None else _indices(ns.state, NAMES.index(want))
+        for i in found:
+            out.append(member_record(st, nid, i))
+            if limit and len(out) >= limit:
+                return out
+    return out
+
+
+def _indices(state: bytearray, code: int):
+    i = state.find(code)
+    while i >= 0:
+        yield i
+        i = state.find(code, i + 1)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """``text`` with every control character but newline and tab written visibly (``\\x1b``):
+    what a member wrote, printed to a terminal, can then neither move its cursor, set its
+    title nor hide a line (ESC sequences, carriage returns, backspaces)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def logs_document(run_dir: Path, node: str, index: int, said: str, tail: int | None = None,
+                  only_stderr: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
+    """What ``pwe logs --json`` prints (and the dashboard shows): ``node``, ``member``, and
+    ``stdout`` / ``stderr`` each as ``{"path", "text"}``; ``tail``: only the last lines;
+    ``max_bytes``: only the last bytes of each file (then ``"cut"``: bytes left out)."""
+    files = member_output(run_dir, node, index, said, max_bytes=max_bytes)
+    if only_stderr:
+        files = [f for f in files if f[0] == "stderr"]
+    out: dict[str, Any] = {"node": node, "member": index}
+    for name, path, text, cut in files:
+        if tail:
+            text = "".join(text.splitlines(keepends=True)[-tail:])
+        out[name] = {"path": str(path), "text": text, **({"cut": cut} if cut else {})}
+    return out
+
+
+def member_output(run_dir: Path, node: str, index: int, said: str,
+                  max_bytes: int | None = None) -> list[tuple[str, Path, str, int]]:
+    """A member's stdout and stderr as (name, path, text, bytes left out), from where
+    :func:`rundir.member_path` says it keeps them (a file it left empty is not kept: its
+    text is ""). A member that does not exist is bad input; one that has not run yet is an
+    error of exit status 1. ``said`` is how the user named the member. ``max_bytes``: only
+    the last that many bytes of each file are read."""
+    md = member_dir(run_dir, node, index)
+    if not md.is_dir() and _has_run(run_dir, node, index):
+        return [(name, md / name, "", 0) for name in ("stdout", "stderr")]  # it wrote nothing
+    if not md.is_dir():
+        sizes = node_sizes(run_dir)
+        if node in sizes and index >= sizes[node]:
+            raise InputError(f"{said}: no such member ({node} has {sizes[node]})")
+        if node not in sizes:
+            from ..base.source import did_you_mean
+
+            known = [p.name for p in (run_dir / "members").iterdir()] if (run_dir / "members").is_dir() else []
+            raise InputError(f"run {run_dir.name} has no member output for node '{node}'"
+                             f"{did_you_mean(node, sizes or known)}"
+                             + (f"; nodes with output: {', '.join(sorted(known))}" if known else ""))
+        raise PweError(f"{node}[{index}] has not run yet (no {md})")
+    out = []
+    for name in ("stdout", "stderr"):
+        p = md / name
+        try:
+            if not p.exists():
+                out.append((name, p, "", 0))
+            elif max_bytes is None:
+                out.append((name, p, read_text(p, errors="replace"), 0))
+            else:
+                with open_regular(p, "rb") as fh:
+                    size = fh.seek(0, 2)
+                    fh.seek(max(0, size - max_bytes))
+                    out.append((name, p, fh.read(max_bytes).decode("utf-8", "replace"), max(0, size - max_bytes)))
+        except OSError as exc:
+            raise InputError(f"{p}: cannot be read ({exc.strerror or exc}); a member's {name} must be a regular "
+                           "file") from None
+    return out
+
+
+def _has_run(run_dir: Path, node: str, index: int) -> bool:
+    """Whether a member has started at least once (its state: checkpoint and journal tail;
+    a run whose state cannot be read says so, naming the file)."""
+    from .results import load_state
+    from ..base.states import ASSIGNED, READY, SKIPPED, WAITING
+
+    st = load_state(run_dir)[1]
+    ns = st.nodes.get(node)
+    if ns is None or not 0 <= index < ns.size:
+        return False  # (said by the caller)
+    # an attempt is counted when it is queued on a pilot: one queued now has not run yet
+    return ns.attempt[index] > 1 or (ns.attempt[index] == 1 and ns.state[index] not in (WAITING, READY, ASSIGNED,
+                                                                                          SKIPPED))
+
+
+def node_sizes(run_dir: Path) -> dict[str, int]:
+    """Members per node of a run: from state.json (each member is counted in exactly one
+    state), else, when the engine never wrote one, from the run's plan."""
+    try:
+        counts = json.loads(read_text(run_dir / "state.json"))["nodes"]
+        return {n: sum(c.values()) for n, c in counts.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    from ..runstate.runs import read
+
+    return {nid: n.size for nid, n in read(run_dir)[1].nodes.items()}
+
+
+# -- a run followed to its end (pwe run, resume, retry) ----------------------------------------
+def progress(totals: list[int]) -> tuple[int, str]:
+    """(members finished, a line of what runs and what failed) for a progress display."""
+    from ..base.states import FAILED, FINAL, RUNNING, SKIPPED
+
+    finished = sum(totals[s] for s in FINAL)
+    extra = f"running {totals[RUNNING]}  failed {totals[FAILED]}" + (
+        f"  skipped {totals[SKIPPED]}" if totals[SKIPPED] else "")
+    return finished, extra
+
+
+def outcome(totals: list[int], state: Any = None) -> str:
+    """The final counts in words: done always (with how many of them were complete by
+    their products, when any), failed, skipped and cancelled when any."""
+    from ..base.states import DONE, FINAL, NAMES
+
+    complete = sum(complete_counts(state).get("complete", {}).values()) if state is not None else 0
+    return ", ".join(f"{totals[s]} {NAMES[s]}" + (f" ({complete} complete by products, not run)"
+                                                   if s == DONE and complete else "")
+                     for s in FINAL if totals[s] or s == FINAL[0])
+
+
+def complete_counts(state: Any) -> dict[str, Any]:
+    """``{"complete": {node: members}}`` found complete by their products (pwe.planning.products),
+    or {} when none was."""
+    found = {nid: c for nid, ns in state.nodes.items() if (c := ns.complete_count())}
+    return {"complete": found} if found else {}
+
+
+def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, str]]:
+    """(NODE:INDEX, a line) for the first few failed members: exit status or reason, and
+    the last line the member wrote to stderr (what a user looks for first)."""
+    from ..base.states import FAILED
+
+    lines: list[tuple[str, str]] = []
+    for nid, ns in state.nodes.items():
+        i = ns.state.find(FAILED) if ns.counts[FAILED] else -1
+        while i >= 0 and len(lines) < limit:
+            what = ns.why.get(i) or f"exit {ns.rc.get(i)}"
+            tail = ""
+            try:
+                with open_regular(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
+                    fh.seek(max(0, fh.seek(0, 2) - 4096))
+                    last = fh.read().decode("utf-8", "replace").strip().splitlines()
+                tail = f"  | {inert(last[-1][:120])}" if last else ""
+            except OSError:
+                pass
+            lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))
+            i = ns.state.find(FAILED, i + 1)
+        if len(lines) >= limit:
+            break
+    return lines

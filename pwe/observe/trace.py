@@ -1,0 +1,154 @@
+"""The trace of a run: one record per member attempt, built from the run's journal.
+
+Each record says which member and attempt, its parameters, where it ran (``host``: the
+name of the host in pwe's registry; ``node_name``: the machine, as the pilot names it;
+the pilot; its batch system and job), when (submitted to a pilot, started, ended: the pilot's clock,
+epoch seconds), how it ended (exit status, why), what it cost (``cpu``: user+sys CPU
+seconds of its process tree; ``rss``: peak resident KB of its largest process; both
+measured by the pilot from the rusage of the reaped child) and its outputs.
+
+Why from the journal and not a file of its own: the journal already holds every
+``assign``, ``start`` and ``end`` record with these fields (the engine writes them as it
+takes in the pilots' messages), so a second file would be a second record of the same
+events that could disagree with the first, and would cost a write per member during
+the run. The price is that the trace reads the whole journal (one replay,
+:func:`pwe.runstate.journal.replay`): a trace is the whole history, so that is inherent.
+
+Attempts that were handed back before they started (``back``) did not happen and are
+not in the trace; one taken back after it started (its pilot or node was lost) is,
+with ``state`` ``lost``; one that was queued or running when the run was cancelled has
+``state`` ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..runstate.journal import replay, unpack
+
+#: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
+COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
+           "rss_kb", "host", "node_name", "pilot", "batch", "job", "parameters", "outputs")
+
+
+class Trace:
+    """Attempts and pilots gathered from journal records (:meth:`take`, one per record)."""
+
+    def __init__(self) -> None:
+        # (node, member, attempt) -> [submit, start, end, rc, why, dt, cpu, rss, out, pilot, nodes, ended]
+        # (ended: None, or how an attempt without an exit status ended: "lost", "cancelled")
+        self.attempts: dict[tuple[str, int, int], list[Any]] = {}
+        self.pilots: dict[str, dict[str, Any]] = {}
+        self.first: float | None = None  # the first engine's start (epoch s)
+        self.last: float | None = None  # the last engine's start or end
+        self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/planning/trees.py)
+
+    def take(self, r: dict[str, Any]) -> None:
+        if "len" in r or "ran" in r or r["e"] == "ends":  # (compacted records: pwe/runstate/journal.py)
+            for one in unpack(r):
+                self._take(one)
+        else:
+            self._take(r)
+
+    def _take(self, r: dict[str, Any]) -> None:
+        e = r["e"]
+        if e == "assign":
+            self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
+                                                        r["p"], None, None]
+        elif e == "start":
+            a = self.attempts.get((r["n"], r["m"], r["a"]))
+            if a is not None:
+                a[1] = r.get("t")
+                a[10] = r.get("nodes")
+        elif e == "end":
+            a = self.attempts.get((r["n"], r["m"], r["a"]))
+            if a is not None and a[3] is None and r.get("grow"):  # (its children, in the order of their indices)
+                self.grown.setdefault(r["n"], []).extend(r["grow"])
+            if a is not None and a[3] is None:
+                a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
+                a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
+        elif e == "unassign":
+            key = (r["n"], r["m"], r.get("a"))
+            a = self.attempts.get(key)
+            if a is not None and a[3] is None and a[11] is None:
+                if a[1] is None:
+                    del self.attempts[key]  # never started: no attempt was spent
+                else:
+                    a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
+        elif e == "cancel":  # what was queued or running then ends here
+            for a in self.attempts.values():
+                if a[3] is None and a[11] is None:
+                    a[2], a[4], a[11] = (r.get("t") if a[1] is not None else None), "cancelled", "cancelled"
+        elif e == "pilot":
+            self.pilots[r["p"]] = {k: r.get(k) for k in ("host", "job", "batch", "lane", "slots", "pid", "t")}
+        elif e == "pilot_gone" and r["p"] in self.pilots:
+            self.pilots[r["p"]]["gone"] = r.get("why") or "gone"
+            self.pilots[r["p"]]["gone_t"] = r.get("t")
+        elif e in ("run", "resume", "finish", "stopped") and r.get("t"):
+            self.first = self.first or r["t"]
+            self.last = r["t"]
+
+    def records(self, plan: Any = None, now: float | None = None) -> Iterator[dict[str, Any]]:
+        """The attempts as dicts with :data:`COLUMNS` as keys, by node, member, attempt.
+        ``plan`` gives the members' parameters (none without it)."""
+        spaces = {nid: pn.space for nid, pn in plan.nodes.items()} if plan is not None else {}
+        for (nid, i, att), a in sorted(self.attempts.items()):
+            submit, start, end, rc, why, dt, cpu, rss, out, pid, nodes, ended = a
+            p = self.pilots.get(pid, {})
+            if ended:
+                state = ended
+            elif rc is not None:
+                state = "done" if rc == 0 else "failed"
+            else:
+                state = "running" if start is not None else "queued"
+            space = spaces.get(nid)
+            yield {
+                "node": nid, "member": i, "attempt": att, "state": state, "exit_status": rc, "why": why,
+                "submit": submit, "start": start, "end": end,
+                "duration": dt if dt is not None else (round(end - start, 3) if end and start else None),
+                "cpu": cpu, "rss_kb": rss, "host": p.get("lane") or p.get("host"),
+                # (a start without nodes ran on its pilot's host: pwe/engine/intake.py leaves them out)
+                "node_name": nodes[0] if nodes else p.get("host") if start is not None else None,
+                "pilot": pid, "batch": p.get("batch"), "job": p.get("job"),
+                "parameters": {} if space is None else space.values_of(i) if i < space.size else
+                self.grown[nid][i - space.size], "outputs": out or {},
+            }
+
+
+def load(run_dir: Path, with_state: bool = True) -> tuple[dict[str, Any], Any, Any, Trace]:
+    """(run.json, plan, state or None, trace) of a run, from one replay of its journal
+    (read-only: no lock taken). A damaged record is skipped with a warning on stderr,
+    as every reader skips it."""
+    from ..runstate.runs import check_journal, read
+
+    info, plan = read(run_dir)
+    tr = Trace()
+    state = None
+    if with_state:
+        from ..runstate.state import RunState
+
+        state = RunState(plan)
+        st_apply, take = state.apply, tr.take
+
+        def apply(r: dict[str, Any]) -> None:
+            st_apply(r)
+            take(r)
+    else:
+        apply = tr.take  # type: ignore[assignment]
+    check_journal(run_dir)
+    for line in replay(run_dir / "journal.jsonl", apply).warnings():
+        print(f"warning: {line}", file=sys.stderr)
+    return info, plan, state, tr
+
+
+def tsv_value(v: Any) -> str:
+    """A field as TSV text: dicts as compact JSON, nothing as empty; tabs and newlines
+    in text become spaces (a TSV row is one line)."""
+    if v is None:
+        return ""
+    if isinstance(v, dict):
+        v = json.dumps(v, separators=(",", ":"), sort_keys=True)
+    return str(v).replace("\t", " ").replace("\n", " ").replace("\r", " ")

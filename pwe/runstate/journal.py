@@ -1,0 +1,287 @@
+"""The journal: an append-only JSON-lines file, the run's one state store.
+
+Exactly one process (the engine holding the run's lock) appends. Records are written in
+batches with one ``write`` call; a crash can leave at most a torn last line, which
+:func:`replay` drops (and :class:`Journal` truncates before appending again).
+
+Each record carries its own checksum, so that damage anywhere (a bad block, a stray
+write, a line of garbage) is found: a line stays one JSON object, with a last field
+``"c"``, the CRC-32 (8 hex digits) of the line as it would be without that field:
+``{"e":"end",...,"c":"1a2b3c4d"}``. :func:`replay` skips a damaged record with a warning
+and goes on after it; what such a record said, the pilots' own files still say (the
+engine reads them again: :meth:`pwe.engine.pilots.PilotWork._recover`). Lines without a
+checksum (a journal written by an earlier version of pwe) replay as they are.
+
+Three forms are written compacted, since assigns, starts and ends are most of a big run's
+journal (a million members made 310 bytes each of them):
+
+- consecutive members handed to the same pilot in one pass are one ``assign`` with
+  ``"len"`` (members ``m`` .. ``m+len-1``);
+- a member whose start and end the engine takes in together has one ``end`` that carries
+  its start (``"ran": 1``: it started at ``t - dt``, the pilot's own measure, and on
+  ``"nodes"`` when they are not its pilot's host);
+- ends written one after another, of the same node, attempt and pilot, each exit status 0
+  with nothing but its times and usage (no outputs, no reason, no verdict), are one
+  ``ends`` record of columns: ``{"e":"ends","n":..,"a":..,"p":..,"m":[..],"t":[..],
+  "dt":[..],"cpu":[..],"rss":[..],"ran":[0|1,..]}``.
+
+:func:`unpack` gives a record back as the records it stands for; every reader of records
+goes through it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pilot import transport
+
+from ..base.errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
+from ..base.regular import open_regular
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
+_CRC = b',"c":"'
+_TAIL = len(b',"c":"00000000"}\n')
+#: What apply() raises for a record it cannot understand: that record is damaged too.
+_NOT_UNDERSTOOD = (KeyError, ValueError, TypeError, IndexError, AttributeError)
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    """One record as its journal line: compact JSON with its checksum as the last field."""
+    body = _dumps(record).encode()
+    return b"%s,\"c\":\"%08x\"}\n" % (body[:-1], zlib.crc32(body))
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    """The record of one whole journal line; None when it is damaged."""
+    if line[-_TAIL:-_TAIL + 6] == _CRC:
+        body = line[:-_TAIL] + b"}"
+        try:
+            if int(line[-_TAIL + 6:-3], 16) != zlib.crc32(body):
+                return None
+            rec = _loads(body.decode())
+        except ValueError:
+            return None
+    else:  # written before records had checksums
+        try:
+            rec = _loads(line.decode())
+        except ValueError:
+            return None
+    return rec if isinstance(rec, dict) and "e" in rec else None
+
+
+#: the keys of an end that an ``ends`` record holds (``ran`` besides, when there)
+_PLAIN_END = frozenset(("e", "n", "m", "a", "p", "t", "rc", "dt", "cpu", "rss"))
+_COLUMNS = ("m", "t", "dt", "cpu", "rss")
+
+
+def _packs(record: dict[str, Any]) -> bool:
+    """Whether an end goes into an ``ends`` record (see the module's docstring)."""
+    return record["rc"] == 0 and (record.keys() == _PLAIN_END or record.keys() == _PLAIN_END | {"ran"})
+
+
+def unpack(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records one journal record stands for (see the module's docstring): an assign
+    with ``len`` as one assign per member, an ``ends`` as its ends, an end carrying its
+    start as that start and the end; any other record as itself. A ``len`` that is not a
+    count of at least one, or columns of other lengths, is :class:`ValueError` (a damaged
+    record)."""
+    if r["e"] == "ends":
+        cols = [r[k] for k in _COLUMNS] + [r["ran"]]
+        if not all(type(c) is list and len(c) == len(cols[0]) for c in cols):
+            raise ValueError("ends columns of different lengths")
+        out = []
+        for m, t, dt, cpu, rss, ran in zip(*cols):
+            end = {"e": "end", "n": r["n"], "m": m, "a": r["a"], "p": r["p"], "t": t, "rc": 0, "dt": dt, "cpu": cpu,
+                   "rss": rss}
+            if ran:
+                end["ran"] = 1
+            out += unpack(end)
+        return out
+    if r["e"] == "assign" and "len" in r:
+        count = r["len"]
+        if type(count) is not int or count < 1:
+            raise ValueError(f"assign len {count!r}")
+        one = {k: v for k, v in r.items() if k != "len"}
+        return [{**one, "m": r["m"] + j} for j in range(count)]
+    if r["e"] == "end" and "ran" in r:
+        t, dt = r.get("t"), r.get("dt")
+        began = round(t - dt, 3) if isinstance(t, (int, float)) and isinstance(dt, (int, float)) else t
+        start = {"e": "start", "n": r["n"], "m": r["m"], "a": r["a"], "p": r["p"], "t": began}
+        if "nodes" in r:
+            start["nodes"] = r["nodes"]
+        return [start, {k: v for k, v in r.items() if k not in ("ran", "nodes")}]
+    return [r]
+
+
+@dataclass
+class Replayed:
+    """What :func:`replay` found besides the records it applied."""
+
+    path: Path
+    damaged: list[int] = field(default_factory=list)  # line numbers of records skipped
+    torn: bool = False  # the last line was cut short (a crash mid-write, or damage)
+    applied: int = 0
+    end: int = 0  # the byte offset after the last whole line read
+    lines: int = 0  # how many whole lines the journal has up to ``end``
+
+    def warnings(self) -> list[str]:
+        """One line per damaged record (at most ten, then how many more)."""
+        out = [f"{self.path} line {n} is damaged (checksum or format); skipped" for n in self.damaged[:10]]
+        if len(self.damaged) > 10:
+            out.append(f"{self.path}: {len(self.damaged) - 10} more damaged lines skipped")
+        return out
+
+
+def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, lines: int = 0) -> Replayed:
+    """Apply every whole, undamaged record of the journal at ``path``, in order. The one
+    replay: the engine's and every reader's (``pwe show``, ``pwe status``, the API).
+    ``start``: from this byte offset on (the tail after a checkpoint, :mod:`pwe.runstate.checkpoint`),
+    whose first line is line ``lines + 1``; ``Replayed.end`` and ``.lines`` say where it stopped.
+
+    A damaged record (its checksum does not match, it is not JSON, or ``apply`` cannot
+    understand it) is skipped and replay goes on with the next line; a torn last line
+    was never acted on and is dropped. Both are reported in what is returned. A journal
+    of which no line can be read is :class:`RunDamaged`: replaying nothing would run
+    every member again."""
+    done = Replayed(Path(path))
+    try:
+        fh = open_regular(path, "rb")
+    except FileNotFoundError:
+        return done
+    except OSError as exc:  # (a FIFO or a device put there: never opened for a blocking read)
+        raise RunDamaged(f"{path} cannot be read ({exc.strerror or exc}): put the run's journal back, then give this "
+                         "command again") from None
+    with fh:
+        fh.seek(start)
+        done.end, done.lines = start, lines
+        for number, line in enumerate(fh, lines + 1):
+            if not line.endswith(b"\n"):
+                done.torn = True  # (only the last line can be)
+                break
+            done.end += len(line)
+            done.lines = number
+            rec = decode(line)
+            if rec is None:
+                if line.strip():
+                    done.damaged.append(number)
+                continue
+            try:
+                apply(rec)
+                done.applied += 1
+            except _NOT_UNDERSTOOD:
+                done.damaged.append(number)
+    if done.damaged and not done.applied and not start:
+        raise RunDamaged(f"{path} is damaged: none of its {len(done.damaged)} lines can be read, so the run's record "
+                         "of its members is lost (resuming would run every member again); put a good copy back, or "
+                         "start a new run; `pwe status` still shows the last counts, `pwe logs` the members' output")
+    return done
+
+
+def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
+    """Append ``data`` (whole JSON lines) to a file with one writer, or none of it.
+
+    On a write error (disk full, quota) whatever part got written is cut back, so a
+    reader never meets a torn line followed by the next writer's lines; then
+    :class:`JournalError` says what to do.
+    """
+    try:
+        transport.append_whole(fh, data, fsync)
+    except OSError as exc:
+        raise cannot_write(path, exc) from None
+
+
+def cannot_write(where: Any, exc: OSError) -> JournalError:
+    """The error that stops a run whose files the disk refuses, with what to do."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    return JournalError(f"cannot write {where}: {exc.strerror}: {'free space' if full else 'make it writable'}")
+
+
+class Journal:
+    def __init__(self, path: Path, fsync: bool = False):
+        self.path = path
+        self.fsync = fsync
+        self._buf: list[bytes] = []
+        self._run: dict[str, Any] | None = None  # an assign (``len``) or ``ends`` still growing, not yet encoded
+        self._trim_torn_tail()
+        self._fh = open(path, "ab", buffering=0)
+        #: bytes written (and flushed) so far: what a checkpoint covers (:mod:`pwe.runstate.checkpoint`)
+        self.offset = os.fstat(self._fh.fileno()).st_size
+        #: whole lines so far, when the opener says how many it replayed (``lines``)
+        self.lines = 0
+
+    def _trim_torn_tail(self) -> None:
+        try:
+            with open(self.path, "rb+") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                if size == 0:
+                    return
+                back = min(size, 1 << 16)
+                fh.seek(size - back)
+                tail = fh.read()
+                if tail.endswith(b"\n"):
+                    return
+                cut = tail.rfind(b"\n")
+                fh.truncate(size - back + cut + 1 if cut >= 0 else 0)
+        except FileNotFoundError:
+            pass
+
+    @property
+    def pending(self) -> int:
+        """Records appended but not yet written (flush writes them)."""
+        return len(self._buf) + (self._run is not None)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Add a record to the next write, compacted (see the module's docstring): an
+        assign of the member after the last one assigned, of the same node, attempt, pilot
+        and time, lengthens that one (its ``len``): a pass of the feed is one line, not one
+        a member; a plain end after another of the same node, attempt and pilot joins it
+        in an ``ends`` record: a batch of the pilot's events is one line."""
+        run = self._run
+        e = record["e"]
+        if run is not None:
+            if e == "assign" and run["e"] == "assign" and record["m"] == run["m"] + run.get("len", 1) \
+                    and record.keys() == run.keys() - {"len"} and all(record[k] == run[k] for k in record if k != "m"):
+                run["len"] = run.get("len", 1) + 1
+                return
+            if e == "end" and run["e"] in ("end", "ends") and _packs(record) and record["n"] == run["n"] \
+                    and record["a"] == run["a"] and record["p"] == run["p"]:
+                if run["e"] == "end":  # (its first end becomes the first row of the columns)
+                    first = run
+                    run = self._run = {"e": "ends", "n": first["n"], "a": first["a"], "p": first["p"],
+                                       **{k: [first[k]] for k in _COLUMNS}, "ran": [first.get("ran", 0)]}
+                for k in _COLUMNS:
+                    run[k].append(record[k])
+                run["ran"].append(record.get("ran", 0))
+                return
+            self._buf.append(encode(run))
+            self._run = None
+        if e == "assign" or e == "end" and _packs(record):
+            self._run = dict(record)
+        else:
+            self._buf.append(encode(record))
+
+    def flush(self) -> None:
+        if self._run is not None:
+            self._buf.append(encode(self._run))
+            self._run = None
+        if not self._buf:
+            return
+        data = b"".join(self._buf)
+        append_whole(self._fh, data, self.path, self.fsync)
+        self.offset += len(data)
+        self.lines += len(self._buf)
+        self._buf.clear()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._fh.close()

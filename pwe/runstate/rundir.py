@@ -1,0 +1,437 @@
+"""The run directory: everything a run keeps, and where.
+
+    pwe-runs/<run-id>/
+      run.json            what was run: workflow file copy, --set values, host, cores
+      workflow.<ext>      a copy of the workflow file as submitted
+      journal.jsonl       the event history; the run's state store (one writer: the engine)
+      state.json          a snapshot of per-node counts, rewritten atomically (pwe status)
+      engine.lock         locked (flock) by the one engine working on the run; its pid, host, since
+      engine.log          the background engine's output (pwe submit)
+      control/cancel      a request to cancel, for a running engine to act on
+      pilots/<id>/        tasks.jsonl (engine -> pilot), events.jsonl (pilot -> engine), pilot.log
+      checkpoint.bin      the members' state as of a journal offset (pwe/runstate/checkpoint.py): readers
+                          and a resumed engine replay only the journal after it
+      members/<node>/<index // 1000>/<index>/   the member's cwd; once it ended, its stdout,
+                          stderr and outputs only when not empty, else nothing (member_path)
+
+Why not SQLite: HPC home and project directories are NFS, GPFS or Lustre, where SQLite's
+locking is unreliable and WAL mode is unsupported. An append-only journal with exactly
+one writer needs neither locks nor mmap from the filesystem, survives kill -9 (a torn
+last line is ignored), and replays in well under a second for a 100,000-member run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
+
+DEFAULT_ROOT = Path("pwe-runs")
+
+
+def new_run_id(name: str) -> str:
+    import secrets
+
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+#: Members per shard: a member's directory is members/<node>/<index // SHARD>/<index>, so no
+#: directory of a run holds more than SHARD members, and a node's own directory one entry
+#: per SHARD members (1,000 for a million; parallel filesystems slow down past ~10,000).
+SHARD = 1000
+
+
+def member_path(members: str, node: str, index: int) -> str:
+    """Where member ``index`` of ``node`` keeps its files (``members``: the run's members/
+    directory): its working directory while it runs, then its stdout, stderr and outputs,
+    each only if it wrote something (an earlier attempt's as stdout.1 ...). A member that
+    wrote nothing has no directory once it ended. The one place this is said: the task
+    (where it runs), ``pwe logs``, the report and the trace all find its files here."""
+    return f"{members}/{node}/{index // SHARD}/{index}"
+
+
+def member_dir(root: Path, node: str, index: int) -> Path:
+    """:func:`member_path` of run directory ``root``."""
+    return Path(member_path(str(Path(root) / "members"), node, index))
+
+
+def create(run_dir: Path) -> Path:
+    from ..base.regular import in_the_way
+
+    blocked = in_the_way(run_dir)
+    if blocked:  # (one line saying what stands there, not mkdir's "exists" for a dangling link)
+        where = "move it away or give --run-dir" if Path(run_dir).parent == DEFAULT_ROOT else "choose another --run-dir"
+        raise InputError(f"cannot create run directory {run_dir}: {blocked[0]} is {blocked[1]}, not a directory; "
+                         f"{where}")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+        run_dir.chmod(0o700)  # owner-only: its secret signs every message of the run
+        for sub in ("pilots", "members", "control"):
+            (run_dir / sub).mkdir()
+    except FileExistsError:
+        raise InputError(f"run directory {run_dir} already exists; choose another --run-dir") from None
+    except OSError as exc:
+        raise InputError(f"cannot create run directory {run_dir}: {exc.strerror}; choose another --run-dir") from None
+    return run_dir
+
+
+#: Where the runs of a root come from (``pwe runs``' "from"), for runs whose run.json does
+#: not say (made before it did).
+COMMAND_LINE, SERVICE = "command line", "service"
+
+
+def roots() -> list[tuple[Path, str]]:
+    """The run roots, in the order a run is looked for, each with where its runs come from:
+    ./pwe-runs (:data:`COMMAND_LINE`), then the service's run root (its directory's
+    ``runs/`` or its ``--run-root``) and any other directory its submissions name
+    (:data:`SERVICE`). The one list every command that takes a RUN, and ``pwe runs``, use."""
+    from .service_store import Store  # (its files only: no celery)
+
+    out = [(DEFAULT_ROOT, COMMAND_LINE)]
+    store = Store()
+    if store.root.is_dir():
+        out.append((store.run_root(), SERVICE))
+        out += [(Path(r["run_dir"]).parent, SERVICE) for r in store.submissions() if isinstance(r.get("run_dir"), str)]
+    seen, unique = set(), []
+    for root, origin in out:
+        key = _key(root)
+        if key not in seen:
+            seen.add(key)
+            unique.append((root, origin))
+    return unique
+
+
+def _key(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except OSError:
+        return str(path.absolute())
+
+
+def _not_a_directory(root: Path) -> str | None:
+    """What stands where run root ``root`` should be when it is there but not a directory
+    (a file, a FIFO, a dangling symbolic link); None otherwise."""
+    from ..base.regular import in_the_way
+
+    blocked = in_the_way(root) if os.path.lexists(root) else None
+    return blocked[1] if blocked and blocked[0] == root else None
+
+
+def _shown(root: Path) -> str:
+    """A run root as lines show it, with what stands there when it is not a directory."""
+    what = _not_a_directory(root)
+    return f"{root}/" + (f" ({what}, not a directory)" if what else "")
+
+
+def check_roots(places: list[tuple[Path, str]]) -> None:
+    """:class:`InputError` (one line) when one of ``places`` (:func:`roots`) is there but is not
+    a directory (a file, a FIFO, a dangling symbolic link): a listing would leave its runs out."""
+    for root, _ in places:
+        what = _not_a_directory(root)
+        if what:
+            raise InputError(f"run root {root}/ is {what}, not a directory of runs; move it away")
+
+
+def find(run: str | None, root: Path | None = None) -> Path:
+    """A run directory from a run id or a unique prefix of one (looked for under every one
+    of :func:`roots`, or ``root`` alone), a path, or (None) the newest run under ./pwe-runs
+    (``root``). An ambiguous prefix is :class:`RunNotFound` naming the runs it could mean
+    and where each is; a run found nowhere names every place looked in."""
+    if run is None:
+        base = root or DEFAULT_ROOT
+        check_roots([(base, COMMAND_LINE)])
+        runs = sorted((p for p in base.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
+        if not runs:
+            raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
+        return runs[-1].parent
+    bad = "too long" if len(run) > 1024 else "a control character in it" if any(
+        ord(c) < 32 or 127 <= ord(c) < 160 for c in run) else None
+    try:
+        if not bad and (Path(run) / "run.json").is_file():
+            return Path(run)
+    except OSError as exc:  # (a name too long for the file system)
+        bad = exc.strerror or str(exc)
+    if bad:  # (said with repr: no escape sequence of it reaches the terminal)
+        raise RunNotFound(f"run {run[:60] + ('...' if len(run) > 60 else '')!r}: not a run id or run directory "
+                          f"({bad}); give a run id, a prefix of one or a run directory")
+    places = [(root, COMMAND_LINE)] if root is not None else roots()
+    if run and "/" not in run and run not in (".", ".."):
+        for base, _ in places:
+            if (base / run / "run.json").is_file():
+                return base / run
+    known = [(p.parent.name, base) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
+    if run and "/" not in run:
+        hits = [(k, base) for k, base in known if k.startswith(run)]
+        if len(hits) == 1:
+            return hits[0][1] / hits[0][0]
+        if hits:
+            shown = ", ".join(f"{k} ({_shown(base)})" for k, base in hits[:10]) + (
+                f" and {len(hits) - 10} more" if len(hits) > 10 else "")
+            raise RunNotFound(f"'{run}' is the start of {len(hits)} runs: {shown}; give more of the id")
+    from ..base.errors import did_you_mean
+
+    looked = ", ".join(_shown(base) for base, _ in places)
+    raise RunNotFound(f"no run '{run}' (looked in {looked}){did_you_mean(run, sorted(k for k, _ in known))}")
+
+
+def listed(root: Path | None = None) -> list[tuple[Path, str]]:
+    """The run directories under ``root`` (None: under every one of :func:`roots`), newest
+    first (by when each was made), each with where its root's runs come from."""
+    found = []
+    places = [(root, COMMAND_LINE)] if root is not None else roots()
+    check_roots(places)
+    for base, where in places:
+        if not base.is_dir():
+            continue
+        for p in base.glob("*/run.json"):
+            try:
+                found.append((p.stat().st_mtime, p.parent, where))
+            except OSError:
+                continue
+    return [(d, w) for _, d, w in sorted(found, key=lambda x: x[0], reverse=True)]
+
+
+def run_dirs(root: Path | None = None) -> list[Path]:
+    """:func:`listed`'s run directories alone."""
+    return [d for d, _ in listed(root)]
+
+
+def origin(info: dict[str, Any], where: str = COMMAND_LINE) -> str:
+    """Where a run came from: :data:`COMMAND_LINE`, :data:`SERVICE` or ``trigger NAME``.
+    What its run.json (``info``) says (``from``); for a run made before it said: its
+    ``service`` record (with a trigger's name), else ``where`` (its root's, :func:`listed`)."""
+    said = info.get("from")
+    if isinstance(said, str) and said:
+        return said
+    svc = info.get("service")
+    if isinstance(svc, dict):
+        return f"trigger {svc['trigger']}" if svc.get("trigger") else SERVICE
+    return where
+
+
+class EngineLock:
+    """One engine per run: an exclusive ``flock`` on ``engine.lock``, a file the run keeps,
+    with the holder's record inside: its pid, host and since when (for ``pwe status`` and
+    the words of :class:`RunTaken`, what a second engine, ``pwe resume`` or ``retry``
+    says when it finds the run taken).
+
+    The kernel drops the lock when its holder dies (kill -9 included), so there is no
+    stale lock to take over and no check-then-take race: of two engines that try at
+    once, exactly one gets it. The lock belongs to the open file, not the process, so
+    asking who holds it (:meth:`holder`) never drops a lock this process holds. On NFS
+    the Linux client turns ``flock`` into a lock the server keeps (NLM, NFSv4), so two
+    engines on different hosts exclude each other as far as the server supports locks;
+    a filesystem that refuses locks (Lustre mounted without ``flock``) is said so."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / "engine.lock"
+        self.held = False
+        self._fd: int | None = None
+
+    def holder(self) -> dict | None:
+        """The record (pid, host, since) of the engine that holds the lock; None when none
+        does. Asked the moment an engine takes the lock, it waits (at most :data:`SETTLE`)
+        for that engine's record rather than name a holder that died before it."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            deadline = time.monotonic() + self.SETTLE
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # held
+                except OSError:
+                    return None  # no locks on this filesystem: nobody can hold one
+                else:
+                    return None  # taken (and given back when fd closes): nobody held it
+                info = _record(fd)
+                if info and _live(info):
+                    return info
+                if time.monotonic() > deadline:
+                    return info or {"pid": "?", "host": "?"}
+                time.sleep(0.005)
+        finally:
+            os.close(fd)
+
+    #: How long :meth:`acquire` keeps trying while the lock is busy but names no live holder:
+    #: one that has just taken it and not yet written its record, or a reader asking who
+    #: holds it (:meth:`holder`, a moment's shared lock) over a record a dead holder left.
+    SETTLE = 1.0
+
+    def acquire(self) -> None:
+        """Take the run, atomically (``flock``), or raise :class:`RunTaken` saying who has
+        it, from the holder's own record (pid, host, since when)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise RunStopped(f"cannot open {self.path}: {exc.strerror}: make the run directory writable") from None
+        deadline, pause = time.monotonic() + self.SETTLE, 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                info = _record(fd)
+                if (info and _live(info)) or time.monotonic() > deadline:
+                    os.close(fd)
+                    raise RunTaken(self.taken(info or {})) from None
+                time.sleep(pause)
+                pause = min(2 * pause, 0.05)
+            except OSError as exc:
+                os.close(fd)
+                raise PweError(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
+                               "with file locks (Lustre: mounted with -o flock)") from None
+        info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info, 0)
+        except OSError:
+            pass  # held all the same; status names no holder
+        self._fd = fd
+        self.held = True
+
+    def taken(self, info: dict) -> str:
+        """The one line a command that found the run taken says: who holds it (its record:
+        pid, host, since when) and what to do."""
+        since = info.get("since")
+        if isinstance(since, (int, float)):
+            today = time.strftime("%Y-%m-%d") == time.strftime("%Y-%m-%d", time.localtime(since))
+            when = time.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S", time.localtime(since))
+        else:
+            when = "?"
+        ref = run_ref(self.path.parent)
+        return (f"{ref}: already taken by pid {info.get('pid', '?')} on {info.get('host', '?')} since {when}; "
+                f"`pwe status {ref}` shows it: wait for it to end, or stop it with `pwe cancel {ref}`")
+
+    def release(self) -> None:
+        if self.held and self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)  # no holder named any more
+            except OSError:
+                pass  # (a read-only or full filesystem): the lock goes with the close all the same
+            os.close(self._fd)
+            self._fd = None
+            self.held = False
+
+
+def _record(fd: int) -> dict | None:
+    """The holder's record in an open ``engine.lock`` (pid, host, since); None when it is
+    empty or not whole yet."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and "pid" in info else None
+
+
+def _live(info: dict) -> bool:
+    """Whether a holder's record names a live process (one of another host: trusted)."""
+    if info.get("host") != os.uname().nodename:
+        return True
+    try:
+        from pilot.spawn import pid_alive  # (the one way, the pilot's)
+
+        return pid_alive(int(info["pid"]))
+    except (TypeError, ValueError):
+        return True
+
+
+def run_ref(run_dir: Path) -> str:
+    """How to name a run on the command line: its id when :func:`find` finds it by its id
+    (it is under one of :func:`roots`), else its directory."""
+    run_dir = Path(run_dir)
+    try:  # (under a root: not a directory of that name that happens to be here)
+        if _key(run_dir.parent) in {_key(root) for root, _ in roots()} and \
+                find(run_dir.name).resolve() == run_dir.resolve():
+            return run_dir.name
+    except (OSError, PweError):
+        pass
+    return str(run_dir)
+
+
+def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,
+                 heartbeat: float = 5.0) -> dict[str, dict[str, Any]]:
+    """Each pilot as ``pwe status`` shows it, in text and JSON alike: the journal's record
+    of it plus ``state`` (``up``, ``gone`` or ``unknown``), ``alive`` (``state == "up"``)
+    and ``why``.
+
+    While an engine works on the run, the journal is current: alive there is up. Without
+    an engine the journal stops at the engine's last word, while a pilot may run on (it
+    finishes what it was given: kill -9 of the engine) or have left since (told to stop at
+    the run's end). Then the pilot's own files say: its last event ``down`` is gone; a pilot
+    of this machine is up while its process is; a batch pilot is up while its heartbeats
+    come, else unknown.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for pid_, p in pilots.items():
+        view = dict(p)
+        why = p.get("why")
+        if not p.get("alive"):
+            state = "gone"
+        elif engine_running:
+            state = "up"
+        else:
+            d = Path(run_dir) / "pilots" / pid_
+            last, age = _last_event(d / "events.jsonl", now)
+            if last.get("k") == "down":
+                state, why = "gone", f"left ({last.get('why')})"
+            elif not p.get("job") and p.get("host") == os.uname().nodename:
+                state = "up" if _is_pilot_process(p.get("pid", 0), d) else "gone"
+                if state == "gone":
+                    why = "died (pwe resume hands its members on)"
+            elif age is not None and age <= 3 * heartbeat:
+                state = "up"
+            else:
+                state = "unknown"
+                why = "no word from it" + (f" for {age:.0f} s" if age is not None else "")
+        view.update(state=state, alive=state == "up", why=why)
+        out[pid_] = view
+    return out
+
+
+def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
+    """The last whole event in a pilot's events file and how long ago the file changed."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 4096))
+            tail = fh.read()
+            age = now - os.fstat(fh.fileno()).st_mtime
+    except OSError:
+        return {}, None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            return json.loads(line), age
+        except ValueError:
+            continue
+    return {}, age
+
+
+def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
+    """The pid is alive and is that pilot (not a process that reused the pid): its working
+    directory is the pilot's (a local pilot learns its directory on its stdin:
+    protocols/warmpilot.py), or its command line names it (a pilot started by a job
+    script). One still waiting for its order counts as that pilot: it may be about to
+    take it."""
+    from pilot.spawn import pid_alive
+
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read()
+        if str(pilot_dir).encode() in argv or argv.endswith(b"\0--await-start\0"):
+            return True
+        return os.readlink(f"/proc/{pid}/cwd") == os.path.realpath(pilot_dir)
+    except OSError:
+        return True  # no /proc (or not ours to read): trust the pid
+

@@ -1,0 +1,201 @@
+"""Making a run and opening one again: what a run directory holds about what was run.
+
+:func:`create` checks a workflow against its hosts and makes its run directory (the
+workflow's copy, ``run.json``, the secret); :func:`read` gives back ``run.json`` and the
+plan, re-planned the same way for the engine that resumes a run and for whoever only
+reads it (``pwe show``, ``pwe status``, the Python API). Nothing here starts a pilot or
+talks to a host.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from . import rundir
+from ..base.errors import InputError, RunDamaged
+from ..planning.plan import Plan, plan_workflow
+from ..base.regular import kind, open_regular, read_text
+from ..base.regular import write_json_atomic
+
+
+def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str | None = None,
+           cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
+           planned: tuple[Plan, dict[str, Any], list[str]] | None = None,
+           **options: Any) -> tuple[Path, Plan, dict[str, Any], list[str]]:
+    """Check the workflow, make its run directory; (its path, the plan, run.json's
+    content, the warnings ``pwe run`` prints). ``planned``: what
+    :func:`~pwe.planning.placement.plan_for_hosts` gave for the same arguments, not done twice."""
+    from ..planning.placement import pilot_args_for, plan_for_hosts
+
+    src = Path(workflow)
+    cores_option = cores
+    plan, hosts, warnings = planned or plan_for_hosts(src, sets, host=host, hosts_file=hosts_file, cores=cores)
+    for the_host in hosts.values():
+        if the_host.contact != "local" and not the_host.shared_fs:  # (pwe.engine.remote: its engine runs there)
+            raise InputError(f"host '{the_host.name}' does not share this machine's file systems (shared_fs: "
+                             "false): its runs are staged to its login node and run there by `pwe run` or `pwe "
+                             "submit` from the command line, not by an engine on this machine", src)
+        if the_host.transport == "redis" and the_host.broker_password_file:
+            from pilot.broker import read_password
+
+            try:  # (read again by the engine and each pilot: never copied into the run)
+                read_password(the_host.broker_password_file)
+            except OSError as exc:
+                raise InputError(f"host '{the_host.name}': broker_password_file {the_host.broker_password_file}: "
+                                 f"{exc.strerror or exc}; give an owner-only file holding the broker's password",
+                                 src) from None
+    from ..planning.products import workspace
+
+    # where products are (and PWE_WORKSPACE): recorded absolute, for every engine of the run
+    options["workspace"] = str(workspace(plan, options.pop("workspace", None)))
+    extra_args = options.pop("pilot_args", None)  # (tests and the API: for every host)
+    options["lanes"] = {
+        name: {"host_def": h.model_dump(), "cores": h.cores_per_node,
+               "pilot_args": extra_args if extra_args is not None else pilot_args_for(h)}
+        for name, h in hosts.items()
+    }
+    cores = next(iter(hosts.values())).cores_per_node
+    # (the service gives the id its client chose, so that a submission delivered twice finds its run)
+    run_id = options.pop("run_id", None) or rundir.new_run_id(plan.workflow.name)
+    path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
+    rundir.create(path)
+    copy = path / f"workflow{src.suffix or '.yaml'}"
+    shutil.copyfile(src, copy)
+    info = {
+        "run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
+        "host": host, "cores": cores, "created": time.time(),
+        "from": rundir.origin(options),  # (command line; the service's runs pass service=...)
+        # where its hosts came from, read again by resume and retry (a host fixed meanwhile)
+        "hosts_file": str(Path(hosts_file).resolve()) if hosts_file else None, "cores_option": cores_option,
+        **options,
+    }
+    write_json_atomic(path / "run.json", info)
+    from .notify import make_secret
+
+    make_secret(path)
+    return path, plan, info, warnings
+
+
+def read_info(run_dir: Path) -> dict[str, Any]:
+    """run.json's content; :class:`RunDamaged` (one line) when it cannot be read."""
+    path = run_dir / "run.json"
+    try:
+        info = json.loads(read_text(path))
+        if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in ("run_id", "workflow", "copy")) \
+                or not isinstance(info.get("lanes"), dict) or not info["lanes"]:
+            raise ValueError("not what pwe writes there")
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not the JSON pwe wrote"
+        copies = sorted(run_dir.glob("workflow.*"))
+        anew = f"; to run its workflow anew: pwe run {copies[0]}" if copies else ""
+        raise RunDamaged(f"{path} is damaged ({why}) and cannot be repaired: the run cannot be resumed or read member "
+                         f"by member; {_still(run_dir)}{anew}") from None
+    return info
+
+
+def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
+    """An existing run: run.json's content and its plan. Re-planned from the workflow's
+    original location when that still holds the same text (parameter files live beside
+    it), else from the run's own copy."""
+    info = read_info(run_dir)
+    original = Path(info["workflow"])
+    copy = run_dir / info["copy"]
+    try:
+        text = copy.read_bytes()
+    except OSError as exc:
+        raise RunDamaged(f"the run's copy of its workflow, {copy}, cannot be read ({exc.strerror}): put the workflow "
+                         f"it ran back there (the original, {original}, if it has not changed since), then give this "
+                         f"command again; {_still(run_dir)}") from None
+    try:
+        same = original.is_file() and original.read_bytes() == text
+    except OSError:
+        same = False
+    return info, plan_workflow(original if same else copy, info.get("sets") or {}, host=info.get("host"))
+
+
+def check_journal(run_dir: Path) -> bool:
+    """False for a run no engine has worked on yet (no journal); :class:`RunDamaged` when
+    the journal is missing, empty or holds no whole record but the run has begun (it has
+    pilots or a snapshot): replaying nothing would run every member again."""
+    path = run_dir / "journal.jsonl"
+    try:
+        st = path.stat()
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode):
+            raise RunDamaged(f"{path} is not a regular file ({kind(st.st_mode)}): put the journal back, then give this "
+                             f"command again; {_still(run_dir)}")
+    except FileNotFoundError:
+        size, what = 0, "missing"
+    except OSError as exc:
+        raise RunDamaged(f"{path} cannot be read ({exc.strerror}): make it readable, then give this command again; "
+                         f"{_still(run_dir)}") from None
+    else:
+        what = "empty"
+        if size > 0:
+            if _whole_record(path):
+                return True
+            what = "cut off inside its first record"
+    try:
+        begun = (run_dir / "state.json").exists() or any((run_dir / "pilots").iterdir())
+    except OSError:
+        begun = False
+    if begun:
+        copies = sorted(run_dir.glob("workflow.*"))
+        anew = f" (pwe run {copies[0]})" if copies else ""
+        raise RunDamaged(f"{path} is {what}, but the run has begun: its record of its members is lost and cannot be "
+                         f"rebuilt (resuming would run every member again); put the journal back, or start the run "
+                         f"anew{anew}; {_still(run_dir)}")
+    return size > 0
+
+
+def _whole_record(path: Path) -> bool:
+    """Whether the journal holds at least one whole line (its first 64 KiB end one; a
+    first line longer than any record is left to the replay, which says it is damaged)."""
+    try:
+        with open_regular(path, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return True  # (said by the replay that reads it)
+    return b"\n" in head or len(head) == 65536
+
+
+def _still(run_dir: Path) -> str:
+    """What can still be seen of a damaged run, in the words of the commands that show it."""
+    ref = rundir.run_ref(run_dir)
+    try:
+        snap = json.loads(read_text(run_dir / "state.json"))
+        counts = isinstance(snap, dict) and isinstance(snap.get("nodes"), dict)
+    except (OSError, ValueError):
+        counts = False
+    logs = f"`pwe logs {ref} NODE:INDEX` what a member wrote"
+    return f"`pwe status {ref}` still shows the counts it last saved and {logs}" if counts else \
+        f"{logs.replace(' what', ' still shows what')}"
+
+
+def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
+    """Update ``info``'s lanes to the hosts' current definitions, read from the same places
+    as when the run was made; the names of the hosts that changed. A host no longer
+    defined keeps its recorded definition. run.json is written by the engine once it holds
+    the run (``Engine.run``), never by a command that may find it taken."""
+    import hostinfo
+    from hostinfo.model import Host
+
+    from ..planning.placement import pilot_args_for
+
+    registry = hostinfo.load(Path(info["workflow"]), info.get("hosts_file"), cores=info.get("cores_option"))
+    changed = []
+    for name, lane in info["lanes"].items():
+        host = registry.hosts.get(name)
+        if host is None or host.model_dump() == lane["host_def"]:
+            continue
+        if lane.get("pilot_args") == pilot_args_for(Host(**lane["host_def"])):
+            lane["pilot_args"] = pilot_args_for(host)  # (not when a caller gave its own)
+        lane["host_def"] = host.model_dump()
+        lane["cores"] = host.cores_per_node
+        changed.append(name)
+    return changed

@@ -1,0 +1,298 @@
+"""A validated XML workflow converted into the line-numbered raw tree the YAML reader
+produces (:func:`workflow_tree`; :mod:`pwe.workflow.xml_reader` parses and validates
+first), and the XSD's element shapes (:func:`schema`) that drive both the conversion and
+the validation's hints.
+
+Typing follows the YAML form: free values (``<value>``, ``<property>``, ``<env>``) are
+typed by :func:`pwe.base.source.typed_scalar` unless ``type="string"``; a field the XSD types
+(``retries``, ``maxCpus``, ``shareNodes``, ...) is converted by its XSD type, which the
+document was just validated against (so ``<shareNodes>1</shareNodes>``, valid XSD, is
+True rather than the integer 1); every other text field is a string.
+"""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Callable
+
+from lxml import etree
+
+from ..base.source import LineDict, LineList, typed_scalar
+
+XS = "{http://www.w3.org/2001/XMLSchema}"
+
+
+# --- the XSD's shapes --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the XSD allows for one element name; drives error hints and conversion."""
+
+    type: str | None  # the simple type of its text, if it holds text
+    attrs: dict[str, str | None]  # attribute -> simple type (None: anonymous)
+    children: tuple[str, ...]  # child elements in schema order
+    single: frozenset[str]  # children allowed at most once
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> tuple[etree.XMLSchema, dict[str, Shape]]:
+    """The XSD and the element shapes read from it: loaded once, on first use."""
+    data = resources.files("schemas").joinpath("workflow.xsd").read_bytes()
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, remove_comments=True)
+    doc = etree.fromstring(data, parser)
+    return etree.XMLSchema(doc), _shapes(doc)
+
+
+def _shapes(xsd: etree._Element) -> dict[str, Shape]:
+    """Element name -> shape, so that hints and types come from the XSD, not a copy of it."""
+    named = {ct.get("name"): ct for ct in xsd.iterfind(f"{XS}complexType")}
+
+    def walk(ct: etree._Element, attrs: dict, children: list, single: set, simple: list) -> None:
+        for sub in ct:
+            tag = etree.QName(sub).localname
+            if tag == "element":  # a child: do not descend into its own type
+                children.append(sub.get("name"))
+                if sub.get("maxOccurs", "1") == "1":
+                    single.add(sub.get("name"))
+            elif tag == "attribute":
+                attrs[sub.get("name")] = sub.get("type")
+            elif tag == "extension":
+                base = sub.get("base")
+                if base in named:
+                    walk(named[base], attrs, children, single, simple)
+                else:
+                    simple.append(base)
+                walk(sub, attrs, children, single, simple)
+            elif tag in ("sequence", "choice", "all", "simpleContent", "complexContent"):
+                walk(sub, attrs, children, single, simple)
+
+    shapes: dict[str, Shape] = {}
+    for el in xsd.iter(f"{XS}element"):
+        typ = el.get("type")
+        ct = named.get(typ) if typ else el.find(f"{XS}complexType")
+        if ct is None:
+            shapes[el.get("name")] = Shape(typ, {}, (), frozenset())
+            continue
+        attrs: dict = {}
+        children: list = []
+        single: set = set()
+        simple: list = []
+        walk(ct, attrs, children, single, simple)
+        shapes[el.get("name")] = Shape(simple[0] if simple else None, attrs, tuple(children), frozenset(single))
+    return shapes
+
+
+# --- conversion ------------------------------------------------------------------------
+
+
+def _decimal(text: str) -> int | float:
+    t = text.strip()  # xs:decimal has no exponent: a '.' is what makes it a float in YAML too
+    return float(t) if "." in t else int(t)
+
+
+#: Fields the XSD types are converted by that type: the XSD already accepted the text.
+_CONVERT: dict[str | None, Callable[[str], Any]] = {
+    "xs:positiveInteger": lambda t: int(t.strip()),
+    "xs:nonNegativeInteger": lambda t: int(t.strip()),
+    "xs:integer": lambda t: int(t.strip()),
+    "xs:decimal": _decimal,
+    "minutes": _decimal,
+    "xs:boolean": lambda t: t.strip() in ("true", "1"),
+}
+
+
+def _text(el: etree._Element) -> str:
+    # itertext: CDATA sections are merged by the parser; comments were removed by it
+    return "".join(el.itertext())
+
+
+def _field(el: etree._Element) -> Any:
+    """An element's text converted by its XSD type; any other text field is a string."""
+    typ = schema()[1][el.tag].type
+    return _CONVERT.get(typ, str.strip)(_text(el))
+
+
+def _attr(el: etree._Element, name: str) -> Any:
+    typ = schema()[1][el.tag].attrs.get(name)
+    return _CONVERT.get(typ, str.strip)(el.get(name))
+
+
+def _free(el: etree._Element) -> Any:
+    """A ``<value>``/``<property>``/``<env>``: YAML-typed, or its exact text with type="string"."""
+    return _text(el) if el.get("type") == "string" else typed_scalar(_text(el).strip())
+
+
+def _script(text: str) -> str:
+    """``run`` text: dedented, blank lines around it dropped, the lines kept as written.
+
+    A multi-line script ends with one newline, as a YAML ``run: |`` block does, so the
+    same workflow in either form renders the same payload.
+    """
+    body = textwrap.dedent(text).rstrip().lstrip("\n")
+    return body + "\n" if "\n" in body else body
+
+
+def _put(d: LineDict, key: Any, value: Any, line: int | None) -> Any:
+    d[key] = value
+    d.key_lines[key] = line
+    return value
+
+
+def workflow_tree(root: etree._Element) -> LineDict:
+    wf = LineDict(line=root.sourceline)
+    _put(wf, "name", _attr(root, "name"), root.sourceline)
+    if root.get("order") is not None:
+        _put(wf, "order", _attr(root, "order"), root.sourceline)
+    if root.get("workspace") is not None:  # (pwe.planning.products)
+        _put(wf, "workspace", root.get("workspace"), root.sourceline)
+    nodes = LineDict(line=None)
+    for child in root:
+        if child.tag == "description":
+            _put(wf, "description", textwrap.dedent(_text(child)).strip(), child.sourceline)
+        elif child.tag == "properties":
+            props = _put(wf, "properties", LineDict(line=child.sourceline), child.sourceline)
+            for prop in child:
+                _put(props, _attr(prop, "name"), _free(prop), prop.sourceline)
+        elif child.tag == "defaults":
+            _put(wf, "defaults", _defaults(child), child.sourceline)
+        elif child.tag == "limits":  # <limit name="license">4</limit>: as limits: {license: 4}
+            _put(wf, "limits", _amounts(child), child.sourceline)
+        elif child.tag == "inputs":  # <input>data/*.csv</input>: a pattern, as <product> is read (pwe.workflow.inputs)
+            _put(wf, "inputs", _lines(child, strip=True), child.sourceline)
+        elif child.tag == "node":
+            if nodes.line is None:
+                nodes.line = child.sourceline
+                _put(wf, "nodes", nodes, child.sourceline)
+            _put(nodes, _attr(child, "id"), _node(child), child.sourceline)
+    return wf
+
+
+def _amounts(el: etree._Element) -> LineDict:
+    """``<limit name="x">N</limit>``... as ``{x: N}``."""
+    out = LineDict(line=el.sourceline)
+    for child in el:
+        _put(out, _attr(child, "name"), _field(child), child.sourceline)
+    return out
+
+
+def _defaults(el: etree._Element) -> LineDict:
+    out = LineDict(line=el.sourceline)
+    for name in ("host", "retries"):
+        if el.get(name) is not None:
+            _put(out, name, _attr(el, name), el.sourceline)
+    for child in el:  # <scheduling>, <setup_per_node>
+        if child.tag == "setup_per_node":
+            _put(out, "setup_per_node", _lines(child), child.sourceline)
+        else:
+            _put(out, "scheduling", _scheduling(child), child.sourceline)
+    return out
+
+
+def _lines(el: etree._Element, strip: bool = False) -> LineList:
+    """``<setup_per_node><line>...</line>...</setup_per_node>`` (or ``<inputs><input>``...,
+    ``strip``: a path, without the spaces around it) as the YAML form's list."""
+    out = LineList(line=el.sourceline)
+    for child in el:
+        out.append(_text(child).strip() if strip else _text(child))
+        out.item_lines.append(child.sourceline)
+    return out
+
+
+def _scheduling(el: etree._Element) -> LineDict:
+    out = LineDict(line=el.sourceline)
+    for child in el:
+        _put(out, child.tag, _field(child), child.sourceline)
+    return out
+
+
+def _node(el: etree._Element) -> LineDict:
+    node = LineDict(line=el.sourceline)
+    for name in ("combine", "retries", "host", "max_iterations"):
+        if el.get(name) is not None:
+            _put(node, name, _attr(el, name), el.sourceline)
+    for child in el:
+        line = child.sourceline
+        if child.tag == "description":
+            _put(node, "description", textwrap.dedent(_text(child)).strip(), line)
+        elif child.tag == "after":
+            if "after" not in node:
+                _put(node, "after", LineList(line=line), line)
+            node["after"].append(_field(child))
+            node["after"].item_lines.append(line)
+        elif child.tag == "parameter":
+            if "parameters" not in node:
+                _put(node, "parameters", LineDict(line=line), line)
+            _put(node["parameters"], _attr(child, "name"), _parameter(child), line)
+        elif child.tag == "env":
+            if "env" not in node:
+                _put(node, "env", LineDict(line=line), line)
+            _put(node["env"], _attr(child, "name"), _free(child), line)
+        elif child.tag == "resource":  # <resource name="license">1</resource>: resources: {license: 1}
+            if "resources" not in node:
+                _put(node, "resources", LineDict(line=line), line)
+            _put(node["resources"], _attr(child, "name"), _field(child), line)
+        elif child.tag == "product":  # (pwe.planning.products: a path template, as written)
+            if "products" not in node:
+                _put(node, "products", LineList(line=line), line)
+            node["products"].append(_text(child).strip())
+            node["products"].item_lines.append(line)
+        elif child.tag == "run":
+            _put(node, "run", _script(_text(child)), line)
+        elif child.tag == "check":  # iteration until convergence (pwe/planning/trees.py)
+            _put(node, "check", _script(_text(child)), line)
+        elif child.tag == "scheduling":
+            _put(node, "scheduling", _scheduling(child), line)
+        elif child.tag == "setup_per_node":
+            _put(node, "setup_per_node", _lines(child), line)
+        elif child.tag == "group":
+            _put(node, "group", _group(child), line)
+    return node
+
+
+def _group(el: etree._Element) -> LineDict:
+    """``<group sort_by="a b" maximum_size="4" ...><include>COND</include>*</group>``: the
+    YAML ``group:`` keys, as attributes (sort_by space-separated), each include an element."""
+    out = LineDict(line=el.sourceline)
+    for name in ("reverse_sort", "split_by_sort_key", "maximum_size", "submit_whole"):
+        if el.get(name) is not None:
+            _put(out, name, _attr(el, name), el.sourceline)
+    if el.get("sort_by") is not None:
+        names = LineList(line=el.sourceline)
+        for word in el.get("sort_by").split():
+            names.append(word)
+            names.item_lines.append(el.sourceline)
+        _put(out, "sort_by", names, el.sourceline)
+    for child in el:  # only <include>
+        if "include" not in out:
+            _put(out, "include", LineList(line=child.sourceline), child.sourceline)
+        out["include"].append(_text(child).strip())
+        out["include"].item_lines.append(child.sourceline)
+    return out
+
+
+def _parameter(el: etree._Element) -> LineList | LineDict:
+    """``[v, ...]``, ``{range: [start, stop(, step)]}`` or ``{file: path(, column)}``."""
+    first = el[0]  # the XSD guarantees one or more <value>, or one <range>, or one <file>
+    if first.tag == "value":
+        values = LineList(line=first.sourceline)
+        for v in el:
+            values.append(_free(v))
+            values.item_lines.append(v.sourceline)
+        return values
+    spec = LineDict(line=first.sourceline)
+    if first.tag == "range":
+        bounds = LineList(line=first.sourceline)
+        for name in ("start", "stop", "step"):
+            if first.get(name) is not None:
+                bounds.append(_attr(first, name))
+                bounds.item_lines.append(first.sourceline)
+        _put(spec, "range", bounds, first.sourceline)
+    else:
+        _put(spec, "file", _attr(first, "path"), first.sourceline)
+        if first.get("column") is not None:
+            _put(spec, "column", _attr(first, "column"), first.sourceline)
+    return spec
