@@ -60,7 +60,7 @@ from pathlib import Path
 mode, wf, ws = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 t0 = time.perf_counter()
 from pwe.planning.plan import plan_workflow
-from pwe import products
+from pwe.planning import products
 plan = plan_workflow(wf)
 t1 = time.perf_counter()
 out = {"plan_s": t1 - t0}

@@ -37,7 +37,7 @@ from pwe.runstate.state import RunState  # noqa: E402
 
 RSS_OF_STATE = """
 import sys
-from pwe import runs
+from pwe.runstate import runs
 from pwe.runstate.state import RunState
 from pathlib import Path
 info, plan = runs.read(Path(sys.argv[1]))

@@ -128,7 +128,7 @@ def test_the_seeds_own_form_is_the_same_instant_as_iso():
 @pytest.mark.parametrize("text", ["2026/12/01 08:00:00", "2026-12-01T08:00:00"])
 def test_a_time_without_a_zone_is_this_machines_local_time(text):
     """Both forms, zone-less, are read in the zone of the machine reading them (TZ here)."""
-    code = f"from pwe import starttime; t = starttime.parse({text!r}); print(t.isoformat())"
+    code = f"from pwe.workflow import starttime; t = starttime.parse({text!r}); print(t.isoformat())"
     for tz, offset in (("Asia/Tokyo", "+09:00"), ("UTC", "+00:00"), ("America/New_York", "-05:00")):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={"PYTHONPATH": str(ROOT), "TZ": tz, "PATH": "/usr/bin:/bin"}).stdout

@@ -182,7 +182,8 @@ def _status_lines(d, snap: dict) -> list[str]:
 @click.command()
 @click.argument("run")
 @click.option("-q", "--query", default=None,
-              help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' (README: queries)")
+              help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' "
+                   "(docs: how-to/seeing-a-run.md)")
 @click.option("--node", default=None, help="only this node")
 @click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
 @click.option("--limit", default=200, show_default=True, type=COUNT, help="most members listed (0: all)")
@@ -276,7 +277,7 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
 @click.option("--json", "as_json", is_flag=True, help="the same as --format json")
 def trace(run: str, fmt: str, as_json: bool) -> None:
     """One record per member attempt: where and when it ran, how it ended, its CPU time,
-    peak memory and outputs (README: the trace)."""
+    peak memory and outputs (docs: how-to/seeing-a-run.md)."""
     from ..observe.trace import COLUMNS, load, tsv_value
 
     try:

@@ -43,7 +43,7 @@ def parse(text: str, now: datetime | None = None) -> datetime:
     pwe = _PWE.fullmatch(s)
     try:
         if pwe:
-            y, mo, d, h, mi, sec = (int(g) if g else 0 for g in pwe.planning.groups())
+            y, mo, d, h, mi, sec = (int(g) if g else 0 for g in pwe.groups())
             when = datetime(y, mo, d, h, mi, sec)
         elif re.fullmatch(r"\d{4}-\d{2}-\d{2}", s):
             when = datetime.combine(date.fromisoformat(s), datetime.min.time())
