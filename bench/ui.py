@@ -97,13 +97,9 @@ def interactive(driver, ui: UI, run_id: str) -> float:
 
 def ends_in(journal: Path) -> int:
     """How many members' ends the journal has so far (its ``ends`` records count each row)."""
-    from pwe.runstate.journal import decode, unpack
+    from common import journal_records
 
-    with open(journal, "rb") as fh:
-        data = fh.read()
-    data = data[:data.rfind(b"\n") + 1]
-    return sum(1 for r in map(decode, data.splitlines(keepends=True)) if r is not None and r["e"] in ("end", "ends")
-               for u in unpack(r) if u["e"] == "end")
+    return sum(r["e"] == "end" for r in journal_records(journal.parent, whole=False))
 
 
 def events_in(journal: Path, start: int, end: int) -> int:

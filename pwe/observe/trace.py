@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..runstate.journal import replay, unpack
+from ..runstate.journal import packed, replay, unpack
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
@@ -47,7 +47,7 @@ class Trace:
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/planning/trees.py)
 
     def take(self, r: dict[str, Any]) -> None:
-        if "len" in r or "ran" in r or r["e"] == "ends":  # (compacted records: pwe/runstate/journal.py)
+        if packed(r):  # (compacted records: pwe/runstate/journal.py)
             for one in unpack(r):
                 self._take(one)
         else:

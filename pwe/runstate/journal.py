@@ -78,12 +78,19 @@ def decode(line: bytes) -> dict[str, Any] | None:
 
 #: the keys of an end that an ``ends`` record holds (``ran`` besides, when there)
 _PLAIN_END = frozenset(("e", "n", "m", "a", "p", "t", "rc", "dt", "cpu", "rss"))
+_PLAIN_END_RAN = _PLAIN_END | {"ran"}
 _COLUMNS = ("m", "t", "dt", "cpu", "rss")
 
 
 def _packs(record: dict[str, Any]) -> bool:
     """Whether an end goes into an ``ends`` record (see the module's docstring)."""
-    return record["rc"] == 0 and (record.keys() == _PLAIN_END or record.keys() == _PLAIN_END | {"ran"})
+    return record["rc"] == 0 and (record.keys() == _PLAIN_END or record.keys() == _PLAIN_END_RAN)
+
+
+def packed(r: dict[str, Any]) -> bool:
+    """Whether a record is one of the compacted forms (:func:`unpack` gives more than it)."""
+    e = r["e"]
+    return e == "ends" or e == "assign" and "len" in r or e == "end" and "ran" in r
 
 
 def unpack(r: dict[str, Any]) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
 from ..base.states import ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, READY, RUNNING, SKIPPED, WAITING
-from .journal import unpack
+from .journal import packed, unpack
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -190,7 +190,7 @@ class RunState:
         """Apply one journal record. Idempotent for pilot events: an event for an attempt
         or a pilot that is no longer current is ignored (returns None)."""
         e = r["e"]
-        if e == "ends" or "len" in r and e == "assign" or "ran" in r and e == "end":  # (compacted: journal.py)
+        if packed(r):  # (compacted: journal.py)
             out = None
             for one in unpack(r):
                 got = self.apply(one)
