@@ -18,14 +18,27 @@ over (its exit status, seen with ``waitid(WNOWAIT)`` *before* the pilot collects
 reported (its ``end`` is in the pilot's events). So at no moment is an end known only
 to a process that can die with it.
 
-When the pilot ends, however it ends, the guardian: kills every child left (members
-still running: they ran with a pilot that can no longer report them, so they run again,
-as their next attempt), collects them all, and writes to ``orphans.jsonl`` in the
-pilot's directory, signed as the pilot's events are: an ``orphan_end`` (with the exit
-status) for each member that ended on its own but was never reported (a zombie, or one
-over but unreported in the table), an ``orphan_killed`` for each it killed. Then it
-exits with the pilot's status. The engine reads the file once the guardian is gone
-(:mod:`pwe.engine.pilots`): an ``orphan_end`` is that attempt's end; the rest run again.
+When the pilot ends, however it ends, the guardian first lets the members still
+running end on their own, for a grace of ``PWE_ORPHAN_GRACE`` seconds (default
+:data:`GRACE`), collecting each with its real exit status; then it kills every child
+left (members still running: they ran with a pilot that can no longer report them, so
+they run again, as their next attempt) and collects them all. It writes to
+``orphans.jsonl`` in the pilot's directory, signed as the pilot's events are: an
+``orphan_end`` (with the exit status) for each member that ended on its own but was never
+reported (a zombie, one over but unreported in the table, or one that ended in the grace),
+an ``orphan_killed`` for each it killed. Then it exits with the pilot's status. The
+engine reads the file once the guardian is gone (:mod:`pwe.engine.pilots`): an
+``orphan_end`` is that attempt's end; the rest run again.
+
+Why the grace. A member killed at once could be killed in the instant between its last
+effect (its result written) and its exit: its work done, its end a kill, and it would run
+again: completed twice (seen: 1 run in 2 of the twenty-kill test with both cores busy).
+No one outside the member can tell that instant from the rest of its life; letting it
+end on its own can. A member still running at the end of the grace is killed mid-work,
+where such an instant is as unlikely as the grace is long against its exit. The grace
+ends at once when the guardian is told to stop (the engine's cancel: a signal), and the
+guardian leaves as soon as its last child has ended, so a pilot whose members are short
+costs no wait. ``PWE_ORPHAN_GRACE=0`` kills at once, as before.
 
 Signals sent to the guardian (the engine's SIGTERM to cancel a local pilot) are passed
 on to the pilot; the pilot dies with the guardian (``PR_SET_PDEATHSIG``), so a pilot is
@@ -55,6 +68,26 @@ FREE, RUNNING, OVER, REPORTED = 0, 1, 2, 3
 # pid, state, exit status, attempt, member index, node id (NUL-padded: ids are at most 100 bytes)
 _ENTRY = struct.Struct("<iiiiq104s")
 _PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: seconds the members a dead pilot left running are given to end on their own (module doc)
+GRACE = 5.0
+_hurry: list[int] = []  # a signal came during the grace: kill now
+
+
+def grace() -> float:
+    """The grace (``PWE_ORPHAN_GRACE``: seconds, 0 to 3600; anything else is the default,
+    said on stderr: the guardian must not fail over a setting)."""
+    given = os.environ.get("PWE_ORPHAN_GRACE", "").strip()
+    if not given:
+        return GRACE
+    try:
+        value = float(given)
+        if 0 <= value <= 3600:
+            return value
+    except ValueError:
+        pass
+    print(f"pilot guardian: PWE_ORPHAN_GRACE={given!r} is not a number of seconds from 0 to 3600; "
+          f"using {GRACE:g}", file=sys.stderr, flush=True)
+    return GRACE
 
 
 class MemberTable:
@@ -150,10 +183,10 @@ def _watch(child: int, table: MemberTable, directory: str, key: bytes | None) ->
             break
         if pid == child:
             break
-    for sig in _PASSED_ON:
-        signal.signal(sig, signal.SIG_IGN)  # (the clean-up below is not to be cut short)
+    for sig in _PASSED_ON:  # (the clean-up below is not to be cut short: a signal ends the grace)
+        signal.signal(sig, lambda signum, _frame: _hurry.append(signum))
     try:
-        _clean_up(table, directory, key)
+        _clean_up(table, directory, key, grace())
     except Exception as exc:  # noqa: BLE001 - whatever happens, the pilot's status is passed on
         print(f"pilot guardian: {exc!r}", file=sys.stderr, flush=True)
     code = os.waitstatus_to_exitcode(status)
@@ -203,27 +236,35 @@ def _identity(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
-def _clean_up(table: MemberTable, directory: str, key: bytes | None) -> None:
+def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float = 0.0) -> None:
     entries = list(table.entries())
     known = {pid: (node, m, a) for pid, state, _, node, m, a in entries if state == RUNNING}
+    over = {pid: (node, m, a) for pid, state, _, node, m, a in entries if state == OVER}
     msgs: list[dict[str, Any]] = []
     # over and collected by the pilot, not yet reported: their ends are here alone
     for pid, state, rc, node, m, a in entries:
         if state == OVER:
             msgs.append({"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid})
     # every child: those the pilot left, and those reparented here meanwhile (a killed
-    # spawner's or agent's members): each killed when first seen alive, all collected
+    # spawner's or agent's members): each given the grace to end on its own, then killed
+    # if still alive; all collected
     children: dict[int, bool] = {}  # pid -> it had ended (a zombie) when first seen
     who: dict[int, tuple[str, int, int] | None] = {}
     ended: dict[int, int] = {}
-    deadline = time.monotonic() + 10
+    killed: set[int] = set()
+    kill_at = time.monotonic() + wait
+    deadline = kill_at + 10
     while time.monotonic() < deadline:
+        now = time.monotonic()
         for pid, zombie in _children().items():
-            if pid in children:
-                continue
-            children[pid] = zombie
-            who[pid] = known.get(pid) or (None if zombie else _identity(pid))
-            if not zombie:
+            if pid not in children:
+                children[pid] = zombie
+                # (a zombie the table has as over was reported above: it is no stranger)
+                who[pid] = known.get(pid) or (None if zombie else _identity(pid))
+                if pid in over:
+                    who[pid] = None
+            if not zombie and pid not in killed and (now >= kill_at or _hurry):
+                killed.add(pid)
                 _kill(pid)
         try:
             while True:
@@ -239,16 +280,17 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None) -> None:
     # one the table did not have yet (spawned in the instant before the pilot died: its
     # environment not yet its own, or gone with it): the one member the pilot started and
     # had not entered, when exactly one is missing (it spawns one member at a time)
-    unknown = [pid for pid in ended if who.get(pid) is None]
+    unknown = [pid for pid in ended if who.get(pid) is None and pid not in over]
     if len(unknown) == 1:
-        who[unknown[0]] = _the_missing_one(directory, key, known, who)
+        who[unknown[0]] = _the_missing_one(directory, key, set(known.values()) | set(over.values()), who)
     for pid, rc in ended.items():
         ident = who.get(pid)
         if ident is None:
             continue
         node, m, a = ident
-        # ended before it was killed: on its own, with that status; else killed here
-        natural = children.get(pid) or rc != -signal.SIGKILL
+        # ended before it was killed (in the grace, or before the kill landed): on its own,
+        # with that status; else killed here
+        natural = pid not in killed or rc != -signal.SIGKILL
         msgs.append({"k": ORPHAN_END if natural else ORPHAN_KILLED, "n": node, "m": m, "a": a, "rc": rc,
                      "pid": pid})
     if msgs:
@@ -258,9 +300,10 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None) -> None:
             fh.write(encode(msgs, key))
 
 
-def _the_missing_one(directory: str, key: bytes | None, known: dict, who: dict) -> tuple[str, int, int] | None:
-    """The member the pilot's events say it started and that neither the table nor a live
-    process accounts for, when there is exactly one such."""
+def _the_missing_one(directory: str, key: bytes | None, known: set, who: dict) -> tuple[str, int, int] | None:
+    """The member the pilot's events say it started and that neither the table (``known``:
+    its members running or over) nor a live process accounts for, when there is exactly
+    one such."""
     started: dict[tuple[str, int, int], int] = {}
     try:
         with open(os.path.join(directory, "events.jsonl"), "rb") as fh:
@@ -273,7 +316,7 @@ def _the_missing_one(directory: str, key: bytes | None, known: dict, who: dict) 
                         started.pop(k, None)
     except OSError:
         return None
-    accounted = set(known.values()) | {v for v in who.values() if v}
+    accounted = known | {v for v in who.values() if v}
     left = [k for k in started if k not in accounted]
     return left[0] if len(left) == 1 else None
 
