@@ -228,7 +228,7 @@ def test_the_pilots_walltime_end_hands_the_unstarted_members_of_a_group_back(tmp
     assert wire.problem(msg) == ""
     (d / "tasks.jsonl").write_text(json.dumps(msg) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "2", "--walltime",
-                           str(8 / 60), "--margin", "4"], env=ENV, timeout=40)
+                           str(8 / 60), "--margin", "4"], env=ENV, timeout=120)
     assert proc.returncode == 0
     ev = [json.loads(x) for x in (d / "events.jsonl").read_text().splitlines()]
     started = [e["m"] for e in ev if e["k"] == "start"]

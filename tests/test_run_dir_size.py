@@ -218,11 +218,10 @@ def test_a_big_run_seals_its_pilot_and_every_reader_still_reads_it(tmp_path):
     pdir = run_dir / "pilots" / "p1"
     assert sorted(p.name for p in pdir.iterdir() if "jsonl" in p.name) == [EVENTS + ".gz", TASKS + ".gz"]
     recs = _lines(run_dir / "journal.jsonl")
-    assert sum(r["e"] == "assign" for r in recs) < n  # (assigned in runs)
+    # (how many records the engine wrote depends on how the pilot's messages happened to
+    # come in batches, which load changes: the compacted records' forms are tested above;
+    # here, that every member's end is there once, whatever its record)
     assert sum(1 if r["e"] == "end" else len(r["m"]) if r["e"] == "ends" else 0 for r in recs) == 2 * n
-    assert sum(r["e"] in ("end", "ends") for r in recs) < 2 * n  # (a batch of ends is one line)
-    ran = [x for r in recs if r["e"] == "ends" for x in r["ran"]] + [r.get("ran", 0) for r in recs if r["e"] == "end"]
-    assert 1 in ran  # (ends that came with their start carry it)
     gone = [r for r in recs if r["e"] == "pilot_gone"]
     assert len(gone) == 1 and gone[0]["why"] == "exited"  # (waited for, so that it could be sealed)
     logical = read_journal(run_dir)

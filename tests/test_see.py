@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, wait_until
 import test_run
-from test_run import engine_pid, no_traceback, pilot_pids, wait_until
+from test_run import engine_pid, no_traceback, pilot_pids
 
 reaper = test_run.reaper  # the fixture: kills what a test started in the background for its run
 
@@ -141,8 +141,8 @@ def test_a_cancelled_runs_trace_says_which_attempts_the_cancel_ended(tmp_path, r
     rc, out, err = pwe("submit", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
     assert rc == 0, err
     run = Path(json.loads(out)["run_dir"])
-    reaper(run, wait_until(lambda: engine_pid(run), 5))
-    assert wait_until(lambda: json.loads(pwe("status", run, "--json", cwd=tmp_path)[1])["totals"]["running"] == 2, 30)
+    reaper(run, wait_until(lambda: engine_pid(run)))
+    assert wait_until(lambda: json.loads(pwe("status", run, "--json", cwd=tmp_path)[1])["totals"]["running"] == 2)
     reaper(run, *pilot_pids(run))
     rc, out, err = pwe("cancel", run, "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out)["cancelled"] is True, err
@@ -258,7 +258,7 @@ def test_every_command_that_prints_takes_json(seen, tmp_path):
     assert rc == 0, err
     sub = json.loads(out)
     assert wait_until(lambda: json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"]
-                      != "running", 60)
+                      != "running")
     rc, out, err = pwe("cancel", sub["run_id"], "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out) == {"run_id": sub["run_id"], "cancelled": False}, (out, err)
     rc, out, err = pwe("retry", sub["run_id"], "--json", cwd=tmp_path)
@@ -268,7 +268,7 @@ def test_every_command_that_prints_takes_json(seen, tmp_path):
     rc, out, err = pwe("retry", sub["run_id"], "--detach", "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out)["run_id"] == sub["run_id"], (out, err)
     assert wait_until(lambda: not engine_pid(Path(sub["run_dir"])) or
-                      json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"] != "running", 60)
+                      json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"] != "running")
 
 
 def test_logs_tail_and_stderr(seen):
@@ -317,15 +317,15 @@ nodes:
     assert rc == 0, err
     sub = json.loads(out)
     run = Path(sub["run_dir"])
-    reaper(run, wait_until(lambda: engine_pid(run), 5))
-    assert wait_until(lambda: (run / "journal.jsonl").exists() and pilot_pids(run), 10)
+    reaper(run, wait_until(lambda: engine_pid(run)))
+    assert wait_until(lambda: (run / "journal.jsonl").exists() and pilot_pids(run))
     reaper(run, *pilot_pids(run))
 
     def snap():
         return json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])
 
     s = wait_until(lambda: (lambda x: x if x["totals"]["running"] == 2 and x["totals"]["queued"] == 3 else None)(
-        snap()), 30)
+        snap()))
     assert s, snap()
     ch = s["core_hours"]
     assert ch["running"] == pytest.approx(2 * 2 * 6 / 60, abs=1e-3)  # 2 members x 2 cores x 6 min

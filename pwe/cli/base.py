@@ -220,3 +220,48 @@ def leave(status: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(status)
+
+
+#: seconds a run followed in the foreground has to stop after Ctrl-C (:func:`ctrl_c_bounded`)
+CTRL_C_BOUND = 10.0
+
+
+class ctrl_c_bounded:
+    """While a run is followed in the foreground: the first Ctrl-C raises KeyboardInterrupt
+    as usual (the engine cancels the run, journals it and tidies up), and from then on the
+    process leaves within :data:`CTRL_C_BOUND` s whatever it is waiting on; a second Ctrl-C
+    leaves at once. Leaving early loses nothing: the journal is written as it goes and
+    ``pwe resume`` / ``pwe retry`` take the run up (a stopped engine's lock is stale)."""
+
+    def __init__(self, then: str):
+        self.then = then  # what the user does next, said when the bound cuts the tidying short
+        self.hit = False
+
+    def __enter__(self) -> "ctrl_c_bounded":
+        import signal
+
+        self.before = signal.signal(signal.SIGINT, self._on_int)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        signal.signal(signal.SIGINT, self.before)
+
+    def _leave(self, why: str) -> None:
+        import os
+
+        os.write(2, f"{why}; {self.then}\n".encode())
+        os._exit(130)
+
+    def _on_int(self, signum: int, frame: object) -> None:
+        import threading
+
+        if self.hit:
+            self._leave("interrupted again: leaving now")
+        self.hit = True
+        timer = threading.Timer(CTRL_C_BOUND, self._leave,
+                                args=(f"interrupted: the run did not stop within {CTRL_C_BOUND:g} s; leaving now",))
+        timer.daemon = True
+        timer.start()
+        raise KeyboardInterrupt

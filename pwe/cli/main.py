@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from .base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, leave, warn, who, workspace_option
+from .base import (CORES, PweGroup, Whole, ctrl_c_bounded, fail, find, hosts_option, json_option, leave, warn, who,
+                   workspace_option)
 from .events import events
 from .check import hosts, plan, validate
 from .pilot import pilot
@@ -121,7 +122,8 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
                 click.echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
 
     try:
-        ok = engine.run(progress=report, **kwargs)
+        with ctrl_c_bounded(f"`pwe retry {run_ref(engine.dir)}` runs what was left"):
+            ok = engine.run(progress=report, **kwargs)
     except RunStopped as exc:
         if bar is not None:
             bar.stop()

@@ -13,6 +13,7 @@ import click
 
 from ..base.errors import ContactError, HostError, InputError, RunStopped
 from ..engine.remote import RemoteRun
+from .base import ctrl_c_bounded
 
 
 def _size(n: int) -> str:
@@ -54,7 +55,8 @@ def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str 
         if not follow:
             click.echo(json.dumps({"run_id": rr.run_id, "run_dir": str(rr.dir)}) if as_json else rr.run_id)
             return
-        word = rr.follow(_progress(rr))
+        with ctrl_c_bounded(f"`pwe resume {ref}` takes it up again"):
+            word = rr.follow(_progress(rr))
         if word == "stopped":
             raise RunStopped(f"{rr.run_id}: stopped on {rr.runner.display} before its end (`pwe status {ref}` "
                              f"says why); then: pwe resume {ref}")

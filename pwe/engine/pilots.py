@@ -259,11 +259,13 @@ class PilotWork(Intake, Recovery, PilotControl):
         t.start()
         self._sealing.append(t)
 
-    def _await_leaving(self, wait: float = 5.0) -> None:
+    def _await_leaving(self, wait: float = 30.0) -> None:
         """At the end of a finished run: each pilot just told to stop whose spool files are
         big enough to seal is waited for until it says it left (``wait`` s at most, all
-        together), then given up as gone (journaled) and sealed. One with small files is
-        not waited for: the run's end is not held up for nothing."""
+        together: a pilot leaves in well under a second on a quiet machine, and the wait
+        must not give up on a busy one), then given up as gone (journaled) and sealed. One
+        with small files, or whose process is gone without a word, is not waited for: the
+        run's end is not held up for nothing."""
         if self.state is None or self.state.unfinished():
             return
         above = seal_above()
@@ -276,6 +278,8 @@ class PilotWork(Intake, Recovery, PilotControl):
                 if p.down:
                     self._pilot_gone(p, "exited")
                     big.remove(p)
+                elif self._process_gone(p):
+                    big.remove(p)  # (gone without a word: the loop's check says so, not this wait)
             if not big or time.time() > deadline:
                 break
             time.sleep(0.02)
