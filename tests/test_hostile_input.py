@@ -337,7 +337,7 @@ def test_a_template_that_fails_or_runs_away_is_one_line_at_validate(write, paylo
     path = write(_payload(payload))
     t0 = time.monotonic()
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:5: node 'a': ", phrase)
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 60  # (a hang detector: a runaway takes hours)
 
 
 def test_bounded_templates_still_compute_what_payloads_need(write):
@@ -360,7 +360,7 @@ def test_a_workflow_file_larger_than_the_limit(write):
     path = write(_oversized())
     t0 = time.monotonic()
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}: ", "at most 4 MiB")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 60  # (a hang detector: a runaway takes hours)
 
 
 def _special(path, kind):
@@ -385,7 +385,7 @@ def test_a_workflow_or_parameter_file_that_is_no_regular_file(tmp_path, write, k
     _one_line_refusal(run_cli("validate", special, timeout=30), f"{special}: ", "not a regular file")
     path = write(_from_file("special"))
     _one_line_refusal(run_cli("validate", path, timeout=30), f"{path}:6: ", "not a regular file")
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 60  # (a hang detector: a runaway takes hours)
 
 
 def test_a_parameter_file_larger_than_the_limit(tmp_path, write):
@@ -456,7 +456,7 @@ def test_a_yaml_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound(write)
     path = write(_laughs())
     t0 = time.monotonic()
     result = CliRunner().invoke(cli, ["validate", str(path)])
-    assert time.monotonic() - t0 < 5  # (a hang detector: it takes milliseconds)
+    assert time.monotonic() - t0 < 60  # (a hang detector: it takes milliseconds, a runaway hours)
     _one_line_refusal(result, f"{path}:8: ", "YAML aliases expand to more than 1,000,000 nodes")
 
 
@@ -466,7 +466,7 @@ def test_many_aliases_of_one_large_anchor_are_refused_too(write):
     line = 5 + 3 * 500  # the 500th alias (each adds 2,001 nodes) passes a million
     t0 = time.monotonic()
     result = CliRunner().invoke(cli, ["validate", str(path)])
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 60  # (a hang detector: a runaway takes hours)
     _one_line_refusal(result, f"{path}:{line}: ", "an alias bomb?")
 
 

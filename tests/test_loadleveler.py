@@ -258,7 +258,7 @@ def test_a_pilot_over_its_wall_clock_limit_is_removed_as_timeout(emu, tmp_path):
     t0 = time.time()
     state, seen = wait_for(emu, jid)
     assert state == JobState.TIMEOUT and JobState.RUNNING in seen, seen
-    assert 2.5 < time.time() - t0 < 15
+    assert 2.5 < time.time() - t0 < 120  # (removed at its limit, not after its setup's 300 s)
     assert subprocess.run(["llq", "-r", "%st", jid], capture_output=True, text=True).stdout == "RM\n"
     assert not step_pids(jid)
     assert not events(pj.pilot_dir)  # the pilot never came up

@@ -25,7 +25,7 @@ from conftest import EXAMPLES, ROOT, most_at_once, read_journal, run_cli, wait_u
 # -- helpers ------------------------------------------------------------------------------
 
 
-def pwe(*args, cwd, timeout=60):
+def pwe(*args, cwd, timeout=120):
     """The real CLI from ``cwd``: (exit status, stdout, stderr)."""
     return run_cli(*args, cwd=cwd, timeout=timeout)
 
@@ -834,7 +834,7 @@ nodes:
             assert r["state"] == "failed" and r.get("why") == "timeout", r
             out_file = mdir(run, "slow", i) / "stdout"  # (not kept when it stayed empty)
             assert not out_file.exists() or "finished" not in out_file.read_text()
-        assert took < 15, f"a 1.2 s walltime took {took:.1f} s to enforce"
+        assert took < 25, f"a 1.2 s walltime took {took:.1f} s to enforce (the members sleep 30 s)"
         assert wait_until(lambda: not pids_matching(marker)), "a timed-out member is still running"
     finally:
         for p in pids_matching(marker):

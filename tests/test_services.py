@@ -128,7 +128,7 @@ def test_killed_node_is_unreachable_until_revived(ssh_nodes):
             t0 = time.monotonic()
             p = ssh_nodes.ssh("pwe-n3", "true", timeout=30)
             assert p.returncode == 255, p.stderr
-            assert time.monotonic() - t0 < 10
+            assert time.monotonic() - t0 < 25  # (refused, not waited out: timeout=30)
             assert ssh_nodes.ssh("pwe-n2", "true").returncode == 0     # the others live on
         p = ssh_nodes.ssh("pwe-n3", "hostname")
         assert (p.returncode, p.stdout) == (0, "pwe-n3\n"), p.stderr

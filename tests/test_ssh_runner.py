@@ -84,7 +84,7 @@ def test_a_command_that_does_not_answer_raises_command_timeout(runner):
     t0 = time.monotonic()
     with pytest.raises(CommandTimeout, match="sleep did not answer within 1 s"):
         runner.run(["sleep", marker], timeout=1)
-    assert time.monotonic() - t0 < 4
+    assert time.monotonic() - t0 < 25  # (cut at its timeout: the sleep is 30 s)
     assert runner.run(["echo", "still here"]).stdout == "still here\n"
     assert runner.connects == 1
     # and on the host the command was ended too (closing the channel alone leaves it running)
@@ -100,9 +100,9 @@ def test_a_command_that_does_not_answer_raises_command_timeout(runner):
 
 def test_a_command_leaving_a_background_process_returns(runner):
     t0 = time.monotonic()
-    res = runner.run(["sh", "-c", "sleep 8 & echo started"], timeout=10)
+    res = runner.run(["sh", "-c", "sleep 90 & echo started"], timeout=120)
     assert (res.status, res.stdout) == (0, "started\n")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 60  # (did not wait for the background sleep's 90 s)
 
 
 def test_write_file_makes_the_directory_and_sets_the_mode(runner, tmp_path):
