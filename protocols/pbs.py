@@ -7,7 +7,7 @@ asked about: they ended. Any other failure ("cannot connect to server"; slurm-wl
 
 from __future__ import annotations
 
-from .base import JobState, Protocol
+from .base import JobState, Protocol, output_files
 from .runner import CommandResult
 
 #: qstat's one-letter states (Torque and PBS Pro)
@@ -31,8 +31,10 @@ class Pbs(Protocol):
     cancel_command = ["qdel"]
 
     def submit_args(self, job) -> list[str]:
-        # some qsub front ends ignore #PBS -o/-e in the script; the command line always works
-        return ["-o", f"{job.pilot_dir}/job.out", "-e", f"{job.pilot_dir}/job.err"]
+        # on the command line, as argv: some qsub front ends ignore #PBS -o/-e in the script, and a
+        # directive line would split a path with a space
+        out, err = output_files(job)
+        return ["-o", out, "-e", err]
 
     def _status_command(self, job_ids: list[str]) -> list[str]:
         """One qstat call for all the jobs."""
