@@ -175,9 +175,10 @@ class Stager:
         ``modes``: remote path -> permission bits to give the local copy (owner-only,
         whatever the remote's)."""
         placed = []
+        what = f"a file to fetch from {getattr(self.runner, 'display', 'the host')} into {into}"
         for remote, name in pairs:
-            local = inside(into, name, f"{remote} (fetched into {into})")
-            inside(into, f"{name}{PART}", f"{remote} (fetched into {into})")
+            local = inside(into, name, what)
+            inside(into, f"{name}{PART}", what)
             placed.append((remote, local))
         done: list[Moved] = []
         for start in range(0, len(placed), _BATCH):
@@ -200,7 +201,7 @@ class Stager:
                 continue
             local.parent.mkdir(parents=True, exist_ok=True)
             # (checked again now its directories are made: one made meanwhile may be a symlink)
-            inside(into, str(local.relative_to(into)), f"{remote} (fetched into {into})")
+            inside(into, str(local.relative_to(into)), f"a file to fetch into {into}")
             part = local.with_name(local.name + PART)
             for attempt in (1, 2):
                 have = part.stat().st_size if part.is_file() else 0
