@@ -168,6 +168,9 @@ class RemoteRun:
         pairs += [(inside(ws, rel, f"{self.dir / REMOTE_FILE}: input"), f"{self.base}/workspace/{rel}")
                   for rel in self.info["inputs"]]
         moved = Stager(self.runner, self.on_file).put(pairs)
+        from protocols.ssh import sftp_makedirs
+
+        sftp_makedirs(self.runner.sftp(), f"{self.base}/workspace")  # (there even when no input is staged)
         self._record("stage", moved)
         entry = self.host.model_dump(exclude_defaults=True, exclude={"name", "contact", "shared_fs", "remote_dir",
                                                                      "remote_pwe"})
