@@ -295,3 +295,25 @@ def test_the_stager_confines_every_name_before_it_fetches_any(tmp_path):
             Stager(Never()).get(into, [("/there/good", "good"), ("/there/bad", bad)])
         assert "\n" not in str(caught.value) and "refused" in str(caught.value)
     assert sorted(p.name for p in into.iterdir()) == ["link"]
+
+
+def test_a_run_json_naming_a_workflow_copy_outside_its_run_directory_is_refused(tmp_path):
+    """A name read back from a file of the run directory is confined as a listing's is:
+    run.json's ``copy`` climbing out is one line, exit status 2, and the file it names is
+    never read as the run's workflow."""
+    (tmp_path / "wf.yaml").write_text("name: w\nnodes:\n  a:\n    run: 'true'\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def pwe(*args):
+        return subprocess.run([PY, "-m", "pwe", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+
+    assert pwe("run", "wf.yaml", "--run-dir", "r").returncode == 0
+    (tmp_path / "elsewhere.yaml").write_text("name: w\nnodes:\n  a:\n    run: 'true'\n")
+    info = json.loads((tmp_path / "r" / "run.json").read_text())
+    info.update(copy="../elsewhere.yaml", workflow=str(tmp_path / "gone.yaml"))
+    (tmp_path / "r" / "run.json").write_text(json.dumps(info))
+    p = pwe("show", "r")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    (line,) = p.stderr.strip().splitlines()
+    assert "run.json" in line and "'../elsewhere.yaml'" in line and "refused" in line, line

@@ -52,17 +52,16 @@ def inside(root: Path | str, name: str, what: str) -> Path:
     rel = relative(name)
     if rel is None:
         raise Unconfined(f"{what}: {shown(str(name))} is not a plain relative name (a leading '/', a '..' out, "
-                         f"a line break or NUL, or over {MAX_PATH} characters); refused, nothing written there")
+                         f"a line break or NUL, or over {MAX_PATH} characters): refused")
     base = Path(root)
     path = base / rel
     top = base.resolve()
     try:
         real = path.resolve()
     except (OSError, RuntimeError) as exc:  # (a symlink loop)
-        raise Unconfined(f"{what}: {shown(rel)} cannot be resolved under {top} ({exc}); refused") from None
+        raise Unconfined(f"{what}: {shown(rel)} cannot be resolved under {top} ({exc}): refused") from None
     if not real.is_relative_to(top):
-        raise Unconfined(f"{what}: {shown(rel)} leads out of {top} (to {real}, through a symlink); refused, "
-                         "nothing written there")
+        raise Unconfined(f"{what}: {shown(rel)} leads out of {top} (to {real}, through a symlink): refused")
     return path
 
 
