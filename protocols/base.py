@@ -180,8 +180,8 @@ class Protocol:
         """Submit; the job id. A submission that timed out is looked up by job name
         before anyone submits again, so a slow scheduler never gets a duplicate."""
         try:
-            res = self.runner.run(self.submit_command + self.submit_args(job) + [script_path], timeout=self.timeout,
-                                  cwd=job.pilot_dir)
+            res = self.runner.run(self.submit_command + self.submit_args(job) + [self.script_word(job, script_path)],
+                                  timeout=self.timeout, cwd=job.pilot_dir)
         except (CommandTimeout, ContactError) as exc:
             if isinstance(exc, ContactError) and not exc.maybe_ran:
                 raise
@@ -218,6 +218,10 @@ class Protocol:
     def submit_args(self, job: PilotJob) -> list[str]:
         """Options given on the submit command line (for what a script directive cannot say)."""
         return []
+
+    def script_word(self, job: PilotJob, script_path: str) -> str:
+        """How the script is named to the submit command (run in the pilot's directory)."""
+        return script_path
 
     def parse_job_id(self, out: str) -> str:
         m = re.search(r"(\d+(?:\.[\w.-]+)?)", out)

@@ -7,7 +7,7 @@ asked about: they ended. Any other failure ("cannot connect to server"; slurm-wl
 
 from __future__ import annotations
 
-from .base import JobState, Protocol, output_files
+from .base import JobState, Protocol
 from .runner import CommandResult
 
 #: qstat's one-letter states (Torque and PBS Pro)
@@ -31,10 +31,16 @@ class Pbs(Protocol):
     cancel_command = ["qdel"]
 
     def submit_args(self, job) -> list[str]:
-        # on the command line, as argv: some qsub front ends ignore #PBS -o/-e in the script, and a
-        # directive line would split a path with a space
-        out, err = output_files(job)
-        return ["-o", out, "-e", err]
+        """The output files on the command line (some qsub front ends ignore #PBS -o/-e, and a
+        directive line would split a path with a space), named relative to the pilot's
+        directory, where qsub runs: a qsub front end that pastes its arguments into a shell
+        line (slurm-wlm-torque's, a Perl script) never sees the run directory's path."""
+        return ["-o", "job.out", "-e", "job.err"]
+
+    def script_word(self, job, script_path: str) -> str:
+        """The script by its name in the pilot's directory (qsub runs there), for the same reason."""
+        head, _, name = script_path.rpartition("/")
+        return name if head == job.pilot_dir.rstrip("/") and name else script_path
 
     def _status_command(self, job_ids: list[str]) -> list[str]:
         """One qstat call for all the jobs."""

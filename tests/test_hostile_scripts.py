@@ -103,10 +103,15 @@ def test_the_rendered_job_script_keeps_hostile_values_inert(tmp_path, protocol):
     # output files go on the submit command line, as argv
     directives = [line for line in script.read_text().splitlines() if line.startswith(("#SBATCH", "#PBS", "#$"))]
     assert not any(HOSTILE in line for line in directives), directives
-    if protocol in ("slurm", "pbs", "sge"):
-        args = proto.submit_args(job)
-        out = f"{job.pilot_dir}/job.out"
-        assert (out.replace("%", "%%") if protocol == "slurm" else out) in " ".join(args), args
+    out = f"{job.pilot_dir}/job.out"
+    if protocol == "slurm":  # (argv: the whole path, sbatch's % doubled)
+        assert proto.submit_args(job)[0] == "--output=" + out.replace("%", "%%")
+    if protocol == "sge":
+        assert proto.submit_args(job)[:2] == ["-o", out]
+    if protocol == "pbs":  # (names in the pilot's directory, where qsub runs: a front end pasting its
+        # arguments into a shell line, as slurm-wlm-torque's does, never sees the path)
+        assert proto.submit_args(job) == ["-o", "job.out", "-e", "job.err"]
+        assert proto.script_word(job, str(script)) == "job.sh"
 
 
 @pytest.mark.parametrize("protocol", SCHEDULERS)
@@ -139,17 +144,22 @@ def test_pwe_run_refuses_a_run_directory_with_a_line_break_before_making_it(tmp_
 # -- for real -------------------------------------------------------------------------------------
 
 LEDGER = 'printf "%s|%s\\n" "$PWE_MEMBER" "$PWE_WORKSPACE" >> {{ ledger }}'
+PRODUCT = '; mkdir -p "$PWE_WORKSPACE/out" && echo {{ i }} > "$PWE_WORKSPACE"/out/{{ i }}.txt'
 
 
-def test_a_slurm_run_in_a_hostile_directory_runs_its_members_and_nothing_else(slurm_cluster, tmp_path):
-    """The one-node SLURM cluster: sbatch takes the script and the output files, the job
-    runs it, the members run, pwe notify's edge events arrive; nothing was executed."""
-    base = tmp_path / HOSTILE
+@pytest.mark.parametrize("protocol", ["slurm", "pbs"])
+def test_a_batch_run_in_a_hostile_directory_runs_its_members_and_nothing_else(slurm_cluster, tmp_path, protocol):
+    """The one-node SLURM cluster, by sbatch and by its PBS front end (qsub): the script and
+    the output files are taken, the job runs it, the members run, pwe notify's edge events
+    arrive; nothing was executed. (Not '%' through the PBS front end: slurm-wlm-torque's qsub
+    hands the output files to SLURM, which reads '%j' in them as the job id, unescapable
+    from PBS's words.)"""
+    base = tmp_path / (HOSTILE if protocol == "slurm" else HOSTILE.replace(" %j", ""))
     base.mkdir()
     run_dir, ws = base / "run", base / "ws"
     ws.mkdir()
     ledger = tmp_path / "ledger"
-    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  cluster:\n    protocol: slurm\n    cores_per_node: "
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  cluster:\n    protocol: {protocol}\n    cores_per_node: "
                                          f"{max(2, min(slurm_cluster.cpus, 4))}\n    max_nodes: 1\n")
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: hostile\nproperties: {{ledger: {json.dumps(str(ledger))}}}\ndefaults: {{host: cluster}}\n"
@@ -189,7 +199,8 @@ def test_a_hostile_remote_dir_on_the_login_node_runs_nothing(ssh_nodes, tmp_path
     wf = ws / "wf.yaml"
     wf.write_text(f"name: far\ninputs: [data]\nproperties: {{ledger: {json.dumps(str(ledger))}}}\n"
                   "defaults: {host: far}\n"
-                  f"nodes:\n  a:\n    parameters: {{i: {{range: [0, 3]}}}}\n    run: {json.dumps(LEDGER)}\n")
+                  f"nodes:\n  a:\n    parameters: {{i: {{range: [0, 3]}}}}\n    run: {json.dumps(LEDGER + PRODUCT)}\n"
+                  "    products: ['out/{{ i }}.txt']\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([PY, "-m", "pwe", "run", str(wf), "--hosts", str(tmp_path / "hosts.yaml"), "--json"],
                        cwd=ws, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
@@ -200,3 +211,5 @@ def test_a_hostile_remote_dir_on_the_login_node_runs_nothing(ssh_nodes, tmp_path
     base = remote_dir / out["run_id"]
     rows = sorted(line.split("|", 1) for line in ledger.read_text().splitlines())
     assert rows == [[str(i), str(base / "workspace")] for i in range(3)], rows
+    # the products came back into the workspace here (fetched, each name confined to it)
+    assert [(ws / "out" / f"{i}.txt").read_text() for i in range(3)] == ["0\n", "1\n", "2\n"]
