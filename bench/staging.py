@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import json
 import os
@@ -166,8 +167,8 @@ class Bench:
             step = timed(self.stager.put, pairs)
             assert all(m.skipped and m.sent == 0 for m in step[3])
             self.record(name, "pwe put again (all there)", nbytes, n, step, 0)
-            back = [(r, local / "pwe" / p.name) for p, r in pairs]
-            step = timed(self.stager.get, back)
+            back = [(r, p.name) for p, r in pairs]
+            step = timed(self.stager.get, local / "pwe", back)
             assert local_bytes(local / "pwe") == nbytes
             self.record(name, "pwe get", nbytes, n, step, sum(m.sent for m in step[3]))
             for i in range(0, n, 256):  # (the runner's command is one argv string: at most 128 KiB)
@@ -330,9 +331,10 @@ def what_if(bench: Bench, repeat: int) -> None:
             for label, changes in CHANGES.items():
                 tag = f"{name}-{k}-{list(CHANGES).index(label)}"
                 pairs = [(p, f"{bench.remote}/what-if-{tag}/{p.name}") for p in files]
-                back = [(r, bench.work / f"what-if-{tag}" / p.name) for p, r in pairs]
+                back = [(r, p.name) for p, r in pairs]
+                get = functools.partial(bench.stager.get, bench.work / f"what-if-{tag}")
                 with Patched(bench.runner, changes):
-                    for what, fn, arg in (("put", bench.stager.put, pairs), ("get", bench.stager.get, back)):
+                    for what, fn, arg in (("put", bench.stager.put, pairs), ("get", get, back)):
                         wall, _, _, moved = timed(fn, arg)
                         assert all(not m.skipped and m.sent == m.size for m in moved)
                         rows.setdefault((name, what, label), []).append(wall)
@@ -379,8 +381,9 @@ def parts(bench: Bench) -> None:
     try:
         for name, files in bench.sets.items():
             pairs = [(p, f"{bench.remote}/parts-{name}/{p.name}") for p in files]
-            back = [(r, bench.work / f"parts-{name}" / p.name) for p, r in pairs]
-            for what, fn, arg in (("put", bench.stager.put, pairs), ("get", bench.stager.get, back)):
+            back = [(r, p.name) for p, r in pairs]
+            get = functools.partial(bench.stager.get, bench.work / f"parts-{name}")
+            for what, fn, arg in (("put", bench.stager.put, pairs), ("get", get, back)):
                 spent.clear()
                 calls.clear()
                 wall = timed(fn, arg)[0]
@@ -418,8 +421,9 @@ def profile(bench: Bench, top: int) -> None:
         for name, files in bench.sets.items():
             dest = f"{bench.remote}/profile-{name}"
             pairs = [(p, f"{dest}/{p.name}") for p in files]
-            back = [(r, bench.work / f"prof-{name}" / p.name) for p, r in pairs]
-            for what, fn, arg in (("put", stager.put, pairs), ("get", stager.get, back)):
+            back = [(r, p.name) for p, r in pairs]
+            get = functools.partial(stager.get, bench.work / f"prof-{name}")
+            for what, fn, arg in (("put", stager.put, pairs), ("get", get, back)):
                 prof = cProfile.Profile()
                 t0 = time.perf_counter()
                 prof.enable()

@@ -83,7 +83,7 @@ class PilotJob:
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     pilot_args: list[str] = field(default_factory=list)
-    notify: str | None = None  # command a job's edge events call (pwe notify ...)
+    notify: list[str] | None = None  # the command (argv) a job's edge events call (pwe notify ...)
     parallel_environment: str | None = None  # SGE: the PE a job of more than one slot names
 
     @property
@@ -170,14 +170,18 @@ class Protocol:
         self.no_answer: str | None = None
 
     def render(self, job: PilotJob) -> str:
+        """The job script. Each value is quoted for where it lands (templates/_body.j2);
+        one holding a line break or a NUL is refused first (InputError, exit status 2):
+        in a script or a directive line a line break starts a line a shell runs."""
+        _one_line_each(job)
         return _ENV.get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
 
     def submit(self, job: PilotJob, script_path: str) -> str:
         """Submit; the job id. A submission that timed out is looked up by job name
         before anyone submits again, so a slow scheduler never gets a duplicate."""
         try:
-            res = self.runner.run(self.submit_command + self.submit_args(job) + [script_path], timeout=self.timeout,
-                                  cwd=job.pilot_dir)
+            res = self.runner.run(self.submit_command + self.submit_args(job) + [self.script_word(job, script_path)],
+                                  timeout=self.timeout, cwd=job.pilot_dir)
         except (CommandTimeout, ContactError) as exc:
             if isinstance(exc, ContactError) and not exc.maybe_ran:
                 raise
@@ -214,6 +218,10 @@ class Protocol:
     def submit_args(self, job: PilotJob) -> list[str]:
         """Options given on the submit command line (for what a script directive cannot say)."""
         return []
+
+    def script_word(self, job: PilotJob, script_path: str) -> str:
+        """How the script is named to the submit command (run in the pilot's directory)."""
+        return script_path
 
     def parse_job_id(self, out: str) -> str:
         m = re.search(r"(\d+(?:\.[\w.-]+)?)", out)
@@ -293,6 +301,32 @@ class Protocol:
                 self.runner.run(self.cancel_command + job_ids, timeout=self.timeout)
             except (CommandTimeout, ContactError):
                 pass
+
+
+def _one_line_each(job: PilotJob) -> None:
+    """Every value of ``job`` that reaches its script or its scheduler's command line, one
+    line each (the ``setup`` lines are the user's own shell, as written; an ``env`` value
+    is quoted whole, line breaks and all, but never a NUL)."""
+    from pwe.base.confine import one_line
+
+    if isinstance(job.notify, str):
+        raise TypeError("PilotJob.notify is a command's argv (a list), not a shell line")
+    for name in ("pilot_id", "pilot_dir", "job_name", "python", "pythonpath", "partition", "account", "qos",
+                 "reservation", "constraint", "parallel_environment"):
+        one_line(getattr(job, name), f"pilot {job.pilot_id}: {name.replace('_', ' ')}")
+    for what, words in (("argument", job.pilot_args), ("notify argument", job.notify or []),
+                        ("env name", list(job.env))):
+        for word in words:
+            one_line(word, f"pilot {job.pilot_id}: {what}")
+    for key, value in job.env.items():
+        if "\0" in str(value):
+            one_line(value, f"pilot {job.pilot_id}: env {key}")
+
+
+def output_files(job: PilotJob) -> tuple[str, str]:
+    """Where the job's stdout and stderr go (given on the submit command line, never in a
+    directive line, where a path with a space or a quote would be split or cut)."""
+    return f"{job.pilot_dir}/job.out", f"{job.pilot_dir}/job.err"
 
 
 def _said(res: CommandResult) -> str:

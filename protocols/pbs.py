@@ -31,8 +31,16 @@ class Pbs(Protocol):
     cancel_command = ["qdel"]
 
     def submit_args(self, job) -> list[str]:
-        # some qsub front ends ignore #PBS -o/-e in the script; the command line always works
-        return ["-o", f"{job.pilot_dir}/job.out", "-e", f"{job.pilot_dir}/job.err"]
+        """The output files on the command line (some qsub front ends ignore #PBS -o/-e, and a
+        directive line would split a path with a space), named relative to the pilot's
+        directory, where qsub runs: a qsub front end that pastes its arguments into a shell
+        line (slurm-wlm-torque's, a Perl script) never sees the run directory's path."""
+        return ["-o", "job.out", "-e", "job.err"]
+
+    def script_word(self, job, script_path: str) -> str:
+        """The script by its name in the pilot's directory (qsub runs there), for the same reason."""
+        head, _, name = script_path.rpartition("/")
+        return name if head == job.pilot_dir.rstrip("/") and name else script_path
 
     def _status_command(self, job_ids: list[str]) -> list[str]:
         """One qstat call for all the jobs."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from .base import JobState, Protocol
+from .base import JobState, Protocol, output_files
 from .runner import CommandResult, CommandTimeout, ContactError
 
 #: words of a failed qstat / qconf meaning the qmaster could not be asked (not a refusal)
@@ -114,6 +114,11 @@ class Sge(Protocol):
     cancel_command = ["qdel"]
     more_commands = ("qacct", "qconf")
     unreachable_words = Protocol.unreachable_words + UNREACHABLE
+
+    def submit_args(self, job) -> list[str]:
+        """The job's output files, as argv (a ``#$`` line would split a path with a space)."""
+        out, err = output_files(job)
+        return ["-o", out, "-e", err]
 
     def parse_job_id(self, out: str) -> str:
         """``qsub -terse``: the id alone; an array job's ``123.1-4:1`` is job 123."""

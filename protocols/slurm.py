@@ -8,7 +8,7 @@ A query that failed is UNKNOWN, never an end state.
 
 from __future__ import annotations
 
-from .base import JobState, Protocol
+from .base import JobState, Protocol, output_files
 from .runner import CommandResult, CommandTimeout, ContactError
 
 #: what squeue and scontrol say of a job id the controller no longer knows (or never knew)
@@ -35,6 +35,13 @@ class Slurm(Protocol):
     submit_command = ["sbatch", "--parsable"]
     cancel_command = ["scancel"]
     more_commands = ("scontrol", "sinfo")
+
+    def submit_args(self, job) -> list[str]:
+        """The job's output files, as argv (an ``#SBATCH`` line would split a path with a space),
+        each ``%`` doubled: sbatch reads ``%j``, ``%x`` ... in them as its replacement symbols
+        (unless the path holds a backslash: then sbatch replaces none)."""
+        return [f"--{which}={path if chr(92) in path else path.replace('%', '%%')}"
+                for which, path in zip(("output", "error"), output_files(job))]
 
     def parse_job_id(self, out: str) -> str:
         return out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"

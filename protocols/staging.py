@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from pwe.base.confine import inside, shown
 from pwe.base.errors import StagingError
 
 from .runner import CommandRunner, ContactError
@@ -155,22 +156,36 @@ class Stager:
         out = {}
         for item in res.stdout.split("\0"):
             if item:
-                size, mode, rel = item.split(" ", 2)
+                size, _, rest = item.partition(" ")
+                mode, _, rel = rest.partition(" ")
+                if not (size.isdigit() and mode.isdigit() and set(mode) <= set("01234567") and rel):
+                    raise StagingError(f"{directory}: the host's listing has an entry that is not 'SIZE MODE NAME': "
+                                       f"{shown(item)}", res.command)
                 out[rel] = (int(size), int(mode, 8))
         return out
 
-    def get(self, pairs: Iterable[tuple[str, Path]], modes: dict[str, int] | None = None) -> list[Moved]:
-        """Bring each remote file to its local path, as :meth:`put` sends: to ``.part``,
-        resumed, checked against the remote hash, renamed into place; a local file that
-        already hashes as the remote one is left as it is. ``modes``: remote path ->
-        permission bits to give the local copy (owner-only, whatever the remote's)."""
-        pairs = list(pairs)
+    def get(self, into: Path, pairs: Iterable[tuple[str, str]], modes: dict[str, int] | None = None) -> list[Moved]:
+        """Bring each remote file to its name under the local directory ``into``, as
+        :meth:`put` sends: to ``.part``, resumed, checked against the remote hash, renamed
+        into place; a local file that already hashes as the remote one is left as it is.
+        ``pairs``: (remote path, local name relative to ``into``); every name (and its
+        ``.part``) is confined to ``into`` (:func:`pwe.base.confine.inside`: no ``/`` first,
+        no ``..``, no line break or NUL, no symlink out) before any file is fetched: a name
+        that is not is :class:`~pwe.base.errors.Unconfined` and nothing is written.
+        ``modes``: remote path -> permission bits to give the local copy (owner-only,
+        whatever the remote's)."""
+        placed = []
+        what = f"a file to fetch from {getattr(self.runner, 'display', 'the host')} into {into}"
+        for remote, name in pairs:
+            local = inside(into, name, what)
+            inside(into, f"{name}{PART}", what)
+            placed.append((remote, local))
         done: list[Moved] = []
-        for start in range(0, len(pairs), _BATCH):
-            done += self._get_batch(pairs[start:start + _BATCH], modes or {})
+        for start in range(0, len(placed), _BATCH):
+            done += self._get_batch(placed[start:start + _BATCH], into, modes or {})
         return done
 
-    def _get_batch(self, pairs: list[tuple[str, Path]], modes: dict[str, int]) -> list[Moved]:
+    def _get_batch(self, pairs: list[tuple[str, Path]], into: Path, modes: dict[str, int]) -> list[Moved]:
         there = self.remote_sums([r for r, _ in pairs])
         sftp = self.runner.sftp()
         moved = []
@@ -185,6 +200,8 @@ class Stager:
                 self.on_file(m)
                 continue
             local.parent.mkdir(parents=True, exist_ok=True)
+            # (checked again now its directories are made: one made meanwhile may be a symlink)
+            inside(into, str(local.relative_to(into)), f"a file to fetch into {into}")
             part = local.with_name(local.name + PART)
             for attempt in (1, 2):
                 have = part.stat().st_size if part.is_file() else 0
@@ -229,7 +246,8 @@ class Stager:
             sizes = {}
             for line in sizes_text.splitlines():
                 size, _, path = line.partition(" ")
-                sizes[path] = int(size)
+                if size.isdigit():  # (an answer that is not a size is no file there)
+                    sizes[path] = int(size)
             for line in sums_text.splitlines():
                 if line.startswith("\\"):  # sha256sum escapes a name holding \ or a newline
                     line = line[1:]

@@ -105,7 +105,7 @@ def sample_pilot_job(**kw):
     base = dict(pilot_id="p1", pilot_dir="/runs/r1/pilots/p1", job_name="pwe-r1-p1", nodes=2, cores_per_node=8,
                 walltime=90, python="/usr/bin/python3", pythonpath="/opt/pwe", partition="short", account="abc123",
                 setup=["module load python"], env={"OMP_PLACES": "cores", "ODD": "a b'c"},
-                pilot_args=["--heartbeat", "5"], notify="pwe notify --run /runs/r1 --pilot p1")
+                pilot_args=["--heartbeat", "5"], notify=["pwe", "notify", "--run", "/runs/r1", "--pilot", "p1"])
     base.update(kw)
     return PilotJob(**base)
 

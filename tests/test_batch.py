@@ -38,9 +38,9 @@ def test_every_job_script_is_the_one_body_under_its_schedulers_header():
         protocol = get(name, CommandRunner())
         text = protocol.render(job())
         assert text.startswith("#!/bin/bash\n") and protocol.job_id
-        notify = "pwe notify --run /runs/r1 --pilot p1"
-        assert (f'{notify} started "{protocol.job_id}"\ntrap \'exit 143\' TERM\n'
-                f'trap \'{notify} ended "{protocol.job_id}" $?\' EXIT\n') in text, text
+        assert ('pwe_notify() { pwe notify --run /runs/r1 --pilot p1 "$@"; }\n'
+                f'pwe_notify started "{protocol.job_id}"\ntrap \'exit 143\' TERM\n'
+                f'trap \'pwe_notify ended "{protocol.job_id}" $?\' EXIT\n') in text, text
         body = text[text.index("\nmodule load python\n"):]  # after the header and the line saying what it is
         bodies[name] = body.replace(protocol.job_id, "JOB_ID")
     assert len(set(bodies.values())) == 1, bodies

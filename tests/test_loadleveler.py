@@ -177,7 +177,7 @@ def pilot_job(tmp_path, tasks, stop=True, **kw):
     notify.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "edges.log"}\n')
     notify.chmod(0o755)
     args = dict(pilot_id="p1", pilot_dir=str(d), job_name=f"pwe-t{os.getpid()}-p1", nodes=2, cores_per_node=2,
-                walltime=5, python=sys.executable, pythonpath=str(ROOT), notify=str(notify),
+                walltime=5, python=sys.executable, pythonpath=str(ROOT), notify=[str(notify)],
                 pilot_args=["--heartbeat", "1", "--idle-timeout", "30"])
     args.update(kw)
     return PilotJob(**args)

@@ -272,14 +272,14 @@ def test_an_interrupted_fetch_goes_on_from_its_part_file(tmp_path, remote):
         stager = Stager(runner)
         here = tmp_path / "a.bin"
         (tmp_path / "a.bin.part").write_bytes(data[:2_000_000])
-        (moved,) = stager.get([(f"{there}/a.bin", here)])
+        (moved,) = stager.get(tmp_path, [(f"{there}/a.bin", "a.bin")])
         assert (moved.resumed_at, moved.sent) == (2_000_000, 3_000_000) and here.read_bytes() == data
         assert here.stat().st_mode & 0o777 == 0o600  # owner-only here, whatever it was there
-        (moved,) = stager.get([(f"{there}/a.bin", here)])
+        (moved,) = stager.get(tmp_path, [(f"{there}/a.bin", "a.bin")])
         assert moved.skipped and moved.sent == 0
         here.unlink()
         (tmp_path / "a.bin.part").write_bytes(b"x" * 1_000_000)  # not a prefix of the file
-        (moved,) = stager.get([(f"{there}/a.bin", here)])
+        (moved,) = stager.get(tmp_path, [(f"{there}/a.bin", "a.bin")])
         assert moved.resumed_at == 0 and here.read_bytes() == data
         assert not (tmp_path / "a.bin.part").exists()
         assert runner.connects == 1

@@ -11,7 +11,7 @@ import time
 
 import click
 
-from ..base.errors import ContactError, HostError, InputError, RunStopped
+from ..base.errors import ContactError, HostError, InputError, RunStopped, Unconfined
 from ..engine.remote import RemoteRun
 from .base import ctrl_c_bounded
 
@@ -65,7 +65,8 @@ def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str 
         if fresh and rr.info["step"] in ("stage", "submit") and _nothing_there(rr, exc):
             click.echo(str(exc), err=True)
             sys.exit(2)
-        click.echo(f"{exc}; the run goes on there: `pwe resume {ref}` takes it up again"
+        click.echo(f"{exc}; what arrived before it is kept" if isinstance(exc, Unconfined) else
+                   f"{exc}; the run goes on there: `pwe resume {ref}` takes it up again"
                    if rr.info["step"] not in ("stage", "submit") else
                    f"{exc}; then: pwe resume {ref} (what arrived is kept)", err=True)
         sys.exit(exc.exit_status)

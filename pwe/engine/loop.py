@@ -113,6 +113,10 @@ class Engine(PilotWork, Feeding):
                cores: int | None = None, run_dir: str | Path | None = None, hosts_file: str | Path | None = None,
                **options: Any) -> "Engine":
         """Check the workflow, make its run directory, and return an engine for it."""
+        from ..base.confine import one_line
+
+        # (its path goes into every job script and pwe notify's command line there: one line)
+        one_line(str(Path(run_dir or rundir.DEFAULT_ROOT).resolve()), "--run-dir" if run_dir else "the run directory")
         path, plan, info, warnings = runs.create(workflow, sets, host, cores, run_dir, hosts_file, **options)
         try:
             engine = cls(path, plan, info)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..runstate import rundir
+from ..base.confine import inside
 from ..base.errors import InputError, PweError, RunStopped
 from ..base.regular import write_json_atomic
 
@@ -162,9 +163,14 @@ class RemoteRun:
                                                     self.run_id) if not self.host.remote_dir.startswith("/")
                        else posixpath.join(self.host.remote_dir, self.run_id))
         ws = Path(self.info["workspace"])
-        pairs = [(self.dir / self.info["copy"], f"{self.base}/{self.info['copy']}")]
-        pairs += [(ws / rel, f"{self.base}/workspace/{rel}") for rel in self.info["inputs"]]
+        pairs = [(self._copy(), f"{self.base}/{self.info['copy']}")]
+        # (names read back from remote.json: each stays inside the workspace, here and there)
+        pairs += [(inside(ws, rel, f"{self.dir / REMOTE_FILE}: input"), f"{self.base}/workspace/{rel}")
+                  for rel in self.info["inputs"]]
         moved = Stager(self.runner, self.on_file).put(pairs)
+        from protocols.ssh import sftp_makedirs
+
+        sftp_makedirs(self.runner.sftp(), f"{self.base}/workspace")  # (there even when no input is staged)
         self._record("stage", moved)
         entry = self.host.model_dump(exclude_defaults=True, exclude={"name", "contact", "shared_fs", "remote_dir",
                                                                      "remote_pwe"})
@@ -230,13 +236,22 @@ class RemoteRun:
         if "run.json" not in there:
             raise PweError(f"{self.runner.display}: {self.base}/run has no run.json; the run was never made "
                            "there (pwe resume stages and submits it again)")
-        wanted = [rel for rel in there if rel != "run.json" and not rel.endswith(PART)
+        # (this machine's own record of the run is never taken from there)
+        wanted = [rel for rel in there if rel not in ("run.json", REMOTE_FILE) and not rel.endswith(PART)
                   and rel.rsplit("/", 1)[-1] not in ("engine.lock",)]
         modes = {f"{self.base}/run/{rel}": there[rel][1] for rel in wanted}
-        moved = stager.get([(f"{self.base}/run/{rel}", self.dir / rel) for rel in wanted], modes)
+        # every name the login node listed is confined to the run directory before any is fetched
+        moved = stager.get(self.dir, [(f"{self.base}/run/{rel}", rel) for rel in wanted], modes)
         moved += self._fetch_products(stager)
         self._record("fetch", moved)
-        remote_info = json.loads(self.runner.run(["cat", f"{self.base}/run/run.json"], timeout=_TIMEOUT).stdout)
+        said = self.runner.run(["cat", f"{self.base}/run/run.json"], timeout=_TIMEOUT).stdout
+        try:
+            remote_info = json.loads(said)
+        except ValueError:
+            remote_info = None
+        if not isinstance(remote_info, dict):
+            raise PweError(f"{self.runner.display}: {self.base}/run/run.json is not a JSON object "
+                           f"({said[:80]!r}); the run there is damaged")
         # the run as the login node made it, read here: this machine's workspace and workflow
         write_json_atomic(self.dir / "run.json", {
             **remote_info, "workflow": self.info["workflow"], "workspace": self.info["workspace"],
@@ -249,7 +264,7 @@ class RemoteRun:
         from ..planning.plan import plan_workflow
         from ..planning.products import member_products
 
-        plan = plan_workflow(self.dir / self.info["copy"], self.info["sets"], host=self.info["host"])
+        plan = plan_workflow(self._copy(), self.info["sets"], host=self.info["host"])
         nodes = [nid for nid, pn in plan.nodes.items() if pn.products]
         if not nodes:
             return []
@@ -257,8 +272,12 @@ class RemoteRun:
         ws = Path(self.info["workspace"])
         wanted = [rel for nid in nodes for i in range(plan.nodes[nid].size) for rel in member_products(plan, nid, i)
                   if rel in there]
-        return stager.get([(f"{self.base}/workspace/{rel}", ws / rel) for rel in wanted],
+        return stager.get(ws, [(f"{self.base}/workspace/{rel}", rel) for rel in wanted],
                           {f"{self.base}/workspace/{rel}": there[rel][1] for rel in wanted})
+
+    def _copy(self) -> Path:
+        """The run's copy of its workflow (its name read back from remote.json: inside the run directory)."""
+        return inside(self.dir, self.info["copy"], f"{self.dir / REMOTE_FILE}: copy")
 
     # -- the one way to ask pwe there -----------------------------------------------------------
     def _pwe_json(self, args: list[str]) -> dict[str, Any]:

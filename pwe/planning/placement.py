@@ -145,7 +145,7 @@ def pilot_job(plan: Plan, host: Any, ready: list[tuple[str, int]], run_dir: str,
                     **pilot_shape(plan, host, ready, created), python=sys.executable,
                     pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
                     setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
-                    notify=shlex.join([sys.executable, "-m", "pwe", "notify", "--run", run_dir, "--pilot", pilot_id]),
+                    notify=[sys.executable, "-m", "pwe", "notify", "--run", run_dir, "--pilot", pilot_id],
                     pilot_args=[*pilot_args, "--heartbeat", str(heartbeat), "--idle-timeout", str(idle_timeout)])
 
 

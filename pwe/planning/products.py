@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import jinja2
 
+from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
 from ..base.source import did_you_mean
 from ..workflow.templates import PathTemplate
@@ -66,19 +67,6 @@ def compile_templates(nid: str, sources: list[str] | None, known: set[str], path
     return out
 
 
-def checked_path(text: str) -> str | None:
-    """``text`` as a product path relative to the workspace (normalized), or None when
-    it is not one: empty, absolute, climbing out (``..``), or holding a NUL or a line break."""
-    if not text or "\0" in text or "\n" in text or text.startswith("/"):
-        return None
-    if "/." not in text and "//" not in text and text[0] != "." and text[-1] != "/":
-        return text  # (no '.' or '..' part, nothing to fold: normpath would change nothing)
-    norm = posixpath.normpath(text)
-    if norm in (".", "..") or norm.startswith("../"):
-        return None
-    return norm
-
-
 def member_products(plan: Plan, nid: str, i: int) -> list[str]:
     """The products of member ``i`` of ``nid``, relative to the workspace; raises
     :class:`TemplateError` (one line, the file and line of ``products``) for one that does
@@ -99,7 +87,7 @@ def _rendered(plan: Plan, nid: str, i: int, ctx: dict[str, Any]) -> list[str]:
                 f"{type(exc).__name__}: {exc}"
             raise TemplateError(f"node '{nid}': member {i} cannot render products[{k}] {t.source!r}: {what}",
                                 plan.file, pn.products_line) from None
-        rel = checked_path(text)
+        rel = relative(text)
         if rel is None:
             raise TemplateError(f"node '{nid}': member {i}'s products[{k}] {t.source!r} renders to {text!r}, "
                                 "which is not a path inside the workspace (products are relative to it: no "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rundir
+from ..base.confine import inside
 from ..base.errors import InputError, RunDamaged
 from ..planning.plan import Plan, plan_workflow
 from ..base.regular import kind, open_regular, read_text
@@ -104,7 +105,7 @@ def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
     it), else from the run's own copy."""
     info = read_info(run_dir)
     original = Path(info["workflow"])
-    copy = run_dir / info["copy"]
+    copy = inside(run_dir, info["copy"], f"{run_dir / 'run.json'}: its copy of the workflow")
     try:
         text = copy.read_bytes()
     except OSError as exc:

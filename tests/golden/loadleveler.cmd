@@ -17,7 +17,8 @@ module load python
 export OMP_PLACES=cores
 export ODD='a b'"'"'c'
 export PYTHONPATH=/opt/pwe${PYTHONPATH:+:$PYTHONPATH}
-pwe notify --run /runs/r1 --pilot p1 started "$LOADL_STEP_ID"
+pwe_notify() { pwe notify --run /runs/r1 --pilot p1 "$@"; }
+pwe_notify started "$LOADL_STEP_ID"
 trap 'exit 143' TERM
-trap 'pwe notify --run /runs/r1 --pilot p1 ended "$LOADL_STEP_ID" $?' EXIT
+trap 'pwe_notify ended "$LOADL_STEP_ID" $?' EXIT
 /usr/bin/python3 -m pilot --dir /runs/r1/pilots/p1 --walltime 90 --heartbeat 5

@@ -2,8 +2,6 @@
 #$ -N pwe-r1-p1
 #$ -S /bin/bash
 #$ -r n
-#$ -o /runs/r1/pilots/p1/job.out
-#$ -e /runs/r1/pilots/p1/job.err
 #$ -l h_rt=1:30:00
 #$ -pe mpi 16
 #$ -q short
@@ -13,7 +11,8 @@ module load python
 export OMP_PLACES=cores
 export ODD='a b'"'"'c'
 export PYTHONPATH=/opt/pwe${PYTHONPATH:+:$PYTHONPATH}
-pwe notify --run /runs/r1 --pilot p1 started "$JOB_ID"
+pwe_notify() { pwe notify --run /runs/r1 --pilot p1 "$@"; }
+pwe_notify started "$JOB_ID"
 trap 'exit 143' TERM
-trap 'pwe notify --run /runs/r1 --pilot p1 ended "$JOB_ID" $?' EXIT
+trap 'pwe_notify ended "$JOB_ID" $?' EXIT
 /usr/bin/python3 -m pilot --dir /runs/r1/pilots/p1 --walltime 90 --heartbeat 5

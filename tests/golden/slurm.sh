@@ -4,8 +4,6 @@
 #SBATCH --ntasks-per-node=8
 #SBATCH --cpus-per-task=1
 #SBATCH --time=1:30:00
-#SBATCH --output=/runs/r1/pilots/p1/job.out
-#SBATCH --error=/runs/r1/pilots/p1/job.err
 #SBATCH --no-kill
 #SBATCH --no-requeue
 #SBATCH --partition=short
@@ -15,7 +13,8 @@ module load python
 export OMP_PLACES=cores
 export ODD='a b'"'"'c'
 export PYTHONPATH=/opt/pwe${PYTHONPATH:+:$PYTHONPATH}
-pwe notify --run /runs/r1 --pilot p1 started "$SLURM_JOB_ID"
+pwe_notify() { pwe notify --run /runs/r1 --pilot p1 "$@"; }
+pwe_notify started "$SLURM_JOB_ID"
 trap 'exit 143' TERM
-trap 'pwe notify --run /runs/r1 --pilot p1 ended "$SLURM_JOB_ID" $?' EXIT
+trap 'pwe_notify ended "$SLURM_JOB_ID" $?' EXIT
 /usr/bin/python3 -m pilot --dir /runs/r1/pilots/p1 --walltime 90 --heartbeat 5
