@@ -16,6 +16,7 @@ this drawing, so neither can drift).
      |    +-- HostsFileError       2    a hosts file unreadable or against the model  hostinfo.registry
      |    +-- UnknownProtocol      2    a protocol name not in the one list           protocols.registry
      |    +-- RunNotFound          2    no run by that id or directory                runstate.rundir
+     |    +-- OverBudget           2    a query past its time budget (the dashboard)  planning.conditions
      +-- HostError                 1    a host did not do what was asked (a base)     -
           +-- SubmitError          1    the batch system refused a pilot job          protocols.base, protocols.*
           +-- CommandTimeout       1    a command did not answer in time              protocols.runner, protocols.ssh
@@ -136,6 +137,11 @@ class UnknownProtocol(InputError):
 
 class RunNotFound(InputError):
     """No run by that id or path."""
+
+
+class OverBudget(InputError):
+    """A query that ran past its time budget (the dashboard's requests: HTTP 503); the
+    command line's ``pwe show -q`` has none."""
 
 
 class HostError(PweError):

@@ -20,10 +20,11 @@ from starlette.routing import Mount, Route
 from starlette.schemas import SchemaGenerator
 from starlette.staticfiles import StaticFiles
 
-from ..base.errors import InputError, PweError, RunNotFound, RunTaken
+from ..base.errors import InputError, OverBudget, PweError, RunNotFound, RunTaken
+from ..planning.conditions import Budget
 from . import actions, api, live
 from .openapi import BASE
-from .security import COOKIE, MAX_BODY, MAX_STREAMS, Guard, cookies_of
+from .security import COOKIE, MAX_BODY, MAX_QUERIES, MAX_STREAMS, QUERY_SECONDS, Guard, cookies_of
 
 STATIC = Path(__file__).parent / "static"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -41,6 +42,25 @@ async def _call(fn: Any, *args: Any, **kw: Any) -> Response:
         return JSONResponse(await run_in_threadpool(fn, *args, **kw))
     except PweError as exc:
         return _error(exc)
+
+
+async def _query(request: Request, fn: Any, *args: Any, **kw: Any) -> Response:
+    """``fn`` (a query's evaluation: it takes ``budget``) in a thread off the server's loop,
+    at most :data:`~.security.MAX_QUERIES` at once, within :data:`~.security.QUERY_SECONDS`:
+    503 (one line) when too many run or it ran past its budget (the thread stops there)."""
+    guard: Guard = request.app.state.guard
+    if guard.queries >= MAX_QUERIES:
+        return JSONResponse({"error": f"at most {MAX_QUERIES} queries at once: ask again in a moment"},
+                            status_code=503)
+    guard.queries += 1
+    try:
+        return JSONResponse(await run_in_threadpool(fn, *args, budget=Budget(QUERY_SECONDS), **kw))
+    except OverBudget as exc:
+        return JSONResponse({"error": str(exc)}, status_code=503)
+    except PweError as exc:
+        return _error(exc)
+    finally:
+        guard.queries -= 1
 
 
 def _whole(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -123,8 +143,8 @@ async def members(request: Request) -> Response:
         limit = _whole(request, "limit", 50, 1, api.PAGE_MAX)
     except InputError as exc:
         return _error(exc)
-    return await _call(api.members, request.app.state.src, request.path_params["run_id"], q.get("q"),
-                       q.get("node"), q.get("state"), offset, limit)
+    return await _query(request, api.members, request.app.state.src, request.path_params["run_id"], q.get("q"),
+                        q.get("node"), q.get("state"), offset, limit)
 
 
 def _member_args(request: Request) -> tuple[str, str, int]:
@@ -255,8 +275,7 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 async def _act(request: Request, fn: Any, *args: Any, **kw: Any) -> Response:
-    by = actions.who(request.client.host if request.client else "?")
-    return await _call(fn, *args, by=by, **kw)
+    return await _call(fn, *args, by=actions.who(request.client.host if request.client else "?"), **kw)
 
 
 async def cancel(request: Request) -> Response:
@@ -278,13 +297,16 @@ async def retry(request: Request) -> Response:
     returns: Started
     """
     try:
-        query = (await _body(request)).get("query") or None
+        query = (await _body(request)).get("query")  # (absent or null: every failed member; "": refused)
         if query is not None and not isinstance(query, str):
             raise InputError("query: a text")
     except InputError as exc:
         return _error(exc)
-    return await _act(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True,
-                      query=query)
+    if query is None:
+        return await _act(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True)
+    by = actions.who(request.client.host if request.client else "?")
+    return await _query(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True,
+                        query=query, by=by)
 
 
 async def resume(request: Request) -> Response:
@@ -349,15 +371,21 @@ class Schemas(SchemaGenerator):
 
 
 class Checks:
-    """Every request's checks (:mod:`.security`), as pure ASGI middleware (streams pass)."""
+    """Every request's checks (:mod:`.security`), as pure ASGI middleware, around every
+    route alike (pages, the API and its description, static files, streams): bound
+    elsewhere than loopback, nothing but ``/login`` (which checks the token itself) is
+    answered without the token. No route is exempt by its path: tests/test_hostile_ui.py
+    asks every route of the app. A WebSocket is refused (the dashboard has none)."""
 
-    OPEN = ("/", "/login", "/api/session", "/api/openapi.json")
+    OPEN = ("/login",)
 
     def __init__(self, app: Any, guard: Guard):
         self.app, self.guard = app, guard
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        if scope["type"] != "http":  # (lifespan)
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path, method = scope["path"], scope["method"]
@@ -382,7 +410,7 @@ class Checks:
                 refusal = (403, "an action without the page's CSRF value")
             elif not g.action_allowed(client):
                 refusal = (429, "too many actions: wait a minute")
-        elif not authed and not g.open_reads and not (path in self.OPEN or path.startswith("/static/")):
+        elif not authed and not g.open_reads and path not in self.OPEN:
             refusal = (401, "this dashboard needs its token (open the address pwe ui printed)")
         if refusal is not None:
             response: Response = JSONResponse({"error": refusal[1]}, status_code=refusal[0])
