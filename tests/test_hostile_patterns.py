@@ -62,8 +62,6 @@ def test_a_catastrophic_pattern_is_matched_in_linear_time(run, query, selected):
 
 
 @pytest.mark.parametrize("query, phrase", [
-    (r"outputs.x~(a)\1", "a back-reference"),
-    ("outputs.x~(?P<a>a)(?P=a)", "a back-reference"),
     ("outputs.x~a(?=!)", "lookaround"),
     ("outputs.x~(?<!b)a", "lookaround"),
     ("outputs.x~(?>a+)!", "an atomic group"),
@@ -77,20 +75,20 @@ def test_syntax_only_a_backtracking_matcher_has_is_one_line(run, query, phrase):
     assert out == ""
 
 
-@pytest.mark.parametrize("query", ["", "   ", " ; ;"])
-def test_an_empty_query_selects_nothing_it_is_refused(run, query):
+def test_an_empty_query_selects_nothing_it_is_refused(run):
     cwd, d = run
-    rc, out, err = run_cli("show", d.name, "-q", query, cwd=cwd)
-    _one_line(rc, err, "no condition")
-    assert out == ""
-    before = (d / "journal.jsonl").read_bytes()
-    rc, out, err = run_cli("retry", d.name, "-q", query, cwd=cwd)
-    _one_line(rc, err, "no condition")
-    # nothing retried: the journal is as it was, no retry record, the failed member still failed once
-    assert (d / "journal.jsonl").read_bytes() == before
-    assert not [r for r in read_journal(d) if r["e"] == "retry"]
-    rc, out, err = run_cli("show", d.name, "-q", "state=failed", "--json", cwd=cwd)
-    assert [(m["member"], m["attempts"]) for m in json.loads(out)] == [(3, 1)], out
+    for query in ("", "   ", " ; ;"):
+        rc, out, err = run_cli("show", d.name, "-q", query, cwd=cwd)
+        _one_line(rc, err, "no condition")
+        assert out == ""
+        before = (d / "journal.jsonl").read_bytes()
+        rc, out, err = run_cli("retry", d.name, "-q", query, cwd=cwd)
+        _one_line(rc, err, "no condition")
+        # nothing retried: the journal is as it was, no retry record, the failed member still failed once
+        assert (d / "journal.jsonl").read_bytes() == before
+        assert not [r for r in read_journal(d) if r["e"] == "retry"]
+        rc, out, err = run_cli("show", d.name, "-q", "state=failed", "--json", cwd=cwd)
+        assert [(m["member"], m["attempts"]) for m in json.loads(out)] == [(3, 1)], out
 
 
 def test_the_python_api_refuses_an_empty_query_too(run):

@@ -40,8 +40,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import re2
-
 from ..base.errors import InputError, OverBudget
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -173,6 +171,8 @@ def compile_pattern(text: str, where: str) -> Any:
     """``text`` compiled by RE2 (matching in time linear in the text, whatever the pattern);
     :class:`InputError` (one line naming ``where``, the condition) for a pattern RE2 does
     not take: not a regular expression, or syntax only a backtracking matcher has."""
+    import re2  # (here: a workflow without a ~ condition does not load it)
+
     options = re2.Options()
     options.log_errors = False  # (RE2 would print its own lines on stderr)
     try:

@@ -1,6 +1,6 @@
 """The Starlette app of the dashboard: its routes, the checks every request passes
-(:mod:`.security`), the OpenAPI description (Starlette's ``SchemaGenerator``, from the
-YAML after ``---`` in each endpoint's docstring; ``components`` in :mod:`.openapi`), and
+(:mod:`.security`), the OpenAPI description (:class:`.openapi.Schemas`, from the YAML
+after ``---`` in each endpoint's docstring), and
 :func:`serve` (uvicorn). Read endpoints are ``GET /api/...``; actions are ``POST``.
 """
 
@@ -17,13 +17,12 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response, \
     StreamingResponse
 from starlette.routing import Mount, Route
-from starlette.schemas import SchemaGenerator
 from starlette.staticfiles import StaticFiles
 
 from ..base.errors import InputError, OverBudget, PweError, RunNotFound, RunTaken
 from ..planning.conditions import Budget
 from . import actions, api, live
-from .openapi import BASE
+from .openapi import BASE, Schemas
 from .security import COOKIE, MAX_BODY, MAX_QUERIES, MAX_STREAMS, QUERY_SECONDS, Guard, cookies_of
 
 STATIC = Path(__file__).parent / "static"
@@ -344,30 +343,6 @@ async def host_check(request: Request) -> Response:
     returns: HostCheck
     """
     return await _call(api.host_check, request.path_params["name"])
-
-
-class Schemas(SchemaGenerator):
-    """Starlette's generator, with ``returns: NAME`` (``[NAME]``: a list of them; ``events``: an
-    event stream) in a docstring written out as the OpenAPI responses it stands for."""
-
-    def parse_docstring(self, func_or_method: Any) -> dict[str, Any]:
-        spec = dict(super().parse_docstring(func_or_method))
-        kind = spec.pop("returns", None)
-        if kind is None:
-            return spec
-        error = {"description": "refused, or bad input (one line)",
-                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-        if isinstance(kind, list):  # (YAML reads [NAME] as a list)
-            kind = f"[{kind[0]}]"
-        if kind == "events":
-            ok = {"description": "server-sent events", "content": {"text/event-stream": {}}}
-        else:
-            name = kind.strip("[]")
-            one = {"type": "object"} if name == "object" else {"$ref": f"#/components/schemas/{name}"}
-            schema = {"type": "array", "items": one} if kind.startswith("[") else one
-            ok = {"description": "the document", "content": {"application/json": {"schema": schema}}}
-        spec["responses"] = {200: ok, **{code: error for code in (400, 401, 403, 404, 409, 429)}}
-        return spec
 
 
 class Checks:
