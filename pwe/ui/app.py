@@ -14,8 +14,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response, \
-    StreamingResponse
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, \
+    Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -29,10 +29,13 @@ STATIC = Path(__file__).parent / "static"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
+NO_TOKEN = ('<!doctype html><html lang="en"><title>pwe dashboard</title><main id="main"><p>This dashboard needs '
+            "its token: open the address pwe ui printed.</p></main></html>")
+
 
 def _error(exc: Exception) -> JSONResponse:
     code = 404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, RunTaken) else \
-        400 if isinstance(exc, InputError) else 409
+        503 if isinstance(exc, OverBudget) else 400 if isinstance(exc, InputError) else 409
     return JSONResponse({"error": str(exc)}, status_code=code)
 
 
@@ -49,14 +52,11 @@ async def _query(request: Request, fn: Any, *args: Any, **kw: Any) -> Response:
     503 (one line) when too many run or it ran past its budget (the thread stops there)."""
     guard: Guard = request.app.state.guard
     if guard.queries >= MAX_QUERIES:
-        return JSONResponse({"error": f"at most {MAX_QUERIES} queries at once: ask again in a moment"},
-                            status_code=503)
+        return JSONResponse({"error": f"at most {MAX_QUERIES} queries at once: ask again soon"}, status_code=503)
     guard.queries += 1
     try:
         return JSONResponse(await run_in_threadpool(fn, *args, budget=Budget(QUERY_SECONDS), **kw))
-    except OverBudget as exc:
-        return JSONResponse({"error": str(exc)}, status_code=503)
-    except PweError as exc:
+    except PweError as exc:  # (OverBudget: 503)
         return _error(exc)
     finally:
         guard.queries -= 1
@@ -301,11 +301,10 @@ async def retry(request: Request) -> Response:
             raise InputError("query: a text")
     except InputError as exc:
         return _error(exc)
+    args = (request, actions.again, request.app.state.src, request.path_params["run_id"])
     if query is None:
-        return await _act(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True)
-    by = actions.who(request.client.host if request.client else "?")
-    return await _query(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True,
-                        query=query, by=by)
+        return await _act(*args, retry=True)
+    return await _query(*args, retry=True, query=query, by=actions.who(request.client.host if request.client else "?"))
 
 
 async def resume(request: Request) -> Response:
@@ -389,6 +388,8 @@ class Checks:
             refusal = (401, "this dashboard needs its token (open the address pwe ui printed)")
         if refusal is not None:
             response: Response = JSONResponse({"error": refusal[1]}, status_code=refusal[0])
+            if refusal[0] == 401 and path == "/":  # (a browser: a page that says so, and nothing of the app's)
+                response = HTMLResponse(NO_TOKEN, status_code=401)
             return await response(scope, receive, self._headers(send))
         return await self.app(scope, receive, self._headers(send))
 
