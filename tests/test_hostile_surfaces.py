@@ -113,11 +113,8 @@ BAD_QUERIES = [
     ("T>" + "9" * 5000, "at most 4,096"),
     ("state=failed;" * 400, "at most 4,096"),
     ("why~x\x1b[2J", "control character"),
-    ("why~(a+)+$", "a repeat inside a repeat"),
-    ("out.big~(a|aa)*!", "an alternation (|) under a repeat"),
-    ("out.big~(a)\\1*", "a back-reference"),
-    ("out.big~a*a*a*b", "more than 2 repeats"),
-    ("out.big~a{1,99999999999}", "not a regular expression"),
+    ("out.big~(a)\\1*", "a back-reference"),  # (catastrophic patterns are matched in linear time: test_hostile_patterns)
+    ("out.big~a{1,1001}", "not a regular expression"),
     ("why~(", "not a regular expression"),
     ("=3", "write FIELD OP VALUE"),
     ("T>", "write FIELD OP VALUE"),

@@ -17,6 +17,7 @@ this drawing, so neither can drift).
      |    +-- UnknownProtocol      2    a protocol name not in the one list           protocols.registry
      |    +-- RunNotFound          2    no run by that id or directory                runstate.rundir
      |    +-- Unconfined           2    a name from elsewhere leads out of its place  base.confine
+     |    +-- OverBudget           2    a query past its time budget (the dashboard)  planning.conditions
      +-- HostError                 1    a host did not do what was asked (a base)     -
           +-- SubmitError          1    the batch system refused a pilot job          protocols.base, protocols.*
           +-- CommandTimeout       1    a command did not answer in time              protocols.runner, protocols.ssh
@@ -143,6 +144,11 @@ class Unconfined(InputError):
     """A name received from elsewhere (a login node's listing, a file of a run directory,
     a user) that is not a plain relative path, or leads out of the directory it is joined
     to (pwe.base.confine.inside): refused before anything is read or written."""
+
+
+class OverBudget(InputError):
+    """A query that ran past its time budget (the dashboard's requests: HTTP 503); the
+    command line's ``pwe show -q`` has none."""
 
 
 class HostError(PweError):

@@ -316,10 +316,10 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
     try:
         d = find(run)
         if is_remote(d):
-            if query:
+            if query is not None:
                 raise InputError("retry -q: a run staged to a login node is retried whole (pwe retry RUN)")
             return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
-        only = retry_selection(d, query) if query else None
+        only = retry_selection(d, query) if query is not None else None  # ('' is refused: it selects nothing)
         if detach:
             from ..engine.control import detach as go_on
 

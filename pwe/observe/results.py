@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError
-from ..planning.conditions import field_named, matches, needs_trace, parse
+from ..planning.conditions import Budget, field_named, matches, needs_trace, parse
 from ..base.states import DONE, FAILED, NAMES
 from ..runstate.state import RunState
 
@@ -80,7 +80,8 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
 
 
 def select(run_dir: Any, query: str | None = None, node: str | None = None, state: str | None = None,
-           limit: int = 0, offset: int = 0, loaded: tuple[Any, Any] | None = None) -> list[dict[str, Any]]:
+           limit: int = 0, offset: int = 0, loaded: tuple[Any, Any] | None = None,
+           budget: Budget | None = None) -> list[dict[str, Any]]:
     """The members of a run that match ``query`` (and are of ``node``, in ``state`` when
     given), at most ``limit`` (0: all), as :func:`pwe.observe.results.member_record` gives them;
     with ``T``, ``cpu``, ``rss`` and ``host`` of the last attempt when the query asks for
@@ -88,8 +89,11 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
     ``RunResult.query`` and ``pwe show -q``. A bad query is :class:`InputError`, said
     before the run is read when its form is wrong. ``offset``: leave out the first that
     many matches (a page of them: the dashboard, pwe.ui). ``loaded``: (state, trace or
-    None) already read (the dashboard keeps them up to date), instead of reading them here."""
-    conds = parse(query, None) if query else []
+    None) already read (the dashboard keeps them up to date), instead of reading them here.
+    ``budget``: a :class:`~pwe.planning.conditions.Budget` checked for each member looked at
+    (the dashboard's: :class:`~pwe.base.errors.OverBudget` past it). A query that is given but
+    empty or blank selects nothing: :class:`InputError`, never every member."""
+    conds = parse(query, None) if query is not None else []
     want = None if state is None else state.lower()
     if want is not None and want not in NAMES:
         raise InputError(f"--state: one of {', '.join(NAMES)}")
@@ -143,6 +147,8 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
                     offset -= here
                     continue
         for i in range(start, ns.size):
+            if budget is not None:
+                budget.check()
             if states[i] not in wanted:
                 continue
             if not conds and offset:

@@ -23,8 +23,10 @@ field's text). ``=`` and ``!=`` take alternatives separated by ``,``
 Numbers compare as numbers; ``<`` and friends need a number. A member without the
 field (no output of that name, a parameter another node has) does not match. A query
 holds at most 4096 characters; a ``~`` pattern is searched in a field's first 256
-characters, and one that would make Python's backtracking matcher slow (a repeat inside a
-repeat, ``|`` under a repeat, a back-reference, more than two ``*``/``+``) is refused. ``T``,
+characters by RE2 (Google's engine, the ``google-re2`` package: its time grows with the
+text's length, never exponentially, whatever the pattern), in RE2's syntax: Python's
+without back-references (``\\1``), lookaround (``(?=``, ``(?!``, ``(?<=``, ``(?<!``),
+atomic groups and possessive repeats, which are refused in one line. ``T``,
 ``cpu``, ``rss`` and ``host`` come from the run's trace (:mod:`pwe.observe.trace`: the whole
 journal is read); the other fields from the members' state.
 """
@@ -34,10 +36,11 @@ from __future__ import annotations
 import math
 import operator
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..base.errors import InputError
+from ..base.errors import InputError, OverBudget
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "<": operator.lt, ">": operator.gt, "=": operator.eq,
@@ -46,13 +49,14 @@ _COND = re.compile(r"\s*([A-Za-z_][\w.-]*)\s*(<=|>=|!=|==|=|<|>|~)(.*)", re.S)
 #: the longest query taken (a query is typed or scripted: a few conditions)
 MAX_QUERY = 4096
 #: a ``~`` pattern is searched in the first this many characters of a field's text (an
-#: output value may be long) ...
+#: output value may be long)
 MAX_SUBJECT = 256
-#: ... and has at most this many repeats of a variable count (``*``, ``+``, ``{m,n}``) and of
-#: ``?``, none nested, no alternation under a repeat, no back-reference: Python's matcher
-#: backtracks, so its time grows as the text's length to the power of the repeats (and
-#: exponentially with nesting); these bounds keep every search in a member's row short
-MAX_REPEATS, MAX_OPTIONAL = 2, 8
+#: what RE2 says of the syntax it does not take (Python's ``re`` has it), said in words
+_UNSUPPORTED = ((re.compile(r"invalid escape sequence: \\[1-9]"), "a back-reference (\\1)"),
+                (re.compile(r"invalid perl operator: \(\?P(=|>|$)"), "a back-reference ((?P=NAME))"),
+                (re.compile(r"invalid perl operator: \(\?(=|!|<=|<!)"), "lookaround ((?=, (?!, (?<=, (?<!)"),
+                (re.compile(r"invalid perl operator: \(\?>"), "an atomic group ((?>...))"),
+                (re.compile(r"bad repetition operator: "), "a possessive or stacked repeat (a++, a{2}{3})"))
 _OP_CHARS = "<>=!~"
 ALIASES = {"rc": "exit", "exit_status": "exit", "duration": "T", "attempt": "attempts", "index": "member"}
 #: fields that need the trace (the whole journal), not only the state
@@ -65,7 +69,7 @@ class Cond:
     field: str  # a plain field, "outputs.K" or "params.K"
     op: str
     values: tuple[Any, ...]  # numbers where they read as numbers
-    pattern: re.Pattern | None = None
+    pattern: Any = None  # a compiled RE2 pattern (:func:`compile_pattern`)
     bare: bool = False  # a parameter written by its name alone (checked once the run is read)
     text: str = ""  # the condition as written
 
@@ -125,7 +129,8 @@ def parse(text: str, parameters: set[str] | frozenset[str] | None = frozenset())
         raise InputError(f"query: a control character ({ord(bad):#04x}); write FIELD OP VALUE in plain text")
     parts = [p for p in text.split(";") if p.strip()]
     if not parts:
-        raise InputError(f"query {text!r}: no condition; write e.g. 'state=failed; T>300; outputs.energy<1.5'")
+        raise InputError(f"query {text!r}: no condition (an empty query selects nothing); write e.g. "
+                         "'state=failed; T>300; outputs.energy<1.5'")
     for part in parts:
         m = _COND.fullmatch(part)
         raw = m.group(3).strip() if m else ""
@@ -141,14 +146,7 @@ def parse(text: str, parameters: set[str] | frozenset[str] | None = frozenset())
         field = f"params.{name}" if bare else field_named(name, parameters or frozenset(), part)
         pattern = None
         if op == "~":
-            try:
-                pattern = re.compile(raw)
-            except (re.error, RecursionError, OverflowError) as exc:
-                raise InputError(f"query condition {part.strip()!r}: not a regular expression ({exc})") from None
-            why = _slow(raw)
-            if why:
-                raise InputError(f"query condition {part.strip()!r}: {why} makes its search slow on long "
-                                 "text; write a simpler pattern") from None
+            pattern = compile_pattern(raw, part.strip())
             values: tuple[Any, ...] = (raw,)
         elif op in ("=", "!="):
             values = tuple(number(v.strip()) for v in raw.split(","))
@@ -169,57 +167,51 @@ def parse(text: str, parameters: set[str] | frozenset[str] | None = frozenset())
     return conds
 
 
-def _slow(pattern: str) -> str | None:
-    """What in a regular expression makes Python's backtracking matcher exponential (a
-    repeat inside a repeat, an alternation or a back-reference under a repeat: ``(a+)+``,
-    ``(a|a)*``, ``(a)\\1*``), said in words; None for a pattern without it."""
+def compile_pattern(text: str, where: str) -> Any:
+    """``text`` compiled by RE2 (matching in time linear in the text, whatever the pattern);
+    :class:`InputError` (one line naming ``where``, the condition) for a pattern RE2 does
+    not take: not a regular expression, or syntax only a backtracking matcher has."""
+    import re2  # (here: a workflow without a ~ condition does not load it)
+
+    options = re2.Options()
+    options.log_errors = False  # (RE2 would print its own lines on stderr)
     try:
-        from re import _parser as sre  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - Python < 3.11
-        import sre_parse as sre  # type: ignore[no-redef]
-    from re import _constants as c  # type: ignore[attr-defined]
+        return re2.compile(text, options)
+    except re2.error as exc:
+        said = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        why = next((w for form, w in _UNSUPPORTED if form.match(said)), None)
+        if why:
+            raise InputError(f"query condition {where!r}: {why} is not supported: ~ matches with RE2 "
+                             "(linear time), which has no back-references, lookaround or atomic groups; write "
+                             "the pattern without it") from None
+        raise InputError(f"query condition {where!r}: not a regular expression ({said})") from None
 
-    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None))
-    count = [0, 0]
 
-    def walk(items: Any, under: bool) -> str | None:
-        for op, av in items:
-            if op in repeats and op is not None:
-                lo, hi, sub = av
-                if under and hi != lo:
-                    return "a repeat inside a repeat"
-                if hi != lo:
-                    count[hi - lo == 1] += 1
-                    if count[0] > MAX_REPEATS:
-                        return f"more than {MAX_REPEATS} repeats of a variable count (*, +, {{m,n}})"
-                    if count[1] > MAX_OPTIONAL:
-                        return f"more than {MAX_OPTIONAL} optional parts (?)"
-                found = walk(sub, under or hi > 1)
-                if found:
-                    return found
-            elif op is c.BRANCH:
-                if under:
-                    return "an alternation (|) under a repeat"
-                for alt in av[1]:
-                    found = walk(alt, under)
-                    if found:
-                        return found
-            elif op in (c.SUBPATTERN, c.ATOMIC_GROUP) if hasattr(c, "ATOMIC_GROUP") else op is c.SUBPATTERN:
-                found = walk(av[-1], under)
-                if found:
-                    return found
-            elif op in (c.ASSERT, c.ASSERT_NOT):
-                found = walk(av[1], under)
-                if found:
-                    return found
-            elif op is c.GROUPREF or op is c.GROUPREF_EXISTS:
-                return "a back-reference"
-        return None
+class Budget:
+    """A time budget for a query's evaluation (the dashboard's requests: a query over a
+    million members is cut short rather than holding a thread for minutes). ``check()``
+    raises :class:`OverBudget` once ``seconds`` have passed since it was made; it looks
+    at the clock only every :data:`EVERY` calls."""
 
-    try:
-        return walk(sre.parse(pattern), False)
-    except Exception:  # (compiled above: a form this walk does not know is let through)
-        return None
+    EVERY = 1024
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.calls = 0
+
+    def left(self) -> float:
+        """Seconds left (0 when none)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check(self) -> None:
+        self.calls += 1
+        if self.calls % self.EVERY == 0 and time.monotonic() > self.deadline:
+            raise self.over()
+
+    def over(self) -> OverBudget:
+        return OverBudget(f"the query took over {self.seconds:g} s; narrow it (state=, node=, a parameter) or "
+                          "use pwe show -q, which has no time limit")
 
 
 def field_named(name: str, parameters: set[str] | frozenset[str], part: str) -> str:

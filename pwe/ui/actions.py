@@ -45,8 +45,11 @@ def cancel(src: Sources, run_id: str, by: str) -> dict[str, Any]:
     return {"run_id": d.name, "cancelled": done}
 
 
-def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = None) -> dict[str, Any]:
-    """``pwe retry --detach [-q QUERY]`` (``retry``) or ``pwe resume --detach``."""
+def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = None,
+          budget: Any = None) -> dict[str, Any]:
+    """``pwe retry --detach [-q QUERY]`` (``retry``) or ``pwe resume --detach``. A query that
+    is empty or blank is refused (it selects nothing); ``budget``: the query's
+    (:class:`pwe.planning.conditions.Budget`)."""
     from ..engine.control import retry_selection
     from ..engine.control import detach
     from ..base.errors import InputError
@@ -55,7 +58,7 @@ def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = N
     d = src.find(run_id)
     if is_remote(d):
         raise InputError(f"{run_id} runs on a login node: pwe {'retry' if retry else 'resume'} {run_id} drives it")
-    only = retry_selection(d, query) if (retry and query) else None
+    only = retry_selection(d, query, budget) if (retry and query is not None) else None
     done = detach(d, retry, by=by, only=only)
     src.cache.get(d)  # (read again from here on: its journal moves)
     return {"run_id": done, "run_dir": str(d), **({"selected": sum(b - a for runs in only.values()

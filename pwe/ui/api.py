@@ -90,9 +90,10 @@ def run(src: Sources, run_id: str) -> dict[str, Any]:
 
 
 def members(src: Sources, run_id: str, query: str | None = None, node: str | None = None,
-            state: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+            state: str | None = None, offset: int = 0, limit: int = 50, budget: Any = None) -> dict[str, Any]:
     """A page of ``pwe show -q QUERY --json``: ``members`` (its records), ``offset``,
-    ``limit`` and ``more`` (whether a next page has any)."""
+    ``limit`` and ``more`` (whether a next page has any). No query (or an empty box):
+    every member. ``budget``: the query's (:class:`pwe.planning.conditions.Budget`)."""
     from ..observe.results import select
     from ..planning.conditions import needs_trace, parse
 
@@ -101,8 +102,14 @@ def members(src: Sources, run_id: str, query: str | None = None, node: str | Non
     d = src.find(run_id)
     loaded = src.cache.get(d)
     trace = loaded.traced() if query and needs_trace(parse(query, None)) else None
-    with loaded.lock:
-        page = select(d, query or None, node or None, state or None, limit + 1, offset, (loaded.state, trace))
+    # (the run's state is read under its lock: a query waits for it within its budget, not past it)
+    if not loaded.lock.acquire(timeout=budget.left() if budget is not None else -1):
+        raise budget.over()
+    try:
+        page = select(d, query or None, node or None, state or None, limit + 1, offset, (loaded.state, trace),
+                      budget)
+    finally:
+        loaded.lock.release()
     return {"run_id": run_id, "query": query or "", "offset": offset, "limit": limit, "more": len(page) > limit,
             "members": page[:limit]}
 

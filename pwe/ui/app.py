@@ -1,6 +1,6 @@
 """The Starlette app of the dashboard: its routes, the checks every request passes
-(:mod:`.security`), the OpenAPI description (Starlette's ``SchemaGenerator``, from the
-YAML after ``---`` in each endpoint's docstring; ``components`` in :mod:`.openapi`), and
+(:mod:`.security`), the OpenAPI description (:class:`.openapi.Schemas`, from the YAML
+after ``---`` in each endpoint's docstring), and
 :func:`serve` (uvicorn). Read endpoints are ``GET /api/...``; actions are ``POST``.
 """
 
@@ -14,25 +14,28 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response, \
-    StreamingResponse
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, \
+    Response, StreamingResponse
 from starlette.routing import Mount, Route
-from starlette.schemas import SchemaGenerator
 from starlette.staticfiles import StaticFiles
 
-from ..base.errors import InputError, PweError, RunNotFound, RunTaken
+from ..base.errors import InputError, OverBudget, PweError, RunNotFound, RunTaken
+from ..planning.conditions import Budget
 from . import actions, api, live
-from .openapi import BASE
-from .security import COOKIE, MAX_BODY, MAX_STREAMS, Guard, cookies_of
+from .openapi import BASE, Schemas
+from .security import COOKIE, MAX_BODY, MAX_QUERIES, MAX_STREAMS, QUERY_SECONDS, Guard, cookies_of
 
 STATIC = Path(__file__).parent / "static"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
+NO_TOKEN = ('<!doctype html><html lang="en"><title>pwe dashboard</title><main id="main"><p>This dashboard needs '
+            "its token: open the address pwe ui printed.</p></main></html>")
+
 
 def _error(exc: Exception) -> JSONResponse:
     code = 404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, RunTaken) else \
-        400 if isinstance(exc, InputError) else 409
+        503 if isinstance(exc, OverBudget) else 400 if isinstance(exc, InputError) else 409
     return JSONResponse({"error": str(exc)}, status_code=code)
 
 
@@ -41,6 +44,22 @@ async def _call(fn: Any, *args: Any, **kw: Any) -> Response:
         return JSONResponse(await run_in_threadpool(fn, *args, **kw))
     except PweError as exc:
         return _error(exc)
+
+
+async def _query(request: Request, fn: Any, *args: Any, **kw: Any) -> Response:
+    """``fn`` (a query's evaluation: it takes ``budget``) in a thread off the server's loop,
+    at most :data:`~.security.MAX_QUERIES` at once, within :data:`~.security.QUERY_SECONDS`:
+    503 (one line) when too many run or it ran past its budget (the thread stops there)."""
+    guard: Guard = request.app.state.guard
+    if guard.queries >= MAX_QUERIES:
+        return JSONResponse({"error": f"at most {MAX_QUERIES} queries at once: ask again soon"}, status_code=503)
+    guard.queries += 1
+    try:
+        return JSONResponse(await run_in_threadpool(fn, *args, budget=Budget(QUERY_SECONDS), **kw))
+    except PweError as exc:  # (OverBudget: 503)
+        return _error(exc)
+    finally:
+        guard.queries -= 1
 
 
 def _whole(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -123,8 +142,8 @@ async def members(request: Request) -> Response:
         limit = _whole(request, "limit", 50, 1, api.PAGE_MAX)
     except InputError as exc:
         return _error(exc)
-    return await _call(api.members, request.app.state.src, request.path_params["run_id"], q.get("q"),
-                       q.get("node"), q.get("state"), offset, limit)
+    return await _query(request, api.members, request.app.state.src, request.path_params["run_id"], q.get("q"),
+                        q.get("node"), q.get("state"), offset, limit)
 
 
 def _member_args(request: Request) -> tuple[str, str, int]:
@@ -255,8 +274,7 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 async def _act(request: Request, fn: Any, *args: Any, **kw: Any) -> Response:
-    by = actions.who(request.client.host if request.client else "?")
-    return await _call(fn, *args, by=by, **kw)
+    return await _call(fn, *args, by=actions.who(request.client.host if request.client else "?"), **kw)
 
 
 async def cancel(request: Request) -> Response:
@@ -278,13 +296,15 @@ async def retry(request: Request) -> Response:
     returns: Started
     """
     try:
-        query = (await _body(request)).get("query") or None
+        query = (await _body(request)).get("query")  # (absent or null: every failed member; "": refused)
         if query is not None and not isinstance(query, str):
             raise InputError("query: a text")
     except InputError as exc:
         return _error(exc)
-    return await _act(request, actions.again, request.app.state.src, request.path_params["run_id"], retry=True,
-                      query=query)
+    args = (request, actions.again, request.app.state.src, request.path_params["run_id"])
+    if query is None:
+        return await _act(*args, retry=True)
+    return await _query(*args, retry=True, query=query, by=actions.who(request.client.host if request.client else "?"))
 
 
 async def resume(request: Request) -> Response:
@@ -324,40 +344,22 @@ async def host_check(request: Request) -> Response:
     return await _call(api.host_check, request.path_params["name"])
 
 
-class Schemas(SchemaGenerator):
-    """Starlette's generator, with ``returns: NAME`` (``[NAME]``: a list of them; ``events``: an
-    event stream) in a docstring written out as the OpenAPI responses it stands for."""
-
-    def parse_docstring(self, func_or_method: Any) -> dict[str, Any]:
-        spec = dict(super().parse_docstring(func_or_method))
-        kind = spec.pop("returns", None)
-        if kind is None:
-            return spec
-        error = {"description": "refused, or bad input (one line)",
-                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-        if isinstance(kind, list):  # (YAML reads [NAME] as a list)
-            kind = f"[{kind[0]}]"
-        if kind == "events":
-            ok = {"description": "server-sent events", "content": {"text/event-stream": {}}}
-        else:
-            name = kind.strip("[]")
-            one = {"type": "object"} if name == "object" else {"$ref": f"#/components/schemas/{name}"}
-            schema = {"type": "array", "items": one} if kind.startswith("[") else one
-            ok = {"description": "the document", "content": {"application/json": {"schema": schema}}}
-        spec["responses"] = {200: ok, **{code: error for code in (400, 401, 403, 404, 409, 429)}}
-        return spec
-
-
 class Checks:
-    """Every request's checks (:mod:`.security`), as pure ASGI middleware (streams pass)."""
+    """Every request's checks (:mod:`.security`), as pure ASGI middleware, around every
+    route alike (pages, the API and its description, static files, streams): bound
+    elsewhere than loopback, nothing but ``/login`` (which checks the token itself) is
+    answered without the token. No route is exempt by its path: tests/test_hostile_ui.py
+    asks every route of the app. A WebSocket is refused (the dashboard has none)."""
 
-    OPEN = ("/", "/login", "/api/session", "/api/openapi.json")
+    OPEN = ("/login",)
 
     def __init__(self, app: Any, guard: Guard):
         self.app, self.guard = app, guard
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        if scope["type"] != "http":  # (lifespan)
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path, method = scope["path"], scope["method"]
@@ -382,10 +384,12 @@ class Checks:
                 refusal = (403, "an action without the page's CSRF value")
             elif not g.action_allowed(client):
                 refusal = (429, "too many actions: wait a minute")
-        elif not authed and not g.open_reads and not (path in self.OPEN or path.startswith("/static/")):
+        elif not authed and not g.open_reads and path not in self.OPEN:
             refusal = (401, "this dashboard needs its token (open the address pwe ui printed)")
         if refusal is not None:
             response: Response = JSONResponse({"error": refusal[1]}, status_code=refusal[0])
+            if refusal[0] == 401 and path == "/":  # (a browser: a page that says so, and nothing of the app's)
+                response = HTMLResponse(NO_TOKEN, status_code=401)
             return await response(scope, receive, self._headers(send))
         return await self.app(scope, receive, self._headers(send))
 

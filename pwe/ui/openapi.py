@@ -1,12 +1,15 @@
 """The base of the dashboard's OpenAPI description: its info and the schemas of its
 documents (the command line's ``--json`` documents; each lists the fields every one of
 them has: tests/test_ui.py checks the documents served against them). The paths come
-from the endpoints' docstrings (:mod:`.app`, Starlette's ``SchemaGenerator``).
+from the endpoints' docstrings (:mod:`.app`), read by :class:`Schemas` (Starlette's
+``SchemaGenerator``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from starlette.schemas import SchemaGenerator
 
 
 def _obj(required: list[str], **props: Any) -> dict[str, Any]:
@@ -60,3 +63,27 @@ BASE: dict[str, Any] = {
         "Started": _obj(["run_id", "run_dir"], run_id="string", run_dir="string", selected="integer"),
     }},
 }
+
+
+class Schemas(SchemaGenerator):
+    """Starlette's generator, with ``returns: NAME`` (``[NAME]``: a list of them; ``events``: an
+    event stream) in a docstring written out as the OpenAPI responses it stands for."""
+
+    def parse_docstring(self, func_or_method: Any) -> dict[str, Any]:
+        spec = dict(super().parse_docstring(func_or_method))
+        kind = spec.pop("returns", None)
+        if kind is None:
+            return spec
+        error = {"description": "refused, or bad input (one line)",
+                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        if isinstance(kind, list):  # (YAML reads [NAME] as a list)
+            kind = f"[{kind[0]}]"
+        if kind == "events":
+            ok = {"description": "server-sent events", "content": {"text/event-stream": {}}}
+        else:
+            name = kind.strip("[]")
+            one = {"type": "object"} if name == "object" else {"$ref": f"#/components/schemas/{name}"}
+            schema = {"type": "array", "items": one} if kind.startswith("[") else one
+            ok = {"description": "the document", "content": {"application/json": {"schema": schema}}}
+        spec["responses"] = {200: ok, **{code: error for code in (400, 401, 403, 404, 409, 429)}}
+        return spec

@@ -14,6 +14,10 @@ checks, bounds on requests and actions, and paths that stay inside a run directo
   same-origin page can read from ``/api/session``) and an ``Origin`` that is the
   dashboard's own. A JSON body only, at most :data:`MAX_BODY` bytes; at most
   :data:`ACTIONS_PER_MINUTE` actions a minute from one address.
+- **Queries** (a page of members, a retry's selection) run off the server's loop, at most
+  :data:`MAX_QUERIES` at once, each for at most :data:`QUERY_SECONDS` (then 503, one line):
+  one query never holds the others up (its ``~`` patterns are matched in linear time:
+  :mod:`pwe.planning.conditions`).
 - Every comparison with a secret is constant-time (:func:`hmac.compare_digest`).
 """
 
@@ -38,6 +42,11 @@ MAX_BODY = 64 * 1024
 ACTIONS_PER_MINUTE = 30
 #: Live streams open at once (each is a task reading a journal's tail).
 MAX_STREAMS = 256
+#: Seconds a query (a page of members, a retry's selection) may run, in a thread of its own
+#: off the server's loop; past it the request is answered 503 and the thread stops.
+QUERY_SECONDS = 10.0
+#: Queries evaluated at once (the rest of the threads stay free for the other requests).
+MAX_QUERIES = 4
 COOKIE = "pwe_ui_session"
 
 
@@ -107,7 +116,7 @@ class Guard:
         self.session = hmac.new(secret.encode(), b"pwe ui session", sha256).hexdigest()
         self.csrf = hmac.new(secret.encode(), b"pwe ui csrf", sha256).hexdigest()
         self._actions: dict[str, deque[float]] = {}
-        self.streams = 0
+        self.streams = self.queries = 0
 
     # -- who is asking
     def login_ok(self, given: str) -> bool:

@@ -30,7 +30,7 @@ from pydantic import (
 
 from hostinfo.model import one_line, one_word
 
-from .inputs import checked_pattern
+from .inputs import pattern_problem
 
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
@@ -60,9 +60,9 @@ Count = Annotated[StrictInt, Field(ge=1)]
 def _input_pattern(v: Any) -> Any:
     # what is staged must come from the workspace: refused here, at validate, not when staging
     # (before the type's own checks, so that '' gets this message too; not text: StrictStr's)
-    if isinstance(v, str) and checked_pattern(v) is None:
-        raise ValueError("an input is a path pattern inside the workspace: not blank, no leading '/', no '..' "
-                         "part, no line break")
+    why = pattern_problem(v) if isinstance(v, str) else None
+    if why:
+        raise ValueError(f"the pattern {why}")
     return v
 
 
