@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
+from ..base.regular import open_regular
 
 DEFAULT_ROOT = Path("pwe-runs")
 
@@ -401,7 +402,7 @@ def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_runnin
 def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
     """The last whole event in a pilot's events file and how long ago the file changed."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "rb", within=path.parent) as fh:
             size = fh.seek(0, 2)
             fh.seek(max(0, size - 4096))
             tail = fh.read()
