@@ -109,10 +109,11 @@ def test_a_checksummed_record_the_plan_does_not_allow_is_skipped_with_a_warning(
     assert ledger(run) == before and set(before.values()) == {1} and len(before) == N
 
 
-def _bomb(path: Path, size: int = 2 << 30):
-    """A gzip file of ``size`` zero bytes, a few MB of it on disk (streamed: never in memory)."""
+def _bomb(path: Path, size: int = 2 << 30, byte: bytes = b"\0"):
+    """A gzip file of ``size`` bytes ``byte`` (no line end), a few MB of it on disk (streamed:
+    never in memory)."""
     z = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = bytes(16 << 20)
+    block = byte * (16 << 20)
     with open(path, "wb") as fh:
         for _ in range(size // len(block)):
             fh.write(z.compress(block))
@@ -127,9 +128,11 @@ def _damages(pdir: Path, how: str):
         events.write_bytes(events.read_bytes()[:-20])
     elif how == "not gzip":
         events.write_bytes(b"this is not gzip at all\n" * 10)
-    elif how == "no line end in tasks":
+    elif how == "50 MB line with no end in tasks":
         (pdir / "tasks.jsonl.gz").unlink()
         (pdir / "tasks.jsonl").write_bytes(b"x" * (50 << 20))
+    elif how == "no line end in sealed tasks":
+        _bomb(pdir / "tasks.jsonl.gz", byte=b"x")
     elif how.startswith("FIFO as "):
         name = how[len("FIFO as "):]
         for p in (pdir / name, pdir / (name + ".gz")):
@@ -145,8 +148,8 @@ def _damages(pdir: Path, how: str):
         (pdir / "events.jsonl").symlink_to(outside)
 
 
-SPOOLS = ["gzip bomb", "truncated gzip", "not gzip", "no line end in tasks", "FIFO as events.jsonl",
-          "FIFO as tasks.jsonl", "FIFO as orphans.jsonl", "link to /dev/zero", "link out of the run"]
+SPOOLS = ["gzip bomb", "truncated gzip", "not gzip", "no line end in sealed tasks", "50 MB line with no end in tasks",
+          "FIFO as events.jsonl", "FIFO as tasks.jsonl", "FIFO as orphans.jsonl", "link to /dev/zero", "link out of the run"]
 #: what makes the engine read a pilot's events on resume; the others are read in recovery only
 EVENTS_DAMAGED = {"gzip bomb", "truncated gzip", "not gzip", "FIFO as events.jsonl", "link to /dev/zero",
                   "link out of the run"}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -239,7 +240,10 @@ class EngineLock:
         does. Asked the moment an engine takes the lock, it waits (at most :data:`SETTLE`)
         for that engine's record rather than name a holder that died before it."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO put there: never waited on)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                return None
         except OSError:
             return None
         try:
