@@ -60,6 +60,7 @@ import sys
 import time
 from typing import Any, Iterator
 
+from .bounded import read_lines
 from .wire import DAMAGED, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILLED, decode, encode
 
 ORPHANS = "orphans.jsonl"
@@ -306,14 +307,13 @@ def _the_missing_one(directory: str, key: bytes | None, known: set, who: dict) -
     one such."""
     started: dict[tuple[str, int, int], int] = {}
     try:
-        with open(os.path.join(directory, "events.jsonl"), "rb") as fh:
-            for line in fh:
-                for msg in _decoded(line, key):
-                    k = (msg.get("n"), msg.get("m"), msg.get("a"))
-                    if msg.get("k") == "start":
-                        started[k] = 1
-                    elif msg.get("k") in ("end", "back"):
-                        started.pop(k, None)
+        for line in read_lines(os.path.join(directory, "events.jsonl"), within=directory):
+            for msg in _decoded(line, key):
+                k = (msg.get("n"), msg.get("m"), msg.get("a"))
+                if msg.get("k") == "start":
+                    started[k] = 1
+                elif msg.get("k") in ("end", "back"):
+                    started.pop(k, None)
     except OSError:
         return None
     accounted = known | {v for v in who.values() if v}
@@ -332,10 +332,9 @@ def read_orphans(directory: str, key: bytes | None) -> list[dict[str, Any]]:
     holds (others are dropped: a member must not be able to forge its own end)."""
     out = []
     try:
-        with open(os.path.join(directory, ORPHANS), "rb") as fh:
-            for line in fh:
-                out += [m for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
+        for line in read_lines(os.path.join(directory, ORPHANS), within=directory):
+            out += [m for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
     except OSError:
-        pass
+        pass  # (none, or not a regular file of the pilot's, or damaged: what was read stands)
     return out
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import shlex
 from typing import Mapping
 
+from .bounded import open_regular
 from .packing import Placement
 
 PREFIXES = {
@@ -52,7 +53,7 @@ def srun_refused(stderr_path: str) -> str | None:
     """srun's last words in a member's stderr when it failed to start the step (one of
     :data:`SRUN_NOT_STARTED`), or None: a member that ran and failed is the member's."""
     try:
-        with open(stderr_path, "rb") as fh:
+        with open_regular(stderr_path, "rb") as fh:  # (a member's file: never a FIFO's blocking read)
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - 4096))
             tail = fh.read().decode("utf-8", "replace").strip().splitlines()

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from .bounded import open_regular
 from .packing import Placement
 from .spawn import tidy_member_dir
 
@@ -55,7 +56,7 @@ def read_outputs(path: str) -> dict[str, str]:
     """``key=value`` lines a member appended to ``$PWE_OUTPUTS`` (later lines win)."""
     out: dict[str, str] = {}
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "rb", within=os.path.dirname(path) or ".") as fh:  # (a member's: not a FIFO)
             data = fh.read(_OUTPUTS_LIMIT + 1)
     except OSError:
         return out

@@ -41,12 +41,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .bounded import MAX_LINE, Damaged, Sealed, lines, open_spool
 from .wire import FORGED, GROUP, TASK, channel_key, decode, encode
 
-#: the most of a spool file read at once, and the longest line held back waiting for its
-#: end: a line longer than any message (a group of many tasks is a few MB) is not one of the
+#: the most of a spool file read at once; a line held back waiting for its end longer than
+#: :data:`pilot.bounded.MAX_LINE` (a group of many tasks is a few MB) is not one of the
 #: other end's, and is dropped as ``forged`` rather than held in memory without bound
-READ_CHUNK = MAX_LINE = 64 << 20
+READ_CHUNK = MAX_LINE
 
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
 ARCHIVE = "events.redis.jsonl"  # what the engine read from a broker, as it read it (pilot/broker.py)
@@ -62,16 +63,6 @@ def seal_above() -> int:
     else is ignored)."""
     given = os.environ.get("PWE_SEAL_ABOVE", "")
     return int(given) if given.isdigit() else SEAL_ABOVE
-
-
-def open_spool(path: str):
-    """A spool file opened for reading, plain or sealed (``path + ".gz"``: its plain text
-    as it reads, seeks and tells); the plain one when both are there (a seal cut short).
-    :class:`FileNotFoundError` when neither is."""
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        return gzip.open(path + ".gz", "rb")
 
 
 def spool_bytes(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE)) -> dict[str, int]:
@@ -175,7 +166,7 @@ class _Inbox:
         if fh is None or cursor != self._at:
             if fh is None:
                 try:
-                    fh = self._fh = open_spool(self.path)
+                    fh = self._fh = open_spool(self.path, within=os.path.dirname(self.path))
                 except FileNotFoundError:
                     return [], cursor
             fh.seek(cursor)
@@ -249,21 +240,23 @@ class EngineSpool(Transport):
         costs a read of the whole file."""
         out: Counter[tuple[str, int, int]] = Counter()
         try:
-            fh = open_spool(self.where)
+            fh = open_spool(self.where, within=self.dir)
         except FileNotFoundError:
             return out  # (nothing was ever sent)
         with fh:
-            if among is None or isinstance(fh, gzip.GzipFile):  # (sealed: read forwards, whole)
-                for line in fh:
+            if among is None or isinstance(fh, Sealed):  # (sealed: read forwards, whole)
+                for line in lines(fh, MAX_LINE, self.where):
                     _count_task(line, out, among)
                 return out
             end, carry = fh.seek(0, os.SEEK_END), b""
             while end > 0 and not among <= out.keys():
                 start = max(0, end - (1 << 20))
                 fh.seek(start)
-                lines = (fh.read(end - start) + carry).split(b"\n")
-                carry = lines.pop(0) if start else b""  # (its start is in the block before)
-                for line in lines:
+                block = (fh.read(end - start) + carry).split(b"\n")
+                carry = block.pop(0) if start else b""  # (its start is in the block before)
+                if len(carry) > MAX_LINE:
+                    raise Damaged(self.where, f"a line longer than {MAX_LINE} bytes")
+                for line in block:
                     _count_task(line, out, among)
                 end = start
         return out

@@ -4,50 +4,53 @@ file is read. A FIFO, a device or a socket put where one should be is refused wi
 OSError whose ``strerror`` says what it is (one line in the callers' messages), and it is
 never opened for a blocking read: ``O_NONBLOCK`` on the open (a FIFO without a writer
 would wait for one), the kind checked on the open descriptor (no race with a rename).
+The opener, the bounded line reader and the sealed (gzip) reader are
+:mod:`pilot.bounded`'s (standard library: the pilot reads its tasks with them), re-exported
+here; :func:`read_json` reads a JSON file and checks its shape.
 :func:`in_the_way` says what stands where a directory should be (a run directory, a run
 root), from ``stat`` alone. And the one way pwe writes a JSON file of a run directory or of the
 service's: :func:`write_json_atomic` (whole, by rename)."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+# the one opener and reader of run-directory files (standard library: the pilot's too)
+from pilot.bounded import MAX_LINE, Damaged, inside, kind, lines, open_regular, open_spool, read_lines
 
-def kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a file"
-
-
-def open_regular(path: Path | str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
-    """``open(path, mode)`` for reading, of a regular file only (see the module)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, f"not a regular file ({kind(st.st_mode)})", str(path))
-        os.set_blocking(fd, True)
-        return open(fd, mode, **kwargs)
-    except BaseException:
-        os.close(fd)
-        raise
+__all__ = ["MAX_LINE", "Damaged", "in_the_way", "inside", "kind", "lines", "open_regular", "open_spool", "read_bytes",
+           "read_json", "read_lines", "read_text", "write_json_atomic"]
 
 
 def read_bytes(path: Path | str, limit: int | None = None) -> bytes:
     """A regular file's bytes (at most ``limit`` of them when given)."""
     with open_regular(path, "rb") as fh:
         return fh.read() if limit is None else fh.read(limit)
+
+
+def read_json(path: Path | str, keys: dict[str, Any] | None = None, limit: int = 16 << 20) -> dict[str, Any]:
+    """A JSON file of a run directory that must be an object (at most ``limit`` bytes):
+    ``keys``, name -> type (or tuple of types), that it must have. :class:`Damaged` (an
+    :class:`OSError`, its ``strerror`` one line) when it is not JSON, too big, or not of
+    that shape: checked for its shape, not only its syntax."""
+    data = read_bytes(path, limit + 1)
+    if len(data) > limit:
+        raise Damaged(path, f"more than {limit} bytes")
+    try:
+        got = json.loads(data)
+    except ValueError:
+        raise Damaged(path, "not JSON") from None
+    if not isinstance(got, dict):
+        raise Damaged(path, f"JSON {type(got).__name__}, not an object")
+    for key, want in (keys or {}).items():
+        value = got.get(key)
+        if not isinstance(value, want) or type(value) is bool and want is not bool:
+            raise Damaged(path, f"its {key!r} is missing or not what pwe writes")
+    return got
 
 
 def read_text(path: Path | str, errors: str = "strict", limit: int | None = None) -> str:

@@ -21,7 +21,7 @@ from pilot.transport import EngineSpool, Transport
 from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NO_ENV, NODE_LOST,
                         START, UNWRITABLE, UP, VERSION, channel_key)
 
-from ..base.errors import RunStopped
+from ..base.errors import RunDamaged, RunStopped
 from ..planning.trees import decide
 
 #: seconds an engine with pilots on a broker sleeps before it waits on the broker for events
@@ -113,7 +113,12 @@ class Intake:
                         f"{text}")
 
     def _ingest(self, pilot: PilotHandle) -> int:
-        events = pilot.receive()
+        try:
+            events = pilot.receive()
+        except OSError as exc:  # (its events file is not a regular file of its own, or damaged: pilot/bounded.py)
+            raise RunDamaged(f"{exc.filename or pilot.transport.where}: cannot be read ({exc.strerror or exc}); pilot "
+                             f"{pilot.id}'s messages must be its own regular file: put it back, then pwe resume "
+                             f"{self.dir.name}") from None
         for broker in self._brokers.values():
             while broker.notes:
                 self._record({"e": "note", "what": broker.notes.pop(0), "t": time.time()})

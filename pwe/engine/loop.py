@@ -396,7 +396,7 @@ def asked_by(request: Path) -> str | None:
     import json
 
     try:
-        said = json.loads(request.read_bytes()[:4096] or b"{}")
+        said = json.loads(read_bytes(request, 4096) or b"{}")
     except (OSError, ValueError):
         return None
     by = said.get("by") if isinstance(said, dict) else None

@@ -46,7 +46,7 @@ from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 from ..base.errors import InputError, JournalError, PweError, RunStopped
 from ..runstate.rundir import EngineLock
 from ..base.regular import write_json_atomic
-from ..base.regular import read_text
+from ..base.regular import read_json
 
 if TYPE_CHECKING:
     from .handles import PilotHandle
@@ -79,7 +79,7 @@ def ask(run_dir: Path, body: dict[str, Any], wait: float = ANSWER_WAIT) -> dict[
     deadline = time.time() + wait
     while time.time() < deadline:
         try:
-            got = json.loads(read_text(answer))
+            got = read_json(answer)
         except (OSError, ValueError):
             if not lock.holder():
                 (d / f"pilot-{rid}.json").unlink(missing_ok=True)
@@ -155,9 +155,10 @@ def listing(run_dir: Path) -> list[dict[str, Any]]:
         for p in ns.pilot.values():
             running[p] = running.get(p, 0) + 1
     try:
-        view = json.loads(read_text(run_dir / "state.json")).get("pilot_view") or {}
-    except (OSError, ValueError):
+        view = read_json(run_dir / "state.json").get("pilot_view") or {}
+    except OSError:
         view = {}
+    view = view if isinstance(view, dict) else {}
     live_engine = EngineLock(run_dir).holder() is not None
     out = []
     for pid_, p in sorted(st.pilots.items(), key=lambda kv: int(kv[0].lstrip("p") or 0)):
@@ -196,7 +197,7 @@ class PilotControl:
         for name in names:
             path = d / name
             try:
-                req = json.loads(read_text(path, limit=1 << 20))
+                req = read_json(path, limit=1 << 20)
                 ok = isinstance(req, dict) and authentic(self.dir, req)
             except (OSError, ValueError):
                 req, ok = {}, False

@@ -28,6 +28,7 @@ from typing import Any
 from pilot.transport import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
+from ..base.regular import open_regular
 from .intake import Intake
 from .pilotctl import PilotControl
 from ..planning.placement import pilot_job
@@ -323,7 +324,9 @@ class PilotWork(Intake, Recovery, PilotControl):
         if self._failed_pilots >= 3:
             log = pilot.dir / "pilot.log"
             try:
-                last = log.read_text(errors="replace").strip().splitlines()[-1]
+                with open_regular(log, "rb", within=pilot.dir) as fh:  # (its last 4 KiB: a line of it)
+                    fh.seek(max(0, fh.seek(0, 2) - 4096))
+                    last = fh.read().decode("utf-8", "replace").strip().splitlines()[-1]
             except (OSError, IndexError):
                 last = "(no output)"
             what = "died before starting" if not pilot.came_up else "failed before finishing any member"

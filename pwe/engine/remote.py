@@ -119,14 +119,16 @@ class RemoteRun:
 
     @classmethod
     def open(cls, run_dir: Path) -> "RemoteRun":
-        try:
-            info = json.loads((run_dir / REMOTE_FILE).read_text())
-        except (OSError, ValueError) as exc:
-            from ..base.errors import RunDamaged
+        from ..base.errors import RunDamaged
+        from ..base.regular import read_json
 
-            raise RunDamaged(f"{run_dir / REMOTE_FILE}: cannot be read ({exc}); it says where the run was "
+        try:
+            return cls(run_dir, read_json(run_dir / REMOTE_FILE, {"run_id": str, "base": str, "host": str,
+                                                                  "host_def": dict}))
+        except (OSError, ValueError) as exc:  # (ValueError: a host_def that is not a host's)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+            raise RunDamaged(f"{run_dir / REMOTE_FILE}: cannot be read ({why}); it says where the run was "
                              "staged") from None
-        return cls(run_dir, info)
 
     def _record(self, step: str, moved: list[Any]) -> None:
         """What a staging or a fetch cost, kept in remote.json (``transfers``): files,

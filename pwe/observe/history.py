@@ -21,22 +21,7 @@ from pilot.wire import DAMAGED, FORGED, MALFORMED, VERSION, channel_key, decode
 
 from ..base.errors import InputError
 from ..runstate.journal import replay
-from ..base.regular import read_bytes
-
-
-def _spool_bytes(path: Path) -> bytes:
-    """A pilot's spool file, plain or sealed (compressed once the pilot left:
-    :func:`pilot.transport.seal`); :class:`OSError` for one damaged past reading."""
-    try:
-        return read_bytes(path)
-    except FileNotFoundError:
-        import gzip
-        import zlib
-
-        try:
-            return gzip.decompress(read_bytes(f"{path}.gz"))
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise OSError(f"{path}.gz is damaged ({exc})") from None
+from ..base.regular import read_bytes, read_lines
 
 
 def events(run_dir: Path) -> Iterator[dict[str, Any]]:
@@ -55,15 +40,14 @@ def events(run_dir: Path) -> Iterator[dict[str, Any]]:
         got: list[dict[str, Any]] = []
         for name, via in ((EVENTS, "spool"), (ARCHIVE, "redis")):
             try:
-                data = _spool_bytes(d / name)
+                for line in read_lines(d / name, within=d):  # (a line cut short at the end: never sent whole)
+                    for m in decode(line, key)[0]:
+                        got.append({"pilot": d.name, "via": via, "v": VERSION, **m})
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise InputError(f"{d / name} cannot be read ({exc.strerror or exc}); it must be the pilot's own "
-                                 "regular file") from None
-            msgs, partial = decode(data, key)
-            for m in msgs:
-                got.append({"pilot": d.name, "via": via, "v": VERSION, **m})
+                raise InputError(f"{exc.filename or d / name} cannot be read ({exc.strerror or exc}); it must be the "
+                                 "pilot's own regular file") from None
         got.sort(key=lambda m: m.get("q") if type(m.get("q")) is int else 0)
         seen: set[int] = set()
         for m in got:

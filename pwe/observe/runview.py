@@ -8,7 +8,6 @@ journal is newer than the snapshot.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from ..base.errors import InputError, PweError
 from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin, pilot_states
-from ..base.regular import open_regular, read_text
+from ..base.regular import open_regular, read_json, read_text
 
 
 def status(run_dir: Path) -> dict[str, Any]:
@@ -48,7 +47,7 @@ def status(run_dir: Path) -> dict[str, Any]:
     snap["run_dir"] = str(d)
     heartbeat = 5.0
     try:
-        heartbeat = float(json.loads(read_text(d / "run.json")).get("heartbeat", 5.0))
+        heartbeat = float(read_json(d / "run.json").get("heartbeat", 5.0))
     except (OSError, ValueError, TypeError):
         pass
     snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
@@ -103,7 +102,7 @@ def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
     out: dict[str, Any] = {"run_id": run_dir.name, "from": where, "state": "?", "finished": 0, "total": None,
                            "started": None, "duration": None, "core_hours": None, "run_dir": str(run_dir)}
     try:
-        info = json.loads(read_text(run_dir / "run.json"))
+        info = read_json(run_dir / "run.json")
         out["run_id"] = info.get("run_id", run_dir.name)
         out["from"] = origin(info, where)
         out["started"] = info.get("created")
@@ -131,8 +130,8 @@ def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
 def snapshot(path: Path) -> dict[str, Any] | None:
     """state.json's content; None when it is missing or not what the engine writes."""
     try:
-        snap = json.loads(read_text(path))
-    except (OSError, ValueError):
+        snap = read_json(path)
+    except OSError:
         return None
     ok = isinstance(snap, dict) and all(isinstance(snap.get(k, {}), dict) for k in ("nodes", "totals", "pilots")) \
         and "nodes" in snap and all(isinstance(c, dict) for k in ("nodes", "pilots") for c in snap.get(k, {}).values())
@@ -288,7 +287,7 @@ def node_sizes(run_dir: Path) -> dict[str, int]:
     """Members per node of a run: from state.json (each member is counted in exactly one
     state), else, when the engine never wrote one, from the run's plan."""
     try:
-        counts = json.loads(read_text(run_dir / "state.json"))["nodes"]
+        counts = read_json(run_dir / "state.json")["nodes"]
         return {n: sum(c.values()) for n, c in counts.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..runstate.journal import packed, replay, unpack
+from ..runstate.journal import check, packed, replay, unpack
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
@@ -37,7 +37,10 @@ COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit",
 class Trace:
     """Attempts and pilots gathered from journal records (:meth:`take`, one per record)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plan: Any = None) -> None:
+        #: the members each node has (the plan's, and those its check grew): every record's
+        #: numbers are checked against them (pwe.runstate.journal.check); None: not checked
+        self._sizes = {nid: pn.size for nid, pn in plan.nodes.items()} if plan is not None else None
         # (node, member, attempt) -> [submit, start, end, rc, why, dt, cpu, rss, out, pilot, nodes, ended]
         # (ended: None, or how an attempt without an exit status ended: "lost", "cancelled")
         self.attempts: dict[tuple[str, int, int], list[Any]] = {}
@@ -46,11 +49,18 @@ class Trace:
         self.last: float | None = None  # the last engine's start or end
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/planning/trees.py)
 
+    def size_of(self, nid: str) -> int:
+        return self._sizes[nid] + len(self.grown.get(nid, ()))  # type: ignore[index]
+
     def take(self, r: dict[str, Any]) -> None:
+        """Take one journal record; :class:`ValueError` (or KeyError) for one whose numbers
+        the plan does not allow (a damaged record: the replay skips it)."""
+        size = None if self._sizes is None else self.size_of
         if packed(r):  # (compacted records: pwe/runstate/journal.py)
-            for one in unpack(r):
+            for one in unpack(r, size):
                 self._take(one)
         else:
+            check(r, size)
             self._take(r)
 
     def _take(self, r: dict[str, Any]) -> None:
@@ -125,7 +135,7 @@ def load(run_dir: Path, with_state: bool = True) -> tuple[dict[str, Any], Any, A
     from ..runstate.runs import check_journal, read
 
     info, plan = read(run_dir)
-    tr = Trace()
+    tr = Trace(plan)
     state = None
     if with_state:
         from ..runstate.state import RunState

@@ -116,7 +116,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
 def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
     """The checkpoint's state, offset and line count; ValueError (what is wrong) when it
     cannot be used, FileNotFoundError when there is none."""
-    with open_regular(run_dir / NAME, "rb") as fh:
+    with open_regular(run_dir / NAME, "rb", within=run_dir) as fh:
         data = fh.read()
     first, _, rest = data.partition(b"\n")
     try:
@@ -160,6 +160,9 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
         for k in _SPARSE:
             setattr(ns, k, {int(i): v for i, v in n[k]})
         ns.complete = [[int(lo), int(hi)] for lo, hi in n.get("complete", [])]  # (pwe.planning.products)
+        if any(not 0 <= i < ns.size for k in _SPARSE for i in getattr(ns, k)) or any(
+                not 0 <= lo <= hi <= ns.size for lo, hi in ns.complete) or len(ns.counts) != 8:
+            raise ValueError("a member index out of its node's range")  # (forged: its CRC is no signature)
         for lo, hi in ready_runs(ns.state):
             st.ready.append_run(nid, lo, hi)
     st.barrier_left = {(s, d): n for s, d, n in h["barrier_left"]}

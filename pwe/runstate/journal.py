@@ -42,14 +42,14 @@ from typing import Any, Callable
 from pilot import transport
 
 from ..base.errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
-from ..base.regular import open_regular
+from ..base.regular import MAX_LINE, open_regular
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 _CRC = b',"c":"'
 _TAIL = len(b',"c":"00000000"}\n')
 #: What apply() raises for a record it cannot understand: that record is damaged too.
-_NOT_UNDERSTOOD = (KeyError, ValueError, TypeError, IndexError, AttributeError)
+_NOT_UNDERSTOOD = (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError)
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -93,12 +93,65 @@ def packed(r: dict[str, Any]) -> bool:
     return e == "ends" or e == "assign" and "len" in r or e == "end" and "ran" in r
 
 
-def unpack(r: dict[str, Any]) -> list[dict[str, Any]]:
+#: the most attempts a member may have (its counter is 4 bytes: pwe/runstate/state.py)
+MAX_ATTEMPT = (1 << 31) - 1
+#: the records that name one member (``n``, ``m``; ``a``, its attempt, where there)
+_OF_MEMBER = frozenset(("assign", "start", "end", "unassign", "ends"))
+#: the fields of those records that are numbers when there (times, usage)
+_NUMBERS = ("t", "dt", "cpu", "rss")
+
+
+def _index(value: Any, count: int | None, what: str) -> int:
+    if type(value) is not int or value < 0 or count is not None and value >= count:
+        raise ValueError(f"{what} {value!r} is not a member of the node ({count} members)")
+    return value
+
+
+def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
+    """Whether the numbers a record carries are what the plan allows, before anything is
+    sized or indexed by them: ``size(node)``, the members the node has now (KeyError for
+    a node the run does not have). Member indices in range, attempts whole numbers of at
+    most :data:`MAX_ATTEMPT`, an assign's ``len`` within the node, the runs of a
+    ``complete`` and a ``retry``'s ``only`` within their nodes. Else :class:`ValueError`:
+    a damaged record. ``size`` None (a test's or a benchmark's own journal): types and
+    signs only."""
+    e = r["e"]
+    if e in _OF_MEMBER:
+        n = r["n"]
+        if type(n) is not str:
+            raise ValueError(f"node {n!r}")
+        count = None if size is None else size(n)
+        if e != "ends":
+            _index(r["m"], count, "member")
+            if "len" in r:
+                _index(r["len"] - 1 if type(r["len"]) is int and r["len"] > 0 else -1,
+                       None if count is None else count - r["m"], "len")
+        if "a" in r or e != "unassign":
+            _index(r["a"], MAX_ATTEMPT + 1, "attempt")
+        if e != "ends":
+            for k in _NUMBERS:
+                if r.get(k) is not None and type(r[k]) not in (int, float):
+                    raise ValueError(f"{k} {r[k]!r} is not a number")
+            if e == "end" and type(r["rc"]) is not int:
+                raise ValueError(f"exit status {r['rc']!r}")
+    elif e == "complete" or e == "retry" and r.get("only") is not None:
+        spans = [(r["n"], r["r"])] if e == "complete" else list(r["only"].items())
+        for n, runs in spans:
+            count = None if size is None else size(n)
+            for lo, hi in runs:
+                _index(lo, count, "member")
+                if type(hi) is not int or hi < lo or count is not None and hi > count:
+                    raise ValueError(f"members {lo!r}..{hi!r}")
+
+
+def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[dict[str, Any]]:
     """The records one journal record stands for (see the module's docstring): an assign
     with ``len`` as one assign per member, an ``ends`` as its ends, an end carrying its
-    start as that start and the end; any other record as itself. A ``len`` that is not a
-    count of at least one, or columns of other lengths, is :class:`ValueError` (a damaged
-    record)."""
+    start as that start and the end; any other record as itself; each checked against
+    the plan first (:func:`check`, with ``size``). A ``len`` that is not a count of at
+    least one within the node, columns of other lengths, a member index out of range:
+    :class:`ValueError` (a damaged record)."""
+    check(r, size)
     if r["e"] == "ends":
         cols = [r[k] for k in _COLUMNS] + [r["ran"]]
         if not all(type(c) is list and len(c) == len(cols[0]) for c in cols):
@@ -109,14 +162,11 @@ def unpack(r: dict[str, Any]) -> list[dict[str, Any]]:
                    "rss": rss}
             if ran:
                 end["ran"] = 1
-            out += unpack(end)
+            out += unpack(end, size)
         return out
     if r["e"] == "assign" and "len" in r:
-        count = r["len"]
-        if type(count) is not int or count < 1:
-            raise ValueError(f"assign len {count!r}")
         one = {k: v for k, v in r.items() if k != "len"}
-        return [{**one, "m": r["m"] + j} for j in range(count)]
+        return [{**one, "m": r["m"] + j} for j in range(r["len"])]
     if r["e"] == "end" and "ran" in r:
         t, dt = r.get("t"), r.get("dt")
         began = round(t - dt, 3) if isinstance(t, (int, float)) and isinstance(dt, (int, float)) else t
@@ -159,7 +209,7 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, l
     every member again."""
     done = Replayed(Path(path))
     try:
-        fh = open_regular(path, "rb")
+        fh = open_regular(path, "rb", within=Path(path).parent)
     except FileNotFoundError:
         return done
     except OSError as exc:  # (a FIFO or a device put there: never opened for a blocking read)
@@ -168,7 +218,24 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, l
     with fh:
         fh.seek(start)
         done.end, done.lines = start, lines
-        for number, line in enumerate(fh, lines + 1):
+        number = lines
+        while True:
+            line = fh.readline(MAX_LINE + 1)
+            if not line:
+                break
+            number += 1
+            if len(line) > MAX_LINE:  # (longer than any record: skipped to its end, never held whole)
+                size = len(line)
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(MAX_LINE + 1)
+                    size += len(line)
+                if not line:
+                    done.torn = True
+                    break
+                done.end += size
+                done.lines = number
+                done.damaged.append(number)
+                continue
             if not line.endswith(b"\n"):
                 done.torn = True  # (only the last line can be)
                 break

@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator
 
 from .readyqueue import ReadyQueue
 from ..base.states import DONE, WAITING
+from ..base.regular import read_json
 
 #: a member's estimate when nothing is known about its node (seconds)
 DEFAULT_SECONDS = 60.0
@@ -65,7 +66,7 @@ def read_durations(run_dir: Path, workflow: str) -> dict[str, float]:
         if d.resolve() == here:
             continue
         try:
-            data = json.loads((d / DURATIONS).read_text())
+            data = read_json(d / DURATIONS)
         except FileNotFoundError:
             continue
         except (OSError, ValueError):

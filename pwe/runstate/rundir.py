@@ -25,11 +25,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
+from ..base.regular import open_regular
 
 DEFAULT_ROOT = Path("pwe-runs")
 
@@ -238,7 +240,10 @@ class EngineLock:
         does. Asked the moment an engine takes the lock, it waits (at most :data:`SETTLE`)
         for that engine's record rather than name a holder that died before it."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO put there: never waited on)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                return None
         except OSError:
             return None
         try:
@@ -401,7 +406,7 @@ def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_runnin
 def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
     """The last whole event in a pilot's events file and how long ago the file changed."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "rb", within=path.parent) as fh:
             size = fh.seek(0, 2)
             fh.seek(max(0, size - 4096))
             tail = fh.read()

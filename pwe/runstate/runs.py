@@ -9,7 +9,6 @@ talks to a host.
 
 from __future__ import annotations
 
-import json
 import shutil
 import stat
 import time
@@ -20,7 +19,7 @@ from . import rundir
 from ..base.confine import inside
 from ..base.errors import InputError, RunDamaged
 from ..planning.plan import Plan, plan_workflow
-from ..base.regular import kind, open_regular, read_text
+from ..base.regular import kind, open_regular, read_json
 from ..base.regular import write_json_atomic
 
 
@@ -86,9 +85,9 @@ def read_info(run_dir: Path) -> dict[str, Any]:
     """run.json's content; :class:`RunDamaged` (one line) when it cannot be read."""
     path = run_dir / "run.json"
     try:
-        info = json.loads(read_text(path))
-        if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in ("run_id", "workflow", "copy")) \
-                or not isinstance(info.get("lanes"), dict) or not info["lanes"]:
+        info = read_json(path, {"run_id": str, "workflow": str, "copy": str, "lanes": dict})
+        if not info["lanes"] or not all(isinstance(lane, dict) for lane in info["lanes"].values()) \
+                or not isinstance(info.get("sets") or {}, dict):
             raise ValueError("not what pwe writes there")
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not the JSON pwe wrote"
@@ -169,9 +168,8 @@ def _still(run_dir: Path) -> str:
     """What can still be seen of a damaged run, in the words of the commands that show it."""
     ref = rundir.run_ref(run_dir)
     try:
-        snap = json.loads(read_text(run_dir / "state.json"))
-        counts = isinstance(snap, dict) and isinstance(snap.get("nodes"), dict)
-    except (OSError, ValueError):
+        counts = isinstance(read_json(run_dir / "state.json").get("nodes"), dict)
+    except OSError:
         counts = False
     logs = f"`pwe logs {ref} NODE:INDEX` what a member wrote"
     return f"`pwe status {ref}` still shows the counts it last saved and {logs}" if counts else \

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
 from ..base.states import ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, READY, RUNNING, SKIPPED, WAITING
-from .journal import packed, unpack
+from .journal import check, packed, unpack
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -186,16 +186,21 @@ class RunState:
                     todo.append((e.dst, None))
 
     # -- records ---------------------------------------------------------------------------
+    def size_of(self, nid: str) -> int:
+        """Members node ``nid`` has now (grown ones too); KeyError for one the run has not."""
+        return self.nodes[nid].size
+
     def apply(self, r: dict[str, Any]) -> Any:
         """Apply one journal record. Idempotent for pilot events: an event for an attempt
         or a pilot that is no longer current is ignored (returns None)."""
         e = r["e"]
         if packed(r):  # (compacted: journal.py)
             out = None
-            for one in unpack(r):
+            for one in unpack(r, self.size_of):
                 got = self.apply(one)
                 out = got if got is not None else out
             return out
+        check(r, self.size_of)  # (its numbers against the plan: ValueError, a damaged record)
         if e == "assign":
             ns = self.nodes[r["n"]]
             i = r["m"]

@@ -64,27 +64,32 @@ async def runs_stream(src: Any, gone: Any) -> AsyncIterator[bytes]:
         quiet += TICK * 2
 
 
-def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+def tail(path: Path, offset: int, size: Any = None) -> tuple[list[dict[str, Any]], int]:
     """The whole records appended to the journal at ``path`` after byte ``offset``, and the
-    offset after them (a line still being written waits for the next look)."""
+    offset after them (a line still being written waits for the next look; one longer
+    than :data:`READ` is skipped). ``size(node)``: the members each node has, that every
+    record's numbers are checked against (:func:`pwe.runstate.journal.check`)."""
+    from ..base.regular import open_regular
     from ..runstate.journal import decode, unpack
 
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "rb", within=path.parent) as fh:
             fh.seek(offset)
             data = fh.read(READ)
     except OSError:
         return [], offset
     cut = data.rfind(b"\n") + 1
+    if not cut and len(data) == READ:  # (no record is that long: damaged, skipped)
+        return [], offset + READ
     out = []
     for line in data[:cut].splitlines(keepends=True):
         rec = decode(line)
         if rec is None:
             continue
         try:
-            ones = unpack(rec)  # (an assign of consecutive members, an end carrying its start: each its own)
-        except (ValueError, KeyError, TypeError):
-            continue
+            ones = unpack(rec, size)  # (an assign of consecutive members, an end carrying its start: each its own)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # (a damaged record: the state's replay warns of it)
         out.extend({k: one[k] for k in FIELDS if k in one} for one in ones)
     return out, offset + cut
 
@@ -99,7 +104,13 @@ async def run_stream(src: Any, run_dir: Path, gone: Any) -> AsyncIterator[bytes]
     quiet = 0.0
     yield event("hello", {"run_id": run_dir.name, "offset": offset})
     while not await gone():
-        recs, offset = await asyncio.to_thread(tail, journal, offset)
+        try:  # (the members each node has now: what the records' numbers are checked against)
+            nodes = (await asyncio.to_thread(src.cache.get, run_dir)).state.nodes
+        except Exception as exc:  # (a run damaged meanwhile: said, the stream goes on)
+            yield event("problem", {"error": str(exc)})
+            await asyncio.sleep(TICK * 4)
+            continue
+        recs, offset = await asyncio.to_thread(tail, journal, offset, lambda n, nodes=nodes: nodes[n].size)
         if recs:
             quiet = 0.0
             for i in range(0, len(recs), BATCH):

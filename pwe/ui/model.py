@@ -77,18 +77,20 @@ class LoadedRun:
         """The run's trace (:class:`pwe.observe.trace.Trace`), read the first time: the whole journal,
         or, of a journal over :data:`WHOLE_TRACE` bytes, its last :data:`TRACE_TAIL` bytes
         (the attempts assigned there: ``self.partial`` is then the offset it starts at)."""
+        from ..base.regular import lines, open_regular
         from ..runstate.journal import replay
         from ..observe.trace import Trace
 
         with self.lock:
             if self.trace is None:
-                tr = Trace()
+                tr = Trace(self.plan)
                 start = 0
                 size = self._size()
                 if size > WHOLE_TRACE:
-                    with open(self.journal, "rb") as fh:
+                    with open_regular(self.journal, "rb", within=self.dir) as fh:
                         fh.seek(size - TRACE_TAIL)
-                        fh.readline()  # (to the next whole line)
+                        for _ in lines(fh, TRACE_TAIL):  # (to the next whole line)
+                            break
                         start = fh.tell()
                 done = replay(self.journal, tr.take, start=start)
                 self.trace, self.trace_end, self.trace_lines = tr, done.end, done.lines
