@@ -11,6 +11,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
+# pwe's state (the registry of runs, pwe/runstate/registry.py, the service's directory) in a
+# directory of this session, never the user's: every run the suite makes registers itself.
+# A test that wants its own sets PWE_HOME or XDG_STATE_HOME for its subprocesses.
+import tempfile as _tempfile
+
+_os.environ.pop("PWE_HOME", None)
+_os.environ["XDG_STATE_HOME"] = _tempfile.mkdtemp(prefix="pwe-test-state-")
+
 
 def read_journal(run_dir) -> list[dict]:
     """A finished run's journal, every line whole (a torn line fails the test), as the

@@ -54,9 +54,9 @@ def _with_run_options(f):
 def _run_id(value: str | None) -> str | None:
     """``pwe submit --run-id`` (hidden: a staged run's id, given by the machine that staged
     it, pwe.engine.remote): a run id's characters only."""
-    import re
+    from ..runstate.registry import valid_run_id
 
-    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", value):
+    if value is not None and not valid_run_id(value):
         raise click.BadParameter("a run id is letters, digits, '.', '_' and '-'")
     return value
 

@@ -112,6 +112,9 @@ class RemoteRun:
                                                                           "host", "created", "workspace")}
                                  | {"remote": True})
         write_json_atomic(path / REMOTE_FILE, info)
+        from ..runstate.registry import register
+
+        register(run_id, path)
         rr = cls(path, info)
         rr.warnings = warnings
         return rr

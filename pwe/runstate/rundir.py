@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import registry
 from ..base.errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
 
 DEFAULT_ROOT = Path("pwe-runs")
@@ -164,19 +165,27 @@ def find(run: str | None, root: Path | None = None) -> Path:
         for base, _ in places:
             if (base / run / "run.json").is_file():
                 return base / run
-    known = [(p.parent.name, base) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
+        there = registry.lookup(run) if root is None else None  # (a run made with --run-dir anywhere)
+        if there is not None:
+            return there
+    known = [(p.parent.name, p.parent) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
     if run and "/" not in run:
-        hits = [(k, base) for k, base in known if k.startswith(run)]
+        hits, seen = [], set()
+        for k, d in known + (registry.starting(run) if root is None else []):
+            if k.startswith(run) and _key(d) not in seen:
+                seen.add(_key(d))
+                hits.append((k, d))
         if len(hits) == 1:
-            return hits[0][1] / hits[0][0]
+            return hits[0][1]
         if hits:
-            shown = ", ".join(f"{k} ({_shown(base)})" for k, base in hits[:10]) + (
+            shown = ", ".join(f"{k} ({_shown(d.parent) if d.name == k else d})" for k, d in hits[:10]) + (
                 f" and {len(hits) - 10} more" if len(hits) > 10 else "")
             raise RunNotFound(f"'{run}' is the start of {len(hits)} runs: {shown}; give more of the id")
     from ..base.errors import did_you_mean
 
     looked = ", ".join(_shown(base) for base, _ in places)
-    raise RunNotFound(f"no run '{run}' (looked in {looked}){did_you_mean(run, sorted(k for k, _ in known))}")
+    nor = f", nor in the registry of runs ({registry.where()}/)" if root is None else ""
+    raise RunNotFound(f"no run '{run}' (looked in {looked}){nor}{did_you_mean(run, sorted(k for k, _ in known))}")
 
 
 def listed(root: Path | None = None) -> list[tuple[Path, str]]:
@@ -346,7 +355,8 @@ def _live(info: dict) -> bool:
 
 def run_ref(run_dir: Path) -> str:
     """How to name a run on the command line: its id when :func:`find` finds it by its id
-    (it is under one of :func:`roots`), else its directory."""
+    (it is under one of :func:`roots`), else its directory (a run made with --run-dir: as it
+    was given; its id finds it too, through the registry of runs)."""
     run_dir = Path(run_dir)
     try:  # (under a root: not a directory of that name that happens to be here)
         if _key(run_dir.parent) in {_key(root) for root, _ in roots()} and \

@@ -78,6 +78,9 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     from .notify import make_secret
 
     make_secret(path)
+    from .registry import register
+
+    register(run_id, path)  # (found by its id wherever it is: pwe/runstate/registry.py)
     return path, plan, info, warnings
 
 
