@@ -88,14 +88,35 @@ def console():
     return Console(highlight=False, soft_wrap=True)
 
 
+def echo(text: object = "", err: bool = False, nl: bool = True) -> None:
+    """Print lines that hold values members, users or run files made: every control
+    character but newline and tab written visibly (:func:`pwe.base.text.inert`), so nothing
+    of theirs reaches the terminal as an escape sequence. Each value is :func:`~pwe.base.text.shown`
+    as well where it is put into a line (a newline of its own cannot make a line up)."""
+    from ..base.text import inert
+
+    click.echo(inert(str(text)), err=err, nl=nl)
+
+
+def markup(value: object, lines: bool = False) -> str:
+    """A value put into rich's markup (``con.print``, a table's cell): shown as text, its
+    control characters written visibly (``lines``: but newline and tab, a script's) and its
+    brackets not read as markup (``[bold]``)."""
+    from rich.markup import escape
+
+    from ..base.text import inert, shown
+
+    return escape(inert(str(value)) if lines else shown(value))
+
+
 def fail(exc: PweError) -> None:
-    click.echo(str(exc), err=True)
+    echo(str(exc), err=True)
     sys.exit(exc.exit_status)
 
 
 def warn(warnings: list[str]) -> None:
     for w in warnings:
-        click.echo(f"warning: {w}", err=True)
+        echo(f"warning: {w}", err=True)
 
 
 def find(run: str | None):

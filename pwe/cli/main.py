@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from .base import CORES, PweGroup, Whole, fail, find, hosts_option, json_option, leave, warn, who, workspace_option
+from .base import (CORES, PweGroup, Whole, echo, fail, find, hosts_option, json_option, leave, warn, who,
+                   workspace_option)
 from .events import events
 from .check import hosts, plan, validate
 from .pilot import pilot
@@ -118,20 +119,20 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
             now = time.time()
             if now - last_line[0] >= 5 or finished == total:
                 last_line[0] = now
-                click.echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
+                echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
 
     try:
         ok = engine.run(progress=report, **kwargs)
     except RunStopped as exc:
         if bar is not None:
             bar.stop()
-        click.echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
+        echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
                    err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         if bar is not None:
             bar.stop()
-        click.echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
+        echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
         sys.exit(130)
     finally:
         if bar is not None:
@@ -143,19 +144,19 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
                                "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
     else:
-        click.echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
+        echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
     from ..observe.treeview import unconverged_lines
 
     ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
     for line in unconverged_lines(engine.state, ref):
-        click.echo(line, err=True)
+        echo(line, err=True)
     if t[FAILED]:
         shown = failed_examples(engine.state, engine.dir, limit=3)
         for _, line in shown:
-            click.echo(line, err=True)
-        click.echo(f"see: pwe show {ref} --state failed", err=True)
+            echo(line, err=True)
+        echo(f"see: pwe show {ref} --state failed", err=True)
         if shown:  # NODE:INDEX, not NODE[INDEX]: brackets are a glob to the shell it is pasted into
-            click.echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
+            echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
     leave(0 if ok else 1)
 
 
@@ -171,7 +172,7 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
-        click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
+        echo(f"run {engine.run_id}  ({engine.dir})", err=True)
         warn(engine.warnings)
         if isinstance(engine, RemoteRun):
             from protocols.warmpilot import dismiss
@@ -283,7 +284,7 @@ def cancel(run: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"run_id": d.name, "cancelled": done}))
     else:
-        click.echo(f"{d.name}: cancelled" if done else f"{d.name}: already finished; nothing to cancel")
+        echo(f"{d.name}: cancelled" if done else f"{d.name}: already finished; nothing to cancel")
 
 
 @cli.command()
@@ -364,6 +365,6 @@ def main() -> None:
     except PweError as exc:  # anything a command did not map itself
         fail(exc)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         sys.exit(130)
 

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .base import NODES, PweGroup, fail, find, hosts_option, json_option
+from .base import NODES, PweGroup, echo, fail, find, hosts_option, json_option
 from ..base.errors import PweError
 
 
@@ -23,10 +23,10 @@ def _answer(got: dict, as_json: bool, said: str) -> None:
         click.echo(json.dumps(got))
     if not got.get("ok"):
         if not as_json:
-            click.echo(got.get("why") or "refused", err=True)
+            echo(got.get("why") or "refused", err=True)
         sys.exit(int(got.get("exit") or 1))
     if not as_json:
-        click.echo(said)
+        echo(said)
 
 
 @pilot.command()
@@ -81,8 +81,8 @@ def list_(run: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    click.echo(f"{'pilot':6} {'host':12} {'job':10} {'state':9} {'slots':>5} {'running':>7} {'done':>6}")
+    echo(f"{'pilot':6} {'host':12} {'job':10} {'state':9} {'slots':>5} {'running':>7} {'done':>6}")
     for r in rows:
         mark = " (added)" if r["added"] else ""
-        click.echo(f"{r['pilot']:6} {str(r['host']):12} {str(r['job'] or '-'):10} {r['state']:9} "
+        echo(f"{r['pilot']:6} {str(r['host']):12} {str(r['job'] or '-'):10} {r['state']:9} "
                    f"{str(r['slots']):>5} {r['running']:>7} {r['done']:>6}{mark}")

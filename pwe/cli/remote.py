@@ -11,6 +11,7 @@ import time
 
 import click
 
+from .base import echo
 from ..base.errors import ContactError, HostError, InputError, RunStopped
 from ..engine.remote import RemoteRun
 
@@ -29,7 +30,7 @@ def _say_moved(what: str, rr: RemoteRun, moved: list) -> None:
         line += f", {kept} already there"
     if resumed:
         line += f", {len(resumed)} resumed from where they stopped"
-    click.echo(line, err=True)
+    echo(line, err=True)
 
 
 def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str | None = None,
@@ -45,12 +46,12 @@ def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str 
             _say_moved("staged", rr, rr.stage())
         if rr.info["step"] == "submit":
             rr.submit()
-            click.echo(f"{rr.run_id}: running on {rr.runner.display} in {rr.base}/run", err=True)
+            echo(f"{rr.run_id}: running on {rr.runner.display} in {rr.base}/run", err=True)
         elif again:
             word = _word(rr.status())
             if word != "running" and (again == "retry" or word == "stopped"):
                 rr.go_on(retry=again == "retry")
-                click.echo(f"{rr.run_id}: {again} on {rr.runner.display}", err=True)
+                echo(f"{rr.run_id}: {again} on {rr.runner.display}", err=True)
         if not follow:
             click.echo(json.dumps({"run_id": rr.run_id, "run_dir": str(rr.dir)}) if as_json else rr.run_id)
             return
@@ -61,14 +62,14 @@ def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str 
         _say_moved("fetched", rr, rr.fetch())
     except (HostError, InputError) as exc:
         if fresh and rr.info["step"] in ("stage", "submit") and _nothing_there(rr, exc):
-            click.echo(str(exc), err=True)
+            echo(str(exc), err=True)
             sys.exit(2)
-        click.echo(f"{exc}; the run goes on there: `pwe resume {ref}` takes it up again"
+        echo(f"{exc}; the run goes on there: `pwe resume {ref}` takes it up again"
                    if rr.info["step"] not in ("stage", "submit") else
                    f"{exc}; then: pwe resume {ref} (what arrived is kept)", err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
-        click.echo(f"interrupted; `pwe resume {ref}` takes it up again", err=True)
+        echo(f"interrupted; `pwe resume {ref}` takes it up again", err=True)
         sys.exit(130)
     finally:
         rr.close()
@@ -104,7 +105,7 @@ def _progress(rr: RemoteRun):
         now = time.time()
         if line != last[1] and now - last[0] >= 5 or _word(snap) != "running":
             last[0], last[1] = now, line
-            click.echo(line, err=True)
+            echo(line, err=True)
 
     return report
 
@@ -124,7 +125,7 @@ def _ending(rr: RemoteRun, as_json: bool, ok: bool) -> None:
                                "ssh": {"connections": rr.runner.connects, "status_queries": rr.polls},
                                **complete_counts(st)}))
     else:
-        click.echo(f"{rr.run_id}: {outcome(t, st)} of {sum(t)}  ({rr.dir})", err=False)
+        echo(f"{rr.run_id}: {outcome(t, st)} of {sum(t)}  ({rr.dir})", err=False)
     if t[FAILED]:
-        click.echo(f"see: pwe show {rr.run_id} --state failed", err=True)
+        echo(f"see: pwe show {rr.run_id} --state failed", err=True)
     leave(0 if ok else 1)

@@ -14,7 +14,8 @@ import time
 
 import click
 
-from .base import COUNT, Seconds, Whole, fail, find, json_option, warn
+from .base import COUNT, Seconds, Whole, echo, fail, find, json_option, warn
+from ..base.text import inert, shown
 from ..base.errors import PweError
 
 
@@ -36,15 +37,17 @@ def runs(root: str | None, as_json: bool) -> None:
         return
     if not out:
         looked = f"{root}/" if root else ", ".join(f"{r}/" for r, _ in roots())
-        click.echo(f"no runs (looked in {looked})", err=True)
+        echo(f"no runs (looked in {looked})", err=True)
         return
+    for r in out:  # (what run.json says: shown as text)
+        r.update({k: shown(r[k]) for k in ("run_id", "from", "state")})
     width = max(len(r["run_id"]) for r in out)
     came = max(len(r["from"]) for r in out + [{"from": "from"}])
-    click.echo(f"{'run':<{width}}  {'from':<{came}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
+    echo(f"{'run':<{width}}  {'from':<{came}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
     for r in out:
         prog = f"{r['finished']:,}/{r['total']:,}" if r["total"] is not None else "?"
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "?"
-        click.echo(f"{r['run_id']:<{width}}  {r['from']:<{came}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
+        echo(f"{r['run_id']:<{width}}  {r['from']:<{came}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
                    f"{_duration(r['duration'])}")
 
 
@@ -75,9 +78,9 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
             else:
                 text = "\n".join(_status_lines(d, snap))
                 if watch and sys.stdout.isatty():
-                    click.echo("\x1b[H\x1b[2J" + text)  # home, clear: the same lines redrawn
+                    click.echo("\x1b[H\x1b[2J" + inert(text))  # home, clear: the same lines redrawn
                 else:
-                    click.echo(text + ("\n" if watch else ""))
+                    echo(text + ("\n" if watch else ""))
             if not watch or snap["phase"] != "running":
                 break
             time.sleep(every)
@@ -204,16 +207,16 @@ def show(run: str, query: str | None, node: str | None, only: str | None, limit:
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
         return
-    for m in out:
-        params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
-        outs = " ".join(f"{k}={v}" for k, v in m["outputs"].items())
+    for m in out:  # (parameters, outputs, reasons: the user's and the members' values, shown as text)
+        params = " ".join(f"{shown(k)}={shown(v)}" for k, v in m["parameters"].items())
+        outs = " ".join(f"{shown(k)}={shown(v)}" for k, v in m["outputs"].items())
         rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
-        why = f" ({m['why']})" if m.get("why") else ""
+        why = f" ({shown(m['why'])})" if m.get("why") else ""
         took = f" T={m['T']:g}s" if m.get("T") is not None else ""
         if "iteration" in m:  # a checked node's member: its place in its tree (pwe/planning/trees.py)
             took += f" iteration={m['iteration']}" + (f" parent={m['parent']}" if m["parent"] is not None else "") \
                 + (f" {m['verdict']}" if m.get("verdict") else "")
-        click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
+        echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
                    + (f"  -> {outs}" if outs else ""))
     if limit and len(out) >= limit:
         click.echo(f"(first {limit}; --limit 0 for all)", err=True)
@@ -230,9 +233,9 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     elif not data:
-        click.echo("no node of this run has a check: no trees", err=True)
+        echo("no node of this run has a check: no trees", err=True)
     else:
-        click.echo("\n".join(tree_lines(data)))
+        echo("\n".join(tree_lines(data)))
 
 
 @click.command()
@@ -247,11 +250,11 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
     are a glob to zsh; NODE alone for index 0)."""
     import re
 
-    from ..observe.runview import inert, logs_document
+    from ..observe.runview import logs_document
 
     m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
     if not m:
-        click.echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
+        echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
         sys.exit(2)
     node, idx = m.group(1), int(m.group(2) or 0)
     try:
@@ -261,13 +264,15 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
-    shown = inert if sys.stdout.isatty() else str  # (a terminal sees no member's escape sequences)
+    # the member's own bytes: as they are into a pipe or a file, control characters written
+    # visibly on a terminal (a member's escape sequences would be the terminal's to act on)
+    body = inert if sys.stdout.isatty() else str
     for name in ("stdout", "stderr"):
         if name not in doc:
             continue
         path, text = doc[name]["path"], doc[name]["text"]
-        click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
-        click.echo(shown(text), nl=not text.endswith("\n") and bool(text))
+        echo(f"==> {node}[{idx}] {name} ({shown(path)}) <==")
+        click.echo(body(text), nl=not text.endswith("\n") and bool(text))
 
 
 @click.command()
@@ -326,12 +331,12 @@ def report(run: str, output: str | None, as_json: bool) -> None:
         os.replace(tmp, path)  # a reader never opens half a page
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        click.echo(f"{path}: cannot write the report ({exc.strerror}): give another place with -o", err=True)
+        echo(f"{path}: cannot write the report ({exc.strerror}): give another place with -o", err=True)
         sys.exit(1)
     if as_json:
         click.echo(json.dumps({"report": str(path), "bytes": len(html.encode())}))
     else:
-        click.echo(str(path))
+        echo(str(path))
 
 
 COMMANDS = (runs, status, show, logs, trace, report)

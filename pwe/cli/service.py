@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .base import CORES, COUNT, PweGroup, Seconds, fail, json_option, set_option, who
+from .base import CORES, COUNT, PweGroup, Seconds, echo, fail, json_option, set_option, who
 from ..base.errors import InputError, PweError
 
 
@@ -24,7 +24,7 @@ def _store():
 
     store = Store()
     if store.legacy:
-        click.echo(f"warning: the service's directory is {store.root}, where an earlier pwe kept it; it is used "
+        echo(f"warning: the service's directory is {store.root}, where an earlier pwe kept it; it is used "
                    f"while {state_dir() / 'service'} does not exist (move it there while the service is stopped)",
                    err=True)
     return store
@@ -85,7 +85,7 @@ def start(broker: str | None, queue: str | None, run_root: str | None, ui: str |
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
-    click.echo(f"pwe service running (pid {st['pid']}; worker {st['worker']}, beat {st['beat']})  "
+    echo(f"pwe service running (pid {st['pid']}; worker {st['worker']}, beat {st['beat']})  "
                f"broker {st['broker']}, queue {st['queue']}; runs under {st['run_root']}"
                + (f"; dashboard on {st['ui']} (its address: {Path(st['service_dir']) / 'ui.log'})" if st.get("ui")
                   else ""))
@@ -102,9 +102,9 @@ def stop(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"stopped": held is not None, "pid": (held or {}).get("pid")}))
     elif held is None:
-        click.echo("pwe service is not running")
+        echo("pwe service is not running")
     else:
-        click.echo(f"pwe service stopped (pid {held.get('pid')}); runs already started go on")
+        echo(f"pwe service stopped (pid {held.get('pid')}); runs already started go on")
 
 
 @service.command(name="status")
@@ -123,19 +123,19 @@ def service_status(as_json: bool) -> None:
         live = f"last tick {age:g} s ago" if age is not None else "no tick yet"
         if not st["consuming"]:
             live += " (NOT consuming: the service restarts its worker)"
-        click.echo(f"pwe service: running, pid {st['pid']} (worker {st['worker']}, beat {st['beat']}); {live}")
+        echo(f"pwe service: running, pid {st['pid']} (worker {st['worker']}, beat {st['beat']}); {live}")
     else:
-        click.echo(f"pwe service: not running ({st['service_dir']}); pwe service start")
+        echo(f"pwe service: not running ({st['service_dir']}); pwe service start")
     depth = "?" if st["queue_depth"] is None else st["queue_depth"]
-    click.echo(f"broker: {st['broker']}; queue {st['queue']}: {depth} waiting")
-    click.echo(f"runs ({len(st['runs'])}, under {st['run_root']}):")
+    echo(f"broker: {st['broker']}; queue {st['queue']}: {depth} waiting")
+    echo(f"runs ({len(st['runs'])}, under {st['run_root']}):")
     for r in st["runs"][-20:]:
         by = f"  trigger {r['trigger']}" if r.get("trigger") else ""
         err = f"  {r['error']}" if r.get("error") else ""
-        click.echo(f"  {r['run_id']}  {r['phase']}{by}{err}")
-    click.echo(f"triggers ({len(st['triggers'])}):")
+        echo(f"  {r['run_id']}  {r['phase']}{by}{err}")
+    echo(f"triggers ({len(st['triggers'])}):")
     for t in st["triggers"]:
-        click.echo(f"  {t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+        echo(f"  {t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
                    + (f"  next {t['next']}" if t.get("next") else ""))
     sys.exit(0 if st["running"] else 1)
 
@@ -186,13 +186,13 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
     except PweError as exc:
         fail(exc)
     if url.startswith("filesystem:") and daemon._holder(store) is None:
-        click.echo("warning: the service is not running; the run starts when it does (pwe service start)", err=True)
+        echo("warning: the service is not running; the run starts when it does (pwe service start)", err=True)
     if as_json:
         import json
 
         click.echo(json.dumps({"run_id": req["run_id"], "service": daemon.redact(url)}))
     else:
-        click.echo(req["run_id"])
+        echo(req["run_id"])
 
 
 # -- pwe trigger ------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
     if as_json:
         click.echo(json.dumps(describe(trig), indent=2))
     else:
-        click.echo(f"trigger {tid}: {describe(trig)['when']}, overlap {overlap} -> {trig['workflow']}")
+        echo(f"trigger {tid}: {describe(trig)['when']}, overlap {overlap} -> {trig['workflow']}")
 
 
 @trigger.command(name="list")
@@ -301,9 +301,9 @@ def list_triggers(as_json: bool) -> None:
         click.echo(json.dumps(triggers, indent=2))
         return
     if not triggers:
-        click.echo("no triggers (pwe trigger add)")
+        echo("no triggers (pwe trigger add)")
     for t in triggers:
-        click.echo(f"{t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+        echo(f"{t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
                    + ("" if t.get("enabled", True) else "  (disabled)")
                    + (f"  next {t['next']}" if t.get("next") else "")
                    + (f"  last run {t['last_run']}" if t.get("last_run") else "")
@@ -343,10 +343,10 @@ def history(tid: str | None, limit: int, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("nothing yet" + (f" for trigger {tid}" if tid else ""))
+        echo("nothing yet" + (f" for trigger {tid}" if tid else ""))
     for r in rows:
         extra = " ".join(f"{k}={v}" for k, v in r.items() if k not in ("id", "trigger", "what", "t"))
-        click.echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")
+        echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")
 
 
 def _enable(tid: str, on: bool, as_json: bool) -> None:
@@ -360,7 +360,7 @@ def _enable(tid: str, on: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"trigger": tid, "enabled": on, "changed": changed}))
     else:
-        click.echo(f"trigger {tid} {word}" if changed else f"trigger {tid} was {word} already")
+        echo(f"trigger {tid} {word}" if changed else f"trigger {tid} was {word} already")
 
 
 @trigger.command()

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .base import Whole, fail
+from .base import Whole, echo, fail
 from ..base.errors import InputError, PweError
 
 
@@ -30,7 +30,7 @@ def start(runs_root: str | None, host: str, port: int, rotate: bool = False, say
     _needs_web()
     from ..ui.security import is_loopback, token, token_path
 
-    say = say or (lambda line: click.echo(line, err=True))
+    say = say or (lambda line: echo(line, err=True))
     if not host or any(ord(c) < 33 for c in host) or len(host) > 255:
         raise InputError(f"--host {host[:60]!r}: an address to listen on, e.g. 127.0.0.1")
     secret, made = token(rotate)

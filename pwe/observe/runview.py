@@ -9,7 +9,6 @@ journal is newer than the snapshot.
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from ..base.errors import InputError, PweError
 from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin, pilot_states
 from ..base.regular import open_regular, read_text
+from ..base.text import shown
 
 
 def status(run_dir: Path) -> dict[str, Any]:
@@ -202,16 +202,6 @@ def _indices(state: bytearray, code: int):
         i = state.find(code, i + 1)
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def inert(text: str) -> str:
-    """``text`` with every control character but newline and tab written visibly (``\\x1b``):
-    what a member wrote, printed to a terminal, can then neither move its cursor, set its
-    title nor hide a line (ESC sequences, carriage returns, backspaces)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def logs_document(run_dir: Path, node: str, index: int, said: str, tail: int | None = None,
                   only_stderr: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
     """What ``pwe logs --json`` prints (and the dashboard shows): ``node``, ``member``, and
@@ -341,7 +331,7 @@ def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, st
                 with open_regular(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
                     fh.seek(max(0, fh.seek(0, 2) - 4096))
                     last = fh.read().decode("utf-8", "replace").strip().splitlines()
-                tail = f"  | {inert(last[-1][:120])}" if last else ""
+                tail = f"  | {shown(last[-1][:120])}" if last else ""
             except OSError:
                 pass
             lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))
