@@ -89,9 +89,11 @@ def _prestart(host: str | None) -> None:
         prestart()
 
 
-def _follow(engine, as_json: bool = False, **kwargs) -> None:
+def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs) -> None:
     """Run the engine in the foreground with a progress display; exit 0 / 1. With
-    ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
+    ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals).
+    ``announce``: a line said once the run has begun (a run refused before, by a check the
+    engine makes as it starts, is one line: its refusal)."""
     from ..runstate.rundir import run_ref
     from ..observe.runview import complete_counts, failed_examples, outcome, progress
     from ..base.states import FAILED
@@ -108,7 +110,10 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         bar.start()
 
     def report(st) -> None:
-        nonlocal total
+        nonlocal total, announce
+        if announce:
+            echo(announce, err=True)
+            announce = None
         finished, extra = progress(st.totals())
         total = sum(st.totals())  # (a check grows members as the run goes: pwe/planning/trees.py)
         if bar is not None:
@@ -172,14 +177,16 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
-        echo(f"run {engine.run_id}  ({engine.dir})", err=True)
-        warn(engine.warnings)
+        said = f"run {engine.run_id}  ({engine.dir})"
         if isinstance(engine, RemoteRun):
             from protocols.warmpilot import dismiss
 
+            echo(said, err=True)
+            warn(engine.warnings)
             dismiss()
             return drive(engine, as_json, fresh=True)
-        _follow(engine, as_json)
+        warn(engine.warnings)
+        _follow(engine, as_json, announce=said)
     except PweError as exc:
         fail(exc)
 

@@ -83,6 +83,21 @@ def register(run_id: str, run_dir: Path) -> bool:
         return False
 
 
+def forget(run_id: str, run_dir: Path) -> None:
+    """Remove the entry of run ``run_id`` when it names ``run_dir`` (a run refused and
+    removed as it was made: nothing of it is left behind)."""
+    base = where()
+    if not valid_run_id(run_id) or not _own_dir(base):
+        return
+    try:
+        with open(base / run_id, "rb") as fh:
+            named = fh.read(MAX_ENTRY).decode("utf-8", "surrogateescape").rstrip("\n")
+        if named == str(Path(run_dir).absolute()):
+            os.unlink(base / run_id)
+    except OSError:
+        pass
+
+
 def run_id_of(run_dir: Path) -> str | None:
     """The run id ``run_dir``'s own run.json names (a regular file, bounded); None when it
     names none, or not one of :data:`RUN_ID`'s form."""
