@@ -10,14 +10,14 @@ import click
 
 from ..observe import planview
 from ..observe.hostview import check_document, host_rows
-from .base import (PweGroup, Whole, console, echo, fail, hosts_option, json_option, markup, set_option, warn,
-                   workspace_option)
+from .base import (CHOSEN, ChosenPath, PweGroup, Whole, console, echo, fail, hosts_option, json_option, markup,
+                   set_option, warn, workspace_option)
 from ..base.errors import PweError
 from ..base.text import shown
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @set_option
 @hosts_option
 @json_option
@@ -61,9 +61,9 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @set_option
-@click.option("--host", default=None, help="run every node on this host instead of the file's")
+@click.option("--host", type=CHOSEN, default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, type=Whole(0, 1_000_000),
               help="members shown per node")
 @hosts_option
@@ -73,7 +73,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
          workspace: str | None, as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
-        p, used, warnings = planview.check(file, sets, host, hosts_file)
+        p, used, warnings = planview.check(file, sets, host, hosts_file, workspace)
         summary = planview.preview(p, used, warnings, show)
         planview.add_products(summary, p, workspace)
     except PweError as exc:
@@ -124,7 +124,7 @@ def hosts() -> None:
 
 def _registry_options(f):
     """--hosts and --workflow (where the registry is read from, besides the usual places), --json."""
-    workflow_option = click.option("--workflow", default=None, type=click.Path(),
+    workflow_option = click.option("--workflow", default=None, type=ChosenPath(),
                                    help="also read the hosts.yaml beside this workflow")
     return hosts_option(workflow_option(json_option(f)))
 
@@ -156,7 +156,7 @@ def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> N
 
 
 @hosts.command(name="show")
-@click.argument("name")
+@click.argument("name", type=CHOSEN)
 @_registry_options
 def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """One host, every property."""
@@ -176,7 +176,7 @@ def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json:
 
 
 @hosts.command(name="check")
-@click.argument("name")
+@click.argument("name", type=CHOSEN)
 @_registry_options
 def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """Reach host NAME and check its commands, python3 and nodes; exit 0 when all pass, else 1."""

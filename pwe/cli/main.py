@@ -13,8 +13,8 @@ import sys
 
 import click
 
-from .base import (CORES, PweGroup, Whole, echo, fail, find, hosts_option, json_option, leave, warn, who,
-                   workspace_option)
+from .base import (CHOSEN, CORES, ChosenPath, PweGroup, Whole, echo, fail, find, hosts_option, json_option, leave, warn,
+                   who, workspace_option)
 from .events import events
 from .check import hosts, plan, validate
 from .pilot import pilot
@@ -38,8 +38,8 @@ for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMAN
 
 _run_options = [
     click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
-    click.option("--host", default=None, help="run every node on this host"),
-    click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
+    click.option("--host", type=CHOSEN, default=None, help="run every node on this host"),
+    click.option("--run-dir", default=None, type=ChosenPath(), help="run directory (default ./pwe-runs/RUN-ID)"),
     click.option("--cores", type=CORES, default=None, help="cores of this machine to fill (default: all)"),
     hosts_option,
     workspace_option,
@@ -166,7 +166,7 @@ def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @json_option
 def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
@@ -192,10 +192,10 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
-@click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
+@click.option("--broker", type=CHOSEN, default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
 @click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
 @json_option
 def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, run_id, as_json) -> None:
@@ -227,11 +227,11 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
 
 
 @cli.command(name="_engine", hidden=True)
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("run_dir", type=ChosenPath(exists=True, file_okay=False))
 @click.option("--retry", is_flag=True)
 @click.option("--ready-fd", type=Whole(0, 2**31 - 1), default=None)
-@click.option("--by", default=None)
-@click.option("--only", "only_file", default=None, type=click.Path(dir_okay=False))
+@click.option("--by", type=CHOSEN, default=None)
+@click.option("--only", "only_file", default=None, type=ChosenPath(dir_okay=False))
 def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None, only_file: str | None) -> None:
     """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
     it says on that pipe, once, that it holds the run, or why it could not take it
@@ -276,7 +276,7 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None,
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=CHOSEN)
 @json_option
 def cancel(run: str, as_json: bool) -> None:
     """Stop RUN: its pilots and their members."""
@@ -295,7 +295,7 @@ def cancel(run: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("run", required=False)
+@click.argument("run", type=CHOSEN, required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @json_option
 def resume(run: str | None, detach: bool, as_json: bool) -> None:
@@ -304,7 +304,7 @@ def resume(run: str | None, detach: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("run", required=False)
+@click.argument("run", type=CHOSEN, required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @click.option("-q", "--query", default=None,
               help="only the failed, skipped or cancelled members this query selects, e.g. 'node=sim; exit=7'")
@@ -342,10 +342,10 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
 
 
 @cli.command()
-@click.option("--run", "run_dir", required=True, type=click.Path(), help="the run directory")
-@click.option("--pilot", required=True, help="the pilot id (p1, p2, ...)")
+@click.option("--run", "run_dir", required=True, type=ChosenPath(), help="the run directory")
+@click.option("--pilot", type=CHOSEN, required=True, help="the pilot id (p1, p2, ...)")
 @click.argument("event", type=click.Choice(["queued", "started", "ended"]))
-@click.argument("job")
+@click.argument("job", type=CHOSEN)
 @click.argument("status", required=False, type=Whole(-1024, 1024))
 def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -> None:
     """User-exit callback for a batch job's edge events (called from job scripts)."""

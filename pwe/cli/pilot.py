@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .base import NODES, PweGroup, echo, fail, find, hosts_option, json_option
+from .base import CHOSEN, NODES, PweGroup, echo, fail, find, hosts_option, json_option
 from ..base.errors import PweError
 
 
@@ -30,8 +30,9 @@ def _answer(got: dict, as_json: bool, said: str) -> None:
 
 
 @pilot.command()
-@click.argument("run")
-@click.option("--host", default=None, help="a host of the run (default: its first) or of the registry (a helper)")
+@click.argument("run", type=CHOSEN)
+@click.option("--host", type=CHOSEN, default=None,
+              help="a host of the run (default: its first) or of the registry (a helper)")
 @click.option("--nodes", type=NODES, default=None, help="nodes of the pilot job (batch hosts)")
 @hosts_option
 @json_option
@@ -50,8 +51,8 @@ def add(run: str, host: str | None, nodes: int | None, hosts_file: str | None, a
 
 
 @pilot.command()
-@click.argument("run")
-@click.argument("pilot_id", metavar="PILOT")
+@click.argument("run", type=CHOSEN)
+@click.argument("pilot_id", type=CHOSEN, metavar="PILOT")
 @json_option
 def drain(run: str, pilot_id: str, as_json: bool) -> None:
     """Let PILOT of RUN finish what it runs and leave: it takes no new member and hands back
@@ -67,7 +68,7 @@ def drain(run: str, pilot_id: str, as_json: bool) -> None:
 
 
 @pilot.command(name="list")
-@click.argument("run", required=False)
+@click.argument("run", type=CHOSEN, required=False)
 @json_option
 def list_(run: str | None, as_json: bool) -> None:
     """RUN's pilots: id, host, job, state (queued, running, draining, gone), slots, members

@@ -14,13 +14,13 @@ import time
 
 import click
 
-from .base import COUNT, Seconds, Whole, echo, fail, find, json_option, warn
+from .base import CHOSEN, COUNT, ChosenPath, Seconds, Whole, echo, fail, find, json_option, warn
 from ..base.text import inert, shown
 from ..base.errors import PweError
 
 
 @click.command()
-@click.option("--root", default=None, type=click.Path(), help="only the runs under this run root")
+@click.option("--root", default=None, type=ChosenPath(), help="only the runs under this run root")
 @json_option
 def runs(root: str | None, as_json: bool) -> None:
     """Every run pwe knows, newest first: where it came from (command line, service, trigger
@@ -59,7 +59,7 @@ def _duration(s: float | None) -> str:
 
 
 @click.command()
-@click.argument("run", required=False)
+@click.argument("run", type=CHOSEN, required=False)
 @click.option("--watch", is_flag=True, help="refresh in place until the run ends")
 @click.option("--every", default=2.0, show_default=True, type=Seconds(0.1, 3600), help="seconds between refreshes")
 @json_option
@@ -183,12 +183,12 @@ def _status_lines(d, snap: dict) -> list[str]:
 
 
 @click.command()
-@click.argument("run")
+@click.argument("run", type=CHOSEN)
 @click.option("-q", "--query", default=None,
               help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' "
                    "(docs: how-to/seeing-a-run.md)")
-@click.option("--node", default=None, help="only this node")
-@click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
+@click.option("--node", type=CHOSEN, default=None, help="only this node")
+@click.option("--state", "only", type=CHOSEN, default=None, help="only members in this state (done, failed, ...)")
 @click.option("--limit", default=200, show_default=True, type=COUNT, help="most members listed (0: all)")
 @click.option("--tree", is_flag=True, help="the trees of checked nodes: each member under its parent")
 @json_option
@@ -239,8 +239,8 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run")
-@click.argument("member")
+@click.argument("run", type=CHOSEN)
+@click.argument("member", type=CHOSEN)
 @click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
               help="only the last N lines of each")
 @click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
@@ -276,7 +276,7 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
 
 
 @click.command()
-@click.argument("run")
+@click.argument("run", type=CHOSEN)
 @click.option("--format", "fmt", type=click.Choice(["tsv", "json"]), default="tsv", show_default=True,
               help="tsv: a header and one line per attempt; json: one JSON object per line")
 @click.option("--json", "as_json", is_flag=True, help="the same as --format json")
@@ -306,8 +306,8 @@ def trace(run: str, fmt: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run")
-@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+@click.argument("run", type=CHOSEN)
+@click.option("-o", "--output", default=None, type=ChosenPath(dir_okay=False),
               help="where to write it (default: report.html in the run directory)")
 @json_option
 def report(run: str, output: str | None, as_json: bool) -> None:

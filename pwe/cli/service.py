@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .base import CORES, COUNT, PweGroup, Seconds, echo, fail, json_option, set_option, who
+from .base import CHOSEN, CORES, COUNT, ChosenPath, PweGroup, Seconds, echo, fail, json_option, set_option, who
 from ..base.errors import InputError, PweError
 
 
@@ -65,11 +65,11 @@ def _file_glob(text: str, plan: Any) -> str:
 
 
 @service.command()
-@click.option("--broker", default=None, metavar="URL",
+@click.option("--broker", type=CHOSEN, default=None, metavar="URL",
               help="redis://:PASSWORD@HOST:PORT/DB to serve across machines (default: the embedded broker, "
                    "this machine only; 'embedded' to go back to it)")
-@click.option("--queue", default=None, help="the queue's name on the broker (default pwe)")
-@click.option("--run-root", default=None, type=click.Path(),
+@click.option("--queue", type=CHOSEN, default=None, help="the queue's name on the broker (default pwe)")
+@click.option("--run-root", default=None, type=ChosenPath(),
               help="where runs go (default: SERVICE_DIR/runs)")
 @click.option("--ui", default=None, metavar="[HOST:]PORT",
               help="serve the dashboard (pwe ui) there too, its address in SERVICE_DIR/ui.log ('off': no more)")
@@ -203,25 +203,27 @@ def trigger() -> None:
 
 
 @trigger.command()
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--cron", "cron_expr", default=None, metavar="EXPR",
+@click.argument("file", type=ChosenPath(dir_okay=False))
+@click.option("--cron", "cron_expr", type=CHOSEN, default=None, metavar="EXPR",
               help="a cron expression: five fields, or six with seconds last ('* * * * * */10')")
-@click.option("--tz", default="UTC", show_default=True, help="the time zone the expression is read in (IANA name)")
+@click.option("--tz", type=CHOSEN, default="UTC", show_default=True,
+              help="the time zone the expression is read in (IANA name)")
 @click.option("--catch-up", "catchup", is_flag=True,
               help="a schedule missed while the service was down fires once on its return (default: not at all)")
-@click.option("--after-run", "after", default=None, metavar="success|failure|any", help="fire when a run ends so")
-@click.option("--of", "of", default=None, metavar="WORKFLOW",
+@click.option("--after-run", "after", type=CHOSEN, default=None, metavar="success|failure|any",
+              help="fire when a run ends so")
+@click.option("--of", "of", type=CHOSEN, default=None, metavar="WORKFLOW",
               help="(--after-run) only runs of this workflow (its name)")
-@click.option("--on-file", "on_file", default=None, metavar="GLOB",
+@click.option("--on-file", "on_file", type=CHOSEN, default=None, metavar="GLOB",
               help="fire for each file that appears matching GLOB")
 @click.option("--settle", default=5.0, show_default=True, type=Seconds(0, 86400),
               help="(--on-file) seconds a file must stay unchanged before it is taken")
-@click.option("--overlap", default="skip", show_default=True, metavar="allow|skip|queue",
+@click.option("--overlap", type=CHOSEN, default="skip", show_default=True, metavar="allow|skip|queue",
               help="while this trigger's previous run runs: start another (allow), do not (skip), "
                    "start it after (queue)")
-@click.option("--id", "tid", default=None, help="the trigger's name (default t1, t2, ...)")
+@click.option("--id", "tid", type=CHOSEN, default=None, help="the trigger's name (default t1, t2, ...)")
 @set_option
-@click.option("--host", default=None, help="run every node on this host")
+@click.option("--host", type=CHOSEN, default=None, help="run every node on this host")
 @click.option("--cores", type=CORES, default=None, help="cores of this machine to fill")
 @json_option
 def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, sets, host, cores, as_json) -> None:
@@ -311,7 +313,7 @@ def list_triggers(as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def remove(tid: str, as_json: bool) -> None:
     """Remove trigger ID (runs it started go on)."""
@@ -331,12 +333,18 @@ def remove(tid: str, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="[ID]", required=False)
+@click.argument("tid", type=CHOSEN, metavar="[ID]", required=False)
 @click.option("--limit", default=50, show_default=True, type=COUNT, help="the newest N (0: all)")
 @json_option
 def history(tid: str | None, limit: int, as_json: bool) -> None:
     """What the triggers did, oldest first: fired (with the run), skipped, queued, missed."""
-    rows = _store().history(tid)
+    store = _store()
+    rows = store.history(tid)
+    if tid is not None and not rows and tid not in store.triggers():  # (a removed trigger's history stays)
+        from ..base.errors import did_you_mean
+
+        echo(f"no trigger '{tid}'{did_you_mean(tid, store.triggers())}; pwe trigger list", err=True)
+        sys.exit(2)
     if limit:
         rows = rows[-limit:]
     if as_json:
@@ -364,7 +372,7 @@ def _enable(tid: str, on: bool, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def enable(tid: str, as_json: bool) -> None:
     """Let trigger ID fire again (a cron trigger from now on: no catch-up of what it missed)."""
@@ -372,7 +380,7 @@ def enable(tid: str, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def disable(tid: str, as_json: bool) -> None:
     """Keep trigger ID from firing until it is enabled again (pwe trigger enable)."""
@@ -380,7 +388,7 @@ def disable(tid: str, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def fire(tid: str, as_json: bool) -> None:
     """Fire trigger ID now, as its schedule would (its overlap rule holds); prints the run id."""

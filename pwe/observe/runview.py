@@ -178,7 +178,7 @@ def members(run_dir: Path, node: str | None = None, state: str | None = None, li
     if node is not None and node not in st.nodes:
         from ..base.source import did_you_mean
 
-        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+        raise InputError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
     want = None if state is None else state.lower()
     if want is not None and want not in NAMES:
         raise InputError(f"--state: one of {', '.join(NAMES)}")
