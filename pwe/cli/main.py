@@ -217,11 +217,15 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
         fail(exc)
     try:
         spawn_engine(engine.dir)
-    except PweError as exc:  # its engine could not take it (said why): nothing ran, nothing is left half-made
-        if not (engine.dir / "journal.jsonl").exists():
-            import shutil
+    except PweError as exc:  # its engine could not take it, or refused it (said why): nothing ran, nothing is left
+        from ..runstate.runs import unmake
 
-            shutil.rmtree(engine.dir, ignore_errors=True)
+        try:
+            began = any((engine.dir / "pilots").iterdir())
+        except OSError:
+            began = False
+        if not began:
+            unmake(engine.dir)
         fail(exc)
     click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir)}) if as_json else engine.run_id)
 
@@ -267,8 +271,9 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None,
     try:
         engine = Engine.open(Path(run_dir), reload_hosts=True)
         engine.lock.acquire()
-        say(TAKEN)
-        ok = engine.run(retry=retry, by=by, only=only)
+        # "taken" once the run has begun: a refusal as the engine starts it (a products:
+        # directory that cannot be listed) is the command's to say, in its one line
+        ok = engine.run(retry=retry, by=by, only=only, progress=lambda st: say(TAKEN))
     except PweError as exc:
         say(f"{REFUSED}{exc.exit_status} {exc}")  # (only when it did not take the run: once said, said)
         fail(exc)
