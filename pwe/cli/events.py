@@ -6,13 +6,13 @@ import json
 
 import click
 
-from .base import CHOSEN, echo, fail, find, json_option
+from .base import echo, fail, find, json_option
 from ..base.text import shown
 from ..base.errors import PweError
 
 
 @click.command()
-@click.argument("run", type=CHOSEN, required=False)
+@click.argument("run", required=False)
 @json_option
 def events(run: str | None, as_json: bool) -> None:
     """Every event of a run: each pilot message (checked against the run's secret, with

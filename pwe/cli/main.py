@@ -195,7 +195,7 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 @click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
-@click.option("--broker", type=CHOSEN, default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
+@click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
 @click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
 @json_option
 def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, run_id, as_json) -> None:
@@ -281,7 +281,7 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None,
 
 
 @cli.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @json_option
 def cancel(run: str, as_json: bool) -> None:
     """Stop RUN: its pilots and their members."""
@@ -300,7 +300,7 @@ def cancel(run: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("run", type=CHOSEN, required=False)
+@click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @json_option
 def resume(run: str | None, detach: bool, as_json: bool) -> None:
@@ -309,7 +309,7 @@ def resume(run: str | None, detach: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("run", type=CHOSEN, required=False)
+@click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @click.option("-q", "--query", default=None,
               help="only the failed, skipped or cancelled members this query selects, e.g. 'node=sim; exit=7'")

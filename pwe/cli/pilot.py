@@ -30,7 +30,7 @@ def _answer(got: dict, as_json: bool, said: str) -> None:
 
 
 @pilot.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @click.option("--host", type=CHOSEN, default=None,
               help="a host of the run (default: its first) or of the registry (a helper)")
 @click.option("--nodes", type=NODES, default=None, help="nodes of the pilot job (batch hosts)")
@@ -51,7 +51,7 @@ def add(run: str, host: str | None, nodes: int | None, hosts_file: str | None, a
 
 
 @pilot.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @click.argument("pilot_id", type=CHOSEN, metavar="PILOT")
 @json_option
 def drain(run: str, pilot_id: str, as_json: bool) -> None:
@@ -68,7 +68,7 @@ def drain(run: str, pilot_id: str, as_json: bool) -> None:
 
 
 @pilot.command(name="list")
-@click.argument("run", type=CHOSEN, required=False)
+@click.argument("run", required=False)
 @json_option
 def list_(run: str | None, as_json: bool) -> None:
     """RUN's pilots: id, host, job, state (queued, running, draining, gone), slots, members

@@ -59,7 +59,7 @@ def _duration(s: float | None) -> str:
 
 
 @click.command()
-@click.argument("run", type=CHOSEN, required=False)
+@click.argument("run", required=False)
 @click.option("--watch", is_flag=True, help="refresh in place until the run ends")
 @click.option("--every", default=2.0, show_default=True, type=Seconds(0.1, 3600), help="seconds between refreshes")
 @json_option
@@ -183,7 +183,7 @@ def _status_lines(d, snap: dict) -> list[str]:
 
 
 @click.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @click.option("-q", "--query", default=None,
               help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' "
                    "(docs: how-to/seeing-a-run.md)")
@@ -239,7 +239,7 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @click.argument("member", type=CHOSEN)
 @click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
               help="only the last N lines of each")
@@ -276,7 +276,7 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
 
 
 @click.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @click.option("--format", "fmt", type=click.Choice(["tsv", "json"]), default="tsv", show_default=True,
               help="tsv: a header and one line per attempt; json: one JSON object per line")
 @click.option("--json", "as_json", is_flag=True, help="the same as --format json")
@@ -306,7 +306,7 @@ def trace(run: str, fmt: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run", type=CHOSEN)
+@click.argument("run")
 @click.option("-o", "--output", default=None, type=ChosenPath(dir_okay=False),
               help="where to write it (default: report.html in the run directory)")
 @json_option

@@ -65,10 +65,10 @@ def _file_glob(text: str, plan: Any) -> str:
 
 
 @service.command()
-@click.option("--broker", type=CHOSEN, default=None, metavar="URL",
+@click.option("--broker", default=None, metavar="URL",
               help="redis://:PASSWORD@HOST:PORT/DB to serve across machines (default: the embedded broker, "
                    "this machine only; 'embedded' to go back to it)")
-@click.option("--queue", type=CHOSEN, default=None, help="the queue's name on the broker (default pwe)")
+@click.option("--queue", default=None, help="the queue's name on the broker (default pwe)")
 @click.option("--run-root", default=None, type=ChosenPath(),
               help="where runs go (default: SERVICE_DIR/runs)")
 @click.option("--ui", default=None, metavar="[HOST:]PORT",
@@ -214,7 +214,7 @@ def trigger() -> None:
               help="fire when a run ends so")
 @click.option("--of", "of", type=CHOSEN, default=None, metavar="WORKFLOW",
               help="(--after-run) only runs of this workflow (its name)")
-@click.option("--on-file", "on_file", type=CHOSEN, default=None, metavar="GLOB",
+@click.option("--on-file", "on_file", default=None, metavar="GLOB",
               help="fire for each file that appears matching GLOB")
 @click.option("--settle", default=5.0, show_default=True, type=Seconds(0, 86400),
               help="(--on-file) seconds a file must stay unchanged before it is taken")

@@ -150,7 +150,9 @@ def find(run: str | None, root: Path | None = None) -> Path:
         if not runs:
             raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
         return runs[-1].parent
-    bad = "empty" if not run.strip() else "too long" if len(run) > 1024 else "a control character in it" if any(
+    if not run.strip():  # (Path('') is the current directory: never taken as a run directory)
+        raise RunNotFound(f"no run {run!r}: an empty RUN selects nothing; give a run id or a run directory")
+    bad = "too long" if len(run) > 1024 else "a control character in it" if any(
         ord(c) < 32 or 127 <= ord(c) < 160 for c in run) else None
     try:
         if not bad and (Path(run) / "run.json").is_file():
