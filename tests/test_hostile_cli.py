@@ -93,10 +93,11 @@ def test_values_members_and_users_made_reach_no_terminal_as_escapes(hostile_run)
     assert "k=\\x1b]0;pwned\\x07" in out and "v=[bold]x[/]" in out and "v=\\x1b]0;param\\x07" in out, out
     rc, out, err = run_cli("plan", "wf.yaml", cwd=cwd)
     assert "v=[bold]x[/]" in out, out  # rich's markup: shown, not read
+    _logs_into_a_pipe_and_on_a_terminal(cwd, run_id)
 
 
-def test_logs_are_the_members_bytes_into_a_pipe_and_inert_on_a_terminal(hostile_run):
-    cwd, run_id = hostile_run
+def _logs_into_a_pipe_and_on_a_terminal(cwd, run_id):
+    """pwe logs: the member's bytes into a pipe (for tools), inert on a terminal."""
     rc, out, err = run_cli("logs", run_id, "a:0", cwd=cwd)
     assert rc == 0 and "said \x1b]0;pwned\x07 [bold]y[/]" in out, out  # (a pipe: as written, for tools)
     master, slave = pty.openpty()
@@ -119,13 +120,15 @@ def test_logs_are_the_members_bytes_into_a_pipe_and_inert_on_a_terminal(hostile_
     assert "said \\x1b]0;pwned\\x07 [bold]y[/]" in text and ESC not in text and "\x07" not in text, text
 
 
-def test_a_hosts_file_value_is_shown_as_text(tmp_path):
-    (tmp_path / "hosts.yaml").write_text('hosts:\n  odd:\n    protocol: local\n'
-                                         '    properties: {note: "\\e]0;pwned\\a [bold]z[/]"}\n')
-    for args in (("hosts", "list", "--hosts", "hosts.yaml"), ("hosts", "show", "odd", "--hosts", "hosts.yaml")):
+def test_a_hosts_file_is_shown_as_text(tmp_path):
+    """Before, the name of the file a host came from reached the terminal as it was."""
+    name = "h\x1b]0;pwned\x07.yaml"
+    (tmp_path / name).write_text('hosts:\n  odd:\n    protocol: local\n'
+                                 '    properties: {note: "\\e]0;pwned\\a [bold]z[/]"}\n')
+    for args in (("hosts", "list", "--hosts", name), ("hosts", "show", "odd", "--hosts", name)):
         rc, out, err = run_cli(*args, cwd=tmp_path)
-        assert rc == 0 and ESC not in out + err and "\x07" not in out + err, (args, out, err)
-    assert "\\x1b]0;pwned\\x07 [bold]z[/]" in out, out
+        assert rc == 0 and "odd" in out and ESC not in out + err and "\x07" not in out + err, (args, out, err)
+    assert "h\\x1b]0;pwned\\x07.yaml" in out and "[bold]z[/]" in out, out
 
 
 # -- 11: a refusal leaves nothing behind -----------------------------------------------------------
