@@ -149,3 +149,21 @@ def test_runs_made_at_once_are_each_registered_owner_only(tmp_path):
         assert stat.S_IMODE((reg / run_id).stat().st_mode) == 0o600
         rc, out, err = run_cli("status", run_id, cwd=tmp_path, env=_env(tmp_path))
         assert rc == 0 and str(d) in out, err
+
+
+def test_a_prefix_is_the_nearest_runs_first_and_several_are_named(tmp_path):
+    """A start of an id that starts a run under ./pwe-runs is that run, here; from elsewhere,
+    where only the registry knows them, one that starts two runs names both, and where."""
+    odd = tmp_path / "else" / "results"
+    far = _run_odd(tmp_path, odd)
+    work = tmp_path / "work"
+    rc, out, err = run_cli("run", "wf.yaml", cwd=work, env=_env(tmp_path), timeout=180)
+    assert rc == 0, err
+    near = next((work / "pwe-runs").iterdir()).name
+    rc, out, err = run_cli("status", "regrun-", cwd=work, env=_env(tmp_path))
+    assert rc == 0 and near in out and far not in out, (out, err)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    rc, out, err = run_cli("status", "regrun-", cwd=elsewhere, env=_env(tmp_path))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is the start of 2 runs" in err and near in err and far in err and str(odd) in err, err

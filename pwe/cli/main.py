@@ -348,9 +348,9 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
 
 @cli.command()
 @click.option("--run", "run_dir", required=True, type=ChosenPath(), help="the run directory")
-@click.option("--pilot", type=CHOSEN, required=True, help="the pilot id (p1, p2, ...)")
+@click.option("--pilot", required=True, help="the pilot id (p1, p2, ...)")
 @click.argument("event", type=click.Choice(["queued", "started", "ended"]))
-@click.argument("job", type=CHOSEN)
+@click.argument("job")
 @click.argument("status", required=False, type=Whole(-1024, 1024))
 def notify(run_dir: str, pilot: str, event: str, job: str, status: int | None) -> None:
     """User-exit callback for a batch job's edge events (called from job scripts)."""

@@ -247,7 +247,8 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
 @json_option
 def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bool) -> None:
     """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
-    are a glob to zsh; NODE alone for index 0)."""
+    are a glob to zsh; NODE alone for index 0). Into a pipe or a file, as the member wrote
+    them; on a terminal, with control characters written visibly (\x1b)."""
     import re
 
     from ..observe.runview import logs_document

@@ -139,8 +139,8 @@ def check_roots(places: list[tuple[Path, str]]) -> None:
 
 
 def find(run: str | None, root: Path | None = None) -> Path:
-    """A run directory from a run id or a unique prefix of one (looked for under every one
-    of :func:`roots`, or ``root`` alone), a path, or (None) the newest run under ./pwe-runs
+    """A run directory from a run id or a unique prefix of one (under :func:`roots`, or ``root``
+    alone, then in the registry of runs), a path, or (None) the newest run under ./pwe-runs
     (``root``). An ambiguous prefix is :class:`RunNotFound` naming the runs it could mean
     and where each is; a run found nowhere names every place looked in."""
     if run is None:
@@ -171,10 +171,10 @@ def find(run: str | None, root: Path | None = None) -> Path:
         if there is not None:
             return there
     known = [(p.parent.name, p.parent) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
-    if run and "/" not in run:
+    if run and "/" not in run:  # a prefix: of the runs under the roots, else of the registry's (the nearest first)
         hits, seen = [], set()
-        for k, d in known + (registry.starting(run) if root is None else []):
-            if k.startswith(run) and _key(d) not in seen:
+        for k, d in [x for x in known if x[0].startswith(run)] or (registry.starting(run) if root is None else []):
+            if _key(d) not in seen:
                 seen.add(_key(d))
                 hits.append((k, d))
         if len(hits) == 1:
