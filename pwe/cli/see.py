@@ -134,11 +134,11 @@ def _status_lines(d, snap: dict) -> list[str]:
     lines = []
     engine = snap.get("engine") if snap["phase"] == "running" else None
     held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
-    lines.append(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
+    lines.append(f"{shown(snap.get('run_id', d.name))}: {shown(snap['phase'])}{held}  ({shown(d)})")
     for name, u in (snap.get("unreachable") or {}).items():
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
-                     f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+                     f"({time.time() - u['since']:.0f} s): {shown(u['why'])}; waiting, nothing new is submitted there")
     for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
         if view.get("setup_failed"):  # (pwe/engine/pilotctl.py)
             lines.append(f"pilot {pid_}: setup_per_node failed on {', '.join(view['setup_failed'])}: no member that "
@@ -173,7 +173,7 @@ def _status_lines(d, snap: dict) -> list[str]:
         lines.append("pilots: " + "; ".join(
             f"{pid} {p['state']}"
             + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
-            + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
+            + (f": {shown(p['why'])}" if p.get("why") and p["state"] != "up" else "")
             for pid, p in pilots.items()))
         for pid, p in pilots.items():
             for node, when in (p.get("lost") or {}).items():
