@@ -67,7 +67,9 @@ def register(run_id: str, run_dir: Path) -> bool:
     try:
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _own_dir(base):
-            return False
+            return False  # (another's, a link, or writable by others: not trusted, not written)
+        if os.lstat(base).st_mode & 0o077:
+            os.chmod(base, 0o700)  # (ours, made before with a looser umask: owner-only)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, (str(Path(run_dir).absolute()) + "\n").encode("utf-8", "surrogateescape"))
