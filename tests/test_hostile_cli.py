@@ -34,7 +34,7 @@ def _tree(root):
 
 WALL = {
     "own profile": ("name: w\nnodes:\n  a:\n    run: echo hi\n    scheduling:\n      maxWallTime: 10\n"
-                    "      maxWallTimePerMember: 20\n", 5),
+                    "      maxWallTimePerMember: 20\n", 7),
     "merged with defaults": ("name: w\ndefaults:\n  scheduling: {maxWallTime: 10}\nnodes:\n  a:\n    run: echo hi\n"
                              "    scheduling: {maxWallTimePerMember: 20}\n", 7),
     "defaults alone": ("name: w\ndefaults:\n  scheduling: {maxWallTime: 10, maxWallTimePerMember: 20}\nnodes:\n"

@@ -167,10 +167,6 @@ class Scheduling(_Strict):
             a, b = getattr(self, lo), getattr(self, hi)
             if a is not None and b is not None and a > b:
                 raise ValueError(f"{lo} ({a}) is larger than {hi} ({b})")
-        per, wall = self.maxWallTimePerMember, self.maxWallTime
-        if per is not None and wall is not None and per > wall:  # (on every host: a local pilot has no walltime)
-            raise ValueError(f"maxWallTimePerMember ({per:g} min) is longer than maxWallTime ({wall:g} min): a member "
-                             "runs inside a pilot job of maxWallTime; lower maxWallTimePerMember or raise maxWallTime")
         if self.ranksPerNode is not None and (self.ranksPerMember or 1) % self.ranksPerNode:
             raise ValueError(f"ranksPerMember ({self.ranksPerMember or 1}) is not a multiple of ranksPerNode "
                              f"({self.ranksPerNode}): a member's ranks must divide evenly over its nodes")
