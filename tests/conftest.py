@@ -2,6 +2,7 @@ import contextlib as _contextlib
 import dataclasses as _dataclasses
 import os as _os
 import subprocess as _subprocess
+import tempfile as _tempfile
 import time as _time
 import sys
 from pathlib import Path
@@ -10,6 +11,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+# pwe's state (the registry of runs, pwe/runstate/registry.py, the service's directory) in a
+# directory of this session, never the user's: every run the suite makes registers itself;
+# and each test's own (_own_state), so that no test finds another's runs by a prefix. A test
+# that wants its own sets PWE_HOME or XDG_STATE_HOME for its subprocesses.
+_os.environ.pop("PWE_HOME", None)
+_os.environ["XDG_STATE_HOME"] = _tempfile.mkdtemp(prefix="pwe-test-state-")
+
+
+@pytest.fixture(autouse=True)
+def _own_state(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
 
 
 def read_journal(run_dir) -> list[dict]:

@@ -88,14 +88,35 @@ def console():
     return Console(highlight=False, soft_wrap=True)
 
 
+def echo(text: object = "", err: bool = False, nl: bool = True) -> None:
+    """Print lines that hold values members, users or run files made: every control
+    character but newline and tab written visibly (:func:`pwe.base.text.inert`), so nothing
+    of theirs reaches the terminal as an escape sequence. Each value is :func:`~pwe.base.text.shown`
+    as well where it is put into a line (a newline of its own cannot make a line up)."""
+    from ..base.text import inert
+
+    click.echo(inert(str(text)), err=err, nl=nl)
+
+
+def markup(value: object, lines: bool = False) -> str:
+    """A value put into rich's markup (``con.print``, a table's cell): shown as text, its
+    control characters written visibly (``lines``: but newline and tab, a script's) and its
+    brackets not read as markup (``[bold]``)."""
+    from rich.markup import escape
+
+    from ..base.text import inert, shown
+
+    return escape(inert(str(value)) if lines else shown(value))
+
+
 def fail(exc: PweError) -> None:
-    click.echo(str(exc), err=True)
+    echo(str(exc), err=True)
     sys.exit(exc.exit_status)
 
 
 def warn(warnings: list[str]) -> None:
     for w in warnings:
-        click.echo(f"warning: {w}", err=True)
+        echo(f"warning: {w}", err=True)
 
 
 def find(run: str | None):
@@ -181,6 +202,36 @@ class Seconds(click.FloatRange):
         return number
 
 
+class Chosen(click.ParamType):
+    """A value that selects something (a host, a node, a state, a run, a trigger, a
+    workflow): an empty one is refused in one line (``--of: an empty value selects
+    nothing``), never taken as nothing or as everything. The type of every selecting
+    option and argument without a type of its own."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        _not_empty(self, value, param, ctx)
+        return value
+
+
+class ChosenPath(click.Path):
+    """:class:`click.Path` that refuses an empty value (``Path('')`` is the current
+    directory: an option left empty would select it)."""
+
+    def convert(self, value, param, ctx):
+        _not_empty(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _not_empty(kind: click.ParamType, value: object, param, ctx) -> None:
+    if isinstance(value, str) and not value.strip():
+        kind.fail(f"{_said(value)} selects nothing; give a value, or leave the option out", param, ctx)
+
+
+CHOSEN = Chosen()
+
+
 #: The bounds of the numbers commands take (a machine's cores, a pilot's nodes: far beyond
 #: any there is, far below what would overflow or never end).
 CORES = Whole(1, 100_000)
@@ -193,9 +244,9 @@ set_option = click.option(
     "--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property (repeatable)"
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-hosts_option = click.option("--hosts", "hosts_file", default=None, type=click.Path(), help="a hosts.yaml to read too")
+hosts_option = click.option("--hosts", "hosts_file", default=None, type=ChosenPath(), help="a hosts.yaml to read too")
 workspace_option = click.option(
-    "--workspace", default=None, type=click.Path(), metavar="DIR",
+    "--workspace", default=None, type=ChosenPath(), metavar="DIR",
     help="the directory products are relative to (PWE_WORKSPACE; default: the workflow's 'workspace:', else its "
     "directory)")
 

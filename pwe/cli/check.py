@@ -10,12 +10,14 @@ import click
 
 from ..observe import planview
 from ..observe.hostview import check_document, host_rows
-from .base import PweGroup, Whole, console, fail, hosts_option, json_option, set_option, warn, workspace_option
+from .base import (CHOSEN, ChosenPath, PweGroup, Whole, console, echo, fail, hosts_option, json_option, markup,
+                   set_option, warn, workspace_option)
 from ..base.errors import PweError
+from ..base.text import shown
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @set_option
 @hosts_option
 @json_option
@@ -34,7 +36,7 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
     con = console()
     con.print(
         f"[bold]{plan.workflow.name}[/]: {len(plan.nodes)} nodes, "
-        f"[bold]{plan.total_members:,}[/] members, {len(plan.edges)} edges  ({plan.file})"
+        f"[bold]{plan.total_members:,}[/] members, {len(plan.edges)} edges  ({markup(plan.file)})"
     )
     table = Table(box=None, pad_edge=False)
     for col, just in (("node", "left"), ("members", "right"), ("parameters", "left"), ("cores", "right"),
@@ -42,15 +44,15 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for n in summary["nodes"]:
         grows = f" roots, checked (max_iterations {n['check']['max_iterations']})" if "check" in n else ""
-        table.add_row(n["id"], f"{n['members']:,}{grows}", planview.param_summary(plan, n["id"]),
-                      str(n["cores_per_member"]), n["host"])
+        table.add_row(n["id"], f"{n['members']:,}{grows}", markup(planview.param_summary(plan, n["id"])),
+                      str(n["cores_per_member"]), markup(n["host"]))
     con.print(table)
     if plan.edges:
         et = Table(box=None, pad_edge=False, title=None)
         et.add_column("edge")
         et.add_column("matching")
         for e in plan.edges:
-            et.add_row(f"{e.src} -> {e.dst}", e.describe())
+            et.add_row(f"{e.src} -> {e.dst}", markup(e.describe()))
         con.print(et)
     path = summary["critical_path"]
     extra = f" ({summary['critical_path_minutes']:g} min per member chain)" if summary["critical_path_minutes"] else ""
@@ -59,9 +61,9 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @set_option
-@click.option("--host", default=None, help="run every node on this host instead of the file's")
+@click.option("--host", type=CHOSEN, default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, type=Whole(0, 1_000_000),
               help="members shown per node")
 @hosts_option
@@ -71,7 +73,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
          workspace: str | None, as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run)."""
     try:
-        p, used, warnings = planview.check(file, sets, host, hosts_file)
+        p, used, warnings = planview.check(file, sets, host, hosts_file, workspace)
         summary = planview.preview(p, used, warnings, show)
         planview.add_products(summary, p, workspace)
     except PweError as exc:
@@ -80,22 +82,20 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
         click.echo(json.dumps(summary, indent=2, default=str))
         return
     con = console()
-    from rich.markup import escape
-
     con.print(f"[bold]{p.workflow.name}[/]: {p.total_members:,} members in {len(p.nodes)} nodes")
     for node in summary["nodes"]:
         nid = node["id"]
         deps = ", ".join(f"{e.src} ({e.describe()})" for e in p.edges_into(nid)) or "nothing"
-        con.print(f"\n[bold]{nid}[/]  {node['members']:,} members  {planview.param_summary(p, nid)}  "
+        con.print(f"\n[bold]{nid}[/]  {node['members']:,} members  {markup(planview.param_summary(p, nid))}  "
                   f"host={node['host']}  cores/member={node['cores_per_member']}  after: {deps}")
         if node["scheduling"]:
-            con.print("  scheduling: " + ", ".join(f"{k}={v}" for k, v in node["scheduling"].items()))
+            con.print("  scheduling: " + ", ".join(f"{k}={markup(v)}" for k, v in node["scheduling"].items()))
         if (part := node["partition"])["partition"]:
-            con.print(f"  partition: {escape(part['partition'])} ({escape(part['why'])})")
+            con.print(f"  partition: {markup(part['partition'])} ({markup(part['why'])})")
         if "groups" in node:
             from ..planning.groups import describe
 
-            con.print("  groups: " + describe(node["groups"]))
+            con.print("  groups: " + markup(describe(node["groups"])))
         if "complete" in node:
             con.print(f"  members: {node['complete']:,} complete (products), {node['eligible']:,} eligible, "
                       f"{node['waiting']:,} waiting")
@@ -104,16 +104,16 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             if last is not None and m["member"] != last + 1:
                 con.print("  ...")
             params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
-            con.print(f"  [{m['member']}] {escape(params)}")
-            con.print(f"      $ {escape(m['command'].rstrip())}")
+            con.print(f"  [{m['member']}] {markup(params)}")
+            con.print(f"      $ {markup(m['command'].rstrip(), lines=True)}")
             last = m["member"]
     _order_and_limits(con, summary)
     if "workspace" in summary:
-        con.print(f"\nworkspace {summary['workspace']}: products looked for in {summary['dirs_listed']:,} "
+        con.print(f"\nworkspace {markup(summary['workspace'])}: products looked for in {summary['dirs_listed']:,} "
                   "directories (one listing each)")
     for name, script in summary["pilot_scripts"].items():
-        con.print(f"\n[bold]first pilot job for host {escape(name)}[/] (RUN_DIR and RUN are filled in at submission):")
-        con.print(escape(script), end="")
+        con.print(f"\n[bold]first pilot job for host {markup(name)}[/] (RUN_DIR and RUN are filled in at submission):")
+        con.print(markup(script, lines=True), end="")
     warn(warnings)
 
 
@@ -124,7 +124,7 @@ def hosts() -> None:
 
 def _registry_options(f):
     """--hosts and --workflow (where the registry is read from, besides the usual places), --json."""
-    workflow_option = click.option("--workflow", default=None, type=click.Path(),
+    workflow_option = click.option("--workflow", default=None, type=ChosenPath(),
                                    help="also read the hosts.yaml beside this workflow")
     return hosts_option(workflow_option(json_option(f)))
 
@@ -149,14 +149,14 @@ def hosts_list(hosts_file: str | None, workflow: str | None, as_json: bool) -> N
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{'host':<16} {'protocol':<11} {'contact':<28} {'cores/node':>10} {'nodes':>5}  defined in")
+    echo(f"{'host':<16} {'protocol':<11} {'contact':<28} {'cores/node':>10} {'nodes':>5}  defined in")
     for r in rows:
-        click.echo(f"{r['name']:<16} {r['protocol']:<11} {r['contact']:<28} {r['cores_per_node'] or '?':>10} "
-                   f"{r['nodes'] or '-':>5}  {r['source']}")
+        echo(f"{r['name']:<16} {r['protocol']:<11} {shown(r['contact']):<28} {r['cores_per_node'] or '?':>10} "
+             f"{r['nodes'] or '-':>5}  {shown(r['source'])}")
 
 
 @hosts.command(name="show")
-@click.argument("name")
+@click.argument("name", type=CHOSEN)
 @_registry_options
 def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """One host, every property."""
@@ -172,11 +172,11 @@ def hosts_show(name: str, hosts_file: str | None, workflow: str | None, as_json:
         return
     for k, v in data.items():
         if v not in (None, [], {}, ""):
-            click.echo(f"{k:<16} {v}")
+            echo(f"{k:<16} {shown(v)}")
 
 
 @hosts.command(name="check")
-@click.argument("name")
+@click.argument("name", type=CHOSEN)
 @_registry_options
 def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json: bool) -> None:
     """Reach host NAME and check its commands, python3 and nodes; exit 0 when all pass, else 1."""
@@ -193,9 +193,9 @@ def hosts_check(name: str, hosts_file: str | None, workflow: str | None, as_json
     else:
         marks = ("✓", "✗") if sys.stdout.isatty() else ("ok  ", "FAIL")
         for what, good, detail in checks:
-            click.echo(f"{marks[0] if good else marks[1]} {what}: {detail}")
+            echo(f"{marks[0] if good else marks[1]} {what}: {shown(detail)}")
         failed = sum(not c[1] for c in checks)
-        click.echo(f"{name}: " + (f"all {len(checks)} checks passed" if ok else
+        echo(f"{shown(name)}: " + (f"all {len(checks)} checks passed" if ok else
                                   f"{failed} of {len(checks)} checks failed"), err=True)
     sys.exit(0 if ok else 1)
 
@@ -209,6 +209,6 @@ def _order_and_limits(con, summary: dict) -> None:
     if lim["run"] or lim["hosts"] or lim["nodes"]:
         parts = [f"run {k}={v}" for k, v in lim["run"].items()]
         parts += [f"host {h} {k}={v}" for h, d in lim["hosts"].items() for k, v in d.items()]
-        con.print("[bold]limits[/]: " + (", ".join(parts) or "none") + "; held per member: "
-                  + (", ".join(f"{n} " + " ".join(f"{k}={v}" for k, v in d.items()) for n, d in lim["nodes"].items())
-                     or "nothing"))
+        held = ", ".join(f"{n} " + " ".join(f"{k}={v}" for k, v in d.items()) for n, d in lim["nodes"].items())
+        con.print("[bold]limits[/]: " + markup(", ".join(parts) or "none") + "; held per member: "
+                  + markup(held or "nothing"))

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from .base import fail, find, json_option
+from .base import echo, fail, find, json_option
+from ..base.text import shown
 from ..base.errors import PweError
 
 
@@ -26,10 +27,11 @@ def events(run: str | None, as_json: bool) -> None:
                 click.echo(json.dumps(ev, separators=(",", ":")))
             elif "record" in ev:
                 rest = {k: v for k, v in ev.items() if k != "record"}
-                click.echo(f"journal {ev['record']} {json.dumps(rest, separators=(',', ':'))}")
+                echo(f"journal {shown(ev['record'])} {json.dumps(rest, separators=(',', ':'))}")
             else:
                 rest = {k: v for k, v in ev.items() if k not in ("pilot", "q", "via", "k", "verdict", "v")}
-                click.echo(f"{ev['pilot']} q={ev.get('q')} {ev['via']} {ev['k']} {ev['verdict']} "
-                           f"{json.dumps(rest, separators=(',', ':'))}")
+                said = (shown(ev[k]) for k in ("pilot", "via", "k", "verdict"))  # (a forged line's, too)
+                echo("{} q={} {} {} {} ".format(next(said), shown(ev.get("q")), *said)
+                     + json.dumps(rest, separators=(",", ":")))
     except PweError as exc:
         fail(exc)

@@ -13,8 +13,8 @@ import sys
 
 import click
 
-from .base import (CORES, PweGroup, Whole, ctrl_c_bounded, fail, find, hosts_option, json_option, leave, warn, who,
-                   workspace_option)
+from .base import (CHOSEN, CORES, ChosenPath, PweGroup, Whole, ctrl_c_bounded, echo, fail, find, hosts_option,
+                   json_option, leave, warn, who, workspace_option)
 from .events import events
 from .check import hosts, plan, validate
 from .pilot import pilot
@@ -38,8 +38,8 @@ for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMAN
 
 _run_options = [
     click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
-    click.option("--host", default=None, help="run every node on this host"),
-    click.option("--run-dir", default=None, type=click.Path(), help="run directory (default ./pwe-runs/RUN-ID)"),
+    click.option("--host", type=CHOSEN, default=None, help="run every node on this host"),
+    click.option("--run-dir", default=None, type=ChosenPath(), help="run directory (default ./pwe-runs/RUN-ID)"),
     click.option("--cores", type=CORES, default=None, help="cores of this machine to fill (default: all)"),
     hosts_option,
     workspace_option,
@@ -55,9 +55,9 @@ def _with_run_options(f):
 def _run_id(value: str | None) -> str | None:
     """``pwe submit --run-id`` (hidden: a staged run's id, given by the machine that staged
     it, pwe.engine.remote): a run id's characters only."""
-    import re
+    from ..runstate.registry import valid_run_id
 
-    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", value):
+    if value is not None and not valid_run_id(value):
         raise click.BadParameter("a run id is letters, digits, '.', '_' and '-'")
     return value
 
@@ -89,9 +89,11 @@ def _prestart(host: str | None) -> None:
         prestart()
 
 
-def _follow(engine, as_json: bool = False, **kwargs) -> None:
+def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs) -> None:
     """Run the engine in the foreground with a progress display; exit 0 / 1. With
-    ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals)."""
+    ``as_json`` the last word on stdout is one JSON object (run_id, run_dir, ok, totals).
+    ``announce``: a line said once the run has begun (a run refused before, by a check the
+    engine makes as it starts, is one line: its refusal)."""
     from ..runstate.rundir import run_ref
     from ..observe.runview import complete_counts, failed_examples, outcome, progress
     from ..base.states import FAILED
@@ -108,7 +110,10 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         bar.start()
 
     def report(st) -> None:
-        nonlocal total
+        nonlocal total, announce
+        if announce:
+            echo(announce, err=True)
+            announce = None
         finished, extra = progress(st.totals())
         total = sum(st.totals())  # (a check grows members as the run goes: pwe/planning/trees.py)
         if bar is not None:
@@ -119,7 +124,7 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
             now = time.time()
             if now - last_line[0] >= 5 or finished == total:
                 last_line[0] = now
-                click.echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
+                echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
 
     try:
         with ctrl_c_bounded(f"`pwe retry {run_ref(engine.dir)}` runs what was left"):
@@ -127,13 +132,13 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
     except RunStopped as exc:
         if bar is not None:
             bar.stop()
-        click.echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
+        echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
                    err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         if bar is not None:
             bar.stop()
-        click.echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
+        echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
         sys.exit(130)
     finally:
         if bar is not None:
@@ -145,24 +150,24 @@ def _follow(engine, as_json: bool = False, **kwargs) -> None:
         click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
                                "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
     else:
-        click.echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
+        echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
     from ..observe.treeview import unconverged_lines
 
     ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
     for line in unconverged_lines(engine.state, ref):
-        click.echo(line, err=True)
+        echo(line, err=True)
     if t[FAILED]:
         shown = failed_examples(engine.state, engine.dir, limit=3)
         for _, line in shown:
-            click.echo(line, err=True)
-        click.echo(f"see: pwe show {ref} --state failed", err=True)
+            echo(line, err=True)
+        echo(f"see: pwe show {ref} --state failed", err=True)
         if shown:  # NODE:INDEX, not NODE[INDEX]: brackets are a glob to the shell it is pasted into
-            click.echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
+            echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
     leave(0 if ok else 1)
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @json_option
 def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
@@ -173,20 +178,22 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
-        click.echo(f"run {engine.run_id}  ({engine.dir})", err=True)
-        warn(engine.warnings)
+        said = f"run {engine.run_id}  ({engine.dir})"
         if isinstance(engine, RemoteRun):
             from protocols.warmpilot import dismiss
 
+            echo(said, err=True)
+            warn(engine.warnings)
             dismiss()
             return drive(engine, as_json, fresh=True)
-        _follow(engine, as_json)
+        warn(engine.warnings)
+        _follow(engine, as_json, announce=said)
     except PweError as exc:
         fail(exc)
 
 
 @cli.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @click.option("--service", "to_service", is_flag=True, help="hand it to the pwe service (its broker: --broker)")
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
@@ -211,21 +218,25 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
         fail(exc)
     try:
         spawn_engine(engine.dir)
-    except PweError as exc:  # its engine could not take it (said why): nothing ran, nothing is left half-made
-        if not (engine.dir / "journal.jsonl").exists():
-            import shutil
+    except PweError as exc:  # its engine could not take it, or refused it (said why): nothing ran, nothing is left
+        from ..runstate.runs import unmake
 
-            shutil.rmtree(engine.dir, ignore_errors=True)
+        try:
+            began = any((engine.dir / "pilots").iterdir())
+        except OSError:
+            began = False
+        if not began:
+            unmake(engine.dir)
         fail(exc)
     click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir)}) if as_json else engine.run_id)
 
 
 @cli.command(name="_engine", hidden=True)
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("run_dir", type=ChosenPath(exists=True, file_okay=False))
 @click.option("--retry", is_flag=True)
 @click.option("--ready-fd", type=Whole(0, 2**31 - 1), default=None)
-@click.option("--by", default=None)
-@click.option("--only", "only_file", default=None, type=click.Path(dir_okay=False))
+@click.option("--by", type=CHOSEN, default=None)
+@click.option("--only", "only_file", default=None, type=ChosenPath(dir_okay=False))
 def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None, only_file: str | None) -> None:
     """The background engine of `pwe submit` and `--detach` (internal). With ``--ready-fd``
     it says on that pipe, once, that it holds the run, or why it could not take it
@@ -261,8 +272,9 @@ def _engine_cmd(run_dir: str, retry: bool, ready_fd: int | None, by: str | None,
     try:
         engine = Engine.open(Path(run_dir), reload_hosts=True)
         engine.lock.acquire()
-        say(TAKEN)
-        ok = engine.run(retry=retry, by=by, only=only)
+        # "taken" once the run has begun: a refusal as the engine starts it (a products:
+        # directory that cannot be listed) is the command's to say, in its one line
+        ok = engine.run(retry=retry, by=by, only=only, progress=lambda st: say(TAKEN))
     except PweError as exc:
         say(f"{REFUSED}{exc.exit_status} {exc}")  # (only when it did not take the run: once said, said)
         fail(exc)
@@ -285,7 +297,7 @@ def cancel(run: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"run_id": d.name, "cancelled": done}))
     else:
-        click.echo(f"{d.name}: cancelled" if done else f"{d.name}: already finished; nothing to cancel")
+        echo(f"{d.name}: cancelled" if done else f"{d.name}: already finished; nothing to cancel")
 
 
 @cli.command()
@@ -336,7 +348,7 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
 
 
 @cli.command()
-@click.option("--run", "run_dir", required=True, type=click.Path(), help="the run directory")
+@click.option("--run", "run_dir", required=True, type=ChosenPath(), help="the run directory")
 @click.option("--pilot", required=True, help="the pilot id (p1, p2, ...)")
 @click.argument("event", type=click.Choice(["queued", "started", "ended"]))
 @click.argument("job")
@@ -366,6 +378,6 @@ def main() -> None:
     except PweError as exc:  # anything a command did not map itself
         fail(exc)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         sys.exit(130)
 

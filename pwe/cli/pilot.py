@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .base import NODES, PweGroup, fail, find, hosts_option, json_option
+from .base import CHOSEN, NODES, PweGroup, echo, fail, find, hosts_option, json_option
 from ..base.errors import PweError
 
 
@@ -23,15 +23,16 @@ def _answer(got: dict, as_json: bool, said: str) -> None:
         click.echo(json.dumps(got))
     if not got.get("ok"):
         if not as_json:
-            click.echo(got.get("why") or "refused", err=True)
+            echo(got.get("why") or "refused", err=True)
         sys.exit(int(got.get("exit") or 1))
     if not as_json:
-        click.echo(said)
+        echo(said)
 
 
 @pilot.command()
 @click.argument("run")
-@click.option("--host", default=None, help="a host of the run (default: its first) or of the registry (a helper)")
+@click.option("--host", type=CHOSEN, default=None,
+              help="a host of the run (default: its first) or of the registry (a helper)")
 @click.option("--nodes", type=NODES, default=None, help="nodes of the pilot job (batch hosts)")
 @hosts_option
 @json_option
@@ -51,7 +52,7 @@ def add(run: str, host: str | None, nodes: int | None, hosts_file: str | None, a
 
 @pilot.command()
 @click.argument("run")
-@click.argument("pilot_id", metavar="PILOT")
+@click.argument("pilot_id", type=CHOSEN, metavar="PILOT")
 @json_option
 def drain(run: str, pilot_id: str, as_json: bool) -> None:
     """Let PILOT of RUN finish what it runs and leave: it takes no new member and hands back
@@ -81,8 +82,8 @@ def list_(run: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    click.echo(f"{'pilot':6} {'host':12} {'job':10} {'state':9} {'slots':>5} {'running':>7} {'done':>6}")
+    echo(f"{'pilot':6} {'host':12} {'job':10} {'state':9} {'slots':>5} {'running':>7} {'done':>6}")
     for r in rows:
         mark = " (added)" if r["added"] else ""
-        click.echo(f"{r['pilot']:6} {str(r['host']):12} {str(r['job'] or '-'):10} {r['state']:9} "
+        echo(f"{r['pilot']:6} {str(r['host']):12} {str(r['job'] or '-'):10} {r['state']:9} "
                    f"{str(r['slots']):>5} {r['running']:>7} {r['done']:>6}{mark}")

@@ -13,7 +13,7 @@ import click
 
 from ..base.errors import ContactError, HostError, InputError, RunStopped, Unconfined
 from ..engine.remote import RemoteRun
-from .base import ctrl_c_bounded
+from .base import ctrl_c_bounded, echo
 
 
 def _size(n: int) -> str:
@@ -30,7 +30,7 @@ def _say_moved(what: str, rr: RemoteRun, moved: list) -> None:
         line += f", {kept} already there"
     if resumed:
         line += f", {len(resumed)} resumed from where they stopped"
-    click.echo(line, err=True)
+    echo(line, err=True)
 
 
 def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str | None = None,
@@ -46,12 +46,12 @@ def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str 
             _say_moved("staged", rr, rr.stage())
         if rr.info["step"] == "submit":
             rr.submit()
-            click.echo(f"{rr.run_id}: running on {rr.runner.display} in {rr.base}/run", err=True)
+            echo(f"{rr.run_id}: running on {rr.runner.display} in {rr.base}/run", err=True)
         elif again:
             word = _word(rr.status())
             if word != "running" and (again == "retry" or word == "stopped"):
                 rr.go_on(retry=again == "retry")
-                click.echo(f"{rr.run_id}: {again} on {rr.runner.display}", err=True)
+                echo(f"{rr.run_id}: {again} on {rr.runner.display}", err=True)
         if not follow:
             click.echo(json.dumps({"run_id": rr.run_id, "run_dir": str(rr.dir)}) if as_json else rr.run_id)
             return
@@ -63,15 +63,15 @@ def drive(rr: RemoteRun, as_json: bool = False, follow: bool = True, again: str 
         _say_moved("fetched", rr, rr.fetch())
     except (HostError, InputError) as exc:
         if fresh and rr.info["step"] in ("stage", "submit") and _nothing_there(rr, exc):
-            click.echo(str(exc), err=True)
+            echo(str(exc), err=True)
             sys.exit(2)
-        click.echo(f"{exc}; what arrived before it is kept" if isinstance(exc, Unconfined) else
-                   f"{exc}; the run goes on there: `pwe resume {ref}` takes it up again"
-                   if rr.info["step"] not in ("stage", "submit") else
-                   f"{exc}; then: pwe resume {ref} (what arrived is kept)", err=True)
+        echo(f"{exc}; what arrived before it is kept" if isinstance(exc, Unconfined) else
+             f"{exc}; the run goes on there: `pwe resume {ref}` takes it up again"
+             if rr.info["step"] not in ("stage", "submit") else
+             f"{exc}; then: pwe resume {ref} (what arrived is kept)", err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
-        click.echo(f"interrupted; `pwe resume {ref}` takes it up again", err=True)
+        echo(f"interrupted; `pwe resume {ref}` takes it up again", err=True)
         sys.exit(130)
     finally:
         rr.close()
@@ -107,7 +107,7 @@ def _progress(rr: RemoteRun):
         now = time.time()
         if line != last[1] and now - last[0] >= 5 or _word(snap) != "running":
             last[0], last[1] = now, line
-            click.echo(line, err=True)
+            echo(line, err=True)
 
     return report
 
@@ -127,7 +127,7 @@ def _ending(rr: RemoteRun, as_json: bool, ok: bool) -> None:
                                "ssh": {"connections": rr.runner.connects, "status_queries": rr.polls},
                                **complete_counts(st)}))
     else:
-        click.echo(f"{rr.run_id}: {outcome(t, st)} of {sum(t)}  ({rr.dir})", err=False)
+        echo(f"{rr.run_id}: {outcome(t, st)} of {sum(t)}  ({rr.dir})", err=False)
     if t[FAILED]:
-        click.echo(f"see: pwe show {rr.run_id} --state failed", err=True)
+        echo(f"see: pwe show {rr.run_id} --state failed", err=True)
     leave(0 if ok else 1)

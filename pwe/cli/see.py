@@ -14,12 +14,13 @@ import time
 
 import click
 
-from .base import COUNT, Seconds, Whole, fail, find, json_option, warn
+from .base import CHOSEN, COUNT, ChosenPath, Seconds, Whole, echo, fail, find, json_option, warn
+from ..base.text import inert, shown
 from ..base.errors import PweError
 
 
 @click.command()
-@click.option("--root", default=None, type=click.Path(), help="only the runs under this run root")
+@click.option("--root", default=None, type=ChosenPath(), help="only the runs under this run root")
 @json_option
 def runs(root: str | None, as_json: bool) -> None:
     """Every run pwe knows, newest first: where it came from (command line, service, trigger
@@ -36,15 +37,17 @@ def runs(root: str | None, as_json: bool) -> None:
         return
     if not out:
         looked = f"{root}/" if root else ", ".join(f"{r}/" for r, _ in roots())
-        click.echo(f"no runs (looked in {looked})", err=True)
+        echo(f"no runs (looked in {looked})", err=True)
         return
+    for r in out:  # (what run.json says: shown as text)
+        r.update({k: shown(r[k]) for k in ("run_id", "from", "state")})
     width = max(len(r["run_id"]) for r in out)
     came = max(len(r["from"]) for r in out + [{"from": "from"}])
-    click.echo(f"{'run':<{width}}  {'from':<{came}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
+    echo(f"{'run':<{width}}  {'from':<{came}}  {'state':<24} {'progress':>19}  {'started':<19}  duration")
     for r in out:
         prog = f"{r['finished']:,}/{r['total']:,}" if r["total"] is not None else "?"
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "?"
-        click.echo(f"{r['run_id']:<{width}}  {r['from']:<{came}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
+        echo(f"{r['run_id']:<{width}}  {r['from']:<{came}}  {r['state'][:24]:<24} {prog:>19}  {started:<19}  "
                    f"{_duration(r['duration'])}")
 
 
@@ -75,9 +78,9 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
             else:
                 text = "\n".join(_status_lines(d, snap))
                 if watch and sys.stdout.isatty():
-                    click.echo("\x1b[H\x1b[2J" + text)  # home, clear: the same lines redrawn
+                    click.echo("\x1b[H\x1b[2J" + inert(text))  # home, clear: the same lines redrawn
                 else:
-                    click.echo(text + ("\n" if watch else ""))
+                    echo(text + ("\n" if watch else ""))
             if not watch or snap["phase"] != "running":
                 break
             time.sleep(every)
@@ -131,11 +134,11 @@ def _status_lines(d, snap: dict) -> list[str]:
     lines = []
     engine = snap.get("engine") if snap["phase"] == "running" else None
     held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
-    lines.append(f"{snap.get('run_id', d.name)}: {snap['phase']}{held}  ({d})")
+    lines.append(f"{shown(snap.get('run_id', d.name))}: {shown(snap['phase'])}{held}  ({shown(d)})")
     for name, u in (snap.get("unreachable") or {}).items():
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
-                     f"({time.time() - u['since']:.0f} s): {u['why']}; waiting, nothing new is submitted there")
+                     f"({time.time() - u['since']:.0f} s): {shown(u['why'])}; waiting, nothing new is submitted there")
     for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
         if view.get("setup_failed"):  # (pwe/engine/pilotctl.py)
             lines.append(f"pilot {pid_}: setup_per_node failed on {', '.join(view['setup_failed'])}: no member that "
@@ -170,7 +173,7 @@ def _status_lines(d, snap: dict) -> list[str]:
         lines.append("pilots: " + "; ".join(
             f"{pid} {p['state']}"
             + (f" ({p['batch']} job {p['job']})" if p.get("job") else f" (on {p.get('host')})")
-            + (f": {p['why']}" if p.get("why") and p["state"] != "up" else "")
+            + (f": {shown(p['why'])}" if p.get("why") and p["state"] != "up" else "")
             for pid, p in pilots.items()))
         for pid, p in pilots.items():
             for node, when in (p.get("lost") or {}).items():
@@ -184,8 +187,8 @@ def _status_lines(d, snap: dict) -> list[str]:
 @click.option("-q", "--query", default=None,
               help="conditions joined by ';', e.g. 'state=failed; T>300; outputs.energy<1.5' "
                    "(docs: how-to/seeing-a-run.md)")
-@click.option("--node", default=None, help="only this node")
-@click.option("--state", "only", default=None, help="only members in this state (done, failed, ...)")
+@click.option("--node", type=CHOSEN, default=None, help="only this node")
+@click.option("--state", "only", type=CHOSEN, default=None, help="only members in this state (done, failed, ...)")
 @click.option("--limit", default=200, show_default=True, type=COUNT, help="most members listed (0: all)")
 @click.option("--tree", is_flag=True, help="the trees of checked nodes: each member under its parent")
 @json_option
@@ -204,16 +207,16 @@ def show(run: str, query: str | None, node: str | None, only: str | None, limit:
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
         return
-    for m in out:
-        params = " ".join(f"{k}={v}" for k, v in m["parameters"].items())
-        outs = " ".join(f"{k}={v}" for k, v in m["outputs"].items())
+    for m in out:  # (parameters, outputs, reasons: the user's and the members' values, shown as text)
+        params = " ".join(f"{shown(k)}={shown(v)}" for k, v in m["parameters"].items())
+        outs = " ".join(f"{shown(k)}={shown(v)}" for k, v in m["outputs"].items())
         rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
-        why = f" ({m['why']})" if m.get("why") else ""
+        why = f" ({shown(m['why'])})" if m.get("why") else ""
         took = f" T={m['T']:g}s" if m.get("T") is not None else ""
         if "iteration" in m:  # a checked node's member: its place in its tree (pwe/planning/trees.py)
             took += f" iteration={m['iteration']}" + (f" parent={m['parent']}" if m["parent"] is not None else "") \
                 + (f" {m['verdict']}" if m.get("verdict") else "")
-        click.echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
+        echo(f"{m['node']}[{m['member']}]  {m['state']:<9} attempts={m['attempts']} {rc}{why}{took}  {params}"
                    + (f"  -> {outs}" if outs else ""))
     if limit and len(out) >= limit:
         click.echo(f"(first {limit}; --limit 0 for all)", err=True)
@@ -230,28 +233,29 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     elif not data:
-        click.echo("no node of this run has a check: no trees", err=True)
+        echo("no node of this run has a check: no trees", err=True)
     else:
-        click.echo("\n".join(tree_lines(data)))
+        echo("\n".join(tree_lines(data)))
 
 
 @click.command()
 @click.argument("run")
-@click.argument("member")
+@click.argument("member", type=CHOSEN)
 @click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
               help="only the last N lines of each")
 @click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
 @json_option
 def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bool) -> None:
     """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
-    are a glob to zsh; NODE alone for index 0)."""
+    are a glob to zsh; NODE alone for index 0). Into a pipe or a file, as the member wrote
+    them; on a terminal, with control characters written visibly (\x1b)."""
     import re
 
-    from ..observe.runview import inert, logs_document
+    from ..observe.runview import logs_document
 
     m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
     if not m:
-        click.echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
+        echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
         sys.exit(2)
     node, idx = m.group(1), int(m.group(2) or 0)
     try:
@@ -261,13 +265,15 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
-    shown = inert if sys.stdout.isatty() else str  # (a terminal sees no member's escape sequences)
+    # the member's own bytes: as they are into a pipe or a file, control characters written
+    # visibly on a terminal (a member's escape sequences would be the terminal's to act on)
+    body = inert if sys.stdout.isatty() else str
     for name in ("stdout", "stderr"):
         if name not in doc:
             continue
         path, text = doc[name]["path"], doc[name]["text"]
-        click.echo(f"==> {node}[{idx}] {name} ({path}) <==")
-        click.echo(shown(text), nl=not text.endswith("\n") and bool(text))
+        echo(f"==> {node}[{idx}] {name} ({shown(path)}) <==")
+        click.echo(body(text), nl=not text.endswith("\n") and bool(text))
 
 
 @click.command()
@@ -302,7 +308,7 @@ def trace(run: str, fmt: str, as_json: bool) -> None:
 
 @click.command()
 @click.argument("run")
-@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", default=None, type=ChosenPath(dir_okay=False),
               help="where to write it (default: report.html in the run directory)")
 @json_option
 def report(run: str, output: str | None, as_json: bool) -> None:
@@ -326,12 +332,12 @@ def report(run: str, output: str | None, as_json: bool) -> None:
         os.replace(tmp, path)  # a reader never opens half a page
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        click.echo(f"{path}: cannot write the report ({exc.strerror}): give another place with -o", err=True)
+        echo(f"{path}: cannot write the report ({exc.strerror}): give another place with -o", err=True)
         sys.exit(1)
     if as_json:
         click.echo(json.dumps({"report": str(path), "bytes": len(html.encode())}))
     else:
-        click.echo(str(path))
+        echo(str(path))
 
 
 COMMANDS = (runs, status, show, logs, trace, report)

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .base import CORES, COUNT, PweGroup, Seconds, fail, json_option, set_option, who
+from .base import CHOSEN, CORES, COUNT, ChosenPath, PweGroup, Seconds, echo, fail, json_option, set_option, who
 from ..base.errors import InputError, PweError
 
 
@@ -24,7 +24,7 @@ def _store():
 
     store = Store()
     if store.legacy:
-        click.echo(f"warning: the service's directory is {store.root}, where an earlier pwe kept it; it is used "
+        echo(f"warning: the service's directory is {store.root}, where an earlier pwe kept it; it is used "
                    f"while {state_dir() / 'service'} does not exist (move it there while the service is stopped)",
                    err=True)
     return store
@@ -69,7 +69,7 @@ def _file_glob(text: str, plan: Any) -> str:
               help="redis://:PASSWORD@HOST:PORT/DB to serve across machines (default: the embedded broker, "
                    "this machine only; 'embedded' to go back to it)")
 @click.option("--queue", default=None, help="the queue's name on the broker (default pwe)")
-@click.option("--run-root", default=None, type=click.Path(),
+@click.option("--run-root", default=None, type=ChosenPath(),
               help="where runs go (default: SERVICE_DIR/runs)")
 @click.option("--ui", default=None, metavar="[HOST:]PORT",
               help="serve the dashboard (pwe ui) there too, its address in SERVICE_DIR/ui.log ('off': no more)")
@@ -85,7 +85,7 @@ def start(broker: str | None, queue: str | None, run_root: str | None, ui: str |
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
-    click.echo(f"pwe service running (pid {st['pid']}; worker {st['worker']}, beat {st['beat']})  "
+    echo(f"pwe service running (pid {st['pid']}; worker {st['worker']}, beat {st['beat']})  "
                f"broker {st['broker']}, queue {st['queue']}; runs under {st['run_root']}"
                + (f"; dashboard on {st['ui']} (its address: {Path(st['service_dir']) / 'ui.log'})" if st.get("ui")
                   else ""))
@@ -102,9 +102,9 @@ def stop(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"stopped": held is not None, "pid": (held or {}).get("pid")}))
     elif held is None:
-        click.echo("pwe service is not running")
+        echo("pwe service is not running")
     else:
-        click.echo(f"pwe service stopped (pid {held.get('pid')}); runs already started go on")
+        echo(f"pwe service stopped (pid {held.get('pid')}); runs already started go on")
 
 
 @service.command(name="status")
@@ -123,19 +123,19 @@ def service_status(as_json: bool) -> None:
         live = f"last tick {age:g} s ago" if age is not None else "no tick yet"
         if not st["consuming"]:
             live += " (NOT consuming: the service restarts its worker)"
-        click.echo(f"pwe service: running, pid {st['pid']} (worker {st['worker']}, beat {st['beat']}); {live}")
+        echo(f"pwe service: running, pid {st['pid']} (worker {st['worker']}, beat {st['beat']}); {live}")
     else:
-        click.echo(f"pwe service: not running ({st['service_dir']}); pwe service start")
+        echo(f"pwe service: not running ({st['service_dir']}); pwe service start")
     depth = "?" if st["queue_depth"] is None else st["queue_depth"]
-    click.echo(f"broker: {st['broker']}; queue {st['queue']}: {depth} waiting")
-    click.echo(f"runs ({len(st['runs'])}, under {st['run_root']}):")
+    echo(f"broker: {st['broker']}; queue {st['queue']}: {depth} waiting")
+    echo(f"runs ({len(st['runs'])}, under {st['run_root']}):")
     for r in st["runs"][-20:]:
         by = f"  trigger {r['trigger']}" if r.get("trigger") else ""
         err = f"  {r['error']}" if r.get("error") else ""
-        click.echo(f"  {r['run_id']}  {r['phase']}{by}{err}")
-    click.echo(f"triggers ({len(st['triggers'])}):")
+        echo(f"  {r['run_id']}  {r['phase']}{by}{err}")
+    echo(f"triggers ({len(st['triggers'])}):")
     for t in st["triggers"]:
-        click.echo(f"  {t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+        echo(f"  {t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
                    + (f"  next {t['next']}" if t.get("next") else ""))
     sys.exit(0 if st["running"] else 1)
 
@@ -186,13 +186,13 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
     except PweError as exc:
         fail(exc)
     if url.startswith("filesystem:") and daemon._holder(store) is None:
-        click.echo("warning: the service is not running; the run starts when it does (pwe service start)", err=True)
+        echo("warning: the service is not running; the run starts when it does (pwe service start)", err=True)
     if as_json:
         import json
 
         click.echo(json.dumps({"run_id": req["run_id"], "service": daemon.redact(url)}))
     else:
-        click.echo(req["run_id"])
+        echo(req["run_id"])
 
 
 # -- pwe trigger ------------------------------------------------------------------------------------
@@ -203,25 +203,27 @@ def trigger() -> None:
 
 
 @trigger.command()
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--cron", "cron_expr", default=None, metavar="EXPR",
+@click.argument("file", type=ChosenPath(dir_okay=False))
+@click.option("--cron", "cron_expr", type=CHOSEN, default=None, metavar="EXPR",
               help="a cron expression: five fields, or six with seconds last ('* * * * * */10')")
-@click.option("--tz", default="UTC", show_default=True, help="the time zone the expression is read in (IANA name)")
+@click.option("--tz", type=CHOSEN, default="UTC", show_default=True,
+              help="the time zone the expression is read in (IANA name)")
 @click.option("--catch-up", "catchup", is_flag=True,
               help="a schedule missed while the service was down fires once on its return (default: not at all)")
-@click.option("--after-run", "after", default=None, metavar="success|failure|any", help="fire when a run ends so")
-@click.option("--of", "of", default=None, metavar="WORKFLOW",
+@click.option("--after-run", "after", type=CHOSEN, default=None, metavar="success|failure|any",
+              help="fire when a run ends so")
+@click.option("--of", "of", type=CHOSEN, default=None, metavar="WORKFLOW",
               help="(--after-run) only runs of this workflow (its name)")
 @click.option("--on-file", "on_file", default=None, metavar="GLOB",
               help="fire for each file that appears matching GLOB")
 @click.option("--settle", default=5.0, show_default=True, type=Seconds(0, 86400),
               help="(--on-file) seconds a file must stay unchanged before it is taken")
-@click.option("--overlap", default="skip", show_default=True, metavar="allow|skip|queue",
+@click.option("--overlap", type=CHOSEN, default="skip", show_default=True, metavar="allow|skip|queue",
               help="while this trigger's previous run runs: start another (allow), do not (skip), "
                    "start it after (queue)")
-@click.option("--id", "tid", default=None, help="the trigger's name (default t1, t2, ...)")
+@click.option("--id", "tid", type=CHOSEN, default=None, help="the trigger's name (default t1, t2, ...)")
 @set_option
-@click.option("--host", default=None, help="run every node on this host")
+@click.option("--host", type=CHOSEN, default=None, help="run every node on this host")
 @click.option("--cores", type=CORES, default=None, help="cores of this machine to fill")
 @json_option
 def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, sets, host, cores, as_json) -> None:
@@ -287,7 +289,7 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
     if as_json:
         click.echo(json.dumps(describe(trig), indent=2))
     else:
-        click.echo(f"trigger {tid}: {describe(trig)['when']}, overlap {overlap} -> {trig['workflow']}")
+        echo(f"trigger {tid}: {describe(trig)['when']}, overlap {overlap} -> {trig['workflow']}")
 
 
 @trigger.command(name="list")
@@ -301,9 +303,9 @@ def list_triggers(as_json: bool) -> None:
         click.echo(json.dumps(triggers, indent=2))
         return
     if not triggers:
-        click.echo("no triggers (pwe trigger add)")
+        echo("no triggers (pwe trigger add)")
     for t in triggers:
-        click.echo(f"{t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
+        echo(f"{t['id']}  {t['when']}  overlap {t['overlap']}  -> {t['workflow']}"
                    + ("" if t.get("enabled", True) else "  (disabled)")
                    + (f"  next {t['next']}" if t.get("next") else "")
                    + (f"  last run {t['last_run']}" if t.get("last_run") else "")
@@ -311,7 +313,7 @@ def list_triggers(as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def remove(tid: str, as_json: bool) -> None:
     """Remove trigger ID (runs it started go on)."""
@@ -331,22 +333,28 @@ def remove(tid: str, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="[ID]", required=False)
+@click.argument("tid", type=CHOSEN, metavar="[ID]", required=False)
 @click.option("--limit", default=50, show_default=True, type=COUNT, help="the newest N (0: all)")
 @json_option
 def history(tid: str | None, limit: int, as_json: bool) -> None:
     """What the triggers did, oldest first: fired (with the run), skipped, queued, missed."""
-    rows = _store().history(tid)
+    store = _store()
+    rows = store.history(tid)
+    if tid is not None and not rows and tid not in store.triggers():  # (a removed trigger's history stays)
+        from ..base.errors import did_you_mean
+
+        echo(f"no trigger '{tid}'{did_you_mean(tid, store.triggers())}; pwe trigger list", err=True)
+        sys.exit(2)
     if limit:
         rows = rows[-limit:]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("nothing yet" + (f" for trigger {tid}" if tid else ""))
+        echo("nothing yet" + (f" for trigger {tid}" if tid else ""))
     for r in rows:
         extra = " ".join(f"{k}={v}" for k, v in r.items() if k not in ("id", "trigger", "what", "t"))
-        click.echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")
+        echo(f"{_when(r['t'])}  {r['trigger']}  {r['what']}  {extra}")
 
 
 def _enable(tid: str, on: bool, as_json: bool) -> None:
@@ -360,11 +368,11 @@ def _enable(tid: str, on: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"trigger": tid, "enabled": on, "changed": changed}))
     else:
-        click.echo(f"trigger {tid} {word}" if changed else f"trigger {tid} was {word} already")
+        echo(f"trigger {tid} {word}" if changed else f"trigger {tid} was {word} already")
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def enable(tid: str, as_json: bool) -> None:
     """Let trigger ID fire again (a cron trigger from now on: no catch-up of what it missed)."""
@@ -372,7 +380,7 @@ def enable(tid: str, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def disable(tid: str, as_json: bool) -> None:
     """Keep trigger ID from firing until it is enabled again (pwe trigger enable)."""
@@ -380,7 +388,7 @@ def disable(tid: str, as_json: bool) -> None:
 
 
 @trigger.command()
-@click.argument("tid", metavar="ID")
+@click.argument("tid", type=CHOSEN, metavar="ID")
 @json_option
 def fire(tid: str, as_json: bool) -> None:
     """Fire trigger ID now, as its schedule would (its overlap rule holds); prints the run id."""

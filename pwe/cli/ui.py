@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .base import Whole, fail
+from .base import CHOSEN, ChosenPath, Whole, echo, fail
 from ..base.errors import InputError, PweError
 
 
@@ -30,7 +30,7 @@ def start(runs_root: str | None, host: str, port: int, rotate: bool = False, say
     _needs_web()
     from ..ui.security import is_loopback, token, token_path
 
-    say = say or (lambda line: click.echo(line, err=True))
+    say = say or (lambda line: echo(line, err=True))
     if not host or any(ord(c) < 33 for c in host) or len(host) > 255:
         raise InputError(f"--host {host[:60]!r}: an address to listen on, e.g. 127.0.0.1")
     secret, made = token(rotate)
@@ -61,9 +61,9 @@ def start(runs_root: str | None, host: str, port: int, rotate: bool = False, say
 
 
 @click.command()
-@click.option("--runs", "runs_root", default=None, type=click.Path(file_okay=False),
+@click.option("--runs", "runs_root", default=None, type=ChosenPath(file_okay=False),
               help="the runs under this run root (default ./pwe-runs), and the service's")
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", type=CHOSEN, default="127.0.0.1", show_default=True,
               help="the address to listen on (any but loopback needs the token)")
 @click.option("--port", default=8765, show_default=True, type=Whole(0, 65535), help="the port (0: any free one)")
 @click.option("--rotate-token", "rotate", is_flag=True, help="make a new token (shown once); the old one stops working")

@@ -121,11 +121,10 @@ class Engine(PilotWork, Feeding):
         try:
             engine = cls(path, plan, info)
         except BaseException:  # a run that cannot start leaves no half-made directory behind
-            import shutil
-
-            shutil.rmtree(path, ignore_errors=True)
+            runs.unmake(path)
             raise
         engine.warnings = warnings
+        engine._made = True  # (refused before it began, in run(): removed again)
         return engine
 
     @classmethod
@@ -173,7 +172,11 @@ class Engine(PilotWork, Feeding):
             if cancel:
                 self.cancel(by)
             else:
-                self._complete_by_products()
+                try:
+                    self._complete_by_products()
+                except InputError:  # (a products: directory that cannot be listed): refused before it began
+                    self._refused = getattr(self, "_made", False)
+                    raise
             return self._loop(progress)
         except RunStopped as exc:
             # said in the journal (when the disk still takes it), so `pwe status` shows why
@@ -189,6 +192,8 @@ class Engine(PilotWork, Feeding):
             raise
         finally:
             self._shutdown()
+            if getattr(self, "_refused", False):
+                runs.unmake(self.dir)  # a refusal leaves nothing behind
 
     def _load(self) -> None:
         try:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..runstate import rundir
+from ..runstate import rundir, runs
 from ..base.confine import inside
 from ..base.errors import InputError, PweError, RunStopped
 from ..base.regular import write_json_atomic
@@ -102,17 +102,23 @@ class RemoteRun:
         # (the run root is often inside the workspace: its runs are not this run's inputs)
         inputs = [rel for rel in inputs if not (ws / rel).resolve().is_relative_to(runs_root)]
         run_id = rundir.new_run_id(plan.workflow.name)
-        path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
-        rundir.create(path)
-        copy = path / f"workflow{src.suffix or '.yaml'}"
-        shutil.copyfile(src, copy)
-        info = {"run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
-                "host": name, "host_def": host.model_dump(), "cores_option": cores, "created": time.time(),
-                "workspace": str(ws), "inputs": inputs, "step": "stage", "base": None, "remote_run_id": None}
-        write_json_atomic(path / "run.json", {k: info[k] for k in ("run_id", "workflow", "copy", "sets",
-                                                                          "host", "created", "workspace")}
-                                 | {"remote": True})
-        write_json_atomic(path / REMOTE_FILE, info)
+        path = runs.make_dir(Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id)
+        try:
+            copy = path / f"workflow{src.suffix or '.yaml'}"
+            shutil.copyfile(src, copy)
+            info = {"run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
+                    "host": name, "host_def": host.model_dump(), "cores_option": cores, "created": time.time(),
+                    "workspace": str(ws), "inputs": inputs, "step": "stage", "base": None, "remote_run_id": None}
+            write_json_atomic(path / "run.json", {k: info[k] for k in ("run_id", "workflow", "copy", "sets",
+                                                                              "host", "created", "workspace")}
+                                     | {"remote": True})
+            write_json_atomic(path / REMOTE_FILE, info)
+        except BaseException:  # (nothing left half made)
+            runs.unmake(path)
+            raise
+        from ..runstate.registry import register
+
+        register(run_id, path)
         rr = cls(path, info)
         rr.warnings = warnings
         return rr

@@ -6,12 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def check(file: str, sets: tuple[str, ...], host: str | None, hosts_file: str | None):
-    """(plan, hosts used by name, warnings) of ``file`` with ``--set`` texts ``sets``."""
+def check(file: str, sets: tuple[str, ...], host: str | None, hosts_file: str | None,
+          workspace: str | None = None):
+    """(plan, hosts used by name, warnings) of ``file`` with ``--set`` texts ``sets``; its
+    workspace (``--workspace``, else its ``workspace:``) a directory, as a run needs it."""
     from ..workflow.load import parse_sets
+    from ..planning import products
     from ..planning.placement import plan_for_hosts
 
-    return plan_for_hosts(file, parse_sets(sets), host=host, hosts_file=hosts_file)
+    planned = plan_for_hosts(file, parse_sets(sets), host=host, hosts_file=hosts_file)
+    products.workspace(planned[0], workspace)
+    return planned
 
 
 def param_summary(plan: Any, nid: str) -> str:

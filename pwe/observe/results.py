@@ -117,9 +117,9 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
         _, st = load_state(run_dir)
         plan = st.plan
     if node is not None and node not in st.nodes:
-        from ..base.errors import PweError, did_you_mean
+        from ..base.errors import did_you_mean
 
-        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+        raise InputError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
     names = {n for pn in plan.nodes.values() for n in pn.space.names}
     for c in conds:
         if c.bare and c.field[7:] not in names:

@@ -8,19 +8,20 @@ journal is newer than the snapshot.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError
-from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin, pilot_states
+from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin
+from .pilotview import pilot_states
 from ..base.regular import open_regular, read_json, read_text
+from ..base.text import shown
 
 
 def status(run_dir: Path) -> dict[str, Any]:
     """What ``pwe status`` shows: the snapshot's counts per node and in total, the run's
-    ``phase`` in words, ``run_dir``, each pilot's state (:func:`rundir.pilot_states`), and
+    ``phase`` in words, ``run_dir``, each pilot's state (:func:`pilotview.pilot_states`), and
     ``unreachable``: the hosts whose batch system does not answer the running engine, each
     with ``since`` (a time) and ``why`` (what it said)."""
     d = run_dir
@@ -177,7 +178,7 @@ def members(run_dir: Path, node: str | None = None, state: str | None = None, li
     if node is not None and node not in st.nodes:
         from ..base.source import did_you_mean
 
-        raise PweError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
+        raise InputError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
     want = None if state is None else state.lower()
     if want is not None and want not in NAMES:
         raise InputError(f"--state: one of {', '.join(NAMES)}")
@@ -199,16 +200,6 @@ def _indices(state: bytearray, code: int):
     while i >= 0:
         yield i
         i = state.find(code, i + 1)
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def inert(text: str) -> str:
-    """``text`` with every control character but newline and tab written visibly (``\\x1b``):
-    what a member wrote, printed to a terminal, can then neither move its cursor, set its
-    title nor hide a line (ESC sequences, carriage returns, backspaces)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def logs_document(run_dir: Path, node: str, index: int, said: str, tail: int | None = None,
@@ -340,7 +331,7 @@ def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, st
                 with open_regular(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
                     fh.seek(max(0, fh.seek(0, 2) - 4096))
                     last = fh.read().decode("utf-8", "replace").strip().splitlines()
-                tail = f"  | {inert(last[-1][:120])}" if last else ""
+                tail = f"  | {shown(last[-1][:120])}" if last else ""
             except OSError:
                 pass
             lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))

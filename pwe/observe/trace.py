@@ -156,9 +156,12 @@ def load(run_dir: Path, with_state: bool = True) -> tuple[dict[str, Any], Any, A
 
 def tsv_value(v: Any) -> str:
     """A field as TSV text: dicts as compact JSON, nothing as empty; tabs and newlines
-    in text become spaces (a TSV row is one line)."""
+    in text become spaces (a TSV row is one line), other control characters are written
+    visibly (:func:`pwe.base.text.shown`)."""
     if v is None:
         return ""
     if isinstance(v, dict):
         v = json.dumps(v, separators=(",", ":"), sort_keys=True)
-    return str(v).replace("\t", " ").replace("\n", " ").replace("\r", " ")
+    from ..base.text import shown  # (what members said: no escape sequence of theirs reaches a terminal)
+
+    return shown(str(v).replace("\t", " ").replace("\n", " ").replace("\r", " "))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..base.errors import PweError
+from ..base.errors import InputError
 from ..base.states import NAMES
 from ..runstate.state import RunState
 
@@ -25,9 +25,9 @@ def trees(st: RunState, node: str | None = None) -> dict[str, Any]:
         if node not in st.nodes:
             from ..base.source import did_you_mean
 
-            raise PweError(f"the run has no node '{node}'{did_you_mean(node, st.nodes)}")
+            raise InputError(f"the run has no node '{node}'{did_you_mean(node, st.nodes)}")
         if node not in nodes:
-            raise PweError(f"node '{node}' has no check: its members grow no trees")
+            raise InputError(f"node '{node}' has no check: its members grow no trees")
         nodes = [node]
     out: dict[str, Any] = {}
     for nid in nodes:

@@ -192,6 +192,12 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
             per_node = min(per_node, sched.coreUsageRule)
         if host.protocol != "local":  # (a local pilot has no walltime)
             check_walltimes(nid, pn, host, src)
+        elif sched.maxWallTime is not None and (sched.maxWallTimePerMember or 0) > sched.maxWallTime:
+            raise InputError(  # (the profile contradicts itself, whichever host runs it)
+                f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) is longer than maxWallTime "
+                f"({sched.maxWallTime:g} min), the walltime of the pilot a member runs in; lower maxWallTimePerMember "
+                f"to at most {sched.maxWallTime:g} or raise maxWallTime", src,
+                (pn.scheduling_lines or {}).get("maxWallTimePerMember") or pn.line)
         # the most nodes one pilot has: the head node (or the host's own nodes) where the
         # protocol allocates none, else what max_nodes and maxNodes allow (None: no limit)
         if not protocol_info(host.protocol).allocates:

@@ -90,6 +90,7 @@ class Plan:
     graph: Graph
     warnings: list[str] = field(default_factory=list)
     host: str | None = None  # --host: every node on this host, whatever the file says
+    workspace_line: int | None = None  # where 'workspace:' is (pwe.planning.products.workspace)
 
     @property
     def total_members(self) -> int:
@@ -334,7 +335,8 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                             f"{min(pn.size, pn.spec.group.maximum_size or pn.size):,} members, sent to its pilot as "
                             "one message (about 0.5 KB a member); set group.maximum_size to 10000 or fewer")
     edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
-    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host)
+    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host,
+                workspace_line=line_of("workspace"))
 
 
 def _check_template(nid: str, node: model.Node, wf: model.Workflow, sched: model.Scheduling, path: Path,

@@ -119,8 +119,12 @@ def workspace(plan: Plan, option: str | Path | None = None) -> Path:
     else:
         return plan.file.parent.resolve()
     if not where.is_dir():
-        raise InputError(f"{said}: {where} is not a directory; make it first (products are relative to it)",
-                         plan.file)
+        from ..base.regular import in_the_way
+
+        blocked = in_the_way(where)
+        what = f" ({blocked[1]})" if blocked and blocked[0] == where else ""
+        raise InputError(f"{said}: {where} is not a directory{what}; make it first (products are relative to it)",
+                         plan.file, None if option is not None else getattr(plan, "workspace_line", None))
     return where
 
 

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import registry
 from ..base.errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
-from ..base.regular import open_regular
 
 DEFAULT_ROOT = Path("pwe-runs")
 
@@ -140,8 +140,8 @@ def check_roots(places: list[tuple[Path, str]]) -> None:
 
 
 def find(run: str | None, root: Path | None = None) -> Path:
-    """A run directory from a run id or a unique prefix of one (looked for under every one
-    of :func:`roots`, or ``root`` alone), a path, or (None) the newest run under ./pwe-runs
+    """A run directory from a run id or a unique prefix of one (under :func:`roots`, or ``root``
+    alone, then in the registry of runs), a path, or (None) the newest run under ./pwe-runs
     (``root``). An ambiguous prefix is :class:`RunNotFound` naming the runs it could mean
     and where each is; a run found nowhere names every place looked in."""
     if run is None:
@@ -151,6 +151,8 @@ def find(run: str | None, root: Path | None = None) -> Path:
         if not runs:
             raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
         return runs[-1].parent
+    if not run.strip():  # (Path('') is the current directory: never taken as a run directory)
+        raise RunNotFound(f"no run {run!r}: an empty RUN selects nothing; give a run id or a run directory")
     bad = "too long" if len(run) > 1024 else "a control character in it" if any(
         ord(c) < 32 or 127 <= ord(c) < 160 for c in run) else None
     try:
@@ -166,19 +168,27 @@ def find(run: str | None, root: Path | None = None) -> Path:
         for base, _ in places:
             if (base / run / "run.json").is_file():
                 return base / run
-    known = [(p.parent.name, base) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
-    if run and "/" not in run:
-        hits = [(k, base) for k, base in known if k.startswith(run)]
+        there = registry.lookup(run) if root is None else None  # (a run made with --run-dir anywhere)
+        if there is not None:
+            return there
+    known = [(p.parent.name, p.parent) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
+    if run and "/" not in run:  # a prefix: of the runs under the roots, else of the registry's (the nearest first)
+        hits, seen = [], set()
+        for k, d in [x for x in known if x[0].startswith(run)] or (registry.starting(run) if root is None else []):
+            if _key(d) not in seen:
+                seen.add(_key(d))
+                hits.append((k, d))
         if len(hits) == 1:
-            return hits[0][1] / hits[0][0]
+            return hits[0][1]
         if hits:
-            shown = ", ".join(f"{k} ({_shown(base)})" for k, base in hits[:10]) + (
+            shown = ", ".join(f"{k} ({_shown(d.parent) if d.name == k else d})" for k, d in hits[:10]) + (
                 f" and {len(hits) - 10} more" if len(hits) > 10 else "")
             raise RunNotFound(f"'{run}' is the start of {len(hits)} runs: {shown}; give more of the id")
     from ..base.errors import did_you_mean
 
     looked = ", ".join(_shown(base) for base, _ in places)
-    raise RunNotFound(f"no run '{run}' (looked in {looked}){did_you_mean(run, sorted(k for k, _ in known))}")
+    nor = f", nor in the registry of runs ({registry.where()}/)" if root is None else ""
+    raise RunNotFound(f"no run '{run}' (looked in {looked}){nor}{did_you_mean(run, sorted(k for k, _ in known))}")
 
 
 def listed(root: Path | None = None) -> list[tuple[Path, str]]:
@@ -351,7 +361,8 @@ def _live(info: dict) -> bool:
 
 def run_ref(run_dir: Path) -> str:
     """How to name a run on the command line: its id when :func:`find` finds it by its id
-    (it is under one of :func:`roots`), else its directory."""
+    (it is under one of :func:`roots`), else its directory (a run made with --run-dir: as it
+    was given; its id finds it too, through the registry of runs)."""
     run_dir = Path(run_dir)
     try:  # (under a root: not a directory of that name that happens to be here)
         if _key(run_dir.parent) in {_key(root) for root, _ in roots()} and \
@@ -360,83 +371,3 @@ def run_ref(run_dir: Path) -> str:
     except (OSError, PweError):
         pass
     return str(run_dir)
-
-
-def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,
-                 heartbeat: float = 5.0) -> dict[str, dict[str, Any]]:
-    """Each pilot as ``pwe status`` shows it, in text and JSON alike: the journal's record
-    of it plus ``state`` (``up``, ``gone`` or ``unknown``), ``alive`` (``state == "up"``)
-    and ``why``.
-
-    While an engine works on the run, the journal is current: alive there is up. Without
-    an engine the journal stops at the engine's last word, while a pilot may run on (it
-    finishes what it was given: kill -9 of the engine) or have left since (told to stop at
-    the run's end). Then the pilot's own files say: its last event ``down`` is gone; a pilot
-    of this machine is up while its process is; a batch pilot is up while its heartbeats
-    come, else unknown.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    now = time.time()
-    for pid_, p in pilots.items():
-        view = dict(p)
-        why = p.get("why")
-        if not p.get("alive"):
-            state = "gone"
-        elif engine_running:
-            state = "up"
-        else:
-            d = Path(run_dir) / "pilots" / pid_
-            last, age = _last_event(d / "events.jsonl", now)
-            if last.get("k") == "down":
-                state, why = "gone", f"left ({last.get('why')})"
-            elif not p.get("job") and p.get("host") == os.uname().nodename:
-                state = "up" if _is_pilot_process(p.get("pid", 0), d) else "gone"
-                if state == "gone":
-                    why = "died (pwe resume hands its members on)"
-            elif age is not None and age <= 3 * heartbeat:
-                state = "up"
-            else:
-                state = "unknown"
-                why = "no word from it" + (f" for {age:.0f} s" if age is not None else "")
-        view.update(state=state, alive=state == "up", why=why)
-        out[pid_] = view
-    return out
-
-
-def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
-    """The last whole event in a pilot's events file and how long ago the file changed."""
-    try:
-        with open_regular(path, "rb", within=path.parent) as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - 4096))
-            tail = fh.read()
-            age = now - os.fstat(fh.fileno()).st_mtime
-    except OSError:
-        return {}, None
-    for line in reversed(tail.split(b"\n")):
-        try:
-            return json.loads(line), age
-        except ValueError:
-            continue
-    return {}, age
-
-
-def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
-    """The pid is alive and is that pilot (not a process that reused the pid): its working
-    directory is the pilot's (a local pilot learns its directory on its stdin:
-    protocols/warmpilot.py), or its command line names it (a pilot started by a job
-    script). One still waiting for its order counts as that pilot: it may be about to
-    take it."""
-    from pilot.spawn import pid_alive
-
-    if not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read()
-        if str(pilot_dir).encode() in argv or argv.endswith(b"\0--await-start\0"):
-            return True
-        return os.readlink(f"/proc/{pid}/cwd") == os.path.realpath(pilot_dir)
-    except OSError:
-        return True  # no /proc (or not ours to read): trust the pid
-

@@ -62,8 +62,21 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     cores = next(iter(hosts.values())).cores_per_node
     # (the service gives the id its client chose, so that a submission delivered twice finds its run)
     run_id = options.pop("run_id", None) or rundir.new_run_id(plan.workflow.name)
-    path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
-    rundir.create(path)
+    path = make_dir(Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id)
+    try:
+        info = _fill(path, src, run_id, sets, host, cores, cores_option, hosts_file, options)
+    except BaseException:  # (a disk that fills, a file that cannot be copied: nothing left half made)
+        unmake(path)
+        raise
+    from .registry import register
+
+    register(run_id, path)  # (found by its id wherever it is: pwe/runstate/registry.py)
+    return path, plan, info, warnings
+
+
+def _fill(path: Path, src: Path, run_id: str, sets: dict[str, Any] | None, host: str | None, cores: int,
+          cores_option: int | None, hosts_file: str | Path | None, options: dict[str, Any]) -> dict[str, Any]:
+    """A new run directory's workflow copy, run.json and secret; run.json's content."""
     copy = path / f"workflow{src.suffix or '.yaml'}"
     shutil.copyfile(src, copy)
     info = {
@@ -78,7 +91,46 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     from .notify import make_secret
 
     make_secret(path)
-    return path, plan, info, warnings
+    return info
+
+
+#: For each run directory :func:`make_dir` made in this process, the first of it and its
+#: parents that it made (./pwe-runs itself, the first time): what :func:`unmake` may remove.
+_MADE: dict[str, Path] = {}
+
+
+def make_dir(run_dir: Path) -> Path:
+    """:func:`rundir.create`, remembering what it made, for :func:`unmake`."""
+    run_dir = Path(run_dir)
+    top = next((q for q in (*reversed(run_dir.parents), run_dir) if not q.exists()), run_dir)
+    rundir.create(run_dir)
+    _MADE[str(run_dir.resolve())] = top.resolve()
+    return run_dir
+
+
+def unmake(run_dir: Path) -> None:
+    """Remove a run directory this process made (:func:`make_dir`) for a run refused before
+    it began, its registry entry, and the parents made for it when nothing else is in them
+    now: a refusal leaves nothing behind. A directory this process did not make stays."""
+    from .registry import forget, run_id_of
+
+    run_dir = Path(run_dir).resolve()
+    top = _MADE.pop(str(run_dir), None)
+    if top is None:
+        return
+    rid = run_id_of(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if rid:
+        forget(rid, run_dir)
+    parent = run_dir.parent
+    while top != run_dir and top in (parent, *parent.parents):
+        try:
+            parent.rmdir()  # (only when empty: another run made there meanwhile stays)
+        except OSError:
+            break
+        if parent == top:
+            break
+        parent = parent.parent
 
 
 def read_info(run_dir: Path) -> dict[str, Any]:

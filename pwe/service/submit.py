@@ -12,17 +12,15 @@ A run is never executed inside a Celery task: its engine is a detached process o
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError
+from ..runstate.registry import valid_run_id
 from ..runstate.service_store import Store
 
-#: A run id as pwe makes them (workflow name, time, a few hex digits): one path component.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 #: Value names a triggered run is given, as properties, when its payloads use them.
 VALUE_NAMES = ("scheduled_time", "trigger_run", "trigger_file")
 MAX_TEXT = 4 * 1024 * 1024
@@ -90,7 +88,7 @@ def submit_run(store: Store, req: dict[str, Any]) -> dict[str, Any]:
     from ..engine.loop import Engine
 
     run_id = str(req.get("run_id", ""))
-    if not RUN_ID.fullmatch(run_id):
+    if not valid_run_id(run_id):
         raise InputError(f"run id {run_id!r}: letters, digits, '.', '_' and '-' only")
     rec = store.submission(run_id)
     if rec is not None:

@@ -14,21 +14,19 @@ triggers               ``pwe trigger list`` (:func:`pwe.service.daemon.trigger_r
 hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.observe.hostview`)
 =====================  ==========================================================
 
-A run is named by its id only, and only a run :func:`runs` lists is found (never a path).
+A run is named by its id only (never a path): a run :func:`runs` lists, or one of the registry of
+runs (:mod:`pwe.runstate.registry`: the user's own runs, each verified by its run.json).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError, RunNotFound
 from .model import Runs
 
-#: A run id, as pwe makes them (and nothing that could be a path).
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 #: The most of a member's log file the dashboard reads (its last bytes).
 LOG_BYTES = 256 * 1024
 #: The most members one page holds, and the most attempts the timeline draws.
@@ -58,11 +56,22 @@ class Sources:
         return out
 
     def find(self, run_id: str) -> Path:
-        """The run directory of ``run_id`` among those listed; :class:`RunNotFound` else."""
-        if not RUN_ID.fullmatch(run_id):
+        """The run directory of ``run_id`` (the id its run.json names, as :func:`runs` shows
+        it): among those listed, else in the registry of runs (a run made with ``--run-dir``
+        anywhere: :mod:`pwe.runstate.registry`); :class:`RunNotFound` else."""
+        from ..runstate.registry import lookup, run_id_of, valid_run_id
+
+        if not valid_run_id(run_id):
             raise RunNotFound(f"run {run_id[:60]!r}: not a run id")
-        for d, _ in self.listed():
-            if d.name == run_id:
+        listed = [d for d, _ in self.listed()]
+        for d in listed:
+            if d.name == run_id and run_id_of(d) in (run_id, None):
+                return d
+        there = lookup(run_id)
+        if there is not None:
+            return there
+        for d in listed:  # (listed under another name, and not registered: made before the registry)
+            if d.name != run_id and run_id_of(d) == run_id:
                 return d
         raise RunNotFound(f"no run '{run_id}' here")
 

@@ -1,0 +1,93 @@
+"""Each pilot of a run as ``pwe status`` shows it (:func:`pilot_states`): up, gone or
+unknown, from the journal's record of it and, without an engine, the pilot's own files and
+process. Moved out of :mod:`pwe.runstate.rundir` (it reads runs back, changing nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..base.regular import open_regular
+
+
+def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,
+                 heartbeat: float = 5.0) -> dict[str, dict[str, Any]]:
+    """Each pilot as ``pwe status`` shows it, in text and JSON alike: the journal's record
+    of it plus ``state`` (``up``, ``gone`` or ``unknown``), ``alive`` (``state == "up"``)
+    and ``why``.
+
+    While an engine works on the run, the journal is current: alive there is up. Without
+    an engine the journal stops at the engine's last word, while a pilot may run on (it
+    finishes what it was given: kill -9 of the engine) or have left since (told to stop at
+    the run's end). Then the pilot's own files say: its last event ``down`` is gone; a pilot
+    of this machine is up while its process is; a batch pilot is up while its heartbeats
+    come, else unknown.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for pid_, p in pilots.items():
+        view = dict(p)
+        why = p.get("why")
+        if not p.get("alive"):
+            state = "gone"
+        elif engine_running:
+            state = "up"
+        else:
+            d = Path(run_dir) / "pilots" / pid_
+            last, age = _last_event(d / "events.jsonl", now)
+            if last.get("k") == "down":
+                state, why = "gone", f"left ({last.get('why')})"
+            elif not p.get("job") and p.get("host") == os.uname().nodename:
+                state = "up" if _is_pilot_process(p.get("pid", 0), d) else "gone"
+                if state == "gone":
+                    why = "died (pwe resume hands its members on)"
+            elif age is not None and age <= 3 * heartbeat:
+                state = "up"
+            else:
+                state = "unknown"
+                why = "no word from it" + (f" for {age:.0f} s" if age is not None else "")
+        view.update(state=state, alive=state == "up", why=why)
+        out[pid_] = view
+    return out
+
+
+def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
+    """The last whole event in a pilot's events file and how long ago the file changed."""
+    try:
+        with open_regular(path, "rb", within=path.parent) as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 4096))
+            tail = fh.read()
+            age = now - os.fstat(fh.fileno()).st_mtime
+    except OSError:
+        return {}, None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            return json.loads(line), age
+        except ValueError:
+            continue
+    return {}, age
+
+
+def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
+    """The pid is alive and is that pilot (not a process that reused the pid): its working
+    directory is the pilot's (a local pilot learns its directory on its stdin:
+    protocols/warmpilot.py), or its command line names it (a pilot started by a job
+    script). One still waiting for its order counts as that pilot: it may be about to
+    take it."""
+    from pilot.spawn import pid_alive
+
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read()
+        if str(pilot_dir).encode() in argv or argv.endswith(b"\0--await-start\0"):
+            return True
+        return os.readlink(f"/proc/{pid}/cwd") == os.path.realpath(pilot_dir)
+    except OSError:
+        return True  # no /proc (or not ours to read): trust the pid
+
