@@ -37,6 +37,8 @@ def pwe(*args, cwd):
                           timeout=180, env=env, stdin=subprocess.DEVNULL, preexec_fn=_limit)
     said = proc.stdout + proc.stderr
     assert "Traceback" not in said and "MemoryError" not in said and "Aborted!" not in said, said[-3000:]
+    # (what a damaged file holds is quoted as text: no control character reaches the terminal)
+    assert not [c for c in said if ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f], repr(said[-3000:])
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -44,6 +44,7 @@ from ..planning.groups import Groups
 from ..runstate.state import RunState
 from .tasks import TaskBuilder
 from ..base.regular import read_bytes, write_json_atomic
+from ..base.text import shown
 
 # The engine never needs to react within a millisecond: each pilot holds a window of
 # queued members. Sleeping at least POLL_MIN between rounds batches the work (fewer, larger
@@ -91,8 +92,9 @@ class Engine(PilotWork, Feeding):
         self.warnings: list[str] = []
         #: Python callables that check a node's members (run_workflow's ``checks``: pwe/planning/trees.py)
         self.checks: dict[str, Callable[[dict], Any]] = {}
-        #: says what the engine found wrong but worked around (a damaged journal line)
-        self.notice: Callable[[str], None] = lambda line: print(f"warning: {line}", file=sys.stderr)
+        #: says what the engine found wrong but worked around (a damaged journal line); what
+        #: it quotes was made by others (a pilot's message, a file): shown as text
+        self.notice: Callable[[str], None] = lambda line: print(f"warning: {shown(line)}", file=sys.stderr)
         self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
         builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
         self._task = builder.build  # a member's task
