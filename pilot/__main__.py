@@ -15,6 +15,7 @@ from .agent import PilotAgent
 from .allocation import discover
 from .guardian import guard
 from .transport import PilotSpool, Transport, keys
+from .tmpdirs import remove_left
 
 ORDER_WAIT = 60.0  # seconds a pilot started ahead (--await-start) waits for its order
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         key_out, key_in = keys(directory, args.secret)
         # the pilot's guardian (pilot/guardian.py): this process waits, a child is the pilot
         # (forked before anything is opened that only the pilot may use)
-        table = guard(directory, key_out, 4096)
+        table = guard(directory, key_out, 4096, tidy=lambda pid: remove_left(directory, args.scratch, pid))
         transport: Transport
         if args.transport == "redis":
             from .broker import PilotRedis, read_password

@@ -58,7 +58,7 @@ import signal
 import struct
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .bounded import read_lines
 from .wire import DAMAGED, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILLED, decode, encode
@@ -150,10 +150,13 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
-def guard(directory: str, key: bytes | None, entries: int) -> MemberTable | None:
+def guard(directory: str, key: bytes | None, entries: int,
+          tidy: Callable[[int], None] | None = None) -> MemberTable | None:
     """Fork the guardian. Returns in the pilot (the child) with the shared table; the
     guardian never returns from here (it exits with the pilot's status). None, without a
-    fork, where a subreaper cannot be had (not Linux, refused) or ``PWE_NO_GUARDIAN`` is set."""
+    fork, where a subreaper cannot be had (not Linux, refused) or ``PWE_NO_GUARDIAN`` is set.
+    ``tidy(pid)``: called with the pilot's pid once it is gone and its members have ended
+    (what the pilot could not tidy itself: the $TMPDIRs of its members)."""
     if os.environ.get("PWE_NO_GUARDIAN") or not sys.platform.startswith("linux"):
         return None
     if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
@@ -169,11 +172,12 @@ def guard(directory: str, key: bytes | None, entries: int) -> MemberTable | None
         if os.getppid() != guardian:  # it died before the line above: so do we
             os._exit(1)
         return table
-    _watch(child, table, directory, key)
+    _watch(child, table, directory, key, tidy)
     raise AssertionError("unreachable")
 
 
-def _watch(child: int, table: MemberTable, directory: str, key: bytes | None) -> None:
+def _watch(child: int, table: MemberTable, directory: str, key: bytes | None,
+           tidy: Callable[[int], None] | None) -> None:
     for sig in _PASSED_ON:
         signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
     while True:
@@ -188,6 +192,8 @@ def _watch(child: int, table: MemberTable, directory: str, key: bytes | None) ->
         signal.signal(sig, lambda signum, _frame: _hurry.append(signum))
     try:
         _clean_up(table, directory, key, grace())
+        if tidy is not None:
+            tidy(child)  # (what the pilot could not tidy: its members' $TMPDIRs; pilot/tmpdirs.py)
     except Exception as exc:  # noqa: BLE001 - whatever happens, the pilot's status is passed on
         print(f"pilot guardian: {exc!r}", file=sys.stderr, flush=True)
     code = os.waitstatus_to_exitcode(status)

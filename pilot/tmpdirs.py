@@ -7,9 +7,10 @@ many members that never use it). Standard library only.
 Layout: ``<root>/pwe-<run>-<pilot>-<host>-<pid>/<k>``, where root is
 the host's ``scratch`` (``$VARS`` expanded here, on the node), else the node's ``$TMPDIR``,
 else ``/tmp``; ``<run>`` is a short hash of the run directory. The pilot's own directory
-goes when the pilot leaves. A pilot killed with SIGKILL cannot tidy: the next pilot of the
-same run on the same node removes what pilots of that run left there whose process is gone
-(:meth:`TmpDirs.sweep`).
+goes when the pilot leaves. A pilot killed with SIGKILL cannot tidy: its guardian removes
+its directory once its members have ended (:func:`remove_left`, pilot/guardian.py), and the
+next pilot of the same run on the same node removes what pilots of that run left there
+whose process is gone (:meth:`TmpDirs.sweep`: a pilot killed with its guardian).
 """
 
 from __future__ import annotations
@@ -73,6 +74,25 @@ def tmp_root(scratch: str | None) -> str:
     return os.environ.get("TMPDIR") or "/tmp"
 
 
+def _prefix(pilot_dir: str) -> str:
+    run_dir = os.path.dirname(os.path.dirname(pilot_dir))  # RUN/pilots/<id>
+    return f"pwe-{hashlib.sha256(run_dir.encode()).hexdigest()[:10]}-"
+
+
+def remove_left(pilot_dir: str, scratch: str | None, pid: int) -> None:
+    """Remove the directory of the pilot process ``pid`` of ``pilot_dir`` on this node,
+    with what is in it: its guardian's tidying once the pilot was killed and its members
+    have all ended (the pilot's own :meth:`TmpDirs.close` never ran)."""
+    pilot_dir = os.path.abspath(pilot_dir)
+    try:
+        root = tmp_root(scratch)
+    except ValueError:
+        return
+    path = os.path.join(root, f"{_prefix(pilot_dir)}{os.path.basename(pilot_dir)}-{socket.gethostname()}-{pid}")
+    if not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class TmpDirs:
     """The members' temporary directories of one pilot on its node."""
 
@@ -84,8 +104,7 @@ class TmpDirs:
             self.root = tmp_root(scratch)
         except ValueError as exc:
             self.error, self.root = str(exc), os.path.join(pilot_dir, "no-scratch")
-        run_dir = os.path.dirname(os.path.dirname(pilot_dir))  # RUN/pilots/<id>
-        self.prefix = f"pwe-{hashlib.sha256(run_dir.encode()).hexdigest()[:10]}-"
+        self.prefix = _prefix(pilot_dir)
         self.host = socket.gethostname()
         self.base = os.path.join(self.root, f"{self.prefix}{os.path.basename(pilot_dir)}-{self.host}-{os.getpid()}")
         self._made = False

@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import subprocess
+
+import pytest
 import sys
 from pathlib import Path
 
@@ -74,11 +76,17 @@ def test_a_member_killed_by_its_walltime_loses_its_tmpdir(tmp_path):
     wait_for(lambda: os.listdir(scratch) == [], 30, "the pilot's tmp directory to go")
 
 
-def test_what_a_pilot_killed_with_sigkill_left_is_removed_by_the_next(tmp_path):
+@pytest.mark.parametrize("guardian", [True, False], ids=["by its guardian", "by the next pilot"])
+def test_what_a_pilot_killed_with_sigkill_left_is_removed(tmp_path, guardian):
+    """A pilot killed with SIGKILL cannot tidy its members' $TMPDIRs. Its guardian does,
+    once the members it left have ended (pilot/guardian.py); where there was none
+    (PWE_NO_GUARDIAN=1 here; a guardian killed with its pilot), the next pilot of the run
+    on the node removes them, and says so in its log."""
     wf, scratch, ledger = setup(tmp_path, 4, "sleep 2")
     run_dir = tmp_path / "run"
+    env = ENV if guardian else dict(ENV, PWE_NO_GUARDIAN="1")
     engine = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)], cwd=tmp_path,
-                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: ledger.exists() and len(ledger_lines(ledger)) >= 4, 60, "the members to start")
         events = (run_dir / "pilots" / "p1" / "events.jsonl").read_text().splitlines()
@@ -93,15 +101,15 @@ def test_what_a_pilot_killed_with_sigkill_left_is_removed_by_the_next(tmp_path):
     assert all(p.parent.name.endswith(f"-{pid}") for p in left)
     lines = ledger_lines(ledger)
     check_fresh(lines, scratch)
-    # every member finished (those the dead pilot ran, again on the next), and nothing of
-    # the killed pilot, nor of the next, is left under the scratch directory
+    # every member finished (those the dead pilot ran: in its guardian's grace, or again on
+    # the next), and nothing of the killed pilot, nor of the next, is left under the scratch
     assert {int(w[0]) for w in lines} == {0, 1, 2, 3}
     assert not any(p.exists() for p in left)
     wait_for(lambda: os.listdir(scratch) == [], 30, "the pilots' tmp directories to go")
-    # the next pilot removed them (the killed one could not), and says so in its log
-    killed_base = str(left[0].parent)
-    logs = "".join(p.read_text() for p in run_dir.glob("pilots/p*/pilot.log") if p.parent.name != "p1")
-    assert f"removed {killed_base}, left by a pilot of this run that is gone" in logs, logs
+    if not guardian:  # the next pilot removed them (the killed one could not), and says so in its log
+        killed_base = str(left[0].parent)
+        logs = "".join(p.read_text() for p in run_dir.glob("pilots/p*/pilot.log") if p.parent.name != "p1")
+        assert f"removed {killed_base}, left by a pilot of this run that is gone" in logs, logs
 
 
 def test_tmpdirs_sweep_only_dead_pilots_of_the_same_run(tmp_path):
