@@ -513,3 +513,17 @@ def slurm4(slurm4_cluster):
     so the next test finds the nodes free."""
     yield slurm4_cluster
     slurm4_cluster.run("scancel", "--user", "root")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A PWE_HOME of the module's own (the dashboard's token, the service's directory); a
+    module that needs one per test defines its own ``home``."""
+    h = tmp_path_factory.mktemp("pwehome")
+    old = _os.environ.get("PWE_HOME")
+    _os.environ["PWE_HOME"] = str(h)
+    yield h
+    if old is None:
+        _os.environ.pop("PWE_HOME", None)
+    else:
+        _os.environ["PWE_HOME"] = old

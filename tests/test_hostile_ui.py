@@ -45,18 +45,6 @@ nodes:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    h = tmp_path_factory.mktemp("pwehome")
-    old = os.environ.get("PWE_HOME")
-    os.environ["PWE_HOME"] = str(h)
-    yield h
-    if old is None:
-        os.environ.pop("PWE_HOME", None)
-    else:
-        os.environ["PWE_HOME"] = old
-
-
-@pytest.fixture(scope="module")
 def run(home, tmp_path_factory):
     """A finished run: first[0] fails (its output 'aaa...a!'), so big's 10^6 members are skipped."""
     cwd = tmp_path_factory.mktemp("uihostile")

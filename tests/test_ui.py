@@ -46,19 +46,6 @@ nodes:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    """A PWE_HOME of this module's own (the token, the service's directory)."""
-    h = tmp_path_factory.mktemp("pwehome")
-    old = os.environ.get("PWE_HOME")
-    os.environ["PWE_HOME"] = str(h)
-    yield h
-    if old is None:
-        os.environ.pop("PWE_HOME", None)
-    else:
-        os.environ["PWE_HOME"] = old
-
-
-@pytest.fixture(scope="module")
 def done(home, tmp_path_factory):
     """One finished run (3 of 31 members fail): (cwd, run dir)."""
     cwd = tmp_path_factory.mktemp("ui")
