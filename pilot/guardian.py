@@ -267,9 +267,7 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
             if pid not in children:
                 children[pid] = zombie
                 # (a zombie the table has as over was reported above: it is no stranger)
-                who[pid] = known.get(pid) or (None if zombie else _identity(pid))
-                if pid in over:
-                    who[pid] = None
+                who[pid] = None if pid in over else known.get(pid) or (None if zombie else _identity(pid))
             if not zombie and pid not in killed and (now >= kill_at or _hurry):
                 killed.add(pid)
                 _kill(pid)
