@@ -17,7 +17,6 @@ Payloads:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, check_ends, pilot_span, pwe_env, timed_run
+from common import check_ends, clock, parser, pilot_span, place, pwe_env, timed_run
 
 
 def workflow(d: Path, members: int, payload: str) -> Path:
@@ -70,7 +69,7 @@ def bare_loop(base: Path, members: int, slots: int) -> float:
     actions = [(os.POSIX_SPAWN_OPEN, 1, "stdout", create, 0o644), (os.POSIX_SPAWN_OPEN, 2, "stderr", create, 0o644)]
     here = os.getcwd()
     settle()
-    t0 = time.perf_counter()
+    t0 = clock()
     live = 0
     try:
         for i in range(members):
@@ -87,7 +86,7 @@ def bare_loop(base: Path, members: int, slots: int) -> float:
             live -= 1
     finally:
         os.chdir(here)
-    return members / (time.perf_counter() - t0)
+    return members / (clock() - t0)
 
 
 def one(base: Path, members: int, cores: int, payload: str, env: dict[str, str]) -> tuple[float, float]:
@@ -100,15 +99,10 @@ def one(base: Path, members: int, cores: int, payload: str, env: dict[str, str])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=5000)
-    ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--where", choices=["disk", "tmpfs", "both"], default="both")
+    ap = parser(__doc__, repeat=3, members=5000, cores=2, where="both", both=True)
     ap.add_argument("--payload", choices=["true", "bash", "sleep", "all"], default="all")
     args = ap.parse_args()
     env = pwe_env()
-    places = {"disk": ROOT / "bench" / "out", "tmpfs": Path("/dev/shm")}
     wheres = ["disk", "tmpfs"] if args.where == "both" else [args.where]
     payloads = ["true", "bash", "sleep"] if args.payload == "all" else [args.payload]
     print(f"{'payload':8} {'where':6} {'members':>8} {'cores':>5} {'wall s (median)':>16} {'members/s':>10}  extra")
@@ -116,8 +110,7 @@ def main() -> None:
     try:
         for payload in payloads:
             for where in wheres:
-                places[where].mkdir(parents=True, exist_ok=True)
-                base = Path(tempfile.mkdtemp(prefix="pwe-bench-", dir=places[where]))
+                base = Path(tempfile.mkdtemp(prefix="pwe-bench-", dir=place(where)))
                 bases.append(base)
                 if payload == "sleep":
                     n, cores, cmd = 400, 8, "sleep 0.05"

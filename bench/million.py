@@ -25,7 +25,6 @@ Prints one line per figure, and a JSON summary last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -37,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, pwe_env
+from common import ROOT, clock, median_of, parser, place, pwe_env, timed, write_json
 
 ENV = pwe_env()
 sys.path.insert(0, str(ROOT))
@@ -45,12 +44,6 @@ sys.path.insert(0, str(ROOT))
 
 def pwe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pwe", *args]
-
-
-def timed(args: list[str]) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(pwe_cmd(*args), env=ENV, check=True, capture_output=True)
-    return time.perf_counter() - t0
 
 
 def proc_kb(pid: int, field: str) -> int:
@@ -149,10 +142,10 @@ class Sampler:
         if time.time() >= self._next_status:
             from pwe.observe.runview import status
 
-            t0 = time.perf_counter()
+            t0 = clock()
             status(self.dir)
-            self.status_call.append(time.perf_counter() - t0)
-            self.status_cli.append(timed(["status", str(self.dir)]))
+            self.status_call.append(clock() - t0)
+            self.status_cli.append(timed(pwe_cmd("status", str(self.dir)), ENV))
             self._next_status = time.time() + self.status_every
 
 
@@ -168,17 +161,12 @@ def follow(proc: subprocess.Popen, sampler: Sampler, run_dir: Path, until=None) 
 
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=1_000_000)
+    ap = parser(__doc__, repeat=None, members=1_000_000, cores=2, where="disk", json_out=True)
     ap.add_argument("--kill-at", type=int, default=500_000, help="kill -9 the engine at this many done (0: never)")
-    ap.add_argument("--where", choices=["tmpfs", "disk"], default="disk")
-    ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--status-every", type=float, default=5.0)
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     args = ap.parse_args()
-    parent = Path("/dev/shm") if args.where == "tmpfs" else ROOT / "bench" / "out"
-    parent.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="pwe-million-", dir=parent))
+    base = Path(tempfile.mkdtemp(prefix="pwe-million-", dir=place(args.where)))
     n = args.members
     out: dict[str, object] = {"members": n, "where": args.where, "cores": args.cores}
     try:
@@ -186,7 +174,7 @@ def main() -> None:
         wf.write_text(f"name: million\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {n}]}}}}\n    run: 'true'\n")
         run_dir = base / "run"
         sampler = Sampler(run_dir, args.status_every)
-        t0 = time.perf_counter()
+        t0 = clock()
         proc = subprocess.Popen(pwe_cmd("run", str(wf), "--cores", str(args.cores), "--run-dir", str(run_dir)),
                                 env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         killed = False
@@ -199,18 +187,18 @@ def main() -> None:
                 os.kill(pid, signal.SIGKILL)
                 proc.wait()
                 killed = True
-                before = time.perf_counter() - t0
+                before = clock() - t0
                 index = last_assigned(run_dir)
                 print(f"kill -9 of the engine at {at:,} done ({before:.1f} s in); last member assigned: {index:,}")
                 out.update(killed_at_done=at, killed_after_s=round(before, 1))
                 offsets: dict[Path, int] = {}
                 started_past(run_dir, index, offsets)  # (read up to now: what the old engine started)
-                t1 = time.perf_counter()
+                t1 = clock()
                 proc = subprocess.Popen(pwe_cmd("resume", str(run_dir)), env=ENV, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, start_new_session=True)
                 while not started_past(run_dir, index, offsets) and proc.poll() is None:
                     time.sleep(0.02)
-                first_new = time.perf_counter() - t1
+                first_new = clock() - t1
                 if proc.poll() is None:
                     print(f"pwe resume -> first new member started: {first_new:.2f} s (bar 10 s)")
                     out["resume_first_new_s"] = round(first_new, 2)
@@ -218,7 +206,7 @@ def main() -> None:
                     print("pwe resume ended before this script saw a new member start (a bug of the script?)")
         follow(proc, sampler, run_dir)
         rc = proc.wait()
-        wall = time.perf_counter() - t0
+        wall = clock() - t0
         err = proc.stderr.read().decode(errors="replace").strip()
         final = done(run_dir)
         print(f"run: {final:,} of {n:,} done, exit {rc}, {wall:.1f} s wall ({n / wall:.0f}/s)"
@@ -246,13 +234,14 @@ def main() -> None:
         for f in sorted((run_dir / "pilots").glob("*/*.jsonl")):
             print(f"  {f.relative_to(run_dir)}: {f.stat().st_size / 1e6:.1f} MB")
         out.update(run_dir_mb=round(size / 1e6), entries=count, largest_dir_entries=most)
-        show = statistics.median(timed(["show", str(run_dir), "--limit", "20"]) for _ in range(3))
-        status_end = statistics.median(timed(["status", str(run_dir)]) for _ in range(3))
-        logs = timed(["logs", str(run_dir), f"m:{n // 2 + 1}"])
+        show = median_of(3, pwe_cmd("show", str(run_dir), "--limit", "20"), ENV)
+        status_end = median_of(3, pwe_cmd("status", str(run_dir)), ENV)
+        logs = timed(pwe_cmd("logs", str(run_dir), f"m:{n // 2 + 1}"), ENV)
         print(f"after the end: pwe show --limit 20 {show:.2f} s, pwe status {status_end:.3f} s, "
               f"pwe logs of a member that wrote nothing {logs:.2f} s (fresh processes, medians of 3)")
         out.update(show_s=round(show, 2), status_end_s=round(status_end, 3), logs_s=round(logs, 2))
         print(json.dumps(out))
+        write_json(args.json, out)
     finally:
         if args.keep:
             print(f"kept: {base}")

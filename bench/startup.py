@@ -1,6 +1,6 @@
 """Benchmark: start-up (issue 13). Fresh processes, medians.
 
-    python bench/startup.py [--repeat 9] [--w2-repeat 5] [--against OLD_TREE]
+    python bench/startup.py [--repeat 9] [--w2-repeat 5]
 
 Prints:
   python -c pass          the interpreter alone (the floor under every command)
@@ -12,36 +12,20 @@ Prints:
                           run; efficiency = ideal (2.5 s) / wall; bar: pwe >= 0.92
 
 Where pwe's time goes before the first member starts is printed too, from the run's
-own records (pilot's `up` and first `start` against the command's start). With
-``--against OLD_TREE`` (a worktree of an older pwe) every row is measured for it too,
-alternated with this tree's, so the change is told from the host's drift.
+own records (pilot's `up` and first `start` against the command's start). To measure
+these rows for two versions of pwe alternately (what `--against OLD_TREE` did), use the
+A/B runner: `python bench/ab.py --a OLD_TREE --b . --measure pass,help,status,pilot,w2`.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import PACKAGES, pilot_events, pwe_env
-
-
-def timed(argv: list[str], env: dict[str, str], cwd: Path, stdin=None) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, input=stdin)
-    took = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv}: exit {proc.returncode}: {proc.stderr[-500:]}")
-    return took
-
-
-def median_of(n: int, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, list[float]]:
-    runs = [timed(argv, env, cwd) for _ in range(n)]
-    return statistics.median(runs), runs
+from common import parser, pilot_events, pwe_env, timed
 
 
 def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float, float, float]:
@@ -61,17 +45,11 @@ def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=9)
+    ap = parser(__doc__, repeat=9)
     ap.add_argument("--w2-repeat", type=int, default=5)
-    ap.add_argument("--against", default=None, help="an older source tree to measure alternately")
     args = ap.parse_args()
     env = pwe_env()
     trees = {"": env}
-    if args.against:
-        old = Path(args.against).resolve()
-        subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(old / d) for d in PACKAGES)], check=True)
-        trees["old "] = dict(env, PYTHONPATH=str(old))
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="pwe-startup-", dir="/dev/shm") as tmp:
         base = Path(tmp)

@@ -11,53 +11,35 @@ writing it, so status replays the journal) and `pwe show RUN --limit 20`.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT, pwe_env
+from common import median_of, parser, place, pwe_env, timed_run
+
 ENV = pwe_env()
-
-
-def timed(args: list[str], repeat: int) -> float:
-    walls = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pwe", *args], env=ENV, check=True, capture_output=True)
-        walls.append(time.perf_counter() - t0)
-    return statistics.median(walls)
+PWE = [sys.executable, "-m", "pwe"]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=100_000)
-    ap.add_argument("--where", choices=["tmpfs", "disk"], default="tmpfs")
-    ap.add_argument("--repeat", type=int, default=7)
+    ap = parser(__doc__, repeat=7, members=100_000, where="tmpfs")
     args = ap.parse_args()
-    parent = Path("/dev/shm") if args.where == "tmpfs" else ROOT / "bench" / "out"
-    parent.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="pwe-status-", dir=parent))
+    base = Path(tempfile.mkdtemp(prefix="pwe-status-", dir=place(args.where)))
     try:
         wf = base / "wf.yaml"
         wf.write_text(f"name: big\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {args.members}]}}}}\n"
                       "    run: 'true'\n")
         run_dir = base / "run"
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
-                       env=ENV, check=True, capture_output=True)
-        wall = time.perf_counter() - t0
+        wall = timed_run([wf, "--cores", "2", "--run-dir", run_dir], ENV)
         print(f"run: {args.members} members in {wall:.1f} s ({args.members / wall:.0f}/s) on {args.where}")
         print(f"journal: {(run_dir / 'journal.jsonl').stat().st_size / 1e6:.1f} MB")
-        print(f"pwe status (snapshot)      : {timed(['status', str(run_dir)], args.repeat):.3f} s median")
+        print(f"pwe status (snapshot)      : {median_of(args.repeat, [*PWE, 'status', run_dir], ENV):.3f} s median")
         os.utime(run_dir / "state.json", (0, 0))  # as if the engine died before its last snapshot
-        print(f"pwe status (stale, replay) : {timed(['status', str(run_dir)], 3):.3f} s median")
-        print(f"pwe show --limit 20        : {timed(['show', str(run_dir), '--limit', '20'], 3):.3f} s median")
+        print(f"pwe status (stale, replay) : {median_of(3, [*PWE, 'status', run_dir], ENV):.3f} s median")
+        show = median_of(3, [*PWE, "show", run_dir, "--limit", "20"], ENV)
+        print(f"pwe show --limit 20        : {show:.3f} s median")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
