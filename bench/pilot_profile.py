@@ -11,7 +11,6 @@ waiting), then its top functions by time of their own.
 
 from __future__ import annotations
 
-import argparse
 import pstats
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import PACKAGES, ROOT, pwe_env
+from common import PACKAGES, ROOT, parser, place, pwe_env, timed_run
 
 #: what the copy's pilot/__main__.py runs instead of main() (pilots start with python -S:
 #: no sitecustomize reaches them)
@@ -45,15 +44,10 @@ KINDS = [
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=5000)
-    ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--where", choices=["disk", "tmpfs"], default="disk")
+    ap = parser(__doc__, repeat=None, members=5000, cores=2, where="disk")
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
-    parent = "/dev/shm" if args.where == "tmpfs" else str(ROOT / "bench" / "out")
-    Path(parent).mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="pwe-prof-", dir=parent))
+    base = Path(tempfile.mkdtemp(prefix="pwe-prof-", dir=place(args.where)))
     try:
         src, profs = base / "src", base / "prof"
         profs.mkdir()
@@ -69,12 +63,7 @@ def main() -> None:
         env = pwe_env(PWE_BENCH_PROFILE=str(profs))
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True)
         env["PYTHONPATH"] = str(src)
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(args.cores),
-                               "--run-dir", str(base / "run")], env=env, capture_output=True, text=True, cwd=base)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise SystemExit(f"pwe run failed ({proc.returncode}): {proc.stderr}")
+        wall = timed_run([wf, "--cores", args.cores, "--run-dir", base / "run"], env, base)
         deadline = time.time() + 30  # (pwe run returns once the pilot is told to stop, not once it left)
         while not (files := sorted(profs.glob("pilot-*.prof"))) and time.time() < deadline:
             time.sleep(0.1)

@@ -25,7 +25,6 @@ Prints a Markdown table for bench/BENCHMARKS.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -34,10 +33,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import pwe_env
+from common import clock, parser, place, pwe_env
 
 ENV = pwe_env()
 
@@ -134,19 +132,16 @@ def make_workspace(base: Path, n: int, per: int) -> tuple[Path, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=1_000_000)
+    ap = parser(__doc__, repeat=3, members=1_000_000, where="/var/tmp")  # (a disk, not tmpfs)
     ap.add_argument("--per-dir", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--where", default="/var/tmp", help="where the workspace is made (a disk, not tmpfs)")
     args = ap.parse_args()
     n, per = args.members, args.per_dir
-    base = Path(tempfile.mkdtemp(prefix="pwe-bench-products-", dir=args.where))
+    base = Path(tempfile.mkdtemp(prefix="pwe-bench-products-", dir=place(args.where)))
     try:
-        t0 = time.perf_counter()
+        t0 = clock()
         ws, missing = make_workspace(base, n, per)
         print(f"made {n - missing:,} product files in {(n + per - 1) // per:,} directories in "
-              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+              f"{clock() - t0:.1f} s", file=sys.stderr)
         wf = base / "prodbench.yaml"
         wf.write_text(WF.format(n=n, per=per))
         scans = [child("scan", wf, ws) for _ in range(args.repeat)]
@@ -155,10 +150,10 @@ def main() -> None:
         base_plan = [child("plan-only", wf, ws) for _ in range(args.repeat)]
         walls = []
         for _ in range(args.repeat):
-            t = time.perf_counter()
+            t = clock()
             p = subprocess.run([sys.executable, "-m", "pwe", "plan", str(wf), "--json", "--members", "1",
                                 "--workspace", str(ws)], env=ENV, check=True, capture_output=True, text=True)
-            walls.append(time.perf_counter() - t)
+            walls.append(clock() - t)
             node = json.loads(p.stdout)["nodes"][0]
             assert (node["complete"], node["eligible"], node["waiting"]) == (n - missing, missing, 0), node
         with_scan, without = syscalls("scan", wf, ws), syscalls("plan-only", wf, ws)
@@ -192,9 +187,9 @@ def main() -> None:
               f"(stat calls over plan-only: **{stats:,}**; `getdents64`: "
               f"{naive_calls.get('getdents64', 0) - without.get('getdents64', 0):,}) |")
     finally:
-        t = time.perf_counter()
+        t = clock()
         shutil.rmtree(base, ignore_errors=True)
-        print(f"(removed the workspace in {time.perf_counter() - t:.1f} s)", file=sys.stderr)
+        print(f"(removed the workspace in {clock() - t:.1f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

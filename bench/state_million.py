@@ -16,7 +16,6 @@ journal (as after kill -9: it then reads the state from the checkpoint).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -26,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, pwe_env
+from common import ROOT, clock, median_of, parser, place, pwe_env
 
 ENV = pwe_env()
+PWE = [sys.executable, "-m", "pwe"]
 sys.path.insert(0, str(ROOT))
 
 from pwe.runstate import checkpoint, runs  # noqa: E402
@@ -45,15 +45,6 @@ st = RunState(plan)
 with open('/proc/self/status') as fh:
     print([int(l.split()[1]) for l in fh if l.startswith('VmRSS:')][0])
 """
-
-
-def timed(args: list[str], repeat: int = 3) -> float:
-    walls = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pwe", *args], env=ENV, check=True, capture_output=True)
-        walls.append(time.perf_counter() - t0)
-    return statistics.median(walls)
 
 
 def make_run(base: Path, n: int, name: str) -> Path:
@@ -85,13 +76,9 @@ def rss_kb(run_dir: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=1_000_000)
-    ap.add_argument("--where", choices=["tmpfs", "disk"], default="disk")
+    ap = parser(__doc__, repeat=3, members=1_000_000, where="disk")
     args = ap.parse_args()
-    parent = Path("/dev/shm") if args.where == "tmpfs" else ROOT / "bench" / "out"
-    parent.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="pwe-state-", dir=parent))
+    base = Path(tempfile.mkdtemp(prefix="pwe-state-", dir=place(args.where)))
     n = args.members
     try:
         run_dir = make_run(base, n, "big")
@@ -99,35 +86,36 @@ def main() -> None:
         print(f"{n:,} members: journal {(run_dir / 'journal.jsonl').stat().st_size / 1e6:.0f} MB "
               f"({3 * n + 3:,} records)")
         _, plan = runs.read(run_dir)
-        t0 = time.perf_counter()
+        t0 = clock()
         full = RunState(plan)
         rep = replay(run_dir / "journal.jsonl", full.apply)
-        t_full = time.perf_counter() - t0
+        t_full = clock() - t0
         print(f"full replay: {t_full:.2f} s ({rep.applied:,} records)")
         walls = []
         for _ in range(3):
-            t0 = time.perf_counter()
+            t0 = clock()
             size = checkpoint.write(run_dir, full, rep.end, rep.lines)
-            walls.append(time.perf_counter() - t0)
+            walls.append(clock() - t0)
         print(f"checkpoint write: {statistics.median(walls) * 1000:.0f} ms median of 3 ({size / 1e6:.1f} MB)")
         walls = []
         for _ in range(3):
-            t0 = time.perf_counter()
+            t0 = clock()
             st, tail, warnings = checkpoint.load(run_dir, plan)
-            walls.append(time.perf_counter() - t0)
+            walls.append(clock() - t0)
         assert not warnings and tail.applied == 0 and st.totals() == full.totals()
-        print(f"checkpoint load (no tail): {statistics.median(walls) * 1000:.0f} ms median of 3")
+        print(f"checkpoint load (no tail): {statistics.median(walls) * 1000:.0f} ms median of {args.repeat}")
         small = make_run(base, n // 10, "small")
         big_kb, small_kb = rss_kb(run_dir), rss_kb(small)
         print(f"engine state RSS: {big_kb / 1024:.1f} MiB at {n:,}, {small_kb / 1024:.1f} MiB at {n // 10:,}: "
               f"{(big_kb - small_kb) * 1024 / (n - n // 10):.1f} bytes a member")
-        show = timed(["show", str(run_dir), "--limit", "20"])
-        print(f"pwe show --limit 20 (fresh process): {show:.2f} s median of 3")
+        show = median_of(args.repeat, [*PWE, "show", run_dir, "--limit", "20"], ENV)
+        print(f"pwe show --limit 20 (fresh process): {show:.2f} s median of {args.repeat}")
         rundir_state = run_dir / "state.json"
         if rundir_state.exists():
             os.utime(rundir_state, (0, 0))
-        status = timed(["status", str(run_dir)])
-        print(f"pwe status, state.json stale (fresh process, from the checkpoint): {status:.2f} s median of 3")
+        status = median_of(args.repeat, [*PWE, "status", run_dir], ENV)
+        print(f"pwe status, state.json stale (fresh process, from the checkpoint): {status:.2f} s "
+              f"median of {args.repeat}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

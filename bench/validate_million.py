@@ -2,7 +2,7 @@
 
 The bar (issue 2): 2,000,001 members reported in at most 3 s and 400 MB peak memory.
 Each case runs the real console entry point in a fresh process; wall time and the
-child's peak RSS (getrusage) are the median / max of --repeat runs.
+child's peak RSS (wait4) are the median / max of --repeat runs.
 
     python bench/validate_million.py [--repeat 5]
 
@@ -15,15 +15,13 @@ Cases:
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import pwe_env
+from common import measure, parser, pwe_env
 
 N = 1_000_000
 
@@ -56,21 +54,13 @@ def workflows(d: Path) -> dict[str, Path]:
 
 
 def run_once(path: Path) -> tuple[float, float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pwe", "validate", str(path)], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if proc.returncode != 0:
-        raise SystemExit(f"pwe validate failed: {proc.stderr}")
-    # ru_maxrss of children is the max over all children so far: run each case in its own
-    # helper process so that the figure is this case's own.
-    return wall, max(peak, before) / 1024, proc.stdout.splitlines()[0]
+    """(wall s, peak RSS MB, its first line of output) of one `pwe validate FILE`."""
+    wall, peak_kb, out = measure([sys.executable, "-m", "pwe", "validate", path], out=True)
+    return wall, peak_kb / 1024, out.splitlines()[0]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=5)
+    ap = parser(__doc__, repeat=5)
     ap.add_argument("--case", action="append")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
