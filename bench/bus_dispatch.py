@@ -14,7 +14,6 @@ members/s and the ratio of the pairs (redis / spool), median and each.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import tempfile
@@ -22,15 +21,12 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from common import pwe_env, timed_run
+from common import parser, pwe_env, timed_run
 from dispatch_local import check, settle, workflow
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=5000)
-    ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap = parser(__doc__, repeat=5, members=5000, cores=2)
     ap.add_argument("--redis-url-file", type=Path, default=Path("/var/tmp/pwe-redis/url"))
     ap.add_argument("--password-file", type=Path, default=Path("/var/tmp/pwe-redis/password"))
     args = ap.parse_args()

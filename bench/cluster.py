@@ -20,7 +20,6 @@ Figures depend on this machine: four "nodes" here share its 2 cores.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, check_ends, journal_records, pwe_env
+from common import ROOT, check_ends, clock, journal_records, parser, pwe_env
 
 HOSTS = ROOT / "tests" / "cluster" / "hosts.yaml"
 NODE_SH = ROOT / "tests" / "services" / "node.sh"
@@ -48,10 +47,10 @@ def journal(run_dir: Path) -> list[dict]:
 
 def pwe_run(d: Path, env: dict, n: int, host: str, hosts: Path = HOSTS) -> tuple[float, Path]:
     run_dir = d / f"run-{time.time_ns()}"
-    t0 = time.perf_counter()
+    t0 = clock()
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(workflow(d, n, host=host)), "--hosts", str(hosts),
                            "--run-dir", str(run_dir)], env=env, capture_output=True, text=True, cwd=d)
-    wall = time.perf_counter() - t0
+    wall = clock() - t0
     if proc.returncode != 0:
         raise SystemExit(f"pwe run failed: {proc.stderr[-2000:]}")
     check_ends(run_dir, n)
@@ -68,20 +67,20 @@ def first_member(run_dir: Path) -> float:
 def srun_steps(env: dict, n: int, width: int = 8) -> float:
     loop = (f"for i in $(seq {n}); do srun --exact --quiet -N1 -n1 -c1 true & "
             f"[ $((i % {width})) = 0 ] && wait; done; wait")
-    t0 = time.perf_counter()
+    t0 = clock()
     subprocess.run(["salloc", "-N4", "--quiet", "bash", "-c", loop], env=env, check=True, capture_output=True)
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def sbatch_each(env: dict, n: int) -> float:
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(n):
         subprocess.run(["sbatch", "-J", "bench-each", "-o", "/dev/null", "--wrap", "true"], env=env, check=True,
                        capture_output=True)
     while subprocess.run(["squeue", "-h", "-n", "bench-each", "-o", "%i"], env=env, capture_output=True,
                          text=True).stdout.strip():
         time.sleep(0.5)
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def node_loss(d: Path, env: dict, victim: int = 3) -> tuple[float, float]:
@@ -125,8 +124,7 @@ def wait_idle(env: dict, timeout: float = 120) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=2000)
+    ap = parser(__doc__, repeat=None, members=2000)
     ap.add_argument("--each", type=int, default=200, help="members for sbatch-each (one job per member; 0: skip)")
     ap.add_argument("--scale", type=int, default=20000, help="members for 1 node vs 4 nodes (0: skip)")
     args = ap.parse_args()

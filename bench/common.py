@@ -50,7 +50,8 @@ def parser(doc: str | None = None, *, repeat: int | None = 3, members: int | Non
                         help=f"where run directories go: tmpfs (/dev/shm), disk (bench/out), "
                              f"{'both (one row each), ' if both else ''}or a directory (default {where})")
     if json_out:
-        ap.add_argument("--json", type=Path, metavar="PATH", help="write the figures to PATH as JSON too")
+        ap.add_argument("--json", "--out", dest="json", type=Path, metavar="PATH",
+                        help="write the figures to PATH as JSON too")
     return ap
 
 

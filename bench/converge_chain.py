@@ -13,16 +13,14 @@ included), on tmpfs; medians of ``--runs``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import pwe_env
+from common import clock, parser, pwe_env
 
 WF = """name: chain
 nodes:
@@ -39,10 +37,9 @@ nodes:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, repeat=3)
     ap.add_argument("--depth", type=int, default=500)
     ap.add_argument("--trees", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
     env = pwe_env()
     base = Path(tempfile.mkdtemp(prefix="pwe-chain-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
@@ -51,10 +48,10 @@ def main() -> None:
         wf.write_text(WF.format(trees=a.trees, depth=a.depth, last=a.depth - 1))
         times = []
         for r in range(a.runs):
-            t0 = time.perf_counter()
+            t0 = clock()
             proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir",
                                    str(base / f"run{r}")], env=env, capture_output=True, text=True)
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
             want = f"{a.depth * a.trees} done of {a.depth * a.trees}"
             if proc.returncode != 0 or want not in proc.stdout:
                 sys.exit(f"run {r} did not end as expected: {proc.stdout}{proc.stderr}")

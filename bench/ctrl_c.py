@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import pwe_env
+from common import clock, pwe_env
 
 
 def _spin(stop) -> None:
@@ -48,15 +48,15 @@ def once(d: Path, env: dict) -> tuple[float, float]:
         if proc.poll() is not None:
             raise SystemExit(f"pwe run ended ({proc.returncode}) before its members started")
         time.sleep(0.02)
-    t0 = time.perf_counter()
+    t0 = clock()
     proc.send_signal(signal.SIGINT)
     rc = proc.wait(timeout=120)
-    exited = time.perf_counter() - t0
+    exited = clock() - t0
     if rc != 130:
         raise SystemExit(f"pwe run exited {rc} after Ctrl-C, not 130")
     while _sleepers(marker):
         time.sleep(0.02)
-    return exited, time.perf_counter() - t0
+    return exited, clock() - t0
 
 
 def main() -> None:

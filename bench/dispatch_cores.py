@@ -12,23 +12,20 @@ Bars: on 16 slots pwe >= 0.9 x the bare loop; on 2 slots >= 0.8 x.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
-from common import pwe_env
+from common import parser, pwe_env
 from dispatch_local import bare_loop, one
 
 BARS = {2: 0.8, 16: 0.9}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=5000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, repeat=3, members=5000)
     ap.add_argument("--case", action="append", default=None, help="SLOTS:SPAWNERS (auto, or a number)")
     args = ap.parse_args()
     cases = [tuple(c.split(":")) for c in (args.case or ["2:auto", "16:auto", "16:0"])]

@@ -11,22 +11,18 @@ connection, remote shell, exec).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import pilot_events, pwe_env
+from common import clock, parser, pilot_events, pwe_env
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, repeat=3, members=1000)
     args = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="pwe-ssh-bench-"))
     (d / "hosts.yaml").write_text(
@@ -38,10 +34,10 @@ def main() -> None:
     rows = []
     for k in range(args.repeat):
         run_dir = d / f"run{k}"
-        t0 = time.perf_counter()
+        t0 = clock()
         subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "four", "--run-dir", str(run_dir)],
                        env=env, check=True, capture_output=True, cwd=d)
-        wall = time.perf_counter() - t0
+        wall = clock() - t0
         dts, nodes = [], set()
         for ev in pilot_events(run_dir):
             if ev["k"] == "end":

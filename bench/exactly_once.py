@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -28,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import journal_records, pwe_env, timed_run
+from common import journal_records, parser, pwe_env, timed_run
 
 
 def workflow(d: Path, n: int) -> Path:
@@ -126,9 +125,7 @@ def recovery(d: Path, n: int, env: dict) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=5000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, repeat=3, members=5000)
     ap.add_argument("--big", type=int, default=100_000)
     ap.add_argument("--skip-recovery", action="store_true")
     args = ap.parse_args()

@@ -19,16 +19,14 @@ how many CPU members ran while a GPU member did.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import pilot_events, pwe_env
+from common import clock, parser, pilot_events, pwe_env
 
 MEMBER = r'''
 import os, sys, time
@@ -58,7 +56,7 @@ with open(os.environ["PWE_OUTPUTS"], "a") as out:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, repeat=None)
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=20)
@@ -82,11 +80,11 @@ nodes:
     run: sleep 0.2
 """)
         run_dir = base / "run"
-        t0 = time.perf_counter()
+        t0 = clock()
         proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(base / "gpu.yaml"), "--run-dir", str(run_dir),
                                "--host", args.host],
                               env=env, cwd=base, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+        wall = clock() - t0
         print(f"pwe run: exit {proc.returncode} in {wall:.2f} s; {proc.stderr.strip().splitlines()[-1]}")
         if not run_dir.is_dir():
             sys.exit(2)

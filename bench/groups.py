@@ -19,14 +19,13 @@ went as groups).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
-from common import ROOT, check_ends, pilot_span, pwe_env, timed_run
+from common import ROOT, check_ends, parser, pilot_span, pwe_env, timed_run
 
 
 def workflow(d: Path, members: int, size: int | None) -> Path:
@@ -65,10 +64,8 @@ def one(base: Path, host: str, members: int, size: int | None, env: dict) -> tup
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=4000)
+    ap = parser(__doc__, repeat=3, members=4000)
     ap.add_argument("--size", type=int, default=250)
-    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--host", default="both", choices=["local", "cluster", "llemu", "both"])
     a = ap.parse_args()
     env = pwe_env()

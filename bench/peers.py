@@ -51,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, pilot_events, pwe_env, timed_run
+from common import ROOT, clock, pilot_events, pwe_env, timed_run
 from dispatch_local import bare_loop, check, settle, workflow
 
 BENCH = ROOT / "bench"
@@ -174,9 +174,9 @@ def check_peers(wanted: list[str], install_failed: dict[str, str]) -> dict[str, 
 def run_xargs(n: int, slots: int, argv: list[str]) -> dict:
     """xargs -P S -n 1 ARGV0 with one argument a member (`true 0`, `sleep 0.05`)."""
     items = "".join((f"{argv[1]}\n" if len(argv) > 1 else f"{i}\n") for i in range(n)).encode()
-    t0 = time.perf_counter()
+    t0 = clock()
     p = subprocess.run(["xargs", "-P", str(slots), "-n", "1", argv[0]], input=items, capture_output=True)
-    wall = time.perf_counter() - t0
+    wall = clock() - t0
     if p.returncode != 0:
         raise RuntimeError(f"xargs exited {p.returncode}: {p.stderr[-300:]!r}")
     return {"wall": wall}

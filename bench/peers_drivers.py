@@ -25,6 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
+from common import clock  # (standard library only: it runs in the peers' venv too)
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -107,10 +109,10 @@ def run_parsl(n: int, slots: int, argv: list[str], work: Path) -> dict:
         app = parsl.python_app(member_rc, executors=["htex"])
 
         def batch(count: int) -> float:
-            t0 = time.perf_counter()
+            t0 = clock()
             futs = [app(argv) for _ in range(count)]
             rcs = [f.result() for f in futs]
-            wall = time.perf_counter() - t0
+            wall = clock() - t0
             bad = [rc for rc in rcs if rc != 0]
             if bad:
                 raise RuntimeError(f"parsl: {len(bad)} members ended non-zero: {bad[:5]}")
@@ -181,7 +183,7 @@ def run_celery(n: int, slots: int, argv: list[str], work: Path) -> dict:
         def batch(count: int, limit: float) -> float:
             r.delete(*keys)
             task = app.tasks["peers.member"]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(count):
                 task.apply_async((argv, keys[0]), queue=queue)
             while True:
@@ -189,10 +191,10 @@ def run_celery(n: int, slots: int, argv: list[str], work: Path) -> dict:
                 if failed:
                     raise RuntimeError(f"celery: {failed} members ended non-zero")
                 if done >= count:
-                    return time.perf_counter() - t0
+                    return clock() - t0
                 if worker.poll() is not None:
                     raise RuntimeError(f"celery worker exited {worker.returncode}: {tail(work / 'celery-worker.log')}")
-                if time.perf_counter() - t0 > limit:
+                if clock() - t0 > limit:
                     raise RuntimeError(f"celery: {done} of {count} done after {limit:.0f} s")
                 time.sleep(0.002)
 

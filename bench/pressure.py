@@ -17,7 +17,6 @@ the first member's start to the last member's end (the pilot's clock).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -25,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import journal_records, pwe_env, timed_run  # noqa: E402
+from common import journal_records, parser, pwe_env, timed_run  # noqa: E402
 
 
 def workflow(order: str, leaves: int, leaf_s: float, stages: int, stage_s: float) -> str:
@@ -54,9 +53,7 @@ def one(root: Path, wf: Path, cores: int, env: dict, name: str) -> tuple[float, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cores", type=int, default=2)
+    ap = parser(__doc__, repeat=3, cores=2)
     ap.add_argument("--leaves", type=int, default=48)
     ap.add_argument("--leaf-seconds", type=float, default=0.25)
     ap.add_argument("--stages", type=int, default=6)

@@ -12,7 +12,6 @@ that logs every call before running the real command.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import pwe_env
+from common import clock, parser, pwe_env
 CMDS = ("sbatch", "squeue", "scontrol", "scancel")
 
 
@@ -55,20 +54,20 @@ def wait_gone(env: dict, name: str) -> None:
 
 
 def sbatch_each(d: Path, env: dict, n: int) -> float:
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(n):
         subprocess.run(["sbatch", "-J", "bench-each", "-o", "/dev/null", "--wrap", "true"], env=env, check=True,
                        capture_output=True)
     wait_gone(env, "bench-each")
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def array(d: Path, env: dict, n: int) -> float:
-    t0 = time.perf_counter()
+    t0 = clock()
     subprocess.run(["sbatch", "-J", "bench-array", "-o", "/dev/null", f"--array=0-{n - 1}", "--wrap", "true"],
                    env=env, check=True, capture_output=True)
     wait_gone(env, "bench-array")
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def pwe(d: Path, env: dict, n: int) -> float:
@@ -77,16 +76,14 @@ def pwe(d: Path, env: dict, n: int) -> float:
     wf.write_text(f"name: b\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {n}]}}}}\n    run: 'true'\n"
                   "    scheduling: {maxWallTime: 10}\n")
     run_dir = d / f"run-{time.time_ns()}"
-    t0 = time.perf_counter()
+    t0 = clock()
     subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir", str(run_dir)],
                    env=env, check=True, capture_output=True, cwd=d)
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, repeat=3, members=200)
     ap.add_argument("--only", choices=["sbatch-each", "array", "pwe"], action="append")
     args = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="pwe-slurm-bench-"))

@@ -43,11 +43,9 @@ connection's socket; each directory made once rather than once per file; the che
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import functools
 import io
-import json
 import os
 import pstats
 import resource
@@ -61,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from common import ROOT
+from common import ROOT, clock, parser, write_json
 
 sys.path.insert(0, str(ROOT))
 
@@ -92,9 +90,9 @@ def client_cpu() -> float:
 def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, float, float, Any]:
     """(wall, client CPU, all CPU, what fn(*args) returned), disks synced first."""
     os.sync()
-    c0, a0, t0 = client_cpu(), busy_cpu(), time.perf_counter()
+    c0, a0, t0 = client_cpu(), busy_cpu(), clock()
     out = fn(*args)
-    wall = time.perf_counter() - t0
+    wall = clock() - t0
     return wall, client_cpu() - c0, busy_cpu() - a0, out
 
 
@@ -361,11 +359,11 @@ def parts(bench: Bench) -> None:
         fn = raw.__func__ if isinstance(raw, staticmethod) else raw
 
         def timer(*a: Any, **kw: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 return fn(*a, **kw)
             finally:
-                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+                spent[label] = spent.get(label, 0.0) + clock() - t0
                 calls[label] = calls.get(label, 0) + 1
         setattr(owner, attr, staticmethod(timer) if isinstance(raw, staticmethod) else timer)
         return owner, attr, raw
@@ -425,11 +423,11 @@ def profile(bench: Bench, top: int) -> None:
             get = functools.partial(stager.get, bench.work / f"prof-{name}")
             for what, fn, arg in (("put", stager.put, pairs), ("get", get, back)):
                 prof = cProfile.Profile()
-                t0 = time.perf_counter()
+                t0 = clock()
                 prof.enable()
                 fn(arg)
                 prof.disable()
-                wall = time.perf_counter() - t0
+                wall = clock() - t0
                 for label, p in ((f"caller's thread, Stager.{what} of '{name}' ({wall:.2f} s wall)", prof),
                                  ("paramiko's transport thread, so far (all profiled steps together)", prof_t)):
                     s = io.StringIO()
@@ -441,15 +439,13 @@ def profile(bench: Bench, top: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, repeat=3, json_out=True)
     ap.add_argument("--quick", action="store_true", help="32 MiB and 200 x 16 KiB, one run: under a minute")
     ap.add_argument("--sets", default="big,many", help="which sets: big, many, or both (default)")
     ap.add_argument("--big-mb", type=int, default=256, help="size of the big file, MiB")
     ap.add_argument("--files", type=int, default=2000, help="files in the many-file set")
     ap.add_argument("--file-kb", type=int, default=16, help="size of each of them, KiB")
     ap.add_argument("--host", default="pwe-n1")
-    ap.add_argument("--json", help="write the figures to this file too")
     ap.add_argument("--profile", action="store_true", help="then profile one put and one get of each set")
     ap.add_argument("--parts", action="store_true",
                     help="instead of the comparison: one put and one get of each set, timed by part")
@@ -493,9 +489,8 @@ def main() -> None:
                   f"{f(r['sent_mb'], '8.1f')}")
         if bench.rsync_note:
             print(bench.rsync_note)
-        if args.json:
-            Path(args.json).write_text(json.dumps({"host": args.host, "repeat": args.repeat, "sets": describe,
-                                                   "rows": rows, "rsync": bench.rsync_note or "measured"}, indent=1))
+        write_json(args.json, {"host": args.host, "repeat": args.repeat, "sets": describe, "rows": rows,
+                               "rsync": bench.rsync_note or "measured"})
         if args.profile:
             profile(bench, args.top)
     finally:

@@ -16,7 +16,6 @@ ran). Usage: python bench/ui.py [--sizes 1000,100000,1000000] [--browsers 10] [-
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -29,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from common import journal_records, parser, write_json  # noqa: E402
 
 WF = ("name: ui{n}\ndefaults: {{host: local}}\nnodes:\n  m:\n"
       "    parameters: {{i: {{range: [0, {n}]}}}}\n    run: 'true'\n")
@@ -97,8 +98,6 @@ def interactive(driver, ui: UI, run_id: str) -> float:
 
 def ends_in(journal: Path) -> int:
     """How many members' ends the journal has so far (its ``ends`` records count each row)."""
-    from common import journal_records
-
     return sum(r["e"] == "end" for r in journal_records(journal.parent, whole=False))
 
 
@@ -149,11 +148,10 @@ def capacity(work: Path, run_id: str, n: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, repeat=None, json_out=True)
     ap.add_argument("--sizes", default="1000,100000,1000000")
     ap.add_argument("--browsers", type=int, default=10)
     ap.add_argument("--watch", type=float, default=20.0, help="seconds the browsers watch the running run")
-    ap.add_argument("--out", default=None)
     ap.add_argument("--capacity", type=int, default=200_000,
                     help="journal records appended at once to a copy of the smallest run, for the rate one page "
                          "takes them in (0: not measured)")
@@ -229,9 +227,8 @@ def main() -> None:
         ui.stop()
     if a.capacity:
         out["capacity"] = capacity(work, runs[min(runs)], a.capacity)
-    if a.out:
-        Path(a.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out))
+    write_json(a.json, out)
 
 
 if __name__ == "__main__":
