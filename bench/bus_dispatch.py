@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from common import parser, pwe_env, timed_run
+from common import interleave, parser, pwe_env, timed_run
 from dispatch_local import check, settle, workflow
 
 
@@ -37,17 +37,17 @@ def main() -> None:
     (bases["redis"] / "hosts.yaml").write_text(
         f"hosts:\n  local:\n    cores_per_node: {args.cores}\n    transport: redis\n    broker: {broker}\n"
         f"    broker_password_file: {args.password_file}\n")
-    rates: dict[str, list[float]] = {"spool": [], "redis": []}
+    def rate(who: str, k: int) -> float:
+        run_dir = bases[who] / f"run-{time.time_ns()}"
+        wf = workflow(bases[who], args.members, "true")
+        settle()
+        wall = timed_run([wf, "--cores", args.cores, "--run-dir", run_dir], env)
+        check(run_dir, args.members)
+        print(f"  repeat {k + 1} {who}: {args.members / wall:,.0f}/s", flush=True)
+        return args.members / wall
+
     try:
-        for k in range(args.repeat):
-            for who in (("spool", "redis") if k % 2 == 0 else ("redis", "spool")):
-                run_dir = bases[who] / f"run-{time.time_ns()}"
-                wf = workflow(bases[who], args.members, "true")
-                settle()
-                wall = timed_run([wf, "--cores", args.cores, "--run-dir", run_dir], env)
-                check(run_dir, args.members)
-                rates[who].append(args.members / wall)
-                print(f"  repeat {k + 1} {who}: {args.members / wall:,.0f}/s", flush=True)
+        rates = interleave({"spool": lambda k: rate("spool", k), "redis": lambda k: rate("redis", k)}, args.repeat)
         if not any((bases["redis"]).glob("run-*/pilots/*/events.redis.jsonl")):
             raise SystemExit("the redis runs left no events.redis.jsonl: their events did not come through Redis")
     finally:

@@ -1,14 +1,14 @@
 """Benchmark: how fast a tree grows (iteration until convergence, issue 14): the latency of
 one iteration, member end -> its check -> the child journaled -> assigned -> started.
 
-    flock /tmp/pwe-bench.lock python bench/converge_chain.py [--depth 500] [--trees 1] [--runs 3]
+    flock /tmp/pwe-bench.lock python bench/converge_chain.py [--depth 500] [--trees 1] [--repeat 3]
 
 One checked node whose members run ``true`` and whose check names the next member
 (``next.k=k+1``) until k reaches the depth: each tree is a chain, so its members run one
 after another and the wall time divided by the depth is the time of one iteration, pwe's
 own overhead (a member and its check are two tiny shell commands). With ``--trees T`` the
 node has T roots, growing side by side on 2 slots. Whole ``pwe run`` commands (start-up
-included), on tmpfs; medians of ``--runs``.
+included), on tmpfs; medians of ``--repeat``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import parser, pilot_events, pwe_env, timed
+from common import interleave, parser, pilot_events, pwe_env, timed
 
 
 def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float, float, float]:
@@ -49,55 +49,45 @@ def main() -> None:
     ap.add_argument("--w2-repeat", type=int, default=5)
     args = ap.parse_args()
     env = pwe_env()
-    trees = {"": env}
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="pwe-startup-", dir="/dev/shm") as tmp:
         base = Path(tmp)
         (base / "two.yaml").write_text("name: two\nnodes:\n  m:\n    parameters: {i: {range: [0, 2]}}\n"
                                        "    run: 'true'\n")
-        timed([py, "-m", "pwe", "run", str(base / "two.yaml"), "--cores", "2", "--run-dir", str(base / "two")], env,
-              base)
+        timed([py, "-m", "pwe", "run", base / "two.yaml", "--cores", "2", "--run-dir", base / "two"], env, base)
         rows = [
             ("python -c pass", [py, "-c", "pass"], None),
             ("pwe --help", [py, "-m", "pwe", "--help"], 0.1),
-            ("pwe status RUN", [py, "-m", "pwe", "status", str(base / "two")], 0.1),
+            ("pwe status RUN", [py, "-m", "pwe", "status", base / "two"], 0.1),
             ("pilot import", [py, "-c", "import pilot.agent"], None),
         ]
         for name, argv, bar in rows:
-            got: dict[str, list[float]] = {tag: [] for tag in trees}
-            for _ in range(args.repeat):
-                for tag, tenv in trees.items():
-                    got[tag].append(timed(argv, tenv, base))
-            for tag, runs in got.items():
-                med = statistics.median(runs)
-                verdict = "" if bar is None or tag else f"  bar < {bar} s: {'met' if med < bar else 'NOT met'}"
-                print(f"{tag + name:20} {med:.3f} s (median of {len(runs)}; min {min(runs):.3f}){verdict}", flush=True)
+            runs = [timed(argv, env, base) for _ in range(args.repeat)]
+            med = statistics.median(runs)
+            verdict = "" if bar is None else f"  bar < {bar} s: {'met' if med < bar else 'NOT met'}"
+            print(f"{name:20} {med:.3f} s (median of {len(runs)}; min {min(runs):.3f}){verdict}", flush=True)
 
         (base / "w2.yaml").write_text("name: w2\nnodes:\n  m:\n    parameters: {i: {range: [0, 400]}}\n"
                                       "    run: sleep 0.05\n")
         sleeps = b"".join(b"0.05\n" for _ in range(400))
         ideal = 400 * 0.05 / 8
-        w2: dict[str, list[tuple[float, float, float, float]]] = {tag: [] for tag in trees}
-        xargs_walls = []
-        for k in range(args.w2_repeat):  # alternated: the host drifts
-            order = [*trees, "xargs"] if k % 2 == 0 else ["xargs", *reversed(trees)]
-            for who in order:
-                if who == "xargs":
-                    xargs_walls.append(timed(["xargs", "-P8", "-n1", "sleep"], env, base, stdin=sleeps))
-                else:
-                    w2[who].append(w2_pwe(base, trees[who], f"{who.strip()}{k}"))
-        for tag, results in w2.items():
-            walls = [r[0] for r in results]
-            pw = statistics.median(walls)
-            up, first, tail = (statistics.median(r[i] for r in results) for i in (1, 2, 3))
-            verdict = "" if tag else f"  bar >= 0.92: {'met' if ideal / pw >= 0.92 else 'NOT met'}"
-            print(f"W2 {tag}pwe run    {pw:.3f} s  efficiency {ideal / pw:.3f}{verdict}  runs: "
-                  f"{', '.join(f'{w:.2f}' for w in walls)}")
-            print(f"   (command start -> pilot up {up:.3f} s, -> first member {first:.3f} s; "
-                  f"last member's end -> exit {tail:.3f} s)")
-        xw = statistics.median(xargs_walls)
+        results: list[tuple[float, float, float, float]] = []
+
+        def pwe_w2(k: int) -> float:
+            results.append(w2_pwe(base, env, k))
+            return results[-1][0]
+
+        got = interleave({"pwe": pwe_w2, "xargs": lambda k: timed(["xargs", "-P8", "-n1", "sleep"], env, base,
+                                                                   stdin=sleeps)}, args.w2_repeat)
+        pw = statistics.median(got["pwe"])
+        up, first, tail = (statistics.median(r[i] for r in results) for i in (1, 2, 3))
+        print(f"W2 pwe run        {pw:.3f} s  efficiency {ideal / pw:.3f}  bar >= 0.92: "
+              f"{'met' if ideal / pw >= 0.92 else 'NOT met'}  runs: {', '.join(f'{w:.2f}' for w in got['pwe'])}")
+        print(f"   (command start -> pilot up {up:.3f} s, -> first member {first:.3f} s; "
+              f"last member's end -> exit {tail:.3f} s)")
+        xw = statistics.median(got["xargs"])
         print(f"W2 xargs -P8      {xw:.3f} s  efficiency {ideal / xw:.3f}  runs: "
-              f"{', '.join(f'{w:.2f}' for w in xargs_walls)}")
+              f"{', '.join(f'{w:.2f}' for w in got['xargs'])}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
 
 Runs are made with `pwe submit` (members `true`, 2 cores); the 10^5 and 10^6 runs are
 cancelled once some thousands of members ended (a page shows every member however many
-ran). Usage: python bench/ui.py [--sizes 1000,100000,1000000] [--browsers 10] [--out FILE]
+ran). Usage: python bench/ui.py [--sizes 1000,100000,1000000] [--browsers 10] [--json FILE]
 """
 
 from __future__ import annotations
