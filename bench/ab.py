@@ -148,6 +148,16 @@ def install(rev: str, python: str) -> tuple[str, str]:
     return str(venv_py), f"{rev} = {sha[:12]}, in its venv ({home.relative_to(ROOT)})"
 
 
+def interpreter(option: str, text: str) -> str:
+    """The absolute path of the interpreter an option names (a path, or a name on PATH);
+    one line and exit 2 if there is none."""
+    found = str(Path(text).absolute()) if os.sep in text else shutil.which(text)
+    if not found or not os.access(found, os.X_OK):
+        print(f"ab.py: {option}: {text!r} is not an interpreter here", file=sys.stderr)
+        raise SystemExit(2)
+    return found
+
+
 def side(name: str, spec: str, python: str | None, default_python: str) -> Side:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if python:
@@ -224,7 +234,8 @@ def report(rows: list[tuple[str, dict[str, list[float]]]], args, sides: list[Sid
     lines = [f"A: {sides[0].what}", f"B: {sides[1].what}", "",
              "| measure | side | runs | median | min | max | spread | B/A medians | B/A rounds (median) |",
              "|---|---|---|---|---|---|---|---|---|"]
-    out = []
+    out: list[dict] = []
+    notes: list[str] = []
     for measure, got in rows:
         a, b = summary(got["A"]), summary(got["B"])
         ratio = b["median"] / a["median"]
@@ -243,10 +254,10 @@ def report(rows: list[tuple[str, dict[str, list[float]]]], args, sides: list[Sid
                     f"B {ideal / b['median']:.3f}"
         if extra:
             out.append({"note": extra.strip()})
-            lines.append(f"| {extra.strip()} |||||||||")
+            notes.append(extra.strip())
         out.append({"measure": measure, "A": {**a, "runs": got["A"]}, "B": {**b, "runs": got["B"]},
                     "b_over_a": ratio, "b_over_a_rounds": rounds})
-    return "\n".join(lines), out
+    return "\n".join(lines + ([""] + notes if notes else [])), out
 
 
 def options():
@@ -281,7 +292,9 @@ def main() -> None:
         if r is not None and not (r / "journal.jsonl").exists():
             ap.error(f"--a-run/--b-run: {r} is not a run directory (no journal.jsonl)")
     t0 = clock()
-    sides = [side("A", args.a, args.a_python, args.python), side("B", args.b, args.b_python, args.python)]
+    python = interpreter("--python", args.python)
+    sides = [side(n, spec, own and interpreter(f"--{n.lower()}-python", own), python)
+             for n, spec, own in (("A", args.a, args.a_python), ("B", args.b, args.b_python))]
     if sides[0].kind != sides[1].kind:
         print(f"(warning: A is a {sides[0].kind}, B a {sides[1].kind}: their start-up differs for that alone; "
               "compare two revisions, or two trees)", file=sys.stderr)
