@@ -47,7 +47,7 @@ def main() -> None:
         wf = base / "chain.yaml"
         wf.write_text(WF.format(trees=a.trees, depth=a.depth, last=a.depth - 1))
         times = []
-        for r in range(a.runs):
+        for r in range(a.repeat):
             t0 = clock()
             proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir",
                                    str(base / f"run{r}")], env=env, capture_output=True, text=True)
