@@ -326,7 +326,9 @@ def rotate(peers: list[str], k: int) -> list[str]:
     return peers[k:] + peers[:k]
 
 
-def main() -> None:
+def arguments() -> tuple[argparse.Namespace, list[str], str]:
+    """The command line: its options (--quick's smaller defaults filled in), the peers
+    asked for, and the command as BENCHMARKS.md shows it; a bad one is argparse's error."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peers", default=",".join(ALL), help=f"comma-separated, of {','.join(ALL)}")
     ap.add_argument("--repeat", type=int, help="runs of each peer per workload (3; --quick: 1)")
@@ -353,6 +355,11 @@ def main() -> None:
         ap.error(f"unknown peers {sorted(unknown)}; choose from {','.join(ALL)}")
     if args.wheels and not args.install:
         ap.error("--wheels goes with --install")
+    return args, peers, command
+
+
+def main() -> None:
+    args, peers, command = arguments()
     become_subreaper()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally below stops the peers
     try:

@@ -402,18 +402,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                         self.fail_unplaceable()
                 self.launch_ready()
             if self.watch is not None:
-                self.watch.tick()
-                if self.watch.lost:
-                    self.lose_nodes()
+                self._watch_nodes()
             self.reap()
             if not self.cancelled:
                 self.launch_ready()  # fill the slots just freed before sleeping
             now = time.time()
-            left = self.time_left(now)
-            if ((left is not None and left <= 0) or self.terminated) and not self.cancelled:
-                self.drain(now, "the batch system stopped the pilot" if self.terminated else "the allocation ends")
-            if self.signalled:
-                self.settle_signalled(now)
+            self._stop_if_told(now)
             if self.running:
                 last_activity = now
                 self.enforce_walltimes(now)
@@ -422,26 +416,55 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 last_hb = now
             self.flush()
             self.send_pending()  # (held while the disk refused their starts)
-            if not self.running and not self.signalled and (
-                    self.cancelled or self.draining or (self.stopping and not self.queue and not self.chained)):
-                return ("cancel" if self.cancelled else "terminated" if self.terminated
-                        else "walltime" if self.draining else "leave" if self.leaving else "stop")
-            if not self.running and not self.queue and not self.chained and now - last_activity > self.idle_timeout:
-                return "idle"
+            why = self._why_leave(now, last_activity)
+            if why is not None:
+                return why
             # sleep until a child exits (SIGCHLD writes to the wakeup pipe) or it is time to look for tasks
             wait = self.poll if self.free > 0 else max(self.poll, 0.05)
-            for key, _ in sel.select(timeout=wait if fed or now - began > 1.0 else FIRST_POLL):
-                if isinstance(key.data, NodeAgent):
-                    self.read_agent(key.data)
-                    continue
-                if isinstance(key.data, NodeWatch):
-                    key.data.ready(key.fileobj)
-                    continue
-                try:
-                    while os.read(rfd, 4096):
-                        pass
-                except BlockingIOError:
+            self._sleep(sel, rfd, wait if fed or now - began > 1.0 else FIRST_POLL)
+
+    def _watch_nodes(self) -> None:
+        """Probe the allocation's other nodes (nodewatch.py); hand back what ran on a node found lost."""
+        self.watch.tick()
+        if self.watch.lost:
+            self.lose_nodes()
+
+    def _stop_if_told(self, now: float) -> None:
+        """Drain when the batch system stops the pilot or the allocation ends; carry on
+        ending members after a signal."""
+        left = self.time_left(now)
+        if ((left is not None and left <= 0) or self.terminated) and not self.cancelled:
+            self.drain(now, "the batch system stopped the pilot" if self.terminated else "the allocation ends")
+        if self.signalled:
+            self.settle_signalled(now)
+
+    def _why_leave(self, now: float, last_activity: float) -> str | None:
+        """Why the pilot leaves now (nothing runs and nothing is left to do), or None."""
+        if self.running:
+            return None
+        if not self.signalled and (
+                self.cancelled or self.draining or (self.stopping and not self.queue and not self.chained)):
+            return ("cancel" if self.cancelled else "terminated" if self.terminated
+                    else "walltime" if self.draining else "leave" if self.leaving else "stop")
+        if not self.queue and not self.chained and now - last_activity > self.idle_timeout:
+            return "idle"
+        return None
+
+    def _sleep(self, sel: selectors.BaseSelector, rfd: int, timeout: float) -> None:
+        """Wait up to timeout for a node agent's message, a node watcher's reply or the
+        wakeup pipe (a child exited), and take what came."""
+        for key, _ in sel.select(timeout=timeout):
+            if isinstance(key.data, NodeAgent):
+                self.read_agent(key.data)
+                continue
+            if isinstance(key.data, NodeWatch):
+                key.data.ready(key.fileobj)
+                continue
+            try:
+                while os.read(rfd, 4096):
                     pass
+            except BlockingIOError:
+                pass
 
     def _on_term(self, signum: int, _frame: Any) -> None:
         # the batch system is taking the allocation back (scancel, preemption, walltime):

@@ -247,14 +247,30 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
     entries = list(table.entries())
     known = {pid: (node, m, a) for pid, state, _, node, m, a in entries if state == RUNNING}
     over = {pid: (node, m, a) for pid, state, _, node, m, a in entries if state == OVER}
-    msgs: list[dict[str, Any]] = []
     # over and collected by the pilot, not yet reported: their ends are here alone
-    for pid, state, rc, node, m, a in entries:
-        if state == OVER:
-            msgs.append({"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid})
-    # every child: those the pilot left, and those reparented here meanwhile (a killed
-    # spawner's or agent's members): each given the grace to end on its own, then killed
-    # if still alive; all collected
+    msgs: list[dict[str, Any]] = [{"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid}
+                                  for pid, state, rc, node, m, a in entries if state == OVER]
+    who, ended, killed = _end_children(known, over, wait)
+    # one the table did not have yet (spawned in the instant before the pilot died: its
+    # environment not yet its own, or gone with it): the one member the pilot started and
+    # had not entered, when exactly one is missing (it spawns one member at a time)
+    unknown = [pid for pid in ended if who.get(pid) is None and pid not in over]
+    if len(unknown) == 1:
+        who[unknown[0]] = _the_missing_one(directory, key, set(known.values()) | set(over.values()), who)
+    msgs += _ends_of_children(ended, who, killed)
+    if msgs:
+        for msg in msgs:
+            msg["t"] = round(time.time(), 3)
+        with open(os.path.join(directory, ORPHANS), "ab") as fh:
+            fh.write(encode(msgs, key))
+
+
+def _end_children(known: dict[int, tuple[str, int, int]], over: dict[int, tuple[str, int, int]],
+                  wait: float) -> tuple[dict[int, tuple[str, int, int] | None], dict[int, int], set[int]]:
+    """End every child: those the pilot left, and those reparented here meanwhile (a killed
+    spawner's or agent's members): each given the grace (``wait``) to end on its own, then
+    killed if still alive; all collected. Who each one was (None: a stranger), the exit
+    status of each one collected, and those killed here."""
     children: dict[int, bool] = {}  # pid -> it had ended (a zombie) when first seen
     who: dict[int, tuple[str, int, int] | None] = {}
     ended: dict[int, int] = {}
@@ -282,12 +298,13 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
         except ChildProcessError:
             break
         time.sleep(0.01)
-    # one the table did not have yet (spawned in the instant before the pilot died: its
-    # environment not yet its own, or gone with it): the one member the pilot started and
-    # had not entered, when exactly one is missing (it spawns one member at a time)
-    unknown = [pid for pid in ended if who.get(pid) is None and pid not in over]
-    if len(unknown) == 1:
-        who[unknown[0]] = _the_missing_one(directory, key, set(known.values()) | set(over.values()), who)
+    return who, ended, killed
+
+
+def _ends_of_children(ended: dict[int, int], who: dict[int, tuple[str, int, int] | None],
+                      killed: set[int]) -> list[dict[str, Any]]:
+    """The orphan messages of the members among the children collected (strangers left out)."""
+    msgs = []
     for pid, rc in ended.items():
         ident = who.get(pid)
         if ident is None:
@@ -298,11 +315,7 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
         natural = pid not in killed or rc != -signal.SIGKILL
         msgs.append({"k": ORPHAN_END if natural else ORPHAN_KILLED, "n": node, "m": m, "a": a, "rc": rc,
                      "pid": pid})
-    if msgs:
-        for msg in msgs:
-            msg["t"] = round(time.time(), 3)
-        with open(os.path.join(directory, ORPHANS), "ab") as fh:
-            fh.write(encode(msgs, key))
+    return msgs
 
 
 def _the_missing_one(directory: str, key: bytes | None, known: set, who: dict) -> tuple[str, int, int] | None:

@@ -119,40 +119,56 @@ class Packer:
         need = ranks * threads
         if per_node and not (gpus or mem):
             return self._place_even(live, ranks // per_node, per_node, threads, exclusive, cap, tmp)
-        if gpus or mem:  # one node with the cores, the GPUs and the memory free
-            fits = [n for n in live if self._has(n.name, gpus, mem) and (
-                self.free[n.name] == self.cap[n.name] and self._limit(n.name, cap) >= need if exclusive
-                else self._room(n.name, cap) >= need)]
-            if not fits:
-                return None
-            node = min(fits, key=lambda n: (self.free[n.name], len(self.gpus_free[n.name]), not n.local))
-            got = Placement([(node, ranks)])
-            got.gpu_ids = tuple(self.gpus_free[node.name][:gpus])
-            del self.gpus_free[node.name][:gpus]
-            if self.mem_free[node.name] is not None:
-                got.mem = mem
-                self.mem_free[node.name] -= mem
-            self.free[node.name] = 0 if exclusive else self.free[node.name] - need
-            return self._take(got, tmp)
+        if gpus or mem:
+            return self._place_with_devices(live, ranks, need, exclusive, cap, gpus, mem, tmp)
         if exclusive:
-            chosen = Placement()
-            left = ranks
-            for n in live:
-                if self.free[n.name] == self.cap[n.name] and left > 0:
-                    k = min(left, self._limit(n.name, cap) // threads)
-                    if k:
-                        chosen.append((n, k))
-                        left -= k
-            if left > 0:
-                return None
-            for n, _ in chosen:
-                self.free[n.name] = 0  # whole node: nothing else goes there
-            return self._take(chosen, tmp)
+            return self._place_whole_nodes(live, ranks, threads, cap, tmp)
+        # (the common case, inline: the fullest node with room for all its ranks)
         fits = [n for n in live if self._room(n.name, cap) >= need]
         if fits:
             node = min(fits, key=lambda n: (self.free[n.name], not n.local))
             self.free[node.name] -= need
             return self._take(Placement([(node, ranks)]), tmp)
+        return self._place_spread(live, ranks, threads, cap, tmp)
+
+    def _place_with_devices(self, live: list[Node], ranks: int, need: int, exclusive: bool, cap: int | None,
+                            gpus: int, mem: int, tmp: int) -> Placement | None:
+        """All ranks on one node with the cores, the GPUs and the memory free."""
+        fits = [n for n in live if self._has(n.name, gpus, mem) and (
+            self.free[n.name] == self.cap[n.name] and self._limit(n.name, cap) >= need if exclusive
+            else self._room(n.name, cap) >= need)]
+        if not fits:
+            return None
+        node = min(fits, key=lambda n: (self.free[n.name], len(self.gpus_free[n.name]), not n.local))
+        got = Placement([(node, ranks)])
+        got.gpu_ids = tuple(self.gpus_free[node.name][:gpus])
+        del self.gpus_free[node.name][:gpus]
+        if self.mem_free[node.name] is not None:
+            got.mem = mem
+            self.mem_free[node.name] -= mem
+        self.free[node.name] = 0 if exclusive else self.free[node.name] - need
+        return self._take(got, tmp)
+
+    def _place_whole_nodes(self, live: list[Node], ranks: int, threads: int, cap: int | None,
+                           tmp: int) -> Placement | None:
+        """The ranks on whole free nodes, in order (exclusive: nothing else goes there)."""
+        chosen = Placement()
+        left = ranks
+        for n in live:
+            if self.free[n.name] == self.cap[n.name] and left > 0:
+                k = min(left, self._limit(n.name, cap) // threads)
+                if k:
+                    chosen.append((n, k))
+                    left -= k
+        if left > 0:
+            return None
+        for n, _ in chosen:
+            self.free[n.name] = 0  # whole node: nothing else goes there
+        return self._take(chosen, tmp)
+
+    def _place_spread(self, live: list[Node], ranks: int, threads: int, cap: int | None,
+                      tmp: int) -> Placement | None:
+        """The ranks spread over the nodes with the most room, when no one node holds them all."""
         chosen = Placement()
         left = ranks
         for n in sorted(live, key=lambda n: -self._room(n.name, cap)):

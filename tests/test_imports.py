@@ -25,17 +25,23 @@ def test_no_import_loop_between_modules():
     assert not loops, "import loops (move the shared piece down, or pass a callable):\n" + "\n".join(said)
 
 
-def test_no_module_over_450_lines_but_those_architecture_names():
-    """A module over 450 lines is two jobs in one file, unless ARCHITECTURE.md ("Modules over
-    450 lines") says why it is one piece."""
+#: The loose cap on a module's length (ARCHITECTURE.md, "Complexity per function, length per
+#: module"): what is capped is a function's complexity (ruff's C901, pyproject.toml).
+MAX_LINES = 800
+
+
+def test_no_module_over_the_line_cap_but_those_architecture_names():
+    """A module over MAX_LINES lines is two jobs in one file, unless ARCHITECTURE.md
+    ("Complexity per function, length per module") says why it is one piece."""
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     text = (root / "ARCHITECTURE.md").read_text()
-    section = text.split("### Modules over 450 lines", 1)[1].split("\n## ", 1)[0]
+    section = text.split("### Complexity per function, length per module", 1)[1].split("\n## ", 1)[0]
+    assert f"at {MAX_LINES} lines" in section, "ARCHITECTURE.md's section names another cap than MAX_LINES"
     named = set(re.findall(r"^- `([\w/]+\.py)`", section, re.M))
     long = {str(p.relative_to(root)) for pkg in PACKAGES for p in (root / pkg).rglob("*.py")
-            if sum(1 for _ in p.open()) > 450}
-    assert long <= named, f"over 450 lines, and not in ARCHITECTURE.md's list: {sorted(long - named)}"
-    assert named <= long, f"ARCHITECTURE.md names modules no longer over 450 lines: {sorted(named - long)}"
+            if sum(1 for _ in p.open()) > MAX_LINES}
+    assert long <= named, f"over {MAX_LINES} lines, and not in ARCHITECTURE.md's list: {sorted(long - named)}"
+    assert named <= long, f"ARCHITECTURE.md names modules no longer over {MAX_LINES} lines: {sorted(named - long)}"

@@ -35,6 +35,21 @@ def _text(s: str) -> str:
     return " ".join("".join(out).split()).replace("|", "\\|")
 
 
+def _bounds(spec: dict) -> list[str]:
+    """A field's bounds in words (``≥ 1``, ``at most 100 characters``, ...)."""
+    bounds = []
+    for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
+        if key in spec:
+            bounds.append(f"{word} {spec[key]}")
+    if "maxLength" in spec:
+        bounds.append(f"at most {spec['maxLength']} characters")
+    if "minItems" in spec:
+        bounds.append(f"at least {spec['minItems']} items")
+    if "maxItems" in spec:
+        bounds.append(f"at most {spec['maxItems']} items")
+    return bounds
+
+
 def _type(spec: dict) -> str:
     """A field's type in words, with links to the models' sections."""
     if "$ref" in spec:
@@ -48,16 +63,7 @@ def _type(spec: dict) -> str:
     if "const" in spec:
         return f"`{json.dumps(spec['const'])}`"
     kind = spec.get("type")
-    bounds = []
-    for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
-        if key in spec:
-            bounds.append(f"{word} {spec[key]}")
-    if "maxLength" in spec:
-        bounds.append(f"at most {spec['maxLength']} characters")
-    if "minItems" in spec:
-        bounds.append(f"at least {spec['minItems']} items")
-    if "maxItems" in spec:
-        bounds.append(f"at most {spec['maxItems']} items")
+    bounds = _bounds(spec)
     if kind == "array":
         items = spec.get("items")
         if isinstance(items, dict) and items:

@@ -95,8 +95,34 @@ def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs
     ``announce``: a line said once the run has begun (a run refused before, by a check the
     engine makes as it starts, is one line: its refusal)."""
     from ..runstate.rundir import run_ref
-    from ..observe.runview import complete_counts, failed_examples, outcome, progress
-    from ..base.states import FAILED
+
+    bar, report = _progress_display(engine, announce)
+    try:
+        with ctrl_c_bounded(f"`pwe retry {run_ref(engine.dir)}` runs what was left"):
+            ok = engine.run(progress=report, **kwargs)
+    except RunStopped as exc:
+        if bar is not None:
+            bar.stop()
+        echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
+                   err=True)
+        sys.exit(exc.exit_status)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.stop()
+        echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
+        sys.exit(130)
+    finally:
+        if bar is not None:
+            bar.stop()
+    _say_outcome(engine, ok, as_json)
+    leave(0 if ok else 1)
+
+
+def _progress_display(engine, announce: str | None):
+    """(the bar, or None, and the engine's progress callback): a rich progress bar on a
+    terminal, else a line on stderr at most every 5 s (and at the end); ``announce`` said
+    at the first report."""
+    from ..observe.runview import progress
 
     total = engine.plan.total_members
     bar = None
@@ -126,23 +152,17 @@ def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs
                 last_line[0] = now
                 echo(f"{engine.run_id}: {finished}/{total} finished, {extra}", err=True)
 
-    try:
-        with ctrl_c_bounded(f"`pwe retry {run_ref(engine.dir)}` runs what was left"):
-            ok = engine.run(progress=report, **kwargs)
-    except RunStopped as exc:
-        if bar is not None:
-            bar.stop()
-        echo(f"{engine.run_id}: stopped with its state intact: {exc}; then: pwe resume {run_ref(engine.dir)}",
-                   err=True)
-        sys.exit(exc.exit_status)
-    except KeyboardInterrupt:
-        if bar is not None:
-            bar.stop()
-        echo(f"cancelled; `pwe retry {run_ref(engine.dir)}` runs what was left", err=True)
-        sys.exit(130)
-    finally:
-        if bar is not None:
-            bar.stop()
+    return bar, report
+
+
+def _say_outcome(engine, ok: bool, as_json: bool) -> None:
+    """The run's outcome on stdout (one JSON object with ``as_json``), and on stderr the
+    trees left unconverged and a few failed members, with where to look next."""
+    from ..runstate.rundir import run_ref
+    from ..observe.runview import complete_counts, failed_examples, outcome
+    from ..observe.treeview import unconverged_lines
+    from ..base.states import FAILED
+
     t = engine.state.totals()
     if as_json:
         from ..base.states import NAMES
@@ -151,8 +171,6 @@ def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs
                                "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
     else:
         echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
-    from ..observe.treeview import unconverged_lines
-
     ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
     for line in unconverged_lines(engine.state, ref):
         echo(line, err=True)
@@ -163,7 +181,6 @@ def _follow(engine, as_json: bool = False, announce: str | None = None, **kwargs
         echo(f"see: pwe show {ref} --state failed", err=True)
         if shown:  # NODE:INDEX, not NODE[INDEX]: brackets are a glob to the shell it is pasted into
             echo(f"see: pwe logs {ref} {shown[0][0]}", err=True)
-    leave(0 if ok else 1)
 
 
 @cli.command()

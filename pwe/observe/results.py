@@ -97,33 +97,12 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
     want = None if state is None else state.lower()
     if want is not None and want not in NAMES:
         raise InputError(f"--state: one of {', '.join(NAMES)}")
-    last: dict[tuple[str, int], list[Any]] = {}
-    pilots: dict[str, dict[str, Any]] = {}
-    if loaded is not None and (loaded[1] is not None or not needs_trace(conds)):
-        st, tr = loaded
-        plan = st.plan
-        if tr is not None and needs_trace(conds):
-            for (nid, i, _a), a in sorted(tr.attempts.items()):
-                last[(nid, i)] = a
-            pilots = tr.pilots
-    elif needs_trace(conds):
-        from .trace import load
-
-        _, plan, st, tr = load(run_dir)
-        for (nid, i, _a), a in sorted(tr.attempts.items()):
-            last[(nid, i)] = a
-        pilots = tr.pilots
-    else:
-        _, st = load_state(run_dir)
-        plan = st.plan
+    st, plan, last, pilots = _read_for(run_dir, conds, loaded)
     if node is not None and node not in st.nodes:
         from ..base.errors import did_you_mean
 
         raise InputError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, st.nodes)}")
-    names = {n for pn in plan.nodes.values() for n in pn.space.names}
-    for c in conds:
-        if c.bare and c.field[7:] not in names:
-            field_named(c.field[7:], names, c.text)  # (raises: no such field)
+    _check_fields(conds, plan)
     # conditions on the state and the node are tested on the state's arrays first: a
     # member's full record (its parameters) is made only for those that pass them
     quick = [c for c in conds if c.field in ("state", "node")]
@@ -139,13 +118,9 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
         states = ns.state
         start = 0
         if not conds and offset:  # (a page far down: counted on the state's arrays, no record made)
-            if len(wanted) == len(NAMES):
-                start, offset = min(offset, ns.size), offset - min(offset, ns.size)
-            else:
-                here = sum(ns.counts[k] for k in wanted)
-                if here <= offset:
-                    offset -= here
-                    continue
+            start, offset = _page_start(ns, wanted, offset)
+            if start is None:
+                continue
         for i in range(start, ns.size):
             if budget is not None:
                 budget.check()
@@ -154,14 +129,7 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
             if not conds and offset:
                 offset -= 1
                 continue
-            rec = member_record(st, nid, i)
-            rec["exit"] = rec["exit_status"]
-            a = last.get((nid, i))
-            if a is not None:
-                rec["T"] = a[5] if a[5] is not None else (round(a[2] - a[1], 3) if a[2] and a[1] else None)
-                rec["cpu"], rec["rss"] = a[6], a[7]
-                p = pilots.get(a[9], {})
-                rec["host"] = p.get("lane") or p.get("host")  # (the registry's name of the host, as the trace)
+            rec = _queried_record(st, nid, i, last, pilots)
             if conds and not matches(conds, rec):
                 continue
             if offset:
@@ -172,3 +140,65 @@ def select(run_dir: Any, query: str | None = None, node: str | None = None, stat
             if limit and len(out) >= limit:
                 return out
     return out
+
+
+def _read_for(run_dir: Any, conds: list, loaded: tuple[Any, Any] | None) -> tuple[
+        RunState, Any, dict[tuple[str, int], list[Any]], dict[str, dict[str, Any]]]:
+    """What a query needs of a run: (its state, its plan, the last attempt of each member
+    and the pilots, from the trace: both empty unless a condition asks for ``T``, ``cpu``,
+    ``rss`` or ``host``), from ``loaded`` where it holds them, else read here."""
+    last: dict[tuple[str, int], list[Any]] = {}
+    pilots: dict[str, dict[str, Any]] = {}
+    traced = needs_trace(conds)
+    if loaded is not None and (loaded[1] is not None or not traced):
+        st, tr = loaded
+        plan = st.plan
+        if tr is None or not traced:
+            return st, plan, last, pilots
+    elif traced:
+        from .trace import load
+
+        _, plan, st, tr = load(run_dir)
+    else:
+        _, st = load_state(run_dir)
+        return st, st.plan, last, pilots
+    for (nid, i, _a), a in sorted(tr.attempts.items()):
+        last[(nid, i)] = a
+    return st, plan, last, tr.pilots
+
+
+def _check_fields(conds: list, plan: Any) -> None:
+    """InputError for a bare field name (``energy<1``) that is no parameter of the run."""
+    names = {n for pn in plan.nodes.values() for n in pn.space.names}
+    for c in conds:
+        if c.bare and c.field[7:] not in names:
+            field_named(c.field[7:], names, c.text)  # (raises: no such field)
+
+
+def _page_start(ns: Any, wanted: bytes, offset: int) -> tuple[int | None, int]:
+    """(where to start among a node's members, the offset left after it), counted on the
+    state's arrays (no record made); None to start: all the node's wanted members are
+    within the offset."""
+    if len(wanted) == len(NAMES):
+        skip = min(offset, ns.size)
+        return skip, offset - skip
+    here = sum(ns.counts[k] for k in wanted)
+    if here <= offset:
+        return None, offset - here
+    return 0, offset
+
+
+def _queried_record(st: RunState, nid: str, i: int, last: dict[tuple[str, int], list[Any]],
+                    pilots: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A member's record as a query tests it: with ``exit`` (the exit status) and, when the
+    trace was read, ``T``, ``cpu``, ``rss`` and ``host`` of its last attempt."""
+    rec = member_record(st, nid, i)
+    rec["exit"] = rec["exit_status"]
+    a = last.get((nid, i))
+    if a is None:
+        return rec
+    rec["T"] = a[5] if a[5] is not None else (round(a[2] - a[1], 3) if a[2] and a[1] else None)
+    rec["cpu"], rec["rss"] = a[6], a[7]
+    p = pilots.get(a[9], {})
+    rec["host"] = p.get("lane") or p.get("host")  # (the registry's name of the host, as the trace)
+    return rec

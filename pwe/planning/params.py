@@ -142,53 +142,69 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
         fh = path.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise fail(f"parameter file {str(path)!r}: {(exc.strerror or str(exc)).lower()}") from None
-    values: list[Any] = []
     with fh:
         try:
             if path.suffix.lower() in (".jsonl", ".ndjson"):
-                for n, text in enumerate(fh, 1):
-                    if not text.strip():
-                        continue
-                    try:
-                        row = json.loads(text)
-                    except json.JSONDecodeError as exc:
-                        raise InputError(f"not JSON: {exc.msg}", path, n) from None
-                    if not isinstance(row, dict):
-                        raise InputError("each line must be a JSON object", path, n)
-                    if column not in row:
-                        raise InputError(f"no key '{column}'{did_you_mean(column, row)}", path, n)
-                    v = row[column]
-                    if not isinstance(v, (str, int, float, bool)):
-                        raise InputError(f"'{column}' must be a string, number or boolean", path, n)
-                    if isinstance(v, str) and text_problem(v):
-                        raise InputError(f"'{column}' {text_problem(v)}", path, n)
-                    values.append(v)
+                values = _jsonl_key(fh, path, column)
             else:
-                reader = csv.reader(fh)
-                header = next(reader, None)
-                if not header:
-                    raise InputError("the CSV file is empty; its first line names the columns", path, 1)
-                header = [h.strip() for h in header]
-                if column not in header:
-                    raise InputError(
-                        f"no column '{column}'{did_you_mean(column, header)}; columns: {', '.join(header)}", path, 1
-                    )
-                col = header.index(column)
-                for row in reader:
-                    if not row or not any(c.strip() for c in row):
-                        continue
-                    if col >= len(row):
-                        raise InputError(f"row has {len(row)} fields, needs column {col + 1} ('{column}')",
-                                         path, reader.line_num)
-                    if text_problem(row[col]):
-                        raise InputError(f"column '{column}' {text_problem(row[col])}", path, reader.line_num)
-                    values.append(row[col])
+                values = _csv_column(fh, path, column)
         except UnicodeDecodeError:
             raise fail(f"parameter file {str(path)!r} is not UTF-8 text") from None
         except csv.Error as exc:
             raise InputError(f"CSV error: {exc}", path) from None
     if not values:
         raise fail(f"parameter file {str(path)!r} gives no values for '{column}'")
+    return values
+
+
+def _jsonl_key(fh: Any, path: Path, column: str) -> list[Any]:
+    """The values (typed) of key ``column`` of each object of a JSON-lines file; blank lines
+    are skipped. InputError naming the line for one that is not an object with that key
+    holding a string, number or boolean."""
+    values: list[Any] = []
+    for n, text in enumerate(fh, 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not JSON: {exc.msg}", path, n) from None
+        if not isinstance(row, dict):
+            raise InputError("each line must be a JSON object", path, n)
+        if column not in row:
+            raise InputError(f"no key '{column}'{did_you_mean(column, row)}", path, n)
+        v = row[column]
+        if not isinstance(v, (str, int, float, bool)):
+            raise InputError(f"'{column}' must be a string, number or boolean", path, n)
+        if isinstance(v, str) and text_problem(v):
+            raise InputError(f"'{column}' {text_problem(v)}", path, n)
+        values.append(v)
+    return values
+
+
+def _csv_column(fh: Any, path: Path, column: str) -> list[Any]:
+    """The values (strings) of column ``column`` of a CSV file whose first line names the
+    columns; blank rows are skipped. InputError naming the line for a row too short."""
+    values: list[Any] = []
+    reader = csv.reader(fh)
+    header = next(reader, None)
+    if not header:
+        raise InputError("the CSV file is empty; its first line names the columns", path, 1)
+    header = [h.strip() for h in header]
+    if column not in header:
+        raise InputError(
+            f"no column '{column}'{did_you_mean(column, header)}; columns: {', '.join(header)}", path, 1
+        )
+    col = header.index(column)
+    for row in reader:
+        if not row or not any(c.strip() for c in row):
+            continue
+        if col >= len(row):
+            raise InputError(f"row has {len(row)} fields, needs column {col + 1} ('{column}')",
+                             path, reader.line_num)
+        if text_problem(row[col]):
+            raise InputError(f"column '{column}' {text_problem(row[col])}", path, reader.line_num)
+        values.append(row[col])
     return values
 
 

@@ -177,90 +177,128 @@ def check_hosts(plan: Plan, registry: Any, src: Path, swap: dict[str, Any] | Non
     """
     used = {}
     for nid, pn in plan.nodes.items():
-        try:
-            host = (swap or {}).get(pn.host) or registry.get(pn.host)
-        except InputError as exc:
-            if plan.host:
-                raise InputError(f"--host {plan.host}: {exc.message}") from None
-            raise InputError(f"node '{nid}': {exc.message}", src, pn.host_line or pn.line) from None
+        host = _host_of(plan, registry, swap, nid, pn, src)
         used[host.name] = host
-        sched = pn.scheduling
         host = partition_view(nid, pn, host, src)
-        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
-        per_node = host.cores_per_node or 1
-        if sched.coreUsageRule:
-            per_node = min(per_node, sched.coreUsageRule)
-        if host.protocol != "local":  # (a local pilot has no walltime)
-            check_walltimes(nid, pn, host, src)
-        elif sched.maxWallTime is not None and (sched.maxWallTimePerMember or 0) > sched.maxWallTime:
-            raise InputError(  # (the profile contradicts itself, whichever host runs it)
-                f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) is longer than maxWallTime "
-                f"({sched.maxWallTime:g} min), the walltime of the pilot a member runs in; lower maxWallTimePerMember "
-                f"to at most {sched.maxWallTime:g} or raise maxWallTime", src,
-                (pn.scheduling_lines or {}).get("maxWallTimePerMember") or pn.line)
-        # the most nodes one pilot has: the head node (or the host's own nodes) where the
-        # protocol allocates none, else what max_nodes and maxNodes allow (None: no limit)
-        if not protocol_info(host.protocol).allocates:
-            n_nodes, which = len(host.nodes) or 1, ""
-        else:
-            caps = [(n, w) for n, w in ((host.max_nodes, "its max_nodes"), (sched.maxNodes, "maxNodes")) if n]
-            n_nodes, which = min(caps) if caps else (None, "")
-        single = n_nodes == 1 and not host.nodes and not which
-        if single and ranks * threads > per_node:
-            raise InputError(
-                f"node '{nid}': a member needs {ranks * threads} cores (ranksPerMember {ranks} x threadsPerRank "
-                f"{threads}) but host '{host.name}' has {per_node}; lower them or use a larger host",
-                src, pn.line)
-        if threads > per_node:
-            raise InputError(
-                f"node '{nid}': a member needs {threads} cores for one rank (threadsPerRank) but host "
-                f"'{host.name}' has nodes of {per_node} cores, and a rank cannot straddle nodes",
-                src, pn.line)
-        rpn = sched.ranksPerNode if ranks > 1 else None
-        if rpn and rpn * threads > per_node:
-            raise InputError(
-                f"node '{nid}': ranksPerNode {rpn} of {threads} threads needs {rpn * threads} cores on a node but host "
-                f"'{host.name}' has nodes of {per_node}; lower ranksPerNode or threadsPerRank", src, pn.line)
-        if rpn and n_nodes is not None and ranks // rpn > n_nodes:
-            has = f"has {n_nodes} node{'s' if n_nodes > 1 else ''}" if not which else \
-                f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} ({which})"
-            raise InputError(
-                f"node '{nid}': a member spans {ranks // rpn} nodes (ranksPerMember {ranks} / ranksPerNode {rpn}) but "
-                f"host '{host.name}' {has}; raise ranksPerNode or the host's nodes", src, pn.line)
-        if n_nodes is not None and ranks > (per_node // threads) * n_nodes:  # (a rank never straddles nodes)
-            has = f"has {n_nodes} nodes of {per_node}" if not which else \
-                f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} of {per_node} cores ({which})"
-            raise InputError(
-                f"node '{nid}': a member needs {ranks * threads} cores ({ranks} ranks of {threads} threads) but host "
-                f"'{host.name}' {has}", src, pn.line)
-        if sched.maxCpus and ranks * threads > sched.maxCpus:
-            raise InputError(
-                f"node '{nid}': a member needs {ranks * threads} cores but maxCpus ({sched.maxCpus}) makes every "
-                "pilot smaller than that; raise maxCpus or lower ranksPerMember x threadsPerRank", src, pn.line)
-        gpus, mem = sched.gpusPerMember or 0, sched.memoryPerMember or 0
-        if (gpus or mem) and ranks * threads > per_node:
-            raise InputError(
-                f"node '{nid}': a member that asks for GPUs or memory runs on one node, but it needs "
-                f"{ranks * threads} cores and host '{host.name}' has nodes of {per_node}", src, pn.line)
-        if gpus and not protocol_info(host.protocol).asks_gpus:
-            raise InputError(
-                f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but pwe cannot ask {host.protocol} "
-                f"(host '{host.name}') for GPUs; run the node on a SLURM or PBS host", src, pn.line)
-        if gpus > host.gpus_per_node:
-            raise InputError(
-                f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but host '{host.name}' has "
-                f"{host.gpus_per_node} per node; set gpus_per_node in its hosts.yaml entry or use a GPU host",
-                src, pn.line)
-        if sched.tmpPerMember and host.tmp_per_node and sched.tmpPerMember > host.tmp_per_node:
-            raise InputError(
-                f"node '{nid}': a member needs {sched.tmpPerMember} MB of $TMPDIR (tmpPerMember) but host "
-                f"'{host.name}' has {host.tmp_per_node} MB per node (tmp_per_node)", src, pn.line)
-        if mem and host.memory_per_node and mem > host.memory_per_node:
-            raise InputError(
-                f"node '{nid}': a member needs {mem} MB (memoryPerMember) but host '{host.name}' has "
-                f"{host.memory_per_node} MB per node", src, pn.line)
+        _check_walltime_of(nid, pn, host, src)
+        _check_cores(nid, pn, host, src)
+        _check_devices(nid, pn, host, src)
     check_mpi(plan, used, src)
     return used
+
+
+def _host_of(plan: Plan, registry: Any, swap: dict[str, Any] | None, nid: str, pn: Any, src: Path) -> Any:
+    """The host node ``nid`` runs on (its stand-in in ``swap``); InputError naming --host or
+    the node's ``host:`` line for one that does not exist."""
+    try:
+        return (swap or {}).get(pn.host) or registry.get(pn.host)
+    except InputError as exc:
+        if plan.host:
+            raise InputError(f"--host {plan.host}: {exc.message}") from None
+        raise InputError(f"node '{nid}': {exc.message}", src, pn.host_line or pn.line) from None
+
+
+def _check_walltime_of(nid: str, pn: Any, host: Any, src: Path) -> None:
+    """A member's walltime fits its pilot's (a local pilot has none: then the profile must
+    not contradict itself)."""
+    sched = pn.scheduling
+    if host.protocol != "local":  # (a local pilot has no walltime)
+        check_walltimes(nid, pn, host, src)
+    elif sched.maxWallTime is not None and (sched.maxWallTimePerMember or 0) > sched.maxWallTime:
+        raise InputError(  # (the profile contradicts itself, whichever host runs it)
+            f"node '{nid}': maxWallTimePerMember ({sched.maxWallTimePerMember:g} min) is longer than maxWallTime "
+            f"({sched.maxWallTime:g} min), the walltime of the pilot a member runs in; lower maxWallTimePerMember "
+            f"to at most {sched.maxWallTime:g} or raise maxWallTime", src,
+            (pn.scheduling_lines or {}).get("maxWallTimePerMember") or pn.line)
+
+
+def _usable_cores_per_node(host: Any, sched: Any) -> int:
+    """Cores of one of the host's nodes a member may use (capped by coreUsageRule)."""
+    per_node = host.cores_per_node or 1
+    if sched.coreUsageRule:
+        per_node = min(per_node, sched.coreUsageRule)
+    return per_node
+
+
+def _pilot_nodes(host: Any, sched: Any) -> tuple[int | None, str]:
+    """The most nodes one pilot has, and what limits it ("" for the host itself): the head
+    node (or the host's own nodes) where the protocol allocates none, else what max_nodes
+    and maxNodes allow (None: no limit)."""
+    if not protocol_info(host.protocol).allocates:
+        return len(host.nodes) or 1, ""
+    caps = [(n, w) for n, w in ((host.max_nodes, "its max_nodes"), (sched.maxNodes, "maxNodes")) if n]
+    return min(caps) if caps else (None, "")
+
+
+def _check_cores(nid: str, pn: Any, host: Any, src: Path) -> None:
+    """A member's ranks and threads fit the host's nodes: a rank's threads never straddle
+    nodes, ranksPerNode fits a node, all ranks fit the nodes a pilot can have, and maxCpus."""
+    sched = pn.scheduling
+    ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+    per_node = _usable_cores_per_node(host, sched)
+    n_nodes, which = _pilot_nodes(host, sched)
+    single = n_nodes == 1 and not host.nodes and not which
+    if single and ranks * threads > per_node:
+        raise InputError(
+            f"node '{nid}': a member needs {ranks * threads} cores (ranksPerMember {ranks} x threadsPerRank "
+            f"{threads}) but host '{host.name}' has {per_node}; lower them or use a larger host",
+            src, pn.line)
+    if threads > per_node:
+        raise InputError(
+            f"node '{nid}': a member needs {threads} cores for one rank (threadsPerRank) but host "
+            f"'{host.name}' has nodes of {per_node} cores, and a rank cannot straddle nodes",
+            src, pn.line)
+    rpn = sched.ranksPerNode if ranks > 1 else None
+    if rpn and rpn * threads > per_node:
+        raise InputError(
+            f"node '{nid}': ranksPerNode {rpn} of {threads} threads needs {rpn * threads} cores on a node but host "
+            f"'{host.name}' has nodes of {per_node}; lower ranksPerNode or threadsPerRank", src, pn.line)
+    if rpn and n_nodes is not None and ranks // rpn > n_nodes:
+        has = f"has {n_nodes} node{'s' if n_nodes > 1 else ''}" if not which else \
+            f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} ({which})"
+        raise InputError(
+            f"node '{nid}': a member spans {ranks // rpn} nodes (ranksPerMember {ranks} / ranksPerNode {rpn}) but "
+            f"host '{host.name}' {has}; raise ranksPerNode or the host's nodes", src, pn.line)
+    if n_nodes is not None and ranks > (per_node // threads) * n_nodes:  # (a rank never straddles nodes)
+        has = f"has {n_nodes} nodes of {per_node}" if not which else \
+            f"gives a pilot at most {n_nodes} node{'s' if n_nodes > 1 else ''} of {per_node} cores ({which})"
+        raise InputError(
+            f"node '{nid}': a member needs {ranks * threads} cores ({ranks} ranks of {threads} threads) but host "
+            f"'{host.name}' {has}", src, pn.line)
+    if sched.maxCpus and ranks * threads > sched.maxCpus:
+        raise InputError(
+            f"node '{nid}': a member needs {ranks * threads} cores but maxCpus ({sched.maxCpus}) makes every "
+            "pilot smaller than that; raise maxCpus or lower ranksPerMember x threadsPerRank", src, pn.line)
+
+
+def _check_devices(nid: str, pn: Any, host: Any, src: Path) -> None:
+    """A member's GPUs, memory and $TMPDIR fit one of the host's nodes (such a member runs
+    on one node), and the host's protocol can ask for GPUs."""
+    sched = pn.scheduling
+    ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
+    per_node = _usable_cores_per_node(host, sched)
+    gpus, mem = sched.gpusPerMember or 0, sched.memoryPerMember or 0
+    if (gpus or mem) and ranks * threads > per_node:
+        raise InputError(
+            f"node '{nid}': a member that asks for GPUs or memory runs on one node, but it needs "
+            f"{ranks * threads} cores and host '{host.name}' has nodes of {per_node}", src, pn.line)
+    if gpus and not protocol_info(host.protocol).asks_gpus:
+        raise InputError(
+            f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but pwe cannot ask {host.protocol} "
+            f"(host '{host.name}') for GPUs; run the node on a SLURM or PBS host", src, pn.line)
+    if gpus > host.gpus_per_node:
+        raise InputError(
+            f"node '{nid}': a member needs {gpus} GPUs (gpusPerMember) but host '{host.name}' has "
+            f"{host.gpus_per_node} per node; set gpus_per_node in its hosts.yaml entry or use a GPU host",
+            src, pn.line)
+    if sched.tmpPerMember and host.tmp_per_node and sched.tmpPerMember > host.tmp_per_node:
+        raise InputError(
+            f"node '{nid}': a member needs {sched.tmpPerMember} MB of $TMPDIR (tmpPerMember) but host "
+            f"'{host.name}' has {host.tmp_per_node} MB per node (tmp_per_node)", src, pn.line)
+    if mem and host.memory_per_node and mem > host.memory_per_node:
+        raise InputError(
+            f"node '{nid}': a member needs {mem} MB (memoryPerMember) but host '{host.name}' has "
+            f"{host.memory_per_node} MB per node", src, pn.line)
 
 
 #: Minutes a pilot job asks for when the profile names no maxWallTime.

@@ -198,91 +198,18 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     def line_of(*loc: Any) -> int | None:
         return locate(raw, loc)
 
-    graph = Graph()
-    graph.add_nodes_from(wf.nodes)
-    for nid, node in wf.nodes.items():
-        for i, dep in enumerate(node.after):
-            if dep == nid:
-                raise WorkflowGraphError(f"node '{nid}' lists itself in 'after'", path,
-                                         line_of("nodes", nid, "after", i))
-            if dep not in wf.nodes:
-                raise WorkflowGraphError(
-                    f"node '{nid}' waits for unknown node '{dep}'{did_you_mean(dep, wf.nodes)}",
-                    path,
-                    line_of("nodes", nid, "after", i),
-                )
-            if graph.has_edge(dep, nid):
-                raise WorkflowGraphError(f"node '{nid}' lists '{dep}' twice in 'after'", path,
-                                         line_of("nodes", nid, "after", i))
-            graph.add_edge(dep, nid)
-    cycle = graph.find_cycle()
-    if cycle:
-        names = [a for a, _ in cycle] + [cycle[0][0]]
-        first = cycle[0]
-        raise WorkflowGraphError(
-            "cycle: " + " -> ".join(names) + "; a workflow must be a DAG",
-            path,
-            line_of("nodes", first[1], "after", wf.nodes[first[1]].after.index(first[0])),
-        )
-
+    graph = _graph_of(wf, path, line_of)
     base = path.parent
     nodes: dict[str, PlannedNode] = {}
     # nodes of one pipeline often read the same file column: read it (and hold it) once
     file_values: dict[tuple[Path, str], Values] = {}
     for nid in graph.lexicographical_topological_sort(key=list(wf.nodes).index):
         node = wf.nodes[nid]
-        values: dict[str, Values] = {}
-        upper: dict[str, str] = {}
-        for pname, spec in node.parameters.items():
-            pline = line_of("nodes", nid, "parameters", pname)
-            if pname.upper() in upper:
-                raise WorkflowSchemaError(
-                    f"node '{nid}': parameters '{upper[pname.upper()]}' and '{pname}' would both be "
-                    f"PWE_PARAM_{pname.upper()}; rename one", path, pline)
-            upper[pname.upper()] = pname
-            if isinstance(spec, model.FileSpec):
-                key = ((base / spec.file).resolve(), spec.column or pname)
-                if key not in file_values:
-                    file_values[key] = read_values(spec, pname, base, path, pline)
-                values[pname] = file_values[key]
-            else:
-                values[pname] = read_values(spec, pname, base, path, pline)
-        if node.combine == "zip" and values:
-            lengths = {n: len(v) for n, v in values.items()}
-            if len(set(lengths.values())) > 1:
-                raise WorkflowSchemaError(
-                    f"node '{nid}': combine: zip needs parameters of equal length, got "
-                    + ", ".join(f"{n}={k}" for n, k in lengths.items())
-                    + " (use combine: product for every combination)",
-                    path,
-                    line_of("nodes", nid, "combine"),
-                )
-        space = ParameterSpace(values, node.combine)
-        if space.size > MAX_MEMBERS:
-            sizes = " x ".join(f"{n}({len(v):,})" for n, v in values.items())
-            raise WorkflowSchemaError(f"node '{nid}' has {space.size:,} members ({sizes}); a node has at most "
-                                      f"{MAX_MEMBERS:,}", path, line_of("nodes", nid, "parameters"))
+        space = _parameter_space(nid, node, base, path, line_of, file_values)
         run_line = line_of("nodes", nid, "run")
-        try:
-            template = PayloadTemplate(node.run)
-        except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"node '{nid}': template error in 'run': {exc.message}"
-                                + (f" (line {exc.lineno} of the payload)" if exc.lineno > 1 else ""),
-                                path, run_line) from None
+        template = _run_template(nid, node, wf, path, run_line)
         known = set(wf.properties) | set(node.parameters)
-        for name in sorted(template.names - known):
-            raise TemplateError(
-                f"node '{nid}': 'run' uses undefined name '{name}'{did_you_mean(name, known)}; "
-                "define it under 'properties' or 'parameters' (or pass --set NAME=VALUE)",
-                path,
-                run_line,
-            )
-        try:
-            sched = wf.defaults.scheduling.merged(node.scheduling)
-        except ValidationError as exc:  # each fine alone, contradicting each other merged
-            msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
-            raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
-                                      line_of("nodes", nid, "scheduling")) from None
+        sched = _merged_scheduling(nid, node, wf, path, line_of)
         check = _check_template(nid, node, wf, sched, path, line_of)
         if node.group is not None:  # (its keys against its parameters: one line, exit 2)
             from .groups import Groups
@@ -315,6 +242,119 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     total = sum(n.size for n in nodes.values())
     if total > MAX_MEMBERS:
         raise WorkflowSchemaError(f"the workflow has {total:,} members; a run has at most {MAX_MEMBERS:,}", path)
+    edges, warnings = _edges(graph, nodes, path, line_of)
+    warnings += _big_group_warnings(nodes, path, line_of)
+    edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
+    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host,
+                workspace_line=line_of("workspace"))
+
+
+def _graph_of(wf: model.Workflow, path: Path, line_of: Any) -> Graph:
+    """The workflow's nodes and their ``after`` edges; WorkflowGraphError for a node that
+    waits for itself, for an unknown node or twice for one, and for a cycle."""
+    graph = Graph()
+    graph.add_nodes_from(wf.nodes)
+    for nid, node in wf.nodes.items():
+        for i, dep in enumerate(node.after):
+            if dep == nid:
+                raise WorkflowGraphError(f"node '{nid}' lists itself in 'after'", path,
+                                         line_of("nodes", nid, "after", i))
+            if dep not in wf.nodes:
+                raise WorkflowGraphError(
+                    f"node '{nid}' waits for unknown node '{dep}'{did_you_mean(dep, wf.nodes)}",
+                    path,
+                    line_of("nodes", nid, "after", i),
+                )
+            if graph.has_edge(dep, nid):
+                raise WorkflowGraphError(f"node '{nid}' lists '{dep}' twice in 'after'", path,
+                                         line_of("nodes", nid, "after", i))
+            graph.add_edge(dep, nid)
+    cycle = graph.find_cycle()
+    if cycle:
+        names = [a for a, _ in cycle] + [cycle[0][0]]
+        first = cycle[0]
+        raise WorkflowGraphError(
+            "cycle: " + " -> ".join(names) + "; a workflow must be a DAG",
+            path,
+            line_of("nodes", first[1], "after", wf.nodes[first[1]].after.index(first[0])),
+        )
+    return graph
+
+
+def _parameter_space(nid: str, node: model.Node, base: Path, path: Path, line_of: Any,
+                     file_values: dict[tuple[Path, str], Values]) -> ParameterSpace:
+    """A node's members: its parameters' values read (a file column once for all nodes:
+    ``file_values``) and combined; WorkflowSchemaError for two parameters of one
+    environment name, zipped parameters of unequal length, or too many members."""
+    values: dict[str, Values] = {}
+    upper: dict[str, str] = {}
+    for pname, spec in node.parameters.items():
+        pline = line_of("nodes", nid, "parameters", pname)
+        if pname.upper() in upper:
+            raise WorkflowSchemaError(
+                f"node '{nid}': parameters '{upper[pname.upper()]}' and '{pname}' would both be "
+                f"PWE_PARAM_{pname.upper()}; rename one", path, pline)
+        upper[pname.upper()] = pname
+        if isinstance(spec, model.FileSpec):
+            key = ((base / spec.file).resolve(), spec.column or pname)
+            if key not in file_values:
+                file_values[key] = read_values(spec, pname, base, path, pline)
+            values[pname] = file_values[key]
+        else:
+            values[pname] = read_values(spec, pname, base, path, pline)
+    if node.combine == "zip" and values:
+        lengths = {n: len(v) for n, v in values.items()}
+        if len(set(lengths.values())) > 1:
+            raise WorkflowSchemaError(
+                f"node '{nid}': combine: zip needs parameters of equal length, got "
+                + ", ".join(f"{n}={k}" for n, k in lengths.items())
+                + " (use combine: product for every combination)",
+                path,
+                line_of("nodes", nid, "combine"),
+            )
+    space = ParameterSpace(values, node.combine)
+    if space.size > MAX_MEMBERS:
+        sizes = " x ".join(f"{n}({len(v):,})" for n, v in values.items())
+        raise WorkflowSchemaError(f"node '{nid}' has {space.size:,} members ({sizes}); a node has at most "
+                                  f"{MAX_MEMBERS:,}", path, line_of("nodes", nid, "parameters"))
+    return space
+
+
+def _run_template(nid: str, node: model.Node, wf: model.Workflow, path: Path, run_line: int | None) -> PayloadTemplate:
+    """A node's ``run``, compiled; TemplateError for bad syntax or a name that is neither a
+    property nor a parameter."""
+    try:
+        template = PayloadTemplate(node.run)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"node '{nid}': template error in 'run': {exc.message}"
+                            + (f" (line {exc.lineno} of the payload)" if exc.lineno > 1 else ""),
+                            path, run_line) from None
+    known = set(wf.properties) | set(node.parameters)
+    for name in sorted(template.names - known):
+        raise TemplateError(
+            f"node '{nid}': 'run' uses undefined name '{name}'{did_you_mean(name, known)}; "
+            "define it under 'properties' or 'parameters' (or pass --set NAME=VALUE)",
+            path,
+            run_line,
+        )
+    return template
+
+
+def _merged_scheduling(nid: str, node: model.Node, wf: model.Workflow, path: Path,
+                       line_of: Any) -> model.Scheduling:
+    """A node's scheduling over defaults.scheduling; WorkflowSchemaError where the two,
+    each fine alone, contradict each other merged."""
+    try:
+        return wf.defaults.scheduling.merged(node.scheduling)
+    except ValidationError as exc:  # each fine alone, contradicting each other merged
+        msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+        raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
+                                  line_of("nodes", nid, "scheduling")) from None
+
+
+def _edges(graph: Graph, nodes: dict[str, PlannedNode], path: Path, line_of: Any) -> tuple[list[Edge], list[str]]:
+    """The plan's edges (each with the parameters its two nodes share), and a warning for
+    each shared value downstream that no member upstream has (it will not wait)."""
     edges: list[Edge] = []
     warnings: list[str] = []
     for a, b in graph.edges:
@@ -328,15 +368,20 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
                     f"{path}:{line_of('nodes', b, 'parameters', name) or ''}: members of '{b}' with "
                     f"{name}={missing} match no member of '{a}' and will not wait for it"
                 )
-    for nid, pn in nodes.items():  # a group is one message: a huge one is slow (sizes cut by key: not known here)
+    return edges, warnings
+
+
+def _big_group_warnings(nodes: dict[str, PlannedNode], path: Path, line_of: Any) -> list[str]:
+    """A warning for each node that may form a group over 10,000 members: a group is one
+    message, and a huge one is slow (sizes cut by key are not known here)."""
+    warnings = []
+    for nid, pn in nodes.items():
         if pn.spec.group is not None and not pn.spec.group.split_by_sort_key and \
                 min(pn.size, pn.spec.group.maximum_size or pn.size) > 10_000:
             warnings.append(f"{path}:{line_of('nodes', nid, 'group') or ''}: node '{nid}' may form a group of "
                             f"{min(pn.size, pn.spec.group.maximum_size or pn.size):,} members, sent to its pilot as "
                             "one message (about 0.5 KB a member); set group.maximum_size to 10000 or fewer")
-    edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
-    return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host,
-                workspace_line=line_of("workspace"))
+    return warnings
 
 
 def _check_template(nid: str, node: model.Node, wf: model.Workflow, sched: model.Scheduling, path: Path,

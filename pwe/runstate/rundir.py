@@ -145,12 +145,7 @@ def find(run: str | None, root: Path | None = None) -> Path:
     (``root``). An ambiguous prefix is :class:`RunNotFound` naming the runs it could mean
     and where each is; a run found nowhere names every place looked in."""
     if run is None:
-        base = root or DEFAULT_ROOT
-        check_roots([(base, COMMAND_LINE)])
-        runs = sorted((p for p in base.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
-        if not runs:
-            raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
-        return runs[-1].parent
+        return _newest(root or DEFAULT_ROOT)
     if not run.strip():  # (Path('') is the current directory: never taken as a run directory)
         raise RunNotFound(f"no run {run!r}: an empty RUN selects nothing; give a run id or a run directory")
     bad = "too long" if len(run) > 1024 else "a control character in it" if any(
@@ -172,23 +167,42 @@ def find(run: str | None, root: Path | None = None) -> Path:
         if there is not None:
             return there
     known = [(p.parent.name, p.parent) for base, _ in places if base.is_dir() for p in sorted(base.glob("*/run.json"))]
-    if run and "/" not in run:  # a prefix: of the runs under the roots, else of the registry's (the nearest first)
-        hits, seen = [], set()
-        for k, d in [x for x in known if x[0].startswith(run)] or (registry.starting(run) if root is None else []):
-            if _key(d) not in seen:
-                seen.add(_key(d))
-                hits.append((k, d))
-        if len(hits) == 1:
-            return hits[0][1]
-        if hits:
-            shown = ", ".join(f"{k} ({_shown(d.parent) if d.name == k else d})" for k, d in hits[:10]) + (
-                f" and {len(hits) - 10} more" if len(hits) > 10 else "")
-            raise RunNotFound(f"'{run}' is the start of {len(hits)} runs: {shown}; give more of the id")
+    if run and "/" not in run:
+        found = _by_prefix(run, known, root)
+        if found is not None:
+            return found
     from ..base.errors import did_you_mean
 
     looked = ", ".join(_shown(base) for base, _ in places)
     nor = f", nor in the registry of runs ({registry.where()}/)" if root is None else ""
     raise RunNotFound(f"no run '{run}' (looked in {looked}){nor}{did_you_mean(run, sorted(k for k, _ in known))}")
+
+
+def _newest(base: Path) -> Path:
+    """The newest run directory under ``base``; RunNotFound when it has none."""
+    check_roots([(base, COMMAND_LINE)])
+    runs = sorted((p for p in base.glob("*/run.json")), key=lambda p: p.stat().st_mtime) if base.is_dir() else []
+    if not runs:
+        raise RunNotFound(f"no runs under {base}/; give a run id or a run directory")
+    return runs[-1].parent
+
+
+def _by_prefix(run: str, known: list[tuple[str, Path]], root: Path | None) -> Path | None:
+    """The one run whose id starts with ``run``: of the runs under the roots (``known``),
+    else of the registry's (the nearest first; not with ``root``); None when there is none,
+    RunNotFound naming them (and where each is) when there are several."""
+    hits, seen = [], set()
+    for k, d in [x for x in known if x[0].startswith(run)] or (registry.starting(run) if root is None else []):
+        if _key(d) not in seen:
+            seen.add(_key(d))
+            hits.append((k, d))
+    if len(hits) == 1:
+        return hits[0][1]
+    if hits:
+        shown = ", ".join(f"{k} ({_shown(d.parent) if d.name == k else d})" for k, d in hits[:10]) + (
+            f" and {len(hits) - 10} more" if len(hits) > 10 else "")
+        raise RunNotFound(f"'{run}' is the start of {len(hits)} runs: {shown}; give more of the id")
+    return None
 
 
 def listed(root: Path | None = None) -> list[tuple[Path, str]]:

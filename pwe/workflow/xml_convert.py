@@ -209,50 +209,6 @@ def _scheduling(el: etree._Element) -> LineDict:
     return out
 
 
-def _node(el: etree._Element) -> LineDict:
-    node = LineDict(line=el.sourceline)
-    for name in ("combine", "retries", "host", "max_iterations"):
-        if el.get(name) is not None:
-            _put(node, name, _attr(el, name), el.sourceline)
-    for child in el:
-        line = child.sourceline
-        if child.tag == "description":
-            _put(node, "description", textwrap.dedent(_text(child)).strip(), line)
-        elif child.tag == "after":
-            if "after" not in node:
-                _put(node, "after", LineList(line=line), line)
-            node["after"].append(_field(child))
-            node["after"].item_lines.append(line)
-        elif child.tag == "parameter":
-            if "parameters" not in node:
-                _put(node, "parameters", LineDict(line=line), line)
-            _put(node["parameters"], _attr(child, "name"), _parameter(child), line)
-        elif child.tag == "env":
-            if "env" not in node:
-                _put(node, "env", LineDict(line=line), line)
-            _put(node["env"], _attr(child, "name"), _free(child), line)
-        elif child.tag == "resource":  # <resource name="license">1</resource>: resources: {license: 1}
-            if "resources" not in node:
-                _put(node, "resources", LineDict(line=line), line)
-            _put(node["resources"], _attr(child, "name"), _field(child), line)
-        elif child.tag == "product":  # (pwe.planning.products: a path template, as written)
-            if "products" not in node:
-                _put(node, "products", LineList(line=line), line)
-            node["products"].append(_text(child).strip())
-            node["products"].item_lines.append(line)
-        elif child.tag == "run":
-            _put(node, "run", _script(_text(child)), line)
-        elif child.tag == "check":  # iteration until convergence (pwe/planning/trees.py)
-            _put(node, "check", _script(_text(child)), line)
-        elif child.tag == "scheduling":
-            _put(node, "scheduling", _scheduling(child), line)
-        elif child.tag == "setup_per_node":
-            _put(node, "setup_per_node", _lines(child), line)
-        elif child.tag == "group":
-            _put(node, "group", _group(child), line)
-    return node
-
-
 def _group(el: etree._Element) -> LineDict:
     """``<group sort_by="a b" maximum_size="4" ...><include>COND</include>*</group>``: the
     YAML ``group:`` keys, as attributes (sort_by space-separated), each include an element."""
@@ -296,3 +252,50 @@ def _parameter(el: etree._Element) -> LineList | LineDict:
         if first.get("column") is not None:
             _put(spec, "column", _attr(first, "column"), first.sourceline)
     return spec
+
+
+#: A node's child elements by the YAML key each makes: one value of the node's own ...
+_VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
+    "description": ("description", lambda el: textwrap.dedent(_text(el)).strip()),
+    "run": ("run", lambda el: _script(_text(el))),
+    "check": ("check", lambda el: _script(_text(el))),  # iteration until convergence (pwe/planning/trees.py)
+    "scheduling": ("scheduling", _scheduling),
+    "setup_per_node": ("setup_per_node", _lines),
+    "group": ("group", _group),
+}
+#: ... an item of a list of the node's ...
+_ITEM: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
+    "after": ("after", _field),
+    "product": ("products", lambda el: _text(el).strip()),  # (pwe.planning.products: a path template, as written)
+}
+#: ... or an entry, under its name="...", of a mapping of the node's
+#: (``<resource name="license">1</resource>``: ``resources: {license: 1}``)
+_ENTRY: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
+    "parameter": ("parameters", _parameter),
+    "env": ("env", _free),
+    "resource": ("resources", _field),
+}
+
+
+def _node(el: etree._Element) -> LineDict:
+    node = LineDict(line=el.sourceline)
+    for name in ("combine", "retries", "host", "max_iterations"):
+        if el.get(name) is not None:
+            _put(node, name, _attr(el, name), el.sourceline)
+    for child in el:
+        line = child.sourceline
+        if child.tag in _VALUE:
+            key, value = _VALUE[child.tag]
+            _put(node, key, value(child), line)
+        elif child.tag in _ITEM:
+            key, value = _ITEM[child.tag]
+            if key not in node:
+                _put(node, key, LineList(line=line), line)
+            node[key].append(value(child))
+            node[key].item_lines.append(line)
+        elif child.tag in _ENTRY:
+            key, value = _ENTRY[child.tag]
+            if key not in node:
+                _put(node, key, LineDict(line=line), line)
+            _put(node[key], _attr(child, "name"), value(child), line)
+    return node

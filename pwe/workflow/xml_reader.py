@@ -196,69 +196,90 @@ def _schema_message(raw: str, el: etree._Element | None, shapes: dict[str, Shape
     expected = [_strip_ns(x.strip()) for x in m[1].split(",")] if (m := _EXPECTED.search(what)) else []
 
     if "No matching global declaration available for the validation root" in what:
-        if head["el"].startswith("{"):
-            ns = head["el"][1 : head["el"].index("}")]
-            return (f"the root element <{name}> is in the XML namespace '{ns}'; pwe workflows use no namespace "
-                    "(remove xmlns)"), line
-        hint = did_you_mean(name, ["workflow"])
-        return f'the root element is <{name}>; an XML workflow\'s root element is <workflow name="...">{hint}', line
-
+        return _wrong_root(head["el"], name), line
     if "This element is not expected" in what and el is not None and parent is not None:
         return _unexpected(el, parent, expected, shapes)
-
     if "Missing child element" in what:
-        if name == "node":
-            return f"{here} has no <run>: every node needs <run>, the command its members execute", line
-        if name == "workflow":
-            return 'the workflow has no <node>: it needs at least one <node id="..."><run>...</run></node>', line
-        if name == "parameter":
-            return (f'{here} has no values: give <value> elements, one <range start="..." stop="..."/> '
-                    f'or one <file path="..."/>'), line
-        return f"{here} is missing a child element: expected {_one_of(expected)}", line
-
+        return _missing_child(name, here, expected), line
     if attr and "is not allowed" in what:
         known = list(shapes.get(name, Shape(None, {}, (), frozenset())).attrs)
         hint = did_you_mean(attr, known) or (f"; allowed: {', '.join(known)}" if known else "; it takes no attributes")
         return f"unknown attribute '{attr}' on {here}{hint}", line
-
     if attr and "is required but missing" in what:
         return f'{here} needs the attribute {attr}="..."', line
-
     if dup := _DUPLICATE.search(what):
-        kind, key = _CONSTRAINTS.get(dup["name"], (name, "name"))
-        first = None
-        if el is not None and parent is not None:
-            first = next((s.sourceline for s in parent.iterchildren(el.tag)
-                          if (s.get(key) or "").strip() == dup["value"] and s is not el), None)
-        where = f" in {_desc(parent)}" if parent is not None and parent.tag == "node" else ""
-        tail = f" (first given on line {first})" if first else ""
-        return f"duplicate {kind} '{dup['value']}'{where}{tail}", line
-
+        return _duplicate(dup, name, el, parent), line
     if "[facet" in what or "is not a valid value" in what:
-        shape = shapes.get(name)
-        typ = (shape.attrs.get(attr) if attr else shape.type) if shape else None
-        value = (el.get(attr) if attr else "".join(el.itertext())) if el is not None else None
-        # an attribute: <node id="a">: retries="x" ...; text: <maxCpus>0</maxCpus> in node 'a' ...
-        shown = f'{here}: {attr}="{value}"' if attr else f"<{name}>{value}</{name}>{_context(el)}"
-        if "exceeds the allowed maximum length" in what and value is not None:
-            return _too_long(el, attr, value.strip()), line
-        if enum := _ENUM.search(what):
-            choices = re.findall(r"'([^']*)'", enum["set"])
-            return f"{shown} is not {_one_of(choices)}{did_you_mean(value or '', choices)}", line
-        if typ in _PHRASES and value is not None:
-            return f"{shown} is not {_PHRASES[typ]}", line
-        if "underruns the allowed minimum length" in what:
-            return f"{shown} is empty", line
-        plain = _strip_ns(re.sub(r"\[facet [^]]*\] ", "", what)).rstrip(".")
-        return f"{here}: {plain}", line
+        return _bad_value(what, name, attr, el, here, shapes), line
+    return _bad_content(what, here), line
 
+
+def _wrong_root(qname: str, name: str) -> str:
+    """A root element other than <workflow>, or one in an XML namespace."""
+    if qname.startswith("{"):
+        ns = qname[1 : qname.index("}")]
+        return (f"the root element <{name}> is in the XML namespace '{ns}'; pwe workflows use no namespace "
+                "(remove xmlns)")
+    hint = did_you_mean(name, ["workflow"])
+    return f'the root element is <{name}>; an XML workflow\'s root element is <workflow name="...">{hint}'
+
+
+def _missing_child(name: str, here: str, expected: list[str]) -> str:
+    """An element without a child it needs (a node's <run>, the workflow's <node>, a
+    parameter's values)."""
+    if name == "node":
+        return f"{here} has no <run>: every node needs <run>, the command its members execute"
+    if name == "workflow":
+        return 'the workflow has no <node>: it needs at least one <node id="..."><run>...</run></node>'
+    if name == "parameter":
+        return (f'{here} has no values: give <value> elements, one <range start="..." stop="..."/> '
+                f'or one <file path="..."/>')
+    return f"{here} is missing a child element: expected {_one_of(expected)}"
+
+
+def _duplicate(dup: re.Match, name: str, el: etree._Element | None, parent: etree._Element | None) -> str:
+    """A node id, property, parameter or env variable given twice (and where first)."""
+    kind, key = _CONSTRAINTS.get(dup["name"], (name, "name"))
+    first = None
+    if el is not None and parent is not None:
+        first = next((s.sourceline for s in parent.iterchildren(el.tag)
+                      if (s.get(key) or "").strip() == dup["value"] and s is not el), None)
+    where = f" in {_desc(parent)}" if parent is not None and parent.tag == "node" else ""
+    tail = f" (first given on line {first})" if first else ""
+    return f"duplicate {kind} '{dup['value']}'{where}{tail}"
+
+
+def _bad_value(what: str, name: str, attr: str | None, el: etree._Element | None, here: str,
+               shapes: dict[str, Shape]) -> str:
+    """An attribute's or an element's text that its XSD type refuses: too long, not one of
+    a set, not of its type, or empty."""
+    shape = shapes.get(name)
+    typ = (shape.attrs.get(attr) if attr else shape.type) if shape else None
+    value = (el.get(attr) if attr else "".join(el.itertext())) if el is not None else None
+    # an attribute: <node id="a">: retries="x" ...; text: <maxCpus>0</maxCpus> in node 'a' ...
+    shown = f'{here}: {attr}="{value}"' if attr else f"<{name}>{value}</{name}>{_context(el)}"
+    if "exceeds the allowed maximum length" in what and value is not None:
+        return _too_long(el, attr, value.strip())
+    if enum := _ENUM.search(what):
+        choices = re.findall(r"'([^']*)'", enum["set"])
+        return f"{shown} is not {_one_of(choices)}{did_you_mean(value or '', choices)}"
+    if typ in _PHRASES and value is not None:
+        return f"{shown} is not {_PHRASES[typ]}"
+    if "underruns the allowed minimum length" in what:
+        return f"{shown} is empty"
+    plain = _strip_ns(re.sub(r"\[facet [^]]*\] ", "", what)).rstrip(".")
+    return f"{here}: {plain}"
+
+
+def _bad_content(what: str, here: str) -> str:
+    """Text or elements where the element's type allows none (or, else, libxml2's words)."""
     if "because the content type is empty" in what:
-        return f"{here} takes attributes only, no text or child elements", line
+        return f"{here} takes attributes only, no text or child elements"
     if "Character content other than whitespace is not allowed" in what:
-        return f"{here} holds no text of its own; put text in a child element (e.g. <run>) or an attribute", line
+        return f"{here} holds no text of its own; put text in a child element (e.g. <run>) or an attribute"
     if "Element content is not allowed, because the type definition is simple" in what:
-        return f"{here} holds text only, not elements; {_LT_HELP}", line
-    return f"{here}: {_strip_ns(what).rstrip('.')}", line
+        return f"{here} holds text only, not elements; {_LT_HELP}"
+    return f"{here}: {_strip_ns(what).rstrip('.')}"
 
 
 def _too_long(el: etree._Element | None, attr: str | None, value: str) -> str:
