@@ -42,7 +42,7 @@ from .nodewatch import NodeLosses, NodeWatch, slurmd_port
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
-from .wire import DOWN, END, HB, START, UNWRITABLE, UP, VERSION
+from .wire import AGENT_KILL, DOWN, END, HB, START, UNWRITABLE, UP, VERSION
 
 
 
@@ -238,7 +238,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
 
     def signal_member(self, m: Member, sig: int) -> None:
         if m.agent is not None:
-            m.agent.send(k="kill", id=m.key, sig=int(sig))
+            m.agent.send(k=AGENT_KILL, id=m.key, sig=int(sig))
         else:
             killpg(m.pid, sig)
 

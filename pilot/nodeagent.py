@@ -3,16 +3,8 @@ pilot's own node the local spawners (over pipes) that share its slots when it ha
 
 Started by the pilot as ``ssh NODE python3 -m pilot.nodeagent``, or as a child of the
 pilot on its own node; reads JSON lines on stdin and answers on stdout (standard
-library only; never pickle):
-
-    in:  {"k": "run", "id": N, "argv": [...], "cmd": SHELL_CMD, "cwd": DIR, "env": {...},
-          "made": true (optional: the pilot made DIR already),
-          "tmp": PATH (optional: make this member's own $TMPDIR here first, remove it
-          when the member ends: pilot/tmpdirs.py)}
-         {"k": "kill", "id": N, "sig": 15}
-    out: {"k": "started", "id": N, "pid": P}
-         {"k": "ended", "id": N, "rc": RC, "cpu": S, "rss": KB}  (rusage of the reaped member)
-         {"k": "failed", "id": N, "rc": 126|127, "why": "..."}
+library only; never pickle): ``run`` and ``kill`` in, ``started``, ``ended`` and ``failed``
+out, as :mod:`pilot.wire` lists them (pilot <-> node agent).
 
 What it says in one pass of its loop goes out in one write. It ends, killing its
 members, when stdin closes: the pilot is gone, or the connection is. SIGTERM, SIGHUP or
@@ -31,55 +23,112 @@ import sys
 
 from .spawn import Spawner, member_base_env, reaped, start_failure
 from .tmpdirs import make_fresh, remove_tree
+from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_RUN, AGENT_STARTED
 
 
-def main() -> None:
-    out = sys.stdout.buffer
-    base_env = member_base_env()
-    running: dict[int, int] = {}  # pid -> id
-    tmps: dict[int, str] = {}     # pid -> the member's own $TMPDIR, made on this node
-    made: set[str] = set()
-    by_id: dict[int, int] = {}    # id -> pid
-    spawner = Spawner()
+class Agent:
+    """The members this agent started and what it has to say of them (one write a pass)."""
 
-    said: list[bytes] = []
-    encode = json.JSONEncoder(separators=(",", ":")).encode
+    def __init__(self, out) -> None:
+        self.out = out
+        self.base_env = member_base_env()
+        self.running: dict[int, int] = {}  # pid -> id
+        self.tmps: dict[int, str] = {}     # pid -> the member's own $TMPDIR, made on this node
+        self.made: set[str] = set()
+        self.by_id: dict[int, int] = {}    # id -> pid
+        self.spawner = Spawner()
+        self.said: list[bytes] = []
+        self.partial = b""  # a line of stdin not yet whole
+        self.open_in = True  # stdin not closed yet
 
-    def say(**msg) -> None:
-        said.append(encode(msg).encode() + b"\n")
+    def say(self, **msg) -> None:
+        self.said.append(_encode(msg).encode() + b"\n")
 
-    def send() -> None:
-        if said:
-            data = b"".join(said)
-            said.clear()
+    def send(self) -> None:
+        if self.said:
+            data = b"".join(self.said)
+            self.said.clear()
             try:
-                out.write(data)
-                out.flush()
+                self.out.write(data)
+                self.out.flush()
             except BrokenPipeError:
                 pass
 
-    def run(msg: dict) -> None:
-        env = base_env.copy()
+    def run(self, msg: dict) -> None:
+        env = self.base_env.copy()
         env.update(msg.get("env") or {})
         argv = msg["argv"]
         tmp = msg.get("tmp")
         try:
             if tmp:  # this node's own fresh $TMPDIR for the member (the pilot's is elsewhere)
                 make_fresh(tmp)
-            pid = spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv), made=bool(msg.get("made")))
+            pid = self.spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv),
+                                     made=bool(msg.get("made")))
         except OSError as exc:
             rc, why = start_failure(exc)
-            say(k="failed", id=msg["id"], rc=rc, why=why)
+            self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=why)
             if tmp:
                 remove_tree(tmp)
             return
         if tmp:
-            tmps[pid] = tmp
-            made.add(tmp)
-        running[pid] = msg["id"]
-        by_id[msg["id"]] = pid
-        say(k="started", id=msg["id"], pid=pid)
+            self.tmps[pid] = tmp
+            self.made.add(tmp)
+        self.running[pid] = msg["id"]
+        self.by_id[msg["id"]] = pid
+        self.say(k=AGENT_STARTED, id=msg["id"], pid=pid)
 
+    def kill(self, msg: dict) -> None:
+        if msg["id"] in self.by_id:
+            try:
+                os.killpg(self.by_id[msg["id"]], int(msg.get("sig", 15)))
+            except OSError:
+                pass
+
+    def kill_all(self) -> None:
+        """Every member's process group, SIGKILL."""
+        for pid in self.running:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def take(self, data: bytes) -> None:
+        """What the pilot wrote on stdin: each whole line's message done."""
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if line.strip():
+                msg = json.loads(line)
+                on = _ON.get(msg["k"])
+                if on is not None:
+                    on(self, msg)
+
+    def reap(self) -> None:
+        """The members that ended: said, their $TMPDIRs removed."""
+        for pid, rc, cpu, rss in reaped(lambda: self.running):
+            ident = self.running.pop(pid, None)
+            if ident is not None:
+                self.by_id.pop(ident, None)
+                if pid in self.tmps:
+                    remove_tree(self.tmps.pop(pid))
+                self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss)
+
+    def tidy(self) -> None:
+        """The pilot's directories here, once empty."""
+        for parent in {os.path.dirname(t) for t in self.made}:
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass
+
+
+#: What the agent does with each message the pilot sends it (pilot/wire.py); others are ignored.
+_ON = {AGENT_RUN: Agent.run, AGENT_KILL: Agent.kill}
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def main() -> None:
+    agent = Agent(sys.stdout.buffer)
     rfd, wfd = os.pipe()
     os.set_blocking(rfd, False)
     os.set_blocking(wfd, False)
@@ -91,70 +140,43 @@ def main() -> None:
         # proctrack/linuxproc follows parents, and they outlive us as init's). None may
         # outlive us: one left running would finish its work after the pilot handed it
         # back, and run a second time elsewhere. They end now; we leave once all are reaped
-        for pid in running:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        agent.kill_all()
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, stopped)
     signal.set_wakeup_fd(wfd)
     sel = selectors.DefaultSelector()
     sel.register(rfd, selectors.EVENT_READ, "child")
-    stdin = sys.stdin.buffer.raw
-    os.set_blocking(stdin.fileno(), False)
-    sel.register(stdin.fileno(), selectors.EVENT_READ, "in")
-    partial = b""
-    open_in = True
-    while open_in or running:
+    stdin = sys.stdin.buffer.raw.fileno()
+    os.set_blocking(stdin, False)
+    sel.register(stdin, selectors.EVENT_READ, "in")
+    while agent.open_in or agent.running:
         for key, _ in sel.select(timeout=1.0):
             if key.data == "child":
-                try:
-                    while os.read(rfd, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
-            else:
-                try:
-                    data = os.read(stdin.fileno(), 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not data:  # the pilot or the connection is gone: so are our members
-                    open_in = False
-                    sel.unregister(stdin.fileno())
-                    for pid in running:
-                        try:
-                            os.killpg(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-                    continue
-                lines = (partial + data).split(b"\n")
-                partial = lines.pop()
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    msg = json.loads(line)
-                    if msg["k"] == "run":
-                        run(msg)
-                    elif msg["k"] == "kill" and msg["id"] in by_id:
-                        try:
-                            os.killpg(by_id[msg["id"]], int(msg.get("sig", 15)))
-                        except OSError:
-                            pass
-        for pid, rc, cpu, rss in reaped(lambda: running):
-            ident = running.pop(pid, None)
-            if ident is not None:
-                by_id.pop(ident, None)
-                if pid in tmps:
-                    remove_tree(tmps.pop(pid))
-                say(k="ended", id=ident, rc=rc, cpu=cpu, rss=rss)
-        send()
-    for parent in {os.path.dirname(t) for t in made}:  # the pilot's directories here, once empty
-        try:
-            os.rmdir(parent)
-        except OSError:
+                _drain(rfd)
+                continue
+            try:
+                data = os.read(stdin, 1 << 16)
+            except BlockingIOError:
+                continue
+            if data:
+                agent.take(data)
+            else:  # the pilot or the connection is gone: so are our members
+                agent.open_in = False
+                sel.unregister(stdin)
+                agent.kill_all()
+        agent.reap()
+        agent.send()
+    agent.tidy()
+
+
+def _drain(fd: int) -> None:
+    """Read a non-blocking pipe empty (the wakeup bytes of signals)."""
+    try:
+        while os.read(fd, 4096):
             pass
+    except BlockingIOError:
+        pass
 
 
 if __name__ == "__main__":

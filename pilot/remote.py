@@ -18,7 +18,7 @@ from typing import Any
 from .launchers import AGENT_SRUN, PREFIXES, command
 from .members import Member, say, argv_for
 from .packing import Placement
-from .wire import START
+from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_RUN, AGENT_STARTED, START
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
@@ -94,7 +94,7 @@ class RemoteNodes:
         member.agent, member.key = agent, key
         # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
         tmp = member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.path(task["n"], task["m"], task["a"])
-        if agent is None or not agent.send(k="run", id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
+        if agent is None or not agent.send(k=AGENT_RUN, id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
                                             cwd=task["cwd"], env=member_env, tmp=tmp):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back
@@ -144,14 +144,14 @@ class RemoteNodes:
             member = agent.members.get(msg.get("id"))
             if member is None:
                 continue
-            if msg["k"] == "started":
+            if msg["k"] == AGENT_STARTED:
                 member.pid = msg["pid"]
-            elif msg["k"] in ("ended", "failed"):
+            elif msg["k"] in (AGENT_ENDED, AGENT_FAILED):
                 member.cpu, member.rss = msg.get("cpu"), msg.get("rss")
                 agent.members.pop(member.key, None)
                 self.running.pop(member.key, None)
                 self.packer.release(member.placement, member.threads, member.exclusive)
-                if msg["k"] == "failed":
+                if msg["k"] == AGENT_FAILED:
                     self.fail_now(member.task, msg["rc"], msg["why"])
                 else:
                     self.finish(member, msg["rc"])

@@ -24,7 +24,7 @@ import sys
 from .members import Member, argv_for, say
 from .packing import Placement
 from .remote import NodeAgent
-from .wire import START
+from .wire import AGENT_RUN, START
 
 #: Slots one spawner serves. Below this many local slots the pilot spawns by itself, as
 #: it always did (a second process buys nothing on a few cores and costs a pipe message
@@ -109,7 +109,7 @@ class LocalSpawners:
         agent.members[key] = member
         self.running[key] = member
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
-        self.pending.append((member, {"k": "run", "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"],
+        self.pending.append((member, {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"],
                                       "cwd": task["cwd"], "env": member_env, "made": True}))
         return True
 

@@ -1,4 +1,4 @@
-"""The messages between the engine and a pilot: every kind, its fields, one version.
+"""The messages between the engine and a pilot, and a pilot's with its node agents: every kind, its fields.
 
 Both ends import this module (the pilot is standard library only, so this is too). A
 message is a flat JSON object; ``k`` names its kind. Batches are JSON lines, compact
@@ -67,6 +67,23 @@ kind           fields
 ``node_setup`` ``node``, ``id``, ``rc``, ``dt`` s, ``log`` (its output's file): a
                ``setup`` set ran on a node; rc not 0: no member needing it runs there
 =============  ============================================================================
+
+pilot <-> node agent (:mod:`pilot.nodeagent`: one per other node, over ssh or srun, and the
+pilot's own spawners over pipes; unsigned JSON lines on its stdin and stdout, between two
+processes of one pilot, so not versioned: both ends are the same pilot's code)
+
+===========  ==============================================================================
+kind         fields
+===========  ==============================================================================
+``run``      (to the agent) ``id`` the pilot's key of the member, ``argv``, ``cmd`` the
+             shell command, ``cwd``, ``env`` {name: text}; only when set: ``made`` (the
+             pilot made ``cwd`` already), ``tmp`` (make the member's own $TMPDIR here
+             first, remove it when the member ends: pilot/tmpdirs.py)
+``kill``     (to the agent) ``id``, ``sig``: signal the member's process group
+``started``  (from the agent) ``id``, ``pid``
+``ended``    (from the agent) ``id``, ``rc``, ``cpu`` s, ``rss`` KB (the reaped member's rusage)
+``failed``   (from the agent) ``id``, ``rc`` (126 or 127), ``why``: it could not be started
+===========  ==============================================================================
 
 The engine refuses a pilot whose ``up`` names another :data:`VERSION`. How the bytes
 travel is :mod:`pilot.transport`'s business.
@@ -148,6 +165,18 @@ FIELDS: dict[str, frozenset[str]] = {
 }
 #: What the pilot sends (each with its sequence number ``q``).
 FROM_PILOT = frozenset({UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN, NODE_SETUP})
+
+# pilot <-> node agent (pilot/nodeagent.py), not engine messages: never in FIELDS
+AGENT_RUN, AGENT_KILL = "run", "kill"
+AGENT_STARTED, AGENT_ENDED, AGENT_FAILED = "started", "ended", "failed"
+#: Each node agent message kind and its fields (besides ``k``), as the table above says.
+AGENT_FIELDS: dict[str, frozenset[str]] = {
+    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp"}),
+    AGENT_KILL: frozenset({"id", "sig"}),
+    AGENT_STARTED: frozenset({"id", "pid"}),
+    AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss"}),
+    AGENT_FAILED: frozenset({"id", "rc", "why"}),
+}
 
 # one encoder and decoder for every message (json.dumps with arguments builds an encoder per call)
 _encode = json.JSONEncoder(separators=(",", ":")).encode

@@ -25,9 +25,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from ..runstate.journal import check, packed, replay, unpack
+from ..runstate.journal import (ASSIGN, CANCEL, END, FINISH, PILOT, PILOT_GONE, RESUME, RUN, START, STOPPED, UNASSIGN,
+                                check, packed, replay, unpack)
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
@@ -64,40 +65,55 @@ class Trace:
             self._take(r)
 
     def _take(self, r: dict[str, Any]) -> None:
-        e = r["e"]
-        if e == "assign":
-            self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
-                                                        r["p"], None, None]
-        elif e == "start":
-            a = self.attempts.get((r["n"], r["m"], r["a"]))
-            if a is not None:
-                a[1] = r.get("t")
-                a[10] = r.get("nodes")
-        elif e == "end":
-            a = self.attempts.get((r["n"], r["m"], r["a"]))
-            if a is not None and a[3] is None and r.get("grow"):  # (its children, in the order of their indices)
-                self.grown.setdefault(r["n"], []).extend(r["grow"])
-            if a is not None and a[3] is None:
-                a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
-                a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
-        elif e == "unassign":
-            key = (r["n"], r["m"], r.get("a"))
-            a = self.attempts.get(key)
-            if a is not None and a[3] is None and a[11] is None:
-                if a[1] is None:
-                    del self.attempts[key]  # never started: no attempt was spent
-                else:
-                    a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
-        elif e == "cancel":  # what was queued or running then ends here
-            for a in self.attempts.values():
-                if a[3] is None and a[11] is None:
-                    a[2], a[4], a[11] = (r.get("t") if a[1] is not None else None), "cancelled", "cancelled"
-        elif e == "pilot":
-            self.pilots[r["p"]] = {k: r.get(k) for k in ("host", "job", "batch", "lane", "slots", "pid", "t")}
-        elif e == "pilot_gone" and r["p"] in self.pilots:
+        on = _ON.get(r["e"])  # (the kinds that say nothing of attempts, pilots or times: none)
+        if on is not None:
+            on(self, r)
+
+    def _assign(self, r: dict[str, Any]) -> None:
+        self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
+                                                    r["p"], None, None]
+
+    def _start(self, r: dict[str, Any]) -> None:
+        a = self.attempts.get((r["n"], r["m"], r["a"]))
+        if a is not None:
+            a[1] = r.get("t")
+            a[10] = r.get("nodes")
+
+    def _end(self, r: dict[str, Any]) -> None:
+        a = self.attempts.get((r["n"], r["m"], r["a"]))
+        if a is None or a[3] is not None:
+            return
+        if r.get("grow"):  # (its children, in the order of their indices)
+            self.grown.setdefault(r["n"], []).extend(r["grow"])
+        a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
+        a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
+
+    def _unassign(self, r: dict[str, Any]) -> None:
+        key = (r["n"], r["m"], r.get("a"))
+        a = self.attempts.get(key)
+        if a is not None and a[3] is None and a[11] is None:
+            if a[1] is None:
+                del self.attempts[key]  # never started: no attempt was spent
+            else:
+                a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
+
+    def _cancel(self, r: dict[str, Any]) -> None:
+        """What was queued or running then ends here."""
+        for a in self.attempts.values():
+            if a[3] is None and a[11] is None:
+                a[2], a[4], a[11] = (r.get("t") if a[1] is not None else None), "cancelled", "cancelled"
+
+    def _pilot(self, r: dict[str, Any]) -> None:
+        self.pilots[r["p"]] = {k: r.get(k) for k in ("host", "job", "batch", "lane", "slots", "pid", "t")}
+
+    def _pilot_gone(self, r: dict[str, Any]) -> None:
+        if r["p"] in self.pilots:
             self.pilots[r["p"]]["gone"] = r.get("why") or "gone"
             self.pilots[r["p"]]["gone_t"] = r.get("t")
-        elif e in ("run", "resume", "finish", "stopped") and r.get("t"):
+
+    def _engine(self, r: dict[str, Any]) -> None:
+        """An engine began, took up, finished or stopped the run: the trace's first and last times."""
+        if r.get("t"):
             self.first = self.first or r["t"]
             self.last = r["t"]
 
@@ -126,6 +142,14 @@ class Trace:
                 "parameters": {} if space is None else space.values_of(i) if i < space.size else
                 self.grown[nid][i - space.size], "outputs": out or {},
             }
+
+
+#: What each journal record kind is to the trace (kinds not here say nothing of it).
+_ON: dict[str, Callable[[Trace, dict[str, Any]], None]] = {
+    ASSIGN: Trace._assign, START: Trace._start, END: Trace._end, UNASSIGN: Trace._unassign, CANCEL: Trace._cancel,
+    PILOT: Trace._pilot, PILOT_GONE: Trace._pilot_gone,
+    RUN: Trace._engine, RESUME: Trace._engine, FINISH: Trace._engine, STOPPED: Trace._engine,
+}
 
 
 def load(run_dir: Path, with_state: bool = True) -> tuple[dict[str, Any], Any, Any, Trace]:

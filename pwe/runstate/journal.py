@@ -27,6 +27,56 @@ journal (a million members made 310 bytes each of them):
 
 :func:`unpack` gives a record back as the records it stands for; every reader of records
 goes through it.
+
+Every record kind and the fields it may carry, besides ``e`` (its kind) and ``c`` (its
+checksum); :data:`FIELDS` says the same to code. ``t`` is the time it was written (epoch
+s) where there; ``n`` a node, ``m`` a member's index, ``a`` its attempt, ``p`` a pilot.
+
+the run, its members, its pilots:
+
+===============  =========================================================================
+kind             fields
+===============  =========================================================================
+``run``          ``t``, ``pid`` (the engine's), ``checks`` [nodes checked by a Python
+                 callable], ``by`` (who asked): an engine began the run
+``resume``       as ``run``: an engine took the run up again (pwe resume, pwe retry)
+``finish``       ``ok`` (every member done), ``t``: the run ended
+``stopped``      ``why``, ``t``: the engine stopped before the end (pwe resume goes on)
+``cancel``       ``t``, ``by``: every member not ended is cancelled
+``retry``        ``t``, ``by``, ``only`` {node: [[first, end], ...]} (pwe retry -q): failed
+                 and skipped members wait again
+``note``         ``what`` (one line for pwe events), ``t``; where it says so: ``p``,
+                 ``node``, ``text``; of an edge event refused: ``file``, ``pilot``,
+                 ``replay_of``, ``replays``
+``edge``         ``id``, ``file`` (of edges/), ``pilot``, ``event``, ``job``, ``status``,
+                 ``t``: a signed edge event of a batch job (:mod:`pwe.runstate.notify`)
+``assign``       ``n``, ``m``, ``a``, ``p``, ``t``; ``len``: members ``m`` .. ``m+len-1``
+``start``        ``n``, ``m``, ``a``, ``p``, ``t``, ``pid``, ``nodes`` [names] (when not
+                 its pilot's host)
+``end``          ``n``, ``m``, ``a``, ``p``, ``t``, ``rc``, ``dt`` s, ``out`` {outputs},
+                 ``why``, ``cpu`` s, ``rss`` KB; ``ran`` 1 (it carries its start) and
+                 ``nodes``; a check's verdict (pwe/planning/trees.py): ``grow``
+                 [children], ``conv`` 1, ``limit`` 1, ``bad`` 1 (done, yet failed)
+``ends``         ``n``, ``a``, ``p``, and columns ``m``, ``t``, ``dt``, ``cpu``, ``rss``,
+                 ``ran``: plain ends (see above)
+``unassign``     ``n``, ``m``, ``a`` (absent in records of earlier versions), ``p``,
+                 ``why``, ``t``: a member queued or running is ready again
+``complete``     ``n``, ``r`` [[lo, hi], ...]: members found complete by their products
+``pilot``        ``p``, ``host``, ``lane``, ``slots``, ``t``; ``pid`` (a process) or
+                 ``job`` and ``batch`` (a batch job); pwe pilot add's ``added``,
+                 ``serves``, ``lane_def``: a pilot started or submitted
+``pilot_drain``  ``p``, ``req``, ``t``: pwe pilot drain asked it to leave
+``node_lost``    ``p``, ``node``, ``why``, ``t``: a node of its allocation died
+``pilot_gone``   ``p``, ``why``, ``t``: the pilot is gone
+``offset``       ``p``, ``off`` (its transport's cursor), ``q`` (the last sequence number
+                 applied), ``qs`` {transport: last seen}
+``reject``       ``p``, ``why`` (forged, replayed, malformed, resent), ``k``, ``q``,
+                 ``detail``, ``text``, ``t``: a pilot message refused, never applied
+===============  =========================================================================
+
+A record of a kind not listed here is damaged: ``apply`` refuses it (``ValueError``:
+:meth:`pwe.runstate.state.RunState.apply`), and :func:`replay` skips it as it skips one whose
+checksum does not match.
 """
 
 from __future__ import annotations
@@ -44,6 +94,40 @@ from pilot import transport
 from ..base.errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
 from ..base.regular import MAX_LINE, open_regular
 
+# the run
+RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE = "run", "resume", "finish", "stopped", "cancel", "retry", \
+    "note", "edge"
+# members
+ASSIGN, START, END, ENDS, UNASSIGN, COMPLETE = "assign", "start", "end", "ends", "unassign", "complete"
+# pilots
+PILOT, PILOT_DRAIN, NODE_LOST, PILOT_GONE, OFFSET, REJECT = "pilot", "pilot_drain", "node_lost", "pilot_gone", \
+    "offset", "reject"
+
+_BY_ENGINE = frozenset(("t", "pid", "checks", "by"))
+_MEMBER = frozenset(("n", "m", "a", "p", "t"))
+#: Every kind and the fields it may carry (besides ``e`` and ``c``), as the tables above say.
+FIELDS: dict[str, frozenset[str]] = {
+    RUN: _BY_ENGINE,
+    RESUME: _BY_ENGINE,
+    FINISH: frozenset(("ok", "t")),
+    STOPPED: frozenset(("why", "t")),
+    CANCEL: frozenset(("t", "by")),
+    RETRY: frozenset(("t", "by", "only")),
+    NOTE: frozenset(("what", "t", "p", "node", "text", "file", "pilot", "replay_of", "replays")),
+    EDGE: frozenset(("id", "file", "pilot", "event", "job", "status", "t")),
+    ASSIGN: _MEMBER | {"len"},
+    START: _MEMBER | {"pid", "nodes"},
+    END: _MEMBER | {"rc", "dt", "out", "why", "cpu", "rss", "ran", "nodes", "grow", "conv", "limit", "bad"},
+    ENDS: frozenset(("n", "a", "p", "m", "t", "dt", "cpu", "rss", "ran")),
+    UNASSIGN: _MEMBER | {"why"},
+    COMPLETE: frozenset(("n", "r")),
+    PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "job", "batch", "added", "serves", "lane_def")),
+    PILOT_DRAIN: frozenset(("p", "req", "t")),
+    NODE_LOST: frozenset(("p", "node", "why", "t")),
+    PILOT_GONE: frozenset(("p", "why", "t")),
+    OFFSET: frozenset(("p", "off", "q", "qs")),
+    REJECT: frozenset(("p", "why", "k", "q", "detail", "text", "t")),
+}
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 _CRC = b',"c":"'
@@ -90,13 +174,13 @@ def _packs(record: dict[str, Any]) -> bool:
 def packed(r: dict[str, Any]) -> bool:
     """Whether a record is one of the compacted forms (:func:`unpack` gives more than it)."""
     e = r["e"]
-    return e == "ends" or e == "assign" and "len" in r or e == "end" and "ran" in r
+    return e == ENDS or e == ASSIGN and "len" in r or e == END and "ran" in r
 
 
 #: the most attempts a member may have (its counter is 4 bytes: pwe/runstate/state.py)
 MAX_ATTEMPT = (1 << 31) - 1
 #: the records that name one member (``n``, ``m``; ``a``, its attempt, where there)
-_OF_MEMBER = frozenset(("assign", "start", "end", "unassign", "ends"))
+_OF_MEMBER = frozenset((ASSIGN, START, END, UNASSIGN, ENDS))
 #: the fields of those records that are numbers when there (times, usage)
 _NUMBERS = ("t", "dt", "cpu", "rss")
 
@@ -121,21 +205,21 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
         if type(n) is not str:
             raise ValueError(f"node {n!r}")
         count = None if size is None else size(n)
-        if e != "ends":
+        if e != ENDS:
             _index(r["m"], count, "member")
             if "len" in r:
                 _index(r["len"] - 1 if type(r["len"]) is int and r["len"] > 0 else -1,
                        None if count is None else count - r["m"], "len")
-        if "a" in r or e != "unassign":
+        if "a" in r or e != UNASSIGN:
             _index(r["a"], MAX_ATTEMPT + 1, "attempt")
-        if e != "ends":
+        if e != ENDS:
             for k in _NUMBERS:
                 if r.get(k) is not None and type(r[k]) not in (int, float):
                     raise ValueError(f"{k} {r[k]!r} is not a number")
-            if e == "end" and type(r["rc"]) is not int:
+            if e == END and type(r["rc"]) is not int:
                 raise ValueError(f"exit status {r['rc']!r}")
-    elif e == "complete" or e == "retry" and r.get("only") is not None:
-        spans = [(r["n"], r["r"])] if e == "complete" else list(r["only"].items())
+    elif e == COMPLETE or e == RETRY and r.get("only") is not None:
+        spans = [(r["n"], r["r"])] if e == COMPLETE else list(r["only"].items())
         for n, runs in spans:
             count = None if size is None else size(n)
             for lo, hi in runs:
@@ -152,25 +236,25 @@ def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[
     least one within the node, columns of other lengths, a member index out of range:
     :class:`ValueError` (a damaged record)."""
     check(r, size)
-    if r["e"] == "ends":
+    if r["e"] == ENDS:
         cols = [r[k] for k in _COLUMNS] + [r["ran"]]
         if not all(type(c) is list and len(c) == len(cols[0]) for c in cols):
             raise ValueError("ends columns of different lengths")
         out = []
         for m, t, dt, cpu, rss, ran in zip(*cols):
-            end = {"e": "end", "n": r["n"], "m": m, "a": r["a"], "p": r["p"], "t": t, "rc": 0, "dt": dt, "cpu": cpu,
+            end = {"e": END, "n": r["n"], "m": m, "a": r["a"], "p": r["p"], "t": t, "rc": 0, "dt": dt, "cpu": cpu,
                    "rss": rss}
             if ran:
                 end["ran"] = 1
             out += unpack(end, size)
         return out
-    if r["e"] == "assign" and "len" in r:
+    if r["e"] == ASSIGN and "len" in r:
         one = {k: v for k, v in r.items() if k != "len"}
         return [{**one, "m": r["m"] + j} for j in range(r["len"])]
-    if r["e"] == "end" and "ran" in r:
+    if r["e"] == END and "ran" in r:
         t, dt = r.get("t"), r.get("dt")
         began = round(t - dt, 3) if isinstance(t, (int, float)) and isinstance(dt, (int, float)) else t
-        start = {"e": "start", "n": r["n"], "m": r["m"], "a": r["a"], "p": r["p"], "t": began}
+        start = {"e": START, "n": r["n"], "m": r["m"], "a": r["a"], "p": r["p"], "t": began}
         if "nodes" in r:
             start["nodes"] = r["nodes"]
         return [start, {k: v for k, v in r.items() if k not in ("ran", "nodes")}]
@@ -321,15 +405,15 @@ class Journal:
         run = self._run
         e = record["e"]
         if run is not None:
-            if e == "assign" and run["e"] == "assign" and record["m"] == run["m"] + run.get("len", 1) \
+            if e == ASSIGN and run["e"] == ASSIGN and record["m"] == run["m"] + run.get("len", 1) \
                     and record.keys() == run.keys() - {"len"} and all(record[k] == run[k] for k in record if k != "m"):
                 run["len"] = run.get("len", 1) + 1
                 return
-            if e == "end" and run["e"] in ("end", "ends") and _packs(record) and record["n"] == run["n"] \
+            if e == END and run["e"] in (END, ENDS) and _packs(record) and record["n"] == run["n"] \
                     and record["a"] == run["a"] and record["p"] == run["p"]:
-                if run["e"] == "end":  # (its first end becomes the first row of the columns)
+                if run["e"] == END:  # (its first end becomes the first row of the columns)
                     first = run
-                    run = self._run = {"e": "ends", "n": first["n"], "a": first["a"], "p": first["p"],
+                    run = self._run = {"e": ENDS, "n": first["n"], "a": first["a"], "p": first["p"],
                                        **{k: [first[k]] for k in _COLUMNS}, "ran": [first.get("ran", 0)]}
                 for k in _COLUMNS:
                     run[k].append(record[k])
@@ -337,7 +421,7 @@ class Journal:
                 return
             self._buf.append(encode(run))
             self._run = None
-        if e == "assign" or e == "end" and _packs(record):
+        if e == ASSIGN or e == END and _packs(record):
             self._run = dict(record)
         else:
             self._buf.append(encode(record))

@@ -14,7 +14,8 @@ node of a million members that are all ready costs one entry, not a million.
 The state can also be loaded from a checkpoint (:mod:`pwe.runstate.checkpoint`) and then the
 journal's tail applied: the same state, without replaying the whole journal.
 
-Why one module of ~500 lines: every record kind is applied here, by one ``apply``, and
+Why one module of ~600 lines: every record kind is applied here, by one ``apply`` (a
+handler per kind of :data:`pwe.runstate.journal.FIELDS`, the table :data:`_ON`), and
 the derived changes (dependencies released, retries, skips, a tree's growth, members
 complete by products) all read and change the same arrays; split, the one rule that
 engine, resume and ``pwe show`` must share would be spread over several files. The ready
@@ -23,15 +24,17 @@ queue, the trees and the checkpoint, which have state of their own, are apart.
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
 from ..base.states import ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, READY, RUNNING, SKIPPED, WAITING
-from .journal import check, packed, unpack
+from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, NODE_LOST, NOTE, OFFSET, PILOT, PILOT_DRAIN,
+                      PILOT_GONE, REJECT, RESUME, RETRY, RUN, START, STOPPED, UNASSIGN, check, packed, unpack)
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -69,11 +72,20 @@ class NodeState:
         return sum(hi - lo for lo, hi in self.complete)
 
 
+#: A run of READY members in a node's state bytes (its codes: pwe/base/states.py).
+READY_RUN = re.compile(b"[%c]+" % READY)
+#: A run of members not begun (WAITING or READY) in a node's state bytes.
+NOT_BEGUN_RUN = re.compile(b"[%c%c]+" % (WAITING, READY))
+
+
 def ready_runs(state: bytearray) -> Iterable[tuple[int, int]]:
     """(lo, hi) of each run of READY members in a node's state bytes (found in C)."""
-    import re
+    return (m.span() for m in READY_RUN.finditer(state))
 
-    return (m.span() for m in re.finditer(rb"\x01+", state))
+
+def not_begun_runs(state: bytearray) -> Iterable[tuple[int, int]]:
+    """(lo, hi) of each run of members not begun (WAITING or READY) in a node's state bytes."""
+    return (m.span() for m in NOT_BEGUN_RUN.finditer(state))
 
 
 class RunState:
@@ -191,112 +203,143 @@ class RunState:
         return self.nodes[nid].size
 
     def apply(self, r: dict[str, Any]) -> Any:
-        """Apply one journal record. Idempotent for pilot events: an event for an attempt
-        or a pilot that is no longer current is ignored (returns None)."""
-        e = r["e"]
+        """Apply one journal record: its kind's handler (:data:`_ON`). Idempotent for pilot
+        events: an event for an attempt or a pilot that is no longer current is ignored
+        (returns None). A record of a kind not declared is refused (ValueError: damaged)."""
         if packed(r):  # (compacted: journal.py)
-            out = None
-            for one in unpack(r, self.size_of):
-                got = self.apply(one)
-                out = got if got is not None else out
-            return out
+            return self._packed(r)
         check(r, self.size_of)  # (its numbers against the plan: ValueError, a damaged record)
-        if e == "assign":
-            ns = self.nodes[r["n"]]
-            i = r["m"]
-            if ns.state[i] != READY:
-                return None
-            self._set(r["n"], ns, i, ASSIGNED)
-            ns.attempt[i] = r["a"]
-            ns.pilot[i] = r["p"]
-            return True
-        if e == "start":
-            ns = self.nodes[r["n"]]
-            i = r["m"]
-            if ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"] or ns.state[i] not in (ASSIGNED, RUNNING):
-                return None
-            if ns.state[i] == ASSIGNED:
-                self._set(r["n"], ns, i, RUNNING)
-            ns.pid[i] = r.get("pid", 0)  # a pilot that lost a node restarts the member elsewhere
-            return True
-        if e == "end":
-            return self._end(r)
-        if e == "complete":
-            return self._complete(r["n"], r["r"])
-        if e == "unassign":  # a lost pilot's member, or one it handed back: ready again
-            ns = self.nodes[r["n"]]
-            i = r["m"]
-            if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"] or r.get("a", ns.attempt[i]) != \
-                    ns.attempt[i]:
-                return None  # (``a``, when there: only that attempt; records before it had none)
-            if ns.state[i] == ASSIGNED or str(r.get("why") or "").startswith(UNWRITABLE):
-                # never started (a pilot says so of a member whose directory refused its
-                # files, even after writing its start): this attempt did not happen
-                ns.attempt[i] -= 1
-            self._set(r["n"], ns, i, READY)
-            ns.pilot.pop(i, None)
-            ns.pid.pop(i, None)
-            self.ready.append((r["n"], i))
-            self.again.append((r["n"], i))
-            return True
-        if e == "pilot":
-            self.pilots[r["p"]] = {k: v for k, v in r.items() if k not in ("e",)}
-            self.pilots[r["p"]].setdefault("alive", True)
-            return True
-        if e == "pilot_drain":  # (pwe pilot drain: it takes no new member, then leaves)
-            if r["p"] in self.pilots:
-                self.pilots[r["p"]].update(draining=True, drain_req=r.get("req"))
-            return True
-        if e == "node_lost":  # (a node of its allocation died: pwe status names it)
-            if r["p"] in self.pilots:
-                self.pilots[r["p"]].setdefault("lost", {})[r["node"]] = r.get("t")
-            return True
-        if e == "pilot_gone":
-            if r["p"] in self.pilots:
-                self.pilots[r["p"]]["alive"] = False
-                self.pilots[r["p"]]["why"] = r.get("why")
-            return True
-        if e == "offset":
-            if r["p"] in self.pilots:
-                p = self.pilots[r["p"]]
-                p["offset"] = r["off"]
-                if "q" in r:  # the last sequence number applied, and the last seen by each transport
-                    p["q"], p["qs"] = r["q"], r.get("qs") or {}
-            return True
-        if e == "reject":  # a pilot message refused, never applied (pwe.engine.intake.Intake._admit)
-            self.rejected[r["why"]] = self.rejected.get(r["why"], 0) + 1
-            return True
-        if e == "cancel":
-            self.cancelled = True
-            for nid, ns in self.nodes.items():
-                for i in range(ns.size):
-                    if ns.state[i] not in FINAL:
-                        self._set(nid, ns, i, CANCELLED)
-                ns.pilot.clear()
-            self.ready.clear()
-            return True
-        if e == "retry":
-            self._retry(r.get("only"))
-            return True
-        if e in ("edge", "note") and (r.get("file") or r.get("id")):
+        on = _ON.get(r["e"])
+        if on is None:
+            raise ValueError(f"unknown journal record {r['e']!r}")
+        return on(self, r)
+
+    def _packed(self, r: dict[str, Any]) -> Any:
+        """A compacted record: each record it stands for, applied; what the last that did
+        anything gave."""
+        out = None
+        for one in unpack(r, self.size_of):
+            got = self.apply(one)
+            out = got if got is not None else out
+        return out
+
+    def _assign(self, r: dict[str, Any]) -> Any:
+        ns = self.nodes[r["n"]]
+        i = r["m"]
+        if ns.state[i] != READY:
+            return None
+        self._set(r["n"], ns, i, ASSIGNED)
+        ns.attempt[i] = r["a"]
+        ns.pilot[i] = r["p"]
+        return True
+
+    def _start(self, r: dict[str, Any]) -> Any:
+        ns = self.nodes[r["n"]]
+        i = r["m"]
+        if ns.attempt[i] != r["a"] or ns.pilot.get(i) != r["p"] or ns.state[i] not in (ASSIGNED, RUNNING):
+            return None
+        if ns.state[i] == ASSIGNED:
+            self._set(r["n"], ns, i, RUNNING)
+        ns.pid[i] = r.get("pid", 0)  # a pilot that lost a node restarts the member elsewhere
+        return True
+
+    def _complete_record(self, r: dict[str, Any]) -> bool:
+        return self._complete(r["n"], r["r"])
+
+    def _unassign(self, r: dict[str, Any]) -> Any:
+        """A lost pilot's member, or one it handed back: ready again."""
+        ns = self.nodes[r["n"]]
+        i = r["m"]
+        if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"] or r.get("a", ns.attempt[i]) != \
+                ns.attempt[i]:
+            return None  # (``a``, when there: only that attempt; records before it had none)
+        if ns.state[i] == ASSIGNED or str(r.get("why") or "").startswith(UNWRITABLE):
+            # never started (a pilot says so of a member whose directory refused its
+            # files, even after writing its start): this attempt did not happen
+            ns.attempt[i] -= 1
+        self._set(r["n"], ns, i, READY)
+        ns.pilot.pop(i, None)
+        ns.pid.pop(i, None)
+        self.ready.append((r["n"], i))
+        self.again.append((r["n"], i))
+        return True
+
+    def _pilot(self, r: dict[str, Any]) -> bool:
+        self.pilots[r["p"]] = {k: v for k, v in r.items() if k != "e"}
+        self.pilots[r["p"]].setdefault("alive", True)
+        return True
+
+    def _pilot_drain(self, r: dict[str, Any]) -> bool:
+        """pwe pilot drain: it takes no new member, then leaves."""
+        if r["p"] in self.pilots:
+            self.pilots[r["p"]].update(draining=True, drain_req=r.get("req"))
+        return True
+
+    def _node_lost(self, r: dict[str, Any]) -> bool:
+        """A node of its allocation died: pwe status names it."""
+        if r["p"] in self.pilots:
+            self.pilots[r["p"]].setdefault("lost", {})[r["node"]] = r.get("t")
+        return True
+
+    def _pilot_gone(self, r: dict[str, Any]) -> bool:
+        if r["p"] in self.pilots:
+            self.pilots[r["p"]]["alive"] = False
+            self.pilots[r["p"]]["why"] = r.get("why")
+        return True
+
+    def _offset(self, r: dict[str, Any]) -> bool:
+        if r["p"] in self.pilots:
+            p = self.pilots[r["p"]]
+            p["offset"] = r["off"]
+            if "q" in r:  # the last sequence number applied, and the last seen by each transport
+                p["q"], p["qs"] = r["q"], r.get("qs") or {}
+        return True
+
+    def _reject(self, r: dict[str, Any]) -> bool:
+        """A pilot message refused, never applied (pwe.engine.intake)."""
+        self.rejected[r["why"]] = self.rejected.get(r["why"], 0) + 1
+        return True
+
+    def _cancel(self, r: dict[str, Any]) -> bool:
+        self.cancelled = True
+        for nid, ns in self.nodes.items():
+            for i in range(ns.size):
+                if ns.state[i] not in FINAL:
+                    self._set(nid, ns, i, CANCELLED)
+            ns.pilot.clear()
+        self.ready.clear()
+        return True
+
+    def _retry_record(self, r: dict[str, Any]) -> bool:
+        self._retry(r.get("only"))
+        return True
+
+    def _edge_or_note(self, r: dict[str, Any]) -> bool:
+        """An edge event taken in, or a note of one refused: its file of edges/ is done
+        with; an edge's id applied, or a replay of one counted."""
+        if r.get("file") or r.get("id"):
             if r.get("file"):
                 self.edge_files.add(r["file"])
-            if e == "edge" and r.get("id"):
+            if r["e"] == EDGE and r.get("id"):
                 self.edges[r["id"]] = 0
             elif r.get("replay_of") in self.edges:
                 self.edges[r["replay_of"]] += 1
-            return True
-        if e in ("run", "resume", "finish", "note", "edge", "stopped"):
-            if e == "finish":
-                self.finished_ok = r.get("ok")
-            if e == "stopped":
-                self.stopped = r.get("why")
-            elif e in ("run", "resume"):
-                self.stopped = None  # an engine works on it again
-                if r.get("checks"):
-                    self.api_checks = set(r["checks"])
-            return True
-        raise ValueError(f"unknown journal record {e!r}")
+        return True
+
+    def _began(self, r: dict[str, Any]) -> bool:
+        """A run or a resume: an engine works on it again."""
+        self.stopped = None
+        if r.get("checks"):
+            self.api_checks = set(r["checks"])
+        return True
+
+    def _finish(self, r: dict[str, Any]) -> bool:
+        self.finished_ok = r.get("ok")
+        return True
+
+    def _stopped(self, r: dict[str, Any]) -> bool:
+        self.stopped = r.get("why")
+        return True
 
     def _end(self, r: dict[str, Any]) -> Any:
         nid, i = r["n"], r["m"]
@@ -413,6 +456,24 @@ class RunState:
         stays failed is skipped again."""
         self.cancelled = False
         self.finished_ok = None
+        if not self._wait_again(only):
+            return
+        self.ready.clear()
+        self._recount_deps()
+        self._queue_ready()
+        for nid in self.nodes:  # a tree that did not converge: its dependents cannot run, again
+            for root in sorted(self.plan.nodes[nid].tree.unconverged()):
+                self._skip_downstream(nid, root)
+        if only is not None:  # members left failed (not selected): what waits on them cannot run, again
+            for nid, ns in self.nodes.items():
+                i = ns.state.find(FAILED)
+                while i >= 0:
+                    self._skip_downstream(nid, i)
+                    i = ns.state.find(FAILED, i + 1)
+
+    def _wait_again(self, only: dict[str, list[list[int]]] | None) -> bool:
+        """The failed, skipped and cancelled members a retry picks (all, or ``only``'s and
+        every skipped one) wait again, their failures forgotten: whether there were any."""
         again = False
         for nid, ns in self.nodes.items():
             picked = None if only is None else {i for a, b in only.get(nid, []) for i in range(a, min(b, ns.size))}
@@ -422,10 +483,10 @@ class RunState:
                     self._set(nid, ns, i, WAITING)
                     ns.failures.pop(i, None)
                     again = True
-        if not again:
-            return
-        # recount what each waiting member still waits for, from the members that are done
-        self.ready.clear()
+        return again
+
+    def _recount_deps(self) -> None:
+        """What each waiting member still waits for, counted again from the members that are done."""
         for key in self.barrier_left:
             self.barrier_left[key] = self.plan.nodes[key[0]].size
         for nid, ns in self.nodes.items():
@@ -441,6 +502,9 @@ class RunState:
             for i in range(tree.base):  # a root whose whole tree ended done (and converged)
                 if ns.state[i] == DONE and i not in tree.open and i not in unconverged:
                     self._satisfied_counts_only(nid, i)
+
+    def _queue_ready(self) -> None:
+        """Waiting members that wait on nothing now are ready; every ready member queued."""
         for nid, ns in self.nodes.items():
             for i in range(ns.size):
                 if ns.state[i] == WAITING and ns.deps[i] <= 0:
@@ -448,15 +512,6 @@ class RunState:
                     self.ready.append((nid, i))
                 elif ns.state[i] == READY:
                     self.ready.append((nid, i))
-        for nid in self.nodes:  # a tree that did not converge: its dependents cannot run, again
-            for root in sorted(self.plan.nodes[nid].tree.unconverged()):
-                self._skip_downstream(nid, root)
-        if only is not None:  # members left failed (not selected): what waits on them cannot run, again
-            for nid, ns in self.nodes.items():
-                i = ns.state.find(FAILED)
-                while i >= 0:
-                    self._skip_downstream(nid, i)
-                    i = ns.state.find(FAILED, i + 1)
 
     def _satisfied_counts_only(self, nid: str, i: int) -> None:
         for e in self.plan.edges_out_of(nid):
@@ -524,3 +579,29 @@ class RunState:
 
     def inflight(self, pilot: str) -> list[tuple[str, int]]:
         return [(nid, i) for nid, ns in self.nodes.items() for i, p in ns.pilot.items() if p == pilot]
+
+
+#: Each journal record kind's handler in :meth:`RunState.apply` (every kind of
+#: :data:`pwe.runstate.journal.FIELDS`; tests/test_journal_records.py holds them equal).
+_ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
+    RUN: RunState._began,
+    RESUME: RunState._began,
+    FINISH: RunState._finish,
+    STOPPED: RunState._stopped,
+    CANCEL: RunState._cancel,
+    RETRY: RunState._retry_record,
+    NOTE: RunState._edge_or_note,
+    EDGE: RunState._edge_or_note,
+    ASSIGN: RunState._assign,
+    START: RunState._start,
+    END: RunState._end,
+    ENDS: RunState._packed,
+    UNASSIGN: RunState._unassign,
+    COMPLETE: RunState._complete_record,
+    PILOT: RunState._pilot,
+    PILOT_DRAIN: RunState._pilot_drain,
+    NODE_LOST: RunState._node_lost,
+    PILOT_GONE: RunState._pilot_gone,
+    OFFSET: RunState._offset,
+    REJECT: RunState._reject,
+}
