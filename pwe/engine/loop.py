@@ -3,7 +3,7 @@
 One engine works on a run at a time (``engine.lock``). Its loop:
 
 1. take in the messages pilots sent since last time (``start``/``end``/``down``...,
-   :mod:`pwe.engine.pilots`), journal them and apply them to the state (which releases
+   :mod:`pwe.engine.intake`), journal them and apply them to the state (which releases
    downstream members);
 2. check pilots are alive; a pilot that is gone has its unfinished members handed back
    (queued ones without using an attempt);
@@ -18,16 +18,10 @@ last cursor it journaled; applying a pilot event twice is a no-op. So no member 
 finished runs again, and none is lost.
 
 The engine holds its parts, each made once in :meth:`Engine.__init__` with what it needs
-(the ARCHITECTURE page draws them), and calls them in its cycle, in this order:
-
-- ``ledger`` (:mod:`pwe.engine.ledger`): the run's state and journal; every part records through it;
-- ``pilots`` (:mod:`pwe.engine.handles`): the pilots registry, each pilot's stage a ``PilotState``;
-- ``intake`` (:mod:`pwe.engine.intake`): transports, and every message a pilot sends taken in (1);
-- ``setups`` (:mod:`pwe.engine.pilotctl`): setup_per_node's sets and outcomes;
-- ``work`` (:mod:`pwe.engine.pilots`): pilots started, watched and given up (2);
-- ``feeder`` (:mod:`pwe.engine.feed`): ready members to pilots (3);
-- ``control`` (:mod:`pwe.engine.pilotctl`): ``pwe pilot add / drain`` requests (4);
-- after a crash, :func:`pwe.engine.recovery.recover` reads back what a damaged journal lost.
+(ARCHITECTURE.md draws them): ``ledger`` (state and journal: every part records through
+it), ``pilots`` (the registry: each pilot's ``PilotState``), ``intake`` (1), ``work`` (2:
+pilots started, watched, given up), ``feeder`` (3), ``control`` (``pwe pilot`` requests),
+``setups`` (setup_per_node); :func:`pwe.engine.recovery.recover` after a damaged journal.
 
 Making a run is :mod:`pwe.runstate.runs`; a member's task message is :mod:`pwe.engine.tasks`;
 the Python API's run_workflow and resume_workflow are :mod:`pwe.engine.api`.
