@@ -362,7 +362,7 @@ class EngineRedis(Transport):
     what was archived from the broker before (it may be gone). Messages read from the
     broker carry ``via: "redis"`` (engine-side only: where each came from)."""
 
-    acks = True  # the pilot keeps what it added until acknowledged
+    acks = True  # the pilot keeps what it added until acknowledged (Transport.acks)
 
     def __init__(self, directory: str, broker: Broker, key_in: bytes | None = None, key_out: bytes | None = None):
         self.spool = EngineSpool(directory, key_in, key_out)
@@ -417,6 +417,10 @@ class EngineRedis(Transport):
         if msgs and (entries or not cursor):
             msgs.sort(key=lambda m: m.get("q") if type(m.get("q")) is int else 0)
         return msgs, [off, after]
+
+    def wait_on(self, cursor: Any) -> tuple[Any, str, str] | None:
+        """The broker and this pilot's stream, after the last entry read (Transport.wait_on)."""
+        return (self.broker, self.stream, cursor[1]) if isinstance(cursor, list) else None
 
     def trim(self, every: int = 256) -> None:
         """(Called once the journal holds what was read.) The broker forgets the entries

@@ -134,6 +134,28 @@ class Transport:
     #: where the messages go, for error messages (never opened by the caller)
     where = ""
 
+    # -- what a transport can do beyond sending and receiving, declared here with a default
+    # each (as protocols/base.py declares what a batch system can do): the engine asks these,
+    # never a transport's class or attributes of its own.
+
+    #: (The engine's side.) The pilot keeps what it sent until the engine acknowledges it:
+    #: the engine sends an ``ack`` with the last ``q`` it journaled.
+    acks = False
+
+    def wait_on(self, cursor: Any) -> tuple[Any, str, str] | None:
+        """(The engine's side.) What the engine may block on for this pilot's next message,
+        read on from ``cursor``: (a broker with ``wait(streams, timeout)``, the stream, the
+        last entry read); None when there is nothing to wait on (a spool is polled)."""
+        return None
+
+    def trim(self) -> None:
+        """(The engine's side; called once the journal holds what was read.) Let the medium
+        forget what was read; nothing for a spool, whose files are the pilot's record."""
+
+    def forget(self) -> None:
+        """(The engine's side; the run is over and all its pilot said is journaled.) Drop
+        what the medium keeps of this pilot; nothing for a spool."""
+
     def send(self, msgs: list[dict[str, Any]]) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 

@@ -350,12 +350,12 @@ def test_an_end_before_its_start_and_everything_read_twice_change_nothing(tmp_pa
     engine._load()
     try:
         pilot = PilotHandle("p1", engine.dir / "pilots" / "p1", 0, "elsewhere", 2, lane="local",
-                            transport=engine._transport("local", "p1"))
+                            transport=engine.intake.transport("local", "p1"))
         engine.pilots["p1"] = pilot
-        engine._record({"e": "pilot", "p": "p1", "pid": 0, "host": "elsewhere", "lane": "local", "slots": 2})
+        engine.ledger.record({"e": "pilot", "p": "p1", "pid": 0, "host": "elsewhere", "lane": "local", "slots": 2})
         for i in (0, 1):
-            engine._record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
-        key = wire.channel_key(engine._secret, "p1", True)
+            engine.ledger.record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
+        key = wire.channel_key(engine.intake.secret, "p1", True)
         spool = PilotSpool(str(pilot.dir), key_out=key)
         # a's member 0: its end (q 3) is read before its start (q 2) arrives; member 1 in order
         spool.send([{"k": "up", "v": wire.VERSION, "t": 0}])  # q 1
@@ -364,7 +364,7 @@ def test_an_end_before_its_start_and_everything_read_twice_change_nothing(tmp_pa
         spool.send([{"k": "end", "n": "a", "m": 0, "a": 1, "rc": 0, "dt": 0, "out": {}, "t": 0},  # q 3
                     {"k": "start", "n": "a", "m": 1, "a": 1, "pid": 0, "t": 0},  # q 4
                     {"k": "end", "n": "a", "m": 1, "a": 1, "rc": 0, "dt": 0, "out": {}, "t": 0}])  # q 5
-        assert engine._ingest(pilot) == 4
+        assert engine.intake.ingest(pilot) == 4
         st = engine.state
         assert st.totals()[4] == 2 and st.nodes["b"].state[0] == 1  # a done, b ready
         before = (st.totals(), dict(st.nodes["a"].rc), pilot.q)
@@ -372,14 +372,14 @@ def test_an_end_before_its_start_and_everything_read_twice_change_nothing(tmp_pa
         # from the transport that delivered q 5 already, is refused as replayed)
         with open(pilot.dir / "events.jsonl", "ab") as fh:
             fh.write(wire.encode([late_start], key))
-        engine._ingest(pilot)
+        engine.intake.ingest(pilot)
         assert (st.totals(), dict(st.nodes["a"].rc), pilot.q) == before
         assert st.rejected == {"replayed": 1}
         # and applied straight to the state, past the sequence numbers, it changes nothing either
         assert st.apply({"e": "start", "n": "a", "m": 0, "a": 1, "p": "p1", "pid": 0}) is None
         # everything read again from the start: each q refused (replayed), the state unchanged
         pilot.cursor = 0
-        engine._ingest(pilot)
+        engine.intake.ingest(pilot)
         assert (st.totals(), dict(st.nodes["a"].rc), pilot.q) == before
         assert st.rejected == {"replayed": 6}, st.rejected  # (1, then the 5 lines again)
         spool.close()

@@ -292,7 +292,7 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: a\nnodes:\n  a:\n    parameters: {k: [1, 2, 3]}\n    run: echo {{ k }}\n")
     engine = Engine.create(wf, run_dir=tmp_path / "run", cores=1)
-    task = engine._task
+    task = engine.feeder.task
 
     def poisoned(nid, i, attempt):
         t = task(nid, i, attempt)
@@ -300,7 +300,7 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
             t["env"]["X"] = "a\0b"
         return t
 
-    engine._task = poisoned
+    engine.feeder.task = poisoned
     assert engine.run() is False
     ns = engine.state.nodes["a"]
     assert [ns.state[i] for i in range(3)].count(ns.state[0]) == 2  # members 0 and 2 done

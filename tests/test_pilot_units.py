@@ -455,19 +455,19 @@ def test_a_nodes_shared_environment_is_sent_once_and_a_task_naming_an_unknown_on
                   "    run: 'true'\n")
     eng = Engine.create(wf, run_dir=tmp_path / "run", cores=1)
     eng._load()
-    t0 = eng._task("a", 0, 1)
+    t0 = eng.feeder.task("a", 0, 1)
     assert t0["env"] == {"PWE_ATTEMPT": "1", "PWE_PARAM_I": "0"}  # (the node's own env has the last word)
-    assert eng._task_envs[t0["eb"]]["PWE_MEMBER"] == "mine" and "ranks" not in t0 and "wall" not in t0
+    assert eng.feeder.task_envs[t0["eb"]]["PWE_MEMBER"] == "mine" and "ranks" not in t0 and "wall" not in t0
     (eng.dir / "pilots" / "p1").mkdir(parents=True)
     pilot = PilotHandle("p1", eng.dir / "pilots" / "p1", 0, "here", 1)
     for i in range(2):
-        eng._share_env(pilot, eng._task("a", i, 1))
+        eng.feeder.share_env(pilot, eng.feeder.task("a", i, 1))
     assert [m["k"] for m in pilot._out] == ["env"] and pilot.envs_sent == {t0["eb"]}
     eng.pilots["p1"] = pilot
-    eng._record({"e": "assign", "n": "a", "m": 3, "a": 1, "p": "p1"})
+    eng.ledger.record({"e": "assign", "n": "a", "m": 3, "a": 1, "p": "p1"})
     pilot.outstanding = 1
-    eng._take(pilot, {"k": "back", "n": "a", "m": 3, "a": 1, "why": "no environment " + t0["eb"], "t": 1.0, "q": 1})
+    eng.intake.take(pilot, {"k": "back", "n": "a", "m": 3, "a": 1, "why": "no environment " + t0["eb"], "t": 1.0, "q": 1})
     assert pilot.envs_sent == set()  # so the next task naming it sends it again
-    eng._share_env(pilot, eng._task("a", 3, 1))
+    eng.feeder.share_env(pilot, eng.feeder.task("a", 3, 1))
     assert [m["k"] for m in pilot._out] == ["env", "env"]
     eng.journal.close()

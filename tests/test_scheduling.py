@@ -57,16 +57,16 @@ def observe(d, protocol: str, sched: dict) -> dict:
         engine.state.ready.clear()
         if lane.protocol.batch:
             lane.protocol.submit = lambda job, path: "123"  # submitted nowhere
-            pilot = engine._submit_pilot(lane)
+            pilot = engine.work.submit(lane)
             script = (pilot.dir / "job.sh").read_text()
         else:
             (engine.dir / "pilots" / "p1").mkdir(parents=True)
             pilot = PilotHandle("p1", engine.dir / "pilots" / "p1", 0, "here", lane.cores, lane="h")
             script = " ".join(lane.pilot_args)
-        task = engine._task("m", 0, 1)
+        task = engine.feeder.task("m", 0, 1)
         task.pop("env")
         task.pop("eb")  # (names the shared environment: it too only mirrors the task, and holds the run id)
-        fed = engine._feed_pilot(pilot, lane)
+        fed = engine.feeder.feed_pilot(pilot, lane)
         pilot.close()
     finally:
         engine.journal.close()

@@ -49,13 +49,13 @@ def test_a_pilot_of_another_version_is_refused_with_one_line(tmp_path):
     engine._load()
     try:
         d = engine.dir / "pilots" / "p1"
-        pilot = PilotHandle("p1", d, 0, "elsewhere", 1, lane="local", transport=engine._transport("local", "p1"))
+        pilot = PilotHandle("p1", d, 0, "elsewhere", 1, lane="local", transport=engine.intake.transport("local", "p1"))
         engine.pilots["p1"] = pilot
         key = wire.channel_key((engine.dir / "secret").read_bytes().strip(), "p1", True)
         (d / "events.jsonl").write_bytes(wire.encode([{"k": "up", "v": wire.VERSION + 1, "pid": 1, "t": 0, "q": 1}],
                                                      key))
         with pytest.raises(RunStopped) as err:
-            engine._ingest(pilot)
+            engine.intake.ingest(pilot)
         assert str(err.value) == (f"pilot p1 on elsewhere speaks version {wire.VERSION + 1} of the engine-pilot "
                                   f"messages, this engine speaks {wire.VERSION}: run the same pwe on both sides "
                                   "(its pilot package)")

@@ -1,8 +1,9 @@
 """The engine's feeding of pilots: which ready members go to which pilot, and when.
 
-A mixin of :class:`pwe.engine.loop.Engine` (split out of loop.py by job, as
-:mod:`pwe.engine.intake` and :mod:`pwe.engine.recovery` are of pilots.py); it uses the engine's state,
-lanes, pilots, journal (``_record``) and task builder. What it decides:
+:class:`Feeder`, a part the engine holds (:mod:`pwe.engine.loop`), given the ledger, the
+lanes, the pilots, the task builder, and two callables of the pilots' work
+(:class:`pwe.engine.pilots.PilotWork`): ``start`` a pilot on a lane, and whether a lane
+``may_submit`` one now. What it decides:
 
 - each lane's ready queue is taken in order: by pressure (:mod:`pwe.runstate.pressure`, the
   default) or first in first out;
@@ -10,50 +11,72 @@ lanes, pilots, journal (``_record``) and task builder. What it decides:
 - a member of a grouped node brings its group, sent as one ``group`` message
   (:mod:`pwe.planning.groups`);
 - a pilot gets members up to its window; a lane without a live pilot starts one, and a
-  batch lane starts more while every pilot is busy and the host allows them.
+  batch lane starts more while every pilot is busy and the host allows them;
+- helper pilots (``pwe pilot add`` on a host no node names: :mod:`pwe.engine.pilotctl`) get
+  the ready members of the nodes they serve, after the nodes' own pilots.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.wire import ENV, GROUP, STOP
 
-from ..planning import limits
-from ..runstate import pressure
 from ..base.states import ASSIGNED, READY, RUNNING, WAITING
+from ..planning import limits
+from ..planning.groups import Groups
+from ..runstate import pressure
+from .handles import PilotState
 
 if TYPE_CHECKING:
-    from .handles import Lane, PilotHandle
+    from ..planning.plan import Plan
+    from .handles import Lane, PilotHandle, Pilots
+    from .ledger import Ledger
+    from .tasks import TaskBuilder
 
 
-class Feeding:
-    """Feeding pilots; a mixin of :class:`pwe.engine.loop.Engine`."""
+class Feeder:
+    """Which ready members go to which pilot, and when (see the module's docstring)."""
 
-    state: Any
-    plan: Any
-    info: dict[str, Any]
-    dir: Any
-    lanes: dict[str, Any]
-    pilots: dict[str, Any]
-    _lane_of: dict[str, str]
-    _groups: dict[str, Any]
-    _held: set[tuple[str, int]]
-    _task: Callable[..., dict[str, Any]]
-    _task_envs: dict[str, dict[str, str]]
-    _record: Callable[[dict[str, Any]], Any]
-    # -- feeding (starting pilots and taking in their messages: pwe/engine/pilots.py) -------------------
-    def _feed(self) -> int:
+    def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any], ledger: Ledger, lanes: dict[str, Lane],
+                 lane_of: dict[str, str], pilots: Pilots, builder: TaskBuilder,
+                 start: Callable[[Lane], PilotHandle | None], may_submit: Callable[[Lane], bool]):
+        self.plan = plan
+        self.ledger = ledger
+        self.lanes = lanes
+        self.lane_of = lane_of  # each node's lane
+        self.pilots = pilots
+        self.task = builder.build  # a member's task
+        self.task_envs = builder.envs  # the nodes' shared environments it names (share_env)
+        self.start = start
+        self.may_submit = may_submit
+        # the groups of each node that has ``group:`` (formed when first needed: pwe/planning/groups.py)
+        self.groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
+        self.held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
+        self.held_at = 0.0
+        # each lane's ready queue by pressure (``order: pressure``, the default; the run's own
+        # ``order`` option first) or first in first out; the gate of user resources
+        self.pressure: pressure.Pressure | None = None
+        if (info.get("order") or plan.workflow.order) == "pressure":
+            self.pressure = pressure.Pressure(plan, pressure.read_durations(run_dir, plan.workflow.name))
+            for lane in lanes.values():
+                lane.ready = pressure.PressureQueue(self.pressure)
+        self.lane_nodes = {name: [n for n, ln in lane_of.items() if ln == name] for name in lanes}
+        self.limits = limits.Limits.of(plan, lane_of, lanes)
+        self.gate: limits.Gate | None = None  # (the gate of the feed under way: _hand_check)
+
+    def feed(self) -> int:
         """Hand ready members to the live pilots of their host; start pilots when a host
         has none (or, on a batch host, when every live pilot is busy and the host allows
         more at once)."""
-        st = self.state
+        st = self.ledger.state
         if st.cancelled:
             return 0
-        if self._pressure is not None:
-            self._pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
-        lane_of = self._lane_of  # (one no longer ready is passed over when its turn comes)
+        if self.pressure is not None:
+            self.pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
+        lane_of = self.lane_of  # (one no longer ready is passed over when its turn comes)
         if st.ready:  # to the lane of each member's node, a run of members at a time
             for nid, lo, hi in st.ready.take_runs():
                 self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
@@ -63,30 +86,48 @@ class Feeding:
             st.again.clear()
         fed = 0
         for lane in self.lanes.values():
-            if not lane.ready:
-                continue
-            live = self._live_pilots(lane)
-            if not live:
-                # (not while the lane's batch system does not answer: _may_submit; nor while
-                # every member ready there is held back by a limit: _worth_a_pilot)
-                started = self._start_pilot(lane) if self._may_submit(lane) and self._worth_a_pilot(lane) else None
-                if started is None:
-                    continue
-                live = [started]
-            fed += sum(self._feed_pilot(p, lane) for p in live)
-            most = lane.host.max_pilots if lane.protocol.batch else 1
-            while (len(self._live_pilots(lane)) < most and any(st.nodes[n].state[i] == READY for n, i in lane.ready)
-                   and all(p.units >= self._window(p) for p in self._live_pilots(lane))
-                   and self._may_submit(lane) and self._worth_a_pilot(lane)):
-                started = self._start_pilot(lane)
-                if started is None:
-                    break
-                fed += self._feed_pilot(started, lane)
+            if lane.ready:
+                fed += self._feed_lane(lane)
         return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/engine/pilotctl.py)
+
+    def _feed_lane(self, lane: Lane) -> int:
+        live = self.pilots.working(lane.name)
+        if not live:
+            # (not while the lane's batch system does not answer: may_submit; nor while
+            # every member ready there is held back by a limit: _worth_a_pilot)
+            started = self.start(lane) if self.may_submit(lane) and self._worth_a_pilot(lane) else None
+            if started is None:
+                return 0
+            live = [started]
+        fed = sum(self.feed_pilot(p, lane) for p in live)
+        most = lane.host.max_pilots if lane.protocol.batch else 1
+        nodes = self.ledger.state.nodes
+        while (len(self.pilots.working(lane.name)) < most and any(nodes[n].state[i] == READY for n, i in lane.ready)
+               and all(p.units >= self._window(p) for p in self.pilots.working(lane.name))
+               and self.may_submit(lane) and self._worth_a_pilot(lane)):
+            started = self.start(lane)
+            if started is None:
+                break
+            fed += self.feed_pilot(started, lane)
+        return fed
+
+    def _feed_helpers(self) -> int:
+        """Feed helper pilots (added on a host no node names): ready members of the nodes
+        they serve, after the nodes' own pilots have taken theirs."""
+        helpers = [p for p in self.pilots.values() if p.serves and p.takes_work]
+        if not helpers or self.ledger.state.cancelled:
+            return 0
+        fed = 0
+        for pilot in helpers:  # (the one feed, passing over the nodes it does not serve)
+            serves = set(pilot.serves)
+            for lane in self.lanes.values():
+                if lane.ready:
+                    fed += self.feed_pilot(pilot, lane, skip=set(self.lane_nodes.get(lane.name, ())) - serves)
+        return fed
 
     def _in_flight(self, nid: str) -> int:
         """Members of node ``nid`` queued on a pilot or running (what its limits count)."""
-        counts = self.state.nodes[nid].counts
+        counts = self.ledger.state.nodes[nid].counts
         return counts[ASSIGNED] + counts[RUNNING]
 
     def _worth_a_pilot(self, lane: Lane) -> bool:
@@ -94,15 +135,10 @@ class Feeding:
         user resources fit their limits. A pilot started for members a limit holds back
         (the licences all taken by another host's members) would wait in the batch queue,
         start, find nothing it may run and idle out: an allocation spent on nothing."""
-        if self._limits is None:
+        if self.limits is None:
             return True
-        gate = self._limits.gate(self._in_flight)
+        gate = self.limits.gate(self._in_flight)
         return any(gate.fits(nid) for nid in lane.ready.nodes())
-
-    def _live_pilots(self, lane: Lane) -> list[PilotHandle]:
-        return [p for p in self.pilots.values()
-                if p.lane == lane.name and p.alive and not p.down and not p.draining and not p.full
-                and not p.given_up]
 
     def _window(self, pilot: PilotHandle) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot that is its lane's
@@ -111,7 +147,7 @@ class Feeding:
         # leaving the rest of a sweep to a pilot added later (pwe pilot add); where the host
         # allows several batch pilots, about two members per core, so that the rest can go
         # to the others
-        if self._shared(pilot):  # (added pilots share: pwe/engine/pilotctl.py)
+        if self.pilots.shared(pilot):  # (added pilots share: pwe/engine/pilotctl.py)
             return max(2 * pilot.slots, 2)
         if pilot.job is None:
             return max(8 * pilot.slots, 256)
@@ -120,12 +156,13 @@ class Feeding:
             return max(2 * pilot.slots, min(8 * pilot.slots, 64))
         return max(2 * pilot.slots, 2)
 
-    def _feed_pilot(self, pilot: PilotHandle, lane: Lane, skip: set[str] | None = None) -> int:
+    def feed_pilot(self, pilot: PilotHandle, lane: Lane, skip: set[str] | None = None) -> int:
         """Hand ``pilot`` ready members of ``lane`` up to its window: by the lane's order
         (pressure or FIFO), within the limits of user resources, a group as one unit;
         members of the nodes in ``skip`` keep their places (a helper pilot serves only the
         nodes it can hold: pwe/engine/pilotctl.py). How many went."""
-        st = self.state
+        st = self.ledger.state
+        record = self.ledger.record
         window = self._window(pilot)
         fed = 0
         refused: list[tuple[str, int]] = []
@@ -156,40 +193,26 @@ class Feeding:
                 pilot.send({"k": STOP})
                 ready.appendleft((nid, i))
                 break
-            if nid in self._groups:
+            if nid in self.groups:
                 sent = self._feed_group(pilot, nid, i, now)
                 if sent is not None:
                     fed += sent
                     continue
             attempt = ns.attempt[i] + 1
-            task = self._task(nid, i, attempt)
-            self._share_env(pilot, task)
-            self._record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
+            task = self.task(nid, i, attempt)
+            self.share_env(pilot, task)
+            record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
             pilot.send(task)
             pilot.outstanding += 1
             pilot.given += 1
             fed += 1
         if refused:
             ready.extend(refused)
-            if lane.protocol.batch and all(not p.alive or p.full or p.draining or p is pilot
+            if lane.protocol.batch and all(not p.alive or p.full or p.state is PilotState.DRAINING or p is pilot
                                            for p in self.pilots.values() if p.lane == lane.name):
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
                 pilot.send({"k": STOP})
         return fed
-
-    # -- the order members are handed out in, and limits (issue 14) --------------------------
-    def _order_and_limits(self) -> None:
-        """Each lane's ready queue by pressure (``order: pressure``, the default; the run's
-        own ``order`` option first) or first in first out; the gate of user resources."""
-        self._pressure: pressure.Pressure | None = None
-        if (self.info.get("order") or self.plan.workflow.order) == "pressure":
-            earlier = pressure.read_durations(self.dir, self.plan.workflow.name)
-            self._pressure = pressure.Pressure(self.plan, earlier)
-            for lane in self.lanes.values():
-                lane.ready = pressure.PressureQueue(self._pressure)
-        self._lane_nodes = {name: [n for n, ln in self._lane_of.items() if ln == name] for name in self.lanes}
-        self._limits = limits.Limits.of(self.plan, self._lane_of, self.lanes)
-        self._gate: limits.Gate | None = None  # (the gate of the feed under way: _hand_check)
 
     def _hand_check(self, lane: Lane) -> Callable[[str, PilotHandle], bool] | None:
         """For one feed of a pilot: may a member of node ``nid`` go to it now? None when
@@ -197,10 +220,10 @@ class Feeding:
         lane with a higher pressure still has members waiting (the pilot runs its queue in
         order, so a member queued there would start before the other node's members when
         they become ready); and only while its resources fit their limits."""
-        gate = self._limits.gate(self._in_flight) if self._limits is not None else None
-        self._gate = gate  # (this feed's: the other members of a group are counted by it too)
-        press = self._pressure
-        deep = press.waiting_max(self.state, self._lane_nodes[lane.name]) if press is not None else -1.0
+        gate = self.limits.gate(self._in_flight) if self.limits is not None else None
+        self.gate = gate  # (this feed's: the other members of a group are counted by it too)
+        press = self.pressure
+        deep = press.waiting_max(self.ledger.state, self.lane_nodes[lane.name]) if press is not None else -1.0
         if gate is None and deep < 0:
             return None
         level = press.pressure if press is not None else {}
@@ -211,11 +234,11 @@ class Feeding:
             return gate is None or gate.take(nid)
         return may
 
-    def _share_env(self, pilot: PilotHandle, task: dict[str, Any]) -> None:
+    def share_env(self, pilot: PilotHandle, task: dict[str, Any]) -> None:
         """Send ``pilot`` the shared environment ``task`` names, unless it has it."""
         eb = task.get("eb")
         if eb is not None and eb not in pilot.envs_sent:
-            pilot.send({"k": ENV, "id": eb, "env": self._task_envs[eb]})
+            pilot.send({"k": ENV, "id": eb, "env": self.task_envs[eb]})
             pilot.envs_sent.add(eb)
 
     def _feed_group(self, pilot: PilotHandle, nid: str, i: int, now: float) -> int | None:
@@ -223,43 +246,46 @@ class Feeding:
         ``group`` message, made of the group's members ready now (one journaled ``assign``
         each, so every member keeps its own attempts and events); how many went. None: it
         is in no group (``include`` leaves it out: it goes alone). A ``submit_whole`` group
-        whose members still wait is held (:meth:`_held_groups` looks again)."""
-        groups = self._groups[nid]
+        whose members still wait is held (:meth:`release_held` looks again)."""
+        groups = self.groups[nid]
         g = groups.group_of(i)
         if g is None:
             return None
-        ns = self.state.nodes[nid]
+        ns = self.ledger.state.nodes[nid]
         members = groups.members(g)
         if groups.spec.submit_whole and any(ns.state[j] == WAITING for j in members):
-            self._held.add((nid, g))
+            self.held.add((nid, g))
             return 0
-        self._held.discard((nid, g))
+        self.held.discard((nid, g))
         # (i is one of them; a member this pilot refused, too long for what it has left, is not)
         chosen = [j for j in members if ns.state[j] == READY and (nid, j) not in pilot.refused]
-        if self._gate is not None:  # (i has its share of the limits already: _hand_check)
-            chosen = [j for j in chosen if j == i or self._gate.take(nid)]
+        if self.gate is not None:  # (i has its share of the limits already: _hand_check)
+            chosen = [j for j in chosen if j == i or self.gate.take(nid)]
         tasks = []
         for j in chosen:
             attempt = ns.attempt[j] + 1
-            tasks.append(self._task(nid, j, attempt))
-            self._share_env(pilot, tasks[-1])  # (before the group that needs it)
-            self._record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
+            tasks.append(self.task(nid, j, attempt))
+            self.share_env(pilot, tasks[-1])  # (before the group that needs it)
+            self.ledger.record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)
         pilot.given += len(chosen)
         return len(chosen)
 
-    def _held_groups(self) -> None:
-        """``submit_whole`` groups held back: once none of their members waits (each is
-        ready, or has ended: skipped after a failure upstream), their ready members are
-        queued again, so the group goes out."""
-        st = self.state
-        for nid, g in list(self._held):
+    def release_held(self) -> None:
+        """``submit_whole`` groups held back (looked at five times a second at most): once
+        none of their members waits (each is ready, or has ended: skipped after a failure
+        upstream), their ready members are queued again, so the group goes out."""
+        if not self.held or time.time() - self.held_at <= 0.2:
+            return
+        st = self.ledger.state
+        for nid, g in list(self.held):
             ns = st.nodes[nid]
-            members = self._groups[nid].members(g)
+            members = self.groups[nid].members(g)
             if not any(ns.state[j] == WAITING for j in members):
-                self._held.discard((nid, g))
+                self.held.discard((nid, g))
                 for j in members:
                     if ns.state[j] == READY:
-                        self.lanes[self._lane_of[nid]].ready.append((nid, j))
+                        self.lanes[self.lane_of[nid]].ready.append((nid, j))
                         break
+        self.held_at = time.time()

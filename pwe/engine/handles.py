@@ -1,16 +1,34 @@
-"""The engine's handles on its pilots and the lanes that start them: :class:`PilotHandle`
-(one pilot: its transport, how far its messages were read, what the engine knows of it),
-:class:`Lane` (one host, or host/partition: how its pilots start, the members ready for it,
-the pace of its status queries) and :func:`make_lanes` (the run's lanes from run.json).
+"""The engine's pilots registry and the lanes that start them: :class:`PilotState` (a
+pilot's life stage, one enum with its allowed transitions), :class:`PilotHandle` (one
+pilot: its transport, how far its messages were read, its stage and what the engine
+knows of it), :class:`Pilots` (the run's pilots by id), :class:`Lane` (one host, or
+host/partition: how its pilots start, the members ready for it, the pace of its status
+queries) and :func:`make_lanes` (the run's lanes from run.json).
 
-What the engine does with them is :class:`pwe.engine.pilots.PilotWork` and its parts
-(intake, recovery, pilotctl), which all import these from here.
+A pilot's life only goes forward, along this line, skipping any stage before GONE
+(:data:`TRANSITIONS`; SEALED is reached from GONE alone)::
+
+    ACTIVE --> DRAINING --> GIVEN_UP --> DOWN --> GONE --> SEALED
+
+ACTIVE takes work; DRAINING (``pwe pilot drain``, or the pilot said ``drain``) takes no
+new work and finishes what it runs; GIVEN_UP (silent while its job may run: the job is
+cancelled, its end awaited); DOWN (it said it left, not yet given up); GONE (given up: its
+unfinished members handed on); SEALED (gone, its spool files compressed). Two facts are
+not stages, and are kept beside the stage: ``came_up`` (it said ``up``: history, true or
+not in any stage, since a queued pilot may be drained, and a pilot may say ``down``
+before ``up``) and ``full`` (a capacity fact: it has had all it may take, maxMembers or
+members too long for what its allocation has left; it was told to stop, and may be
+ACTIVE or DRAINING meanwhile).
+
+What the engine does with them is :class:`pwe.engine.pilots.PilotWork`,
+:class:`pwe.engine.intake.Intake` and :class:`pwe.engine.pilotctl.PilotControl`.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +36,42 @@ from pilot.transport import EngineSpool, Transport
 
 from ..runstate.journal import cannot_write
 from ..runstate.readyqueue import ReadyQueue
+
+
+class PilotState(Enum):
+    """A pilot's life stage as the engine sees it (the module's docstring draws it)."""
+
+    ACTIVE = "active"  # started or submitted: it takes work (unless full)
+    DRAINING = "draining"  # told to leave (pwe pilot drain), or said it will: no new work
+    GIVEN_UP = "given up"  # silent while its job may run: its job cancelled, its end awaited
+    DOWN = "down"  # it said it left; not given up yet
+    GONE = "gone"  # given up: its unfinished members handed on
+    SEALED = "sealed"  # gone, its spool files compressed: nothing more is written there
+
+    #: (set below from the tables: plain attributes, read on every round)
+    alive: bool
+    takes_work: bool
+    next: frozenset["PilotState"]
+
+
+#: The transitions a pilot's stage may make; any other is a programming error (BadTransition).
+TRANSITIONS: dict[PilotState, frozenset[PilotState]] = {
+    PilotState.ACTIVE: frozenset({PilotState.DRAINING, PilotState.GIVEN_UP, PilotState.DOWN, PilotState.GONE}),
+    PilotState.DRAINING: frozenset({PilotState.GIVEN_UP, PilotState.DOWN, PilotState.GONE}),
+    PilotState.GIVEN_UP: frozenset({PilotState.DOWN, PilotState.GONE}),
+    PilotState.DOWN: frozenset({PilotState.GONE}),
+    PilotState.GONE: frozenset({PilotState.SEALED}),
+    PilotState.SEALED: frozenset(),
+}
+for _s in PilotState:
+    _s.next = TRANSITIONS[_s]
+    _s.alive = _s not in (PilotState.GONE, PilotState.SEALED)  # the engine still watches it
+    _s.takes_work = _s is PilotState.ACTIVE  # (PilotHandle.takes_work adds ``full``)
+del _s
+
+
+class BadTransition(RuntimeError):
+    """A pilot asked to make a transition its stage does not allow (a defect of the engine)."""
 
 
 class PilotHandle:
@@ -39,19 +93,17 @@ class PilotHandle:
         self.outstanding = 0
         self.extra = 0  # members of groups beyond one per group: a group holds one slot (see one_less)
         self._groups: dict[tuple[str, int], list[int]] = {}  # a grouped member -> its group's count left
-        self.alive = True
-        self.down = False
-        self.came_up = False
+        self.state = PilotState.ACTIVE  # its life stage (become() moves it)
+        self.came_up = False  # it said `up` (history, beside the stage: see the module's docstring)
         self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
         self.finished_any = False  # an end event of one of its members was taken in
-        self.draining = False
         self.serves: list[str] | None = None  # (a helper added by pwe pilot add: pwe/engine/pilotctl.py) its nodes
-        self.full = False  # given all it may take (maxMembers, or members too long for it)
+        self.full = False  # given all it may take (maxMembers, or members too long for it): a capacity fact
         self.given = 0
         self.refused: set[tuple[str, int]] = set()
         self.job_state = None
         self.last_heard = time.time()
-        self.given_up = ""  # (silent) why it is being given up: its job is cancelled, its end awaited
+        self.given_up_why = ""  # (GIVEN_UP, and kept after) why: its job is cancelled, its end awaited
         self.given_up_at = 0.0
         self.transport = transport or EngineSpool(directory)
         self._out: list[dict[str, Any]] = []
@@ -60,7 +112,23 @@ class PilotHandle:
         self.qs: dict[str, int] = {}  # the highest each transport delivered ("spool", "redis")
         self.acked = 0  # the last ``ack`` sent (a pilot that sends through a broker)
         self.refusals: set[str] = set()  # kinds of refusal said on stderr already (once each)
-        self.sealed = False  # it left and its spool files are (being) compressed: nothing more is written
+        self.setup_failed: list[str] = []  # its nodes whose setup_per_node failed (pwe/engine/pilotctl.py)
+
+    def become(self, new: PilotState) -> None:
+        """Move to stage ``new``; BadTransition when its stage does not allow it."""
+        if new not in self.state.next:
+            raise BadTransition(f"pilot {self.id}: {self.state.value} cannot become {new.value}")
+        self.state = new
+
+    @property
+    def alive(self) -> bool:
+        """The engine still watches it (not gone)."""
+        return self.state.alive
+
+    @property
+    def takes_work(self) -> bool:
+        """May be fed new members: the one definition (the feed and helper pilots ask it)."""
+        return self.state.takes_work and not self.full
 
     def send(self, msg: dict[str, Any]) -> None:
         self._out.append(msg)
@@ -84,13 +152,18 @@ class PilotHandle:
             if left[0] > 0:
                 self.extra -= 1
 
+    def let_go(self) -> None:
+        """It is gone: it holds nothing now (its members were handed on)."""
+        self.outstanding = self.extra = 0
+        self._groups.clear()
+
     @property
     def units(self) -> int:
         """What it holds against its window: members, a group counting as one."""
         return self.outstanding - self.extra
 
     def flush(self) -> None:
-        if self.sealed:
+        if self.state is PilotState.SEALED:
             self._out.clear()  # (it has left: a message to it is read by no one, and would make a new file)
         if not self._out:
             return
@@ -101,9 +174,7 @@ class PilotHandle:
             self.transport.send(out)
         except OSError as exc:
             raise cannot_write(exc.filename, exc) from None
-        trim = getattr(self.transport, "trim", None)
-        if trim is not None:
-            trim()  # (the journal holds what was read: the broker may forget it)
+        self.transport.trim()  # (the journal holds what was read: a broker may forget it)
 
     def receive(self) -> list[dict[str, Any]]:
         """The pilot's new messages; the cursor moves past them."""
@@ -115,6 +186,36 @@ class PilotHandle:
     def close(self) -> None:
         self.flush()
         self.transport.close()
+
+
+class Pilots(dict[str, PilotHandle]):
+    """The run's pilots by id (a dict: the engine walks it every round), with what the engine
+    keeps of them as a whole: the number of the next one, and the pilots in a row that broke
+    before finishing any member."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_number = 1  # the next pilot is p<next_number>
+        self.failed_in_a_row = 0  # pilots in a row that broke before finishing any member
+
+    def new_id(self) -> str:
+        pid_ = f"p{self.next_number}"
+        self.next_number += 1
+        return pid_
+
+    def seen(self, pid_: str) -> None:
+        """A pilot the journal has: the next one is numbered after it."""
+        self.next_number = max(self.next_number, int(pid_.lstrip("p") or 0) + 1)
+
+    def working(self, lane: str) -> list[PilotHandle]:
+        """The lane's pilots that take work."""
+        return [p for p in self.values() if p.lane == lane and p.takes_work]
+
+    def shared(self, pilot: PilotHandle) -> bool:
+        """Whether a pilot shares its members with pilots added to the run (on its host, or
+        helpers): then it holds two members a slot, not a deep queue, so that ready
+        members spread over all of them (what a pilot holds already stays with it)."""
+        return any(p.alive and p is not pilot and (p.serves or p.lane == pilot.lane) for p in self.values())
 
 
 class Lane:

@@ -3,7 +3,7 @@
 One engine works on a run at a time (``engine.lock``). Its loop:
 
 1. take in the messages pilots sent since last time (``start``/``end``/``down``...,
-   :mod:`pwe.engine.pilots`), journal them and apply them to the state (which releases
+   :mod:`pwe.engine.intake`), journal them and apply them to the state (which releases
    downstream members);
 2. check pilots are alive; a pilot that is gone has its unfinished members handed back
    (queued ones without using an attempt);
@@ -17,9 +17,14 @@ drops assignments a pilot never received, and reads each pilot's messages on fro
 last cursor it journaled; applying a pilot event twice is a no-op. So no member that
 finished runs again, and none is lost.
 
+The engine holds its parts, each made once in :meth:`Engine.__init__` with what it needs
+(ARCHITECTURE.md draws them): ``ledger`` (state and journal: every part records through
+it), ``pilots`` (the registry: each pilot's ``PilotState``), ``intake`` (1), ``work`` (2:
+pilots started, watched, given up), ``feeder`` (3), ``control`` (``pwe pilot`` requests),
+``setups`` (setup_per_node); :func:`pwe.engine.recovery.recover` after a damaged journal.
+
 Making a run is :mod:`pwe.runstate.runs`; a member's task message is :mod:`pwe.engine.tasks`;
-feeding pilots (order, limits, groups) is :mod:`pwe.engine.feed`; the Python API's
-run_workflow and resume_workflow are :mod:`pwe.engine.api`.
+the Python API's run_workflow and resume_workflow are :mod:`pwe.engine.api`.
 """
 
 from __future__ import annotations
@@ -33,18 +38,23 @@ from typing import Any, Callable, Iterable
 
 from pilot.wire import CANCEL, STOP
 
-from ..runstate import checkpoint, pressure, rundir, runs
 from ..base.errors import InputError, PweError, RunStopped
-from .feed import Feeding
-from ..runstate.journal import Journal, JournalError
-from .handles import Lane, PilotHandle, make_lanes
-from .pilots import PilotWork
-from ..planning.plan import Plan
-from ..planning.groups import Groups
-from ..runstate.state import RunState
-from .tasks import TaskBuilder
 from ..base.regular import read_bytes, write_json_atomic
 from ..base.text import shown
+from ..planning.plan import Plan
+from ..runstate import checkpoint, pressure, rundir, runs
+from ..runstate.journal import Journal, JournalError
+from ..runstate.state import RunState
+from . import recovery
+from .feed import Feeder
+from .handles import Lane, PilotHandle, Pilots, PilotState, make_lanes
+from .intake import Intake
+from .ledger import Ledger
+from .pilotctl import PilotControl, Setups
+from .pilots import PilotWork
+from .tasks import TaskBuilder
+
+__all__ = ["Engine", "Lane", "PilotHandle", "asked_by"]
 
 # The engine never needs to react within a millisecond: each pilot holds a window of
 # queued members. Sleeping at least POLL_MIN between rounds batches the work (fewer, larger
@@ -56,7 +66,7 @@ SNAPSHOT_EVERY = 0.5
 MIN_FREE_BYTES = 64 * 1024
 
 
-class Engine(PilotWork, Feeding):
+class Engine:
     """Runs one run directory to its end. Use :meth:`create` or :meth:`open`.
 
     Each node runs on its own host (its ``host``, or ``--host`` for all); the engine keeps
@@ -75,39 +85,52 @@ class Engine(PilotWork, Feeding):
         self.lost_after = float(info.get("lost_after") or max(120.0, 24 * self.heartbeat))
         # how long a pilot given up for silence may take to end once its job is cancelled
         self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
-        self.state: RunState | None = None
-        self.journal: Journal | None = None
-        self.pilots: dict[str, PilotHandle] = {}
         self.lock = rundir.EngineLock(run_dir)
-        self._next_pilot = 1
-        self._failed_pilots = 0  # pilots in a row that broke before finishing any member
-        self._sealing: list[Any] = []  # threads compressing left pilots' spool files (pwe.engine.pilots._seal)
-        self._edges_seen: set[str] = set()
-        self._secret: bytes | None = None  # the run's secret: every line to and from a pilot is signed with it
-        self._brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
-        self._recovered: dict[str, list[dict[str, Any]]] = {}  # a pilot's own up/drain/down, read by _recover
-        self._unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
-        self._unwritable_backs: dict[tuple[str, int], int] = {}  # (node, member) -> such hand-backs
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
-        #: Python callables that check a node's members (run_workflow's ``checks``: pwe/planning/trees.py)
-        self.checks: dict[str, Callable[[dict], Any]] = {}
         #: says what the engine found wrong but worked around (a damaged journal line); what
         #: it quotes was made by others (a pilot's message, a file): shown as text
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {shown(line)}", file=sys.stderr)
-        self._hosts_changed: list[str] = []  # hosts whose definition changed since the run was made
-        builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
-        self._task = builder.build  # a member's task
-        self._task_envs = builder.envs  # the nodes' shared environments it names (feed._share_env)
-        # the groups of each node that has ``group:`` (formed when first needed: pwe/planning/groups.py)
-        self._groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
-        self._held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
-        self._held_at = 0.0
+        self.hosts_changed: list[str] = []  # hosts whose definition changed since the run was made (open)
+        self.made = False  # this engine made the run (create): a refusal before it began removes it again
+        self._refused = False  # refused before it began (run): the run it made is removed
+        self._by: dict[str, str] = {}  # who asked (run's ``by``), for the run's first records
         # one lane per host, or per (host, partition) where its nodes need several partitions;
         # each node's lane (a node whose host the run did not record runs on the first)
         self.lanes: dict[str, Lane]
-        self.lanes, self._lane_of = make_lanes(plan, info["lanes"], float(info.get("status_every", 5.0)))
-        self._order_and_limits()
+        self.lanes, lane_of = make_lanes(plan, info["lanes"], float(info.get("status_every", 5.0)))
+        # -- the parts, each given what it needs (the module's docstring lists them) --
+        self.ledger = Ledger()
+        self.pilots = Pilots()
+        builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
+        self.setups = Setups(builder.setups, self.ledger)
+        self.intake = Intake(self.dir, plan, self.ledger, self.lanes, self.pilots, lambda line: self.notice(line),
+                             gone=lambda pilot, why, broke: self.work.gone(pilot, why, broke),
+                             setup_news=self.setups.news)
+        self.work = PilotWork(self.dir, plan, info, self.ledger, self.lanes, self.pilots, self.intake, self.setups,
+                              (self.heartbeat, self.lost_after, self.end_wait))
+        self.feeder = Feeder(self.dir, plan, info, self.ledger, self.lanes, lane_of, self.pilots, builder,
+                             start=self.work.start, may_submit=self.work.may_submit)
+        self.control = PilotControl(self.dir, info, self.ledger, self.lanes, self.pilots, start=self.work.start)
+
+    @property
+    def checks(self) -> dict[str, Callable[[dict], Any]]:
+        """Python callables that check a node's members (run_workflow's ``checks``:
+        pwe/planning/trees.py), by node; the intake judges each end by them."""
+        return self.intake.checks
+
+    @checks.setter
+    def checks(self, checks: dict[str, Callable[[dict], Any]]) -> None:
+        self.intake.checks = checks
+
+    @property
+    def state(self) -> RunState | None:
+        """The run's state (None until the run is loaded)."""
+        return self.ledger.state
+
+    @property
+    def journal(self) -> Journal | None:
+        return self.ledger.journal
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -126,7 +149,7 @@ class Engine(PilotWork, Feeding):
             runs.unmake(path)
             raise
         engine.warnings = warnings
-        engine._made = True  # (refused before it began, in run(): removed again)
+        engine.made = True  # (refused before it began, in run(): removed again)
         return engine
 
     @classmethod
@@ -137,7 +160,7 @@ class Engine(PilotWork, Feeding):
         info, plan = runs.read(run_dir)
         changed = runs.current_hosts(run_dir, info) if reload_hosts else []
         engine = cls(run_dir, plan, info)
-        engine._hosts_changed = changed
+        engine.hosts_changed = changed
         return engine
 
     # -- the loop -------------------------------------------------------------------------------
@@ -156,34 +179,34 @@ class Engine(PilotWork, Feeding):
         if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli/main.py)
             self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
-            if self._hosts_changed:  # (written only by the engine holding the run)
+            if self.hosts_changed:  # (written only by the engine holding the run)
                 try:
                     write_json_atomic(self.dir / "run.json", self.info)
                 except OSError:
                     pass  # the next engine finds the change again; the journal says it either way
             self._load()
-            for name in self._hosts_changed:
-                self._record({"e": "note", "what": f"host '{name}' is defined differently than when the run began; "
-                              "new pilots use its current definition", "t": time.time()})
+            for name in self.hosts_changed:
+                self.ledger.record({"e": "note", "what": f"host '{name}' is defined differently than when the run "
+                                    "began; new pilots use its current definition", "t": time.time()})
             if retry:
                 # a cancel request the last engine never took in (it ended first) is stale:
                 # retrying is the user asking for the run again
                 (self.dir / "control" / "cancel").unlink(missing_ok=True)
-                self._record({"e": "retry", "t": time.time(), **self._by, **({"only": only} if only is not None
-                                                                             else {})})
+                self.ledger.record({"e": "retry", "t": time.time(), **self._by,
+                                    **({"only": only} if only is not None else {})})
             if cancel:
                 self.cancel(by)
             else:
                 try:
                     self._complete_by_products()
                 except InputError:  # (a products: directory that cannot be listed): refused before it began
-                    self._refused = getattr(self, "_made", False)
+                    self._refused = self.made
                     raise
             return self._loop(progress)
         except RunStopped as exc:
             # said in the journal (when the disk still takes it), so `pwe status` shows why
             try:
-                self._record({"e": "stopped", "why": str(exc), "t": time.time()})
+                self.ledger.record({"e": "stopped", "why": str(exc), "t": time.time()})
                 self.journal.flush()
             except (PweError, OSError):
                 pass
@@ -194,34 +217,37 @@ class Engine(PilotWork, Feeding):
             raise
         finally:
             self._shutdown()
-            if getattr(self, "_refused", False):
+            if self._refused:
                 runs.unmake(self.dir)  # a refusal leaves nothing behind
 
     def _load(self) -> None:
-        try:
-            self._secret = read_bytes(self.dir / "secret").strip()
-        except FileNotFoundError:
-            self._secret = None  # (a run made by a pwe before secrets: its pilots sign nothing)
+        """Open the run's books (the checkpoint, then the journal's tail), recover what a
+        damaged journal lost, and take up the pilots the journal says are alive."""
+        self.intake.load_secret()
         path = self.dir / "journal.jsonl"
         fresh = not runs.check_journal(self.dir)
         # the checkpoint, then the journal's tail (or the whole journal without one)
-        self.state, replayed, unusable = checkpoint.load(self.dir, self.plan)
-        self._edges_seen = set(self.state.edge_files)  # taken in already: not read again
-        self.journal = Journal(path, fsync=bool(self.info.get("fsync")))
-        self.journal.lines = replayed.lines
-        self._record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
-                      **_callable_checks(self.state, self.checks), **getattr(self, "_by", {})})
+        state, replayed, unusable = checkpoint.load(self.dir, self.plan)
+        self.work.edges_seen = set(state.edge_files)  # taken in already: not read again
+        journal = Journal(path, fsync=bool(self.info.get("fsync")))
+        journal.lines = replayed.lines
+        self.ledger.open(state, journal)
+        record = self.ledger.record
+        record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
+                **_callable_checks(state, self.checks), **self._by})
         for line in unusable + replayed.warnings():
             self.notice(line)
-            self._record({"e": "note", "what": line, "t": time.time()})
+            record({"e": "note", "what": line, "t": time.time()})
+        recovered: dict[str, list[dict[str, Any]]] = {}
         if replayed.damaged or replayed.torn:
-            self._recover()
-        for pid_, p in self.state.pilots.items():
-            n = int(pid_.lstrip("p") or 0)
-            self._next_pilot = max(self._next_pilot, n + 1)
+            intake = self.intake
+            recovered = recovery.recover(self.ledger, intake.transport, next(iter(self.lanes)),
+                                         lambda pid_, ev: intake.judged(intake.event_record(pid_, ev)))
+        for pid_, p in state.pilots.items():
+            self.pilots.seen(pid_)
             if p.get("alive"):
-                self._reattach(pid_, p)
-        self.journal.flush()
+                self.work.reattach(pid_, p, recovered.pop(pid_, []))
+        journal.flush()
 
     def _complete_by_products(self) -> None:
         """When the run begins, and each time it is resumed or retried: journal the members
@@ -240,7 +266,7 @@ class Engine(PilotWork, Feeding):
                 return (m.span() for m in re.finditer(rb"[\x00\x01]+", nodes[nid].state))  # WAITING, READY
 
             for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
-                self._record(rec)
+                self.ledger.record(rec)
 
     def _loop(self, progress: Callable[[RunState], None] | None) -> bool:
         st = self.state
@@ -248,6 +274,7 @@ class Engine(PilotWork, Feeding):
         sleep = POLL_MIN
         last_snap = 0.0
         cancel_file = self.dir / "control" / "cancel"
+        ingest = self.intake.ingest
         while True:
             if cancel_file.exists():
                 if not st.cancelled:
@@ -257,21 +284,19 @@ class Engine(PilotWork, Feeding):
             busy = 0
             for pilot in list(self.pilots.values()):
                 if pilot.alive:
-                    busy += self._ingest(pilot)
-            self._check_pilots()
+                    busy += ingest(pilot)
+            self.work.check()
             if st.unfinished() == 0:
                 break
-            if self._held and time.time() - self._held_at > 0.2:  # (at most 5 times a second)
-                self._held_groups()
-                self._held_at = time.time()
-            busy += self._feed()
+            self.feeder.release_held()  # (submit_whole groups whose members waited)
+            busy += self.feeder.feed()
             self.journal.flush()  # assignments are durable before any pilot can see them
             for pilot in self.pilots.values():
                 pilot.flush()
             now = time.time()
             if now - last_snap >= SNAPSHOT_EVERY:
-                self._take_edges()
-                self._take_pilot_requests()  # (pwe pilot add / drain: pwe/engine/pilotctl.py)
+                self.work.take_edges()
+                self.control.take_requests()  # (pwe pilot add / drain: pwe/engine/pilotctl.py)
                 self._check_space()
                 self._snapshot()
                 last_snap = now
@@ -280,12 +305,13 @@ class Engine(PilotWork, Feeding):
                 if progress:
                     progress(st)
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
-            self._sleep(sleep)  # (woken early by a broker's new events: pilots.py)
+            self.intake.sleep(sleep)  # (woken early by a broker's new events: intake.py)
         ok = not st.cancelled and st.all_done()  # (with members a check grew, and trees converged)
-        self._record({"e": "finish", "ok": ok, "t": time.time()})
+        self.ledger.record({"e": "finish", "ok": ok, "t": time.time()})
         self.journal.flush()
+        press = self.feeder.pressure
         pressure.write_durations(self.dir, self.plan.workflow.name, st,
-                                 self._pressure.earlier if self._pressure else None)  # (the next run's estimates)
+                                 press.earlier if press else None)  # (the next run's estimates)
         if progress:
             progress(st)
         return ok
@@ -300,10 +326,6 @@ class Engine(PilotWork, Feeding):
             raise JournalError(f"the filesystem of {self.dir} is full ({free // 1024} KiB free; pilots hold their "
                                "events meanwhile): free space")
 
-    def _record(self, rec: dict[str, Any]) -> Any:
-        self.journal.append(rec)
-        return self.state.apply(rec)
-
     # -- cancel and shutdown -----------------------------------------------------------------
     def cancel(self, by: str | None = None) -> bool:
         """Stop the run's pilots and mark what is unfinished cancelled; False if nothing was.
@@ -314,7 +336,7 @@ class Engine(PilotWork, Feeding):
             if pilot.alive:
                 pilot.send({"k": CANCEL})
                 pilot.flush()
-        self._record({"e": "cancel", "t": time.time(), **({"by": by} if by else {})})
+        self.ledger.record({"e": "cancel", "t": time.time(), **({"by": by} if by else {})})
         self.journal.flush()
         return True
 
@@ -322,19 +344,10 @@ class Engine(PilotWork, Feeding):
         """Tell pilots there is nothing more, close files, release the run. Never raises
         over an error already on its way out (a full disk fails these writes too)."""
         try:
-            pending: dict[str, list[str]] = {}
-            for pilot in self.pilots.values():
-                try:
-                    if pilot.alive and not pilot.down:
-                        pilot.send({"k": STOP})
-                        if pilot.job and not pilot.came_up and self.state is not None and \
-                                self.state.unfinished() == 0:
-                            pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
-                    pilot.flush()
-                except (OSError, PweError):
-                    pass  # the pilot keeps running what it has; resume takes its events in
+            over = self.state is not None and self.state.unfinished() == 0
+            pending = self._stop_pilots(over)
             try:
-                self._await_leaving()  # (a finished run's big spools: sealed once their pilots said they left)
+                self.work.await_leaving()  # (a finished run's big spools: sealed once their pilots said they left)
             except (OSError, PweError):
                 pass
             for pilot in self.pilots.values():
@@ -349,12 +362,10 @@ class Engine(PilotWork, Feeding):
                     except Exception:  # a scheduler that does not answer must not hide the run's outcome
                         pass
                 lane.protocol.close()
-            for pilot in self.pilots.values():
-                forget = getattr(pilot.transport, "forget", None)
-                if forget is not None and self.state is not None and self.state.unfinished() == 0:
-                    forget()  # the run is over: its events are journaled and archived in its directory
-            for broker in self._brokers.values():
-                broker.close()
+            if over:
+                for pilot in self.pilots.values():
+                    pilot.transport.forget()  # the run is over: its events are journaled and archived in its directory
+            self.intake.close_brokers()
             if self.journal is not None:
                 try:
                     self.journal.close()
@@ -363,8 +374,23 @@ class Engine(PilotWork, Feeding):
                     pass
                 self._snapshot()
         finally:
-            self._sealed()
+            self.work.await_seals()
             self.lock.release()
+
+    def _stop_pilots(self, over: bool) -> dict[str, list[str]]:
+        """Tell each live pilot to stop; the jobs still queued of a finished (``over``) run,
+        by lane: cancelled, they have nothing to do."""
+        pending: dict[str, list[str]] = {}
+        for pilot in self.pilots.values():
+            try:
+                if pilot.alive and pilot.state is not PilotState.DOWN:
+                    pilot.send({"k": STOP})
+                    if pilot.job and not pilot.came_up and over:
+                        pending.setdefault(pilot.lane, []).append(pilot.job)  # queued still, nothing to do
+                pilot.flush()
+            except (OSError, PweError):
+                pass  # the pilot keeps running what it has; resume takes its events in
+        return pending
 
     def _checkpoint(self) -> None:
         """The state as of the journal written so far (:mod:`pwe.runstate.checkpoint`): a resumed
@@ -390,7 +416,7 @@ class Engine(PilotWork, Feeding):
                      # hosts whose batch system does not answer: nothing new is submitted there
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
                                      for lane in self.lanes.values() if lane.unreachable_since is not None},
-                     "pilot_view": self._pilot_view()})
+                     "pilot_view": self.control.view()})
         try:
             write_json_atomic(self.dir / "state.json", snap)
         except OSError:

@@ -38,18 +38,19 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.nodesetup import SETUP_FAILED
 from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 
 from ..base.errors import InputError, JournalError, PweError, RunStopped
+from ..base.regular import read_json, write_json_atomic
 from ..runstate.rundir import EngineLock
-from ..base.regular import write_json_atomic
-from ..base.regular import read_json
+from .handles import PilotState
 
 if TYPE_CHECKING:
-    from .handles import PilotHandle
+    from .handles import Lane, PilotHandle, Pilots
+    from .ledger import Ledger
 
 #: How long ``pwe pilot add/drain`` waits for the engine's answer (a submission included).
 ANSWER_WAIT = 90.0
@@ -181,14 +182,21 @@ def listing(run_dir: Path) -> list[dict[str, Any]]:
 # -- the engine's side ----------------------------------------------------------------------
 
 class PilotControl:
-    """The engine's side of ``pwe pilot`` requests and of setup_per_node (a mixin of
-    :class:`pwe.engine.pilots.PilotWork`: it uses the engine's state, journal, lanes and pilots)."""
+    """The engine's side of ``pwe pilot`` requests: given the ledger, the lanes, the pilots
+    and the callable that starts a pilot (:meth:`pwe.engine.pilots.PilotWork.start`)."""
 
-    def _take_pilot_requests(self) -> None:
+    def __init__(self, run_dir: Path, info: dict[str, Any], ledger: Ledger, lanes: dict[str, Lane], pilots: Pilots,
+                 start: Callable[..., PilotHandle | None]):
+        self.dir = run_dir
+        self.info = info
+        self.ledger = ledger
+        self.lanes = lanes
+        self.pilots = pilots
+        self.start = start
+
+    def take_requests(self) -> None:
         """Act on the ``pwe pilot`` requests in ``control/``, oldest first: each journaled
         before it is acted on and answered; a forged one is noted and refused."""
-        from ..runstate.notify import authentic
-
         d = self.dir / "control"
         try:
             names = sorted(n for n in os.listdir(d) if n.startswith("pilot-") and n.endswith(".json"))
@@ -196,46 +204,51 @@ class PilotControl:
             return
         for name in names:
             path = d / name
-            try:
-                req = read_json(path, limit=1 << 20)
-                ok = isinstance(req, dict) and authentic(self.dir, req)
-            except (OSError, ValueError):
-                req, ok = {}, False
-            rid = str(req.get("id") or name[len("pilot-"):-len(".json")])
-            if not ok:
-                self._record({"e": "note", "what": f"a pwe pilot request with a bad signature ignored ({name})",
-                              "t": time.time()})
-                answer = {"ok": False, "exit": 2, "why": "the request's signature is not the run's"}
-            else:
-                try:
-                    answer = self._pilot_request(rid, req)
-                except (PweError, OSError, ValueError) as exc:  # (a batch system that refused the pilot, a
-                    # process that could not start: said to the asker; the run goes on)
-                    if isinstance(exc, JournalError):
-                        raise
-                    answer = {"ok": False, "exit": 1, "why": str(exc)}
-                    self._record({"e": "note", "what": f"pwe pilot add refused: {exc}", "t": time.time()})
-            self.journal.flush()  # what was done is on disk before it is answered
+            rid, answer = self._answer(name, path)
+            self.ledger.journal.flush()  # what was done is on disk before it is answered
             try:
                 write_json_atomic(d / f"pilot-{rid}.answer", answer)
             except OSError:
                 pass
             path.unlink(missing_ok=True)
 
-    def _pilot_request(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
-        st = self.state
+    def _answer(self, name: str, path: Path) -> tuple[str, dict[str, Any]]:
+        """The request in ``path``, acted on: its id and the answer."""
+        from ..runstate.notify import authentic
+
+        try:
+            req = read_json(path, limit=1 << 20)
+            ok = isinstance(req, dict) and authentic(self.dir, req)
+        except (OSError, ValueError):
+            req, ok = {}, False
+        rid = str(req.get("id") or name[len("pilot-"):-len(".json")])
+        if not ok:
+            self.ledger.record({"e": "note", "what": f"a pwe pilot request with a bad signature ignored ({name})",
+                                "t": time.time()})
+            return rid, {"ok": False, "exit": 2, "why": "the request's signature is not the run's"}
+        try:
+            return rid, self._request(rid, req)
+        except (PweError, OSError, ValueError) as exc:  # (a batch system that refused the pilot, a
+            # process that could not start: said to the asker; the run goes on)
+            if isinstance(exc, JournalError):
+                raise
+            self.ledger.record({"e": "note", "what": f"pwe pilot add refused: {exc}", "t": time.time()})
+            return rid, {"ok": False, "exit": 1, "why": str(exc)}
+
+    def _request(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
+        st = self.ledger.state
         for pid_, p in st.pilots.items():  # applied already (an engine killed before it answered)
             if p.get("added") == rid or p.get("drain_req") == rid:
                 return {"ok": True, "pilot": pid_, "host": p.get("lane"), "job": p.get("job"), "again": True}
         if st.cancelled or st.unfinished() == 0:
             return {"ok": False, "exit": 2, "why": "the run is over (or cancelled): no pilot is added or drained"}
         if req.get("req") == "drain":
-            return self._pilot_drain(rid, str(req.get("pilot")))
+            return self._drain(rid, str(req.get("pilot")))
         if req.get("req") == "add":
-            return self._pilot_add(rid, req)
+            return self._add(rid, req)
         return {"ok": False, "exit": 2, "why": f"unknown request {req.get('req')!r}"}
 
-    def _pilot_add(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
+    def _add(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
         from hostinfo.model import Host
 
         from .handles import Lane
@@ -252,118 +265,100 @@ class PilotControl:
                                                                                        "pilot_args")})
         elif lane is None:
             return {"ok": False, "exit": 2, "why": f"host '{name}' is not a host of this run"}
-        pilot = self._start_pilot(lane, nodes=req.get("nodes"), extra=extra)
+        pilot = self.start(lane, nodes=req.get("nodes"), extra=extra)
         if pilot is None:
             return {"ok": False, "exit": 1, "why": f"the batch system of host '{name}' does not answer "
                     f"({lane.unreachable_why}); the engine submits its next pilot there when it answers"}
         pilot.serves = extra.get("serves")
         return {"ok": True, "pilot": pilot.id, "host": name, "job": pilot.job, "slots": pilot.slots}
 
-    def _pilot_drain(self, rid: str, pid_: str) -> dict[str, Any]:
+    def _drain(self, rid: str, pid_: str) -> dict[str, Any]:
         pilot = self.pilots.get(pid_)
         if pilot is None:
             known = ", ".join(self.pilots) or "none"
             return {"ok": False, "exit": 2, "why": f"this run has no pilot '{pid_}' (its pilots: {known})"}
         if not pilot.alive:
             return {"ok": False, "exit": 2, "why": f"pilot {pid_} is gone already"}
-        running = len(self.state.inflight(pid_))
-        if not pilot.draining:
-            self._record({"e": "pilot_drain", "p": pid_, "req": rid, "t": time.time()})
-            pilot.draining = True
+        running = len(self.ledger.state.inflight(pid_))
+        if pilot.state is PilotState.ACTIVE:  # (draining, given up or down: it is leaving already)
+            self.ledger.record({"e": "pilot_drain", "p": pid_, "req": rid, "t": time.time()})
+            pilot.become(PilotState.DRAINING)
             pilot.send({"k": LEAVE})
         return {"ok": True, "pilot": pid_, "host": pilot.lane, "job": pilot.job, "holds": running}
 
-    def _feed_helpers(self) -> int:
-        """Feed helper pilots (added on a host no node names): ready members of the nodes
-        they serve, after the nodes' own pilots have taken theirs."""
-        helpers = [p for p in self.pilots.values() if getattr(p, "serves", None) and p.alive and not p.down
-                   and not p.draining and not p.full and not p.given_up]
-        if not helpers or self.state.cancelled:
-            return 0
-        fed = 0
-        for pilot in helpers:  # (the one feed, passing over the nodes it does not serve)
-            serves = set(pilot.serves)
-            for lane in self.lanes.values():
-                if lane.ready:
-                    fed += self._feed_pilot(pilot, lane, skip=set(self._lane_nodes.get(lane.name, ())) - serves)
-        return fed
+    def view(self) -> dict[str, Any]:
+        """What ``pwe pilot list`` and ``pwe status`` read from state.json: whether each
+        live pilot came up, and the nodes where its setup_per_node failed."""
+        return {p.id: {"up": p.came_up, "setup_failed": p.setup_failed} for p in self.pilots.values() if p.alive}
 
-    # -- setup_per_node --------------------------------------------------------------------
-    def _check_setups(self) -> None:
-        """Stop the run (state intact) once setup_per_node failed on every node of
-        SETUP_FAILURES pilots in a row: said after the pilots' messages were journaled."""
-        if self.__dict__.get("_setup_stop"):
-            raise RunStopped(self._setup_stop)
 
-    def _with_setups(self, pilot: PilotHandle | None) -> PilotHandle | None:
-        """Send a new (or reattached) pilot the run's setup_per_node sets, before any task
-        that names one (a pilot takes a set it has already once)."""
+class Setups:
+    """The engine's side of setup_per_node: the run's sets, sent to each pilot before any
+    task that names one; a node whose setup failed noted; the run stopped (state intact)
+    once the sets failed on every node of SETUP_FAILURES pilots in a row."""
+
+    def __init__(self, sets: dict[str, tuple[list[str], list[str]]], ledger: Ledger):
+        self.sets = sets  # {id: (lines, the nodes that need them)}: pwe/engine/tasks.py setup_sets
+        self.ledger = ledger
+        self.failed_pilots: set[str] = set()  # pilots in a row whose every node failed its setup
+        self.stop = ""  # why the run stops (said after the pilots' messages were journaled: check)
+
+    def check(self) -> None:
+        """Stop the run once setup_per_node failed on every node of SETUP_FAILURES pilots in a row."""
+        if self.stop:
+            raise RunStopped(self.stop)
+
+    def send_to(self, pilot: PilotHandle | None) -> PilotHandle | None:
+        """Send a new (or reattached) pilot the run's sets (a pilot takes a set it has already once)."""
         if pilot is None:
             return None
-        sets = self.__dict__.get("_setup_sets")
-        if sets is None:
-            from .tasks import setup_sets
-
-            sets = self._setup_sets = setup_sets(self.plan)
-        for sid, (lines, _) in sets.items():
+        for sid, (lines, _) in self.sets.items():
             pilot.send({"k": SETUP, "id": sid, "lines": lines})
         return pilot
 
-    def _pilot_news(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
-        """What :meth:`pwe.engine.intake.Intake._take` leaves to this module: a node whose setup
-        failed (journaled: ``pwe events``, ``pwe status``), and members handed back because
-        it failed on every node of the pilot (the pilot takes no more; a new one runs them;
-        after SETUP_FAILURES such pilots in a row the run stops)."""
-        k = ev.get("k")
-        if k == NODE_SETUP:
+    def news(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
+        """A pilot's ``node_setup``, or a ``back`` because its setup failed on every node
+        (:meth:`pwe.engine.intake.Intake.take` calls this for those alone): a node whose
+        setup failed is journaled (``pwe events``, ``pwe status``); a pilot whose every node
+        failed takes no more (a new one runs its members)."""
+        if ev.get("k") == NODE_SETUP:
             if ev.get("rc") == 0:
-                self._setup_failed_pilots = set()
+                self.failed_pilots = set()
                 return
-            pilot.__dict__.setdefault("setup_failed", []).append(str(ev.get("node")))
-            self._record({"e": "note", "what": f"pilot {pilot.id}: setup_per_node failed on node {ev.get('node')} "
-                          f"(exit {ev.get('rc')}): no member that needs it runs there; its output: {ev.get('log')}",
-                          "p": pilot.id, "node": ev.get("node"), "t": time.time()})
-        elif k == BACK and str(ev.get("why") or "").startswith(SETUP_FAILED):
+            pilot.setup_failed.append(str(ev.get("node")))
+            self.ledger.record({"e": "note", "what": f"pilot {pilot.id}: setup_per_node failed on node "
+                                f"{ev.get('node')} (exit {ev.get('rc')}): no member that needs it runs there; its "
+                                f"output: {ev.get('log')}", "p": pilot.id, "node": ev.get("node"), "t": time.time()})
+        elif ev.get("k") == BACK and str(ev.get("why") or "").startswith(SETUP_FAILED):
             pilot.refused.add((ev.get("n"), ev.get("m")))
             if not pilot.full:
                 pilot.full = True  # (it finishes what it runs and leaves; the next pilot tries its nodes)
                 pilot.send({"k": STOP})
-                failed = self.__dict__.setdefault("_setup_failed_pilots", set())
-                failed.add(pilot.id)
-                if len(failed) >= SETUP_FAILURES:
-                    self._setup_stop = (f"setup_per_node failed on every node of {len(failed)} pilots in a row "
-                                        f"(see {pilot.dir}/setup-*.log): fix the lines, then resume")
+                self.failed_pilots.add(pilot.id)
+                if len(self.failed_pilots) >= SETUP_FAILURES:
+                    self.stop = (f"setup_per_node failed on every node of {len(self.failed_pilots)} pilots in a row "
+                                 f"(see {pilot.dir}/setup-*.log): fix the lines, then resume")
 
-    # -- a resumed engine ------------------------------------------------------------------
-    def _restore_lane(self, p: dict[str, Any]) -> None:
-        """Before a helper pilot is reattached: its lane, as the journal recorded it."""
-        from hostinfo.model import Host
 
-        from .handles import Lane
+# -- a resumed engine ----------------------------------------------------------------------
 
-        lane_def, name = p.get("lane_def"), p.get("lane")
-        if lane_def and name and name not in self.lanes:
-            self.lanes[name] = Lane(Host(**lane_def["host_def"]), int(lane_def.get("cores") or 1),
-                                    lane_def.get("pilot_args") or [], float(self.info.get("status_every", 5.0)))
+def restore_lane(lanes: dict[str, Lane], info: dict[str, Any], p: dict[str, Any]) -> None:
+    """Before a helper pilot is reattached: its lane, as the journal recorded it."""
+    from hostinfo.model import Host
 
-    def _restore_pilot(self, pilot: PilotHandle, p: dict[str, Any]) -> None:
-        """A reattached pilot's helper and draining marks; its setup sets again; a drain
-        the last engine may not have sent, sent again (the pilot takes it once)."""
-        pilot.serves = p.get("serves")
-        self._with_setups(pilot)
-        if p.get("draining"):
-            pilot.draining = True
-            pilot.send({"k": LEAVE})
+    from .handles import Lane
 
-    def _shared(self, pilot: PilotHandle) -> bool:
-        """Whether a pilot shares its members with pilots added to the run (on its host, or
-        helpers): then it holds two members a slot, not a deep queue, so that ready
-        members spread over all of them (what a pilot holds already stays with it)."""
-        return any(p.alive and p is not pilot and (p.serves or p.lane == pilot.lane) for p in self.pilots.values())
+    lane_def, name = p.get("lane_def"), p.get("lane")
+    if lane_def and name and name not in lanes:
+        lanes[name] = Lane(Host(**lane_def["host_def"]), int(lane_def.get("cores") or 1),
+                           lane_def.get("pilot_args") or [], float(info.get("status_every", 5.0)))
 
-    def _pilot_view(self) -> dict[str, Any]:
-        """What ``pwe pilot list`` and ``pwe status`` read from state.json: whether each
-        live pilot came up, and the nodes where its setup_per_node failed."""
-        return {p.id: {"up": p.came_up, "setup_failed": p.__dict__.get("setup_failed", [])}
-                for p in self.pilots.values() if p.alive}
 
+def restore_pilot(pilot: PilotHandle, p: dict[str, Any], setups: Setups) -> None:
+    """A reattached pilot's helper and draining marks; its setup sets again; a drain
+    the last engine may not have sent, sent again (the pilot takes it once)."""
+    pilot.serves = p.get("serves")
+    setups.send_to(pilot)
+    if p.get("draining"):
+        pilot.become(PilotState.DRAINING)
+        pilot.send({"k": LEAVE})

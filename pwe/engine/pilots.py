@@ -15,52 +15,74 @@ its members are handed on only once the batch system says the job ended (or afte
 ``end_wait``), its messages taken in again. A lane whose batch system does not answer
 (:attr:`Lane.unreachable_since`) submits nothing new until it does.
 
-Taking in what pilots say (transports, admission, journal records) is :mod:`pwe.engine.intake`;
-recovering after a crash is :mod:`pwe.engine.recovery`: both are mixins of :class:`PilotWork`.
+Taking in what pilots say (transports, admission, journal records) is the intake
+(:mod:`pwe.engine.intake`), which :class:`PilotWork` is given; what a crash left is found by
+:mod:`pwe.engine.recovery`'s functions. A pilot's stage is :class:`~pwe.engine.handles.PilotState`.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pilot.transport import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
-from .intake import Intake
-from .pilotctl import PilotControl
+from ..base.states import ASSIGNED, READY
 from ..planning.placement import pilot_job
-from .recovery import Recovery
-from .handles import Lane, PilotHandle
-from ..base.states import READY
+from . import recovery
+from .handles import Lane, PilotHandle, Pilots, PilotState
+from .pilotctl import restore_lane, restore_pilot
+
+if TYPE_CHECKING:
+    from ..planning.plan import Plan
+    from .intake import Intake
+    from .ledger import Ledger
+    from .pilotctl import Setups
 
 
-class PilotWork(Intake, Recovery, PilotControl):
-    """The engine's work with its pilots, split out of :class:`~pwe.engine.loop.Engine` (its
-    base class) by job: it uses the engine's state, journal (``_record``) and lanes."""
+class PilotWork:
+    """The engine's work with its pilots: starting them, watching them, giving them up."""
 
-    def _start_pilot(self, lane: Lane, nodes: int | None = None,
-                     extra: dict[str, Any] | None = None) -> PilotHandle | None:
-        """``nodes``, ``extra`` (pwe pilot add): the job's nodes; fields of its ``pilot`` record."""
+    def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any], ledger: Ledger, lanes: dict[str, Lane],
+                 pilots: Pilots, intake: Intake, setups: Setups, timing: tuple[float, float, float]):
+        self.dir = run_dir
+        self.plan = plan
+        self.info = info
+        self.run_id = info["run_id"]
+        self.ledger = ledger
+        self.lanes = lanes
+        self.pilots = pilots
+        self.intake = intake
+        self.setups = setups
+        self.heartbeat, self.lost_after, self.end_wait = timing  # (the engine's: pwe/engine/loop.py)
+        self.sealing: list[threading.Thread] = []  # threads compressing left pilots' spool files (seal)
+        self.edges_seen: set[str] = set()  # edge events taken in already: not read again
+
+    def start(self, lane: Lane, nodes: int | None = None,
+              extra: dict[str, Any] | None = None) -> PilotHandle | None:
+        """Start a pilot on ``lane`` (None: its batch system did not answer). ``nodes``,
+        ``extra`` (pwe pilot add): the job's nodes; fields of its ``pilot`` record."""
         if lane.protocol.batch:
-            return self._with_setups(self._submit_pilot(lane, nodes, extra))
-        pid_ = f"p{self._next_pilot}"
-        self._next_pilot += 1
+            return self.setups.send_to(self.submit(lane, nodes, extra))
+        pid_ = self.pilots.new_id()
         d = self.dir / "pilots" / pid_
-        transport = self._transport(lane.name, pid_)  # before the pilot looks for its tasks
+        transport = self.intake.transport(lane.name, pid_)  # before the pilot looks for its tasks
         popen = lane.protocol.start(d, lane.cores, self.heartbeat,
                                     idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args,
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
         host = socket.gethostname()
-        self._record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
-                      "slots": lane.cores, "t": time.time(), **(extra or {})})
+        self.ledger.record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
+                            "slots": lane.cores, "t": time.time(), **(extra or {})})
         pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
         self.pilots[pid_] = pilot
-        return self._with_setups(pilot)
+        return self.setups.send_to(pilot)
 
-    def _submit_pilot(self, lane: Lane, nodes: int | None = None,
+    def submit(self, lane: Lane, nodes: int | None = None,
                       extra: dict[str, Any] | None = None) -> PilotHandle | None:
         """Glide in: one batch job that becomes a pilot, sized for the members ready now.
         None when the batch system did not answer: tried again after a back-off."""
@@ -69,11 +91,10 @@ class PilotWork(Intake, Recovery, PilotControl):
         if lane.retry_pilot:  # its submission did not get through: the same pilot, the same job name
             pid_, maybe_taken = lane.retry_pilot
         else:
-            pid_ = f"p{self._next_pilot}"
-            self._next_pilot += 1
+            pid_ = self.pilots.new_id()
         d = self.dir / "pilots" / pid_
-        transport = self._transport(lane.name, pid_)  # its tasks are there before the job starts
-        st = self.state
+        transport = self.intake.transport(lane.name, pid_)  # its tasks are there before the job starts
+        st = self.ledger.state
         ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
                         heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60),
@@ -89,7 +110,7 @@ class PilotWork(Intake, Recovery, PilotControl):
                 job_id = lane.protocol.submit(job, str(script))
         except SchedulerUnreachable as exc:
             lane.retry_pilot = (pid_, maybe_taken or exc.maybe_ran)
-            self._unreachable(lane, str(exc))
+            self.unreachable(lane, str(exc))
             return None
         except (SubmitError, ContactError) as exc:
             # the run keeps its state: fix the host (hosts.yaml, the account, the cluster) and resume;
@@ -100,16 +121,16 @@ class PilotWork(Intake, Recovery, PilotControl):
             raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {exc}: fix the host "
                              "(its hosts.yaml entry, the account or partition it names)") from exc
         lane.retry_pilot = None
-        self._reachable(lane)
-        self._record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
-                      "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
-                      **(extra or {})})
+        self.reachable(lane)
+        self.ledger.record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
+                            "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
+                            **(extra or {})})
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
                             transport=transport)
         self.pilots[pid_] = pilot
         return pilot
 
-    def _poll_jobs(self, lane: Lane) -> None:
+    def poll_jobs(self, lane: Lane) -> None:
         """One batched status query for every live batch pilot of a host, at most every
         status_every s."""
         from protocols.base import JobState
@@ -121,13 +142,13 @@ class PilotWork(Intake, Recovery, PilotControl):
         lane.last_status = now
         states = lane.protocol.status([p.job for p in live])  # UNKNOWN when the host does not answer
         if lane.protocol.no_answer:
-            self._unreachable(lane, lane.protocol.no_answer)
+            self.unreachable(lane, lane.protocol.no_answer)
         else:
-            self._reachable(lane)
+            self.reachable(lane)
         # back off while nothing changes (kind to the scheduler); look again soon after a
         # change, and while a pilot given up waits for its job to end
         changed = any(states.get(p.job) != p.job_state for p in live)
-        lane.status_interval = lane.status_every if changed or any(p.given_up for p in live) else \
+        lane.status_interval = lane.status_every if changed or any(p.given_up_why for p in live) else \
             min(60.0, lane.status_interval * 1.5)
         for pilot in live:
             state = states.get(pilot.job, JobState.UNKNOWN)
@@ -136,31 +157,31 @@ class PilotWork(Intake, Recovery, PilotControl):
                 why = f"batch job {pilot.job} {state.value}"
                 if state is JobState.TIMEOUT:
                     why += " (walltime: expected for a pilot)"
-                self._pilot_gone(pilot, why)
+                self.gone(pilot, why)
 
-    def _unreachable(self, lane: Lane, why: str) -> None:
+    def unreachable(self, lane: Lane, why: str) -> None:
         """The lane's batch system did not answer: say so once (journal, ``pwe status``),
         and submit nothing there before ``retry_at`` (back-off, up to a minute)."""
         now = time.time()
         if lane.unreachable_since is None:
             lane.unreachable_since = now
             lane.backoff = lane.status_every
-            self._record({"e": "note", "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
-                          "waiting for it: no new pilot is submitted there until it answers", "t": now})
+            self.ledger.record({"e": "note", "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
+                                "waiting for it: no new pilot is submitted there until it answers", "t": now})
         else:
             lane.backoff = min(60.0, lane.backoff * 1.5)
         lane.unreachable_why = why
         lane.retry_at = now + lane.backoff
 
-    def _reachable(self, lane: Lane) -> None:
+    def reachable(self, lane: Lane) -> None:
         if lane.unreachable_since is not None:
             now = time.time()
-            self._record({"e": "note", "what": f"the batch system of host '{lane.name}' answers again, after "
-                          f"{now - lane.unreachable_since:.0f} s", "t": now})
+            self.ledger.record({"e": "note", "what": f"the batch system of host '{lane.name}' answers again, after "
+                                f"{now - lane.unreachable_since:.0f} s", "t": now})
             lane.unreachable_since = None
             lane.unreachable_why = ""
 
-    def _may_submit(self, lane: Lane) -> bool:
+    def may_submit(self, lane: Lane) -> bool:
         """Whether a new pilot may be started on the lane now: not while its batch system
         does not answer, except as a retry, after the back-off, when no pilot of the lane
         is polled (a submission is then the only way to learn it answers again); never
@@ -169,63 +190,71 @@ class PilotWork(Intake, Recovery, PilotControl):
         if not lane.protocol.batch:
             return True
         alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
-        if any(p.given_up for p in alive) and len(alive) >= lane.host.max_pilots:
+        if any(p.given_up_why for p in alive) and len(alive) >= lane.host.max_pilots:
             return False
         if lane.unreachable_since is None:
             return True
         return time.time() >= lane.retry_at and not any(p.job for p in alive)
 
-    def _take_edges(self) -> None:
+    def take_edges(self) -> None:
         """Batch systems' edge events (pwe notify): journal the authentic ones, each once (by
         its id: a replay is ignored and counted); a job that ended while its pilot still
         looks alive is gone now, not at the next status poll."""
         from ..runstate.notify import receive
 
-        st = self.state
-        for msg, ok in receive(self.dir, self._edges_seen):
+        st = self.ledger.state
+        record = self.ledger.record
+        for msg, ok in receive(self.dir, self.edges_seen):
             if not ok:
-                self._record({"e": "note", "what": "edge event with a bad signature ignored",
+                record({"e": "note", "what": "edge event with a bad signature ignored",
                               "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
                 continue
             if msg["id"] in st.edges:
-                self._record({"e": "note", "what": "edge event already applied: its replay ignored",
+                record({"e": "note", "what": "edge event already applied: its replay ignored",
                               "replay_of": msg["id"], "replays": st.edges[msg["id"]] + 1, "file": msg["file"],
                               "pilot": msg.get("pilot"), "t": time.time()})
                 continue
-            self._record({"e": "edge", **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status",
-                                                                    "t")}})
+            record({"e": "edge", **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status", "t")}})
             pilot = self.pilots.get(msg.get("pilot"))
             if msg.get("event") == "ended" and pilot is not None and pilot.alive:
-                self._pilot_gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
+                self.gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
 
-    def _check_pilots(self) -> None:
-        self._check_setups()  # (setup_per_node failing on every node, pilot after pilot: pwe/engine/pilotctl.py)
+    def check(self) -> None:
+        """Each round: the lanes' batch systems asked (at their pace), and each live pilot
+        that is gone, given up too long, or silent given up or its job cancelled."""
+        self.setups.check()  # (setup_per_node failing on every node, pilot after pilot: pwe/engine/pilotctl.py)
         for lane in self.lanes.values():
             if lane.protocol.polls_status:
-                self._poll_jobs(lane)
+                self.poll_jobs(lane)
         now = time.time()
         for pilot in list(self.pilots.values()):
             if not pilot.alive:
                 continue
-            if pilot.down or self._process_gone(pilot):
-                self._pilot_gone(pilot, "exited" if pilot.down else "died")
-            elif pilot.given_up:
+            down = pilot.state is PilotState.DOWN
+            if down or self.process_gone(pilot):
+                self.gone(pilot, "exited" if down else "died")
+            elif pilot.state is PilotState.GIVEN_UP:
                 if now - pilot.given_up_at > self.end_wait:
-                    self._pilot_gone(pilot, f"its job did not end within {self.end_wait:.0f} s")
+                    self.gone(pilot, f"its job did not end within {self.end_wait:.0f} s")
             elif self._silent(pilot, now):
-                why = f"silent for {now - pilot.last_heard:.0f} s"
-                if pilot.job is None:  # no job to end: what it said is all there is
-                    self._pilot_gone(pilot, why)
-                    continue
-                # its job may still run (a frozen process, a stalled filesystem) and its members
-                # with it: end the job, and hand its members on only once it has ended and
-                # everything it wrote has been taken in
-                lane = self.lanes[pilot.lane]
-                lane.protocol.cancel([pilot.job])
-                pilot.given_up, pilot.given_up_at = why, now
-                lane.status_interval, lane.last_status = lane.status_every, 0.0  # ask soon
-                self._record({"e": "note", "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
-                              "its members are handed on once the job has ended", "p": pilot.id, "t": now})
+                self._give_up(pilot, now)
+
+    def _give_up(self, pilot: PilotHandle, now: float) -> None:
+        """A pilot silent for ``lost_after`` s."""
+        why = f"silent for {now - pilot.last_heard:.0f} s"
+        if pilot.job is None:  # no job to end: what it said is all there is
+            self.gone(pilot, why)
+            return
+        # its job may still run (a frozen process, a stalled filesystem) and its members
+        # with it: end the job, and hand its members on only once it has ended and
+        # everything it wrote has been taken in
+        lane = self.lanes[pilot.lane]
+        lane.protocol.cancel([pilot.job])
+        pilot.become(PilotState.GIVEN_UP)
+        pilot.given_up_why, pilot.given_up_at = why, now
+        lane.status_interval, lane.last_status = lane.status_every, 0.0  # ask soon
+        self.ledger.record({"e": "note", "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
+                            "its members are handed on once the job has ended", "p": pilot.id, "t": now})
 
     def _silent(self, pilot: PilotHandle, now: float) -> bool:
         """A pilot that should be speaking (its job runs, or it is a process on another
@@ -239,89 +268,116 @@ class PilotWork(Intake, Recovery, PilotControl):
                 return False  # queued, or its batch system does not answer: its word is awaited
         elif pilot.host == socket.gethostname():
             return False  # a process here: whether it lives is asked of the process
-        self._ingest(pilot)  # what it said while the engine was busy (a slow status query)
+        self.intake.ingest(pilot)  # what it said while the engine was busy (a slow status query)
         return now - pilot.last_heard > self.lost_after
 
-    def _process_gone(self, pilot: PilotHandle) -> bool:
+    def process_gone(self, pilot: PilotHandle) -> bool:
         """A pilot whose process is gone; never one whose liveness the batch system tells
-        (asked for all pilots at once: _poll_jobs)."""
+        (asked for all pilots at once: poll_jobs)."""
         protocol = self.lanes[pilot.lane].protocol
         return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
 
     def _seal(self, pilot: PilotHandle) -> None:
         """A pilot that said it left, all it said taken in: its spool files are compressed
         when they are big (:func:`pilot.transport.seal`), in a thread (a million members'
-        take seconds, and zlib lets the loop go on); :meth:`_sealed` waits for them."""
-        import threading
-
+        take seconds, and zlib lets the loop go on); :meth:`await_seals` waits for them."""
         pilot.close()
-        pilot.sealed = True
+        pilot.become(PilotState.SEALED)
         t = threading.Thread(target=_seal_quietly, args=(str(pilot.dir),), name=f"seal {pilot.id}")
         t.start()
-        self._sealing.append(t)
+        self.sealing.append(t)
 
-    def _await_leaving(self, wait: float = 30.0) -> None:
+    def await_leaving(self, wait: float = 30.0) -> None:
         """At the end of a finished run: each pilot just told to stop whose spool files are
         big enough to seal is waited for until it says it left (``wait`` s at most, all
         together: a pilot leaves in well under a second on a quiet machine, and the wait
         must not give up on a busy one), then given up as gone (journaled) and sealed. One
         with small files, or whose process is gone without a word, is not waited for: the
         run's end is not held up for nothing."""
-        if self.state is None or self.state.unfinished():
+        st = self.ledger.state
+        if st is None or st.unfinished():
             return
         above = seal_above()
-        big = [p for p in self.pilots.values()
-               if p.alive and not p.sealed and sum(spool_bytes(str(p.dir)).values()) > above]
+        big = [p for p in self.pilots.values() if p.alive and sum(spool_bytes(str(p.dir)).values()) > above]
         deadline = time.time() + wait
         while big:
             for p in list(big):
-                self._ingest(p)
-                if p.down:
-                    self._pilot_gone(p, "exited")
+                self.intake.ingest(p)
+                if p.state is PilotState.DOWN:
+                    self.gone(p, "exited")
                     big.remove(p)
-                elif self._process_gone(p):
+                elif self.process_gone(p):
                     big.remove(p)  # (gone without a word: the loop's check says so, not this wait)
             if not big or time.time() > deadline:
                 break
             time.sleep(0.02)
 
-    def _sealed(self) -> None:
+    def await_seals(self) -> None:
         """Wait for the seals under way (:meth:`_seal`)."""
-        while self._sealing:
-            self._sealing.pop().join()
+        while self.sealing:
+            self.sealing.pop().join()
 
-    def _pilot_gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
+    def reattach(self, pid_: str, p: dict[str, Any], recovered: list[dict[str, Any]]) -> None:
+        """A pilot the journal says is alive, taken up again by a resumed engine: assignments
+        journaled but never sent to it (the engine was killed in between) handed back;
+        ``recovered``: what it said of itself that a damaged journal lost (up, drain, down:
+        :func:`pwe.engine.recovery.recover`); then its messages read on from its cursor."""
+        restore_lane(self.lanes, self.info, p)  # (a helper's lane: pwe/engine/pilotctl.py)
+        lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
+        pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
+                            cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
+                            transport=self.intake.transport(lane, pid_))
+        pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
+        self.pilots[pid_] = pilot
+        restore_pilot(pilot, p, self.setups)  # (helper, draining, setup_per_node: pwe/engine/pilotctl.py)
+        st = self.ledger.state
+        queued = {(nid, i, st.nodes[nid].attempt[i]) for nid, i in st.inflight(pid_)
+                  if st.nodes[nid].state[i] == ASSIGNED}
+        sent = pilot.transport.sent(among=queued) if queued else {}
+        for nid, i, _ in sorted(queued - sent.keys(), key=lambda k: (k[0], k[1])):
+            self.ledger.record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+        pilot.outstanding = len(st.inflight(pid_))
+        for ev in recovered:
+            self.intake.take(pilot, ev)
+        self.intake.ingest(pilot)
+        if self.process_gone(pilot) and pilot.state is not PilotState.DOWN:
+            self.gone(pilot, "lost while the engine was down")
+
+    def gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         """Give a pilot up: take in everything it wrote first (pilot events win), then hand
-        its unfinished members on."""
+        its unfinished members on. ``broke``: it counts towards the pilots in a row that
+        broke (three stop the run)."""
         if pilot.alive:
-            self._ingest(pilot)
-        if pilot.given_up:
-            why = f"{pilot.given_up}, its job cancelled; then {why}"
-        self._orphan_ends(pilot)  # (what its guardian saw end as it died: not run again)
-        st = self.state
+            self.intake.ingest(pilot)
+        if pilot.given_up_why:
+            why = f"{pilot.given_up_why}, its job cancelled; then {why}"
+        intake, st, record = self.intake, self.ledger.state, self.ledger.record
+        recovery.orphan_ends(pilot, st, self.dir, intake.secret, intake.take, record)  # (not run again)
         inflight = st.inflight(pilot.id)
         if pilot.host == socket.gethostname():
-            self._end_orphans(pilot, inflight)
+            recovery.end_orphans(pilot, inflight, st, self.run_id, record)
         now = time.time()
         for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)
-            self._record({"e": "unassign", "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
-                          "why": f"its pilot {pilot.id} is gone ({why}); it runs again", "t": now})
-        self._record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": now})
-        pilot.alive = False
-        pilot.outstanding = pilot.extra = 0
-        pilot._groups.clear()
+            record({"e": "unassign", "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
+                    "why": f"its pilot {pilot.id} is gone ({why}); it runs again", "t": now})
+        record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": now})
+        said_down = pilot.state is PilotState.DOWN
+        pilot.become(PilotState.GONE)
+        pilot.let_go()
         if pilot.popen is not None:
             pilot.popen.poll()
-        if pilot.down:
+        if said_down:
             self._seal(pilot)
         # A pilot that never came up, died without saying goodbye, or left on an error, and
         # finished nothing: three in a row is a pilot that cannot work here (a defect, a
         # broken environment). Stop with its words instead of starting pilots forever.
-        broken = not pilot.came_up or not pilot.down or pilot.down_why.startswith("error")
-        if not broke or not broken or pilot.finished_any:
-            return
-        self._failed_pilots += 1
-        if self._failed_pilots >= 3:
+        broken = not pilot.came_up or not said_down or pilot.down_why.startswith("error")
+        if broke and broken and not pilot.finished_any:
+            self._broke(pilot)
+
+    def _broke(self, pilot: PilotHandle) -> None:
+        self.pilots.failed_in_a_row += 1
+        if self.pilots.failed_in_a_row >= 3:
             log = pilot.dir / "pilot.log"
             try:
                 with open_regular(log, "rb", within=pilot.dir) as fh:  # (its last 4 KiB: a line of it)

@@ -1,22 +1,32 @@
-"""After a crash: what the engine does to pick a run up again. Split out of
-:mod:`pwe.engine.pilots` by job (a mixin of its ``PilotWork``, so of the engine): reattaching
-the pilots the journal says are alive, recovering what a damaged or torn journal lost
-from the pilots' own files, and ending the members a dead pilot left running before
-they are run again."""
+"""After a crash: what the engine does to pick a run up again, as functions over the
+run's state and journal and the pilots' own files, each given what it reads and the
+callable that journals (``record``): :func:`recover` (what a damaged or torn journal lost,
+read back from the pilots' spools; it returns what the pilots said of themselves, for
+their reattachment: :meth:`pwe.engine.pilots.PilotWork.reattach`), :func:`orphan_ends` (the
+ends a dead pilot's guardian saw) and :func:`end_orphans` (the members a dead pilot of this
+machine left running, ended before they run again)."""
 
 from __future__ import annotations
 
 import os
 import signal
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.wire import BACK, DOWN, DRAIN, END, START, UP, channel_key
 
 from ..base.states import ASSIGNED, READY, RUNNING
 
 if TYPE_CHECKING:
+    from pilot.transport import Transport
+
+    from ..runstate.state import RunState
     from .handles import PilotHandle
+    from .ledger import Ledger
+
+#: a callable that journals a record and applies it (:meth:`pwe.engine.ledger.Ledger.record`)
+Record = Callable[[dict[str, Any]], Any]
 
 
 def _kill_group(pgid: int) -> None:
@@ -33,171 +43,164 @@ def _task_key(msg: dict[str, Any]) -> tuple[str, int, int] | None:
     return (n, m, a) if isinstance(n, str) and isinstance(m, int) and isinstance(a, int) else None
 
 
-class Recovery:
-    """Uses the engine's state, journal (``_record``), pilots and lanes."""
+#: each pilot's spool as read whole: (its events, the cursor after them, the tasks it holds)
+Files = dict[str, tuple[list[dict[str, Any]], Any, Counter]]
 
-    def _reattach(self, pid_: str, p: dict[str, Any]) -> None:
-        from .handles import PilotHandle
 
-        self._restore_lane(p)  # (a helper's lane: pwe/engine/pilotctl.py)
-        lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
-        pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
-                            cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
-                            transport=self._transport(lane, pid_))
-        pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
-        self.pilots[pid_] = pilot
-        self._restore_pilot(pilot, p)  # (helper, draining, setup_per_node: pwe/engine/pilotctl.py)
-        # assignments journaled but never sent to the pilot (killed in between): hand back
-        st = self.state
-        queued = {(nid, i, st.nodes[nid].attempt[i]) for nid, i in st.inflight(pid_)
-                  if st.nodes[nid].state[i] == ASSIGNED}
-        sent = pilot.transport.sent(among=queued) if queued else {}
-        for nid, i, _ in sorted(queued - sent.keys(), key=lambda k: (k[0], k[1])):
-            self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
-        pilot.outstanding = len(st.inflight(pid_))
-        for ev in self._recovered.pop(pid_, ()):
-            self._take(pilot, ev)  # what it said of itself (up, drain, down), read by _recover
-        self._ingest(pilot)
-        if self._process_gone(pilot) and not pilot.down:
-            self._pilot_gone(pilot, "lost while the engine was down")
+def recover(ledger: Ledger, transport: Callable[[str, str], Transport], first_lane: str,
+            event_record: Callable[[str, dict[str, Any]], dict[str, Any] | None]) -> dict[str, list[dict[str, Any]]]:
+    """The journal was damaged (records skipped) or cut short: what it lost, the pilots'
+    own files still say, and they are read whole again. ``transport(lane, pilot)``: the
+    transport to a pilot (``first_lane`` for one whose lane the journal lost);
+    ``event_record(pilot, message)``: the journal record of a pilot's start or end
+    (:meth:`pwe.engine.intake.Intake.event_record`, judged). Returns what each live pilot
+    said of itself (up, drain, down), for its reattachment.
 
-    def _recover(self) -> None:
-        """The journal was damaged (records skipped) or cut short: what it lost, the pilots'
-        own files still say, and they are read whole again.
+    Each pilot's tasks file says what it was sent, its events what it handed back,
+    started and ended. So: the starts and ends of the members the journal has on each
+    pilot are applied again first (a member whose end the journal lost ended, even on
+    a pilot that is gone: it is not run again); then a member the journal has on a
+    pilot that is gone, or on one that does not hold it (never sent, or handed back),
+    is handed back; a task a pilot holds that the journal forgot is that pilot's again
+    (never sent twice: the pilot would run it twice); then every start and end is applied
+    again (one already applied changes nothing). Only what changes the state is
+    journaled, and each pilot's cursor moves to the end of what was read."""
+    st = ledger.state
+    files = _read_spools(st, transport, first_lane)
+    # first what the pilots' files say of the members the journal has on them: one whose
+    # end it lost on a pilot that is gone ended there, and is no stray to run again
+    _apply_again(ledger, files, event_record)
+    _hand_back_strays(ledger, files)
+    started = {_task_key(ev): pid_ for pid_, (events, _, _) in files.items() for ev in events
+               if ev.get("k") == START}
+    live = [q for q in reversed(list(files)) if st.pilots[q].get("alive")]
+    # an end applied again may release members whose assignment the journal skipped
+    # (they were not ready then): until nothing changes
+    while _adopt(ledger, files, started, live) + _apply_again(ledger, files, event_record):
+        pass
+    recovered: dict[str, list[dict[str, Any]]] = {}
+    for pid_, (events, cursor, _) in files.items():
+        if st.pilots[pid_].get("alive") and cursor is not None:
+            ledger.record({"e": "offset", "p": pid_, "off": cursor})
+            recovered[pid_] = [ev for ev in events if ev.get("k") in (UP, DRAIN, DOWN)]
+    _hand_back_strays(ledger, files)  # (a pilot that is gone and had started one the journal forgot)
+    return recovered
 
-        Each pilot's tasks file says what it was sent, its events what it handed back,
-        started and ended. So: the starts and ends of the members the journal has on each
-        pilot are applied again first (a member whose end the journal lost ended, even on
-        a pilot that is gone: it is not run again); then a member the journal has on a
-        pilot that is gone, or on one that does not hold it (never sent, or handed back),
-        is handed back; a task a
-        pilot holds that the journal forgot is that pilot's again (never sent twice:
-        the pilot would run it twice); then every start and end is applied again (one
-        already applied changes nothing). Only what changes the state is journaled, and
-        each pilot's cursor moves to the end of what was read."""
-        st = self.state
-        files: dict[str, tuple[list[dict[str, Any]], Any, Counter]] = {}
-        for pid_ in st.pilots:
-            files[pid_] = ([], None, Counter())  # (unread: its cursor stays where it was)
-            try:
-                spool = self._transport(st.pilots[pid_].get("lane") or next(iter(self.lanes)), pid_)
-            except OSError:
-                continue  # (its directory is gone, and cannot be made: nothing to read)
-            try:
-                events, cursor = spool.receive(0)
-                backs = Counter(_task_key(ev) for ev in events if ev.get("k") == BACK)
-                files[pid_] = (events, cursor, spool.sent() - backs)
-            except OSError:
-                pass
-            finally:
-                spool.close()
 
-        def holds(pid_: str, nid: str, i: int, a: int) -> bool:
-            return bool(st.pilots.get(pid_, {}).get("alive")) and (nid, i, a) in files[pid_][2]
-
-        def hand_back_strays() -> None:
-            for nid, ns in st.nodes.items():
-                for i, pid_ in list(ns.pilot.items()):
-                    if not holds(pid_, nid, i, ns.attempt[i]):
-                        self._record({"e": "unassign", "n": nid, "m": i, "p": pid_})
-
-        started = {_task_key(ev): pid_ for pid_, (events, _, _) in files.items() for ev in events
-                   if ev.get("k") == START}
-        live = [q for q in reversed(list(files)) if st.pilots[q].get("alive")]
-
-        def adopt() -> int:
-            # a task the journal forgot: the pilot that started it has it, else the newest
-            # live pilot that holds it; one nobody started on a pilot that is gone runs again
-            n = 0
-            for key, pid_ in list(started.items()) + [(key, q) for q in live for key in files[q][2]]:
-                nid, i, a = key or ("", -1, 0)
-                ns = st.nodes.get(nid)
-                if ns is not None and 0 <= i < ns.size and ns.state[i] == READY and ns.attempt[i] == a - 1 \
-                        and key in files[pid_][2]:
-                    self._record({"e": "assign", "n": nid, "m": i, "a": a, "p": pid_})
-                    n += 1
-            return n
-
-        def apply_again() -> int:
-            n = 0
-            for pid_, (events, _, _) in files.items():
-                for ev in events:
-                    key = _task_key(ev) if ev.get("k") in (START, END) else None
-                    ns = st.nodes.get(key[0]) if key else None
-                    if ns is None or not 0 <= key[1] < ns.size or (ev["k"] == START and ns.state[key[1]] != ASSIGNED):
-                        continue  # (a start of one already running changes nothing)
-                    rec = self._judged(self._event_record(pid_, ev))
-                    if rec is not None and st.apply(rec) is not None:
-                        self.journal.append(rec)
-                        n += 1
-            return n
-
-        # first what the pilots' files say of the members the journal has on them: one whose
-        # end it lost on a pilot that is gone ended there, and is no stray to run again
-        apply_again()
-        hand_back_strays()
-        # an end applied again may release members whose assignment the journal skipped
-        # (they were not ready then): until nothing changes
-        while adopt() + apply_again():
+def _read_spools(st: RunState, transport: Callable[[str, str], Transport], first_lane: str) -> Files:
+    files: Files = {}
+    for pid_ in st.pilots:
+        files[pid_] = ([], None, Counter())  # (unread: its cursor stays where it was)
+        try:
+            spool = transport(st.pilots[pid_].get("lane") or first_lane, pid_)
+        except OSError:
+            continue  # (its directory is gone, and cannot be made: nothing to read)
+        try:
+            events, cursor = spool.receive(0)
+            backs = Counter(_task_key(ev) for ev in events if ev.get("k") == BACK)
+            files[pid_] = (events, cursor, spool.sent() - backs)
+        except OSError:
             pass
-        for pid_, (_, cursor, _) in files.items():
-            if st.pilots[pid_].get("alive") and cursor is not None:
-                self._record({"e": "offset", "p": pid_, "off": cursor})
-                self._recovered[pid_] = [ev for ev in files[pid_][0] if ev.get("k") in (UP, DRAIN, DOWN)]
-        hand_back_strays()  # (a pilot that is gone and had started one the journal forgot)
+        finally:
+            spool.close()
+    return files
 
-    def _orphan_ends(self, pilot: PilotHandle) -> None:
-        """What the pilot's guardian saw when the pilot died (pilot/guardian.py): a member
-        that ended on its own but whose end the pilot never reported ends with that status
-        now, as its pilot would have said it (outputs read from its directory), instead
-        of running again. Members the guardian killed (still running: no result came
-        back), and ends by a kill signal, are not ends: they run again, as their next
-        attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
-        from pilot.guardian import read_orphans
-        from pilot.members import KILLED, collect
-        from pilot.wire import ORPHAN_END
 
-        from ..runstate.rundir import member_dir
+def _hand_back_strays(ledger: Ledger, files: Files) -> None:
+    """A member the journal has on a pilot that is gone, or on one that does not hold it."""
+    st = ledger.state
+    for nid, ns in st.nodes.items():
+        for i, pid_ in list(ns.pilot.items()):
+            if not (st.pilots.get(pid_, {}).get("alive") and (nid, i, ns.attempt[i]) in files[pid_][2]):
+                ledger.record({"e": "unassign", "n": nid, "m": i, "p": pid_})
 
-        st = self.state
-        key = channel_key(self._secret, pilot.id, True) if self._secret is not None else None
-        for msg in read_orphans(str(pilot.dir), key):
-            nid, i, a, rc = msg.get("n"), msg.get("m"), msg.get("a"), msg.get("rc")
-            if msg["k"] != ORPHAN_END or type(rc) is not int or rc in KILLED or nid not in st.nodes:
-                continue
-            ns = st.nodes[nid]
-            if type(i) is not int or not 0 <= i < ns.size or ns.attempt[i] != a or ns.pilot.get(i) != pilot.id \
-                    or ns.state[i] not in (ASSIGNED, RUNNING):
-                continue  # (reported after all, or not this pilot's: its own end stands)
-            if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
-                self._record({"e": "start", "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
-            out = collect(str(member_dir(self.dir, nid, i))) if rc == 0 else {}
-            self._take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
-            self._record({"e": "note", "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
-                          "pilot died; its end came from the pilot's guardian", "t": msg.get("t")})
 
-    def _end_orphans(self, pilot: PilotHandle, inflight: list[tuple[str, int]]) -> None:
-        """End what a pilot of this machine that is gone left running: a member orphaned by
-        a killed pilot would run on beside its re-issue. The pilot writes a member's
-        start before it spawns it, and its messages were read to the end first, so each
-        member it may have started is known; they are found by the environment they
-        started with (their pid is not known: written before the spawn) and their process
-        groups killed. One found that the journal has not seen start has its start
-        journaled (the attempt happened). Members on the pilot's other nodes end with
-        their node agents, whose ssh sessions end with the pilot."""
-        from pilot.spawn import members_of
+def _adopt(ledger: Ledger, files: Files, started: dict[Any, str], live: list[str]) -> int:
+    """A task the journal forgot: the pilot that started it has it, else the newest live
+    pilot that holds it; one nobody started on a pilot that is gone runs again."""
+    st = ledger.state
+    n = 0
+    for key, pid_ in list(started.items()) + [(key, q) for q in live for key in files[q][2]]:
+        nid, i, a = key or ("", -1, 0)
+        ns = st.nodes.get(nid)
+        if ns is not None and 0 <= i < ns.size and ns.state[i] == READY and ns.attempt[i] == a - 1 \
+                and key in files[pid_][2]:
+            ledger.record({"e": "assign", "n": nid, "m": i, "a": a, "p": pid_})
+            n += 1
+    return n
 
-        st = self.state
-        mine = {(nid, str(i), str(st.nodes[nid].attempt[i])): (nid, i) for nid, i in inflight}
-        for nid, i in inflight:
-            if st.nodes[nid].pid.get(i):  # (a pilot of an earlier pwe said its members' pids)
-                _kill_group(st.nodes[nid].pid[i])
-        for pid, key in (members_of(self.run_id).items() if mine else ()):
-            if key in mine:
-                nid, i = mine[key]
-                if st.nodes[nid].state[i] == ASSIGNED:
-                    self._record({"e": "start", "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
-                try:
-                    _kill_group(os.getpgid(pid))
-                except ProcessLookupError:
-                    pass
+
+def _apply_again(ledger: Ledger, files: Files,
+                 event_record: Callable[[str, dict[str, Any]], dict[str, Any] | None]) -> int:
+    """Every start and end the pilots' files hold, applied again; journaled where it changed the state."""
+    st = ledger.state
+    n = 0
+    for pid_, (events, _, _) in files.items():
+        for ev in events:
+            key = _task_key(ev) if ev.get("k") in (START, END) else None
+            ns = st.nodes.get(key[0]) if key else None
+            if ns is None or not 0 <= key[1] < ns.size or (ev["k"] == START and ns.state[key[1]] != ASSIGNED):
+                continue  # (a start of one already running changes nothing)
+            rec = event_record(pid_, ev)
+            if rec is not None and st.apply(rec) is not None:
+                ledger.journal.append(rec)
+                n += 1
+    return n
+
+
+def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes | None,
+                take: Callable[[PilotHandle, dict[str, Any]], None], record: Record) -> None:
+    """What the pilot's guardian saw when the pilot died (pilot/guardian.py): a member
+    that ended on its own but whose end the pilot never reported ends with that status
+    now, as its pilot would have said it (outputs read from its directory), instead
+    of running again. Members the guardian killed (still running: no result came
+    back), and ends by a kill signal, are not ends: they run again, as their next
+    attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
+    from pilot.guardian import read_orphans
+    from pilot.members import KILLED, collect
+    from pilot.wire import ORPHAN_END
+
+    from ..runstate.rundir import member_dir
+
+    key = channel_key(secret, pilot.id, True) if secret is not None else None
+    for msg in read_orphans(str(pilot.dir), key):
+        nid, i, a, rc = msg.get("n"), msg.get("m"), msg.get("a"), msg.get("rc")
+        if msg["k"] != ORPHAN_END or type(rc) is not int or rc in KILLED or nid not in st.nodes:
+            continue
+        ns = st.nodes[nid]
+        if type(i) is not int or not 0 <= i < ns.size or ns.attempt[i] != a or ns.pilot.get(i) != pilot.id \
+                or ns.state[i] not in (ASSIGNED, RUNNING):
+            continue  # (reported after all, or not this pilot's: its own end stands)
+        if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
+            record({"e": "start", "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
+        out = collect(str(member_dir(run_dir, nid, i))) if rc == 0 else {}
+        take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
+        record({"e": "note", "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
+                "pilot died; its end came from the pilot's guardian", "t": msg.get("t")})
+
+
+def end_orphans(pilot: PilotHandle, inflight: list[tuple[str, int]], st: RunState, run_id: str,
+                record: Record) -> None:
+    """End what a pilot of this machine that is gone left running: a member orphaned by
+    a killed pilot would run on beside its re-issue. The pilot writes a member's
+    start before it spawns it, and its messages were read to the end first, so each
+    member it may have started is known; they are found by the environment they
+    started with (their pid is not known: written before the spawn) and their process
+    groups killed. One found that the journal has not seen start has its start
+    journaled (the attempt happened). Members on the pilot's other nodes end with
+    their node agents, whose ssh sessions end with the pilot."""
+    from pilot.spawn import members_of
+
+    mine = {(nid, str(i), str(st.nodes[nid].attempt[i])): (nid, i) for nid, i in inflight}
+    for nid, i in inflight:
+        if st.nodes[nid].pid.get(i):  # (a pilot of an earlier pwe said its members' pids)
+            _kill_group(st.nodes[nid].pid[i])
+    for pid, key in (members_of(run_id).items() if mine else ()):
+        if key in mine:
+            nid, i = mine[key]
+            if st.nodes[nid].state[i] == ASSIGNED:
+                record({"e": "start", "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
+            try:
+                _kill_group(os.getpgid(pid))
+            except ProcessLookupError:
+                pass

@@ -33,7 +33,8 @@ class TaskBuilder:
             self._env_base["PWE_WORKSPACE"] = workspace
         self._members = str(run_dir / "members")
         self.envs: dict[str, dict[str, str]] = {}  # eb -> a node's shared environment (an ``env`` message)
-        self._node_env: dict[str, tuple[str, frozenset[str]]] = {}  # node -> (eb, the names its own env sets)
+        # node -> (eb, the names its own env sets, the fields its scheduling adds to each task): _node_parts
+        self._node: dict[str, tuple[str, frozenset[str], dict[str, Any]]] = {}
         self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
         self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
 
@@ -41,12 +42,10 @@ class TaskBuilder:
         """Member ``i`` of node ``nid``, attempt ``attempt``: its command, directory,
         environment and what it asks of a node. An earlier attempt's files are set aside."""
         pn = self.plan.nodes[nid]
-        sched = pn.scheduling
         cwd = member_path(self._members, nid, i)
         if attempt > 1:
             _keep_previous_attempt(Path(cwd), attempt - 1)
-        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
-        eb, own = self._node_env.get(nid) or self._shared_env(nid, ranks, threads)
+        eb, own, fixed = self._node.get(nid) or self._node_parts(nid)
         env = {"PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt)}
         for name, value in pn.space.values_of(i).items():
             env["PWE_PARAM_" + name.upper()] = value_text(value)
@@ -58,36 +57,19 @@ class TaskBuilder:
             env = {k: v for k, v in env.items() if k not in own}
         task = {"k": TASK, "n": nid, "m": i, "a": attempt, "cmd": self.plan.command(nid, i), "cwd": cwd,
                 "env": env, "eb": eb}
-        if ranks != 1:
-            task["ranks"] = ranks
-        if threads != 1:
-            task["threads"] = threads
-        if sched.maxWallTimePerMember is not None:
-            task["wall"] = sched.maxWallTimePerMember
-        if sched.ranksPerNode:
-            task["rpn"] = sched.ranksPerNode  # its ranks this many to a node (pilot/packing.py)
-        if sched.shareNodes is False:
-            task["exclusive"] = True  # whole nodes, shared with no other member
-        if sched.coreUsageRule:
-            task["cap"] = sched.coreUsageRule  # most cores of a node this kind of member may use
-        if sched.gpusPerMember:
-            task["gpus"] = sched.gpusPerMember
-        if sched.memoryPerMember:
-            task["mem"] = sched.memoryPerMember
-        if sched.tmpPerMember:
-            task["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/packing.py packs it)
-        setup = self._setup.get(nid)
-        if setup:
-            task["setup"] = setup  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
+        if fixed:
+            task.update(fixed)
         if pn.products and self._workspace:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
         return task
 
-    def _shared_env(self, nid: str, ranks: int, threads: int) -> tuple[str, frozenset[str]]:
-        """Node ``nid``'s shared environment, made once: its id (a digest of it, so nodes
-        that share all of it share one message) and the names the node's own ``env`` sets."""
+    def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any]]:
+        """What every task of node ``nid`` has alike, made once: its shared environment's id
+        (a digest of it, so nodes that share all of it share one message), the names the
+        node's own ``env`` sets, and the fields its scheduling profile adds to each task."""
         pn = self.plan.nodes[nid]
         sched = pn.scheduling
+        ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
         env = dict(self._env_base)
         env.update({
             "PWE_NODE": nid, "PWE_HOST": pn.host, "PWE_RANKS": str(ranks), "PWE_THREADS": str(threads),
@@ -98,8 +80,29 @@ class TaskBuilder:
         env.update(own)
         eb = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:12]
         self.envs[eb] = env
-        self._node_env[nid] = (eb, frozenset(own))
-        return self._node_env[nid]
+        fixed: dict[str, Any] = {}  # (in this order: a task's fields as they always were)
+        if ranks != 1:
+            fixed["ranks"] = ranks
+        if threads != 1:
+            fixed["threads"] = threads
+        if sched.maxWallTimePerMember is not None:
+            fixed["wall"] = sched.maxWallTimePerMember
+        if sched.ranksPerNode:
+            fixed["rpn"] = sched.ranksPerNode  # its ranks this many to a node (pilot/packing.py)
+        if sched.shareNodes is False:
+            fixed["exclusive"] = True  # whole nodes, shared with no other member
+        if sched.coreUsageRule:
+            fixed["cap"] = sched.coreUsageRule  # most cores of a node this kind of member may use
+        if sched.gpusPerMember:
+            fixed["gpus"] = sched.gpusPerMember
+        if sched.memoryPerMember:
+            fixed["mem"] = sched.memoryPerMember
+        if sched.tmpPerMember:
+            fixed["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/packing.py packs it)
+        if self._setup.get(nid):
+            fixed["setup"] = self._setup[nid]  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
+        self._node[nid] = (eb, frozenset(own), fixed)
+        return self._node[nid]
 
 
 def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
