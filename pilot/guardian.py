@@ -61,7 +61,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from .bounded import read_lines
-from .wire import DAMAGED, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILLED, decode, encode
+from .wire import BACK, DAMAGED, END, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILLED, START, decode, encode
 
 ORPHANS = "orphans.jsonl"
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
@@ -327,9 +327,9 @@ def _the_missing_one(directory: str, key: bytes | None, known: set, who: dict) -
         for line in read_lines(os.path.join(directory, "events.jsonl"), within=directory):
             for msg in _decoded(line, key):
                 k = (msg.get("n"), msg.get("m"), msg.get("a"))
-                if msg.get("k") == "start":
+                if msg.get("k") == START:
                     started[k] = 1
-                elif msg.get("k") in ("end", "back"):
+                elif msg.get("k") in (END, BACK):
                     started.pop(k, None)
     except OSError:
         return None

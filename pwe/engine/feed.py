@@ -28,6 +28,7 @@ from ..base.states import ASSIGNED, READY, RUNNING, WAITING
 from ..planning import limits
 from ..planning.groups import Groups
 from ..runstate import pressure
+from ..runstate import journal as kind
 from .handles import PilotState
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ class Feeder:
             attempt = ns.attempt[i] + 1
             task = self.task(nid, i, attempt)
             self.share_env(pilot, task)
-            record({"e": "assign", "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
+            record({"e": kind.ASSIGN, "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
             pilot.send(task)
             pilot.outstanding += 1
             pilot.given += 1
@@ -266,7 +267,7 @@ class Feeder:
             attempt = ns.attempt[j] + 1
             tasks.append(self.task(nid, j, attempt))
             self.share_env(pilot, tasks[-1])  # (before the group that needs it)
-            self.ledger.record({"e": "assign", "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
+            self.ledger.record({"e": kind.ASSIGN, "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)
         pilot.given += len(chosen)

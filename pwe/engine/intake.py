@@ -5,7 +5,7 @@ applied, and the journal records made of them: :class:`Intake`, a part the engin
 callables it calls back: ``gone`` (give a pilot up: :meth:`pwe.engine.pilots.PilotWork.gone`)
 and ``setup_news`` (a node's setup_per_node outcome: :class:`pwe.engine.pilotctl.Setups`).
 
-Every message a pilot sends is checked before it is applied (:meth:`Intake._admit`):
+Every message a pilot sends is checked before it is applied (:meth:`Intake.admit`):
 its signature (the transport gives a bad one as ``forged``), its form (``malformed``)
 and its sequence number ``q``: each ``q`` is applied once per pilot, so a message read
 twice changes nothing. One that the same transport already delivered is ``replayed``;
@@ -29,6 +29,7 @@ from pilot.nodesetup import SETUP_FAILED
 from ..base.errors import RunDamaged, RunStopped
 from ..base.regular import read_bytes
 from ..planning.trees import decide
+from ..runstate import journal as kind
 from .handles import PilotState
 
 #: seconds an engine with pilots on a broker sleeps before it waits on the broker for events
@@ -142,7 +143,7 @@ class Intake:
     def reject(self, pilot: PilotHandle, ev: dict[str, Any], why: str) -> None:
         """Journal (and so count) a refused message; say the first of each kind on stderr."""
         text = str(ev.get("text") or {k: v for k, v in ev.items() if k != "via"})[:80]
-        self.ledger.record({"e": "reject", "p": pilot.id, "why": why, "k": ev.get("k"), "q": ev.get("q"),
+        self.ledger.record({"e": kind.REJECT, "p": pilot.id, "why": why, "k": ev.get("k"), "q": ev.get("q"),
                       "detail": ev.get("why"), "text": text, "t": time.time()})
         if why != "resent" and why not in pilot.refusals:
             pilot.refusals.add(why)
@@ -161,7 +162,7 @@ class Intake:
         record = self.ledger.record
         for broker in self.brokers.values():
             while broker.notes:
-                record({"e": "note", "what": broker.notes.pop(0), "t": time.time()})
+                record({"e": kind.NOTE, "what": broker.notes.pop(0), "t": time.time()})
         if not events:
             return 0
         held: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
@@ -175,7 +176,7 @@ class Intake:
         journal = self.ledger.journal
         for rec in held.values():  # (started, not ended in this batch: journaled before the offset)
             journal.append(rec)
-        record({"e": "offset", "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
+        record({"e": kind.OFFSET, "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
         if pilot.transport.acks and pilot.q > pilot.acked:
             # sent after the journal is flushed (the loop flushes it before the pilots)
             pilot.send({"k": ACK, "q": pilot.q})
@@ -193,8 +194,9 @@ class Intake:
         k = ev["k"]
         try:
             if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
-                return {"e": "unassign", "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
-            rec = {"e": k, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "t": ev.get("t")}
+                return {"e": kind.UNASSIGN, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
+            rec = {"e": kind.START if k == START else kind.END, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_,
+                   "t": ev.get("t")}
             if k == START:
                 if ev.get("pid"):  # (0: its spawner's child, pid not known here)
                     rec["pid"] = ev["pid"]
@@ -217,7 +219,7 @@ class Intake:
     def judged(self, rec: dict[str, Any] | None) -> dict[str, Any] | None:
         """An ``end`` record with its check's verdict (children, converged, ...) in it, for a
         member of a checked node (pwe/planning/trees.py): journaled with the end, in one record."""
-        if rec is not None and rec["e"] == END:
+        if rec is not None and rec["e"] == kind.END:
             try:
                 decide(self.plan, self.ledger.state, self.checks, rec)
             except (KeyError, TypeError, AttributeError):
@@ -246,7 +248,7 @@ class Intake:
                 self._refuse(pilot, ev.get("v"))
             pilot.came_up = True
         elif k == DAMAGED:  # (what admit let through: a run without a secret)
-            self.ledger.record({"e": "note", "what": f"pilot {pilot.id}: a damaged message skipped", "text":
+            self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id}: a damaged message skipped", "text":
                                 str(ev.get("text", ev))[:80], "t": time.time()})
         elif k == NODE_SETUP:
             self.setup_news(pilot, ev)
@@ -315,7 +317,7 @@ class Intake:
         node = ev.get("node")
         if not isinstance(node, str) or node in (self.ledger.state.pilots.get(pilot.id) or {}).get("lost", {}):
             return
-        self.ledger.record({"e": "node_lost", "p": pilot.id, "node": node, "why": str(ev.get("why") or "")[:300],
+        self.ledger.record({"e": kind.NODE_LOST, "p": pilot.id, "node": node, "why": str(ev.get("why") or "")[:300],
                             "t": ev.get("t") or time.time()})
         self.notice(f"pilot {pilot.id}: node {node} lost; its members run again on the other nodes")
 

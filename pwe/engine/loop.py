@@ -44,7 +44,8 @@ from ..base.text import shown
 from ..planning.plan import Plan
 from ..runstate import checkpoint, pressure, rundir, runs
 from ..runstate.journal import Journal, JournalError
-from ..runstate.state import RunState
+from ..runstate.state import RunState, not_begun_runs
+from ..runstate import journal as kind
 from . import recovery
 from .feed import Feeder
 from .handles import Lane, PilotHandle, Pilots, PilotState, make_lanes
@@ -186,13 +187,13 @@ class Engine:
                     pass  # the next engine finds the change again; the journal says it either way
             self._load()
             for name in self.hosts_changed:
-                self.ledger.record({"e": "note", "what": f"host '{name}' is defined differently than when the run "
+                self.ledger.record({"e": kind.NOTE, "what": f"host '{name}' is defined differently than when the run "
                                     "began; new pilots use its current definition", "t": time.time()})
             if retry:
                 # a cancel request the last engine never took in (it ended first) is stale:
                 # retrying is the user asking for the run again
                 (self.dir / "control" / "cancel").unlink(missing_ok=True)
-                self.ledger.record({"e": "retry", "t": time.time(), **self._by,
+                self.ledger.record({"e": kind.RETRY, "t": time.time(), **self._by,
                                     **({"only": only} if only is not None else {})})
             if cancel:
                 self.cancel(by)
@@ -206,7 +207,7 @@ class Engine:
         except RunStopped as exc:
             # said in the journal (when the disk still takes it), so `pwe status` shows why
             try:
-                self.ledger.record({"e": "stopped", "why": str(exc), "t": time.time()})
+                self.ledger.record({"e": kind.STOPPED, "why": str(exc), "t": time.time()})
                 self.journal.flush()
             except (PweError, OSError):
                 pass
@@ -233,11 +234,11 @@ class Engine:
         journal.lines = replayed.lines
         self.ledger.open(state, journal)
         record = self.ledger.record
-        record({"e": "run" if fresh else "resume", "t": time.time(), "pid": os.getpid(),
+        record({"e": kind.RUN if fresh else "resume", "t": time.time(), "pid": os.getpid(),
                 **_callable_checks(state, self.checks), **self._by})
         for line in unusable + replayed.warnings():
             self.notice(line)
-            record({"e": "note", "what": line, "t": time.time()})
+            record({"e": kind.NOTE, "what": line, "t": time.time()})
         recovered: dict[str, list[dict[str, Any]]] = {}
         if replayed.damaged or replayed.torn:
             intake = self.intake
@@ -256,14 +257,12 @@ class Engine:
         once, only those members' paths rendered). So products made meanwhile, by hand or by
         another run into the workspace, are not made again."""
         if self.info.get("workspace") and any(pn.products for pn in self.plan.nodes.values()):
-            import re
-
             from ..planning import products
 
             nodes = self.state.nodes
 
             def not_begun(nid: str) -> Iterable[tuple[int, int]]:
-                return (m.span() for m in re.finditer(rb"[\x00\x01]+", nodes[nid].state))  # WAITING, READY
+                return not_begun_runs(nodes[nid].state)
 
             for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
                 self.ledger.record(rec)
@@ -307,7 +306,7 @@ class Engine:
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
             self.intake.sleep(sleep)  # (woken early by a broker's new events: intake.py)
         ok = not st.cancelled and st.all_done()  # (with members a check grew, and trees converged)
-        self.ledger.record({"e": "finish", "ok": ok, "t": time.time()})
+        self.ledger.record({"e": kind.FINISH, "ok": ok, "t": time.time()})
         self.journal.flush()
         press = self.feeder.pressure
         pressure.write_durations(self.dir, self.plan.workflow.name, st,
@@ -336,7 +335,7 @@ class Engine:
             if pilot.alive:
                 pilot.send({"k": CANCEL})
                 pilot.flush()
-        self.ledger.record({"e": "cancel", "t": time.time(), **({"by": by} if by else {})})
+        self.ledger.record({"e": kind.CANCEL, "t": time.time(), **({"by": by} if by else {})})
         self.journal.flush()
         return True
 

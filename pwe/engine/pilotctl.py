@@ -46,6 +46,7 @@ from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
 from ..base.errors import InputError, JournalError, PweError, RunStopped
 from ..base.regular import read_json, write_json_atomic
 from ..runstate.rundir import EngineLock
+from ..runstate import journal as kind
 from .handles import PilotState
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ class PilotControl:
             req, ok = {}, False
         rid = str(req.get("id") or name[len("pilot-"):-len(".json")])
         if not ok:
-            self.ledger.record({"e": "note", "what": f"a pwe pilot request with a bad signature ignored ({name})",
+            self.ledger.record({"e": kind.NOTE, "what": f"a pwe pilot request with a bad signature ignored ({name})",
                                 "t": time.time()})
             return rid, {"ok": False, "exit": 2, "why": "the request's signature is not the run's"}
         try:
@@ -232,7 +233,7 @@ class PilotControl:
             # process that could not start: said to the asker; the run goes on)
             if isinstance(exc, JournalError):
                 raise
-            self.ledger.record({"e": "note", "what": f"pwe pilot add refused: {exc}", "t": time.time()})
+            self.ledger.record({"e": kind.NOTE, "what": f"pwe pilot add refused: {exc}", "t": time.time()})
             return rid, {"ok": False, "exit": 1, "why": str(exc)}
 
     def _request(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
@@ -281,7 +282,7 @@ class PilotControl:
             return {"ok": False, "exit": 2, "why": f"pilot {pid_} is gone already"}
         running = len(self.ledger.state.inflight(pid_))
         if pilot.state is PilotState.ACTIVE:  # (draining, given up or down: it is leaving already)
-            self.ledger.record({"e": "pilot_drain", "p": pid_, "req": rid, "t": time.time()})
+            self.ledger.record({"e": kind.PILOT_DRAIN, "p": pid_, "req": rid, "t": time.time()})
             pilot.become(PilotState.DRAINING)
             pilot.send({"k": LEAVE})
         return {"ok": True, "pilot": pid_, "host": pilot.lane, "job": pilot.job, "holds": running}
@@ -326,7 +327,7 @@ class Setups:
                 self.failed_pilots = set()
                 return
             pilot.setup_failed.append(str(ev.get("node")))
-            self.ledger.record({"e": "note", "what": f"pilot {pilot.id}: setup_per_node failed on node "
+            self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id}: setup_per_node failed on node "
                                 f"{ev.get('node')} (exit {ev.get('rc')}): no member that needs it runs there; its "
                                 f"output: {ev.get('log')}", "p": pilot.id, "node": ev.get("node"), "t": time.time()})
         elif ev.get("k") == BACK and str(ev.get("why") or "").startswith(SETUP_FAILED):

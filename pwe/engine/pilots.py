@@ -34,6 +34,7 @@ from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, Submit
 from ..base.regular import open_regular
 from ..base.states import ASSIGNED, READY
 from ..planning.placement import pilot_job
+from ..runstate import journal as kind
 from . import recovery
 from .handles import Lane, PilotHandle, Pilots, PilotState
 from .pilotctl import restore_lane, restore_pilot
@@ -76,7 +77,7 @@ class PilotWork:
                                     idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args,
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
         host = socket.gethostname()
-        self.ledger.record({"e": "pilot", "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
+        self.ledger.record({"e": kind.PILOT, "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
                             "slots": lane.cores, "t": time.time(), **(extra or {})})
         pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
         self.pilots[pid_] = pilot
@@ -122,7 +123,7 @@ class PilotWork:
                              "(its hosts.yaml entry, the account or partition it names)") from exc
         lane.retry_pilot = None
         self.reachable(lane)
-        self.ledger.record({"e": "pilot", "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
+        self.ledger.record({"e": kind.PILOT, "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
                             "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
                             **(extra or {})})
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
@@ -166,7 +167,8 @@ class PilotWork:
         if lane.unreachable_since is None:
             lane.unreachable_since = now
             lane.backoff = lane.status_every
-            self.ledger.record({"e": "note", "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
+            self.ledger.record({"e": kind.NOTE,
+                                "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
                                 "waiting for it: no new pilot is submitted there until it answers", "t": now})
         else:
             lane.backoff = min(60.0, lane.backoff * 1.5)
@@ -176,7 +178,7 @@ class PilotWork:
     def reachable(self, lane: Lane) -> None:
         if lane.unreachable_since is not None:
             now = time.time()
-            self.ledger.record({"e": "note", "what": f"the batch system of host '{lane.name}' answers again, after "
+            self.ledger.record({"e": kind.NOTE, "what": f"the batch system of host '{lane.name}' answers again, after "
                                 f"{now - lane.unreachable_since:.0f} s", "t": now})
             lane.unreachable_since = None
             lane.unreachable_why = ""
@@ -206,15 +208,15 @@ class PilotWork:
         record = self.ledger.record
         for msg, ok in receive(self.dir, self.edges_seen):
             if not ok:
-                record({"e": "note", "what": "edge event with a bad signature ignored",
+                record({"e": kind.NOTE, "what": "edge event with a bad signature ignored",
                               "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
                 continue
             if msg["id"] in st.edges:
-                record({"e": "note", "what": "edge event already applied: its replay ignored",
+                record({"e": kind.NOTE, "what": "edge event already applied: its replay ignored",
                               "replay_of": msg["id"], "replays": st.edges[msg["id"]] + 1, "file": msg["file"],
                               "pilot": msg.get("pilot"), "t": time.time()})
                 continue
-            record({"e": "edge", **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status", "t")}})
+            record({"e": kind.EDGE, **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status", "t")}})
             pilot = self.pilots.get(msg.get("pilot"))
             if msg.get("event") == "ended" and pilot is not None and pilot.alive:
                 self.gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
@@ -253,7 +255,7 @@ class PilotWork:
         pilot.become(PilotState.GIVEN_UP)
         pilot.given_up_why, pilot.given_up_at = why, now
         lane.status_interval, lane.last_status = lane.status_every, 0.0  # ask soon
-        self.ledger.record({"e": "note", "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
+        self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
                             "its members are handed on once the job has ended", "p": pilot.id, "t": now})
 
     def _silent(self, pilot: PilotHandle, now: float) -> bool:
@@ -335,7 +337,7 @@ class PilotWork:
                   if st.nodes[nid].state[i] == ASSIGNED}
         sent = pilot.transport.sent(among=queued) if queued else {}
         for nid, i, _ in sorted(queued - sent.keys(), key=lambda k: (k[0], k[1])):
-            self.ledger.record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+            self.ledger.record({"e": kind.UNASSIGN, "n": nid, "m": i, "p": pid_})
         pilot.outstanding = len(st.inflight(pid_))
         for ev in recovered:
             self.intake.take(pilot, ev)
@@ -358,9 +360,9 @@ class PilotWork:
             recovery.end_orphans(pilot, inflight, st, self.run_id, record)
         now = time.time()
         for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)
-            record({"e": "unassign", "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
+            record({"e": kind.UNASSIGN, "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
                     "why": f"its pilot {pilot.id} is gone ({why}); it runs again", "t": now})
-        record({"e": "pilot_gone", "p": pilot.id, "why": why, "t": now})
+        record({"e": kind.PILOT_GONE, "p": pilot.id, "why": why, "t": now})
         said_down = pilot.state is PilotState.DOWN
         pilot.become(PilotState.GONE)
         pilot.let_go()

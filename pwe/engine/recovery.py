@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pilot.wire import BACK, DOWN, DRAIN, END, START, UP, channel_key
 
 from ..base.states import ASSIGNED, READY, RUNNING
+from ..runstate import journal as kind
 
 if TYPE_CHECKING:
     from pilot.transport import Transport
@@ -81,7 +82,7 @@ def recover(ledger: Ledger, transport: Callable[[str, str], Transport], first_la
     recovered: dict[str, list[dict[str, Any]]] = {}
     for pid_, (events, cursor, _) in files.items():
         if st.pilots[pid_].get("alive") and cursor is not None:
-            ledger.record({"e": "offset", "p": pid_, "off": cursor})
+            ledger.record({"e": kind.OFFSET, "p": pid_, "off": cursor})
             recovered[pid_] = [ev for ev in events if ev.get("k") in (UP, DRAIN, DOWN)]
     _hand_back_strays(ledger, files)  # (a pilot that is gone and had started one the journal forgot)
     return recovered
@@ -112,7 +113,7 @@ def _hand_back_strays(ledger: Ledger, files: Files) -> None:
     for nid, ns in st.nodes.items():
         for i, pid_ in list(ns.pilot.items()):
             if not (st.pilots.get(pid_, {}).get("alive") and (nid, i, ns.attempt[i]) in files[pid_][2]):
-                ledger.record({"e": "unassign", "n": nid, "m": i, "p": pid_})
+                ledger.record({"e": kind.UNASSIGN, "n": nid, "m": i, "p": pid_})
 
 
 def _adopt(ledger: Ledger, files: Files, started: dict[Any, str], live: list[str]) -> int:
@@ -125,7 +126,7 @@ def _adopt(ledger: Ledger, files: Files, started: dict[Any, str], live: list[str
         ns = st.nodes.get(nid)
         if ns is not None and 0 <= i < ns.size and ns.state[i] == READY and ns.attempt[i] == a - 1 \
                 and key in files[pid_][2]:
-            ledger.record({"e": "assign", "n": nid, "m": i, "a": a, "p": pid_})
+            ledger.record({"e": kind.ASSIGN, "n": nid, "m": i, "a": a, "p": pid_})
             n += 1
     return n
 
@@ -172,10 +173,10 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
                 or ns.state[i] not in (ASSIGNED, RUNNING):
             continue  # (reported after all, or not this pilot's: its own end stands)
         if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
-            record({"e": "start", "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
+            record({"e": kind.START, "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
         out = collect(str(member_dir(run_dir, nid, i))) if rc == 0 else {}
         take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
-        record({"e": "note", "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
+        record({"e": kind.NOTE, "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
                 "pilot died; its end came from the pilot's guardian", "t": msg.get("t")})
 
 
@@ -199,7 +200,7 @@ def end_orphans(pilot: PilotHandle, inflight: list[tuple[str, int]], st: RunStat
         if key in mine:
             nid, i = mine[key]
             if st.nodes[nid].state[i] == ASSIGNED:
-                record({"e": "start", "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
+                record({"e": kind.START, "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
             try:
                 _kill_group(os.getpgid(pid))
             except ProcessLookupError:

@@ -9,7 +9,7 @@ write, a line of garbage) is found: a line stays one JSON object, with a last fi
 ``"c"``, the CRC-32 (8 hex digits) of the line as it would be without that field:
 ``{"e":"end",...,"c":"1a2b3c4d"}``. :func:`replay` skips a damaged record with a warning
 and goes on after it; what such a record said, the pilots' own files still say (the
-engine reads them again: :meth:`pwe.engine.pilots.PilotWork._recover`). Lines without a
+engine reads them again: :func:`pwe.engine.recovery.recover`). Lines without a
 checksum (a journal written by an earlier version of pwe) replay as they are.
 
 Three forms are written compacted, since assigns, starts and ends are most of a big run's
