@@ -7,8 +7,8 @@ Ingestion: a pilot's transport writes N signed ``end`` messages (numbered, in ba
 the pilot sends them); the engine's side then reads them all. Two figures each way:
 
 * bus: the transport's ``receive`` (read, signature checked, decoded) and the engine's
-  admission of each message by its sequence number (:meth:`pwe.engine.intake.Intake._admit`);
-* engine: the same messages through the engine's whole ``_ingest`` (admission, journal
+  admission of each message by its sequence number (:meth:`pwe.engine.intake.Intake.admit`);
+* engine: the same messages through the engine's whole ``Intake.ingest`` (admission, journal
   record, state applied), for N members assigned to the pilot.
 
 Latency: a real ``pwe run`` (in-process, the engine's ``_take`` timed) of members that
@@ -46,10 +46,10 @@ class _Admit:
     """The engine's admission alone (the same method, on a bare handle)."""
 
     def __init__(self):
-        from pwe.engine.pilots import PilotWork
+        from pwe.engine.intake import Intake
 
-        self._secret = b"x"
-        self._admit = PilotWork._admit.__get__(self)
+        self.secret = b"x"
+        self._admit = Intake.admit.__get__(self)
 
         class H:
             q = 0
@@ -72,7 +72,7 @@ def bus_rate(engine, n: int) -> tuple[float, int]:
 
 
 def engine_rate(make_transport, n: int, tmp: Path) -> float:
-    """N end messages through Engine._ingest (journal + state), members assigned first."""
+    """N end messages through the engine's Intake.ingest (journal + state), members assigned first."""
     from pwe.engine.loop import Engine, PilotHandle
 
     wf = tmp / "wf.yaml"
@@ -80,11 +80,11 @@ def engine_rate(make_transport, n: int, tmp: Path) -> float:
     eng = Engine.create(wf, cores=1, run_dir=tmp / "run")
     eng._load()
     eng.notice = lambda line: None
-    eng._record({"e": "pilot", "p": "p1", "pid": 0, "host": "x", "lane": "local", "slots": 1})
+    eng.ledger.record({"e": "pilot", "p": "p1", "pid": 0, "host": "x", "lane": "local", "slots": 1})
     for i in range(n):
-        eng._record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
+        eng.ledger.record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
     eng.journal.flush()
-    secret = eng._secret
+    secret = eng.intake.secret
     (eng.dir / "pilots" / "p1").mkdir()
     writer, reader = make_transport(eng.dir / "pilots" / "p1", secret)
     for k in range(0, n, BATCH):
@@ -94,7 +94,7 @@ def engine_rate(make_transport, n: int, tmp: Path) -> float:
     t0 = clock()
     got = 0
     while got < n:
-        got += eng._ingest(pilot)
+        got += eng.intake.ingest(pilot)
     eng.journal.flush()
     rate = n / (clock() - t0)
     assert eng.state.totals()[4] == n, eng.state.totals()
@@ -117,13 +117,15 @@ def latency(tmp: Path, hosts: str | None, members: int) -> list[float]:
                   "    run: sleep 0.1; echo te=$(date +%s.%N) >> $PWE_OUTPUTS\n")
     lat: list[float] = []
 
-    class Timed(Engine):
-        def _take(self, pilot, ev):
-            if ev["k"] == END and ev.get("out", {}).get("te"):
-                lat.append(time.time() - float(ev["out"]["te"]))
-            super()._take(pilot, ev)
+    eng = Engine.create(wf, cores=2, run_dir=tmp / "run", hosts_file=(tmp / "hosts.yaml") if hosts else None)
+    take = eng.intake.take
 
-    eng = Timed.create(wf, cores=2, run_dir=tmp / "run", hosts_file=(tmp / "hosts.yaml") if hosts else None)
+    def timed_take(pilot, ev, held=None):  # (the engine's intake, each message as it is taken)
+        if ev["k"] == END and ev.get("out", {}).get("te"):
+            lat.append(time.time() - float(ev["out"]["te"]))
+        take(pilot, ev, held)
+
+    eng.intake.take = timed_take
     assert eng.run(), "the latency run failed"
     return lat
 
@@ -174,7 +176,7 @@ def main() -> None:
         er.close()
         w.close()
 
-        # -- ingestion: the engine's whole _ingest ---------------------------------------------------
+        # -- ingestion: the engine's whole Intake.ingest ---------------------------------------------------
         def spool_pair(dd: Path, secret: bytes):
             kin, kout = wire.channel_key(secret, "p1", True), wire.channel_key(secret, "p1", False)
             return PilotSpool(str(dd), key_out=kin), EngineSpool(dd, kin, kout)
@@ -189,7 +191,7 @@ def main() -> None:
             tmp = base / f"engine-{name}"
             tmp.mkdir()
             rate = engine_rate(pair, m, tmp)
-            print(f"{name} engine: ingest {rate:,.0f} events/s (Engine._ingest: admitted, journaled, applied; "
+            print(f"{name} engine: ingest {rate:,.0f} events/s (Intake.ingest: admitted, journaled, applied; "
                   f"{m:,} end events)")
 
         # -- latency: a member's end -> the engine's record ------------------------------------------

@@ -13,7 +13,7 @@ consecutive indices and nothing is stored; otherwise two arrays of 4 bytes a mem
 (the order, and each member's place in it) and one offset per group, built once, when
 first asked (the engine's first group, ``pwe plan``).
 
-Which of a group's members go out together is the engine's (``Engine._feed_group``):
+Which of a group's members go out together is the engine's (``pwe.engine.feed.Feeder._feed_group``):
 those ready when the group is handed out (``submit_whole``: only once none waits).
 """
 
