@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ledger_counts, read_journal, sample_pilot_job, wait_for
+from conftest import ROOT, ledger_counts, let_time_pass, read_journal, sample_pilot_job, wait_for
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
@@ -245,7 +245,6 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
     """scancel of a pilot's job mid-run: its 'ended' edge event (the job script's trap)
     reaches the engine, which reissues the members to a new pilot; a forged event is
     ignored."""
-    import time
 
     (tmp_path / "hosts.yaml").write_text(HOSTS)
     wf = tmp_path / "wf.yaml"
@@ -256,17 +255,15 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
                              str(run_dir)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        deadline = time.time() + 60
         events = run_dir / "pilots" / "p1" / "events.jsonl"
-        while time.time() < deadline and not (events.exists() and b'"start"' in events.read_bytes()):
-            time.sleep(0.1)
+        wait_for(lambda: events.exists() and b'"start"' in events.read_bytes(), 60, "a member to start", step=0.1)
         journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
         job = next(r["job"] for r in journal if r["e"] == "pilot")
         forged = run_dir / "edges" / "p1-ended-1-1.json"
         forged.parent.mkdir(exist_ok=True)
         forged.write_text(json.dumps({"pilot": "p1", "event": "ended", "job": job, "status": 0, "t": 1,
                                       "mac": "0" * 64}))
-        time.sleep(1.5)
+        let_time_pass(1.5, "the engine would have acted on the forged edge by now")
         assert proc.poll() is None
         subprocess.run(["scancel", job], check=True)
         out, err = proc.communicate(timeout=120)
@@ -621,7 +618,7 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
             text = subprocess.run([sys.executable, "-m", "pwe", "status", str(run_dir)], env=ENV,
                                   capture_output=True, text=True, timeout=60).stdout
             assert "host 'cluster': its batch system does not answer" in text, text
-            time.sleep(max(0.0, down_at + 60 - time.time()))
+            let_time_pass(max(0.0, down_at + 60 - time.time()), "a minute with the controller down: the engine waits")
             assert proc.poll() is None, proc.communicate()
             assert calls.read_text().split().count("sbatch") == 1
         wait_for(lambda: any("answers again" in r.get("what", "") for r in journal_now(run_dir)), 90,

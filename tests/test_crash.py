@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import LEDGER_WF, ROOT, count_ends, kill_pilot, ledger_counts, read_journal, wait_for
+from conftest import (LEDGER_WF, ROOT, alive, count_ends, kill_pilot, ledger_counts, let_time_pass, pilot_pids,
+                      read_journal, wait_for)
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -45,7 +45,7 @@ def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path, hosts)
     os.kill(engine_pid, signal.SIGKILL)
     killed_at = count_ends(run_dir)
     assert killed_at < 2 * n, "the run finished before the engine could be killed"
-    time.sleep(0.5)  # the pilot goes on without the engine meanwhile
+    let_time_pass(0.5, "the pilot goes on without the engine meanwhile")
     proc = pwe("resume", run_dir, cwd=tmp_path, check=0)
     assert "80 done of 80" in proc.stdout
     starts, ends = ledger_counts(ledger)
@@ -267,7 +267,8 @@ def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_fini
     assert last.endswith(f"then: pwe resume {run_dir.resolve()}"), last
     shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
     assert not [m for m in shown if m["state"] == "failed" or m["attempts"] > 1], "the run's cause spent attempts"
-    time.sleep(0.5)  # what the stopped run's pilot still had queued, it hands back before leaving
+    # what the stopped run's pilot still had queued, it hands back before leaving
+    wait_for(lambda: not any(alive(p) for p in pilot_pids(run_dir)), what="the stopped run's pilot to leave")
     second = pwe("resume", run_dir, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert f"{n} done of {n}" in second.stdout
@@ -321,7 +322,7 @@ def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_pat
             # (after its first end: three pilots in a row that finish nothing stop the run)
             wait_for(lambda ev=events, want=(k - 1) * n // (kills + 5): ev.exists() and b'"k":"end"' in ev.read_bytes()
                      and ended() >= want, timeout=120, what=f"pilot p{k}")
-            time.sleep(rng.uniform(0.0, 0.3))
+            let_time_pass(rng.uniform(0.0, 0.3), "a random moment of the pilot's work")
             kill_pilot(events)
         out, err = proc.communicate(timeout=300)
     finally:

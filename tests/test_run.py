@@ -11,111 +11,14 @@ import json
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import EXAMPLES, ROOT, most_at_once, read_journal, run_cli, wait_until
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def pwe(*args, cwd, timeout=120):
-    """The real CLI from ``cwd``: (exit status, stdout, stderr)."""
-    return run_cli(*args, cwd=cwd, timeout=timeout)
-
-
-def start_run(wf: Path, cwd: Path, *args) -> subprocess.Popen:
-    """`pwe run WF ARGS` in the background, in a session of its own (a test signals it)."""
-    return subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), *map(str, args)], cwd=cwd,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def mdir(run_dir: Path, node: str, i: int) -> Path:
-    """A member's directory, as the contract lays it out."""
-    return Path(run_dir) / "members" / node / str(i // 1000) / str(i)
-
-
-def show(run_dir: Path, *extra: str) -> list[dict]:
-    rc, out, err = pwe("show", run_dir, "--json", "--limit", "0", *extra, cwd=Path(run_dir).parent)
-    assert rc == 0, f"pwe show failed: {err}"
-    return json.loads(out)
-
-
-def status(run_dir: Path) -> dict:
-    rc, out, err = pwe("status", run_dir, "--json", cwd=Path(run_dir).parent)
-    assert rc == 0, f"pwe status failed: {err}"
-    return json.loads(out)
-
-
-def by_key(records: list[dict]) -> dict[tuple[str, int], dict]:
-    return {(r["node"], r["member"]): r for r in records}
-
-
-def no_traceback(err: str) -> None:
-    assert "Traceback" not in err, f"a traceback reached the user:\n{err}"
-
-
-def pids_matching(pattern: str) -> list[int]:
-    proc = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    return [int(p) for p in proc.stdout.split()]
-
-
-def pilot_pids(run_dir: Path) -> list[int]:
-    pids = []
-    for line in (Path(run_dir) / "journal.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("e") == "pilot":
-            pids.append(rec["pid"])
-    return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def engine_pid(run_dir: Path) -> int | None:
-    try:
-        return json.loads((Path(run_dir) / "engine.lock").read_text())["pid"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-@pytest.fixture
-def reaper():
-    """reaper(run_dir, pid...): processes a test started in the background for that run
-    (its engine, its pilots); killed at the end if still alive and still about that run
-    (the command line names the run directory, so a reused pid is never touched)."""
-    owned: list[tuple[int, str]] = []
-
-    def add(run_dir, *pids):
-        owned.extend((p, str(run_dir)) for p in pids if p)
-
-    yield add
-    for pid, needle in owned:
-        if alive(pid) and needle in cmdline(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+from conftest import (EXAMPLES, alive, by_key, cmdline, engine_pid, mdir, most_at_once, no_traceback, pids_matching,
+                      pilot_pids, pwe, read_journal, run_cli, show, start_run, status, wait_for)
 
 
 # -- 1. quickstart -------------------------------------------------------------------------
@@ -688,8 +591,8 @@ def test_submit_returns_at_once_then_succeeds(tmp_path, write, reaper):
     reaper(run, engine_pid(run))
     out_file = mdir(run, "nap", 0) / "stdout"
     assert status(run)["phase"] == "running" and not (out_file.exists() and out_file.read_text())
-    st = wait_until(lambda: (lambda s: s if s["phase"] == "succeeded" else None)(status(run)))
-    assert st, f"the submitted run did not succeed in time: {status(run)}"
+    st = wait_for(lambda: (lambda s: s if s["phase"] == "succeeded" else None)(status(run)),
+                  what="the submitted run to succeed")
     assert st["totals"]["done"] == 1
     assert (mdir(run, "nap", 0) / "stdout").read_text() == "woke\n"
 
@@ -718,10 +621,9 @@ def test_cancel_stops_a_submitted_run(tmp_path, write, reaper):
     run = tmp_path / "run"
     rc, out, err = pwe("submit", wf, "--set", f"t={marker}", "--cores", "2", "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
-    reaper(run, wait_until(lambda: engine_pid(run)))
-    members = wait_until(lambda: (lambda p: p if len(p) >= 2 else None)(pids_matching(marker)))
+    reaper(run, wait_for(lambda: engine_pid(run), what="the engine's lock"))
     try:
-        assert members, "the submitted members never started"
+        wait_for(lambda: len(pids_matching(marker)) >= 2, what="the submitted members to start")
         pilots = pilot_pids(run)
         reaper(run, *pilots)
         rc, out, err = pwe("cancel", run, cwd=tmp_path, timeout=120)
@@ -730,10 +632,8 @@ def test_cancel_stops_a_submitted_run(tmp_path, write, reaper):
         st = status(run)
         assert st["phase"] == "cancelled", st
         assert st["totals"]["done"] == 0 and st["totals"]["cancelled"] >= 4, st
-        left = wait_until(lambda: not pids_matching(marker))
-        assert left, f"member processes still running after cancel: {pids_matching(marker)}"
-        gone = wait_until(lambda: not any(alive(p) for p in pilots))
-        assert gone, "the pilot is still running after cancel"
+        wait_for(lambda: not pids_matching(marker), what="the member processes to end after cancel")
+        wait_for(lambda: not any(alive(p) for p in pilots), what="the pilot to end after cancel")
     finally:
         for p in pids_matching(marker):
             try:
@@ -835,7 +735,7 @@ nodes:
             out_file = mdir(run, "slow", i) / "stdout"  # (not kept when it stayed empty)
             assert not out_file.exists() or "finished" not in out_file.read_text()
         assert took < 25, f"a 1.2 s walltime took {took:.1f} s to enforce (the members sleep 30 s)"
-        assert wait_until(lambda: not pids_matching(marker)), "a timed-out member is still running"
+        wait_for(lambda: not pids_matching(marker), what="the timed-out members to end")
     finally:
         for p in pids_matching(marker):
             os.kill(p, signal.SIGKILL)
@@ -857,14 +757,13 @@ nodes:
     run = tmp_path / "run"
     proc = start_run(wf, tmp_path, "--set", f"t={marker}", "--set", f"go={go}", "--cores", "2", "--run-dir", run)
     try:
-        assert wait_until(lambda: len(pids_matching(f"sleep {marker}")) >= 2), "members never started"
+        wait_for(lambda: len(pids_matching(f"sleep {marker}")) >= 2, what="two members to start")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, f"exit {proc.returncode}\n{err}"
         no_traceback(err)
         assert "pwe retry" in err
-        assert wait_until(lambda: not pids_matching(marker)), \
-            f"members still running after Ctrl-C: {pids_matching(marker)}"
+        wait_for(lambda: not pids_matching(marker), what="the members to end after Ctrl-C")
         assert status(run)["phase"] == "cancelled"
     finally:
         if proc.poll() is None:
@@ -900,13 +799,12 @@ def test_engine_killed_then_resume(tmp_path, write, reaper):
     rc, out, err = pwe("submit", wf, "--set", f"counts={counts}", "--set", f"gate={gate}", "--cores", "2",
                        "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
-    pid = wait_until(lambda: engine_pid(run))
-    assert pid, "no engine.lock after pwe submit"
-    assert wait_until(lambda: any(counts.iterdir())), "no member finished"
+    pid = wait_for(lambda: engine_pid(run), what="an engine.lock after pwe submit")
+    wait_for(lambda: any(counts.iterdir()), what="a member to finish")
     reaper(run, *pilot_pids(run))
     assert str(run) in cmdline(pid), "engine.lock does not name this run's engine"
     os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: not alive(pid))
+    wait_for(lambda: not alive(pid), what="the killed engine to be gone")
     assert not (counts / "fin").exists(), "the run finished before its engine was killed: nothing left to resume"
     assert status(run)["phase"].startswith("stopped"), status(run)
     gate.touch()
@@ -932,8 +830,8 @@ nodes:
     proc = start_run(wf, tmp_path, "--set", f"t={marker}", "--set", f"counts={counts}", "--cores", "2",
                      "--run-dir", run)
     try:
-        assert wait_until(lambda: len(pids_matching(f"sleep {marker}")) >= 2), "members never started"
-        time.sleep(0.2)  # let the engine take in their start events
+        wait_for(lambda: len(pids_matching(f"sleep {marker}")) >= 2, what="two members to start")
+        wait_for(lambda: status(run)["totals"].get("running", 0) >= 2, what="the engine to take in their starts")
         pilots = pilot_pids(run)
         assert len(pilots) == 1
         reaper(run, *pilots)
@@ -1042,8 +940,8 @@ def test_retry_after_cancel_reruns_the_cancelled_members(tmp_path, write, reaper
     run = tmp_path / "run"
     rc, out, err = pwe("submit", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
-    reaper(run, wait_until(lambda: engine_pid(run)))
-    assert wait_until(lambda: status(run)["totals"].get("running", 0) >= 2), status(run)
+    reaper(run, wait_for(lambda: engine_pid(run), what="the engine's lock"))
+    wait_for(lambda: status(run)["totals"].get("running", 0) >= 2, what="two members running")
     reaper(run, *pilot_pids(run))
     rc, out, err = pwe("cancel", run, cwd=tmp_path, timeout=120)
     assert rc == 0, err
@@ -1068,9 +966,9 @@ def test_status_tells_each_pilots_state_the_same_in_text_and_json(tmp_path, writ
     run = tmp_path / "run"
     rc, out, err = pwe("submit", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
-    engine = wait_until(lambda: engine_pid(run))
+    engine = wait_for(lambda: engine_pid(run), what="the engine's lock")
     reaper(run, engine)
-    assert wait_until(lambda: status(run)["totals"].get("running", 0) >= 2), status(run)
+    wait_for(lambda: status(run)["totals"].get("running", 0) >= 2, what="two members running")
     pilot = pilot_pids(run)[0]
     reaper(run, pilot)
 
@@ -1083,11 +981,11 @@ def test_status_tells_each_pilots_state_the_same_in_text_and_json(tmp_path, writ
     line, p1 = both()
     assert line.startswith("pilots: p1 up") and p1["state"] == "up" and p1["alive"] is True, (line, p1)
     os.kill(engine, signal.SIGKILL)
-    assert wait_until(lambda: not alive(engine))
+    wait_for(lambda: not alive(engine), what="the killed engine to be gone")
     line, p1 = both()  # no engine; the pilot runs on with its members
     assert line.startswith("pilots: p1 up") and p1["state"] == "up" and p1["alive"] is True, (line, p1)
     os.kill(pilot, signal.SIGKILL)
-    assert wait_until(lambda: not alive(pilot))
+    wait_for(lambda: not alive(pilot), what="the killed pilot to be gone")
     line, p1 = both()
     assert line.startswith("pilots: p1 gone") and p1["state"] == "gone" and p1["alive"] is False, (line, p1)
     gate.touch()  # its orphaned members leave; resume runs them again and finishes
