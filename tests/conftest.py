@@ -529,7 +529,8 @@ def home(tmp_path_factory):
 
 # ---------------------------------------------------------------------------------------
 # A run on this machine and its processes, through the real CLI (the end-to-end tests:
-# test_quickstart, test_packing, test_run_control, test_crash, test_see, ...).
+# test_quickstart, test_members, test_failures, test_packing, test_run_control, test_run_dir,
+# test_crash, test_see).
 
 def pwe(*args, cwd, timeout=120):
     """The real CLI from ``cwd``: (exit status, stdout, stderr)."""

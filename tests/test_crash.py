@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from conftest import (LEDGER_WF, ROOT, alive, count_ends, kill_pilot, ledger_counts, let_time_pass, pilot_pids,
-                      read_journal, wait_for)
+from conftest import (LEDGER_WF, ROOT, alive, cmdline, count_ends, engine_pid, kill_pilot, ledger_counts,
+                      let_time_pass, pilot_pids, read_journal, run_cli, status, wait_for)
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -63,6 +63,43 @@ def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path, hosts)
         lanes = {r["p"]: r["lane"] for r in recs if r["e"] == "pilot"}
         for node, host in (("a", "local"), ("b", "other")):
             assert {lanes[r["p"]] for r in recs if r["e"] == "assign" and r["n"] == node} == {host}
+
+
+RESUME_WF = """\
+name: crashy
+nodes:
+  s:
+    parameters: {k: {range: [0, 8]}}
+    run: '[ {{ k }} -lt 2 ] || until [ -e {{ gate }} ]; do sleep 0.05; done; echo x >> {{ counts }}/s.$PWE_MEMBER'
+  fin:
+    after: [s]
+    run: echo x >> {{ counts }}/fin
+"""
+
+
+def test_engine_killed_then_resume(tmp_path, write, reaper):
+    wf = write(RESUME_WF)
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    run = tmp_path / "run"
+    gate = tmp_path / "gate"  # (members 2.. wait for it: the run cannot end before its engine is killed)
+    rc, out, err = run_cli("submit", wf, "--set", f"counts={counts}", "--set", f"gate={gate}", "--cores", "2",
+                           "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    pid = wait_for(lambda: engine_pid(run), what="an engine.lock after pwe submit")
+    wait_for(lambda: any(counts.iterdir()), what="a member to finish")
+    reaper(run, *pilot_pids(run))
+    assert str(run) in cmdline(pid), "engine.lock does not name this run's engine"
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), what="the killed engine to be gone")
+    assert not (counts / "fin").exists(), "the run finished before its engine was killed: nothing left to resume"
+    assert status(run)["phase"].startswith("stopped"), status(run)
+    gate.touch()
+    rc, out, err = run_cli("resume", run, cwd=tmp_path, timeout=120)
+    assert rc == 0, f"resume after the engine was killed failed:\n{out}\n{err}"
+    tally = {p.name: len(p.read_text().splitlines()) for p in counts.iterdir()}
+    assert tally == {**{f"s.{i}": 1 for i in range(8)}, "fin": 1}, f"members ran more or less than once: {tally}"
+    assert status(run)["phase"] == "succeeded"
 
 
 def _kill_pilot_while_members_run(tmp_path, n: int, sleep: float, env: dict):
