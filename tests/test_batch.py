@@ -31,7 +31,7 @@ def test_job_scripts_match_golden_files(name):
 
 
 def test_every_job_script_is_the_one_body_under_its_schedulers_header():
-    """Issue 9.6: one body (protocols/templates/_body.j2), the TERM trap and the edge
+    """One body (protocols/templates/_body.j2), the TERM trap and the edge
     events in every script, each with its own scheduler's job id; only the header differs."""
     bodies = {}
     for name in ("slurm", "pbs", "loadleveler", "ssh"):
@@ -90,7 +90,7 @@ INVALID = "slurm_load_jobs error: Invalid job id specified"
 
 
 def test_a_controller_that_does_not_answer_is_unknown_never_an_end():
-    """Issue 10.1: squeue and scontrol exit 1 both for jobs SLURM no longer knows (ended)
+    """squeue and scontrol exit 1 both for jobs SLURM no longer knows (ended)
     and when its controller is down; only the first is an end. qstat over SLURM the same."""
     slurm = get("slurm", Scripted([(["squeue"], "", 1, DOWN)]))
     assert slurm.status(["5", "6"]) == {"5": JobState.UNKNOWN, "6": JobState.UNKNOWN}
@@ -472,7 +472,7 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
 
 
 def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_cluster, tmp_path):
-    """Issue 8.7 on the real SLURM: sbatch refuses the pilot job (a walltime over its
+    """On the real SLURM: sbatch refuses the pilot job (a walltime over its
     partition's limit: short allows 10 min; a partition that does not exist, or more nodes,
     cores or memory than it has, is refused before the run is made: pwe/planning/sitecheck.py).
     The run stops with one line carrying sbatch's own answer, exit status 3, and
@@ -510,7 +510,7 @@ def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_clus
 
 
 def test_a_replayed_edge_event_is_journaled_once(tmp_path):
-    """Issue 10.7: an edge event is journaled once, by its id; the same signed event again
+    """An edge event is journaled once, by its id; the same signed event again
     (copied back under another name, delivered twice), to this engine or a resumed one, is
     ignored, and each replay is counted in a journal note."""
     import shutil
@@ -541,7 +541,7 @@ def test_a_replayed_edge_event_is_journaled_once(tmp_path):
 
 
 def test_the_silence_that_gives_a_pilot_up_is_many_heartbeats(tmp_path):
-    """Issue 10.3: lost_after is max(120 s, 24 heartbeats) unless the run says otherwise."""
+    """lost_after is max(120 s, 24 heartbeats) unless the run says otherwise."""
     from pwe.engine.loop import Engine
 
     wf = tmp_path / "wf.yaml"
@@ -594,7 +594,7 @@ def pwe_status(run_dir):
 
 
 def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluster, tmp_path):
-    """Issue 10.1 on the real SLURM (run under flock /tmp/pwe-slurm.lock: it stops slurmctld).
+    """On the real SLURM (run under flock /tmp/pwe-slurm.lock: it stops slurmctld).
     Mid-run the controller stops for a minute: squeue and scontrol fail. The engine reads
     that as no answer, never as an end: it keeps the pilot (whose job slurmd runs on),
     takes in its members' ends, says in `pwe status` that the host's batch system does not
@@ -639,7 +639,7 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
 
 
 def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, tmp_path):
-    """Issue 10.1: sbatch cannot reach the controller ("Unable to contact slurm controller"):
+    """sbatch cannot reach the controller ("Unable to contact slurm controller"):
     not a refusal that stops the run, but a wait; `pwe status` says so, and the submission
     is tried again (with back-off) until the controller answers. One pilot job."""
     script = f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\necho "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n'
@@ -669,7 +669,7 @@ def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, t
 
 
 def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, tmp_path):
-    """Issue 10.3 on the real SLURM: the pilot process is stopped (SIGSTOP) past the silence
+    """On the real SLURM: the pilot process is stopped (SIGSTOP) past the silence
     limit, its members finishing meanwhile. The engine cancels its job and hands its
     members on only once the job has ended and every event the pilot wrote (it writes the
     ends when SLURM continues it to end it) is taken in: no member runs to completion

@@ -337,7 +337,7 @@ def test_a_member_handed_back_for_an_unwritable_directory_after_its_start_spends
 
 
 def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_path):
-    """Issue 22: 2,000 short members two at a time, the pilot killed (-9) twenty times at
+    """2,000 short members two at a time, the pilot killed (-9) twenty times at
     random moments. From the members' own ledger: every member completed, and none twice.
     A member that ended as its pilot died, or in the grace its pilot's guardian gives the
     members still running (pilot/guardian.py), is recorded with the end it had, not run

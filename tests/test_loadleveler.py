@@ -299,7 +299,7 @@ def test_engine_runs_a_workflow_through_loadleveler_pilots(tmp_path):
 
 
 def test_a_missing_llsubmit_stops_the_run_resumably(tmp_path):
-    """Issue 8.7: a pilot submission that fails (here llsubmit is not installed) stops the
+    """A pilot submission that fails (here llsubmit is not installed) stops the
     run with one line saying what the batch system answered, exit status 3, the run kept;
     once the host works (the emulator on PATH), `pwe resume` runs every member once."""
     (tmp_path / "hosts.yaml").write_text("hosts:\n  ll:\n    protocol: loadleveler\n    cores_per_node: 4\n"

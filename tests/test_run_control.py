@@ -135,7 +135,7 @@ nodes:
 
 
 def test_retry_after_cancel_reruns_the_cancelled_members(tmp_path, write, reaper):
-    """Issue 8.3: `pwe retry` after `pwe cancel` cancelled again at once (the engine never
+    """`pwe retry` after `pwe cancel` cancelled again at once (the engine never
     cleared control/cancel). The members wait on a gate; the run is cancelled while they
     wait, the gate opens, and `pwe retry` runs every member to the end, each exactly once
     to completion (the members' own ledger)."""
@@ -165,7 +165,7 @@ def test_retry_after_cancel_reruns_the_cancelled_members(tmp_path, write, reaper
 
 
 def test_status_tells_each_pilots_state_the_same_in_text_and_json(tmp_path, write, reaper):
-    """Issue 8.6: after kill -9 of the engine, `pwe status` said `p1 released` while that
+    """After kill -9 of the engine, `pwe status` said `p1 released` while that
     pilot still ran members, and `--json` said alive while the text said released. Now one
     function decides each pilot's state for both: up while it runs, gone once it is."""
     gate = tmp_path / "gate"
