@@ -1,6 +1,8 @@
 import contextlib as _contextlib
 import dataclasses as _dataclasses
+import json as _json
 import os as _os
+import signal as _signal
 import subprocess as _subprocess
 import tempfile as _tempfile
 import time as _time
@@ -64,22 +66,27 @@ nodes:
 WAIT = 120.0
 
 
-def wait_until(cond, timeout: float = WAIT, step: float = 0.05):
-    """Poll ``cond`` until it returns something true (returned), or ``timeout`` s pass (its
-    last, false value returned). The one polling helper: a test waits on a condition, never
-    a fixed time."""
-    deadline = _time.time() + timeout
+def wait_for(cond, timeout: float = WAIT, what: str = "condition", step: float = 0.05):
+    """Poll ``cond`` every ``step`` s until it returns something true, and return that; fail
+    the test with ``what`` once ``timeout`` s pass without. The one waiting helper: a test
+    waits on a condition, never a fixed time (tests/test_test_hygiene.py holds every file to it)."""
+    deadline = _time.monotonic() + timeout
     while True:
         value = cond()
-        if value or _time.time() > deadline:
+        if value:
             return value
+        if _time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} ({timeout:g} s)")
         _time.sleep(step)
 
 
-def wait_for(cond, timeout: float = WAIT, what: str = "condition"):
-    """:func:`wait_until`, failing the test with ``what`` on a timeout."""
-    if not wait_until(cond, timeout):
-        raise AssertionError(f"timed out waiting for {what} ({timeout:g} s)")
+def let_time_pass(seconds: float, why: str) -> None:
+    """Let ``seconds`` pass on purpose, for ``why``: to show that something does NOT happen
+    within a span (a second fire, a refused post, an XSS payload), to let a process that runs
+    on its own go on meanwhile (the pilot of a killed engine), or to pick a random moment.
+    Never to wait for something to happen: that is :func:`wait_for`."""
+    assert why, "say why time must pass"
+    _time.sleep(seconds)
 
 
 def count_ends(run_dir) -> int:
@@ -239,11 +246,7 @@ class SlurmCluster:
         if pid is None:
             return
         _os.kill(pid, 15)
-        deadline = _time.monotonic() + timeout
-        while _time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            _time.sleep(0.1)
-        if Path(f"/proc/{pid}").exists():
-            raise AssertionError(f"slurmctld {pid} did not stop within {timeout} s")
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout, f"slurmctld {pid} to stop", step=0.1)
 
     def start_controller(self, timeout=60):
         """Start slurmctld again (it recovers its jobs) and wait until it answers."""
@@ -251,13 +254,9 @@ class SlurmCluster:
             with open(self.log_dir / "slurmctld.out", "ab") as out:  # (no inherited lock descriptor: close_fds)
                 _subprocess.run(["slurmctld"], stdout=out, stderr=out, stdin=_subprocess.DEVNULL, check=True,
                                 timeout=60)
-        deadline = _time.monotonic() + timeout
-        while _time.monotonic() < deadline:
-            p = _subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
-            if "UP" in p.stdout:
-                return
-            _time.sleep(0.3)
-        raise AssertionError(f"slurmctld does not answer {timeout} s after it was started")
+        wait_for(lambda: "UP" in _subprocess.run(["scontrol", "ping"], capture_output=True, text=True,
+                                                  timeout=30).stdout,
+                 timeout, "slurmctld to answer after it was started", step=0.3)
 
     @_contextlib.contextmanager
     def controller_down(self):
@@ -270,14 +269,15 @@ class SlurmCluster:
 
     def wait_job(self, job_id, timeout=120):
         """Poll until the job reaches a final state; return that state (AssertionError on timeout)."""
-        deadline = _time.monotonic() + timeout
-        state = None
-        while _time.monotonic() < deadline:
-            state = self.job_state(job_id)
-            if state in self.FINAL:
-                return state
-            _time.sleep(0.3)
-        raise AssertionError(f"SLURM job {job_id} still {state} after {timeout} s")
+        seen = [None]
+
+        def final():
+            seen[0] = self.job_state(job_id)
+            return seen[0] if seen[0] in self.FINAL else None
+        try:
+            return wait_for(final, timeout, f"SLURM job {job_id} to reach a final state", step=0.3)
+        except AssertionError:
+            raise AssertionError(f"SLURM job {job_id} still {seen[0]} after {timeout} s") from None
 
 
 def _minutes(limit):
@@ -489,15 +489,13 @@ class Slurm4:
         """Link up, sshd and slurmd back; returns once SLURM has the node idle again."""
         _subprocess.run(["bash", str(self.node_sh), "revive", node.removeprefix("pwe-n")], check=True,
                         capture_output=True, text=True, timeout=60)
-        deadline = _time.monotonic() + timeout
-        while _time.monotonic() < deadline:
+
+        def back() -> bool:
             state = self.node_states().get(node, "")
-            if state in ("idle", "mix", "alloc"):
-                return
             if state.startswith(("down", "drain")):
                 self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-            _time.sleep(0.5)
-        raise AssertionError(f"{node} is {self.node_states().get(node)!r} {timeout} s after its revival")
+            return state in ("idle", "mix", "alloc")
+        wait_for(back, timeout, f"SLURM to have {node} idle again after its revival", step=0.5)
 
 
 @pytest.fixture(scope="session")
@@ -527,3 +525,101 @@ def home(tmp_path_factory):
         _os.environ.pop("PWE_HOME", None)
     else:
         _os.environ["PWE_HOME"] = old
+
+
+# ---------------------------------------------------------------------------------------
+# A run on this machine and its processes, through the real CLI (the end-to-end tests:
+# test_quickstart, test_members, test_failures, test_packing, test_run_control, test_run_dir,
+# test_crash, test_see).
+
+def pwe(*args, cwd, timeout=120):
+    """The real CLI from ``cwd``: (exit status, stdout, stderr)."""
+    return run_cli(*args, cwd=cwd, timeout=timeout)
+
+
+def start_run(wf: Path, cwd: Path, *args) -> _subprocess.Popen:
+    """`pwe run WF ARGS` in the background, in a session of its own (a test signals it)."""
+    return _subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), *map(str, args)], cwd=cwd,
+                             env=dict(_os.environ, PYTHONPATH=str(ROOT)), stdout=_subprocess.PIPE,
+                             stderr=_subprocess.PIPE, text=True, start_new_session=True)
+
+
+def mdir(run_dir: Path, node: str, i: int) -> Path:
+    """A member's directory, as the contract lays it out."""
+    return Path(run_dir) / "members" / node / str(i // 1000) / str(i)
+
+
+def show(run_dir: Path, *extra: str) -> list[dict]:
+    rc, out, err = pwe("show", run_dir, "--json", "--limit", "0", *extra, cwd=Path(run_dir).parent)
+    assert rc == 0, f"pwe show failed: {err}"
+    return _json.loads(out)
+
+
+def status(run_dir: Path) -> dict:
+    rc, out, err = pwe("status", run_dir, "--json", cwd=Path(run_dir).parent)
+    assert rc == 0, f"pwe status failed: {err}"
+    return _json.loads(out)
+
+
+def by_key(records: list[dict]) -> dict[tuple[str, int], dict]:
+    return {(r["node"], r["member"]): r for r in records}
+
+
+def no_traceback(err: str) -> None:
+    assert "Traceback" not in err, f"a traceback reached the user:\n{err}"
+
+
+def pids_matching(pattern: str) -> list[int]:
+    proc = _subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return [int(p) for p in proc.stdout.split()]
+
+
+def pilot_pids(run_dir: Path) -> list[int]:
+    pids = []
+    for line in (Path(run_dir) / "journal.jsonl").read_text().splitlines():
+        rec = _json.loads(line)
+        if rec.get("e") == "pilot":
+            pids.append(rec["pid"])
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def engine_pid(run_dir: Path) -> int | None:
+    try:
+        return _json.loads((Path(run_dir) / "engine.lock").read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def reaper():
+    """reaper(run_dir, pid...): processes a test started in the background for that run
+    (its engine, its pilots); killed at the end if still alive and still about that run
+    (the command line names the run directory, so a reused pid is never touched)."""
+    owned: list[tuple[int, str]] = []
+
+    def add(run_dir, *pids):
+        owned.extend((p, str(run_dir)) for p in pids if p)
+
+    yield add
+    for pid, needle in owned:
+        if alive(pid) and needle in cmdline(pid):
+            try:
+                _os.kill(pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass

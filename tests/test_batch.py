@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ledger_counts, read_journal, sample_pilot_job, wait_for
+from conftest import ROOT, ledger_counts, let_time_pass, read_journal, sample_pilot_job, wait_for
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
@@ -31,7 +31,7 @@ def test_job_scripts_match_golden_files(name):
 
 
 def test_every_job_script_is_the_one_body_under_its_schedulers_header():
-    """Issue 9.6: one body (protocols/templates/_body.j2), the TERM trap and the edge
+    """One body (protocols/templates/_body.j2), the TERM trap and the edge
     events in every script, each with its own scheduler's job id; only the header differs."""
     bodies = {}
     for name in ("slurm", "pbs", "loadleveler", "ssh"):
@@ -90,7 +90,7 @@ INVALID = "slurm_load_jobs error: Invalid job id specified"
 
 
 def test_a_controller_that_does_not_answer_is_unknown_never_an_end():
-    """Issue 10.1: squeue and scontrol exit 1 both for jobs SLURM no longer knows (ended)
+    """squeue and scontrol exit 1 both for jobs SLURM no longer knows (ended)
     and when its controller is down; only the first is an end. qstat over SLURM the same."""
     slurm = get("slurm", Scripted([(["squeue"], "", 1, DOWN)]))
     assert slurm.status(["5", "6"]) == {"5": JobState.UNKNOWN, "6": JobState.UNKNOWN}
@@ -245,7 +245,6 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
     """scancel of a pilot's job mid-run: its 'ended' edge event (the job script's trap)
     reaches the engine, which reissues the members to a new pilot; a forged event is
     ignored."""
-    import time
 
     (tmp_path / "hosts.yaml").write_text(HOSTS)
     wf = tmp_path / "wf.yaml"
@@ -256,17 +255,15 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
                              str(run_dir)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        deadline = time.time() + 60
         events = run_dir / "pilots" / "p1" / "events.jsonl"
-        while time.time() < deadline and not (events.exists() and b'"start"' in events.read_bytes()):
-            time.sleep(0.1)
+        wait_for(lambda: events.exists() and b'"start"' in events.read_bytes(), 60, "a member to start", step=0.1)
         journal = [json.loads(l) for l in (run_dir / "journal.jsonl").read_text().splitlines()]
         job = next(r["job"] for r in journal if r["e"] == "pilot")
         forged = run_dir / "edges" / "p1-ended-1-1.json"
         forged.parent.mkdir(exist_ok=True)
         forged.write_text(json.dumps({"pilot": "p1", "event": "ended", "job": job, "status": 0, "t": 1,
                                       "mac": "0" * 64}))
-        time.sleep(1.5)
+        let_time_pass(1.5, "the engine would have acted on the forged edge by now")
         assert proc.poll() is None
         subprocess.run(["scancel", job], check=True)
         out, err = proc.communicate(timeout=120)
@@ -475,7 +472,7 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
 
 
 def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_cluster, tmp_path):
-    """Issue 8.7 on the real SLURM: sbatch refuses the pilot job (a walltime over its
+    """On the real SLURM: sbatch refuses the pilot job (a walltime over its
     partition's limit: short allows 10 min; a partition that does not exist, or more nodes,
     cores or memory than it has, is refused before the run is made: pwe/planning/sitecheck.py).
     The run stops with one line carrying sbatch's own answer, exit status 3, and
@@ -513,7 +510,7 @@ def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_clus
 
 
 def test_a_replayed_edge_event_is_journaled_once(tmp_path):
-    """Issue 10.7: an edge event is journaled once, by its id; the same signed event again
+    """An edge event is journaled once, by its id; the same signed event again
     (copied back under another name, delivered twice), to this engine or a resumed one, is
     ignored, and each replay is counted in a journal note."""
     import shutil
@@ -544,7 +541,7 @@ def test_a_replayed_edge_event_is_journaled_once(tmp_path):
 
 
 def test_the_silence_that_gives_a_pilot_up_is_many_heartbeats(tmp_path):
-    """Issue 10.3: lost_after is max(120 s, 24 heartbeats) unless the run says otherwise."""
+    """lost_after is max(120 s, 24 heartbeats) unless the run says otherwise."""
     from pwe.engine.loop import Engine
 
     wf = tmp_path / "wf.yaml"
@@ -597,7 +594,7 @@ def pwe_status(run_dir):
 
 
 def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluster, tmp_path):
-    """Issue 10.1 on the real SLURM (run under flock /tmp/pwe-slurm.lock: it stops slurmctld).
+    """On the real SLURM (run under flock /tmp/pwe-slurm.lock: it stops slurmctld).
     Mid-run the controller stops for a minute: squeue and scontrol fail. The engine reads
     that as no answer, never as an end: it keeps the pilot (whose job slurmd runs on),
     takes in its members' ends, says in `pwe status` that the host's batch system does not
@@ -621,7 +618,7 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
             text = subprocess.run([sys.executable, "-m", "pwe", "status", str(run_dir)], env=ENV,
                                   capture_output=True, text=True, timeout=60).stdout
             assert "host 'cluster': its batch system does not answer" in text, text
-            time.sleep(max(0.0, down_at + 60 - time.time()))
+            let_time_pass(max(0.0, down_at + 60 - time.time()), "a minute with the controller down: the engine waits")
             assert proc.poll() is None, proc.communicate()
             assert calls.read_text().split().count("sbatch") == 1
         wait_for(lambda: any("answers again" in r.get("what", "") for r in journal_now(run_dir)), 90,
@@ -642,7 +639,7 @@ def test_a_slurm_controller_down_for_a_minute_mid_run_loses_nothing(slurm_cluste
 
 
 def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, tmp_path):
-    """Issue 10.1: sbatch cannot reach the controller ("Unable to contact slurm controller"):
+    """sbatch cannot reach the controller ("Unable to contact slurm controller"):
     not a refusal that stops the run, but a wait; `pwe status` says so, and the submission
     is tried again (with back-off) until the controller answers. One pilot job."""
     script = f'echo "start m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\necho "end m $PWE_MEMBER $PWE_ATTEMPT" >> {tmp_path}/ledger\n'
@@ -672,7 +669,7 @@ def test_a_submission_while_the_controller_is_down_waits_for_it(slurm_cluster, t
 
 
 def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, tmp_path):
-    """Issue 10.3 on the real SLURM: the pilot process is stopped (SIGSTOP) past the silence
+    """On the real SLURM: the pilot process is stopped (SIGSTOP) past the silence
     limit, its members finishing meanwhile. The engine cancels its job and hands its
     members on only once the job has ended and every event the pilot wrote (it writes the
     ends when SLURM continues it to end it) is taken in: no member runs to completion

@@ -14,12 +14,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_journal, wait_for
+from conftest import ROOT, let_time_pass, read_journal, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -269,7 +268,7 @@ def test_engine_killed_mid_growth_then_resume_loses_nothing_and_runs_nothing_twi
     wait_for(lambda: grown() >= 4 and checkpointed(), what="4 members to grow children, and a checkpoint")
     os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
     killed_at = grown()
-    time.sleep(0.5)  # the pilot goes on meanwhile
+    let_time_pass(0.5, "the pilot goes on without the engine meanwhile")
     proc = pwe("resume", run_dir, cwd=tmp_path, check=0, env=env)
     assert "cannot be used" not in proc.stderr  # the checkpoint with its trees was taken
     members = members_of(run_dir, tmp_path)

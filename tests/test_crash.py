@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import LEDGER_WF, ROOT, count_ends, kill_pilot, ledger_counts, read_journal, wait_for
+from conftest import (LEDGER_WF, ROOT, alive, cmdline, count_ends, engine_pid, kill_pilot, ledger_counts,
+                      let_time_pass, pilot_pids, read_journal, run_cli, status, wait_for)
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -45,7 +45,7 @@ def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path, hosts)
     os.kill(engine_pid, signal.SIGKILL)
     killed_at = count_ends(run_dir)
     assert killed_at < 2 * n, "the run finished before the engine could be killed"
-    time.sleep(0.5)  # the pilot goes on without the engine meanwhile
+    let_time_pass(0.5, "the pilot goes on without the engine meanwhile")
     proc = pwe("resume", run_dir, cwd=tmp_path, check=0)
     assert "80 done of 80" in proc.stdout
     starts, ends = ledger_counts(ledger)
@@ -63,6 +63,43 @@ def test_kill_engine_then_resume_runs_every_member_exactly_once(tmp_path, hosts)
         lanes = {r["p"]: r["lane"] for r in recs if r["e"] == "pilot"}
         for node, host in (("a", "local"), ("b", "other")):
             assert {lanes[r["p"]] for r in recs if r["e"] == "assign" and r["n"] == node} == {host}
+
+
+RESUME_WF = """\
+name: crashy
+nodes:
+  s:
+    parameters: {k: {range: [0, 8]}}
+    run: '[ {{ k }} -lt 2 ] || until [ -e {{ gate }} ]; do sleep 0.05; done; echo x >> {{ counts }}/s.$PWE_MEMBER'
+  fin:
+    after: [s]
+    run: echo x >> {{ counts }}/fin
+"""
+
+
+def test_engine_killed_then_resume(tmp_path, write, reaper):
+    wf = write(RESUME_WF)
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    run = tmp_path / "run"
+    gate = tmp_path / "gate"  # (members 2.. wait for it: the run cannot end before its engine is killed)
+    rc, out, err = run_cli("submit", wf, "--set", f"counts={counts}", "--set", f"gate={gate}", "--cores", "2",
+                           "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    pid = wait_for(lambda: engine_pid(run), what="an engine.lock after pwe submit")
+    wait_for(lambda: any(counts.iterdir()), what="a member to finish")
+    reaper(run, *pilot_pids(run))
+    assert str(run) in cmdline(pid), "engine.lock does not name this run's engine"
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), what="the killed engine to be gone")
+    assert not (counts / "fin").exists(), "the run finished before its engine was killed: nothing left to resume"
+    assert status(run)["phase"].startswith("stopped"), status(run)
+    gate.touch()
+    rc, out, err = run_cli("resume", run, cwd=tmp_path, timeout=120)
+    assert rc == 0, f"resume after the engine was killed failed:\n{out}\n{err}"
+    tally = {p.name: len(p.read_text().splitlines()) for p in counts.iterdir()}
+    assert tally == {**{f"s.{i}": 1 for i in range(8)}, "fin": 1}, f"members ran more or less than once: {tally}"
+    assert status(run)["phase"] == "succeeded"
 
 
 def _kill_pilot_while_members_run(tmp_path, n: int, sleep: float, env: dict):
@@ -267,7 +304,8 @@ def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_fini
     assert last.endswith(f"then: pwe resume {run_dir.resolve()}"), last
     shown = json.loads(pwe("show", run_dir, "--json", "--limit", "0", cwd=tmp_path, check=0).stdout)
     assert not [m for m in shown if m["state"] == "failed" or m["attempts"] > 1], "the run's cause spent attempts"
-    time.sleep(0.5)  # what the stopped run's pilot still had queued, it hands back before leaving
+    # what the stopped run's pilot still had queued, it hands back before leaving
+    wait_for(lambda: not any(alive(p) for p in pilot_pids(run_dir)), what="the stopped run's pilot to leave")
     second = pwe("resume", run_dir, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert f"{n} done of {n}" in second.stdout
@@ -299,7 +337,7 @@ def test_a_member_handed_back_for_an_unwritable_directory_after_its_start_spends
 
 
 def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_path):
-    """Issue 22: 2,000 short members two at a time, the pilot killed (-9) twenty times at
+    """2,000 short members two at a time, the pilot killed (-9) twenty times at
     random moments. From the members' own ledger: every member completed, and none twice.
     A member that ended as its pilot died, or in the grace its pilot's guardian gives the
     members still running (pilot/guardian.py), is recorded with the end it had, not run
@@ -321,7 +359,7 @@ def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_pat
             # (after its first end: three pilots in a row that finish nothing stop the run)
             wait_for(lambda ev=events, want=(k - 1) * n // (kills + 5): ev.exists() and b'"k":"end"' in ev.read_bytes()
                      and ended() >= want, timeout=120, what=f"pilot p{k}")
-            time.sleep(rng.uniform(0.0, 0.3))
+            let_time_pass(rng.uniform(0.0, 0.3), "a random moment of the pilot's work")
             kill_pilot(events)
         out, err = proc.communicate(timeout=300)
     finally:

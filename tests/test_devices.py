@@ -51,7 +51,7 @@ def _pwe_with_a_gpu(tmp_path, *args, timeout=90) -> subprocess.CompletedProcess:
 
 
 def test_gpu_members_run_on_a_machine_whose_gpu_is_a_device_node(tmp_path):
-    """Issue 8.1: the local host counted /dev/nvidia0 but the pilot did not (it read only
+    """The local host counted /dev/nvidia0 but the pilot did not (it read only
     CUDA_VISIBLE_DEVICES), and the pilot crashed on its look-ahead when GPUs, not cores,
     ran out; three one-GPU members then waited forever while pilots were started and died
     by the hundred. Now: one GPU, so the members run one at a time, each seeing GPU 0."""
@@ -138,7 +138,7 @@ def _open_mpi() -> str:
 
 
 def test_mpi_members_run_every_rank_through_open_mpi(tmp_path):
-    """Issue 8.2: a 2-rank member prints both ranks; `exit 7` is a failure with status 7."""
+    """A 2-rank member prints both ranks; `exit 7` is a failure with status 7."""
     from pilot.mpi import classify, find
 
     _open_mpi()
@@ -172,7 +172,7 @@ def _path_with_only_slurms_mpiexec(tmp_path):
 
 
 def test_slurms_mpiexec_wrapper_is_refused_not_recorded_as_success(tmp_path):
-    """Issue 8.2: /usr/bin/mpiexec was SLURM's wrapper, which starts an srun job and
+    """/usr/bin/mpiexec was SLURM's wrapper, which starts an srun job and
     re-splits `bash -c CMD`: the payload never ran, and `exit 7` was recorded as done with
     status 0. Now `pwe run` refuses before anything runs, in one line, exit 2; and a pilot
     asked to launch ranks there fails the member with the reason, never a success."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, let_time_pass, run_cli
 from pwe.cli.main import cli
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -74,7 +74,7 @@ def test_the_pilot_never_runs_a_node_name_even_bypassing_the_checks(tmp_path, ev
     proc = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), *where, "--launcher", "ssh",
                            "--idle-timeout", "2", "--heartbeat", "0.5"], env=ENV, timeout=60,
                           capture_output=True, text=True)
-    time.sleep(0.5)  # (a ProxyCommand would have run by now)
+    let_time_pass(0.5, "a ProxyCommand would have run by now")
     assert not marker.exists()
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "not a host name" in proc.stderr, proc.stderr

@@ -1,6 +1,6 @@
 """Ctrl-C of a run followed in the foreground: the run stops within a bound, whatever the
 process waits on while it tidies up (pwe/cli/base.py, ctrl_c_bounded); a second Ctrl-C
-leaves at once. The real `pwe run` under Ctrl-C: tests/test_run.py
+leaves at once. The real `pwe run` under Ctrl-C: tests/test_run_control.py
 (test_ctrl_c_cancels_then_retry_finishes); what it costs: bench/ctrl_c.py."""
 
 import os

@@ -9,12 +9,11 @@ runs have more cores than the limit, so only the limit keeps the count down.
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import most_at_once, run_cli, wait_for
+from conftest import let_time_pass, most_at_once, run_cli, wait_for
 
 RUN = ('echo "start $PWE_NODE $PWE_MEMBER $(date +%s.%N)" >> {{ ledger }}; sleep SLEEP; '
        'echo "end $PWE_NODE $PWE_MEMBER $(date +%s.%N)" >> {{ ledger }}')
@@ -118,7 +117,7 @@ def test_kill_9_of_the_engine_and_resume_never_exceed_the_limit(tmp_path):
     engine_pid = json.loads((run_dir / "engine.lock").read_text())["pid"]
     os.kill(engine_pid, signal.SIGKILL)
     assert started() < 10, "the run got too far before the engine could be killed"
-    time.sleep(0.3)  # the pilot goes on without the engine meanwhile
+    let_time_pass(0.3, "the pilot goes on without the engine meanwhile")
     rc, out, err = run_cli("resume", run_dir, cwd=tmp_path)
     assert rc == 0, err
     held = intervals(ledger, {"a"})

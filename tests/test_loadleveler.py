@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_journal, sample_pilot_job
+from conftest import ROOT, let_time_pass, read_journal, sample_pilot_job, wait_for
 from protocols.base import JobState, PilotJob, SubmitError, get
 from protocols.loadleveler import STATES
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
@@ -147,18 +147,20 @@ def step_pids(step):
     return llemu.step_pids(step)
 
 
-def wait_for(ll, jid, timeout=60.0):
-    """Poll until the job has finished: (its final state, every state seen)."""
+def wait_finished(ll, jid, timeout=60.0):
+    """Wait until the job has finished: (its final state, every state seen)."""
     seen = []
-    end = time.time() + timeout
-    while time.time() < end:
+
+    def finished():
         state = ll.status([jid])[jid]
         if not seen or seen[-1] != state:
             seen.append(state)
-        if state.finished:
-            return state, seen
-        time.sleep(0.2)
-    raise AssertionError(f"{jid} still {seen[-1]} after {timeout} s")
+        return state.finished
+    try:
+        wait_for(finished, timeout, f"{jid} to finish", step=0.2)
+    except AssertionError:
+        raise AssertionError(f"{jid} still {seen[-1]} after {timeout} s") from None
+    return seen[-1], seen
 
 
 def events(pilot_dir):
@@ -203,7 +205,7 @@ def test_a_pilot_runs_its_members_inside_an_emulated_allocation(emu, tmp_path, m
     assert row.strip() == f"{jid}!{pj.job_name}!short!abc123"
     assert emu.status([jid])[jid] in (JobState.PENDING, JobState.RUNNING)
     gate.touch()
-    state, seen = wait_for(emu, jid)
+    state, seen = wait_finished(emu, jid)
     assert state == JobState.COMPLETED, seen
     evs = events(pj.pilot_dir)
     up = next(e for e in evs if e["k"] == "up")
@@ -226,13 +228,10 @@ def test_a_pilot_runs_its_members_inside_an_emulated_allocation(emu, tmp_path, m
 def test_llcancel_of_a_running_pilot_is_cancelled(emu, tmp_path):
     pj = pilot_job(tmp_path, ["sleep 300"], stop=False)
     jid = submit(emu, pj)
-    end = time.time() + 30
-    while not any(e["k"] == "start" for e in events(pj.pilot_dir)):
-        assert time.time() < end, "the member never started"
-        time.sleep(0.1)
+    wait_for(lambda: any(e["k"] == "start" for e in events(pj.pilot_dir)), 30, "the member to start", step=0.1)
     assert emu.status([jid]) == {jid: JobState.RUNNING}
     emu.cancel([jid])
-    state, seen = wait_for(emu, jid)
+    state, seen = wait_finished(emu, jid)
     assert state == JobState.CANCELLED, seen
     assert not step_pids(jid)  # the pilot and its member (in its own session) are gone
     assert events(pj.pilot_dir)[-1]["k"] == "down"  # SIGTERM first: the pilot stopped its members and said so
@@ -242,7 +241,7 @@ def test_llcancel_before_dispatch_and_a_held_step(emu, tmp_path):
     cmd = tmp_path / "held.cmd"
     cmd.write_text("# @ job_name = held\n# @ hold = user\n# @ queue\ntouch ran\n")
     jid = emu.submit(job(pilot_dir=str(tmp_path)), str(cmd))
-    time.sleep(0.6)  # past the start delay: a held step is not dispatched
+    let_time_pass(0.6, "past the start delay: a held step is not dispatched")
     assert subprocess.run(["llq", "-r", "%st", jid], capture_output=True, text=True).stdout == "H\n"
     assert emu.status([jid]) == {jid: JobState.PENDING}
     emu.cancel([jid])
@@ -256,7 +255,7 @@ def test_a_pilot_over_its_wall_clock_limit_is_removed_as_timeout(emu, tmp_path):
     assert "# @ wall_clock_limit = 0:00:03\n" in emu.render(pj)
     jid = submit(emu, pj)
     t0 = time.time()
-    state, seen = wait_for(emu, jid)
+    state, seen = wait_finished(emu, jid)
     assert state == JobState.TIMEOUT and JobState.RUNNING in seen, seen
     assert 2.5 < time.time() - t0 < 120  # (removed at its limit, not after its setup's 300 s)
     assert subprocess.run(["llq", "-r", "%st", jid], capture_output=True, text=True).stdout == "RM\n"
@@ -300,7 +299,7 @@ def test_engine_runs_a_workflow_through_loadleveler_pilots(tmp_path):
 
 
 def test_a_missing_llsubmit_stops_the_run_resumably(tmp_path):
-    """Issue 8.7: a pilot submission that fails (here llsubmit is not installed) stops the
+    """A pilot submission that fails (here llsubmit is not installed) stops the
     run with one line saying what the batch system answered, exit status 3, the run kept;
     once the host works (the emulator on PATH), `pwe resume` runs every member once."""
     (tmp_path / "hosts.yaml").write_text("hosts:\n  ll:\n    protocol: loadleveler\n    cores_per_node: 4\n"

@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, wait_for
 from pilot.spawn import pid_alive
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -68,9 +67,7 @@ def test_a_node_that_dies_mid_run_has_its_members_finish_elsewhere(ssh_nodes, tm
                             text=True)
     ledger = tmp_path / "ledger"
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not (ledger.exists() and "10.233.3.2" in ledger.read_text()):
-            time.sleep(0.1)
+        wait_for(lambda: ledger.exists() and "10.233.3.2" in ledger.read_text(), 30, "a member on node 3", step=0.1)
         assert "10.233.3.2" in ledger.read_text(), "nothing started on node 3"
         subprocess.run(["bash", str(NODE_SH), "kill", "3"], check=True, timeout=30)
         out, err = proc.communicate(timeout=180)
@@ -125,16 +122,12 @@ def test_members_on_other_nodes_die_with_their_pilot(ssh_nodes, tmp_path):
                               "ssh", "--launcher-prefix", prefix], env=ENV, start_new_session=True)
     pids = []
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not all((tmp_path / f"pid{m}").exists() for m in range(2)):
-            time.sleep(0.05)
+        wait_for(lambda: all((tmp_path / f"pid{m}").exists() for m in range(2)), 30, "both members to start")
         pids = [int((tmp_path / f"pid{m}").read_text()) for m in range(2)]
         assert all(pid_alive(p) for p in pids)  # (the nodes share this machine's processes)
         pilot.kill()
         pilot.wait()
-        deadline = time.time() + 10
-        while time.time() < deadline and any(pid_alive(p) for p in pids):
-            time.sleep(0.05)
+        wait_for(lambda: not any(pid_alive(p) for p in pids), 10, "the members on pwe-n1 to end with their pilot")
         assert not any(pid_alive(p) for p in pids), "a member on pwe-n1 outlived its pilot"
     finally:
         pilot.kill()

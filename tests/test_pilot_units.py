@@ -374,8 +374,8 @@ def test_the_node_watch_gives_up_a_node_that_answers_nothing():
     nothing comes back) is missed at each probe's timeout; a probe starts every `every`
     seconds whether the last one answered or not, so two misses come `every` apart."""
     import selectors
-    import time
 
+    from conftest import wait_for
     from pilot.nodewatch import NodeWatch
 
     server = socket.socket()
@@ -390,11 +390,13 @@ def test_the_node_watch_gives_up_a_node_that_answers_nothing():
         held.append(s)
     sel = selectors.DefaultSelector()
     watch = NodeWatch(["127.0.0.1"], port, sel, every=0.05, timeout=0.3, misses=2)
-    end = time.monotonic() + 5
-    while time.monotonic() < end and not watch.gone:
+
+    def turn():
         watch.tick()
         for key, _ in sel.select(timeout=0.02):
             key.data.ready(key.fileobj)
+        return watch.gone
+    wait_for(turn, 5, "the watch to give the node up", step=0)
     assert watch.take_lost() == ["127.0.0.1"]
     assert watch.why["127.0.0.1"] == f"no answer from port {port} in 0.3 s"
     watch.close()

@@ -147,9 +147,8 @@ def test_retry_and_resume_look_again_for_products_made_meanwhile(tmp_path):
     when it is retried or resumed: the members not begun whose products are there now are
     complete and do not run (from the ledger)."""
     import signal
-    import time
 
-    from conftest import wait_for
+    from conftest import alive, engine_pid, wait_for
 
     led, ws = tmp_path / "ledger", tmp_path / "ws"
     ws.mkdir()
@@ -188,9 +187,10 @@ nodes:
     rc, out, err = run_cli("submit", wf, "--workspace", ws, "--cores", "1", "--run-dir", run_dir, cwd=tmp_path)
     assert rc == 0, err
     wait_for(lambda: led.exists() and "a 0" in led.read_text(), what="a[0] to start")
-    os.kill(json.loads((run_dir / "engine.lock").read_text())["pid"], signal.SIGKILL)
+    engine = engine_pid(run_dir)
+    os.kill(engine, signal.SIGKILL)
     (ws / "b3.txt").touch()
-    time.sleep(0.2)
+    wait_for(lambda: not alive(engine), what="the killed engine to be gone")
     rc, out, err = run_cli("resume", run_dir, cwd=tmp_path, timeout=120)
     assert rc == 1, err  # (a[2] fails again)
     ran = ledger(led)

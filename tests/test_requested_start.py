@@ -18,18 +18,6 @@ HOSTS = """hosts:
 """
 
 
-def _poll(fn, timeout, what):
-    """fn()'s first true value, asked every 0.2 s for up to ``timeout`` seconds."""
-    import time
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if value := fn():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _wf(tmp_path, start):
     (tmp_path / "hosts.yaml").write_text(HOSTS)
     wf = tmp_path / "wf.yaml"
@@ -93,10 +81,10 @@ def test_slurm_holds_the_pilot_until_the_requested_start(slurm_cluster, tmp_path
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/local/bin:/usr/bin:/bin"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        job = _poll(lambda: next((r["job"] for r in (read_journal(run_dir) if (run_dir / "journal.jsonl").exists()
+        job = wait_for(lambda: next((r["job"] for r in (read_journal(run_dir) if (run_dir / "journal.jsonl").exists()
                                                          else []) if r["e"] == "pilot" and r.get("job")), None),
                        timeout=60, what="the pilot job's submission")
-        fields = _poll(lambda: (f := slurm_cluster.job(job)) and f.get("Reason") == "BeginTime" and f,
+        fields = wait_for(lambda: (f := slurm_cluster.job(job)) and f.get("Reason") == "BeginTime" and f,
                           timeout=30, what="SLURM to hold the job for its begin time")
         assert fields["JobState"] == "PENDING"
         start = datetime.fromisoformat(fields["StartTime"]).astimezone()

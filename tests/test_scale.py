@@ -1,5 +1,5 @@
-"""Issue 13 (part 1) and issue 12's `show` without a full replay: the checkpoint, the
-ready queue kept as runs, and member files kept only when written.
+"""A run of many members: the checkpoint, the ready queue kept as runs, member files kept
+only when written, and `show` without a full replay.
 
 Real runs (a real engine, a real pilot, real kill -9); what ran and how often is read from
 the members' own ledger. No timed assertion: bench/million.py measures the speed.

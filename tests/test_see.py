@@ -11,16 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli, wait_until
-import test_run
-from test_run import engine_pid, no_traceback, pilot_pids
+from conftest import ROOT, engine_pid, let_time_pass, no_traceback, pilot_pids, run_cli, wait_for
 
-reaper = test_run.reaper  # the fixture: kills what a test started in the background for its run
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
@@ -134,15 +130,16 @@ def test_the_pilot_end_message_carries_cpu_and_rss_and_the_journal_keeps_them(se
         assert set(m) - {"k", "s"} <= FIELDS[END], m
 
 
-def test_a_cancelled_runs_trace_says_which_attempts_the_cancel_ended(tmp_path, reaper):  # noqa: F811
+def test_a_cancelled_runs_trace_says_which_attempts_the_cancel_ended(tmp_path, reaper):
     gate = tmp_path / "gate"
     (tmp_path / "wf.yaml").write_text("name: stopped\nnodes:\n  a:\n    parameters: {k: [0, 1, 2]}\n"
                                       f"    run: for i in $(seq 1200); do [ -e {gate} ] && break; sleep 0.05; done\n")
     rc, out, err = pwe("submit", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
     assert rc == 0, err
     run = Path(json.loads(out)["run_dir"])
-    reaper(run, wait_until(lambda: engine_pid(run)))
-    assert wait_until(lambda: json.loads(pwe("status", run, "--json", cwd=tmp_path)[1])["totals"]["running"] == 2)
+    reaper(run, wait_for(lambda: engine_pid(run), what="the engine's lock"))
+    wait_for(lambda: json.loads(pwe("status", run, "--json", cwd=tmp_path)[1])["totals"]["running"] == 2,
+             what="two members running")
     reaper(run, *pilot_pids(run))
     rc, out, err = pwe("cancel", run, "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out)["cancelled"] is True, err
@@ -214,7 +211,7 @@ def test_runs_lists_newest_first_and_a_unique_prefix_names_a_run(tmp_path):
     for wf in ("a.yaml", "a.yaml", "b.yaml"):
         rc, out, err = pwe("run", wf, "--cores", "1", "--json", cwd=tmp_path)
         ids.append(json.loads(out)["run_id"])
-        time.sleep(0.05)  # (distinct creation times: the listing's order)
+        let_time_pass(0.05, "distinct creation times: the listing's order")
     rc, out, err = pwe("runs", "--json", cwd=tmp_path)
     assert rc == 0, err
     listed = json.loads(out)
@@ -257,8 +254,8 @@ def test_every_command_that_prints_takes_json(seen, tmp_path):
     rc, out, err = pwe("submit", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
     assert rc == 0, err
     sub = json.loads(out)
-    assert wait_until(lambda: json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"]
-                      != "running")
+    wait_for(lambda: json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"] != "running",
+             what="the submitted run to end")
     rc, out, err = pwe("cancel", sub["run_id"], "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out) == {"run_id": sub["run_id"], "cancelled": False}, (out, err)
     rc, out, err = pwe("retry", sub["run_id"], "--json", cwd=tmp_path)
@@ -267,8 +264,9 @@ def test_every_command_that_prints_takes_json(seen, tmp_path):
     assert json.loads(out)["run_id"] == sub["run_id"], (out, err)
     rc, out, err = pwe("retry", sub["run_id"], "--detach", "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out)["run_id"] == sub["run_id"], (out, err)
-    assert wait_until(lambda: not engine_pid(Path(sub["run_dir"])) or
-                      json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"] != "running")
+    wait_for(lambda: not engine_pid(Path(sub["run_dir"])) or
+             json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])["phase"] != "running",
+             what="the detached retry to end")
 
 
 def test_logs_tail_and_stderr(seen):
@@ -289,7 +287,7 @@ def test_logs_tail_and_stderr(seen):
 # -- status: core-hours, --watch -------------------------------------------------------------------
 
 
-def test_status_gives_core_hours_of_done_running_eligible_and_waiting_work(tmp_path, reaper):  # noqa: F811
+def test_status_gives_core_hours_of_done_running_eligible_and_waiting_work(tmp_path, reaper):
     """Two members of `a` (2 cores each, maxWallTimePerMember 6 min) hold the only 2+2 cores
     ... of 4, behind a gate; `b` (4 members, 1 core, 30 min each) waits for them; `c`
     (no walltime, 3 members) is eligible behind them but has no measure yet."""
@@ -317,16 +315,15 @@ nodes:
     assert rc == 0, err
     sub = json.loads(out)
     run = Path(sub["run_dir"])
-    reaper(run, wait_until(lambda: engine_pid(run)))
-    assert wait_until(lambda: (run / "journal.jsonl").exists() and pilot_pids(run))
+    reaper(run, wait_for(lambda: engine_pid(run), what="the engine's lock"))
+    wait_for(lambda: (run / "journal.jsonl").exists() and pilot_pids(run), what="a pilot in the journal")
     reaper(run, *pilot_pids(run))
 
     def snap():
         return json.loads(pwe("status", sub["run_id"], "--json", cwd=tmp_path)[1])
 
-    s = wait_until(lambda: (lambda x: x if x["totals"]["running"] == 2 and x["totals"]["queued"] == 3 else None)(
-        snap()))
-    assert s, snap()
+    s = wait_for(lambda: (lambda x: x if x["totals"]["running"] == 2 and x["totals"]["queued"] == 3 else None)(
+        snap()), what="2 members running and 3 queued")
     ch = s["core_hours"]
     assert ch["running"] == pytest.approx(2 * 2 * 6 / 60, abs=1e-3)  # 2 members x 2 cores x 6 min
     assert ch["waiting"] == pytest.approx(4 * 1 * 30 / 60, abs=1e-3)  # b: 4 x 1 core x 30 min

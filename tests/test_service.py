@@ -10,13 +10,12 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from conftest import LEDGER_WF, ROOT, ledger_counts, run_cli, wait_for
+from conftest import LEDGER_WF, ROOT, ledger_counts, let_time_pass, run_cli, wait_for
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -226,7 +225,7 @@ def test_a_submission_delivered_twice_is_one_run(embedded, tmp_path):
         send("filesystem://", "pwe", store, "pwe.submit", req=req)
     embedded.wait_phase(req["run_id"])
     wait_for(lambda: embedded.status()["queue_depth"] == 0, 30, "the three messages to be taken")
-    time.sleep(1.5)  # (a tick or two: a second run, were there one, would have started by now)
+    let_time_pass(1.5, "a tick or two: a second run, were there one, would have started by now")
     assert [r["run_id"] for r in embedded.status()["runs"]].count(req["run_id"]) == 1
     assert len(list((embedded.dir / "runs").glob(f"{req['run_id']}*"))) == 1
     starts, ends = ledger_counts(ledger)
@@ -428,7 +427,7 @@ nodes:
                                                  "sleep 0.4; done"])
         assert writer.wait(30) == 0
         wait_for(lambda: files_ledger.exists() and files_ledger.read_text().strip(), 60, "the file trigger's run")
-        time.sleep(3)  # (longer than the settle time: a second fire for the same file would show)
+        let_time_pass(3, "longer than the settle time: a second fire for the same file would show")
     finally:
         embedded.ok("trigger", "remove", "after-first")
         embedded.ok("trigger", "remove", "files")
@@ -459,7 +458,7 @@ def test_service_killed_mid_run_and_started_again_finishes_the_run(tmp_path):
         wait_for(lambda: not any(alive(p) for p in victims), 30, "the killed processes to be gone")
         assert svc.run(run_id)["phase"] != "succeeded"
         assert not svc.status()["running"]
-        time.sleep(2)  # the service is down a while; the pilot goes on with what it was given
+        let_time_pass(2, "the service is down a while; the pilot goes on with what it was given")
         svc.ok("service", "start")
         svc.wait_phase(run_id, timeout=120)
     finally:

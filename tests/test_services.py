@@ -8,6 +8,16 @@ import uuid
 
 import pytest
 
+from conftest import wait_for
+
+
+def _cmdline(pid) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
 
 def run(*cmd, timeout=60, **kw):
     return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
@@ -16,14 +26,15 @@ def run(*cmd, timeout=60, **kw):
 # ---------------------------------------------------------------- SLURM / PBS
 
 def test_sinfo_shows_localhost_idle_with_8_cpus(slurm_cluster):
-    deadline = time.monotonic() + 60          # the node may still be finishing jobs of earlier tests
-    while True:
+    def sinfo():
         p = run("sinfo", "-h", "-N", "-n", "localhost", "-o", "%N %t %c")
         assert p.returncode == 0, p.stderr
-        node, state, cpus = p.stdout.split("\n")[0].split()
-        if state == "idle" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+        return p
+
+    # the node may still be finishing jobs of earlier tests
+    p = wait_for(lambda: (lambda p: p if p.stdout.split("\n")[0].split()[1] == "idle" else None)(sinfo()), 60,
+                 "localhost to be idle", step=1)
+    node, state, cpus = p.stdout.split("\n")[0].split()
     assert (node, state, cpus) == ("localhost", "idle", "8"), (p.stdout, run("squeue").stdout)
     assert slurm_cluster.cpus == 8
     assert slurm_cluster.partitions == ("debug", "short", "gpu")
@@ -122,7 +133,8 @@ def test_killed_node_is_unreachable_until_revived(ssh_nodes):
     sleeper = subprocess.Popen(ssh_nodes.ssh_args("pwe-n3") + ["sleep 300"], stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1)
+        wait_for(lambda: any(b"sleep 300" in _cmdline(pid) for pid in run("ip", "netns", "pids", "pwe-n3").stdout.split()),
+                 what="the sleep on pwe-n3 to start")
         with ssh_nodes.killed(3):
             assert run("ip", "netns", "pids", "pwe-n3").stdout.split() == []
             t0 = time.monotonic()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, wait_for
 from protocols.runner import CommandTimeout, ContactError
 
 ssh = pytest.importorskip("protocols.ssh")
@@ -88,14 +88,11 @@ def test_a_command_that_does_not_answer_raises_command_timeout(runner):
     assert runner.run(["echo", "still here"]).stdout == "still here\n"
     assert runner.connects == 1
     # and on the host the command was ended too (closing the channel alone leaves it running)
-    left = []
-    for _ in range(60):  # the host's timeout ends it 2 s after ours, well before 30 s
-        left = [line for line in runner.run(["ps", "-eo", "args"]).stdout.splitlines()
+    def left():
+        return [line for line in runner.run(["ps", "-eo", "args"]).stdout.splitlines()
                 if line.startswith("sleep " + marker)]
-        if not left:
-            break
-        time.sleep(0.1)
-    assert not left, f"the timed-out command still runs on the host: {left}"
+    # the host's timeout ends it 2 s after ours, well before 30 s
+    wait_for(lambda: not left(), 30, "the timed-out command to end on the host", step=0.1)
 
 
 def test_a_command_leaving_a_background_process_returns(runner):

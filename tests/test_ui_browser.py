@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, count_ends, read_journal, run_cli, wait_for
+from conftest import ROOT, count_ends, let_time_pass, read_journal, run_cli, wait_for
 from test_see import _browser
 
 if not os.environ.get("CI"):  # (under CI the web extra is installed: missing, it is a failure)
@@ -235,7 +235,7 @@ def test_hostile_values_render_as_text_and_no_script_runs(home, tmp_path, driver
         assert '<img src=y onerror="window.__pwned=3">' in driver.find_element("id", "log-stdout").text
         assert "<script>window.__pwned=5</script>" in driver.find_element("id", "log-stderr").text
         shot(driver, "member")
-        time.sleep(0.5)
+        let_time_pass(0.5, "a payload in the page would have run by now")
         assert driver.execute_script("return window.__pwned") is None
         assert driver.find_elements("css selector", "#main img, #main script, #main b") == []
         no_errors(driver)
@@ -270,7 +270,7 @@ def test_no_token_is_refused_and_another_origin_cannot_act(home, tmp_path, drive
             wait_for(lambda: driver.title == "sent", 20, "the other origin's post")
         finally:
             other.shutdown()
-        time.sleep(1.0)
+        let_time_pass(1.0, "a cancel the other origin's post made would be in the journal by now")
         assert not [r for r in read_journal(run) if r["e"] == "cancel"]
         rc, out, err = run_cli("status", run_id, "--json", cwd=tmp_path)
         assert json.loads(out)["phase"] == "running"
