@@ -28,6 +28,9 @@ from ..base.errors import InputError, PweError, RunStopped, one_line
 @click.version_option(package_name="pwe")
 def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
+    from ..base.settings import check
+
+    check()  # every PWE_* setting, before any command: a bad one is one line, exit status 2
 
 
 for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMANDS):
