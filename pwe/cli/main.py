@@ -58,9 +58,9 @@ def _with_run_options(f):
 def _run_id(value: str | None) -> str | None:
     """``pwe submit --run-id`` (hidden: a staged run's id, given by the machine that staged
     it, pwe.engine.remote): a run id's characters only."""
-    from ..runstate.registry import valid_run_id
+    from ..base.ids import is_run_id
 
-    if value is not None and not valid_run_id(value):
+    if value is not None and not is_run_id(value):
         raise click.BadParameter("a run id is letters, digits, '.', '_' and '-'")
     return value
 

@@ -230,8 +230,8 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
     scheduled_time (ISO UTC), trigger_run (the run that ended), trigger_file (the file)."""
     import glob
     import os
-    import re
 
+    from ..base.ids import MAX_TRIGGER_ID, is_trigger_id
     from ..workflow.load import parse_sets
     from ..planning.plan import plan_workflow
     from ..service import cron
@@ -244,8 +244,8 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
                              + (f" (not {' and '.join(kinds)})" if kinds else ""))
         if overlap not in OVERLAPS:
             raise InputError(f"--overlap {overlap}: one of {', '.join(OVERLAPS)}")
-        if tid is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", tid):
-            raise InputError(f"--id {tid!r}: letters, digits, '_' and '-', at most 64")
+        if tid is not None and not is_trigger_id(tid):
+            raise InputError(f"--id {tid!r}: letters, digits, '_' and '-', at most {MAX_TRIGGER_ID}")
         path = Path(file).resolve()
         plan = plan_workflow(path, parse_sets(sets), host=host)  # bad input is said now, not at 3 a.m.
         trig: dict[str, Any] = {"workflow": str(path), "name": plan.workflow.name, "sets": parse_sets(sets),

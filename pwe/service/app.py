@@ -104,9 +104,9 @@ def _service_app() -> Celery:
     def notify(run_id: str, pilot: str, event: str, job: str, status: int | None = None) -> None:
         from pathlib import Path
 
-        from ..runstate.registry import valid_run_id
+        from ..base.ids import is_run_id
 
-        rec = store.submission(run_id) if valid_run_id(run_id) else None
+        rec = store.submission(run_id) if is_run_id(run_id) else None
         if rec is not None:
             from ..runstate.notify import send
 
