@@ -6,9 +6,10 @@ nodes, and ``pwe.base.settings`` re-exports this module for the rest of pwe (as
 others. No other module reads a ``PWE_`` variable (tests/test_settings.py scans the source).
 
 A value is read when it is used, never at import (:meth:`Setting.get`). An empty variable
-is an unset one. A bad value is :class:`BadSetting`, a ValueError whose text is one line
-naming the variable, what is wrong and what to do: the CLI says it and exits with status 2
-(``pwe.base.settings``), the pilot says it on stderr (its log) and exits with status 2.
+is an unset one (and one of blanks, for a number or a flag). A bad value is
+:class:`BadSetting`, a ValueError whose text is one line naming the variable, what is wrong
+and what to do: the CLI says it and exits with status 2 (``pwe.base.settings``), the pilot
+says it on stderr (its log) and exits with status 2. A path or a text is taken as given.
 
 ``python -m pilot.settings`` prints the reference tables; the docs' page of them
 (docs/reference/environment.md) is made from the same functions at build time (docs/gen/hooks.py).
@@ -39,7 +40,7 @@ class Setting:
 
     def __init__(self, name: str, kind: str, default: Any, doc: str, reader: str,
                  low: float | None = None, high: float | None = None, internal: bool = False):
-        assert kind in _PARSERS, kind
+        assert kind in _PARSERS or kind in _AS_GIVEN, kind
         self.name, self.kind, self.default, self.doc, self.reader = name, kind, default, doc, reader
         self.low, self.high, self.internal = low, high, internal
 
@@ -50,13 +51,11 @@ class Setting:
         """Its value in ``environ`` (default: this process's environment), else its default;
         :class:`BadSetting` when the value is not one it takes."""
         given = (os.environ if environ is None else environ).get(self.name, "")
+        if self.kind in _AS_GIVEN:
+            return given or self.default
         if not given.strip():
             return self.default
         return _PARSERS[self.kind](self, given.strip())
-
-    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
-        """Whether the variable is set (to something other than blanks)."""
-        return bool((os.environ if environ is None else environ).get(self.name, "").strip())
 
     def bounds(self) -> str:
         """Its bounds in words ("" where it has none)."""
@@ -100,20 +99,16 @@ def _flag(s: Setting, given: str) -> bool:
     raise s.bad(given, f"a flag ({'/'.join(_ON)} or {'/'.join(_OFF)})")
 
 
-def _text(s: Setting, given: str) -> str:
-    if any(ord(c) < 32 or ord(c) == 127 for c in given):
-        raise s.bad(given, "one line of printable text")
-    return given
-
-
 _PARSERS: dict[str, Callable[[Setting, str], Any]] = {
     "seconds": lambda s, given: _number(s, given, whole=False),
     "bytes": lambda s, given: _number(s, given, whole=True),
     "count": lambda s, given: _number(s, given, whole=True),
     "flag": _flag,
-    "path": _text,
-    "text": _text,
 }
+#: kinds taken as given (an empty variable unset): what they must be is said where they are
+#: used, naming the variable (PWE_BROKER: pwe.service.daemon.check_broker, which never
+#: shows a password; PWE_QUEUE: pwe.runstate.service_store.check_queue)
+_AS_GIVEN = ("path", "text")
 
 # -- the settings: the one table -----------------------------------------------------------
 
@@ -122,10 +117,12 @@ HOME = Setting("PWE_HOME", "path", None, reader="cli", doc=(
     "PWE_HOME/config. Unset: $XDG_STATE_HOME/pwe and $XDG_CONFIG_HOME/pwe, else "
     "~/.local/state/pwe and ~/.config/pwe"))
 BROKER = Setting("PWE_BROKER", "text", None, reader="cli", doc=(
-    "the broker `pwe submit --service` sends to (redis://..., filesystem://); --broker wins. "
-    "Unset: the service's config.json"))
+    "the broker `pwe submit --service` sends to (redis://..., rediss://..., filesystem://), "
+    "checked there (a bad one: one line naming PWE_BROKER, its password never shown); --broker "
+    "wins. Unset: the service's config.json"))
 QUEUE = Setting("PWE_QUEUE", "text", None, reader="cli", doc=(
-    "the queue `pwe submit --service` sends to. Unset: the service's config.json"))
+    "the queue `pwe submit --service` sends to, checked there (1 to 100 letters, digits, '.', "
+    "'_', '-'). Unset: the service's config.json"))
 CHECKPOINT_EVERY = Setting("PWE_CHECKPOINT_EVERY", "seconds", 20.0, low=0, high=86400, reader="engine", doc=(
     "the least seconds between two checkpoints of a run's states (and 50 times what the last "
     "took); the tests take them often"))
