@@ -14,6 +14,7 @@ import sys
 from .agent import PilotAgent
 from .allocation import discover
 from .guardian import guard
+from .settings import PILOT_SETTINGS, check
 from .transport import PilotSpool, Transport, keys
 from .tmpdirs import remove_left
 
@@ -53,6 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--broker", default=None, help="redis://host:port/db (--transport redis)")
     ap.add_argument("--broker-password-file", default=None, help="an owner-only file with the broker's password")
     args = ap.parse_args(argv)
+    try:
+        check(PILOT_SETTINGS)  # (a bad PWE_* value: one line in the pilot's log, exit status 2)
+    except ValueError as exc:
+        ap.exit(2, f"python -m pilot: {exc}\n")
     try:
         alloc = discover(hosts=args.hosts, hostfile=args.hostfile, cores=args.slots, walltime_minutes=args.walltime,
                          gpus_per_node=args.gpus_per_node, memory_per_node=args.memory_per_node)

@@ -20,7 +20,8 @@ to a process that can die with it.
 
 When the pilot ends, however it ends, the guardian first lets the members still
 running end on their own, for a grace of ``PWE_ORPHAN_GRACE`` seconds (default
-:data:`GRACE`), collecting each with its real exit status; then it kills every child
+5, :mod:`pilot.settings`; read before the fork: a bad one stops the pilot as it starts),
+collecting each with its real exit status; then it kills every child
 left (members still running: they ran with a pilot that can no longer report them, so
 they run again, as their next attempt) and collects them all. It writes to
 ``orphans.jsonl`` in the pilot's directory, signed as the pilot's events are: an
@@ -61,6 +62,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from .bounded import read_lines
+from .settings import NO_GUARDIAN, ORPHAN_GRACE
 from .wire import BACK, DAMAGED, END, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILLED, START, decode, encode
 
 ORPHANS = "orphans.jsonl"
@@ -69,26 +71,7 @@ FREE, RUNNING, OVER, REPORTED = 0, 1, 2, 3
 # pid, state, exit status, attempt, member index, node id (NUL-padded: ids are at most 100 bytes)
 _ENTRY = struct.Struct("<iiiiq104s")
 _PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-#: seconds the members a dead pilot left running are given to end on their own (module doc)
-GRACE = 5.0
 _hurry: list[int] = []  # a signal came during the grace: kill now
-
-
-def grace() -> float:
-    """The grace (``PWE_ORPHAN_GRACE``: seconds, 0 to 3600; anything else is the default,
-    said on stderr: the guardian must not fail over a setting)."""
-    given = os.environ.get("PWE_ORPHAN_GRACE", "").strip()
-    if not given:
-        return GRACE
-    try:
-        value = float(given)
-        if 0 <= value <= 3600:
-            return value
-    except ValueError:
-        pass
-    print(f"pilot guardian: PWE_ORPHAN_GRACE={given!r} is not a number of seconds from 0 to 3600; "
-          f"using {GRACE:g}", file=sys.stderr, flush=True)
-    return GRACE
 
 
 class MemberTable:
@@ -157,8 +140,9 @@ def guard(directory: str, key: bytes | None, entries: int,
     fork, where a subreaper cannot be had (not Linux, refused) or ``PWE_NO_GUARDIAN`` is set.
     ``tidy(pid)``: called with the pilot's pid once it is gone and its members have ended
     (what the pilot could not tidy itself: the $TMPDIRs of its members)."""
-    if os.environ.get("PWE_NO_GUARDIAN") or not sys.platform.startswith("linux"):
+    if NO_GUARDIAN.get() or not sys.platform.startswith("linux"):
         return None
+    grace = ORPHAN_GRACE.get()  # (now: a bad value stops the pilot here, not its guardian later)
     if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
         return None
     table = MemberTable(entries)
@@ -172,12 +156,12 @@ def guard(directory: str, key: bytes | None, entries: int,
         if os.getppid() != guardian:  # it died before the line above: so do we
             os._exit(1)
         return table
-    _watch(child, table, directory, key, tidy)
+    _watch(child, table, directory, key, tidy, grace)
     raise AssertionError("unreachable")
 
 
 def _watch(child: int, table: MemberTable, directory: str, key: bytes | None,
-           tidy: Callable[[int], None] | None) -> None:
+           tidy: Callable[[int], None] | None, grace: float) -> None:
     for sig in _PASSED_ON:
         signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
     while True:
@@ -191,7 +175,7 @@ def _watch(child: int, table: MemberTable, directory: str, key: bytes | None,
     for sig in _PASSED_ON:  # (the clean-up below is not to be cut short: a signal ends the grace)
         signal.signal(sig, lambda signum, _frame: _hurry.append(signum))
     try:
-        _clean_up(table, directory, key, grace())
+        _clean_up(table, directory, key, grace)
         if tidy is not None:
             tidy(child)  # (what the pilot could not tidy: its members' $TMPDIRs; pilot/tmpdirs.py)
     except Exception as exc:  # noqa: BLE001 - whatever happens, the pilot's status is passed on

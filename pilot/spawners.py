@@ -24,6 +24,7 @@ import sys
 from .members import Member, argv_for, say
 from .packing import Placement
 from .remote import NodeAgent
+from .settings import SPAWNERS
 from .wire import AGENT_RUN, START
 
 #: Slots one spawner serves. Below this many local slots the pilot spawns by itself, as
@@ -45,10 +46,7 @@ def spawner_count(local_slots: int, asked: int | None = None, cores: int | None 
     :data:`SLOTS_PER_SPAWNER_MANY_CORES` slots, at most a quarter of the cores (on few
     cores the spawners would take the members' turn)."""
     if asked is None:
-        try:
-            asked = int(os.environ["PWE_SPAWNERS"])
-        except (KeyError, ValueError):
-            pass
+        asked = SPAWNERS.get()
     if asked is not None:
         return max(0, asked)
     if local_slots < SLOTS_PER_SPAWNER:

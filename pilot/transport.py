@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .bounded import MAX_LINE, Damaged, Sealed, lines, open_spool
+from .settings import SEAL_ABOVE
 from .wire import FORGED, GROUP, TASK, channel_key, decode, encode
 
 #: the most of a spool file read at once; a line held back waiting for its end longer than
@@ -52,17 +53,12 @@ READ_CHUNK = MAX_LINE
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
 ARCHIVE = "events.redis.jsonl"  # what the engine read from a broker, as it read it (pilot/broker.py)
 
-#: a left pilot's spool files are sealed (compressed) once together they are bigger than
-#: this (about 16,000 members' worth); smaller ones stay plain text, to be read as they are,
-#: and a run of that size is not held up at its end for the few MB it would save
-SEAL_ABOVE = 8 << 20
-
-
 def seal_above() -> int:
-    """:data:`SEAL_ABOVE`, or the bytes ``PWE_SEAL_ABOVE`` says (a whole number; anything
-    else is ignored)."""
-    given = os.environ.get("PWE_SEAL_ABOVE", "")
-    return int(given) if given.isdigit() else SEAL_ABOVE
+    """The bytes ``PWE_SEAL_ABOVE`` says (:mod:`pilot.settings`; default 8 MiB, about 16,000
+    members' worth): a left pilot's spool files are sealed (compressed) once together they
+    are bigger; smaller ones stay plain text, to be read as they are, and a run of that size
+    is not held up at its end for the few MB it would save."""
+    return SEAL_ABOVE.get()
 
 
 def spool_bytes(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE)) -> dict[str, int]:

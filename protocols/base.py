@@ -30,6 +30,7 @@ from typing import Any
 import jinja2
 
 from pwe.base.errors import SchedulerUnreachable, SubmitError
+from pwe.base.ids import is_job_id
 
 from . import registry
 from .runner import CommandResult, CommandRunner, CommandTimeout, ContactError
@@ -92,15 +93,6 @@ class PilotJob:
         return self.nodes * self.cores_per_node
 
 
-#: What a job id looks like, for every scheduler here: SLURM's ``123`` or ``123_4``, PBS's
-#: ``123.server`` or ``123[].server``, LoadLeveler's ``login1.example.org.42.0``, a pid.
-#: Only such a word is ever passed to squeue, scancel, qdel, llcancel or kill: an id read
-#: back from the journal or a scheduler's answer can never become an option.
-JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\[\]-]{0,199}")
-
-
-def is_job_id(text: str) -> bool:
-    return isinstance(text, str) and JOB_ID.fullmatch(text) is not None
 
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,

@@ -3,6 +3,8 @@ time (docs/gen/reference.py). A page says where with an HTML comment:
 
 - ``<!-- pwe: workflow-schema -->``: the workflow file's fields, from the JSON Schema;
 - ``<!-- pwe: scheduling-fields PROTOCOL -->``: the profile's fields a protocol acts on;
+- ``<!-- pwe: settings -->`` and ``<!-- pwe: outputs -->``: the ``PWE_*`` variables pwe
+  reads and those it sets, from their one declaration (pilot/settings.py);
 - ``<!-- pwe: error-tree -->`` and the troubleshooting page's ``## ErrorClass`` entries:
   the tree of pwe.base.errors, and each class's exit status and meaning under its entry.
 
@@ -24,6 +26,8 @@ _spec.loader.exec_module(reference)
 def on_page_markdown(markdown, page, config, files):
     if "<!-- pwe: workflow-schema -->" in markdown:
         markdown = markdown.replace("<!-- pwe: workflow-schema -->", reference.workflow_reference())
+    if "<!-- pwe: settings -->" in markdown or "<!-- pwe: outputs -->" in markdown:
+        markdown = reference.environment(markdown)
     if "<!-- pwe: scheduling-fields" in markdown:
         markdown = reference.expand_markers(markdown)
     if page.file.src_uri == "troubleshooting.md":

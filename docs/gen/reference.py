@@ -216,3 +216,13 @@ def troubleshooting(markdown: str) -> str:
     names = {c.__name__ for c in error_classes()}
     return re.sub(r"^## (\w+)\s*$", lambda m: m.group(0) + ("\n\n" + error_facts(m.group(1)) if m.group(1) in names
                                                             else ""), markdown, flags=re.M)
+
+
+def environment(markdown: str) -> str:
+    """The environment page's markers replaced by the tables of pilot.settings: the
+    ``PWE_*`` variables pwe reads (``<!-- pwe: settings -->``) and those it sets
+    (``<!-- pwe: outputs -->``)."""
+    from pilot.settings import outputs_table, settings_table
+
+    return markdown.replace("<!-- pwe: settings -->", settings_table()).replace("<!-- pwe: outputs -->",
+                                                                               outputs_table())

@@ -20,13 +20,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: The variable the service sets for its own processes (worker, beat): its directory, as
-#: the service resolved it, so that they never resolve it differently.
-SERVICE_DIR_VAR = "PWE_SERVICE_DIR"
+from .settings import HOME, SERVICE_DIR
 
 
 def _base(pwe_sub: str, xdg_var: str, fallback: str) -> Path:
-    home = os.environ.get("PWE_HOME")
+    home = HOME.get()
     if home:
         return Path(home).expanduser().resolve() / pwe_sub
     xdg = os.environ.get(xdg_var)
@@ -47,14 +45,14 @@ def config_dir() -> Path:
 
 def legacy_service_dir() -> Path:
     """Where earlier versions kept the service: ``$PWE_HOME/service`` or ``~/.pwe/service``."""
-    home = os.environ.get("PWE_HOME")
+    home = HOME.get()
     return (Path(home).expanduser().resolve() if home else Path.home() / ".pwe") / "service"
 
 
 def service_dir() -> tuple[Path, bool]:
     """The service's directory and whether it is the old place (:func:`legacy_service_dir`,
     used while it exists and the new one, ``state_dir()/service``, does not)."""
-    given = os.environ.get(SERVICE_DIR_VAR)
+    given = SERVICE_DIR.get()  # (set by the service for its worker and beat)
     if given:
         return Path(given), False
     new, old = state_dir() / "service", legacy_service_dir()

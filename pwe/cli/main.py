@@ -28,6 +28,9 @@ from ..base.errors import InputError, PweError, RunStopped, one_line
 @click.version_option(package_name="pwe")
 def cli() -> None:
     """pwe: parameterized DAG workflows on HPC clusters, with glide-in pilots."""
+    from ..base.settings import check
+
+    check()  # every PWE_* setting, before any command: a bad one is one line, exit status 2
 
 
 for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMANDS):
@@ -55,9 +58,9 @@ def _with_run_options(f):
 def _run_id(value: str | None) -> str | None:
     """``pwe submit --run-id`` (hidden: a staged run's id, given by the machine that staged
     it, pwe.engine.remote): a run id's characters only."""
-    from ..runstate.registry import valid_run_id
+    from ..base.ids import is_run_id
 
-    if value is not None and not valid_run_id(value):
+    if value is not None and not is_run_id(value):
         raise click.BadParameter("a run id is letters, digits, '.', '_' and '-'")
     return value
 

@@ -251,9 +251,10 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
     them; on a terminal, with control characters written visibly (\x1b)."""
     import re
 
+    from ..base.ids import NODE_ID_CHARS
     from ..observe.runview import logs_document
 
-    m = re.fullmatch(r"([A-Za-z0-9_][A-Za-z0-9_.-]*?)(?:[\[:/](\d+)\]?)?", member)
+    m = re.fullmatch(rf"({NODE_ID_CHARS}?)(?:[\[:/](\d+)\]?)?", member)  # (*?: the index is not the id's)
     if not m:
         echo(f"member {member!r}: write NODE:INDEX, e.g. simulate:3", err=True)
         sys.exit(2)

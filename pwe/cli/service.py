@@ -154,8 +154,7 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
                       as_json: bool = False, workspace: str | None = None) -> None:
     """Send FILE to the service (this machine's, or the one at --broker / $PWE_BROKER) and
     print the run id it will have (chosen here: a submission delivered twice is one run)."""
-    import os
-
+    from ..base.settings import BROKER, QUEUE
     from ..workflow.load import parse_sets
     from ..service import daemon
     from ..runstate.service_store import check_queue
@@ -169,12 +168,12 @@ def submit_to_service(file: str, sets: tuple[str, ...], host: str | None, cores:
         store = _store()
         if broker is not None:
             where, url = "--broker", broker
-        elif os.environ.get("PWE_BROKER"):
-            where, url = "PWE_BROKER", os.environ["PWE_BROKER"]
+        elif BROKER.get():
+            where, url = BROKER.name, BROKER.get()
         else:
             where, url = f"{store.root / 'config.json'}: broker", store.config().get("broker") or "filesystem://"
         url = daemon.check_broker("filesystem://" if url == "embedded" else url, where)
-        queue = check_queue(os.environ["PWE_QUEUE"], "PWE_QUEUE") if os.environ.get("PWE_QUEUE") else store.queue()
+        queue = check_queue(QUEUE.get(), QUEUE.name) if QUEUE.get() else store.queue()
         if url.startswith("filesystem:"):
             store.make()
         from ..service.app import send
@@ -231,8 +230,8 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
     scheduled_time (ISO UTC), trigger_run (the run that ended), trigger_file (the file)."""
     import glob
     import os
-    import re
 
+    from ..base.ids import MAX_TRIGGER_ID, is_trigger_id
     from ..workflow.load import parse_sets
     from ..planning.plan import plan_workflow
     from ..service import cron
@@ -245,8 +244,8 @@ def add(file, cron_expr, tz, catchup, after, of, on_file, settle, overlap, tid, 
                              + (f" (not {' and '.join(kinds)})" if kinds else ""))
         if overlap not in OVERLAPS:
             raise InputError(f"--overlap {overlap}: one of {', '.join(OVERLAPS)}")
-        if tid is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", tid):
-            raise InputError(f"--id {tid!r}: letters, digits, '_' and '-', at most 64")
+        if tid is not None and not is_trigger_id(tid):
+            raise InputError(f"--id {tid!r}: letters, digits, '_' and '-', at most {MAX_TRIGGER_ID}")
         path = Path(file).resolve()
         plan = plan_workflow(path, parse_sets(sets), host=host)  # bad input is said now, not at 3 a.m.
         trig: dict[str, Any] = {"workflow": str(path), "name": plan.workflow.name, "sets": parse_sets(sets),

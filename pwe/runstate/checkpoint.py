@@ -24,8 +24,8 @@ bytes.
 
 Cost at a million members of one node: 13 MB (a byte, 4 bytes and 8 bytes a member;
 dependency counters are left out for a node with nothing upstream: always zero), written
-in tens of milliseconds; the engine writes one at most every ``CHECKPOINT_EVERY``
-seconds and never spends more than about 2 % of its time on them (:func:`due`).
+in tens of milliseconds; the engine writes one at most every ``PWE_CHECKPOINT_EVERY``
+seconds (20 by default) and never spends more than about 2 % of its time on them (:func:`due`).
 """
 
 from __future__ import annotations
@@ -40,15 +40,13 @@ from typing import TYPE_CHECKING, Any
 from .journal import Replayed, replay
 from .state import RunState, ready_runs
 from ..base.regular import open_regular
+from ..base.settings import CHECKPOINT_EVERY
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
 
 NAME = "checkpoint.bin"
 MAGIC = b"PWECKPT1"
-#: Seconds between checkpoints at least (and 50 times what the last one took);
-#: $PWE_CHECKPOINT_EVERY sets another (tests take them often).
-CHECKPOINT_EVERY = float(os.environ.get("PWE_CHECKPOINT_EVERY") or 20.0)
 _ANCHOR = 4096
 _SPARSE = ("rc", "why", "outputs", "failures", "pilot", "pid")
 
@@ -193,7 +191,7 @@ def load(run_dir: Path, plan: Plan) -> tuple[RunState, Replayed, list[str]]:
 
 
 def due(last_at: float, last_cost: float, now: float) -> bool:
-    """Whether the engine writes a checkpoint now: ``CHECKPOINT_EVERY`` seconds after the
+    """Whether the engine writes a checkpoint now: ``PWE_CHECKPOINT_EVERY`` seconds after the
     last, and never more often than 50 times what the last one took (so checkpoints cost
     the loop at most about 2 % of its time, however large the run)."""
-    return now - last_at >= max(CHECKPOINT_EVERY, 50 * last_cost)
+    return now - last_at >= max(CHECKPOINT_EVERY.get(), 50 * last_cost)

@@ -20,22 +20,16 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError
+from ..base.ids import MAX_JOB_ID, MAX_PILOT_ID, is_job_id, is_pilot_id
 from ..base.regular import read_bytes, read_text
 
 EVENTS = ("queued", "started", "ended")
-#: a pilot id as the engine makes them (p1, p2, ...; h1 for helpers): it becomes part of a
-#: file name under edges/, so never a path, an option or a control character
-PILOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-#: a job id as protocols.base.JOB_ID says every scheduler writes one (pwe cannot import it
-#: here without the protocols' weight in every job's callback)
-JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\[\]-]{0,199}")
 #: an edge event file is a few hundred bytes; one larger is not pwe's and is not parsed
 EDGE_LIMIT = 64 * 1024
 
@@ -112,12 +106,12 @@ def receive(run_dir: Path, seen: set[str]) -> list[tuple[dict[str, Any], bool]]:
 def check_ids(pilot: str, job: str) -> None:
     """:class:`InputError` (one line) for a pilot or job id that is not one: either would
     reach a file name and the journal."""
-    for what, value, form, example in (("pilot id", pilot, PILOT_ID, "p1"), ("job id", job, JOB_ID, "12345")):
-        if not isinstance(value, str) or form.fullmatch(value) is None:
+    for what, value, valid, example in (("pilot id", pilot, is_pilot_id, "p1"), ("job id", job, is_job_id, "12345")):
+        if not valid(value):
             shown = repr(value if len(value) <= 80 else value[:80] + "...")
             raise InputError(f"pwe notify: {shown} is not a {what}: letters, digits, '_' and '-'"
                              f"{', and .+[]' if what == 'job id' else ''}, starting with a letter or digit, at most "
-                             f"{64 if what == 'pilot id' else 200} characters (e.g. {example})")
+                             f"{MAX_PILOT_ID if what == 'pilot id' else MAX_JOB_ID} characters (e.g. {example})")
 
 
 def sign(run_dir: Path, body: dict[str, Any]) -> dict[str, Any]:

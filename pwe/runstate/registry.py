@@ -11,7 +11,7 @@ open of one file (no file that grows with every run ever made to be read to its 
 a prefix is a scan of names, capped at :data:`MAX_ENTRIES`.
 
 An entry is only a hint: the file could have been edited, or its run moved or removed.
-So an entry is used only when its name is a run id (:data:`RUN_ID`), it is a regular file
+So an entry is used only when its name is a run id (:data:`pwe.base.ids.RUN_ID`), it is a regular file
 of at most :data:`MAX_ENTRY` bytes holding an absolute path, and that directory's own
 ``run.json`` names the same id; any other entry is ignored. Writing the registry never
 stops a run (a read-only or full home: the run is found by its directory, as before).
@@ -21,26 +21,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import stat
 from pathlib import Path
 
+from ..base.ids import is_run_id
 from ..base.places import state_dir
 
-#: A run id, as pwe makes them (a workflow's name, the time, a few hex digits) and as a
-#: service's client or a staging machine may give one: one path component, nothing that
-#: could be a path. The one definition: the command line, the service and the dashboard use it.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 #: The most entries a prefix scan reads, and the most bytes of an entry or a run.json read.
 MAX_ENTRIES, MAX_ENTRY, MAX_RUN_JSON = 100_000, 4096, 1024 * 1024
 #: The most entries of one prefix whose run directories are read to be verified.
 MAX_HITS = 1000
-
-
-def valid_run_id(value: object) -> bool:
-    """Whether ``value`` is a run id (:data:`RUN_ID`)."""
-    return isinstance(value, str) and RUN_ID.fullmatch(value) is not None
 
 
 def where() -> Path:
@@ -60,7 +51,7 @@ def _own_dir(path: Path) -> bool:
 def register(run_id: str, run_dir: Path) -> bool:
     """Record that run ``run_id`` lives in ``run_dir`` (whole, by rename, owner-only);
     whether it was recorded."""
-    if not valid_run_id(run_id):
+    if not is_run_id(run_id):
         return False
     base = where()
     tmp = base / f".{run_id}.{os.getpid()}.{secrets.token_hex(4)}"
@@ -89,7 +80,7 @@ def forget(run_id: str, run_dir: Path) -> None:
     """Remove the entry of run ``run_id`` when it names ``run_dir`` (a run refused and
     removed as it was made: nothing of it is left behind)."""
     base = where()
-    if not valid_run_id(run_id) or not _own_dir(base):
+    if not is_run_id(run_id) or not _own_dir(base):
         return
     try:
         with open(base / run_id, "rb") as fh:
@@ -102,7 +93,7 @@ def forget(run_id: str, run_dir: Path) -> None:
 
 def run_id_of(run_dir: Path) -> str | None:
     """The run id ``run_dir``'s own run.json names (a regular file, bounded); None when it
-    names none, or not one of :data:`RUN_ID`'s form."""
+    names none, or not one of :data:`pwe.base.ids.RUN_ID`'s form."""
     from ..base.regular import read_bytes
 
     try:
@@ -110,7 +101,7 @@ def run_id_of(run_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     rid = info.get("run_id") if isinstance(info, dict) else None
-    return rid if valid_run_id(rid) else None
+    return rid if is_run_id(rid) else None
 
 
 def _entry(base: Path, run_id: str) -> Path | None:
@@ -138,7 +129,7 @@ def lookup(run_id: str) -> Path | None:
     """The directory of run ``run_id`` (exactly that id), verified; None when the registry
     has no good entry for it."""
     base = where()
-    if not valid_run_id(run_id) or not _own_dir(base):
+    if not is_run_id(run_id) or not _own_dir(base):
         return None
     return _entry(base, run_id)
 
@@ -156,7 +147,7 @@ def starting(prefix: str) -> list[tuple[str, Path]]:
             for n, entry in enumerate(it):
                 if n >= MAX_ENTRIES:
                     break
-                if entry.name.startswith(prefix) and valid_run_id(entry.name):
+                if entry.name.startswith(prefix) and is_run_id(entry.name):
                     names.append(entry.name)
     except OSError:
         return []

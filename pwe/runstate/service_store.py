@@ -14,27 +14,24 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..base.errors import InputError, PweError
+from ..base.ids import MAX_QUEUE_NAME, is_queue_name
 from ..base.places import service_dir
 from ..base.regular import write_json_atomic
 
 QUEUE = "pwe"
-#: A queue's name: a word Celery's ``-Q`` takes as one queue (no comma, no space) and the
-#: embedded broker puts in file names (no '/').
-QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def check_queue(name: Any, where: str = "--queue") -> str:
-    """A queue name (:data:`QUEUE_NAME`); :class:`InputError` (one line, ``where`` first)."""
-    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+    """A queue name (:data:`pwe.base.ids.QUEUE_NAME`); :class:`InputError` (one line, ``where`` first)."""
+    if not is_queue_name(name):
         shown = repr(name[:100]) + ("..." if len(name) > 100 else "") if isinstance(name, str) else repr(name)
-        raise InputError(f"{where} {shown}: a queue's name is 1 to 100 letters, digits, '.', '_' and '-', "
-                         "starting with a letter or digit")
+        raise InputError(f"{where} {shown}: a queue's name is 1 to {MAX_QUEUE_NAME} letters, digits, '.', "
+                         "'_' and '-', starting with a letter or digit")
     return name
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from celery import Celery
 
+from ..base.settings import SERVICE_WORKER
 from ..runstate.service_store import Store
 
 TICK_EVERY = 1.0
@@ -103,9 +104,9 @@ def _service_app() -> Celery:
     def notify(run_id: str, pilot: str, event: str, job: str, status: int | None = None) -> None:
         from pathlib import Path
 
-        from ..runstate.registry import valid_run_id
+        from ..base.ids import is_run_id
 
-        rec = store.submission(run_id) if valid_run_id(run_id) else None
+        rec = store.submission(run_id) if is_run_id(run_id) else None
         if rec is not None:
             from ..runstate.notify import send
 
@@ -150,5 +151,10 @@ def queue_depth(url: str, queue: str, store: Store | None) -> int | None:
         return None
 
 
-if os.environ.get("PWE_SERVICE_WORKER"):
-    app = _service_app()
+def __getattr__(name: str) -> Any:
+    """``app`` (what ``celery -A pwe.service.app`` looks for): the service's app, made on
+    first use in a process the service started for it (``PWE_SERVICE_WORKER``), never at import."""
+    if name == "app" and SERVICE_WORKER.get():
+        made = globals()["app"] = _service_app()
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

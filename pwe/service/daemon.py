@@ -4,8 +4,9 @@ The service is one process (``pwe service _main``, detached, holding ``service.l
 that keeps two Celery processes alive: a **worker** (solo pool: tasks take milliseconds,
 so one process runs them in turn; a run is never a task) and **beat** (in-memory
 scheduler: its one entry, the tick, keeps no state). It restarts either when it dies, and
-both when ticks stop reaching the worker for :data:`STALE` seconds: the liveness check
-against workers that stop consuming after a broker reconnect (celery #8030).
+both when ticks stop reaching the worker for ``PWE_SERVICE_STALE`` seconds (30 by default,
+:mod:`pwe.base.settings`): the liveness check against workers that stop consuming after a
+broker reconnect (celery #8030).
 
 Killing the service (``kill -9`` of all three, the machine going down) loses nothing: the
 runs' engines are detached processes with their own journals; one that dies with the
@@ -25,12 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError
-from ..base.places import SERVICE_DIR_VAR
+from ..base.settings import HOME, SERVICE_DIR, SERVICE_STALE, SERVICE_WORKER
 from ..runstate.service_store import QUEUE, Store, check_queue, write_private
 
-#: Seconds without a tick reaching the worker before worker and beat are restarted
-#: ($PWE_SERVICE_STALE overrides: the tests make it short).
-STALE = float(os.environ.get("PWE_SERVICE_STALE") or 30.0)
 #: How long `pwe service start` waits for the first tick.
 START_WAIT = 60.0
 
@@ -149,7 +147,7 @@ def start(store: Store, broker: str | None, queue: str | None, run_root: str | N
         raise PweError(f"the broker {redact(url)} does not answer; check the URL, its password and that it runs")
     store.write_config(cfg)
     since = time.time()
-    env = {**os.environ, SERVICE_DIR_VAR: str(store.root)}
+    env = {**os.environ, SERVICE_DIR.name: str(store.root)}
     log = _log(store.root / "service.log")
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "service", "_main"], stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log, start_new_session=True, cwd=store.root, env=env)
@@ -223,7 +221,7 @@ def status(store: Store) -> dict[str, Any]:
         "queue": store.queue(),
         "queue_depth": queue_depth(url, store.queue(), store),
         "last_tick_age": round(now - tick, 1) if tick is not None else None,
-        "consuming": held is not None and tick is not None and now - tick < STALE,
+        "consuming": held is not None and tick is not None and now - tick < SERVICE_STALE.get(),
         "run_root": str(store.run_root()),
         "ui": cfg.get("ui"),
         "runs": runs,
@@ -281,7 +279,8 @@ def main(store: Store) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
     queue = store.queue()
-    env = {**os.environ, SERVICE_DIR_VAR: str(store.root), "PWE_SERVICE_WORKER": "1"}
+    stale = SERVICE_STALE.get()
+    env = {**os.environ, SERVICE_DIR.name: str(store.root), SERVICE_WORKER.name: "1"}
     celery = [sys.executable, "-m", "celery", "-A", "pwe.service.app"]
     commands = {
         "worker": celery + ["worker", "--pool=solo", "-Q", queue, "--without-gossip", "--without-mingle",
@@ -321,7 +320,7 @@ def main(store: Store) -> int:
                     launch(name)
                     changed = True
             tick = store.last_tick() or started
-            if time.time() - max(tick, min(born.values())) > STALE:
+            if time.time() - max(tick, min(born.values())) > stale:
                 _say(f"no tick has reached the worker for {time.time() - tick:.0f} s: restarting worker and beat "
                      "(a worker that stopped consuming, celery #8030)")
                 for name, proc in procs.items():
@@ -360,7 +359,8 @@ def _end_leftovers(store: Store) -> None:
         old = json.loads((store.root / "service.json").read_text())
     except (OSError, ValueError):
         return
-    markers = {f"{SERVICE_DIR_VAR}={store.root}".encode(), f"PWE_HOME={store.root.parent}".encode()}  # (an older pwe's)
+    markers = {f"{SERVICE_DIR.name}={store.root}".encode(),
+               f"{HOME.name}={store.root.parent}".encode()}  # (an older pwe's)
     for key in ("worker", "beat"):
         pid = old.get(key)
         try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError, PweError
-from ..runstate.registry import valid_run_id
+from ..base.ids import is_run_id
 from ..runstate.service_store import Store
 
 #: Value names a triggered run is given, as properties, when its payloads use them.
@@ -88,7 +88,7 @@ def submit_run(store: Store, req: dict[str, Any]) -> dict[str, Any]:
     from ..engine.loop import Engine
 
     run_id = str(req.get("run_id", ""))
-    if not valid_run_id(run_id):
+    if not is_run_id(run_id):
         raise InputError(f"run id {run_id!r}: letters, digits, '.', '_' and '-' only")
     rec = store.submission(run_id)
     if rec is not None:

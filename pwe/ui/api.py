@@ -59,9 +59,10 @@ class Sources:
         """The run directory of ``run_id`` (the id its run.json names, as :func:`runs` shows
         it): among those listed, else in the registry of runs (a run made with ``--run-dir``
         anywhere: :mod:`pwe.runstate.registry`); :class:`RunNotFound` else."""
-        from ..runstate.registry import lookup, run_id_of, valid_run_id
+        from ..base.ids import is_run_id
+        from ..runstate.registry import lookup, run_id_of
 
-        if not valid_run_id(run_id):
+        if not is_run_id(run_id):
             raise RunNotFound(f"run {run_id[:60]!r}: not a run id")
         listed = [d for d, _ in self.listed()]
         for d in listed:

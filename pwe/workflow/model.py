@@ -30,28 +30,16 @@ from pydantic import (
 
 from hostinfo.model import one_line, one_word
 
+from ..base.ids import IDENTIFIER_PATTERN, MAX_NAME, NODE_ID_PATTERN
 from .inputs import pattern_problem
 
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 
-#: Names usable in ``{{ name }}`` templates and as ``PWE_PARAM_<NAME>``.
-IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
-#: Node ids: used in file names and on the command line.
-NODE_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
-#: The longest node id, workflow name and name (parameter, property, env, resource, limit),
-#: in characters (ASCII: bytes). A node id is a directory's name (members/<node>/...) and
-#: begins each member's $TMPDIR name (<node>.<index>.<attempt>); the workflow's name begins
-#: the run id (<name>-YYYYmmdd-HHMMSS-xxxx), the run directory's name and every pilot's job
-#: name; a parameter's name is in PWE_PARAM_<NAME>. A file name holds at most 255 bytes
-#: (NAME_MAX) and a path 4,096 (PATH_MAX): 100 leaves room for what follows in the name and
-#: for a deep runs root (and ids are written in every journal record). A longer id once
-#: validated, and its run then waited for ever: no member's directory could be made.
-MAX_NAME = 100
-#: A name of :data:`IDENTIFIER`'s form, at most :data:`MAX_NAME` characters.
-Name = Annotated[str, Field(pattern=IDENTIFIER, max_length=MAX_NAME)]
+#: A name of :data:`~pwe.base.ids.IDENTIFIER_PATTERN`'s form, at most :data:`MAX_NAME` characters.
+Name = Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=MAX_NAME)]
 #: A node id (or the workflow's name), at most :data:`MAX_NAME` characters.
-NodeId = Annotated[str, Field(pattern=NODE_ID, max_length=MAX_NAME)]
+NodeId = Annotated[str, Field(pattern=NODE_ID_PATTERN, max_length=MAX_NAME)]
 
 Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, description="minutes")]
 Count = Annotated[StrictInt, Field(ge=1)]
@@ -248,7 +236,7 @@ class Group(_Strict):
         None, description="conditions over the member's parameters (pwe show -q's language, e.g. 'T>300; seed<5'); "
         "a member is grouped when any one of them holds (each one's ';'-joined parts all); the others run ungrouped. "
         "Default: every member")
-    sort_by: list[Annotated[StrictStr, Field(pattern=IDENTIFIER, max_length=MAX_NAME)]] = Field(
+    sort_by: list[Annotated[StrictStr, Field(pattern=IDENTIFIER_PATTERN, max_length=MAX_NAME)]] = Field(
         default_factory=list, description="parameter names: members are ordered by them (then by index)")
     reverse_sort: StrictBool = Field(False, description="sort descending")
     split_by_sort_key: StrictBool = Field(False, description="a new group wherever the sort key changes")
@@ -330,7 +318,7 @@ class Defaults(_Strict):
 class Workflow(_Strict):
     """A whole workflow file."""
 
-    name: Annotated[StrictStr, Field(pattern=NODE_ID, max_length=MAX_NAME,
+    name: Annotated[StrictStr, Field(pattern=NODE_ID_PATTERN, max_length=MAX_NAME,
                                       description="letters, digits, '_', '.', '-'; at most 100 characters")]
     description: StrictStr | None = None
     properties: dict[Name, Scalar] = Field(
