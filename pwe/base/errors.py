@@ -8,6 +8,7 @@ this drawing, so neither can drift).
      |    +-- JournalError         3    cannot write the run directory (disk full)    runstate.journal, engine.loop
      +-- RunDamaged                2    a file of the run directory damaged or gone   runstate (runs, journal), engine
      +-- RunTaken                  2    another engine holds the run: who, since when runstate.rundir, engine.control
+     +-- BadTransition             1    a defect: a pilot's stage moved against its table engine.handles
      +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry
      |    +-- WorkflowSyntaxError  2    not well-formed YAML / XML / UTF-8 text       the readers (base, workflow)
      |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  workflow.load, planning.plan
@@ -92,6 +93,12 @@ class RunTaken(PweError):
     cancel``). Exit status 2: nothing was done."""
 
     exit_status = 2
+
+
+class BadTransition(PweError):
+    """A pilot asked to make a transition its stage does not allow
+    (pwe.engine.handles.TRANSITIONS): a defect of the engine, to be reported, never the
+    user's input."""
 
 
 class InputError(PweError):

@@ -34,6 +34,7 @@ from typing import Any
 
 from pilot.transport import EngineSpool, Transport
 
+from ..base.errors import BadTransition
 from ..runstate.journal import cannot_write
 from ..runstate.readyqueue import ReadyQueue
 
@@ -68,10 +69,6 @@ for _s in PilotState:
     _s.alive = _s not in (PilotState.GONE, PilotState.SEALED)  # the engine still watches it
     _s.takes_work = _s is PilotState.ACTIVE  # (PilotHandle.takes_work adds ``full``)
 del _s
-
-
-class BadTransition(RuntimeError):
-    """A pilot asked to make a transition its stage does not allow (a defect of the engine)."""
 
 
 class PilotHandle:
