@@ -56,7 +56,8 @@ NODE_ID_CHARS = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 #: a node id and the workflow's name, as JSON Schema (the model's ``pattern``, with
 #: ``max_length`` :data:`MAX_NAME`) writes it
 NODE_ID_PATTERN = rf"^{NODE_ID_CHARS}$"
-NODE_ID = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
+#: a node id (at most :data:`MAX_NAME` characters: :func:`is_node_id` counts them)
+NODE_ID = re.compile(NODE_ID_CHARS)
 #: names usable in ``{{ name }}`` templates and as ``PWE_PARAM_<NAME>``, as JSON Schema writes it
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -85,4 +86,4 @@ def is_queue_name(value: object) -> bool:
 
 def is_node_id(value: object) -> bool:
     """Whether ``value`` is a node id (:data:`NODE_ID`: the workflow schema's rule)."""
-    return isinstance(value, str) and NODE_ID.fullmatch(value) is not None
+    return isinstance(value, str) and len(value) <= MAX_NAME and NODE_ID.fullmatch(value) is not None
