@@ -60,6 +60,8 @@ RECORDS = [
      "file": "e2.json", "t": T + 4},
     {"e": journal.PILOT_GONE, "p": P, "why": "batch job 9 ended", "t": T + 4},
     {"e": journal.COMPLETE, "n": "a", "r": [[2, 3]]},
+    {"e": journal.HALT, "why": "halted: 1 of 3 failed, budget 1", "when": "soon", "failed": 1, "of": 3,
+     "budget": "1", "t": T + 5},
     {"e": journal.STOPPED, "why": "the disk is full", "t": T + 5},
     {"e": journal.RESUME, "t": T + 6, "pid": 14, "by": "someone"},
     {"e": journal.CANCEL, "t": T + 7, "by": "someone"},

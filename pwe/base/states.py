@@ -2,6 +2,10 @@
 :mod:`pwe.runstate.state`) and their names (what ``pwe status``, ``pwe show`` and the
 queries of :mod:`pwe.planning.conditions` say). Here, below every room that speaks of them."""
 
-WAITING, READY, ASSIGNED, RUNNING, DONE, FAILED, SKIPPED, CANCELLED = range(8)
-NAMES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled"]
-FINAL = (DONE, FAILED, SKIPPED, CANCELLED)
+WAITING, READY, ASSIGNED, RUNNING, DONE, FAILED, SKIPPED, CANCELLED, QUARANTINED = range(9)
+NAMES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled", "quarantined"]
+#: States a member stays in: QUARANTINED is a member that was running when its pilot or
+#: node was lost ``maxLosses`` times (it is not run again; ``pwe retry -q`` releases it)
+FINAL = (DONE, FAILED, SKIPPED, CANCELLED, QUARANTINED)
+#: States ``pwe retry`` picks (members that did not end done)
+AGAIN = (FAILED, SKIPPED, CANCELLED, QUARANTINED)

@@ -39,6 +39,27 @@ for _command in (validate, plan, hosts, service, trigger, pilot, ui, *SEE_COMMAN
 
 # -- running ------------------------------------------------------------------------------
 
+def _halt(ctx, param, value: str | None) -> dict | None:
+    """``--halt FAILED[,soon|now]`` (10%, 50, 5%,now): the run's failure budget, as the
+    workflow's ``halt:`` says it; a bad one is one line, exit status 2."""
+    if value is None:
+        return None
+    from pydantic import ValidationError
+
+    from ..workflow.model import Halt
+
+    failed, _, when = value.partition(",")
+    failed = failed.strip()
+    try:
+        h = Halt(failed=int(failed) if failed.isdigit() else failed, when=when.strip() or "soon")
+    except ValidationError as exc:
+        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise click.BadParameter(f"{value!r}: {why} (e.g. --halt 10% or --halt 50,now)") from None
+    return {"failed": h.failed, "when": h.when}
+
+
+HALT_HELP = "the failure budget: halt when this many members failed (10%, 50; ',now' stops what runs)"
+
 _run_options = [
     click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
     click.option("--host", type=CHOSEN, default=None, help="run every node on this host"),
@@ -46,6 +67,7 @@ _run_options = [
     click.option("--cores", type=CORES, default=None, help="cores of this machine to fill (default: all)"),
     hosts_option,
     workspace_option,
+    click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP),
 ]
 
 
@@ -66,7 +88,8 @@ def _run_id(value: str | None) -> str | None:
 
 
 def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
-            hosts_file: str | None, workspace: str | None = None, run_id: str | None = None):
+            hosts_file: str | None, workspace: str | None = None, run_id: str | None = None,
+            halt: dict | None = None):
     """An engine for a new run of FILE, or (a host without shared file systems) the run
     staged to its login node (:class:`pwe.engine.remote.RemoteRun`)."""
     from ..engine.loop import Engine
@@ -79,7 +102,7 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
     if any(staged(h) for h in planned[1].values()):
         return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
     return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
-                         workspace=workspace, planned=planned, run_id=run_id)
+                         workspace=workspace, planned=planned, run_id=run_id, **({"halt": halt} if halt else {}))
 
 
 def _prestart(host: str | None) -> None:
@@ -164,7 +187,7 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
     from ..runstate.rundir import run_ref
     from ..observe.runview import complete_counts, failed_examples, outcome
     from ..observe.treeview import unconverged_lines
-    from ..base.states import FAILED
+    from ..base.states import FAILED, QUARANTINED
 
     t = engine.state.totals()
     if as_json:
@@ -175,6 +198,13 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
     else:
         echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
     ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
+    halted = engine.state.halted
+    if halted is not None:
+        echo(f"{halted.get('why')}: no new member started after it; pwe retry {ref} runs the failed again (the "
+             f"budget counts anew), pwe resume {ref} --halt LARGER goes on", err=True)
+    if t[QUARANTINED]:
+        echo(f"{t[QUARANTINED]} quarantined: running when their pilot or node was lost maxLosses times; see: pwe "
+             f"show {ref} --state quarantined; pwe retry {ref} -q state=quarantined runs them again", err=True)
     for line in unconverged_lines(engine.state, ref):
         echo(line, err=True)
     if t[FAILED]:
@@ -190,14 +220,14 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
 @click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @json_option
-def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> None:
+def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     _prestart(host)
     from .remote import drive
     from ..engine.remote import RemoteRun
 
     try:
-        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, halt=halt)
         said = f"run {engine.run_id}  ({engine.dir})"
         if isinstance(engine, RemoteRun):
             from protocols.warmpilot import dismiss
@@ -219,7 +249,8 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, as_json) -> Non
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
 @click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
 @json_option
-def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, broker, run_id, as_json) -> None:
+def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, to_service, broker, run_id,
+           as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .remote import drive
     from ..engine.control import spawn_engine
@@ -228,9 +259,12 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, to_service, 
     if to_service or broker is not None:
         from .service import submit_to_service
 
+        if halt:
+            fail(InputError("--halt is not passed to the service: give the workflow a 'halt:' instead"))
+
         return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
     try:
-        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, run_id)
+        engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, run_id, halt=halt)
         warn(engine.warnings)
         if isinstance(engine, RemoteRun):
             return drive(engine, as_json, follow=False, fresh=True)
@@ -323,24 +357,30 @@ def cancel(run: str, as_json: bool) -> None:
 @cli.command()
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+@click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
 @json_option
-def resume(run: str | None, detach: bool, as_json: bool) -> None:
-    """Pick RUN up after any crash: finished members are kept, the rest run."""
-    _continue(run, detach, retry=False, as_json=as_json)
+def resume(run: str | None, detach: bool, halt: dict | None, as_json: bool) -> None:
+    """Pick RUN up after any crash: finished members are kept, the rest run. A halted run
+    goes on only with a larger --halt (or after pwe retry)."""
+    _continue(run, detach, retry=False, as_json=as_json, halt=halt)
 
 
 @cli.command()
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @click.option("-q", "--query", default=None,
-              help="only the failed, skipped or cancelled members this query selects, e.g. 'node=sim; exit=7'")
+              help="only the failed, skipped, cancelled or quarantined members this query selects, e.g. "
+              "'node=sim; exit=7', 'state=quarantined'")
+@click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
 @json_option
-def retry(run: str | None, detach: bool, query: str | None, as_json: bool) -> None:
-    """Rerun RUN's failed members (and what they held back); -q: only those a query selects."""
-    _continue(run, detach, retry=True, as_json=as_json, query=query)
+def retry(run: str | None, detach: bool, query: str | None, halt: dict | None, as_json: bool) -> None:
+    """Rerun RUN's failed, quarantined and cancelled members (and what they held back); -q:
+    only those a query selects. The failure budget counts anew."""
+    _continue(run, detach, retry=True, as_json=as_json, query=query, halt=halt)
 
 
-def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None) -> None:
+def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None,
+              halt: dict | None = None) -> None:
     from .remote import drive
     from ..engine.control import retry_selection
     from ..engine.remote import RemoteRun, is_remote
@@ -352,6 +392,8 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
                 raise InputError("retry -q: a run staged to a login node is retried whole (pwe retry RUN)")
             return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
         only = retry_selection(d, query) if query is not None else None  # ('' is refused: it selects nothing)
+        if detach and halt:
+            raise InputError("--halt is taken by an engine in the foreground: leave out --detach (or --halt)")
         if detach:
             from ..engine.control import detach as go_on
 
@@ -360,7 +402,7 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
             return
         from ..engine.loop import Engine
 
-        engine = Engine.open(d, reload_hosts=True)
+        engine = Engine.open(d, reload_hosts=True, halt=halt)
         engine.lock.acquire()  # before a word is said: of two at once, one takes it, the other says who has it
         _follow(engine, as_json, retry=retry, by=who(), only=only)
     except PweError as exc:

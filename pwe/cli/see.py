@@ -131,10 +131,16 @@ def _remote_status(d) -> dict:
 
 def _status_lines(d, snap: dict) -> list[str]:
     cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
+    if (snap.get("totals") or {}).get("quarantined"):
+        cols.append("quarantined")
     lines = []
     engine = snap.get("engine") if snap["phase"] == "running" else None
     held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
     lines.append(f"{shown(snap.get('run_id', d.name))}: {shown(snap['phase'])}{held}  ({shown(d)})")
+    halted = snap.get("halted")
+    if isinstance(halted, dict) and snap["phase"] == "running":
+        lines.append(f"{shown(str(halted.get('why')))} (when: {shown(str(halted.get('when')))}): no new member starts"
+                     + ("; what runs finishes" if halted.get("when") == "soon" else ""))
     for name, u in (snap.get("unreachable") or {}).items():
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
         lines.append(f"host '{name}': its batch system does not answer, since {since} "

@@ -135,17 +135,20 @@ def selection(members: list[dict]) -> dict[str, list[list[int]]]:
 
 
 def retry_selection(d, query: str, budget=None) -> dict[str, list[list[int]]]:
-    """The failed, skipped and cancelled members of run ``d`` that ``query`` selects, as a
+    """The failed, skipped, cancelled and quarantined members of run ``d`` that ``query`` selects, as a
     retry record's ``only`` (:func:`selection`); :class:`InputError` when it
     selects none, or is empty or blank (a selection of nothing is never "every member").
     ``pwe retry -q`` and the dashboard's retry of a selection (with its ``budget``:
     :class:`pwe.planning.conditions.Budget`)."""
     from ..observe.results import select
 
-    picked = [m for m in select(d, query, budget=budget) if m["state"] in ("failed", "skipped", "cancelled")]
+    from ..base.states import AGAIN, NAMES
+
+    again = {NAMES[s] for s in AGAIN}
+    picked = [m for m in select(d, query, budget=budget) if m["state"] in again]
     if not picked:
-        raise InputError(f"query {query!r} selects no failed, skipped or cancelled member of {d.name}: nothing to "
-                         "retry")
+        raise InputError(f"query {query!r} selects no failed, skipped, cancelled or quarantined member of {d.name}: "
+                         "nothing to retry")
     return selection(picked)
 
 

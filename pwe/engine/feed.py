@@ -51,6 +51,7 @@ class Feeder:
         self.pilots = pilots
         self.task = builder.build  # a member's task
         self.task_envs = builder.envs  # the nodes' shared environments it names (share_env)
+        self.grown = builder.grown  # what a retry asks for more of (retry.grow)
         self.start = start
         self.may_submit = may_submit
         # the groups of each node that has ``group:`` (formed when first needed: pwe/planning/groups.py)
@@ -73,7 +74,7 @@ class Feeder:
         has none (or, on a batch host, when every live pilot is busy and the host allows
         more at once)."""
         st = self.ledger.state
-        if st.cancelled:
+        if st.cancelled or st.halted is not None:  # (halted: no new member starts, pwe/engine/halting.py)
             return 0
         if self.pressure is not None:
             self.pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
@@ -200,9 +201,11 @@ class Feeder:
                     fed += sent
                     continue
             attempt = ns.attempt[i] + 1
-            task = self.task(nid, i, attempt)
+            retried = ns.failures.get(i, 0) if attempt > 1 else 0  # (a retry may ask for more: tasks.py)
+            task = self.task(nid, i, attempt, retried)
             self.share_env(pilot, task)
-            record({"e": kind.ASSIGN, "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now})
+            record({"e": kind.ASSIGN, "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now,
+                    **(self._asks(nid, retried) if retried else {})})
             pilot.send(task)
             pilot.outstanding += 1
             pilot.given += 1
@@ -235,6 +238,12 @@ class Feeder:
             return gate is None or gate.take(nid)
         return may
 
+    def _asks(self, nid: str, retried: int) -> dict[str, Any]:
+        """What a retry asks for more of (``mem``, ``wall``), for its ``assign`` record: the
+        trace shows each attempt's request."""
+        pn = self.plan.nodes[nid]
+        return self.grown(nid, retried) if pn.retry is not None and pn.retry.grow is not None else {}
+
     def share_env(self, pilot: PilotHandle, task: dict[str, Any]) -> None:
         """Send ``pilot`` the shared environment ``task`` names, unless it has it."""
         eb = task.get("eb")
@@ -265,9 +274,11 @@ class Feeder:
         tasks = []
         for j in chosen:
             attempt = ns.attempt[j] + 1
-            tasks.append(self.task(nid, j, attempt))
+            retried = ns.failures.get(j, 0) if attempt > 1 else 0
+            tasks.append(self.task(nid, j, attempt, retried))
             self.share_env(pilot, tasks[-1])  # (before the group that needs it)
-            self.ledger.record({"e": kind.ASSIGN, "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now})
+            self.ledger.record({"e": kind.ASSIGN, "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now,
+                                **(self._asks(nid, retried) if retried else {})})
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)
         pilot.given += len(chosen)

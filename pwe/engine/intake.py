@@ -28,6 +28,7 @@ from pilot.nodesetup import SETUP_FAILED
 
 from ..base.errors import RunDamaged, RunStopped
 from ..base.regular import read_bytes
+from ..base.states import FAILED
 from ..planning.trees import decide
 from ..runstate import journal as kind
 from .handles import PilotState
@@ -47,7 +48,8 @@ class Intake:
     def __init__(self, run_dir: Path, plan: Plan, ledger: Ledger, lanes: dict[str, Lane], pilots: Pilots,
                  notice: Callable[[str], None],
                  gone: Callable[[PilotHandle, str, bool], None],
-                 setup_news: Callable[[PilotHandle, dict[str, Any]], None]):
+                 setup_news: Callable[[PilotHandle, dict[str, Any]], None],
+                 failed: Callable[[str], None] = lambda nid: None):
         self.dir = run_dir
         self.plan = plan
         self.ledger = ledger
@@ -58,6 +60,9 @@ class Intake:
         self.notice = notice
         self.gone = gone
         self.setup_news = setup_news
+        self.failed = failed  # a member of the node failed for good: the failure budget (pwe/engine/halting.py)
+        #: members a pilot said were on a node it lost (its ``node_lost``): their ``back`` is a loss
+        self.on_lost_node: set[tuple[str, str, int]] = set()
         self.secret: bytes | None = None  # the run's: every line to and from a pilot is signed with it (load_secret)
         self.brokers: dict[str, Any] = {}  # the engine's connection to each broker its hosts name
         self.unwritable = ""  # a pilot could not make a member's directory: why (the run stops)
@@ -194,7 +199,10 @@ class Intake:
         k = ev["k"]
         try:
             if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
-                return {"e": kind.UNASSIGN, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
+                rec = {"e": kind.UNASSIGN, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
+                if ev.get("t"):
+                    rec["t"] = ev["t"]
+                return rec
             rec = {"e": kind.START if k == START else kind.END, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_,
                    "t": ev.get("t")}
             if k == START:
@@ -208,6 +216,8 @@ class Intake:
                     rec["out"] = ev["out"]
                 if ev.get("why"):
                     rec["why"] = ev["why"]
+                if ev.get("reason"):  # oom, walltime (pilot/wire.py's REASON_*; absent: its own exit)
+                    rec["reason"] = ev["reason"]
                 rec["dt"] = ev.get("dt")
                 for key in ("cpu", "rss"):  # measured by the pilot (the trace's)
                     if key in ev:
@@ -262,6 +272,9 @@ class Intake:
         rec = self.judged(self.event_record(pilot.id, ev, pilot.host))
         if rec is None:
             return False
+        if k == BACK and (pilot.id, rec["n"], rec["m"]) in self.on_lost_node:
+            self.on_lost_node.discard((pilot.id, rec["n"], rec["m"]))
+            rec["lost"] = 1  # (it ran on a node that died: counted against maxLosses)
         try:
             applied = self.ledger.state.apply(rec)
         except (KeyError, ValueError, TypeError, IndexError):
@@ -283,6 +296,8 @@ class Intake:
             pilot.one_less(ev["n"], ev["m"])
             pilot.finished_any = True
             self.pilots.failed_in_a_row = 0
+            if applied == FAILED:
+                self.failed(rec["n"])
         elif k == BACK:
             self._back(pilot, ev, applied is not None)
         return True
@@ -315,6 +330,8 @@ class Intake:
         """A node of a pilot's allocation died (the pilot hands its members back, each with
         a ``back``): journaled once per node, so that ``pwe status`` names it."""
         node = ev.get("node")
+        if isinstance(ev.get("n"), str) and isinstance(ev.get("m"), int):  # (the member it ran: its back comes next)
+            self.on_lost_node.add((pilot.id, ev["n"], ev["m"]))
         if not isinstance(node, str) or node in (self.ledger.state.pilots.get(pilot.id) or {}).get("lost", {}):
             return
         self.ledger.record({"e": kind.NODE_LOST, "p": pilot.id, "node": node, "why": str(ev.get("why") or "")[:300],

@@ -48,6 +48,7 @@ from ..runstate.state import RunState, not_begun_runs
 from ..runstate import journal as kind
 from . import recovery
 from .feed import Feeder
+from .halting import Halting
 from .handles import Lane, PilotHandle, Pilots, PilotState, make_lanes
 from .intake import Intake
 from .ledger import Ledger
@@ -94,6 +95,7 @@ class Engine:
         self.notice: Callable[[str], None] = lambda line: print(f"warning: {shown(line)}", file=sys.stderr)
         self.hosts_changed: list[str] = []  # hosts whose definition changed since the run was made (open)
         self.made = False  # this engine made the run (create): a refusal before it began removes it again
+        self.info_changed = False  # run.json to be written again by this engine (open: hosts, --halt)
         self._refused = False  # refused before it began (run): the run it made is removed
         self._by: dict[str, str] = {}  # who asked (run's ``by``), for the run's first records
         # one lane per host, or per (host, partition) where its nodes need several partitions;
@@ -105,9 +107,10 @@ class Engine:
         self.pilots = Pilots()
         builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
         self.setups = Setups(builder.setups, self.ledger)
+        self.halting = Halting(plan, info, self.ledger, self.pilots)
         self.intake = Intake(self.dir, plan, self.ledger, self.lanes, self.pilots, lambda line: self.notice(line),
                              gone=lambda pilot, why, broke: self.work.gone(pilot, why, broke),
-                             setup_news=self.setups.news)
+                             setup_news=self.setups.news, failed=self.halting.failed)
         self.work = PilotWork(self.dir, plan, info, self.ledger, self.lanes, self.pilots, self.intake, self.setups,
                               (self.heartbeat, self.lost_after, self.end_wait))
         self.feeder = Feeder(self.dir, plan, info, self.ledger, self.lanes, lane_of, self.pilots, builder,
@@ -154,14 +157,18 @@ class Engine:
         return engine
 
     @classmethod
-    def open(cls, run_dir: Path, reload_hosts: bool = False) -> "Engine":
+    def open(cls, run_dir: Path, reload_hosts: bool = False, halt: dict[str, Any] | None = None) -> "Engine":
         """The engine of an existing run. ``reload_hosts`` (resume, retry): take the hosts'
         current definitions from the registry, so that a host fixed after its batch system
-        refused a pilot (a partition, an account) is used as fixed; the change is journaled."""
+        refused a pilot (a partition, an account) is used as fixed; the change is journaled.
+        ``halt`` (pwe resume/retry --halt): the run's failure budget from now on."""
         info, plan = runs.read(run_dir)
         changed = runs.current_hosts(run_dir, info) if reload_hosts else []
+        if halt:
+            info["halt"] = halt
         engine = cls(run_dir, plan, info)
         engine.hosts_changed = changed
+        engine.info_changed = bool(changed or halt)
         return engine
 
     # -- the loop -------------------------------------------------------------------------------
@@ -180,7 +187,7 @@ class Engine:
         if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli/main.py)
             self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
-            if self.hosts_changed:  # (written only by the engine holding the run)
+            if self.info_changed:  # (written only by the engine holding the run)
                 try:
                     write_json_atomic(self.dir / "run.json", self.info)
                 except OSError:
@@ -203,6 +210,7 @@ class Engine:
                 except InputError:  # (a products: directory that cannot be listed): refused before it began
                     self._refused = self.made
                     raise
+                self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
             return self._loop(progress)
         except RunStopped as exc:
             # said in the journal (when the disk still takes it), so `pwe status` shows why
@@ -285,7 +293,7 @@ class Engine:
                 if pilot.alive:
                     busy += ingest(pilot)
             self.work.check()
-            if st.unfinished() == 0:
+            if st.unfinished() == 0 or self.halting.over():
                 break
             self.feeder.release_held()  # (submit_whole groups whose members waited)
             busy += self.feeder.feed()
@@ -305,7 +313,7 @@ class Engine:
                     progress(st)
             sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
             self.intake.sleep(sleep)  # (woken early by a broker's new events: intake.py)
-        ok = not st.cancelled and st.all_done()  # (with members a check grew, and trees converged)
+        ok = not st.cancelled and st.halted is None and st.all_done()  # (a check's members too, trees converged)
         self.ledger.record({"e": kind.FINISH, "ok": ok, "t": time.time()})
         self.journal.flush()
         press = self.feeder.pressure
@@ -343,7 +351,7 @@ class Engine:
         """Tell pilots there is nothing more, close files, release the run. Never raises
         over an error already on its way out (a full disk fails these writes too)."""
         try:
-            over = self.state is not None and self.state.unfinished() == 0
+            over = self.state is not None and (self.state.unfinished() == 0 or self.halting.over())
             pending = self._stop_pilots(over)
             try:
                 self.work.await_leaving()  # (a finished run's big spools: sealed once their pilots said they left)

@@ -32,7 +32,7 @@ from pilot.transport import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
-from ..base.states import ASSIGNED, READY
+from ..base.states import ASSIGNED, READY, RUNNING
 from ..planning.placement import pilot_job
 from ..runstate import journal as kind
 from . import recovery
@@ -360,8 +360,10 @@ class PilotWork:
             recovery.end_orphans(pilot, inflight, st, self.run_id, record)
         now = time.time()
         for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)
+            # one that was running is counted as lost (maxLosses: it may be what took the pilot down)
+            lost = {"lost": 1} if st.nodes[nid].state[i] == RUNNING else {}
             record({"e": kind.UNASSIGN, "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
-                    "why": f"its pilot {pilot.id} is gone ({why}); it runs again", "t": now})
+                    "why": f"its pilot {pilot.id} is gone ({why}); it runs again", **lost, "t": now})
         record({"e": kind.PILOT_GONE, "p": pilot.id, "why": why, "t": now})
         said_down = pilot.state is PilotState.DOWN
         pilot.become(PilotState.GONE)

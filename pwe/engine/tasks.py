@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,11 @@ class TaskBuilder:
         self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
         self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
 
-    def build(self, nid: str, i: int, attempt: int) -> dict[str, Any]:
+    def build(self, nid: str, i: int, attempt: int, retried: int = 0) -> dict[str, Any]:
         """Member ``i`` of node ``nid``, attempt ``attempt``: its command, directory,
-        environment and what it asks of a node. An earlier attempt's files are set aside."""
+        environment and what it asks of a node. An earlier attempt's files are set aside.
+        ``retried``: its failed attempts so far; where its node's ``retry`` grows the
+        request, this attempt asks for that much more (:meth:`grown`)."""
         pn = self.plan.nodes[nid]
         cwd = member_path(self._members, nid, i)
         if attempt > 1:
@@ -59,9 +62,27 @@ class TaskBuilder:
                 "env": env, "eb": eb}
         if fixed:
             task.update(fixed)
+        if retried and pn.retry is not None and pn.retry.grow is not None:
+            more = self.grown(nid, retried)
+            task.update(more)
+            if "wall" in more:
+                env["PWE_WALLTIME_MINUTES"] = _minutes(more["wall"])
         if pn.products and self._workspace:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
         return task
+
+    def grown(self, nid: str, retried: int) -> dict[str, Any]:
+        """What an attempt after ``retried`` failed ones asks for, where the node's
+        ``retry.grow`` makes it more: ``mem`` (MB, rounded up) and ``wall`` (minutes), each
+        the first attempt's times its factor once per failed attempt. Only what grows."""
+        pn = self.plan.nodes[nid]
+        grow, sched = pn.retry.grow, pn.scheduling
+        out: dict[str, Any] = {}
+        if grow.memoryPerMember and sched.memoryPerMember:
+            out["mem"] = math.ceil(sched.memoryPerMember * grow.memoryPerMember ** retried)
+        if grow.maxWallTimePerMember and sched.maxWallTimePerMember:
+            out["wall"] = round(sched.maxWallTimePerMember * grow.maxWallTimePerMember ** retried, 3)
+        return out
 
     def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any]]:
         """What every task of node ``nid`` has alike, made once: its shared environment's id

@@ -141,12 +141,15 @@ def snapshot(path: Path) -> dict[str, Any] | None:
 
 def phase(snap: dict[str, Any], engine_running: bool) -> str:
     """Where a run is, in one word, from its snapshot and whether an engine holds it:
-    running, cancelled, succeeded, failed, stopped (why: ``snap["stopped"]``) or
-    interrupted (its engine died). ``pwe status``, ``pwe runs`` and the service read this."""
+    running, cancelled, succeeded, failed, halted (its failure or core-hour budget spent:
+    ``snap["halted"]``), stopped (why: ``snap["stopped"]``) or interrupted (its engine
+    died). ``pwe status``, ``pwe runs`` and the service read this."""
     if engine_running:
         return "running"
     if snap.get("cancelled"):
         return "cancelled"
+    if isinstance(snap.get("halted"), dict) and snap.get("finished_ok") is False:
+        return "halted"
     if snap.get("finished_ok") is True:
         return "succeeded"
     if snap.get("finished_ok") is False:
@@ -157,7 +160,10 @@ def phase(snap: dict[str, Any], engine_running: bool) -> str:
 def _phase(snap: dict[str, Any], engine_running: bool) -> str:
     """:func:`phase` as ``pwe status`` says it."""
     word = phase(snap, engine_running)
+    halted = snap.get("halted") if isinstance(snap.get("halted"), dict) else {}
     return {"failed": "finished with failures", "stopped": f"stopped: {snap.get('stopped')}; then: pwe resume",
+            "halted": f"{halted.get('why')}; then: pwe retry (the failed run again, the budget counts anew) or "
+                      "pwe resume --halt LARGER",
             "interrupted": "stopped (pwe resume continues it)"}.get(word, word)
 
 

@@ -57,6 +57,11 @@ class PlannedNode:
     scheduling: model.Scheduling
     retries: int
     line: int | None = None
+    #: reruns by why an attempt failed, each asking for more (its own ``retry``, else the
+    #: defaults' where it gives no ``retries`` of its own)
+    retry: model.Retry | None = None
+    max_losses: int = 2  # losses of its pilot or node a member may be present at (then quarantined)
+    halt: model.Halt | None = None  # its own failure budget
     host_line: int | None = None  # where its host is named: its own 'host', else defaults.host
     run_line: int | None = None
     check: PayloadTemplate | None = None  # iteration until convergence (pwe/planning/trees.py)
@@ -223,6 +228,9 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             host=host or node.host or wf.defaults.host,
             scheduling=sched,
             retries=node.retries if node.retries is not None else wf.defaults.retries,
+            retry=_retry_of(nid, node, wf, path, line_of),
+            max_losses=node.maxLosses or wf.defaults.maxLosses,
+            halt=node.halt,
             line=line_of("nodes", nid),
             host_line=line_of("nodes", nid, "host") if node.host else line_of("defaults", "host"),
             run_line=run_line,
@@ -247,6 +255,20 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     edges.sort(key=lambda e: (list(nodes).index(e.dst), list(nodes).index(e.src)))
     return Plan(workflow=wf, file=path, nodes=nodes, edges=edges, graph=graph, warnings=warnings, host=host,
                 workspace_line=line_of("workspace"))
+
+
+def _retry_of(nid: str, node: model.Node, wf: model.Workflow, path: Path, line_of: Any) -> model.Retry | None:
+    """A node's ``retry``: its own, else the defaults' unless it gives ``retries`` of its own
+    (the two at one level: one line, exit 2)."""
+    for where, spec, keys in ((("nodes", nid), node, ("nodes", nid, "retry")),
+                              (("defaults",), wf.defaults, ("defaults", "retry"))):
+        if spec.retry is not None and "retries" in spec.model_fields_set:
+            raise WorkflowSchemaError(f"{'node ' + repr(nid) if len(where) == 2 else 'defaults'} gives both 'retries' "
+                                      "and 'retry': give one (retries: N is retry: {attempts: N+1})", path,
+                                      line_of(*keys))
+    if node.retry is not None:
+        return node.retry
+    return None if node.retries is not None else wf.defaults.retry
 
 
 def _graph_of(wf: model.Workflow, path: Path, line_of: Any) -> Graph:

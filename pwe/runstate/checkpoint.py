@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .journal import Replayed, replay
 from .state import RunState, ready_runs
 from ..base.regular import open_regular
+from ..base.states import NAMES
 from ..base.settings import CHECKPOINT_EVERY
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ NAME = "checkpoint.bin"
 MAGIC = b"PWECKPT1"
 _ANCHOR = 4096
 _SPARSE = ("rc", "why", "outputs", "failures", "pilot", "pid")
+#: sparse maps a checkpoint of an earlier version may lack (empty then)
+_SPARSE_NEW = ("reason", "losses")
 
 
 def _anchor(journal: Path, offset: int) -> int:
@@ -75,7 +78,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         parts = [bytes(ns.state), ns.attempt.tobytes()] + ([ns.deps.tobytes()] if deps else [])
         nodes[nid] = {"size": ns.size, "counts": ns.counts, "deps": deps, "bytes": [len(p) for p in parts],
                       "spent": ns.spent, "done_spent": ns.done_spent, "complete": ns.complete,
-                      **{k: list(getattr(ns, k).items()) for k in _SPARSE}}
+                      **{k: list(getattr(ns, k).items()) for k in _SPARSE + _SPARSE_NEW}}
         tree = state.plan.nodes[nid].tree
         if tree.values or tree.verdict or tree.open:  # (a check's members and verdicts: pwe/planning/trees.py)
             nodes[nid]["tree"] = tree.to_json()
@@ -84,7 +87,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         "offset": offset, "lines": lines, "anchor": _anchor(run_dir / "journal.jsonl", offset),
         "nodes": nodes, "barrier_left": [[s, d, n] for (s, d), n in state.barrier_left.items()],
         "pilots": state.pilots, "cancelled": state.cancelled, "finished_ok": state.finished_ok,
-        "stopped": state.stopped, "edges": state.edges, "rejected": state.rejected,
+        "stopped": state.stopped, "halted": state.halted, "edges": state.edges, "rejected": state.rejected,
         "edge_files": sorted(state.edge_files), "api_checks": sorted(state.api_checks),
     }
     head = json.dumps(header, separators=(",", ":")).encode() + b"\n"
@@ -154,18 +157,22 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
         if len(ns.state) != ns.size or len(ns.attempt) != ns.size or len(ns.deps) != ns.size:
             raise ValueError("a node's arrays have the wrong size")
         ns.counts = [int(c) for c in n["counts"]]
+        ns.counts += [0] * (len(NAMES) - len(ns.counts))  # (a checkpoint from before a state was added)
         ns.spent, ns.done_spent = float(n["spent"]), float(n["done_spent"])  # (pwe status's core-hours)
         for k in _SPARSE:
             setattr(ns, k, {int(i): v for i, v in n[k]})
+        for k in _SPARSE_NEW:
+            setattr(ns, k, {int(i): v for i, v in n.get(k, ())})
         ns.complete = [[int(lo), int(hi)] for lo, hi in n.get("complete", [])]  # (pwe.planning.products)
-        if any(not 0 <= i < ns.size for k in _SPARSE for i in getattr(ns, k)) or any(
-                not 0 <= lo <= hi <= ns.size for lo, hi in ns.complete) or len(ns.counts) != 8:
+        if any(not 0 <= i < ns.size for k in _SPARSE + _SPARSE_NEW for i in getattr(ns, k)) or any(
+                not 0 <= lo <= hi <= ns.size for lo, hi in ns.complete) or len(ns.counts) != len(NAMES):
             raise ValueError("a member index out of its node's range")  # (forged: its CRC is no signature)
         for lo, hi in ready_runs(ns.state):
             st.ready.append_run(nid, lo, hi)
     st.barrier_left = {(s, d): n for s, d, n in h["barrier_left"]}
     st.pilots = h["pilots"]
     st.cancelled, st.finished_ok, st.stopped = h["cancelled"], h["finished_ok"], h["stopped"]
+    st.halted = h.get("halted")
     st.edges, st.edge_files = h["edges"], set(h["edge_files"])
     st.api_checks = set(h.get("api_checks", ()))  # (nodes a Python callable checks: pwe/planning/trees.py)
     st.rejected = {str(k): int(n) for k, n in h.get("rejected", {}).items()}  # (pilot messages refused)

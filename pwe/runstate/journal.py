@@ -41,6 +41,10 @@ kind             fields
                  callable], ``by`` (who asked): an engine began the run
 ``resume``       as ``run``: an engine took the run up again (pwe resume, pwe retry)
 ``finish``       ``ok`` (every member done), ``t``: the run ended
+``halt``         ``why`` (one line for pwe status), ``when`` (soon: members running
+                 finish; now: they are stopped), ``node`` (the node whose budget it was,
+                 absent: the run's), ``failed``, ``of``, ``budget``, ``t``: no new member
+                 starts (the failure budget, or the core-hour budget: ``coreHours``)
 ``stopped``      ``why``, ``t``: the engine stopped before the end (pwe resume goes on)
 ``cancel``       ``t``, ``by``: every member not ended is cancelled
 ``retry``        ``t``, ``by``, ``only`` {node: [[first, end], ...]} (pwe retry -q): failed
@@ -50,17 +54,21 @@ kind             fields
                  ``replay_of``, ``replays``
 ``edge``         ``id``, ``file`` (of edges/), ``pilot``, ``event``, ``job``, ``status``,
                  ``t``: a signed edge event of a batch job (:mod:`pwe.runstate.notify`)
-``assign``       ``n``, ``m``, ``a``, ``p``, ``t``; ``len``: members ``m`` .. ``m+len-1``
+``assign``       ``n``, ``m``, ``a``, ``p``, ``t``; ``len``: members ``m`` .. ``m+len-1``;
+                 ``mem`` MB, ``wall`` min: what a retry asks for more of (retry.grow)
 ``start``        ``n``, ``m``, ``a``, ``p``, ``t``, ``pid``, ``nodes`` [names] (when not
                  its pilot's host)
 ``end``          ``n``, ``m``, ``a``, ``p``, ``t``, ``rc``, ``dt`` s, ``out`` {outputs},
-                 ``why``, ``cpu`` s, ``rss`` KB; ``ran`` 1 (it carries its start) and
-                 ``nodes``; a check's verdict (pwe/planning/trees.py): ``grow``
-                 [children], ``conv`` 1, ``limit`` 1, ``bad`` 1 (done, yet failed)
+                 ``why``, ``reason`` (oom, walltime; absent: exit), ``cpu`` s, ``rss``
+                 KB; ``ran`` 1 (it carries its start) and ``nodes``; a check's verdict
+                 (pwe/planning/trees.py): ``grow`` [children], ``conv`` 1, ``limit`` 1,
+                 ``bad`` 1 (done, yet failed)
 ``ends``         ``n``, ``a``, ``p``, and columns ``m``, ``t``, ``dt``, ``cpu``, ``rss``,
                  ``ran``: plain ends (see above)
 ``unassign``     ``n``, ``m``, ``a`` (absent in records of earlier versions), ``p``,
-                 ``why``, ``t``: a member queued or running is ready again
+                 ``why``, ``t``; ``lost`` 1 (it was running when its pilot or node was
+                 lost: counted against maxLosses), ``halted`` 1 (stopped by a halt):
+                 a member queued or running is ready again (or quarantined)
 ``complete``     ``n``, ``r`` [[lo, hi], ...]: members found complete by their products
 ``pilot``        ``p``, ``host``, ``lane``, ``slots``, ``t``; ``pid`` (a process) or
                  ``job`` and ``batch`` (a batch job); pwe pilot add's ``added``,
@@ -95,8 +103,8 @@ from ..base.errors import JournalError, RunDamaged  # (JournalError: the run sto
 from ..base.regular import MAX_LINE, open_regular
 
 # the run
-RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE = "run", "resume", "finish", "stopped", "cancel", "retry", \
-    "note", "edge"
+RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE, HALT = "run", "resume", "finish", "stopped", "cancel", \
+    "retry", "note", "edge", "halt"
 # members
 ASSIGN, START, END, ENDS, UNASSIGN, COMPLETE = "assign", "start", "end", "ends", "unassign", "complete"
 # pilots
@@ -110,16 +118,17 @@ FIELDS: dict[str, frozenset[str]] = {
     RUN: _BY_ENGINE,
     RESUME: _BY_ENGINE,
     FINISH: frozenset(("ok", "t")),
+    HALT: frozenset(("why", "when", "node", "failed", "of", "budget", "coreHours", "t")),
     STOPPED: frozenset(("why", "t")),
     CANCEL: frozenset(("t", "by")),
     RETRY: frozenset(("t", "by", "only")),
     NOTE: frozenset(("what", "t", "p", "node", "text", "file", "pilot", "replay_of", "replays")),
     EDGE: frozenset(("id", "file", "pilot", "event", "job", "status", "t")),
-    ASSIGN: _MEMBER | {"len"},
+    ASSIGN: _MEMBER | {"len", "mem", "wall"},
     START: _MEMBER | {"pid", "nodes"},
-    END: _MEMBER | {"rc", "dt", "out", "why", "cpu", "rss", "ran", "nodes", "grow", "conv", "limit", "bad"},
+    END: _MEMBER | {"rc", "dt", "out", "why", "reason", "cpu", "rss", "ran", "nodes", "grow", "conv", "limit", "bad"},
     ENDS: frozenset(("n", "a", "p", "m", "t", "dt", "cpu", "rss", "ran")),
-    UNASSIGN: _MEMBER | {"why"},
+    UNASSIGN: _MEMBER | {"why", "lost", "halted"},
     COMPLETE: frozenset(("n", "r")),
     PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "job", "batch", "added", "serves", "lane_def")),
     PILOT_DRAIN: frozenset(("p", "req", "t")),

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
 
-from ..base.states import ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, READY, RUNNING, SKIPPED, WAITING
-from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, NODE_LOST, NOTE, OFFSET, PILOT, PILOT_DRAIN,
-                      PILOT_GONE, REJECT, RESUME, RETRY, RUN, START, STOPPED, UNASSIGN, check, packed, unpack)
+from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, QUARANTINED, READY, RUNNING,
+                           SKIPPED, WAITING)
+from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, NODE_LOST, NOTE, OFFSET, PILOT,
+                      PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, RUN, START, STOPPED, UNASSIGN, check, packed,
+                      unpack)
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -53,6 +55,10 @@ class NodeState:
     why: dict[int, str] = field(default_factory=dict)
     outputs: dict[int, dict] = field(default_factory=dict)
     failures: dict[int, int] = field(default_factory=dict)
+    #: why a member's last attempt ended, where not its own exit: oom, walltime (the pilot's
+    #: words), halted, quarantined (pilot/wire.py's REASON_*)
+    reason: dict[int, str] = field(default_factory=dict)
+    losses: dict[int, int] = field(default_factory=dict)  # pilots or nodes lost while it ran (maxLosses)
     pilot: dict[int, str] = field(default_factory=dict)  # members queued or running: which pilot
     pid: dict[int, int] = field(default_factory=dict)
     spent: float = 0.0  # seconds run by every attempt that ended (pwe status's core-hours)
@@ -101,6 +107,9 @@ class RunState:
         self.cancelled = False
         self.finished_ok: bool | None = None
         self.stopped: str | None = None  # why the last engine stopped before the end
+        #: the halt record in force (the failure or core-hour budget: no new member starts), or
+        #: None; a resume or a retry lifts it (the engine then weighs the budget again)
+        self.halted: dict[str, Any] | None = None
         self.edges: dict[str, int] = {}  # edge events applied, by id: how many replays of each were ignored
         self.edge_files: set[str] = set()  # files of edges/ taken in (applied, replayed or refused)
         #: pilot messages refused (never applied), by why: forged, replayed, malformed, resent
@@ -117,7 +126,7 @@ class RunState:
                 state=bytearray(n),
                 attempt=array("I", bytes(4 * n)),
                 deps=array("q", bytes(8 * n)),
-                counts=[n, 0, 0, 0, 0, 0, 0, 0],
+                counts=[n] + [0] * (len(NAMES) - 1),
             )
         if init:
             self._init_deps()
@@ -253,13 +262,26 @@ class RunState:
         if ns.state[i] not in (ASSIGNED, RUNNING) or ns.pilot.get(i) != r["p"] or r.get("a", ns.attempt[i]) != \
                 ns.attempt[i]:
             return None  # (``a``, when there: only that attempt; records before it had none)
-        if ns.state[i] == ASSIGNED or str(r.get("why") or "").startswith(UNWRITABLE):
+        was = ns.state[i]
+        if was == ASSIGNED or str(r.get("why") or "").startswith(UNWRITABLE):
             # never started (a pilot says so of a member whose directory refused its
             # files, even after writing its start): this attempt did not happen
             ns.attempt[i] -= 1
-        self._set(r["n"], ns, i, READY)
         ns.pilot.pop(i, None)
         ns.pid.pop(i, None)
+        if r.get("halted"):
+            ns.reason[i] = "halted"
+        elif r.get("lost") and was == RUNNING:
+            # it ran when its pilot or node was lost: maxLosses of those, and it is the
+            # likely cause; it is not run again (the rest of the sweep goes on without it)
+            lost = ns.losses[i] = ns.losses.get(i, 0) + 1
+            if lost >= self.plan.nodes[r["n"]].max_losses:
+                self._set(r["n"], ns, i, QUARANTINED)
+                ns.reason[i] = "quarantined"
+                ns.why[i] = f"running when its pilot or node was lost {lost} times (maxLosses {lost}): {r.get('why')}"
+                self._skip_downstream(r["n"], self.plan.nodes[r["n"]].tree.root_of(i))
+                return QUARANTINED
+        self._set(r["n"], ns, i, READY)
         self.ready.append((r["n"], i))
         self.again.append((r["n"], i))
         return True
@@ -329,12 +351,18 @@ class RunState:
     def _began(self, r: dict[str, Any]) -> bool:
         """A run or a resume: an engine works on it again."""
         self.stopped = None
+        self.halted = None
         if r.get("checks"):
             self.api_checks = set(r["checks"])
         return True
 
     def _finish(self, r: dict[str, Any]) -> bool:
         self.finished_ok = r.get("ok")
+        return True
+
+    def _halt(self, r: dict[str, Any]) -> bool:
+        """The failure budget (or the core-hour budget) is spent: no new member starts."""
+        self.halted = {k: v for k, v in r.items() if k not in ("e", "c")}
         return True
 
     def _stopped(self, r: dict[str, Any]) -> bool:
@@ -363,6 +391,10 @@ class RunState:
             ns.why[i] = r["why"]
         else:
             ns.why.pop(i, None)
+        if r.get("reason"):
+            ns.reason[i] = r["reason"]
+        else:
+            ns.reason.pop(i, None)
         if rc == 0 and not r.get("bad"):
             self._set(nid, ns, i, DONE)
             pilot = self.pilots.get(r["p"])
@@ -372,7 +404,9 @@ class RunState:
             return DONE
         fails = ns.failures.get(i, 0) + 1
         ns.failures[i] = fails
-        if fails <= self.plan.nodes[nid].retries:
+        pn = self.plan.nodes[nid]
+        if fails <= pn.retries or (pn.retry is not None and fails < pn.retry.attempts
+                                   and pn.retry.retries(r.get("reason") or "exit", rc)):
             self._set(nid, ns, i, READY)
             self.ready.append((nid, i))
             return READY
@@ -456,6 +490,7 @@ class RunState:
         stays failed is skipped again."""
         self.cancelled = False
         self.finished_ok = None
+        self.halted = None
         if not self._wait_again(only):
             return
         self.ready.clear()
@@ -478,10 +513,11 @@ class RunState:
         for nid, ns in self.nodes.items():
             picked = None if only is None else {i for a, b in only.get(nid, []) for i in range(a, min(b, ns.size))}
             for i in range(ns.size):
-                if ns.state[i] in (FAILED, SKIPPED, CANCELLED) and (
-                        picked is None or i in picked or ns.state[i] == SKIPPED):
+                if ns.state[i] in AGAIN and (picked is None or i in picked or ns.state[i] == SKIPPED):
                     self._set(nid, ns, i, WAITING)
                     ns.failures.pop(i, None)
+                    ns.losses.pop(i, None)
+                    ns.reason.pop(i, None)
                     again = True
         return again
 
@@ -545,7 +581,7 @@ class RunState:
         return all(ns.counts[DONE] == ns.size for ns in self.nodes.values()) and not self.unconverged()
 
     def totals(self) -> list[int]:
-        out = [0] * 8
+        out = [0] * len(NAMES)
         for ns in self.nodes.values():
             for k, c in enumerate(ns.counts):
                 out[k] += c
@@ -560,6 +596,7 @@ class RunState:
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,
             "stopped": self.stopped,
+            "halted": self.halted,
             "rejected": dict(self.rejected),
             "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why", "lost")}
                        for pid, p in self.pilots.items()},
@@ -587,6 +624,7 @@ _ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
     RUN: RunState._began,
     RESUME: RunState._began,
     FINISH: RunState._finish,
+    HALT: RunState._halt,
     STOPPED: RunState._stopped,
     CANCEL: RunState._cancel,
     RETRY: RunState._retry_record,

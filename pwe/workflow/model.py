@@ -11,10 +11,12 @@ verbatim (camelCase), so profiles written for PWE read unchanged. Walltimes are 
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Discriminator,
@@ -245,6 +247,113 @@ class Group(_Strict):
                                      "waits for its dependencies")
 
 
+#: Why a member's attempt ended, where it was not its own exit (pilot/wire.py's REASON_*):
+#: the ones a ``retry: {on: [...]}`` may name besides exit statuses. ``exit`` is any other
+#: failure (a non-zero exit status).
+RETRY_REASONS = ("oom", "walltime", "exit")
+
+
+def _finite_over_one(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and v > 1):
+        raise ValueError("a growth factor multiplies the request on each retry: give a number over 1)")
+    return v
+
+
+#: A growth factor: a finite number over 1 (1.5: half as much again; 2: twice as much).
+Factor = Annotated[Union[StrictInt, StrictFloat], AfterValidator(_finite_over_one)]
+
+
+class Grow(_Strict):
+    """``retry.grow``: each retry asks for this many times what the attempt before it asked."""
+
+    memoryPerMember: Factor | None = Field(None, description="factor on memoryPerMember for each retry")
+    maxWallTimePerMember: Factor | None = Field(None, description="factor on maxWallTimePerMember for each retry")
+
+
+class Retry(_Strict):
+    """``retry:``: a failed attempt runs again, up to ``attempts`` in all, when why it ended is
+    in ``on``; each retry asks for more by ``grow``."""
+
+    attempts: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
+        description="most attempts of a member in all, the first included (1: no retry)")
+    on: Annotated[list[Union[StrictInt, StrictStr]], Field(min_length=1)] | None = Field(
+        None, description="why an attempt ended for it to be retried: oom (killed for memory), walltime (killed at "
+        "maxWallTimePerMember), exit (any other failure), or exit statuses 0-255; default: any failure")
+    grow: Grow | None = Field(None, description="what each retry asks for more of")
+
+    @field_validator("on")
+    @classmethod
+    def _on(cls, v: list | None) -> list | None:
+        for item in v or ():
+            if isinstance(item, int):
+                if not 0 <= item <= 255:
+                    raise ValueError(f"an exit status in 'on' is 0-255, not {item}")
+            elif item not in RETRY_REASONS:
+                raise ValueError(f"'on' takes {', '.join(RETRY_REASONS)} or exit statuses 0-255 (got {item!r})")
+        return v
+
+    def retries(self, reason: str, rc: int) -> bool:
+        """Whether an attempt that ended so (``reason``: oom, walltime or exit; ``rc``) is retried."""
+        return self.on is None or reason in self.on or (reason == "exit" and rc in self.on)
+
+
+_PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+
+
+def _failed(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError("give a number of failed members (e.g. 10) or a percentage of them (e.g. '10%')")
+    if isinstance(v, int):
+        if v < 1:
+            raise ValueError("'failed' is how many failed members halt the run: give 1 or more")
+        return v
+    if isinstance(v, str):
+        m = _PERCENT.match(v)
+        if m is None:
+            raise ValueError(f"'failed' takes a number of members (e.g. 10) or a percentage (e.g. '10%'), not {v!r}")
+        pct = float(m.group(1))
+        if not 0 < pct <= 100:
+            raise ValueError("a percentage of failed members is over 0% and at most 100%")
+        return v
+    raise ValueError("give a number of failed members (e.g. 10) or a percentage of them (e.g. '10%')")
+
+
+class Halt(_Strict):
+    """``halt:``, the failure budget: past it no new member starts."""
+
+    failed: Annotated[Union[StrictInt, StrictStr], BeforeValidator(_failed)] = Field(
+        description="how many failed members halt the run: a number (10) or a percentage of the members ('10%')")
+    when: Literal["soon", "now"] = Field(
+        "soon", description="soon: members running finish; now: they are stopped (recorded as halted, not failed)")
+
+    def limit(self, members: int) -> int:
+        """The failures that halt a run (or node) of ``members`` members: the number, or the
+        percentage of them rounded up (at least 1)."""
+        if isinstance(self.failed, int):
+            return self.failed
+        pct = float(self.failed.strip().rstrip("%"))
+        return max(1, math.ceil(pct * members / 100 - 1e-9))
+
+    def shown(self) -> str:
+        return self.failed.strip() if isinstance(self.failed, str) else str(self.failed)
+
+
+def _positive_finite(v: Any) -> Any:
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError("give a number of core-hours over 0")
+    return v
+
+
+class Budget(_Strict):
+    """``budget:``: the core-hours a run may spend (pilots' cores x the time they hold them)."""
+
+    coreHours: Annotated[Union[StrictInt, StrictFloat], AfterValidator(_positive_finite)] = Field(
+        description="most core-hours the run's pilots may hold, idle cores included")
+
+
+MaxLosses = Annotated[StrictInt, Field(ge=1, le=1000)]
+
+
 class Node(_Strict):
     """A node of the DAG: a payload, its dependencies and its parameters."""
 
@@ -257,7 +366,13 @@ class Node(_Strict):
         default_factory=dict, description="name -> values; the node expands into one member per combination"
     )
     combine: Literal["product", "zip"] = Field("product", description="how parameters combine")
-    retries: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="reruns of a failed member")
+    retries: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="reruns of a failed member, "
+                                                                 "whatever its failure (retry: says more)")
+    retry: Retry | None = Field(None, description="reruns by why an attempt failed, each asking for more "
+                                "(default: defaults.retry)")
+    maxLosses: MaxLosses | None = Field(None, description="a member running when its pilot or node was lost this "
+                                        "many times is quarantined, not run again (default: defaults.maxLosses)")
+    halt: Halt | None = Field(None, description="this node's failure budget: past it the run halts")
     host: StrictStr | None = Field(None, description="a host from the registry; default: defaults.host")
     env: dict[Name, Scalar] = Field(
         default_factory=dict, description="extra environment variables for every member"
@@ -309,6 +424,9 @@ class Defaults(_Strict):
 
     host: StrictStr = "local"
     retries: Annotated[StrictInt, Field(ge=0)] = 0
+    retry: Retry | None = Field(None, description="reruns by why an attempt failed, each asking for more")
+    maxLosses: MaxLosses = Field(2, description="a member running when its pilot or node was lost this many times "
+                                 "is quarantined: not run again (pwe retry -q releases it)")
     scheduling: Scheduling = Field(default_factory=Scheduling)
     setup_per_node: list[SetupLine] = Field(
         default_factory=list, description="shell lines each pilot runs once on every node before the first member "
@@ -340,6 +458,8 @@ class Workflow(_Strict):
         "pressure", description="pressure: ready members of the nodes with the longest estimated time to the end of "
         "the run first (pwe/runstate/pressure.py); fifo: in the order they became ready"
     )
+    halt: Halt | None = Field(None, description="the failure budget: past it no new member starts (pwe run --halt)")
+    budget: Budget | None = Field(None, description="the core-hours the run may spend")
     limits: dict[Name, Annotated[StrictInt, Field(ge=1)]] = Field(
         default_factory=dict, description="most of each user-defined resource held at once in this run, e.g. "
         "license: 4 (nodes ask with 'resources')"

@@ -102,6 +102,7 @@ _CONVERT: dict[str | None, Callable[[str], Any]] = {
     "xs:decimal": _decimal,
     "minutes": _decimal,
     "xs:boolean": lambda t: t.strip() in ("true", "1"),
+    "failedBudget": lambda t: int(t.strip()) if t.strip().isdigit() else t.strip(),  # 10 or "10%"
 }
 
 
@@ -161,6 +162,8 @@ def workflow_tree(root: etree._Element) -> LineDict:
             _put(wf, "defaults", _defaults(child), child.sourceline)
         elif child.tag == "limits":  # <limit name="license">4</limit>: as limits: {license: 4}
             _put(wf, "limits", _amounts(child), child.sourceline)
+        elif child.tag in ("halt", "budget"):  # <halt failed="10%" when="soon"/>: as halt: {failed: 10%, ...}
+            _put(wf, child.tag, _attrs(child), child.sourceline)
         elif child.tag == "inputs":  # <input>data/*.csv</input>: a pattern, as <product> is read (pwe.workflow.inputs)
             _put(wf, "inputs", _lines(child, strip=True), child.sourceline)
         elif child.tag == "node":
@@ -169,6 +172,30 @@ def workflow_tree(root: etree._Element) -> LineDict:
                 _put(wf, "nodes", nodes, child.sourceline)
             _put(nodes, _attr(child, "id"), _node(child), child.sourceline)
     return wf
+
+
+def _attrs(el: etree._Element) -> LineDict:
+    """An element of attributes only (``<halt>``, ``<budget>``, ``<grow>``) as a mapping."""
+    out = LineDict(line=el.sourceline)
+    for name in el.keys():
+        _put(out, name, _attr(el, name), el.sourceline)
+    return out
+
+
+def _retry(el: etree._Element) -> LineDict:
+    """``<retry attempts="3" on="oom walltime 75"><grow memoryPerMember="2"/></retry>``: the
+    YAML ``retry:`` (``on`` space-separated; a number is an exit status)."""
+    out = LineDict(line=el.sourceline)
+    _put(out, "attempts", _attr(el, "attempts"), el.sourceline)
+    if el.get("on") is not None:
+        on = LineList(line=el.sourceline)
+        for word in el.get("on").split():
+            on.append(int(word) if word.isdigit() else word)
+            on.item_lines.append(el.sourceline)
+        _put(out, "on", on, el.sourceline)
+    for child in el:  # only <grow>
+        _put(out, "grow", _attrs(child), child.sourceline)
+    return out
 
 
 def _amounts(el: etree._Element) -> LineDict:
@@ -181,12 +208,14 @@ def _amounts(el: etree._Element) -> LineDict:
 
 def _defaults(el: etree._Element) -> LineDict:
     out = LineDict(line=el.sourceline)
-    for name in ("host", "retries"):
+    for name in ("host", "retries", "maxLosses"):
         if el.get(name) is not None:
             _put(out, name, _attr(el, name), el.sourceline)
-    for child in el:  # <scheduling>, <setup_per_node>
+    for child in el:  # <scheduling>, <setup_per_node>, <retry>
         if child.tag == "setup_per_node":
             _put(out, "setup_per_node", _lines(child), child.sourceline)
+        elif child.tag == "retry":
+            _put(out, "retry", _retry(child), child.sourceline)
         else:
             _put(out, "scheduling", _scheduling(child), child.sourceline)
     return out
@@ -262,6 +291,8 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "scheduling": ("scheduling", _scheduling),
     "setup_per_node": ("setup_per_node", _lines),
     "group": ("group", _group),
+    "retry": ("retry", _retry),
+    "halt": ("halt", _attrs),
 }
 #: ... an item of a list of the node's ...
 _ITEM: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
@@ -279,7 +310,7 @@ _ENTRY: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
 
 def _node(el: etree._Element) -> LineDict:
     node = LineDict(line=el.sourceline)
-    for name in ("combine", "retries", "host", "max_iterations"):
+    for name in ("combine", "retries", "host", "max_iterations", "maxLosses"):
         if el.get(name) is not None:
             _put(node, name, _attr(el, name), el.sourceline)
     for child in el:
