@@ -51,7 +51,7 @@ def _halt(ctx, param, value: str | None) -> dict | None:
     failed, _, when = value.partition(",")
     failed = failed.strip()
     try:
-        h = Halt(failed=int(failed) if failed.isdigit() else failed, when=when.strip() or "soon")
+        h = Halt(failed=int(failed) if failed.lstrip("-").isdigit() else failed, when=when.strip() or "soon")
     except ValidationError as exc:
         why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
         raise click.BadParameter(f"{value!r}: {why} (e.g. --halt 10% or --halt 50,now)") from None

@@ -79,9 +79,10 @@ class TaskBuilder:
         grow, sched = pn.retry.grow, pn.scheduling
         out: dict[str, Any] = {}
         if grow.memoryPerMember and sched.memoryPerMember:
-            out["mem"] = math.ceil(sched.memoryPerMember * grow.memoryPerMember ** retried)
+            out["mem"] = math.ceil(_times(sched.memoryPerMember, grow.memoryPerMember, retried, MAX_MEMORY_MB))
         if grow.maxWallTimePerMember and sched.maxWallTimePerMember:
-            out["wall"] = round(sched.maxWallTimePerMember * grow.maxWallTimePerMember ** retried, 3)
+            wall = round(_times(sched.maxWallTimePerMember, grow.maxWallTimePerMember, retried, MAX_WALL_MIN), 3)
+            out["wall"] = int(wall) if wall == int(wall) else wall  # (3, not 3.0: as a user writes it)
         return out
 
     def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any]]:
@@ -146,6 +147,19 @@ def _products(plan: Plan, workspace: str, nid: str, i: int) -> list[str]:
     from ..planning.products import absolute
 
     return absolute(plan, workspace, nid, i)
+
+
+#: The most a retry's growth asks for (a factor of 100 a hundred times over is no request a
+#: node can hold: the pilot then says it cannot be placed, rather than the engine overflow)
+MAX_MEMORY_MB, MAX_WALL_MIN = 2**40, 10**7
+
+
+def _times(base: float, factor: float, n: int, cap: float) -> float:
+    """``base * factor ** n``, at most ``cap``."""
+    try:
+        return min(base * factor ** n, cap)
+    except OverflowError:
+        return cap
 
 
 def _minutes(v: float | None) -> str:

@@ -40,7 +40,7 @@ def build(run_dir: Path) -> str:
     """The report of the run in ``run_dir``, as the text of one HTML file."""
     from ..runstate.rundir import member_dir
     from .runview import status
-    from ..base.states import FAILED, NAMES
+    from ..base.states import FAILED, NAMES, QUARANTINED
     from ..workflow.templates import render_page
     from .trace import load
 
@@ -76,8 +76,8 @@ def build(run_dir: Path) -> str:
     failures = []
     nfailed = 0
     causes: dict[tuple[str, str], int] = {}
-    for nid, ns in st.nodes.items():
-        i = ns.state.find(FAILED) if ns.counts[FAILED] else -1
+    for nid, ns, gone in ((nid, ns, s) for nid, ns in st.nodes.items() for s in (FAILED, QUARANTINED)):
+        i = ns.state.find(gone) if ns.counts[gone] else -1  # (quarantined: their why says so)
         while i >= 0:
             nfailed += 1
             cause = (nid, ns.why.get(i) or f"exit {ns.rc.get(i)}")
@@ -86,7 +86,7 @@ def build(run_dir: Path) -> str:
                 failures.append({"member": f"{nid}[{i}]", "attempts": ns.attempt[i], "exit": ns.rc.get(i),
                                  "why": ns.why.get(i) or "", "params": _params(plan, nid, i),
                                  "stderr": _tail(member_dir(run_dir, nid, i) / "stderr")})
-            i = ns.state.find(FAILED, i + 1)
+            i = ns.state.find(gone, i + 1)
     pilots = []
     by_pilot: dict[str, list[tuple]] = {}
     for r in ran:

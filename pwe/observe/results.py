@@ -68,6 +68,8 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
     }
     if i in ns.why:
         rec["why"] = ns.why[i]
+    if i in ns.reason:  # why its last attempt ended, where not by its own exit: oom, walltime, halted, quarantined
+        rec["reason"] = ns.reason[i]
     pn = state.plan.nodes[node]
     if pn.check is not None or node in state.api_checks:  # its place in its tree (pwe/planning/trees.py)
         rec["parent"] = pn.tree.parent_of(i)

@@ -16,8 +16,13 @@ the run. The price is that the trace reads the whole journal (one replay,
 
 Attempts that were handed back before they started (``back``) did not happen and are
 not in the trace; one taken back after it started (its pilot or node was lost) is,
-with ``state`` ``lost``; one that was queued or running when the run was cancelled has
-``state`` ``cancelled``.
+with ``state`` ``lost`` (``reason`` ``lost``, or ``quarantined`` for the loss that made
+its member reach maxLosses); one stopped by a halt ``now`` has ``state`` ``halted``; one
+that was queued or running when the run was cancelled has ``state`` ``cancelled``.
+``reason`` says why an attempt ended where not by its own exit (``oom``, ``walltime``:
+the pilot's word); ``asked_memory_mb`` and ``asked_walltime_min`` what the attempt asked
+for (its node's memoryPerMember and maxWallTimePerMember, or more on a retry that grows
+them: the ``assign`` record's ``mem``, ``wall``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from ..runstate.journal import (ASSIGN, CANCEL, END, FINISH, PILOT, PILOT_GONE, 
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
-           "rss_kb", "host", "node_name", "pilot", "batch", "job", "parameters", "outputs")
+           "rss_kb", "host", "node_name", "pilot", "batch", "job", "parameters", "outputs", "reason", "asked_memory_mb",
+           "asked_walltime_min")
 
 
 class Trace:
@@ -42,13 +48,16 @@ class Trace:
         #: the members each node has (the plan's, and those its check grew): every record's
         #: numbers are checked against them (pwe.runstate.journal.check); None: not checked
         self._sizes = {nid: pn.size for nid, pn in plan.nodes.items()} if plan is not None else None
-        # (node, member, attempt) -> [submit, start, end, rc, why, dt, cpu, rss, out, pilot, nodes, ended]
-        # (ended: None, or how an attempt without an exit status ended: "lost", "cancelled")
+        self._max_losses = {nid: pn.max_losses for nid, pn in plan.nodes.items()} if plan is not None else {}
+        # (node, member, attempt) -> [submit, start, end, rc, why, dt, cpu, rss, out, pilot, nodes, ended, reason,
+        # asked mem, asked wall] (ended: None, or how an attempt without an exit status ended: "lost",
+        # "halted", "cancelled"; asked: what a retry that grows asked for, None: its node's)
         self.attempts: dict[tuple[str, int, int], list[Any]] = {}
         self.pilots: dict[str, dict[str, Any]] = {}
         self.first: float | None = None  # the first engine's start (epoch s)
         self.last: float | None = None  # the last engine's start or end
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/planning/trees.py)
+        self.losses: dict[tuple[str, int], int] = {}  # (node, member) -> attempts lost with their pilot or node
 
     def size_of(self, nid: str) -> int:
         return self._sizes[nid] + len(self.grown.get(nid, ()))  # type: ignore[index]
@@ -71,7 +80,7 @@ class Trace:
 
     def _assign(self, r: dict[str, Any]) -> None:
         self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
-                                                    r["p"], None, None]
+                                                    r["p"], None, None, None, r.get("mem"), r.get("wall")]
 
     def _start(self, r: dict[str, Any]) -> None:
         a = self.attempts.get((r["n"], r["m"], r["a"]))
@@ -86,7 +95,7 @@ class Trace:
         if r.get("grow"):  # (its children, in the order of their indices)
             self.grown.setdefault(r["n"], []).extend(r["grow"])
         a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
-        a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
+        a[6], a[7], a[8], a[12] = r.get("cpu"), r.get("rss"), r.get("out"), r.get("reason")
 
     def _unassign(self, r: dict[str, Any]) -> None:
         key = (r["n"], r["m"], r.get("a"))
@@ -94,8 +103,13 @@ class Trace:
         if a is not None and a[3] is None and a[11] is None:
             if a[1] is None:
                 del self.attempts[key]  # never started: no attempt was spent
+            elif r.get("halted"):
+                a[2], a[4], a[11], a[12] = r.get("t"), r.get("why") or "halted", "halted", "halted"
             else:
                 a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
+                if r.get("lost"):  # (counted against maxLosses: the last of them quarantined it)
+                    n = self.losses[(r["n"], r["m"])] = self.losses.get((r["n"], r["m"]), 0) + 1
+                    a[12] = "quarantined" if n >= self._max_losses.get(r["n"], 2) else "lost"
 
     def _cancel(self, r: dict[str, Any]) -> None:
         """What was queued or running then ends here."""
@@ -121,8 +135,10 @@ class Trace:
         """The attempts as dicts with :data:`COLUMNS` as keys, by node, member, attempt.
         ``plan`` gives the members' parameters (none without it)."""
         spaces = {nid: pn.space for nid, pn in plan.nodes.items()} if plan is not None else {}
+        asked = {nid: (pn.scheduling.memoryPerMember, pn.scheduling.maxWallTimePerMember)
+                 for nid, pn in plan.nodes.items()} if plan is not None else {}
         for (nid, i, att), a in sorted(self.attempts.items()):
-            submit, start, end, rc, why, dt, cpu, rss, out, pid, nodes, ended = a
+            submit, start, end, rc, why, dt, cpu, rss, out, pid, nodes, ended, reason, mem, wall = a
             p = self.pilots.get(pid, {})
             if ended:
                 state = ended
@@ -141,6 +157,9 @@ class Trace:
                 "pilot": pid, "batch": p.get("batch"), "job": p.get("job"),
                 "parameters": {} if space is None else space.values_of(i) if i < space.size else
                 self.grown[nid][i - space.size], "outputs": out or {},
+                "reason": reason or ("exit" if rc is not None else None),
+                "asked_memory_mb": mem if mem is not None else asked.get(nid, (None, None))[0],
+                "asked_walltime_min": wall if wall is not None else asked.get(nid, (None, None))[1],
             }
 
 

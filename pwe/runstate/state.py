@@ -278,7 +278,8 @@ class RunState:
             if lost >= self.plan.nodes[r["n"]].max_losses:
                 self._set(r["n"], ns, i, QUARANTINED)
                 ns.reason[i] = "quarantined"
-                ns.why[i] = f"running when its pilot or node was lost {lost} times (maxLosses {lost}): {r.get('why')}"
+                last = str(r.get("why") or "").removesuffix("; it runs again")
+                ns.why[i] = f"quarantined: running when its pilot or node was lost {lost} times (maxLosses): {last}"
                 self._skip_downstream(r["n"], self.plan.nodes[r["n"]].tree.root_of(i))
                 return QUARANTINED
         self._set(r["n"], ns, i, READY)

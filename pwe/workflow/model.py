@@ -254,8 +254,8 @@ RETRY_REASONS = ("oom", "walltime", "exit")
 
 
 def _finite_over_one(v: Any) -> Any:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and v > 1):
-        raise ValueError("a growth factor multiplies the request on each retry: give a number over 1)")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and 1 < v <= 100):
+        raise ValueError("a growth factor multiplies the request on each retry: give a number over 1, at most 100")
     return v
 
 

@@ -3,9 +3,9 @@
 // attributes): never innerHTML with data. Live updates come over server-sent events.
 "use strict";
 
-const STATES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled"];
+const STATES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled", "quarantined"];
 const COLORS = {done: "#1a7f37", failed: "#cf222e", running: "#0969da", queued: "#8250df", waiting: "#afb8c1",
-  ready: "#afb8c1", skipped: "#bf8700", cancelled: "#6e7781", lost: "#bf8700"};
+  ready: "#afb8c1", skipped: "#bf8700", cancelled: "#6e7781", lost: "#bf8700", quarantined: "#953800"};
 const SVG = "http://www.w3.org/2000/svg";
 let session = {authenticated: false, reads: false, csrf: null};
 let streams = [];
@@ -44,7 +44,7 @@ function dur(s) {
 const stateSpan = s => el("span", {class: `state s-${String(s).split(/[ ;:]/)[0]}`, text: s});
 function bar(counts, total) {
   const b = el("span", {class: "bar", title: STATES.filter(s => counts[s]).map(s => `${s} ${counts[s]}`).join(", ")});
-  for (const s of ["done", "failed", "skipped", "cancelled", "running", "queued"]) {
+  for (const s of ["done", "failed", "skipped", "cancelled", "quarantined", "running", "queued"]) {
     const n = counts[s] || 0;
     if (n && total) { const part = el("span", {class: `b-${s}`}); part.style.width = `${(100 * n / total).toFixed(3)}%`;
       b.append(part); }  // (CSSOM, not a style attribute: the page's CSP allows no inline style)
@@ -151,7 +151,7 @@ function dagView(dag, status) {
     g.append(svg("rect", {width: W, height: H, rx: 6, fill: "#fff", stroke: "#d0d7de"}));
     g.append(svg("text", {x: 8, y: 16, "font-weight": 600}, n.id));
     let bx = 8;
-    for (const k of ["done", "failed", "skipped", "cancelled", "running", "queued"]) {
+    for (const k of ["done", "failed", "skipped", "cancelled", "quarantined", "running", "queued"]) {
       const w = total ? (W - 16) * (c[k] || 0) / total : 0;
       if (w > 0) { g.append(svg("rect", {x: bx, y: 24, width: w, height: 8, fill: COLORS[k]})); bx += w; }
     }
@@ -275,10 +275,11 @@ function putStatus(doc) {
   const t = doc.totals || {}, total = STATES.reduce((a, k) => a + (t[k] || 0), 0);
   const ch = doc.core_hours;
   document.getElementById("summary").replaceChildren(
-    el("span", {id: "progress", text: `${fmt((t.done || 0) + (t.failed || 0) + (t.skipped || 0) + (t.cancelled || 0))}/${fmt(total)} finished`}),
+    el("span", {id: "progress", text: `${fmt((t.done || 0) + (t.failed || 0) + (t.skipped || 0) + (t.cancelled || 0) + (t.quarantined || 0))}/${fmt(total)} finished`}),
     " ", bar(t, total),
     ch ? ` · core-hours: done ${Number(ch.done).toFixed(3)}, failed ${Number(ch.failed).toFixed(3)}` : "",
     doc.engine && doc.phase === "running" ? ` · engine pid ${doc.engine.pid} on ${doc.engine.host}` : "",  // (as pwe status)
+    doc.halted && doc.halted.why ? ` · ${doc.halted.why}` : "",  // (the failure or core-hour budget: as pwe status)
     ` · ${doc.run_dir}`);
   document.getElementById("dag-box").replaceChildren(dagView(doc.dag, doc));
   document.getElementById("counts-box").replaceChildren(
