@@ -49,6 +49,8 @@ class Trace:
         self.first: float | None = None  # the first engine's start (epoch s)
         self.last: float | None = None  # the last engine's start or end
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/planning/trees.py)
+        #: (node, member, attempt) -> the reason its end gave (oom, walltime...), only where one did
+        self.reasons: dict[tuple[str, int, int], str] = {}
 
     def size_of(self, nid: str) -> int:
         return self._sizes[nid] + len(self.grown.get(nid, ()))  # type: ignore[index]
@@ -87,6 +89,8 @@ class Trace:
             self.grown.setdefault(r["n"], []).extend(r["grow"])
         a[2], a[3], a[4], a[5] = r.get("t"), r.get("rc"), r.get("why"), r.get("dt")
         a[6], a[7], a[8] = r.get("cpu"), r.get("rss"), r.get("out")
+        if r.get("reason") is not None:
+            self.reasons[(r["n"], r["m"], r["a"])] = r["reason"]
 
     def _unassign(self, r: dict[str, Any]) -> None:
         key = (r["n"], r["m"], r.get("a"))
