@@ -356,6 +356,8 @@ def lines(doc: dict[str, Any]) -> list[str]:
                    f"maxWallTimePerMember {sug['maxWallTimePerMember']} "
                    f"(asked {_or_dash(ask['maxWallTimePerMember'])}), "
                    f"cores {_or_q(sug['cores'])} (asked {ask['cores']})")
+        if u["reasons"]:
+            out.append("  ended by reason: " + ", ".join(f"{r} {n:,}" for r, n in u["reasons"].items()))
         out.extend(f"  {note}" for note in u["notes"])
     t = doc["total"]["core_hours"]
     out.append(f"core-hours: held {_fmt_h(t['held'])}, used {_fmt_h(t['used'])} (CPU), unused {_fmt_h(t['unused'])}"
