@@ -263,7 +263,7 @@ def _notes(u: dict[str, Any]) -> list[str]:
     elif wall and u["duration_s"]["p99"] > wall * 60:
         notes.append(f"maxWallTimePerMember: {wall:g} min asked is too short: p99 took {u['duration_s']['p99']:,.1f} s")
     if pk and pk["members_per_node_suggested"] > pk["members_per_node_asked"]:
-        notes.append(f"packing: {pk['members_per_node_asked']:,} members a node as asked, "
+        notes.append(f"members a node: {pk['members_per_node_asked']:,} as asked, "
                      f"{pk['members_per_node_suggested']:,} as suggested: {_fmt_h(pk['node_core_hours_asked'])} "
                      f"node core-hours instead of {_fmt_h(pk['node_core_hours_suggested'])}")
     if sug["cores"] is not None and sug["cores"] < ask["cores"]:
