@@ -231,3 +231,32 @@ nodes:
     page = (tmp_path / "r.html").read_text()
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<b>bold</b>" not in page
+
+
+def test_run_with_nothing_measured(tmp_path, write):
+    """Every member complete by its products: the run succeeds with nothing run, so
+    nothing measured; the document says so, with no figure made up."""
+    wf = write("""\
+name: ready
+nodes:
+  made:
+    parameters: {k: [1, 2]}
+    products: ["out{{ k }}.txt"]
+    run: "false"
+    scheduling: {memoryPerMember: 512}
+""")
+    for k in (1, 2):
+        (tmp_path / f"out{k}.txt").write_text("made before\n")
+    rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    doc = _usage_json(tmp_path / "run", tmp_path)
+    u = doc["nodes"]["made"]
+    assert u["members"] == 2 and u["attempts"] == 0 and u["notes"] == [NOT_MEASURED]
+    assert u["suggested"] is None and u["cpu_efficiency"] is None and u["core_hours"] is None
+    assert doc["total"]["attempts"] == 0 and set(doc["total"]["core_hours"].values()) == {None}
+    rc, out, err = pwe("status", tmp_path / "run", "--usage", cwd=tmp_path)
+    assert rc == 0 and NOT_MEASURED in out, err
+    no_traceback(err)
+    rc, out, err = pwe("report", tmp_path / "run", "-o", tmp_path / "r.html", cwd=tmp_path)
+    assert rc == 0, err
+    assert f"<li>made: {NOT_MEASURED}</li>" in (tmp_path / "r.html").read_text()
