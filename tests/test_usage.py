@@ -15,7 +15,7 @@ import pytest
 from conftest import no_traceback, pwe
 
 from pwe.observe.trace import Trace
-from pwe.observe.usage import (NOT_MEASURED, percentile, round_memory, stats, suggest_cores, suggest_memory,
+from pwe.observe.usage import (NOT_MEASURED, lines, percentile, round_memory, stats, suggest_cores, suggest_memory,
                                suggest_walltime, usage)
 from pwe.runstate.journal import decode, encode
 from pwe.workflow.model import Scheduling
@@ -124,6 +124,24 @@ def test_compacted_ends_nan_and_reasons():
     assert u["suggested"]["memoryPerMember"] == 1280  # the oom member's 1,000 MB + 20 %: above the ask
     assert any("killed for memory" in n for n in u["notes"]) and any("too small" in n for n in u["notes"])
     assert u["core_hours"]["held"] == round(9.0 / 3600, 4) and u["core_hours"]["walltime_reserved"] == 0.5
+
+
+def test_hostile_figures_are_bounded():
+    """Negative, infinite and absurd figures in a journal (a damaged or forged end): the
+    unusable ones are not counted, the document stays finite JSON."""
+    plan = _plan(a=(4, {"memoryPerMember": 100, "maxWallTimePerMember": 1}))
+    tr = Trace()
+    tr.take({"e": "assign", "n": "a", "m": 0, "a": 1, "p": "p1", "t": 1.0, "len": 4})
+    for m, (dt, cpu, rss) in enumerate([(-1.0, 1.0, 1024), (math.inf, 1.0, 1024), (1.0, -5.0, -1),
+                                        (1e300, 1e300, 1e300)]):
+        tr.take({"e": "end", "n": "a", "m": m, "a": 1, "p": "p1", "t": 9.0, "rc": 0, "dt": dt, "cpu": cpu,
+                 "rss": rss, "ran": 1})
+    doc = usage({"run_id": "r", "lanes": {}}, plan, tr)
+    json.dumps(doc, allow_nan=False)
+    u = doc["nodes"]["a"]
+    assert u["attempts"] == 2 and u["rss_mb"]["max"] == round(1e300 / 1024, 4)
+    assert u["cpu_s"]["max"] == 1e300 and u["suggested"]["covers"] == 1.0
+    assert any(line.startswith("a: to fit 99% of 2 attempts") for line in lines(doc))
 
 
 # ---------------------------------------------------------------- real runs through the CLI
