@@ -62,14 +62,24 @@ def _duration(s: float | None) -> str:
 @click.argument("run", required=False)
 @click.option("--watch", is_flag=True, help="refresh in place until the run ends")
 @click.option("--every", default=2.0, show_default=True, type=Seconds(0.1, 3600), help="seconds between refreshes")
+@click.option("--usage", "right_size", is_flag=True,
+              help="right-sizing: per node p50/p95/max of duration, peak RSS and CPU time, CPU efficiency, "
+                   "core-hours held and used, and the memoryPerMember, maxWallTimePerMember and cores per member "
+                   "that would have fitted 99% of the members (reads the whole journal)")
 @json_option
-def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
+def status(run: str | None, watch: bool, every: float, right_size: bool, as_json: bool) -> None:
     """Per node: members waiting / queued / running / done / failed, and the core-hours of
-    done, running, eligible and waiting work (newest run by default)."""
+    done, running, eligible and waiting work (newest run by default). --usage: what the
+    members used against what they asked for, and what to ask for instead."""
     from ..observe.runview import status as run_status
 
+    if right_size and watch:
+        echo("pwe status: --usage reads the whole journal once; give it without --watch", err=True)
+        sys.exit(2)
     try:
         d = find(run)
+        if right_size:
+            return _usage(d, as_json)
         while True:
             snap = run_status(d) if not _remote_unfetched(d) else _remote_status(d)
             _damaged_snapshot(d, snap)
@@ -89,6 +99,17 @@ def status(run: str | None, watch: bool, every: float, as_json: bool) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     warn(snap.get("warnings", []))
+
+
+def _usage(d, as_json: bool) -> None:
+    """``pwe status --usage``: pwe/observe/usage.py's document, as JSON or as its lines."""
+    from ..observe.usage import lines, load
+
+    doc = load(d)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        echo("\n".join(shown(line) for line in lines(doc)))
 
 
 def _damaged_snapshot(d, snap: dict) -> None:
@@ -320,7 +341,7 @@ def trace(run: str, fmt: str, as_json: bool) -> None:
 @json_option
 def report(run: str, output: str | None, as_json: bool) -> None:
     """Write one self-contained HTML page about RUN: summary, timeline, utilisation,
-    durations and memory per node, failures, pilots. Prints where it is."""
+    durations and memory per node, right-sizing, failures, pilots. Prints where it is."""
     import os
     from pathlib import Path
 

@@ -3,7 +3,9 @@
 What it shows: the run's summary; a timeline of the attempts, one row per core slot of
 each pilot; per node the distributions of durations and peak memory; the failed members
 with the last lines of their stderr; the pilots and their batch jobs; and the
-utilisation of the allocation (busy cores / allocated cores over time).
+utilisation of the allocation (busy cores / allocated cores over time); and right-sizing (what the
+members used against what they asked for, and what to ask instead: :mod:`pwe.observe.usage`, the
+same document as ``pwe status --usage``).
 
 Everything is worked out here, from the run's trace (:mod:`pwe.observe.trace`, one replay of the
 journal), into small arrays that the page's inline script draws as SVG. Where a
@@ -43,6 +45,7 @@ def build(run_dir: Path) -> str:
     from ..base.states import FAILED, NAMES, QUARANTINED
     from ..workflow.templates import render_page
     from .trace import load
+    from .usage import usage
 
     info, plan, st, tr = load(run_dir)
     snap = status(run_dir)
@@ -117,8 +120,40 @@ def build(run_dir: Path) -> str:
         "causes": sorted(((n, why, c) for (n, why), c in causes.items()), key=lambda x: -x[2]),
         "max_failures": MAX_FAILURES, "pilots": pilots, "nodes": node_ids, "colors": color,
         "timeline_note": timeline["note"], "data_json": script_json(data),
-        "generated": _clock(time.time()),
+        "generated": _clock(time.time()), "sizing": sizing_rows(usage(info, plan, tr)),
     })
+
+
+def sizing_rows(doc: dict[str, Any]) -> dict[str, Any]:
+    """The "Right-sizing" section: pwe/observe/usage.py's document as table cells (text; the
+    page's renderer escapes them)."""
+    from .usage import NOT_MEASURED
+
+    def three(s: dict | None, digits: str = ".3g") -> str:
+        return " / ".join(format(s[k], digits) for k in ("p50", "p95", "max")) if s else ""
+
+    def ask_sug(ask: Any, sug: Any, unit: str) -> str:
+        return f"{'none' if ask is None else f'{ask:,g}'} / {'?' if sug is None else f'{sug:,g}'}" + \
+            (f" {unit}" if unit else "")
+
+    def hours(h: float | None) -> str:
+        return "" if h is None else _hours(h * 3600)
+
+    rows = []
+    for nid, u in doc["nodes"].items():
+        sug, ask, ch = u["suggested"] or {}, u["asked"], u["core_hours"] or {}
+        rows.append({"node": nid, "attempts": u["attempts"], "failed": u["failed"],
+                     "reasons": ", ".join(f"{r} {n:,}" for r, n in u["reasons"].items()),
+                     "duration": three(u["duration_s"]), "rss": three(u["rss_mb"], ",.0f"), "cpu": three(u["cpu_s"]),
+                     "eff": f"{u['cpu_efficiency']:.0%}" if u["cpu_efficiency"] is not None else "",
+                     "held": hours(ch.get("held")), "used": hours(ch.get("used")),
+                     "memory": ask_sug(ask["memoryPerMember"], sug.get("memoryPerMember"), "MB"),
+                     "wall": ask_sug(ask["maxWallTimePerMember"], sug.get("maxWallTimePerMember"), "min"),
+                     "cores": ask_sug(ask["cores"], sug.get("cores"), ""),
+                     "covers": f"{sug['covers']:.1%}" if sug.get("covers") is not None else "",
+                     "notes": u["notes"] if u["attempts"] else [NOT_MEASURED]})
+    return {"rows": rows, "fit": f"{doc['fit']:.0%}", "memory": f"{doc['headroom']['memory']:.0%}",
+            "wall": f"{doc['headroom']['walltime']:.0%}"}
 
 
 def _timeline(ran: list[tuple], pilots: dict[str, dict], t0: float, span: float, node_ids: list[str]) -> dict:
