@@ -137,6 +137,11 @@ def _status_lines(d, snap: dict) -> list[str]:
     lines.append(f"{shown(snap.get('run_id', d.name))}: {shown(snap['phase'])}{held}  ({shown(d)})")
     for name, u in (snap.get("unreachable") or {}).items():
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
+        from ..engine.scaling import REFUSED  # (only with such a host: not at every status's start)
+
+        if u["why"].startswith(REFUSED):  # (refused submissions: the back-off, pwe/engine/scaling.py)
+            lines.append(f"host '{name}': {shown(u['why'])}; since {since}")
+            continue
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
                      f"({time.time() - u['since']:.0f} s): {shown(u['why'])}; waiting, nothing new is submitted there")
     for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
