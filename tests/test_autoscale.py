@@ -183,8 +183,8 @@ LEDGER_RUN = ('echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT $(hostname)" >> {{
 def _host(tmp_path: Path, extra: str = "") -> Path:
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text("hosts:\n  auto:\n    protocol: slurm\n    cores_per_node: 2\n    memory_per_node: 2000\n"
-                     "    max_nodes: 1\n    max_pilots: 2\n    max_queued_pilots: 1\n    submit_rate: 30\n"
-                     f"    idle_timeout: 3\n    partitions: [{{name: batch, max_nodes: 4}}]\n{extra}")
+                     "    max_pilots: 2\n    max_queued_pilots: 1\n    submit_rate: 30\n    idle_timeout: 3\n"
+                     f"    partitions: [{{name: batch, max_nodes: 1}}]\n{extra}")  # (a pilot: one node)
     return hosts
 
 
