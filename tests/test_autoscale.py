@@ -298,8 +298,9 @@ def test_a_refused_pilot_job_backs_off_and_then_stops_with_the_batch_systems_wor
     assert proc.returncode == 3, err
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err
-    assert "the batch system refused a pilot job for host 'auto' (3 tries)" in last, last
-    assert "Requested reservation is invalid" in last and last.endswith(f"then: pwe resume {run_dir}"), last
+    assert "the batch system refused a pilot job for host 'auto': sbatch failed: " in last, last
+    assert "Requested reservation is invalid (refused 3 times in a row): fix the host" in last, last
+    assert last.endswith(f"then: pwe resume {run_dir}"), last
     notes = [r for r in read_journal(run_dir) if r["e"] == "note" and r.get("refused")]
     assert [n["refused"] for n in notes] == [1, 2], notes
     assert all("Requested reservation is invalid" in n["what"] for n in notes)

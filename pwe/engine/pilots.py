@@ -63,6 +63,7 @@ class PilotWork:
         self.heartbeat, self.lost_after, self.end_wait = timing  # (the engine's: pwe/engine/loop.py)
         self.sealing: list[threading.Thread] = []  # threads compressing left pilots' spool files (seal)
         self.edges_seen: set[str] = set()  # edge events taken in already: not read again
+        self.earlier: dict[str, float] | None = None  # the nodes' mean durations in an earlier run (read once)
 
     def start(self, lane: Lane, nodes: int | None = None,
               extra: dict[str, Any] | None = None) -> PilotHandle | None:
@@ -99,7 +100,7 @@ class PilotWork:
         ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
                         heartbeat=self.heartbeat, idle_timeout=host.idle_after(batch=True),
-                        created=self.info.get("created"), measured=measured(st))
+                        created=self.info.get("created"), measured=self.durations(st))
         if nodes:
             job.nodes = nodes  # (pwe pilot add --nodes)
         script = d / "job.sh"
@@ -133,6 +134,16 @@ class PilotWork:
                             transport=transport)
         self.pilots[pid_] = pilot
         return pilot
+
+    def durations(self, st: Any) -> dict[str, float]:
+        """Per node the mean duration (s) of its members: this run's ends so far, else the
+        newest earlier run's of the workflow (:func:`pwe.runstate.pressure.read_durations`,
+        read at the first submission); what a pilot is sized from."""
+        if self.earlier is None:
+            from ..runstate.pressure import read_durations
+
+            self.earlier = read_durations(self.dir, self.plan.workflow.name)
+        return {**self.earlier, **measured(st)}
 
     def poll_jobs(self, lane: Lane) -> None:
         """One batched status query for every live batch pilot of a host, at most every
@@ -174,8 +185,8 @@ class PilotWork:
         lane.refusals += 1
         words = str(exc)  # one line with the host's own answer; the chain keeps command, status, stderr
         if lane.refusals >= host.submit_failures:
-            tries = f" ({lane.refusals} tries)" if lane.refusals > 1 else ""
-            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}'{tries}: {words}: fix the "
+            tries = f" (refused {lane.refusals} times in a row)" if lane.refusals > 1 else ""
+            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {words}{tries}: fix the "
                              "host (its hosts.yaml entry, the account or partition it names)") from exc
         now = time.time()
         lane.retry_at = max(now + scaling.backoff(lane.refusals), now + scaling.Limits.of(host).spacing)

@@ -209,7 +209,7 @@ def preview_pilot_script(plan: Plan, host: Any, first: str | None = None) -> str
         first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
     roots = [(first, i) for i in range(min(plan.nodes[first].size, 100000))]
     job = pilot_job(plan, host, roots, "RUN_DIR", f"{plan.workflow.name}-RUN", "p1", pilot_args_for(host),
-                    heartbeat=5.0, idle_timeout=60)
+                    heartbeat=5.0, idle_timeout=host.idle_after(batch=True))
     return protocol.render(job)
 
 
