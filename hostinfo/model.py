@@ -6,7 +6,7 @@ import re
 from typing import Annotated, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      field_validator, model_validator)
+                      ValidationInfo, field_validator, model_validator)
 
 from pilot.allocation import check_node_name
 
@@ -51,6 +51,25 @@ def variable_name(v):
     return v
 
 
+def positive_finite(v):
+    """A rate or a time: a number above 0, not NaN or infinite, at most :data:`MOST` (a
+    mistake, not a setting: it would size a loop or a sleep)."""
+    if not (v > 0 and v <= MOST):  # (NaN compares false both ways)
+        raise ValueError(f"give a number above 0 and at most {MOST:g} (got {v!r})")
+    return v
+
+
+#: Pilot jobs per minute a host's lane submits by default (submit_rate): one every 3 s at most.
+SUBMIT_RATE = 20.0
+#: Refused submissions in a row (a bad account, a full queue) that stop a run (submit_failures).
+SUBMIT_FAILURES = 3
+#: Seconds an idle pilot keeps its nodes by default (idle_timeout): a batch job, one on this machine.
+IDLE_TIMEOUT_BATCH = 60.0
+IDLE_TIMEOUT_LOCAL = 300.0
+#: The most pilots (max_pilots, max_queued_pilots) a host may allow; the largest rate or time.
+MAX_PILOTS = 10000
+MOST = 1e6
+
 Word = Annotated[StrictStr, AfterValidator(one_word)]
 NodeName = Annotated[StrictStr, AfterValidator(check_node_name)]
 
@@ -83,7 +102,18 @@ class Host(BaseModel):
         None, description="MB of memory per node members may use; when given, members are packed by memoryPerMember")
     shared_nodes: StrictBool = True
     max_nodes: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="most nodes one pilot job asks for")
-    max_pilots: Annotated[StrictInt, Field(ge=1)] = Field(1, description="most pilot jobs at once on this host")
+    max_pilots: Annotated[StrictInt, Field(ge=1, le=MAX_PILOTS)] = Field(
+        1, description="most pilot jobs of a run on this host at once, queued and running together")
+    max_queued_pilots: Annotated[StrictInt, Field(ge=1, le=MAX_PILOTS)] | None = Field(
+        None, description="most of them waiting in the batch queue at once (default: max_pilots)")
+    submit_rate: Annotated[StrictFloat, AfterValidator(positive_finite)] = Field(
+        SUBMIT_RATE, description="most pilot jobs submitted a minute (spaced 60/submit_rate s apart)")
+    idle_timeout: Annotated[StrictFloat, AfterValidator(positive_finite)] | None = Field(
+        None, description="seconds a pilot with nothing to do keeps its nodes before it leaves (default: "
+        f"{IDLE_TIMEOUT_BATCH:g} for a batch job, {IDLE_TIMEOUT_LOCAL:g} for a pilot on this machine)")
+    submit_failures: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
+        SUBMIT_FAILURES, description="refused pilot submissions in a row (each after a growing back-off) that "
+        "stop the run")
     nodes: list[NodeName] = Field(default_factory=list, description="explicit nodes the pilot fans out to over ssh")
     partitions: list[Partition] = Field(default_factory=list)
     account: Word | None = None
@@ -128,6 +158,26 @@ class Host(BaseModel):
 
     _lines = field_validator("scratch", "launcher_prefix", "remote_dir")(classmethod(lambda cls, v: one_line(v)))
     _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))
+
+    @field_validator("max_queued_pilots")
+    @classmethod
+    def _queued(cls, v: int | None, info: ValidationInfo) -> int | None:
+        most = info.data.get("max_pilots")
+        if v is not None and most is not None and v > most:
+            raise ValueError(f"max_queued_pilots ({v}) is more than max_pilots ({most}), which counts queued and "
+                             f"running pilots together: give at most {most}, or raise max_pilots")
+        return v
+
+    @property
+    def queued_most(self) -> int:
+        """Most pilot jobs waiting in the batch queue at once (max_queued_pilots, else max_pilots)."""
+        return self.max_queued_pilots or self.max_pilots
+
+    def idle_after(self, batch: bool) -> float:
+        """Seconds an idle pilot keeps its nodes (idle_timeout, else the default for its kind)."""
+        if self.idle_timeout is not None:
+            return float(self.idle_timeout)
+        return IDLE_TIMEOUT_BATCH if batch else IDLE_TIMEOUT_LOCAL
 
     @field_validator("commands_dir")
     @classmethod

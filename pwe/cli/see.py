@@ -150,20 +150,21 @@ def _remote_status(d) -> dict:
     return snap
 
 
-def _status_lines(d, snap: dict) -> list[str]:
-    cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
-    if (snap.get("totals") or {}).get("quarantined"):
-        cols.append("quarantined")
-    lines = []
-    engine = snap.get("engine") if snap["phase"] == "running" else None
-    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
-    lines.append(f"{shown(snap.get('run_id', d.name))}: {shown(snap['phase'])}{held}  ({shown(d)})")
+def _run_notes(snap: dict) -> list[str]:
+    """The lines ``pwe status`` says of the run above its table: a halt, hosts that do not
+    answer or refuse pilots, setups that failed, pilot messages refused."""
+    lines: list[str] = []
     halted = snap.get("halted")
     if isinstance(halted, dict) and snap["phase"] == "running":
         lines.append(f"{shown(str(halted.get('why')))} (when: {shown(str(halted.get('when')))}): no new member starts"
                      + ("; what runs finishes" if halted.get("when") == "soon" else ""))
     for name, u in (snap.get("unreachable") or {}).items():
         since = time.strftime("%H:%M:%S", time.localtime(u["since"]))
+        from ..engine.scaling import REFUSED  # (only with such a host: not at every status's start)
+
+        if u["why"].startswith(REFUSED):  # (refused submissions: the back-off, pwe/engine/scaling.py)
+            lines.append(f"host '{name}': {shown(u['why'])}; since {since}")
+            continue
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
                      f"({time.time() - u['since']:.0f} s): {shown(u['why'])}; waiting, nothing new is submitted there")
     for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
@@ -173,6 +174,18 @@ def _status_lines(d, snap: dict) -> list[str]:
     refused = {k: n for k, n in (snap.get("rejected") or {}).items() if k != "resent"}
     if refused:  # (pwe events RUN shows each)
         lines.append("pilot messages refused, never applied: " + ", ".join(f"{n} {k}" for k, n in refused.items()))
+    return lines
+
+
+def _status_lines(d, snap: dict) -> list[str]:
+    cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
+    if (snap.get("totals") or {}).get("quarantined"):
+        cols.append("quarantined")
+    lines = []
+    engine = snap.get("engine") if snap["phase"] == "running" else None
+    held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
+    lines.append(f"{shown(snap.get('run_id', d.name))}: {shown(snap['phase'])}{held}  ({shown(d)})")
+    lines += _run_notes(snap)
     width = max([len(n) for n in snap["nodes"]] + [5])
     lines.append(f"{'node':<{width}}  " + "  ".join(f"{c:>9}" for c in cols))
     rows = list(snap["nodes"].items()) + [("total", snap.get("totals", {}))]

@@ -11,7 +11,9 @@ lanes, the pilots, the task builder, and two callables of the pilots' work
 - a member of a grouped node brings its group, sent as one ``group`` message
   (:mod:`pwe.planning.groups`);
 - a pilot gets members up to its window; a lane without a live pilot starts one, and a
-  batch lane starts more while every pilot is busy and the host allows them;
+  batch lane starts more while every pilot is busy and the host allows them (its
+  max_pilots, max_queued_pilots, submit_rate: :mod:`pwe.engine.scaling`); a pilot with
+  nothing to do leaves after its host's idle_timeout, so the pilots follow the demand;
 - helper pilots (``pwe pilot add`` on a host no node names: :mod:`pwe.engine.pilotctl`) get
   the ready members of the nodes they serve, after the nodes' own pilots.
 """
@@ -102,9 +104,12 @@ class Feeder:
                 return 0
             live = [started]
         fed = sum(self.feed_pilot(p, lane) for p in live)
-        most = lane.host.max_pilots if lane.protocol.batch else 1
+        # demand: members ready beyond what the live pilots take (each is fed up to its
+        # window) add a pilot; how many may be alive, queued, and how often one goes is
+        # may_submit's (the host's max_pilots, max_queued_pilots, submit_rate; a lane here: one)
+        batch = lane.protocol.batch
         nodes = self.ledger.state.nodes
-        while (len(self.pilots.working(lane.name)) < most and any(nodes[n].state[i] == READY for n, i in lane.ready)
+        while ((batch or not self.pilots.working(lane.name)) and any(nodes[n].state[i] == READY for n, i in lane.ready)
                and all(p.units >= self._window(p) for p in self.pilots.working(lane.name))
                and self.may_submit(lane) and self._worth_a_pilot(lane)):
             started = self.start(lane)

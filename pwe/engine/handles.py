@@ -240,6 +240,37 @@ class Lane:
         self.backoff = status_every
         self.retry_at = 0.0
         self.retry_pilot: tuple[str, bool] | None = None  # (pilot id, maybe submitted)
+        # submissions (pwe/engine/scaling.py): when the last sbatch (or qsub...) was made, and
+        # after refused ones how many in a row, since when, the batch system's words, and when
+        # the next may go (retry_at, shared with the back-off above)
+        self.last_submit: float | None = None
+        self.refusals = 0
+        self.refused_since: float | None = None
+        self.refused_why = ""
+
+    # The hosts where nothing new is submitted now, as the engine's snapshot shows them
+    # (pwe status): a batch system that does not answer, or one that refused the last
+    # submissions (the back-off), in one pair of fields.
+    @property
+    def unreachable_since(self) -> float | None:
+        return self._unreachable_since if self._unreachable_since is not None else self.refused_since
+
+    @unreachable_since.setter
+    def unreachable_since(self, value: float | None) -> None:
+        self._unreachable_since = value
+
+    @property
+    def unreachable_why(self) -> str:
+        return self._unreachable_why if self._unreachable_since is not None else self.refused_why
+
+    @unreachable_why.setter
+    def unreachable_why(self, value: str) -> None:
+        self._unreachable_why = value
+
+    @property
+    def not_answering(self) -> bool:
+        """Its batch system does not answer (not: it refused)."""
+        return self._unreachable_since is not None
 
 
 def make_lanes(plan: Any, recorded: dict[str, Any], status_every: float) -> tuple[dict[str, Lane], dict[str, str]]:

@@ -268,6 +268,8 @@ class PilotControl:
             return {"ok": False, "exit": 2, "why": f"host '{name}' is not a host of this run"}
         pilot = self.start(lane, nodes=req.get("nodes"), extra=extra)
         if pilot is None:
+            if lane.refusals:  # (refused: backing off, pwe/engine/pilots.py refused)
+                return {"ok": False, "exit": 1, "why": f"host '{name}': {lane.refused_why}"}
             return {"ok": False, "exit": 1, "why": f"the batch system of host '{name}' does not answer "
                     f"({lane.unreachable_why}); the engine submits its next pilot there when it answers"}
         pilot.serves = extra.get("serves")

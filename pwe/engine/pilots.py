@@ -32,10 +32,10 @@ from pilot.transport import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
-from ..base.states import ASSIGNED, READY, RUNNING
+from ..base.states import ASSIGNED, DONE, READY, RUNNING
 from ..planning.placement import pilot_job
 from ..runstate import journal as kind
-from . import recovery
+from . import recovery, scaling
 from .handles import Lane, PilotHandle, Pilots, PilotState
 from .pilotctl import restore_lane, restore_pilot
 
@@ -63,6 +63,7 @@ class PilotWork:
         self.heartbeat, self.lost_after, self.end_wait = timing  # (the engine's: pwe/engine/loop.py)
         self.sealing: list[threading.Thread] = []  # threads compressing left pilots' spool files (seal)
         self.edges_seen: set[str] = set()  # edge events taken in already: not read again
+        self.earlier: dict[str, float] | None = None  # the nodes' mean durations in an earlier run (read once)
 
     def start(self, lane: Lane, nodes: int | None = None,
               extra: dict[str, Any] | None = None) -> PilotHandle | None:
@@ -74,7 +75,7 @@ class PilotWork:
         d = self.dir / "pilots" / pid_
         transport = self.intake.transport(lane.name, pid_)  # before the pilot looks for its tasks
         popen = lane.protocol.start(d, lane.cores, self.heartbeat,
-                                    idle_timeout=float(self.info.get("idle_timeout", 300)), extra_args=lane.pilot_args,
+                                    idle_timeout=lane.host.idle_after(batch=False), extra_args=lane.pilot_args,
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
         host = socket.gethostname()
         self.ledger.record({"e": kind.PILOT, "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
@@ -98,8 +99,8 @@ class PilotWork:
         st = self.ledger.state
         ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
         job = pilot_job(self.plan, host, ready, str(self.dir), self.run_id, pid_, lane.pilot_args,
-                        heartbeat=self.heartbeat, idle_timeout=self.info.get("idle_timeout", 60),
-                        created=self.info.get("created"))
+                        heartbeat=self.heartbeat, idle_timeout=host.idle_after(batch=True),
+                        created=self.info.get("created"), measured=self.durations(st))
         if nodes:
             job.nodes = nodes  # (pwe pilot add --nodes)
         script = d / "job.sh"
@@ -108,21 +109,24 @@ class PilotWork:
             # an earlier submission that may have taken is looked up first: never two jobs
             job_id = lane.protocol.find_by_name(job.job_name) if maybe_taken else None
             if job_id is None:
+                lane.last_submit = time.time()  # (every submission counts against submit_rate)
                 job_id = lane.protocol.submit(job, str(script))
         except SchedulerUnreachable as exc:
             lane.retry_pilot = (pid_, maybe_taken or exc.maybe_ran)
             self.unreachable(lane, str(exc))
             return None
-        except (SubmitError, ContactError) as exc:
-            # the run keeps its state: fix the host (hosts.yaml, the account, the cluster) and resume;
-            # str(exc) is one line with the host's own answer, the chain keeps command, status, stderr
-            if isinstance(exc, ContactError):
-                raise RunStopped(f"cannot submit a pilot to host '{host.name}': {exc}: fix its contact (hosts.yaml, "
-                                 "known_hosts, keys)") from exc
-            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {exc}: fix the host "
-                             "(its hosts.yaml entry, the account or partition it names)") from exc
+        except ContactError as exc:
+            # the run keeps its state: fix the host (hosts.yaml, the cluster) and resume; str(exc)
+            # is one line with the host's own answer, the chain keeps command, status, stderr
+            raise RunStopped(f"cannot submit a pilot to host '{host.name}': {exc}: fix its contact (hosts.yaml, "
+                             "known_hosts, keys)") from exc
+        except SubmitError as exc:
+            lane.retry_pilot = (pid_, False)  # (the same pilot id and job name next time: nothing was made)
+            self.refused(lane, exc)
+            return None
         lane.retry_pilot = None
         self.reachable(lane)
+        self.accepted(lane)
         self.ledger.record({"e": kind.PILOT, "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
                             "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
                             **(extra or {})})
@@ -130,6 +134,16 @@ class PilotWork:
                             transport=transport)
         self.pilots[pid_] = pilot
         return pilot
+
+    def durations(self, st: Any) -> dict[str, float]:
+        """Per node the mean duration (s) of its members: this run's ends so far, else the
+        newest earlier run's of the workflow (:func:`pwe.runstate.pressure.read_durations`,
+        read at the first submission); what a pilot is sized from."""
+        if self.earlier is None:
+            from ..runstate.pressure import read_durations
+
+            self.earlier = read_durations(self.dir, self.plan.workflow.name)
+        return {**self.earlier, **measured(st)}
 
     def poll_jobs(self, lane: Lane) -> None:
         """One batched status query for every live batch pilot of a host, at most every
@@ -160,11 +174,41 @@ class PilotWork:
                     why += " (walltime: expected for a pilot)"
                 self.gone(pilot, why)
 
+    def refused(self, lane: Lane, exc: SubmitError) -> None:
+        """The lane's batch system refused a pilot job (a bad account, a full queue): one
+        journal note for each refusal (every submission is counted: the ``pilot`` records
+        and these), the host's ``pwe status`` line says why and when the next try goes,
+        after a back-off that grows (:func:`pwe.engine.scaling.backoff`); the
+        ``submit_failures``-th refusal in a row stops the run with the batch system's words
+        (the run keeps its state: fix the host, then ``pwe resume``)."""
+        host = lane.host
+        lane.refusals += 1
+        words = str(exc)  # one line with the host's own answer; the chain keeps command, status, stderr
+        if lane.refusals >= host.submit_failures:
+            tries = f" (refused {lane.refusals} times in a row)" if lane.refusals > 1 else ""
+            raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {words}{tries}: fix the "
+                             "host (its hosts.yaml entry, the account or partition it names)") from exc
+        now = time.time()
+        lane.retry_at = max(now + scaling.backoff(lane.refusals), now + scaling.Limits.of(host).spacing)
+        at = time.strftime("%H:%M:%S", time.localtime(lane.retry_at))
+        lane.refused_since = lane.refused_since or now
+        lane.refused_why = (f"{scaling.REFUSED} {lane.refusals} pilot job{'s' if lane.refusals > 1 else ''} in a row "
+                            f"({words}); the next try at {at}, the run stops after {host.submit_failures} refusals")
+        self.ledger.record({"e": kind.NOTE, "what": f"host '{host.name}': {lane.refused_why}", "lane": lane.name,
+                            "refused": lane.refusals, "retry_at": round(lane.retry_at, 3), "t": now})
+
+    def accepted(self, lane: Lane) -> None:
+        """A submission went through: the refusals in a row (if any) are over."""
+        if lane.refusals:
+            self.ledger.record({"e": kind.NOTE, "what": f"host '{lane.host.name}' took a pilot job again, after "
+                                f"{lane.refusals} refused", "lane": lane.name, "t": time.time()})
+        lane.refusals, lane.refused_since, lane.refused_why = 0, None, ""
+
     def unreachable(self, lane: Lane, why: str) -> None:
         """The lane's batch system did not answer: say so once (journal, ``pwe status``),
         and submit nothing there before ``retry_at`` (back-off, up to a minute)."""
         now = time.time()
-        if lane.unreachable_since is None:
+        if not lane.not_answering:
             lane.unreachable_since = now
             lane.backoff = lane.status_every
             self.ledger.record({"e": kind.NOTE,
@@ -176,7 +220,7 @@ class PilotWork:
         lane.retry_at = now + lane.backoff
 
     def reachable(self, lane: Lane) -> None:
-        if lane.unreachable_since is not None:
+        if lane.not_answering:
             now = time.time()
             self.ledger.record({"e": kind.NOTE, "what": f"the batch system of host '{lane.name}' answers again, after "
                                 f"{now - lane.unreachable_since:.0f} s", "t": now})
@@ -184,19 +228,24 @@ class PilotWork:
             lane.unreachable_why = ""
 
     def may_submit(self, lane: Lane) -> bool:
-        """Whether a new pilot may be started on the lane now: not while its batch system
-        does not answer, except as a retry, after the back-off, when no pilot of the lane
-        is polled (a submission is then the only way to learn it answers again); never
-        more pilots alive at once than the host allows (one given up counts until its job
-        ended)."""
+        """Whether a new pilot may be started on the lane now (the one place that says so):
+        within the host's limits (:func:`pwe.engine.scaling.decide`: max_pilots alive,
+        queued and running, one given up counting until its job ended; max_queued_pilots
+        waiting in the batch queue; submit_rate; the back-off after a refused submission);
+        and not while its batch system does not answer, except as a retry, after the
+        back-off, when no pilot of the lane is polled (a submission is then the only way to
+        learn it answers again)."""
         if not lane.protocol.batch:
             return True
         alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
-        if any(p.given_up_why for p in alive) and len(alive) >= lane.host.max_pilots:
+        now = time.time()
+        queued = sum(1 for p in alive if p.job and not p.came_up)
+        if not scaling.decide(scaling.Limits.of(lane.host), len(alive), queued, lane.last_submit,
+                              lane.retry_at if lane.refusals else 0.0, now).submit:
             return False
-        if lane.unreachable_since is None:
+        if not lane.not_answering:
             return True
-        return time.time() >= lane.retry_at and not any(p.job for p in alive)
+        return now >= lane.retry_at and not any(p.job for p in alive)
 
     def take_edges(self) -> None:
         """Batch systems' edge events (pwe notify): journal the authentic ones, each once (by
@@ -234,7 +283,8 @@ class PilotWork:
                 continue
             down = pilot.state is PilotState.DOWN
             if down or self.process_gone(pilot):
-                self.gone(pilot, "exited" if down else "died")
+                # (a pilot that left with nothing to do says so: its idle_timeout gave its nodes back)
+                self.gone(pilot, ("exited (idle)" if pilot.down_why == "idle" else "exited") if down else "died")
             elif pilot.state is PilotState.GIVEN_UP:
                 if now - pilot.given_up_at > self.end_wait:
                     self.gone(pilot, f"its job did not end within {self.end_wait:.0f} s")
@@ -391,6 +441,13 @@ class PilotWork:
                 last = "(no output)"
             what = "died before starting" if not pilot.came_up else "failed before finishing any member"
             raise RunStopped(f"3 pilots in a row {what}; the last said: {last}  (see {log}): fix what it says")
+
+
+def measured(st: Any) -> dict[str, float]:
+    """Per node the mean duration (s) of its members that ended done so far in this run (the
+    nodes with none are left out): what a pilot's size and walltime are worked out from
+    (:func:`pwe.planning.placement.pilot_shape`). One pass over the nodes, not the members."""
+    return {nid: ns.done_spent / ns.counts[DONE] for nid, ns in st.nodes.items() if ns.counts[DONE]}
 
 
 def _seal_quietly(directory: str) -> None:

@@ -75,19 +75,24 @@ def fall_back(plan: Plan, registry: Any) -> tuple[dict[str, Any], list[str]]:
     return swap, notes
 
 
-def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: float | None = None) -> dict[str, Any]:
+def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: float | None = None,
+                measured: dict[str, float] | None = None) -> dict[str, Any]:
     """How large a pilot job to ask for: enough nodes for the ready members (capped by
     maxCpus, maxNodes, the host and the partition), their walltime, the first partition
     in the host's priority order whose limit fits (``queue`` in the profile overrides),
     and the earliest start (``requestedStart``; a ``now+`` delay counts from ``created``,
-    the run's creation, epoch seconds)."""
+    the run's creation, epoch seconds). ``measured``: per node the mean duration (s) of
+    its members so far; when every ready member's node has one, the walltime (unless
+    maxWallTime gives it) and the nodes come from the work the ready members make
+    (:func:`fit_to_work`)."""
     nid = ready[0][0] if ready else next(iter(plan.nodes))
     sched = plan.nodes[nid].scheduling
     cpn = host.cores_per_node or 1
     if sched.maxMembers:
         ready = ready[: sched.maxMembers]
     # what the ready members ask for, counted per node (one pass over them, however many)
-    per_node = [(plan.nodes[n].scheduling, k) for n, k in Counter(n for n, _ in ready).items()]
+    counts = Counter(n for n, _ in ready)
+    per_node = [(plan.nodes[n].scheduling, k) for n, k in counts.items()]
     want = sum(s.cores_per_member() * k for s, k in per_node) or sched.cores_per_member()
     usable = min(cpn, sched.coreUsageRule) if sched.coreUsageRule else cpn
     if sched.maxCpus:
@@ -109,14 +114,22 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
         nodes = min(nodes, sched.maxNodes)
     if host.max_nodes:
         nodes = min(nodes, host.max_nodes)
-    walltime = float(sched.maxWallTime or 60)
+    walltime = float(sched.maxWallTime or DEFAULT_WALLTIME)
     partition = sched.queue
+    part = next((p for p in getattr(host, "partitions", ()) if p.name == partition), None)
     if partition is None:
         part, _ = choose_partition(sched, host)
         if part is not None:
             partition = part.name
             if part.max_nodes:
                 nodes = min(nodes, part.max_nodes)
+    if measured and counts and all(n in measured for n in counts):
+        work = [(plan.nodes[n].scheduling.cores_per_member(), k, measured[n]) for n, k in counts.items()]
+        cap = part.max_walltime if part is not None and part.max_walltime else None
+        fitted, walltime = fit_to_work(work, nodes, usable, None if sched.maxWallTime is None else walltime,
+                                       cap, sched.maxWallTimePerMember)
+        if not (gpus or mem or tmp or sched.minCpus):  # (those size by what the members hold, not by time)
+            nodes = fitted
     if not protocol_info(host.protocol).allocates:
         nodes = len(host.nodes) or 1  # the pilot runs on the head node (and the host's own nodes), not on an allocation
     return {"nodes": nodes, "cores_per_node": cpn, "walltime": walltime, "partition": partition,
@@ -128,6 +141,37 @@ def pilot_shape(plan: Plan, host: Any, ready: list[tuple[str, int]], created: fl
             "parallel_environment": getattr(host, "parallel_environment", None)}
 
 
+#: The shortest walltime (minutes) a pilot sized from measured durations asks for.
+MIN_WALLTIME = 5.0
+
+
+def fit_to_work(work: list[tuple[int, int, float]], nodes: int, usable: int, walltime: float | None,
+                cap: float | None, per_member: float | None) -> tuple[int, float]:
+    """A pilot's nodes and walltime (minutes) from the work of the ready members: ``work``
+    is (cores a member, members, measured seconds a member) per node; ``nodes`` what their
+    cores ask for (already within the host's and partition's limits), ``usable`` cores a
+    node, ``walltime`` the user's (maxWallTime; None: worked out here), ``cap`` the
+    partition's max_walltime, ``per_member`` maxWallTimePerMember.
+
+    The walltime (when not given): the work spread over those nodes plus the longest
+    member, the pilot's start and its hand-back margin, in whole minutes, at least
+    :data:`MIN_WALLTIME` and a member's maxWallTimePerMember's room, at most the
+    partition's limit (else :data:`DEFAULT_WALLTIME`). The nodes: no more than finish the
+    work within that walltime (a pilot wider than its work idles the rest; more pilots
+    follow when more members become ready)."""
+    core_s = sum(c * k * d for c, k, d in work)
+    longest = max((d for _, _, d in work), default=0.0)
+    if walltime is None:
+        most = float(cap) if cap else DEFAULT_WALLTIME
+        span = core_s / (nodes * usable) + longest
+        walltime = float(math.ceil(walltime_for(span / 60)))
+        walltime = float(max(walltime, MIN_WALLTIME, math.ceil(walltime_for(per_member)) if per_member else 0.0))
+        walltime = min(walltime, max(most, walltime_for(per_member) if per_member else 0.0))
+    room = walltime * 60 - PILOT_START_S - hand_back_margin(walltime) - longest
+    need = math.ceil(core_s / (usable * max(room, 1.0)))
+    return max(1, min(nodes, need)), walltime
+
+
 def _when(epoch: float | None) -> Any:
     from datetime import datetime
 
@@ -135,14 +179,15 @@ def _when(epoch: float | None) -> Any:
 
 
 def pilot_job(plan: Plan, host: Any, ready: list[tuple[str, int]], run_dir: str, run_id: str, pilot_id: str,
-              pilot_args: list[str], heartbeat: float, idle_timeout: float, created: float | None = None) -> Any:
+              pilot_args: list[str], heartbeat: float, idle_timeout: float, created: float | None = None,
+              measured: dict[str, float] | None = None) -> Any:
     """The pilot job to submit to ``host`` for the ``ready`` members: what the engine
     submits, and what ``pwe plan --host`` shows (with RUN_DIR and RUN for the run's own)."""
     import pilot as pilot_pkg
     from protocols.base import PilotJob
 
     return PilotJob(pilot_id=pilot_id, pilot_dir=f"{run_dir}/pilots/{pilot_id}", job_name=f"pwe-{run_id}-{pilot_id}",
-                    **pilot_shape(plan, host, ready, created), python=sys.executable,
+                    **pilot_shape(plan, host, ready, created, measured), python=sys.executable,
                     pythonpath=str(Path(pilot_pkg.__file__).resolve().parent.parent),
                     setup=list(host.setup), env={k: str(v) for k, v in host.env.items()},
                     notify=[sys.executable, "-m", "pwe", "notify", "--run", run_dir, "--pilot", pilot_id],
@@ -164,7 +209,7 @@ def preview_pilot_script(plan: Plan, host: Any, first: str | None = None) -> str
         first = next((nid for nid, pn in plan.nodes.items() if pn.host == host.name), next(iter(plan.nodes)))
     roots = [(first, i) for i in range(min(plan.nodes[first].size, 100000))]
     job = pilot_job(plan, host, roots, "RUN_DIR", f"{plan.workflow.name}-RUN", "p1", pilot_args_for(host),
-                    heartbeat=5.0, idle_timeout=60)
+                    heartbeat=5.0, idle_timeout=host.idle_after(batch=True))
     return protocol.render(job)
 
 
