@@ -33,7 +33,7 @@ from pilot.transport import seal, seal_above, spool_bytes
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
 from ..base.states import ASSIGNED, READY, RUNNING
-from ..planning.placement import pilot_job
+from ..planning.placement import pilot_job, pilot_shape
 from ..runstate import journal as kind
 from . import recovery
 from .handles import Lane, PilotHandle, Pilots, PilotState
@@ -41,6 +41,7 @@ from .pilotctl import restore_lane, restore_pilot
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
+    from .budget import CoreHours
     from .intake import Intake
     from .ledger import Ledger
     from .pilotctl import Setups
@@ -63,6 +64,7 @@ class PilotWork:
         self.heartbeat, self.lost_after, self.end_wait = timing  # (the engine's: pwe/engine/loop.py)
         self.sealing: list[threading.Thread] = []  # threads compressing left pilots' spool files (seal)
         self.edges_seen: set[str] = set()  # edge events taken in already: not read again
+        self.budget: CoreHours | None = None  # the core-hour budget (the engine's: pwe/engine/budget.py)
 
     def start(self, lane: Lane, nodes: int | None = None,
               extra: dict[str, Any] | None = None) -> PilotHandle | None:
@@ -124,7 +126,8 @@ class PilotWork:
         lane.retry_pilot = None
         self.reachable(lane)
         self.ledger.record({"e": kind.PILOT, "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
-                            "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
+                            "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "wall": job.walltime,
+                            "t": time.time(),
                             **(extra or {})})
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
                             transport=transport)
@@ -188,7 +191,9 @@ class PilotWork:
         does not answer, except as a retry, after the back-off, when no pilot of the lane
         is polled (a submission is then the only way to learn it answers again); never
         more pilots alive at once than the host allows (one given up counts until its job
-        ended)."""
+        ended); never past a core-hour budget (:meth:`within_budget`)."""
+        if not self.within_budget(lane):
+            return False
         if not lane.protocol.batch:
             return True
         alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
@@ -197,6 +202,20 @@ class PilotWork:
         if lane.unreachable_since is None:
             return True
         return time.time() >= lane.retry_at and not any(p.job for p in alive)
+
+    def within_budget(self, lane: Lane) -> bool:
+        """Whether a new pilot on the lane stays within the core-hour budgets
+        (:mod:`pwe.engine.budget`): a batch pilot costs its slots x its walltime, the job
+        :meth:`submit` would ask for now; a local one nothing in advance."""
+        if self.budget is None or not self.budget.any:
+            return True
+        cost = 0.0
+        if lane.protocol.batch:
+            st = self.ledger.state
+            ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
+            shape = pilot_shape(self.plan, lane.host, ready, self.info.get("created"))
+            cost = shape["nodes"] * shape["cores_per_node"] * shape["walltime"] / 60
+        return self.budget.allows(lane, cost)
 
     def take_edges(self) -> None:
         """Batch systems' edge events (pwe notify): journal the authentic ones, each once (by
