@@ -21,8 +21,9 @@ A new pilot's cost is its slots x its walltime (a local pilot: nothing in advanc
 time counts as it goes); :meth:`CoreHours.allows` refuses one that would carry the committed
 core-hours past a budget, says so once in the journal (a ``note``) and in ``pwe status``.
 :meth:`CoreHours.weigh` halts the run (``soon``: :meth:`pwe.engine.halting.Halting.halt`)
-when what is spent reaches a budget with work left, or when the projection, with at least
-one measured node with work left, passes it.
+when what is spent reaches a budget with work left, when the projection, with at least
+one measured node with work left, passes it, or when no pilot is held and none may be
+submitted.
 """
 
 from __future__ import annotations
@@ -155,9 +156,9 @@ class CoreHours:
                 continue
             have = committed.get(key, 0.0) / 3600
             if have + cost > limit or (cost == 0 and have >= limit):
-                whose = "the run's budget" if key == RUN else f"host '{key}''s budget"
+                on = "" if key == RUN else f" on host '{key}'"
                 why = (f"no pilot is submitted on '{lane.name}': it would cost {shown_ch(cost)} core-hours, "
-                       f"{shown_ch(max(0.0, limit - have))} of {whose} of {limit:,g} are left ({shown_ch(have)} "
+                       f"{shown_ch(max(0.0, limit - have))} of the budget's {limit:,g}{on} are left ({shown_ch(have)} "
                        "held or committed)")
                 if lane.name not in self.refused:
                     self.ledger.record({"e": kind.NOTE, "what": why, "t": time.time()})
@@ -172,6 +173,14 @@ class CoreHours:
         st = self.ledger.state
         if not self.limits or st.halted is not None or st.cancelled or st.unfinished() == 0:
             return
+        if self.refused and not any(p.get("alive", True) for p in st.pilots.values()):
+            # no pilot holds anything and none may be submitted: nothing would ever run
+            why = next(iter(self.refused.values()))
+            spent, _ = self.held(time.time())
+            s = spent[RUN] / 3600
+            self.halting.halt(f"halted: {why}", "soon", {"coreHours": {"spent": round(s, 6), "budget": self.limits.get(
+                RUN, min(self.limits.values()))}})
+            return
         now = time.time()
         spent, _ = self.held(now)
         rest, used, _, measured_left = self._rest()
@@ -182,9 +191,9 @@ class CoreHours:
             proj = project(s, rest.get(key, []), used.get(key, 0.0), spent.get(key, 0.0))
             if s < limit and not (measured_left and proj > limit):
                 continue
-            whose = "" if key == RUN else f" of host '{key}'"
+            on = "" if key == RUN else f" on host '{key}'"
             why = (f"halted: the rest needs ~{shown_ch(max(0.0, proj - s))} core-hours, "
-                   f"{shown_ch(max(0.0, limit - s))} of the budget{whose}'s {limit:,g} are left ({shown_ch(s)} spent)")
+                   f"{shown_ch(max(0.0, limit - s))} of the budget's {limit:,g}{on} are left ({shown_ch(s)} spent)")
             self.halting.halt(why, "soon", {"coreHours": {"spent": round(s, 6), "projected": round(proj, 6),
                                                           "budget": limit, **({"host": key} if key else {})}})
             return
