@@ -64,15 +64,18 @@ def project(spent: float, rest: list[tuple[int, float | None, int]], used: float
 class CoreHours:
     """The run's core-hour budget and the host's (see the module's docstring)."""
 
-    def __init__(self, plan: Plan, ledger: Ledger, lanes: dict[str, Lane], lane_of: dict[str, str],
-                 halting: Halting):
+    def __init__(self, plan: Plan, info: dict[str, Any], ledger: Ledger, lanes: dict[str, Lane],
+                 lane_of: dict[str, str], halting: Halting):
         self.plan = plan
         self.ledger = ledger
         self.lanes = lanes
         self.halting = halting
         #: budgets in core-hours: the run's (key RUN) and each host's that has one
         self.limits: dict[str, float] = {}
-        if plan.workflow.budget is not None:
+        # the run's own (pwe resume/retry --budget, kept in run.json), else the workflow's
+        if info.get("budget"):
+            self.limits[RUN] = float(info["budget"]["coreHours"])
+        elif plan.workflow.budget is not None:
             self.limits[RUN] = float(plan.workflow.budget.coreHours)
         for lane in lanes.values():
             if getattr(lane.host, "budget", None) is not None:

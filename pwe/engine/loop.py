@@ -117,7 +117,7 @@ class Engine:
         self.feeder = Feeder(self.dir, plan, info, self.ledger, self.lanes, lane_of, self.pilots, builder,
                              start=self.work.start, may_submit=self.work.may_submit)
         self.control = PilotControl(self.dir, info, self.ledger, self.lanes, self.pilots, start=self.work.start)
-        self.budget = CoreHours(plan, self.ledger, self.lanes, lane_of, self.halting)  # (core-hours: budget.py)
+        self.budget = CoreHours(plan, info, self.ledger, self.lanes, lane_of, self.halting)  # (budget.py)
         self.work.budget = self.budget
 
     @property
@@ -160,18 +160,22 @@ class Engine:
         return engine
 
     @classmethod
-    def open(cls, run_dir: Path, reload_hosts: bool = False, halt: dict[str, Any] | None = None) -> "Engine":
+    def open(cls, run_dir: Path, reload_hosts: bool = False, halt: dict[str, Any] | None = None,
+             budget: dict[str, Any] | None = None) -> "Engine":
         """The engine of an existing run. ``reload_hosts`` (resume, retry): take the hosts'
         current definitions from the registry, so that a host fixed after its batch system
         refused a pilot (a partition, an account) is used as fixed; the change is journaled.
-        ``halt`` (pwe resume/retry --halt): the run's failure budget from now on."""
+        ``halt`` (pwe resume/retry --halt): the run's failure budget from now on; ``budget``
+        (--budget): its core-hour budget."""
         info, plan = runs.read(run_dir)
         changed = runs.current_hosts(run_dir, info) if reload_hosts else []
         if halt:
             info["halt"] = halt
+        if budget:
+            info["budget"] = budget
         engine = cls(run_dir, plan, info)
         engine.hosts_changed = changed
-        engine.info_changed = bool(changed or halt)
+        engine.info_changed = bool(changed or halt or budget)
         return engine
 
     # -- the loop -------------------------------------------------------------------------------
