@@ -215,3 +215,35 @@ def test_a_hosts_budget_of_the_wrong_shape_is_refused(tmp_path, write, text):
     rc, out, err = run_cli("validate", wf, "--hosts", tmp_path / "hosts.yaml", cwd=tmp_path)
     no_traceback(err)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "hosts.yaml:4" in err and "budget" in err, err
+
+
+# -- pwe plan --estimate ----------------------------------------------------------------------
+
+def test_plan_estimate_runs_a_sample_of_each_node_and_leaves_nothing(tmp_path, write):
+    wf = write("name: est\nbudget: {coreHours: 100}\nnodes:\n  a:\n    parameters: {i: {range: [0, 40]}}\n"
+               "    run: sleep 0.05\n  b:\n    after: [a]\n    parameters: {i: {range: [0, 40]}}\n"
+               "    run: 'true'\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    rc, out, err = run_cli("plan", wf, "--estimate", "--sample", "2", "--sample-timeout", "300", "--json",
+                           cwd=tmp_path, env={"TMPDIR": str(scratch)})
+    assert rc == 0, err
+    est = json.loads(out)["estimate"]
+    assert est["estimate"] is True and est["budget"] == 100 and est["unmeasured"] == []
+    assert all(n["sampled"] >= 2 and n["members"] == 40 and n["cores"] == 1 for n in est["nodes"].values()), est
+    a = est["nodes"]["a"]
+    assert a["coreHours"] == pytest.approx(40 * a["mean"] / 3600, rel=1e-2) and a["mean"] >= 0.05
+    assert est["coreHours"] == pytest.approx(sum(n["coreHours"] for n in est["nodes"].values()), abs=1e-5)
+    assert list(scratch.iterdir()) == [] and not (tmp_path / "pwe-runs").exists()  # (the scratch run removed)
+    rc, text, err = run_cli("plan", wf, "--estimate", "--members", "0", cwd=tmp_path, env={"TMPDIR": str(scratch)})
+    assert rc == 0 and "estimate (not a measurement" in text and "of a budget of 100" in text, err
+
+
+@pytest.mark.parametrize("opt", [["--sample", "0"], ["--sample", "-1"], ["--sample", "1e12"], ["--sample", "x"],
+                                 ["--sample-timeout", "nan"], ["--sample-timeout", "0"], ["--sample-timeout", "inf"]])
+def test_plan_estimate_refuses_bad_sizes_in_one_line(tmp_path, write, opt):
+    wf = write("name: est\nnodes:\n  a:\n    run: 'true'\n")
+    rc, out, err = run_cli("plan", wf, "--estimate", *opt, cwd=tmp_path)
+    no_traceback(err)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and opt[0] in err, err
+    assert not (tmp_path / "pwe-runs").exists()

@@ -61,6 +61,11 @@ def project(spent: float, rest: list[tuple[int, float | None, int]], used: float
     return spent + work / use
 
 
+def ended_attempts(ns: Any) -> int:
+    """Attempts of a node (its NodeState) that ended: done by running, or failed."""
+    return max(0, ns.counts[DONE] - ns.complete_count()) + sum(ns.failures.values())
+
+
 class CoreHours:
     """The run's core-hour budget and the host's (see the module's docstring)."""
 
@@ -119,7 +124,7 @@ class CoreHours:
         for nid, ns in self.ledger.state.nodes.items():
             cores = self.plan.nodes[nid].scheduling.cores_per_member()
             left = ns.size - sum(ns.counts[c] for c in FINAL)
-            ended = max(0, ns.counts[DONE] - ns.complete_count()) + sum(ns.failures.values())
+            ended = ended_attempts(ns)
             mean = ns.spent / ended if ended >= MIN_ENDS or (ended and not left) else None
             if left and mean is None:
                 unmeasured.append(nid)
