@@ -208,6 +208,14 @@ def test_a_bad_hosts_budget_is_one_line_naming_the_hosts_file(tmp_path, write, v
     assert not (tmp_path / "pwe-runs").exists() or not any((tmp_path / "pwe-runs").iterdir())
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "x", "1e400", ""])
+def test_a_bad_budget_option_is_one_line(tmp_path, value):
+    for cmd in ("resume", "retry"):
+        rc, out, err = run_cli(cmd, "no-such-run", "--budget", value, cwd=tmp_path)
+        no_traceback(err)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "--budget" in err, err
+
+
 @pytest.mark.parametrize("text", ["    budget: 5\n", "    budget: {coreHour: 5}\n", "    budget: {coreHours: 5, x: 1}\n"])
 def test_a_hosts_budget_of_the_wrong_shape_is_refused(tmp_path, write, text):
     write("hosts:\n  h:\n    protocol: local\n" + text, "hosts.yaml")
