@@ -104,8 +104,10 @@ class CoreHours:
             t0 = p.get("t")
             if not isinstance(t0, (int, float)):
                 continue
-            end = p.get("gone") if not p.get("alive", True) else None
-            end = end if isinstance(end, (int, float)) else now
+            if p.get("alive", True):
+                end = now
+            else:  # (gone: its record's time; a run made before records kept it: not counted)
+                end = p["gone"] if isinstance(p.get("gone"), (int, float)) else t0
             slots = p.get("slots") or 0
             s = slots * max(0.0, end - t0)
             c = max(s, slots * float(p["wall"]) * 60) if p.get("alive", True) and p.get("wall") else s
