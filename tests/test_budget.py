@@ -87,7 +87,7 @@ def test_a_budget_smaller_than_the_sweep_halts_and_status_agrees_with_the_journa
     assert "then: pwe resume --budget LARGER" in text
     # a resume weighs the same budget again and halts at once; a bad --budget makes nothing
     rc, out, err = run_cli("resume", run, "--budget", "0", cwd=tmp_path)
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--budget" in err and "over 0" in err, err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--budget" in err and "give core-hours" in err, err
     rc, out, err = run_cli("resume", run, cwd=tmp_path)
     assert rc == 1 and "--budget LARGER" in err, err
     assert len([r for r in read_journal(run) if r["e"] == "halt"]) == 2

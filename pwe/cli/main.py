@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .base import (CHOSEN, CORES, ChosenPath, PweGroup, Whole, ctrl_c_bounded, echo, fail, find, hosts_option,
+from .base import (CHOSEN, CORES, ChosenPath, PweGroup, Seconds, Whole, ctrl_c_bounded, echo, fail, find, hosts_option,
                    json_option, leave, warn, who, workspace_option)
 from .events import events
 from .check import hosts, plan, validate
@@ -61,22 +61,14 @@ def _halt(ctx, param, value: str | None) -> dict | None:
 HALT_HELP = "the failure budget: halt when this many members failed (10%, 50; ',now' stops what runs)"
 
 
-def _budget(ctx, param, value: str | None) -> dict | None:
-    """``--budget CORE_HOURS``: the run's core-hour budget from now on (pwe/engine/budget.py),
-    as the workflow's ``budget:`` says it; a bad one is one line, exit status 2."""
-    if value is None:
-        return None
-    from pydantic import ValidationError
-
-    from ..workflow.model import Budget
-
-    try:
-        return {"coreHours": Budget(coreHours=float(value)).coreHours}
-    except (ValueError, ValidationError):
-        raise click.BadParameter(f"{value!r}: give a number of core-hours over 0 (e.g. --budget 500)") from None
+def _budget(ctx, param, value: float | None) -> dict | None:
+    """``--budget CORE_HOURS`` (a bounded number: Seconds' checks): the run's core-hour budget
+    from now on (pwe/engine/budget.py), as the workflow's ``budget: {coreHours}``."""
+    return None if value is None else {"coreHours": value}
 
 
 BUDGET_HELP = "the run's core-hour budget from now on (replaces the workflow's budget: coreHours)"
+CORE_HOURS = Seconds(1e-6, 1e12, unit="core-hours")
 
 _run_options = [
     click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
@@ -378,7 +370,7 @@ def cancel(run: str, as_json: bool) -> None:
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
-@click.option("--budget", default=None, metavar="CORE_HOURS", callback=_budget, help=BUDGET_HELP)
+@click.option("--budget", default=None, metavar="CORE_HOURS", type=CORE_HOURS, callback=_budget, help=BUDGET_HELP)
 @json_option
 def resume(run: str | None, detach: bool, halt: dict | None, budget: dict | None, as_json: bool) -> None:
     """Pick RUN up after any crash: finished members are kept, the rest run. A halted run
@@ -393,7 +385,7 @@ def resume(run: str | None, detach: bool, halt: dict | None, budget: dict | None
               help="only the failed, skipped, cancelled or quarantined members this query selects, e.g. "
               "'node=sim; exit=7', 'state=quarantined'")
 @click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
-@click.option("--budget", default=None, metavar="CORE_HOURS", callback=_budget, help=BUDGET_HELP)
+@click.option("--budget", default=None, metavar="CORE_HOURS", type=CORE_HOURS, callback=_budget, help=BUDGET_HELP)
 @json_option
 def retry(run: str | None, detach: bool, query: str | None, halt: dict | None, budget: dict | None,
           as_json: bool) -> None:
