@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationInfo, field_validator, model_validator)
@@ -89,6 +90,21 @@ class Partition(BaseModel):
     tmp_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")
 
 
+# -- the host's core-hour budget (budget: {coreHours: N}; pwe/engine/budget.py keeps it) --
+def _core_hours(v: Any) -> Any:
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError("give a number of core-hours over 0")
+    return v
+
+
+class HostBudget(BaseModel):
+    """``budget:`` of a host: the core-hours the run's pilots on it may hold, idle cores included."""
+
+    model_config = ConfigDict(extra="forbid")
+    coreHours: Annotated[Union[StrictInt, StrictFloat], AfterValidator(_core_hours)] = Field(
+        description="most core-hours this host's pilots may hold in one run, idle cores included")
+
+
 class Host(BaseModel):
     """One compute resource and how to reach it."""
 
@@ -155,6 +171,8 @@ class Host(BaseModel):
     limits: dict[Annotated[StrictStr, AfterValidator(variable_name)], Annotated[StrictInt, Field(ge=1)]] = Field(
         default_factory=dict, description="most of each user-defined resource (a node's 'resources') held at once "
         "by the members running on this host, e.g. license: 2")
+    budget: HostBudget | None = Field(None, description="the core-hours one run may spend on this host "
+                                      "(pwe/engine/budget.py), e.g. {coreHours: 500}")
 
     _lines = field_validator("scratch", "launcher_prefix", "remote_dir")(classmethod(lambda cls, v: one_line(v)))
     _paths = field_validator("ssh_config", "identity_file", "known_hosts")(classmethod(lambda cls, v: not_an_option(v)))

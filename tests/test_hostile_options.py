@@ -49,6 +49,10 @@ def _numeric_options():
 #: RUN a finished run's directory), and how the value is given (an option, or an argument).
 NUMERIC = {
     ("plan", "--members"): ["plan", "FILE"],
+    ("plan", "--sample"): ["plan", "FILE", "--estimate"],
+    ("plan", "--sample-timeout"): ["plan", "FILE", "--estimate"],
+    ("resume", "--budget"): ["resume", "RUN"],
+    ("retry", "--budget"): ["retry", "RUN"],
     ("run", "--cores"): ["run", "FILE"],
     ("submit", "--cores"): ["submit", "FILE"],
     ("trigger add", "--settle"): ["trigger", "add", "FILE", "--on-file", "in/*.dat"],

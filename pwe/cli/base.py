@@ -178,12 +178,14 @@ class Whole(click.IntRange):
 
 class Seconds(click.FloatRange):
     """A number of seconds between two bounds, finite (``nan``, ``inf``, ``-1``, ``1e30``
-    refused in one line: a watch that waits for ever, a file never taken)."""
+    refused in one line: a watch that waits for ever, a file never taken); ``unit``: what
+    else it counts (``core-hours``: pwe resume --budget)."""
 
     name = "seconds"
 
-    def __init__(self, low: float, high: float):
+    def __init__(self, low: float, high: float, unit: str = "seconds"):
         super().__init__(low, high)
+        self.unit = self.name = unit
 
     def _describe_range(self) -> str:
         return f"{self.min:g} to {self.max:g}"
@@ -194,11 +196,12 @@ class Seconds(click.FloatRange):
         try:
             number = float(value) if not isinstance(value, bool) else math.nan
         except (TypeError, ValueError):
-            self.fail(f"{_said(value)} is not a number; give seconds from {self._describe_range()}", param, ctx)
+            self.fail(f"{_said(value)} is not a number; give {self.unit} from {self._describe_range()}", param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{_said(value)} is not a finite number; give seconds from {self._describe_range()}", param, ctx)
+            self.fail(f"{_said(value)} is not a finite number; give {self.unit} from {self._describe_range()}", param,
+                      ctx)
         if not self.min <= number <= self.max:
-            self.fail(f"{_said(value)} is out of range; give seconds from {self._describe_range()}", param, ctx)
+            self.fail(f"{_said(value)} is out of range; give {self.unit} from {self._describe_range()}", param, ctx)
         return number
 
 

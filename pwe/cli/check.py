@@ -10,7 +10,7 @@ import click
 
 from ..observe import planview
 from ..observe.hostview import check_document, host_rows
-from .base import (CHOSEN, ChosenPath, PweGroup, Whole, console, echo, fail, hosts_option, json_option, markup,
+from .base import (CHOSEN, ChosenPath, PweGroup, Seconds, Whole, console, echo, fail, hosts_option, json_option, markup,
                    set_option, warn, workspace_option)
 from ..base.errors import PweError
 from ..base.text import shown
@@ -60,22 +60,42 @@ def validate(file: str, sets: tuple[str, ...], hosts_file: str | None, as_json: 
     warn(warnings)
 
 
+def _estimate_lines(con, est: dict) -> None:
+    """pwe plan --estimate's lines: clearly an estimate, per node from what."""
+    budget = f" of a budget of {est['budget']:,g}" if est.get("budget") is not None else ""
+    con.print(f"\n[bold]estimate[/] (not a measurement: from a sample run on this machine, members' own time only, "
+              f"no idle cores): ~{est['coreHours']:,.4g} core-hours{budget}")
+    for nid, n in est["nodes"].items():
+        how = (f"{n['sampled']} sampled, mean {n['mean']:,.3g} s x {n['cores']} core(s) x {n['members']:,} members: "
+               f"~{n['coreHours']:,.4g}") if n["coreHours"] is not None else "not measured (none ended in the sample)"
+        con.print(f"  {markup(nid)}: {how}")
 @click.command()
 @click.argument("file", type=ChosenPath(dir_okay=True))
 @set_option
 @click.option("--host", type=CHOSEN, default=None, help="run every node on this host instead of the file's")
 @click.option("--members", "show", default=3, show_default=True, type=Whole(0, 1_000_000),
               help="members shown per node")
+@click.option("--estimate", is_flag=True, help="estimate the run's core-hours from a sample of its members run "
+              "here for real (in a scratch directory, then removed)")
+@click.option("--sample", default=2, show_default=True, type=Whole(1, 1000), help="(--estimate) members run per node")
+@click.option("--sample-timeout", default=60.0, show_default=True, type=Seconds(1, 86400),
+              help="(--estimate) seconds the sample may run")
 @hosts_option
 @workspace_option
 @json_option
-def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_file: str | None,
-         workspace: str | None, as_json: bool) -> None:
-    """Show the expansion of FILE and the commands its first members would run (dry run)."""
+def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, estimate: bool, sample: int,
+         sample_timeout: float, hosts_file: str | None, workspace: str | None, as_json: bool) -> None:
+    """Show the expansion of FILE and the commands its first members would run (dry run);
+    --estimate: and the core-hours a run would need, from a sample run here."""
     try:
         p, used, warnings = planview.check(file, sets, host, hosts_file, workspace)
         summary = planview.preview(p, used, warnings, show)
         planview.add_products(summary, p, workspace)
+        if estimate:
+            from ..engine.estimate import estimate as sample_run
+            from ..workflow.load import parse_sets
+
+            summary["estimate"] = sample_run(file, parse_sets(sets), hosts_file, sample, sample_timeout)
     except PweError as exc:
         fail(exc)
     if as_json:
@@ -108,6 +128,8 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, hosts_fi
             con.print(f"      $ {markup(m['command'].rstrip(), lines=True)}")
             last = m["member"]
     _order_and_limits(con, summary)
+    if "estimate" in summary:
+        _estimate_lines(con, summary["estimate"])
     if "workspace" in summary:
         con.print(f"\nworkspace {markup(summary['workspace'])}: products looked for in {summary['dirs_listed']:,} "
                   "directories (one listing each)")

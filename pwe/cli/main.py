@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .base import (CHOSEN, CORES, ChosenPath, PweGroup, Whole, ctrl_c_bounded, echo, fail, find, hosts_option,
+from .base import (CHOSEN, CORES, ChosenPath, PweGroup, Seconds, Whole, ctrl_c_bounded, echo, fail, find, hosts_option,
                    json_option, leave, warn, who, workspace_option)
 from .events import events
 from .check import hosts, plan, validate
@@ -59,6 +59,16 @@ def _halt(ctx, param, value: str | None) -> dict | None:
 
 
 HALT_HELP = "the failure budget: halt when this many members failed (10%, 50; ',now' stops what runs)"
+
+
+def _budget(ctx, param, value: float | None) -> dict | None:
+    """``--budget CORE_HOURS`` (a bounded number: Seconds' checks): the run's core-hour budget
+    from now on (pwe/engine/budget.py), as the workflow's ``budget: {coreHours}``."""
+    return None if value is None else {"coreHours": value}
+
+
+BUDGET_HELP = "the run's core-hour budget from now on (replaces the workflow's budget: coreHours)"
+CORE_HOURS = Seconds(1e-6, 1e12, unit="core-hours")
 
 _run_options = [
     click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="override or add a property"),
@@ -200,8 +210,10 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
     ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
     halted = engine.state.halted
     if halted is not None:
-        echo(f"{halted.get('why')}: no new member started after it; pwe retry {ref} runs the failed again (the "
-             f"budget counts anew), pwe resume {ref} --halt LARGER goes on", err=True)
+        then = (f"pwe resume {ref} --budget LARGER goes on" if "coreHours" in halted else  # (pwe/engine/budget.py)
+                f"pwe retry {ref} runs the failed again (the budget counts anew), pwe resume {ref} --halt LARGER "
+                "goes on")
+        echo(f"{halted.get('why')}: no new member started after it; {then}", err=True)
     if t[QUARANTINED]:
         echo(f"{t[QUARANTINED]} quarantined: running when their pilot or node was lost maxLosses times; see: pwe "
              f"show {ref} --state quarantined; pwe retry {ref} -q state=quarantined runs them again", err=True)
@@ -358,11 +370,12 @@ def cancel(run: str, as_json: bool) -> None:
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
+@click.option("--budget", default=None, metavar="CORE_HOURS", type=CORE_HOURS, callback=_budget, help=BUDGET_HELP)
 @json_option
-def resume(run: str | None, detach: bool, halt: dict | None, as_json: bool) -> None:
+def resume(run: str | None, detach: bool, halt: dict | None, budget: dict | None, as_json: bool) -> None:
     """Pick RUN up after any crash: finished members are kept, the rest run. A halted run
-    goes on only with a larger --halt (or after pwe retry)."""
-    _continue(run, detach, retry=False, as_json=as_json, halt=halt)
+    goes on only with a larger --halt (or after pwe retry), or --budget (its core-hours)."""
+    _continue(run, detach, retry=False, as_json=as_json, halt=halt, budget=budget)
 
 
 @cli.command()
@@ -372,15 +385,17 @@ def resume(run: str | None, detach: bool, halt: dict | None, as_json: bool) -> N
               help="only the failed, skipped, cancelled or quarantined members this query selects, e.g. "
               "'node=sim; exit=7', 'state=quarantined'")
 @click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
+@click.option("--budget", default=None, metavar="CORE_HOURS", type=CORE_HOURS, callback=_budget, help=BUDGET_HELP)
 @json_option
-def retry(run: str | None, detach: bool, query: str | None, halt: dict | None, as_json: bool) -> None:
+def retry(run: str | None, detach: bool, query: str | None, halt: dict | None, budget: dict | None,
+          as_json: bool) -> None:
     """Rerun RUN's failed, quarantined and cancelled members (and what they held back); -q:
-    only those a query selects. The failure budget counts anew."""
-    _continue(run, detach, retry=True, as_json=as_json, query=query, halt=halt)
+    only those a query selects. The failure budget counts anew (the core-hours spent do not)."""
+    _continue(run, detach, retry=True, as_json=as_json, query=query, halt=halt, budget=budget)
 
 
 def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None,
-              halt: dict | None = None) -> None:
+              halt: dict | None = None, budget: dict | None = None) -> None:
     from .remote import drive
     from ..engine.control import retry_selection
     from ..engine.remote import RemoteRun, is_remote
@@ -392,8 +407,9 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
                 raise InputError("retry -q: a run staged to a login node is retried whole (pwe retry RUN)")
             return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
         only = retry_selection(d, query) if query is not None else None  # ('' is refused: it selects nothing)
-        if detach and halt:
-            raise InputError("--halt is taken by an engine in the foreground: leave out --detach (or --halt)")
+        if detach and (halt or budget):
+            raise InputError(f"--{'halt' if halt else 'budget'} is taken by an engine in the foreground: leave out "
+                             "--detach")
         if detach:
             from ..engine.control import detach as go_on
 
@@ -402,7 +418,7 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
             return
         from ..engine.loop import Engine
 
-        engine = Engine.open(d, reload_hosts=True, halt=halt)
+        engine = Engine.open(d, reload_hosts=True, halt=halt, budget=budget)
         engine.lock.acquire()  # before a word is said: of two at once, one takes it, the other says who has it
         _follow(engine, as_json, retry=retry, by=who(), only=only)
     except PweError as exc:

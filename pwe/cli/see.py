@@ -150,6 +150,32 @@ def _remote_status(d) -> dict:
     return snap
 
 
+def _budget_lines(snap: dict) -> list[str]:
+    """The core-hour budget's lines (pwe/engine/budget.py: the snapshot's ``budget``): spent and
+    projected of each budget, and why no pilot is submitted on a lane while it says so."""
+    b = snap.get("budget")
+    if not isinstance(b, dict):
+        return []
+
+    def ch(v) -> str:
+        v = float(v or 0.0)
+        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2g}"
+
+    def line(one: dict, whose: str) -> str:
+        return (f"core-hours{whose}: {ch(one.get('spent'))} spent, ~{ch(one.get('projected'))} projected of a "
+                f"budget of {one.get('limit'):,g}")
+
+    lines = [line(b, "")] if b.get("limit") is not None else []
+    lines += [line(h, f" on host '{shown(name)}'") for name, h in (b.get("hosts") or {}).items()
+              if isinstance(h, dict) and h.get("limit") is not None]
+    if lines and b.get("unmeasured"):
+        lines.append(f"  (projected without node(s) {', '.join(map(shown, b['unmeasured']))}: too few members ended "
+                     "to measure yet)")
+    if snap["phase"] == "running":
+        lines += [shown(str(why)) for why in (b.get("refused") or {}).values()]
+    return lines
+
+
 def _run_notes(snap: dict) -> list[str]:
     """The lines ``pwe status`` says of the run above its table: a halt, hosts that do not
     answer or refuse pilots, setups that failed, pilot messages refused."""
@@ -208,6 +234,7 @@ def _status_lines(d, snap: dict) -> list[str]:
         if guess:
             lines.append("  (estimates of work not yet done: " + "; ".join(
                 f"{n} {how}" for n, how in guess.items()) + "; maxWallTimePerMember where set)")
+    lines.extend(_budget_lines(snap))
     pilots = snap.get("pilots") or {}
     if pilots:
         lines.append("pilots: " + "; ".join(

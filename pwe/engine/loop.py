@@ -47,6 +47,7 @@ from ..runstate.journal import Journal, JournalError
 from ..runstate.state import RunState, not_begun_runs
 from ..runstate import journal as kind
 from . import recovery
+from .budget import CoreHours
 from .feed import Feeder
 from .halting import Halting
 from .handles import Lane, PilotHandle, Pilots, PilotState, make_lanes
@@ -116,6 +117,8 @@ class Engine:
         self.feeder = Feeder(self.dir, plan, info, self.ledger, self.lanes, lane_of, self.pilots, builder,
                              start=self.work.start, may_submit=self.work.may_submit)
         self.control = PilotControl(self.dir, info, self.ledger, self.lanes, self.pilots, start=self.work.start)
+        self.budget = CoreHours(plan, info, self.ledger, self.lanes, lane_of, self.halting)  # (budget.py)
+        self.work.budget = self.budget
 
     @property
     def checks(self) -> dict[str, Callable[[dict], Any]]:
@@ -157,18 +160,22 @@ class Engine:
         return engine
 
     @classmethod
-    def open(cls, run_dir: Path, reload_hosts: bool = False, halt: dict[str, Any] | None = None) -> "Engine":
+    def open(cls, run_dir: Path, reload_hosts: bool = False, halt: dict[str, Any] | None = None,
+             budget: dict[str, Any] | None = None) -> "Engine":
         """The engine of an existing run. ``reload_hosts`` (resume, retry): take the hosts'
         current definitions from the registry, so that a host fixed after its batch system
         refused a pilot (a partition, an account) is used as fixed; the change is journaled.
-        ``halt`` (pwe resume/retry --halt): the run's failure budget from now on."""
+        ``halt`` (pwe resume/retry --halt): the run's failure budget from now on; ``budget``
+        (--budget): its core-hour budget."""
         info, plan = runs.read(run_dir)
         changed = runs.current_hosts(run_dir, info) if reload_hosts else []
         if halt:
             info["halt"] = halt
+        if budget:
+            info["budget"] = budget
         engine = cls(run_dir, plan, info)
         engine.hosts_changed = changed
-        engine.info_changed = bool(changed or halt)
+        engine.info_changed = bool(changed or halt or budget)
         return engine
 
     # -- the loop -------------------------------------------------------------------------------
@@ -211,6 +218,7 @@ class Engine:
                     self._refused = self.made
                     raise
                 self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
+                self.budget.weigh()
             return self._loop(progress)
         except RunStopped as exc:
             # said in the journal (when the disk still takes it), so `pwe status` shows why
@@ -305,6 +313,7 @@ class Engine:
                 self.work.take_edges()
                 self.control.take_requests()  # (pwe pilot add / drain: pwe/engine/pilotctl.py)
                 self._check_space()
+                self.budget.weigh()
                 self._snapshot()
                 last_snap = now
                 if checkpoint.due(self._ckpt_at, self._ckpt_cost, now):
@@ -416,14 +425,15 @@ class Engine:
         self._ckpt_at = time.time()
 
     def _snapshot(self) -> None:
-        snap = self.state.snapshot()
-        snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": time.time(),
+        snap, snap_t = self.state.snapshot(), time.time()
+        snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": snap_t,
                      "engine": {"pid": os.getpid(), "host": socket.gethostname()},
                      "total_members": sum(n.size for n in self.state.nodes.values()),  # (with grown ones)
                      # hosts whose batch system does not answer: nothing new is submitted there
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
                                      for lane in self.lanes.values() if lane.unreachable_since is not None},
-                     "pilot_view": self.control.view()})
+                     "pilot_view": self.control.view(),
+                     **({"budget": self.budget.figures(snap_t)} if self.budget.any else {})})
         try:
             write_json_atomic(self.dir / "state.json", snap)
         except OSError:

@@ -33,7 +33,7 @@ from pilot.transport import seal, seal_above, spool_bytes
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
 from ..base.states import ASSIGNED, DONE, READY, RUNNING
-from ..planning.placement import pilot_job
+from ..planning.placement import pilot_job, pilot_shape
 from ..runstate import journal as kind
 from . import recovery, scaling
 from .handles import Lane, PilotHandle, Pilots, PilotState
@@ -41,6 +41,7 @@ from .pilotctl import restore_lane, restore_pilot
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
+    from .budget import CoreHours
     from .intake import Intake
     from .ledger import Ledger
     from .pilotctl import Setups
@@ -64,6 +65,7 @@ class PilotWork:
         self.sealing: list[threading.Thread] = []  # threads compressing left pilots' spool files (seal)
         self.edges_seen: set[str] = set()  # edge events taken in already: not read again
         self.earlier: dict[str, float] | None = None  # the nodes' mean durations in an earlier run (read once)
+        self.budget: CoreHours | None = None  # the core-hour budget (the engine's: pwe/engine/budget.py)
 
     def start(self, lane: Lane, nodes: int | None = None,
               extra: dict[str, Any] | None = None) -> PilotHandle | None:
@@ -128,7 +130,8 @@ class PilotWork:
         self.reachable(lane)
         self.accepted(lane)
         self.ledger.record({"e": kind.PILOT, "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
-                            "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "t": time.time(),
+                            "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "wall": job.walltime,
+                            "t": time.time(),
                             **(extra or {})})
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
                             transport=transport)
@@ -234,7 +237,9 @@ class PilotWork:
         waiting in the batch queue; submit_rate; the back-off after a refused submission);
         and not while its batch system does not answer, except as a retry, after the
         back-off, when no pilot of the lane is polled (a submission is then the only way to
-        learn it answers again)."""
+        learn it answers again); never past a core-hour budget (:meth:`within_budget`)."""
+        if not self.within_budget(lane):
+            return False
         if not lane.protocol.batch:
             return True
         alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
@@ -246,6 +251,20 @@ class PilotWork:
         if not lane.not_answering:
             return True
         return now >= lane.retry_at and not any(p.job for p in alive)
+
+    def within_budget(self, lane: Lane) -> bool:
+        """Whether a new pilot on the lane stays within the core-hour budgets
+        (:mod:`pwe.engine.budget`): a batch pilot costs its slots x its walltime, the job
+        :meth:`submit` would ask for now; a local one nothing in advance."""
+        if self.budget is None or not self.budget.any:
+            return True
+        cost = 0.0
+        if lane.protocol.batch:
+            st = self.ledger.state
+            ready = [(n, i) for n, i in lane.ready if st.nodes[n].state[i] == READY]
+            shape = pilot_shape(self.plan, lane.host, ready, self.info.get("created"), measured=self.durations(st))
+            cost = shape["nodes"] * shape["cores_per_node"] * shape["walltime"] / 60
+        return self.budget.allows(lane, cost)
 
     def take_edges(self) -> None:
         """Batch systems' edge events (pwe notify): journal the authentic ones, each once (by

@@ -161,9 +161,10 @@ def _phase(snap: dict[str, Any], engine_running: bool) -> str:
     """:func:`phase` as ``pwe status`` says it."""
     word = phase(snap, engine_running)
     halted = snap.get("halted") if isinstance(snap.get("halted"), dict) else {}
+    then = "pwe resume --budget LARGER" if "coreHours" in halted else \
+        "pwe retry (the failed run again, the budget counts anew) or pwe resume --halt LARGER"
     return {"failed": "finished with failures", "stopped": f"stopped: {snap.get('stopped')}; then: pwe resume",
-            "halted": f"{halted.get('why')}; then: pwe retry (the failed run again, the budget counts anew) or "
-                      "pwe resume --halt LARGER",
+            "halted": f"{halted.get('why')}; then: {then}",
             "interrupted": "stopped (pwe resume continues it)"}.get(word, word)
 
 

@@ -71,7 +71,8 @@ kind             fields
                  a member queued or running is ready again (or quarantined)
 ``complete``     ``n``, ``r`` [[lo, hi], ...]: members found complete by their products
 ``pilot``        ``p``, ``host``, ``lane``, ``slots``, ``t``; ``pid`` (a process) or
-                 ``job`` and ``batch`` (a batch job); pwe pilot add's ``added``,
+                 ``job``, ``batch`` and ``wall`` (a batch job; its walltime, minutes:
+                 the core-hour budget's commitment); pwe pilot add's ``added``,
                  ``serves``, ``lane_def``: a pilot started or submitted
 ``pilot_drain``  ``p``, ``req``, ``t``: pwe pilot drain asked it to leave
 ``node_lost``    ``p``, ``node``, ``why``, ``t``: a node of its allocation died
@@ -130,7 +131,8 @@ FIELDS: dict[str, frozenset[str]] = {
     ENDS: frozenset(("n", "a", "p", "m", "t", "dt", "cpu", "rss", "ran")),
     UNASSIGN: _MEMBER | {"why", "lost", "halted"},
     COMPLETE: frozenset(("n", "r")),
-    PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "job", "batch", "added", "serves", "lane_def")),
+    PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "job", "batch", "wall", "added", "serves",
+                      "lane_def")),
     PILOT_DRAIN: frozenset(("p", "req", "t")),
     NODE_LOST: frozenset(("p", "node", "why", "t")),
     PILOT_GONE: frozenset(("p", "why", "t")),

@@ -308,6 +308,7 @@ class RunState:
         if r["p"] in self.pilots:
             self.pilots[r["p"]]["alive"] = False
             self.pilots[r["p"]]["why"] = r.get("why")
+            self.pilots[r["p"]]["gone"] = r.get("t")  # (its held time ends: pwe/engine/budget.py)
         return True
 
     def _offset(self, r: dict[str, Any]) -> bool:

@@ -278,6 +278,9 @@ function putStatus(doc) {
     el("span", {id: "progress", text: `${fmt((t.done || 0) + (t.failed || 0) + (t.skipped || 0) + (t.cancelled || 0) + (t.quarantined || 0))}/${fmt(total)} finished`}),
     " ", bar(t, total),
     ch ? ` · core-hours: done ${Number(ch.done).toFixed(3)}, failed ${Number(ch.failed).toFixed(3)}` : "",
+    doc.budget && doc.budget.limit !== null && doc.budget.limit !== undefined ?
+      el("span", {id: "budget", text: ` · budget: ${Number(doc.budget.spent).toFixed(3)} core-hours spent, ` +
+        `~${Number(doc.budget.projected).toFixed(3)} projected of ${doc.budget.limit}`}) : "",
     doc.engine && doc.phase === "running" ? ` · engine pid ${doc.engine.pid} on ${doc.engine.host}` : "",  // (as pwe status)
     doc.halted && doc.halted.why ? ` · ${doc.halted.why}` : "",  // (the failure or core-hour budget: as pwe status)
     ` · ${doc.run_dir}`);
