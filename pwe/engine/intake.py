@@ -209,7 +209,7 @@ class Intake:
                 if ev.get("why"):
                     rec["why"] = ev["why"]
                 rec["dt"] = ev.get("dt")
-                for key in ("cpu", "rss"):  # measured by the pilot (the trace's)
+                for key in ("cpu", "rss", "reason"):  # measured by the pilot (the trace's); why it ended
                     if key in ev:
                         rec[key] = ev[key]
         except KeyError:

@@ -54,7 +54,8 @@ kind             fields
 ``start``        ``n``, ``m``, ``a``, ``p``, ``t``, ``pid``, ``nodes`` [names] (when not
                  its pilot's host)
 ``end``          ``n``, ``m``, ``a``, ``p``, ``t``, ``rc``, ``dt`` s, ``out`` {outputs},
-                 ``why``, ``cpu`` s, ``rss`` KB; ``ran`` 1 (it carries its start) and
+                 ``why``, ``cpu`` s, ``rss`` KB, ``reason`` (pilot/wire.py's REASONS; absent:
+                 exit); ``ran`` 1 (it carries its start) and
                  ``nodes``; a check's verdict (pwe/planning/trees.py): ``grow``
                  [children], ``conv`` 1, ``limit`` 1, ``bad`` 1 (done, yet failed)
 ``ends``         ``n``, ``a``, ``p``, and columns ``m``, ``t``, ``dt``, ``cpu``, ``rss``,
@@ -117,7 +118,8 @@ FIELDS: dict[str, frozenset[str]] = {
     EDGE: frozenset(("id", "file", "pilot", "event", "job", "status", "t")),
     ASSIGN: _MEMBER | {"len"},
     START: _MEMBER | {"pid", "nodes"},
-    END: _MEMBER | {"rc", "dt", "out", "why", "cpu", "rss", "ran", "nodes", "grow", "conv", "limit", "bad"},
+    END: _MEMBER | {"rc", "dt", "out", "why", "cpu", "rss", "reason", "ran", "nodes", "grow", "conv", "limit",
+                    "bad"},
     ENDS: frozenset(("n", "a", "p", "m", "t", "dt", "cpu", "rss", "ran")),
     UNASSIGN: _MEMBER | {"why"},
     COMPLETE: frozenset(("n", "r")),
