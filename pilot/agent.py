@@ -315,8 +315,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 continue
             member.cpu, member.rss = cpu, rss
             if self.memory.limits:
-                over = self.memory.ended(pid)  # (its cgroup goes; killed for memory: why)
-                if over and not member.killed:
+                over = self.memory.ended(pid, rss)  # (its cgroup is done with; killed for memory: why)
+                if over and (not member.killed or member.reason == REASON_OOM):
                     member.killed, member.reason = over, REASON_OOM
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task

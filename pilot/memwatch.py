@@ -5,16 +5,18 @@ library only.
 Where the node gives this process a memory cgroup it may write (cgroup v1: the memory
 controller's directory of this process writable; cgroup v2: its own directory writable
 and ``memory`` in its ``cgroup.subtree_control``, or enabled there now), each member with
-a ``mem`` gets a cgroup of its own, ``<ours>/pwe-<pid>/m<member pid>``, with that limit
+a ``mem`` gets a cgroup of its own, ``<ours>/pwe-<pid>/c<N>``, with that limit
 (v1 ``memory.limit_in_bytes``, and ``memory.memsw.limit_in_bytes`` where swap is
 accounted; v2 ``memory.max``, ``memory.swap.max`` 0, ``memory.oom.group`` 1): the kernel
 kills it at its limit. The member is moved there as soon as it is spawned (it has just
 exec'd: nothing of it has forked yet). Its OOM kill is read from ``memory.oom_control``'s
 ``oom_kill`` (v1) or ``memory.events``' (v2) at each sweep (v1 kills one process: the rest
-of the member's cgroup is killed then) and when it is reaped. Its cgroup is removed when
-it is reaped (processes it left behind moved up to ours first, v1; killed, v2), and
-``pwe-<pid>`` when the process that made it leaves; a pilot killed with SIGKILL leaves
-its own, which the next one on that node removes (:func:`sweep_left`).
+of the member's cgroup is killed then) and when it is reaped. A member's cgroup, once its
+member is reaped, empty and with no OOM kill in it, is the next member's (its limit set
+again where it differs); else it is removed (processes it left behind moved up to ours
+first, v1; killed, v2). Every one, and ``pwe-<pid>``, goes when the process that made
+them leaves; a pilot killed with SIGKILL leaves its own, which the next one on that node
+removes (:func:`sweep_left`).
 
 Elsewhere (no such cgroup, or one a member's cannot be made in, or ``PWE_NO_CGROUPS``),
 the member's process tree is watched: every :data:`EVERY` seconds, in the loop of the
@@ -67,44 +69,80 @@ def _counter(text: str, name: str) -> int | None:
 
 
 class Cgroups:
-    """This process's memory cgroup and the directory its members' cgroups go in."""
+    """This process's memory cgroup and the directory its members' cgroups go in. A
+    member's cgroup is used again by a later member once it is empty and no process in it
+    was killed for memory (a mkdir and an rmdir cost the kernel more than the rest of a
+    member's enforcement together: bench/memwatch.py)."""
 
     def __init__(self, own: str, v2: bool):
         self.own, self.v2 = own, v2
         self.base = os.path.join(own, f"pwe-{os.getpid()}")
         self.made = False  # (base made at the first member)
+        self.free: list[tuple[str, int]] = []  # (an empty member cgroup, its limit in MB), to be used again
+        self.limit: dict[str, int] = {}  # each member cgroup in use -> its limit in MB
+        self.memsw: bool | None = None  # (v1) whether swap is accounted: limited too
+        self._n = 0
 
-    def make(self, key: int, pid: int, mb: int) -> str:
-        """A cgroup for one member limited to ``mb`` MB, the member in it; its path. OSError
-        when it cannot be made (nothing is left behind)."""
+    def make(self, pid: int, mb: int) -> str:
+        """A cgroup for one member limited to ``mb`` MB (an empty one used again, or a new
+        one), the member in it; its path. OSError when it cannot be made (nothing is left
+        behind)."""
+        if self.free:
+            path, had = self.free.pop()
+            try:
+                if had != mb:
+                    self._set(path, mb, had)
+                _write(os.path.join(path, "cgroup.procs"), str(pid))
+                self.limit[path] = mb
+                return path
+            except OSError:
+                _rmdir(path)  # (and a new one)
         if not self.made:
             try:
                 os.mkdir(self.base)
             except FileExistsError:
                 pass
             self.made = True
-        path = os.path.join(self.base, f"m{key}")
+        self._n += 1
+        path = os.path.join(self.base, f"c{self._n}")
         os.mkdir(path)
         try:
-            limit = str(mb * _MB)
             if self.v2:
-                _write(os.path.join(path, "memory.max"), limit)
                 for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
                     try:
                         _write(os.path.join(path, name), value)
                     except OSError:
                         pass  # (no swap controller; a kernel before 4.19)
-            else:
-                _write(os.path.join(path, "memory.limit_in_bytes"), limit)
-                try:  # (swap accounted: no swapping past the limit either)
-                    _write(os.path.join(path, "memory.memsw.limit_in_bytes"), limit)
-                except OSError:
-                    pass
+            self._set(path, mb, None)
             _write(os.path.join(path, "cgroup.procs"), str(pid))
         except OSError:
             _rmdir(path)
             raise
+        self.limit[path] = mb
         return path
+
+    def _set(self, path: str, mb: int, had: int | None) -> None:
+        """Its limit: ``mb`` MB (``had``: what it was; v1 keeps memsw at or above the limit)."""
+        limit = str(mb * _MB)
+        if self.v2:
+            _write(os.path.join(path, "memory.max"), limit)
+            return
+        order = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+        if had is not None and mb > had:
+            order.reverse()
+        for name in order:
+            if name.startswith("memory.memsw"):
+                if self.memsw is False:
+                    continue
+                try:  # (swap accounted: no swapping past the limit either)
+                    _write(os.path.join(path, name), limit)
+                    self.memsw = True
+                except OSError:
+                    if self.memsw:
+                        raise
+                    self.memsw = False
+                continue
+            _write(os.path.join(path, name), limit)
 
     def oom_kills(self, path: str) -> int:
         """How many processes the kernel killed in this cgroup for its limit (0 when unsaid)."""
@@ -119,13 +157,6 @@ class Cgroups:
         except (OSError, ValueError):
             return 0
 
-    def peak_mb(self, path: str) -> int | None:
-        """The most memory the cgroup held, MB (None where the kernel does not say)."""
-        try:
-            return int(_read(os.path.join(path, "memory.peak" if self.v2 else "memory.max_usage_in_bytes"))) // _MB
-        except (OSError, ValueError):
-            return None
-
     def kill_all(self, path: str) -> None:
         """Every process still in the cgroup, SIGKILL."""
         if self.v2:
@@ -139,6 +170,16 @@ class Cgroups:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+    def done(self, path: str, oom: bool) -> bool:
+        """A member's cgroup after its member was reaped: kept for the next member when
+        empty and nothing in it was killed for memory (its counter stays 0), else removed;
+        False when it stays (a process the member left will not go)."""
+        mb = self.limit.pop(path, 0)
+        if not oom and not _procs(path):
+            self.free.append((path, mb))
+            return True
+        return self.remove(path)
 
     def remove(self, path: str) -> bool:
         """The member's cgroup gone (what it left running moved up to ours first, v1; killed,
@@ -157,6 +198,10 @@ class Cgroups:
         return _rmdir(path)
 
     def close(self) -> None:
+        """The member cgroups kept for later members, then ours."""
+        for path, _ in self.free:
+            _rmdir(path)
+        self.free.clear()
         if self.made:
             _rmdir(self.base)
 
@@ -298,7 +343,7 @@ class MemoryWatch:
         path = None
         if self.cgroups is not None and self.make_new:
             try:
-                path = self.cgroups.make(key, pid, mb)
+                path = self.cgroups.make(pid, mb)
             except OSError as exc:
                 if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOSPC):
                     say(f"memoryPerMember: cannot make a cgroup under {self.cgroups.base} ({exc.strerror}); "
@@ -319,7 +364,7 @@ class MemoryWatch:
             if path is not None:
                 if self.cgroups is not None and self.cgroups.oom_kills(path):
                     self.cgroups.kill_all(path)  # (v1 killed one of its processes: the member goes whole)
-                    self.over[key] = self._why(mb, self.cgroups.peak_mb(path) or mb)
+                    self.over[key] = self._why(mb, mb)  # (what it held when the kernel stopped it)
                     out.append((key, self.over[key]))
                 continue
             kb, pids = tree_kb(pid)
@@ -348,10 +393,13 @@ class MemoryWatch:
         why = self.over.pop(key, None)
         pid, mb, path = limit
         if path is not None and self.cgroups is not None:
-            if why is None and self.cgroups.oom_kills(path):
-                self.cgroups.kill_all(path)
-                why = self._why(mb, self.cgroups.peak_mb(path) or mb)
-            if not self.cgroups.remove(path):
+            oom = why is not None or self.cgroups.oom_kills(path) > 0
+            if oom:
+                if why is None:
+                    self.cgroups.kill_all(path)
+                # (its peak as its reaper measured it, at least the limit it was stopped at)
+                why = self._why(mb, max(mb, (rss_kb or 0) // 1024))
+            if not self.cgroups.done(path, oom):
                 self.stuck.append(path)
         return why
 
