@@ -290,9 +290,12 @@ def sweep_left(cg: Cgroups) -> list[str]:
         except PermissionError:
             continue
         base = os.path.join(cg.own, name)
-        for member in os.listdir(base) if os.path.isdir(base) else ():
-            if member.startswith("m"):
-                cg.remove(os.path.join(base, member))
+        try:
+            children = [e.path for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for member in children:  # (its members' cgroups: what they left moved up, then gone)
+            cg.remove(member)
         if _rmdir(base):
             out.append(base)
     return out

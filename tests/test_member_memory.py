@@ -165,3 +165,34 @@ def test_members_of_local_spawners_are_held_to_their_memory(tmp_path, write, mon
     monkeypatch.setenv("PWE_NO_CGROUPS", "1")
     run, ends, _ = _sweep(tmp_path, write)
     _check(run, ends)
+
+
+@pytest.mark.skipif(CGROUPS is None, reason=NO_CGROUP)
+def test_cgroups_a_killed_process_left_are_removed_by_the_next(tmp_path):
+    """A pilot killed with SIGKILL leaves its pwe-<pid> (and a member's cgroup in it): the
+    next process that limits a member on the node removes them (memwatch.sweep_left)."""
+    from pilot.memwatch import Cgroups, MemoryWatch
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)  # (a pid that has exited: nothing of it runs)
+    left = Path(CGROUPS.own) / f"pwe-{dead}"
+    left.mkdir()
+    try:
+        (left / "c1").mkdir()
+        w = MemoryWatch()
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                                 start_new_session=True)
+        try:
+            w.attach(child.pid, child.pid, 256)
+            assert not left.exists()
+            assert isinstance(w.cgroups, Cgroups) and str(child.pid) in (
+                Path(w.limits[child.pid][2]) / "cgroup.procs").read_text().split()
+        finally:
+            child.communicate(b"")
+        assert w.ended(child.pid) is None  # (it ended on its own: no reason)
+        w.close()
+        assert not Path(w.cgroups.base).exists()
+    finally:
+        for d in (left / "c1", left):
+            if d.exists():
+                d.rmdir()
