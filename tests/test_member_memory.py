@@ -196,3 +196,28 @@ def test_cgroups_a_killed_process_left_are_removed_by_the_next(tmp_path):
         for d in (left / "c1", left):
             if d.exists():
                 d.rmdir()
+
+
+@pytest.mark.parametrize("layout", ["v1", "v1-namespaced", "v2"])
+def test_the_memory_cgroup_is_found_where_proc_says(tmp_path, layout):
+    """find_cgroups reads /proc/self/cgroup and mountinfo (a made-up pair here, over plain
+    directories standing for the mounts): v1's memory hierarchy, mounted from its root or
+    from ours (a cgroup namespace: the mount's root is our cgroup); v2's, with memory in
+    its subtree_control."""
+    proc, mnt = tmp_path / "proc", tmp_path / "mnt"
+    proc.mkdir()
+    own = mnt / "jobs" / "j7"
+    own.mkdir(parents=True)
+    if layout == "v2":
+        (proc / "cgroup").write_text("0::/jobs/j7\n")
+        (proc / "mountinfo").write_text(f"30 25 0:26 / {mnt} rw,nosuid - cgroup2 cgroup2 rw\n")
+        (own / "cgroup.subtree_control").write_text("cpu memory\n")
+        cg = find_cgroups(str(proc))
+        assert cg is not None and cg.v2 and Path(cg.own) == own
+        return
+    (proc / "cgroup").write_text("5:cpu,cpuacct:/jobs/j7\n4:memory:/jobs/j7\n0::/\n")
+    root, point = ("/jobs/j7", own) if layout == "v1-namespaced" else ("/", mnt)
+    (proc / "mountinfo").write_text(f"31 25 0:27 / {tmp_path} rw - cgroup cgroup rw,cpu,cpuacct\n"
+                                    f"30 25 0:26 {root} {point} rw,nosuid - cgroup cgroup rw,memory\n")
+    cg = find_cgroups(str(proc))
+    assert cg is not None and not cg.v2 and Path(cg.own) == own
