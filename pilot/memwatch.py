@@ -92,10 +92,14 @@ class Cgroups:
             try:
                 if had != mb:
                     self._set(path, mb, had)
+                    had = mb
                 _write(os.path.join(path, "cgroup.procs"), str(pid))
                 self.limit[path] = mb
                 return path
-            except OSError:
+            except OSError as exc:
+                if exc.errno == errno.ESRCH:  # the member has ended already: the cgroup is the next one's
+                    self.free.append((path, had))
+                    raise
                 _rmdir(path)  # (and a new one)
         if not self.made:
             try:
@@ -115,8 +119,11 @@ class Cgroups:
                         pass  # (no swap controller; a kernel before 4.19)
             self._set(path, mb, None)
             _write(os.path.join(path, "cgroup.procs"), str(pid))
-        except OSError:
-            _rmdir(path)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                self.free.append((path, mb))
+            else:
+                _rmdir(path)
             raise
         self.limit[path] = mb
         return path
@@ -335,7 +342,12 @@ class MemoryWatch:
         """A member just spawned that may use ``mb`` MB: into a cgroup of its own, else watched."""
         if not self._looked:
             self._looked = True
-            if not NO_CGROUPS.get():
+            try:
+                watch_only = NO_CGROUPS.get()
+            except ValueError as exc:  # (a node agent's node, whose environment the pilot did not check)
+                say(f"{exc}; taken as unset")
+                watch_only = False
+            if not watch_only:
                 self.cgroups = find_cgroups()
                 if self.cgroups is not None:
                     for left in sweep_left(self.cgroups):
