@@ -10,7 +10,8 @@ own; only where the kernel gives this process a memory cgroup it may write). The
 are the pilot's CPU seconds and the wall seconds of its loop; the cost per member is
 (arm - none) / members.
 
-Part 2, per running member: --running members of `sleep` held to a limit, and the CPU
+Part 2, the calls alone: MemoryWatch.attach + ended per member (500 members of `sleep
+0.01`), and per running member: --running members of `sleep` held to a limit, and the CPU
 of one sweep over them (MemoryWatch.sweep: the watch reads each one's /proc tree; the
 cgroup arm reads each one's oom counter), the median of 5 rounds of 200 sweeps; the pilot sweeps
 every memwatch.EVERY s.
@@ -90,6 +91,30 @@ def sweep_cost(running: int, cgroup: bool) -> float:
         w.close()
 
 
+def attach_cost(n: int, cgroup: bool) -> float:
+    """CPU seconds of MemoryWatch.attach + ended per member (the calls alone), over ``n``
+    members of `sleep 0.01` started and reaped here."""
+    sys.path.insert(0, str(ROOT))
+    from pilot import memwatch
+
+    os.environ.pop("PWE_NO_CGROUPS", None)
+    if not cgroup:
+        os.environ["PWE_NO_CGROUPS"] = "1"
+    w = memwatch.MemoryWatch()
+    spent = 0.0
+    for _ in range(n):
+        pid = os.posix_spawn("/bin/sleep", ["sleep", "0.01"], os.environ, setsid=True)
+        t = time.process_time()
+        w.attach(pid, pid, 512)
+        spent += time.process_time() - t
+        _, status, use = os.wait4(pid, 0)
+        t = time.process_time()
+        w.ended(pid, use.ru_maxrss)
+        spent += time.process_time() - t
+    w.close()
+    return spent / n
+
+
 def main() -> None:
     ap = parser(__doc__, repeat=5, members=3000, cores=2, json_out=True)
     ap.add_argument("--running", type=int, default=64, help="members held to a limit in part 2 (default 64)")
@@ -120,6 +145,9 @@ def main() -> None:
     for name, cg in (("watch", False), ("cgroup", True)):
         if cg and not has_cgroup:
             continue
+        per = attach_cost(500, cg)
+        figures[f"attach_{name}"] = {"per_member_us": per * 1e6}
+        print(f"  attach + ended ({name}), the calls alone: {per * 1e6:.1f} us CPU a member (500 members)")
         s = sweep_cost(a.running, cg)
         figures[f"sweep_{name}"] = {"running": a.running, "cpu_s": s, "per_member_us": s / a.running * 1e6}
         print(f"  one sweep ({name}) over {a.running} running members: {s * 1e3:.2f} ms CPU, "

@@ -313,7 +313,8 @@ _ALLOWED = {kind: fields | {"k"} for kind, fields in FIELDS.items()}
 
 def problem(msg: dict[str, Any]) -> str:
     """What is wrong with a message (an unknown kind or field, a pilot's message without
-    its sequence number), or "" when nothing is."""
+    its sequence number, an ``end`` whose ``reason`` is none of :data:`REASONS`), or ""
+    when nothing is."""
     kind = msg.get("k")
     allowed = _ALLOWED.get(kind) if isinstance(kind, str) else None
     if allowed is None:
@@ -322,6 +323,8 @@ def problem(msg: dict[str, Any]) -> str:
         return f"{kind}: unknown fields {sorted(set(msg) - allowed)}"[:120]
     if kind in FROM_PILOT and (type(msg.get("q")) is not int or msg["q"] < 1):
         return f"{kind}: no sequence number q"
+    if kind == END and "reason" in msg and msg["reason"] not in REASONS:
+        return f"end: unknown reason {str(msg['reason'])[:20]!r}"
     if kind == GROUP:
         tasks = msg.get("tasks")
         if type(tasks) is not list or not tasks:

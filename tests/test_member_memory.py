@@ -221,3 +221,17 @@ def test_the_memory_cgroup_is_found_where_proc_says(tmp_path, layout):
                                     f"30 25 0:26 {root} {point} rw,nosuid - cgroup cgroup rw,memory\n")
     cg = find_cgroups(str(proc))
     assert cg is not None and not cg.v2 and Path(cg.own) == own
+
+
+def test_an_end_with_a_reason_the_wire_does_not_list_is_malformed():
+    """A signed ``end`` whose reason is none of wire.REASONS is never applied (the engine
+    counts it malformed), whatever the reason holds; each listed one is taken."""
+    key = wire.channel_key(b"s" * 32, "p1", True)
+    end = {"k": wire.END, "n": "a", "m": 0, "a": 1, "rc": -9, "dt": 1.0, "out": {}, "t": 1.0, "q": 1}
+    for bad in ("bogus", "", None, ["oom"], "OOM", "<b>oom</b>\x1b[31m"):
+        (got,), _ = wire.decode(wire.encode([dict(end, reason=bad)], key), key)
+        assert got["k"] == wire.MALFORMED and "unknown reason" in got["why"], got
+    for reason in wire.REASONS:
+        (got,), _ = wire.decode(wire.encode([dict(end, reason=reason)], key), key)
+        assert got["k"] == wire.END and got["reason"] == reason
+    assert wire.REASONS == ("exit", "oom", "walltime", "lost", "halted", "quarantined", "reused")
