@@ -109,7 +109,7 @@ def attach_cost(n: int, cgroup: bool) -> float:
         spent += time.process_time() - t
         _, status, use = os.wait4(pid, 0)
         t = time.process_time()
-        w.ended(pid, use.ru_maxrss)
+        w.ended(pid, use.ru_maxrss, os.waitstatus_to_exitcode(status))
         spent += time.process_time() - t
     w.close()
     return spent / n

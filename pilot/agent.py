@@ -315,7 +315,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 continue
             member.cpu, member.rss = cpu, rss
             if self.memory.limits:
-                over = self.memory.ended(pid, rss)  # (its cgroup is done with; killed for memory: why)
+                over = self.memory.ended(pid, rss, rc)  # (its cgroup is done with; killed for memory: why)
                 if over and (not member.killed or member.reason == REASON_OOM):
                     member.killed, member.reason = over, REASON_OOM
             self.packer.release(member.placement, member.threads, member.exclusive)

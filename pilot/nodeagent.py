@@ -116,7 +116,7 @@ class Agent:
                 self.by_id.pop(ident, None)
                 if pid in self.tmps:
                     remove_tree(self.tmps.pop(pid))
-                over = self.memory.ended(pid, rss) if self.memory.limits else None
+                over = self.memory.ended(pid, rss, rc) if self.memory.limits else None
                 if over:
                     self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss, reason=REASON_OOM, why=over)
                 else:
