@@ -13,7 +13,9 @@ exec'd: nothing of it has forked yet). Its OOM kill is read from ``memory.oom_co
 ``oom_kill`` (v1) or ``memory.events``' (v2) at each sweep (v1 kills one process: the rest
 of the member's cgroup is killed then) and when it is reaped. A member's cgroup, once its
 member is reaped, empty and with no OOM kill in it, is the next member's (its limit set
-again where it differs); else it is removed (processes it left behind moved up to ours
+again where it differs; a member that exited 0 with nothing of its process group left
+gives it on without a file of it read: a child of it killed for memory while it went on
+to succeed is not its reason); else it is removed (processes it left behind moved up to ours
 first, v1; killed, v2). Every one, and ``pwe-<pid>``, goes when the process that made
 them leaves; a pilot killed with SIGKILL leaves its own, which the next one on that node
 removes (:func:`sweep_left`).
