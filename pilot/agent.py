@@ -35,6 +35,7 @@ from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
 from .guardian import MemberTable
 from .members import KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
+from .memwatch import MemoryWatch
 from .endings import Endings
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
@@ -42,7 +43,7 @@ from .nodewatch import NodeLosses, NodeWatch, slurmd_port
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .transport import PilotSpool, Transport, keys
-from .wire import AGENT_KILL, DOWN, END, HB, START, UNWRITABLE, UP, VERSION
+from .wire import AGENT_KILL, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
 
 
 
@@ -96,6 +97,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self._base_env = member_base_env()
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
+        self.memory = MemoryWatch()  # members' memoryPerMember, of those it starts itself (pilot/memwatch.py)
         self.agents: dict[str, NodeAgent] = {}
         # many slots here: members are started by local spawners (pilot/spawners.py)
         self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
@@ -214,7 +216,14 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.fail_now(task, *start_failure(exc))
             self.member_over(task, placement)
             return
-        self.running[pid] = Member(task, pid, placement, threads, exclusive, launcher)
+        self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
+
+    def spawned(self, member: Member) -> None:
+        """A member this pilot started itself: running, known to its guardian, its memory limited."""
+        task, pid = member.task, member.pid
+        self.running[pid] = member
+        if task.get("mem") and member.launcher == "fork":  # (srun and mpiexec: the batch system's to confine)
+            self.memory.attach(pid, pid, int(task["mem"]))
         if self.table is not None:
             self.table.spawned(pid, task["n"], task["m"], task["a"])
 
@@ -305,6 +314,10 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
                 continue
             member.cpu, member.rss = cpu, rss
+            if self.memory.limits:
+                over = self.memory.ended(pid, rss, rc)  # (its cgroup is done with; killed for memory: why)
+                if over and (not member.killed or member.reason == REASON_OOM):
+                    member.killed, member.reason = over, REASON_OOM
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
             lost = self.lost_node_of(member)
@@ -339,6 +352,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         fields: dict[str, Any] = {}
         if member.killed:
             fields["why"] = member.killed
+            if member.reason:
+                fields["reason"] = member.reason
         elif rc == 0 and t.get("prod"):
             missing = missing_product(t["prod"])
             if missing:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there)
@@ -384,6 +399,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.watch.close()
         for agent in list(self.agents.values()) + list(self.spawners.values()):
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
+        self.memory.close()  # (members' cgroups, then its own)
         self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
         self.emit(DOWN, why=why)
         self.flush()
@@ -411,6 +427,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             if self.running:
                 last_activity = now
                 self.enforce_walltimes(now)
+                if self.memory.limits:
+                    self.enforce_memory(now)
             if now - last_hb >= self.heartbeat:
                 self.emit(HB, running=len(self.running), queued=len(self.queue) + len(self.chained))
                 last_hb = now

@@ -1,5 +1,6 @@
 """How members end other than on their own (a mixin of :class:`pilot.agent.PilotAgent`):
-their walltime (SIGTERM, then SIGKILL after a grace), the allocation ending or the batch
+their walltime (SIGTERM, then SIGKILL after a grace; reason ``walltime``), their memory
+(pilot/memwatch.py; reason ``oom``), the allocation ending or the batch
 system stopping the pilot (drain: everything handed back, no attempt spent), a signal
 from someone else, ``pwe cancel`` and ``pwe pilot drain`` (leave). Standard library only.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import signal
 
 from .members import collect
-from .wire import DRAIN, END
+from .wire import DRAIN, END, REASON_OOM, REASON_WALLTIME
 
 _KILL_GRACE = 5.0
 _SIGNAL_GRACE = 1.0
@@ -53,12 +54,22 @@ class Endings:
     def enforce_walltimes(self, now: float) -> None:
         for m in self.running.values():
             if m.deadline and now > m.deadline and not m.killed:
-                m.killed = "timeout"
+                m.killed = f"ran past its maxWallTimePerMember of {m.task['wall']:g} min"
+                m.reason = REASON_WALLTIME
                 m.term_at = now
                 self.signal_member(m, signal.SIGTERM)
             elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:
                 self.signal_member(m, signal.SIGKILL)
                 m.term_at = 0.0
+
+    def enforce_memory(self, now: float) -> None:
+        """The members this pilot started itself that are over their ``mem`` (one sweep every
+        memwatch.EVERY s; killed there): they end with reason ``oom``. (A spawner's or a
+        node agent's members are its own to watch: it says so in their ``ended``.)"""
+        for key, why in self.memory.sweep(now):
+            m = self.running.get(key)
+            if m is not None and not m.killed:
+                m.killed, m.reason = why, REASON_OOM
 
     def drain(self, now: float, why: str = "the allocation ends") -> None:
         """The allocation is about to end: hand back what has not started, stop what has

@@ -80,7 +80,7 @@ def collect(cwd: str) -> dict[str, str]:
 
 class Member:
     __slots__ = ("task", "pid", "placement", "threads", "exclusive", "launcher", "started", "deadline", "killed",
-                 "term_at", "agent", "key", "cpu", "rss")
+                 "term_at", "agent", "key", "cpu", "rss", "reason")
 
     def __init__(self, task: dict, pid: int, placement: Placement, threads: int, exclusive: bool, launcher: str):
         self.task = task
@@ -92,7 +92,8 @@ class Member:
         self.started = time.time()
         wall = task.get("wall")
         self.deadline = self.started + wall * 60 if wall else None
-        self.killed: str | None = None
+        self.killed: str | None = None  # why the pilot (or its agent) ended it: the end's ``why``
+        self.reason: str | None = None  # and its ``reason`` (pilot/wire.py REASONS; None: exit)
         self.term_at = 0.0
         # set when a node agent runs it on another node: a pilot.remote.NodeAgent (not imported:
         # remote.py builds on this module)

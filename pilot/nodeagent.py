@@ -20,10 +20,12 @@ import os
 import selectors
 import signal
 import sys
+import time
 
+from .memwatch import MemoryWatch
 from .spawn import Spawner, member_base_env, reaped, start_failure
 from .tmpdirs import make_fresh, remove_tree
-from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_RUN, AGENT_STARTED
+from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_RUN, AGENT_STARTED, REASON_OOM
 
 
 class Agent:
@@ -37,6 +39,7 @@ class Agent:
         self.made: set[str] = set()
         self.by_id: dict[int, int] = {}    # id -> pid
         self.spawner = Spawner()
+        self.memory = MemoryWatch()  # members' memoryPerMember (a run's ``mem``), as the pilot does
         self.said: list[bytes] = []
         self.partial = b""  # a line of stdin not yet whole
         self.open_in = True  # stdin not closed yet
@@ -75,6 +78,8 @@ class Agent:
             self.made.add(tmp)
         self.running[pid] = msg["id"]
         self.by_id[msg["id"]] = pid
+        if msg.get("mem"):
+            self.memory.attach(pid, pid, int(msg["mem"]))
         self.say(k=AGENT_STARTED, id=msg["id"], pid=pid)
 
     def kill(self, msg: dict) -> None:
@@ -111,7 +116,11 @@ class Agent:
                 self.by_id.pop(ident, None)
                 if pid in self.tmps:
                     remove_tree(self.tmps.pop(pid))
-                self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss)
+                over = self.memory.ended(pid, rss, rc) if self.memory.limits else None
+                if over:
+                    self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss, reason=REASON_OOM, why=over)
+                else:
+                    self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss)
 
     def tidy(self) -> None:
         """The pilot's directories here, once empty."""
@@ -151,7 +160,8 @@ def main() -> None:
     os.set_blocking(stdin, False)
     sel.register(stdin, selectors.EVENT_READ, "in")
     while agent.open_in or agent.running:
-        for key, _ in sel.select(timeout=1.0):
+        due = agent.memory.next_in(time.time())
+        for key, _ in sel.select(timeout=1.0 if due is None else min(1.0, due + 0.001)):
             if key.data == "child":
                 _drain(rfd)
                 continue
@@ -165,8 +175,11 @@ def main() -> None:
                 agent.open_in = False
                 sel.unregister(stdin)
                 agent.kill_all()
+        if agent.memory.limits:
+            agent.memory.sweep(time.time())  # (over its mem: killed now, said as it is reaped)
         agent.reap()
         agent.send()
+    agent.memory.close()
     agent.tidy()
 
 

@@ -94,8 +94,11 @@ class RemoteNodes:
         member.agent, member.key = agent, key
         # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
         tmp = member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.path(task["n"], task["m"], task["a"])
-        if agent is None or not agent.send(k=AGENT_RUN, id=key, argv=argv_for(task["cmd"]), cmd=task["cmd"],
-                                            cwd=task["cwd"], env=member_env, tmp=tmp):
+        run = {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"], "cwd": task["cwd"],
+               "env": member_env, "tmp": tmp}
+        if task.get("mem"):
+            run["mem"] = task["mem"]  # (enforced by the agent there: pilot/memwatch.py)
+        if agent is None or not agent.send_all([run]):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back
                 self.agent_lost(agent, extra=[task])
@@ -148,6 +151,8 @@ class RemoteNodes:
                 member.pid = msg["pid"]
             elif msg["k"] in (AGENT_ENDED, AGENT_FAILED):
                 member.cpu, member.rss = msg.get("cpu"), msg.get("rss")
+                if msg.get("reason") and not member.killed:  # (its agent killed it: for memory)
+                    member.killed, member.reason = msg.get("why") or msg["reason"], msg["reason"]
                 agent.members.pop(member.key, None)
                 self.running.pop(member.key, None)
                 self.packer.release(member.placement, member.threads, member.exclusive)

@@ -1,6 +1,6 @@
 """Every ``PWE_*`` variable pwe reads, declared once: its type, default, bounds and what it
 does (:data:`SETTINGS`); and the variables pwe sets for what it starts (:data:`OUTPUTS`),
-which are not settings. Standard library only: the pilot reads four of them on compute
+which are not settings. Standard library only: the pilot reads five of them on compute
 nodes, and ``pwe.base.settings`` re-exports this module for the rest of pwe (as
 ``pwe.base.regular`` re-exports ``pilot.bounded``), whose CLI, engine and service read the
 others. No other module reads a ``PWE_`` variable (tests/test_settings.py scans the source).
@@ -141,13 +141,16 @@ ORPHAN_GRACE = Setting("PWE_ORPHAN_GRACE", "seconds", 5.0, low=0, high=3600, rea
     "guardian kills them; 0 kills at once"))
 NO_GUARDIAN = Setting("PWE_NO_GUARDIAN", "flag", False, reader="pilot", doc=(
     "on: the pilot runs without its guardian (the process that collects what a killed pilot left)"))
+NO_CGROUPS = Setting("PWE_NO_CGROUPS", "flag", False, reader="pilot", doc=(
+    "on: a member's memoryPerMember is enforced by watching its processes' resident memory, "
+    "never by a cgroup of its own (pilot/memwatch.py), even where the node gives one"))
 SPAWNERS = Setting("PWE_SPAWNERS", "count", None, low=0, high=256, reader="pilot", doc=(
     "local spawner processes that start a pilot's members on its node (0: the pilot starts "
     "them itself); --spawners wins. Unset: none below 8 slots, one per 8 slots above"))
 
 #: every variable pwe reads, in the order the reference page lists them
 SETTINGS: tuple[Setting, ...] = (HOME, BROKER, QUEUE, CHECKPOINT_EVERY, SEAL_ABOVE, SERVICE_STALE, SERVICE_DIR,
-                                 SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, SPAWNERS)
+                                 SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS)
 #: the pilot's own (read on compute nodes; checked when the pilot starts)
 PILOT_SETTINGS = tuple(s for s in SETTINGS if s.reader == "pilot")
 

@@ -107,8 +107,11 @@ class LocalSpawners:
         agent.members[key] = member
         self.running[key] = member
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
-        self.pending.append((member, {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"],
-                                      "cwd": task["cwd"], "env": member_env, "made": True}))
+        run = {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"], "cwd": task["cwd"],
+               "env": member_env, "made": True}
+        if task.get("mem"):
+            run["mem"] = task["mem"]  # (the spawner enforces it: pilot/memwatch.py)
+        self.pending.append((member, run))
         return True
 
     def send_pending(self) -> None:

@@ -49,9 +49,10 @@ kind           fields
 ``start``      ``n``, ``m``, ``a``, ``pid`` (0: it is written before the member is
                spawned; pilots before that gave the pid), ``nodes`` [names]
 ``end``        ``n``, ``m``, ``a``, ``rc`` (negative: a signal), ``dt`` s, ``out`` {key:
-               value} outputs; ``why`` for timeouts, launch errors, signals; ``cpu``
+               value} outputs; ``why`` for walltimes, memory, launch errors, signals; ``cpu``
                (user + system s of the member's process tree) and ``rss`` (peak KB),
-               from the rusage of the reaped member, when it was reaped
+               from the rusage of the reaped member, when it was reaped; ``reason`` why
+               it ended, when not on its own (absent: ``exit``; see *Reasons* below)
 ``back``       ``n``, ``m``, ``a``, ``why``: handed back unstarted (or stopped by the
                allocation's end); no attempt spent. A ``why`` that begins with
                :data:`UNWRITABLE` (``cannot write DIR: reason``) is the run's cause:
@@ -78,12 +79,31 @@ kind         fields
 ``run``      (to the agent) ``id`` the pilot's key of the member, ``argv``, ``cmd`` the
              shell command, ``cwd``, ``env`` {name: text}; only when set: ``made`` (the
              pilot made ``cwd`` already), ``tmp`` (make the member's own $TMPDIR here
-             first, remove it when the member ends: pilot/tmpdirs.py)
+             first, remove it when the member ends: pilot/tmpdirs.py), ``mem`` (MB: its
+             memoryPerMember, enforced by the agent: pilot/memwatch.py)
 ``kill``     (to the agent) ``id``, ``sig``: signal the member's process group
 ``started``  (from the agent) ``id``, ``pid``
-``ended``    (from the agent) ``id``, ``rc``, ``cpu`` s, ``rss`` KB (the reaped member's rusage)
+``ended``    (from the agent) ``id``, ``rc``, ``cpu`` s, ``rss`` KB (the reaped member's rusage);
+             ``reason`` and ``why`` when the agent killed it (``oom``: over its ``mem``)
 ``failed``   (from the agent) ``id``, ``rc`` (126 or 127), ``why``: it could not be started
 ===========  ==============================================================================
+
+**Reasons.** Why a member's attempt ended, as its ``end`` says it (``reason``) and the
+engine journals it; the pilot says the first two, the engine the others:
+
+=================  ==========================================================================
+reason             the member ...
+=================  ==========================================================================
+``exit``           ended on its own, whatever its status (the ``end`` has no ``reason``)
+``oom``            was killed for using more than its ``mem`` (memoryPerMember): by the
+                   kernel in its own cgroup, or by the pilot watching its processes' memory
+                   (pilot/memwatch.py); ``why``: "used 812 MB of its memoryPerMember 512 MB"
+``walltime``       was killed at its ``wall`` (maxWallTimePerMember); ``why`` says the limit
+``lost``           was running when its pilot or node was lost (the engine's)
+``halted``         was stopped by the run's failure budget (the engine's)
+``quarantined``    is not reissued: present at ``maxLosses`` losses (the engine's)
+``reused``         was not run: an earlier run's result was taken (the engine's)
+=================  ==========================================================================
 
 The engine refuses a pilot whose ``up`` names another :data:`VERSION`. How the bytes
 travel is :mod:`pilot.transport`'s business.
@@ -120,6 +140,8 @@ from typing import Any
 #: 4: the ``env`` kind and a task's ``eb``: what a node's members share of their environment
 #: is sent to a pilot once, not with each task; a task's ``ranks`` and ``threads`` are there
 #: only when not 1, ``wall`` only when set; signatures are 128 bits (32 hex digits).
+#: (4 still: an ``end``'s optional ``reason``, absent meaning ``exit`` as before; the pilot is
+#: staged from the engine's own package, so both ends know it.)
 VERSION = 4
 
 # engine -> pilot
@@ -140,6 +162,11 @@ FORGED, MALFORMED = "forged", "malformed"
 #: how a ``back`` says the member's directory cannot be made or written (the run's cause)
 UNWRITABLE = "cannot write "
 
+#: Why a member's attempt ended (the module's *Reasons*): an ``end``'s ``reason``, absent for REASON_EXIT.
+REASON_EXIT, REASON_OOM, REASON_WALLTIME = "exit", "oom", "walltime"
+REASON_LOST, REASON_HALTED, REASON_QUARANTINED, REASON_REUSED = "lost", "halted", "quarantined", "reused"
+REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_LOST, REASON_HALTED, REASON_QUARANTINED, REASON_REUSED)
+
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "eb", "ranks", "threads", "wall", "exclusive", "cap",
@@ -153,7 +180,7 @@ FIELDS: dict[str, frozenset[str]] = {
     ACK: frozenset({"q"}),
     UP: frozenset({"v", "pid", "host", "slots", "allocation", "job", "end", "margin", "nodes", "t", "q"}),
     START: frozenset({"n", "m", "a", "pid", "nodes", "t", "q"}),
-    END: frozenset({"n", "m", "a", "rc", "dt", "out", "why", "cpu", "rss", "t", "q"}),
+    END: frozenset({"n", "m", "a", "rc", "dt", "out", "why", "cpu", "rss", "reason", "t", "q"}),
     BACK: frozenset({"n", "m", "a", "why", "t", "q"}),
     DRAIN: frozenset({"why", "left", "t", "q"}),
     NODE_LOST: frozenset({"node", "n", "m", "why", "t", "q"}),
@@ -171,10 +198,10 @@ AGENT_RUN, AGENT_KILL = "run", "kill"
 AGENT_STARTED, AGENT_ENDED, AGENT_FAILED = "started", "ended", "failed"
 #: Each node agent message kind and its fields (besides ``k``), as the table above says.
 AGENT_FIELDS: dict[str, frozenset[str]] = {
-    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp"}),
+    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem"}),
     AGENT_KILL: frozenset({"id", "sig"}),
     AGENT_STARTED: frozenset({"id", "pid"}),
-    AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss"}),
+    AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss", "reason", "why"}),
     AGENT_FAILED: frozenset({"id", "rc", "why"}),
 }
 
@@ -286,7 +313,8 @@ _ALLOWED = {kind: fields | {"k"} for kind, fields in FIELDS.items()}
 
 def problem(msg: dict[str, Any]) -> str:
     """What is wrong with a message (an unknown kind or field, a pilot's message without
-    its sequence number), or "" when nothing is."""
+    its sequence number, an ``end`` whose ``reason`` is none of :data:`REASONS`), or ""
+    when nothing is."""
     kind = msg.get("k")
     allowed = _ALLOWED.get(kind) if isinstance(kind, str) else None
     if allowed is None:
@@ -295,6 +323,8 @@ def problem(msg: dict[str, Any]) -> str:
         return f"{kind}: unknown fields {sorted(set(msg) - allowed)}"[:120]
     if kind in FROM_PILOT and (type(msg.get("q")) is not int or msg["q"] < 1):
         return f"{kind}: no sequence number q"
+    if kind == END and "reason" in msg and msg["reason"] not in REASONS:
+        return f"end: unknown reason {str(msg['reason'])[:20]!r}"
     if kind == GROUP:
         tasks = msg.get("tasks")
         if type(tasks) is not list or not tasks:

@@ -199,7 +199,7 @@ nodes:
         assert recs[("quick", 0)]["state"] == "done"
         for i in (0, 1):
             r = recs[("slow", i)]
-            assert r["state"] == "failed" and r.get("why") == "timeout", r
+            assert r["state"] == "failed" and r.get("why") == "ran past its maxWallTimePerMember of 0.02 min", r
             out_file = mdir(run, "slow", i) / "stdout"  # (not kept when it stayed empty)
             assert not out_file.exists() or "finished" not in out_file.read_text()
         assert took < 25, f"a 1.2 s walltime took {took:.1f} s to enforce (the members sleep 30 s)"

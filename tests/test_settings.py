@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 
-from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_GUARDIAN, ORPHAN_GRACE, OUTPUTS, QUEUE, SEAL_ABOVE,
+from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_CGROUPS, NO_GUARDIAN, ORPHAN_GRACE, OUTPUTS, QUEUE, SEAL_ABOVE,
                             SERVICE_DIR, SERVICE_STALE, SERVICE_WORKER, SETTINGS, SPAWNERS, BadSetting,
                             outputs_table, settings_table)
 
@@ -29,7 +29,7 @@ HELLO = str(ROOT / "examples" / "quickstart.yaml")
 BAD = {
     CHECKPOINT_EVERY.name: "soon", SEAL_ABOVE.name: "-1", SERVICE_STALE.name: "0",
     SERVICE_WORKER.name: "maybe", ORPHAN_GRACE.name: "3601",
-    NO_GUARDIAN.name: "2", SPAWNERS.name: "many",
+    NO_GUARDIAN.name: "2", SPAWNERS.name: "many", NO_CGROUPS.name: "nan",
 }
 
 
@@ -53,7 +53,7 @@ def test_a_bad_value_is_one_line_naming_it_and_exit_2(name, tmp_path):
 
 
 def test_the_pilot_refuses_a_bad_setting_of_its_own_in_one_line(tmp_path):
-    for setting in (ORPHAN_GRACE, NO_GUARDIAN, SPAWNERS):
+    for setting in (ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS):
         d = tmp_path / setting.name
         d.mkdir()
         res = subprocess.run([sys.executable, "-m", "pilot", "--dir", str(d), "--slots", "1"],

@@ -86,7 +86,8 @@ def test_cancel_and_timeout_reach_members_through_spawners(tmp_path):
     proc = pilot(d, tasks, stop=False)
     wait_for(lambda: any(e["k"] == "end" and e["m"] == 3 for e in events(d)), 30, "the timeout")
     end3 = next(e for e in events(d) if e["k"] == "end" and e["m"] == 3)
-    assert end3["why"] == "timeout" and end3["rc"] == -signal.SIGTERM
+    assert end3["reason"] == "walltime" and end3["rc"] == -signal.SIGTERM
+    assert end3["why"] == "ran past its maxWallTimePerMember of 0.02 min", end3
     pids = [int(ln[2]) for ln in ledger_lines(ledger) if ln[0] == "start" and ln[1] != "3"]
     assert len(pids) == 3 and all(pid_alive(p) for p in pids)
     with open(d / "tasks.jsonl", "a") as fh:

@@ -68,7 +68,7 @@ def test_a_member_killed_by_its_walltime_loses_its_tmpdir(tmp_path):
                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end"]
-    assert ends and all(r.get("why") == "timeout" for r in ends), ends
+    assert ends and all(r.get("reason") == "walltime" for r in ends), ends
     lines = ledger_lines(ledger)
     check_fresh(lines, scratch)
     assert {int(w[0]) for w in lines} == {0, 1, 2}
