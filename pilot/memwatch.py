@@ -95,7 +95,7 @@ class Cgroups:
                 if had != mb:
                     self._set(path, mb, had)
                     had = mb
-                _write(os.path.join(path, "cgroup.procs"), str(pid))
+                _join(path, pid)
                 self.limit[path] = mb
                 return path
             except OSError as exc:
@@ -120,7 +120,7 @@ class Cgroups:
                     except OSError:
                         pass  # (no swap controller; a kernel before 4.19)
             self._set(path, mb, None)
-            _write(os.path.join(path, "cgroup.procs"), str(pid))
+            _join(path, pid)
         except OSError as exc:
             if exc.errno == errno.ESRCH:
                 self.free.append((path, mb))
@@ -213,6 +213,30 @@ class Cgroups:
         self.free.clear()
         if self.made:
             _rmdir(self.base)
+
+
+def _join(path: str, pid: int) -> None:
+    """Move the member ``pid`` into the cgroup ``path``, and what it started before it was
+    moved. It was spawned a moment ago (posix_spawn has no way to start it inside), so a
+    shell may have forked its program already: each process is moved before its children
+    are listed (``/proc/PID/task/PID/children``), so a child forked after its parent moved
+    is born inside, and one forked before is found and moved. OSError (ESRCH) when the
+    member itself is gone already."""
+    procs = os.path.join(path, "cgroup.procs")
+    _write(procs, str(pid))
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = _read(f"/proc/{p}/task/{p}/children").split()
+        except OSError:
+            continue  # (ended, or a kernel without the list: its children forked after the move are inside)
+        for kid in kids:
+            try:
+                _write(procs, kid)
+            except OSError:
+                continue  # (ended meanwhile)
+            todo.append(int(kid))
 
 
 def _procs(path: str) -> list[int]:
@@ -410,11 +434,13 @@ class MemoryWatch:
             return None
         why = self.over.pop(key, None)
         pid, mb, path = limit
-        if path is not None and self.cgroups is not None and rc == 0 and why is None:
-            # it succeeded: no OOM kill to look for (a child of it killed, and it went on
-            # to succeed, is its own business); nothing of its process group left: the
+        if path is not None and self.cgroups is not None and rc == 0 and why is None and self.cgroups.v2:
+            # it succeeded, under cgroup v2's oom.group (an OOM kill takes the whole member,
+            # so one that exited 0 had none); nothing of its process group left: the
             # cgroup is the next member's without reading a file of it (those reads, the
-            # first after an exit, cost the kernel ~200 us: bench/memwatch.py)
+            # first after an exit, cost the kernel ~200 us: bench/memwatch.py). Under v1
+            # the kernel kills one process (the program a shell ran), the shell may go on
+            # to exit 0: the cgroup's count of OOM kills is read, so the member ends oom
             try:
                 os.killpg(pid, 0)
             except ProcessLookupError:

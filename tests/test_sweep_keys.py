@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import no_traceback, pwe, read_journal, show
+from conftest import no_traceback, pwe, read_journal, run_cli, show
 
 BAD = [
     # (the YAML under the workflow, the line it is on, a phrase of the message)
@@ -132,3 +132,53 @@ def test_retry_on_an_exit_status_asks_for_more_each_time(tmp_path, write):
     rows = [dict(zip(out.splitlines()[0].split("\t"), line.split("\t"))) for line in out.splitlines()[1:]]
     asked = [(r["attempt"], r["asked_memory_mb"], r["asked_walltime_min"]) for r in rows if r["member"] == "0"]
     assert asked == [("1", "10", "2"), ("2", "20", "3"), ("3", "40", "4.5")], asked
+
+
+OOM = """\
+name: grows
+properties: {{ledger: {ledger}}}
+nodes:
+  big:
+    scheduling: {{memoryPerMember: 100}}
+    retry: {{attempts: 2, on: [oom], grow: {{memoryPerMember: 2}}}}
+    run: |
+      set -e
+      echo "start big $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+      python3 -c "
+      import time
+      held = []
+      for _ in range(15):  # 150 MB in steps, each page touched: past 100 MB, within 200
+          held.append(bytearray(10 << 20))
+          held[-1][::4096] = b'x' * len(range(0, 10 << 20, 4096))
+          time.sleep(0.1)
+      time.sleep(1)
+      "
+      echo "end big $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
+"""
+
+
+@pytest.mark.parametrize("how", ["as the node gives", "watched"])
+def test_a_member_killed_for_memory_is_retried_asking_twice_as_much_and_completes(tmp_path, write, how):
+    """Killed past its memoryPerMember (in a cgroup of its own where this machine gives
+    one, else watched; PWE_NO_CGROUPS=1: watched), with reason oom; its retry asks twice
+    as much and completes."""
+    ledger = tmp_path / "ledger"
+    run = tmp_path / "run"
+    env = {"PWE_NO_CGROUPS": "1"} if how == "watched" else {}
+    rc, out, err = run_cli("run", write(OOM.format(ledger=ledger)), "--cores", "1", "--run-dir", run, cwd=tmp_path,
+                           timeout=300, env=env)
+    assert rc == 0, err
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    assert [w for w in lines if w[0] == "start"] == [["start", "big", "0", "1"], ["start", "big", "0", "2"]]
+    assert [w for w in lines if w[0] == "end"] == [["end", "big", "0", "2"]]  # (the first never got there)
+    recs = read_journal(run)
+    ends = [r for r in recs if r["e"] == "end"]
+    assert ends[0]["a"] == 1 and ends[0]["reason"] == "oom" and ends[0]["rc"] != 0, ends[0]
+    assert ends[1]["a"] == 2 and ends[1]["rc"] == 0 and "reason" not in ends[1], ends[1]
+    assigns = [r for r in recs if r["e"] == "assign"]
+    assert [(r["a"], r.get("mem")) for r in assigns] == [(1, None), (2, 200)]
+    rc, out, err = pwe("trace", run, "--format", "json", cwd=tmp_path)
+    import json
+
+    attempts = [json.loads(line) for line in out.splitlines()]
+    assert [(r["attempt"], r["reason"], r["asked_memory_mb"]) for r in attempts] == [(1, "oom", 100), (2, "exit", 200)]

@@ -143,7 +143,7 @@ class Trace:
             if ended:
                 state = ended
             elif rc is not None:
-                state = "done" if rc == 0 else "failed"
+                state = "done" if rc == 0 and not reason else "failed"
             else:
                 state = "running" if start is not None else "queued"
             space = spaces.get(nid)

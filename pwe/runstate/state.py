@@ -397,7 +397,9 @@ class RunState:
             ns.reason[i] = r["reason"]
         else:
             ns.reason.pop(i, None)
-        if rc == 0 and not r.get("bad"):
+        # (killed for memory or at its walltime: failed, even where a shell around the
+        # program killed went on to exit 0)
+        if rc == 0 and not r.get("bad") and not r.get("reason"):
             self._set(nid, ns, i, DONE)
             pilot = self.pilots.get(r["p"])
             if pilot is not None:  # (pwe pilot list: members each pilot finished; checkpointed with it)
