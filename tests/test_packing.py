@@ -86,7 +86,7 @@ def test_memory_per_member_on_a_host_that_states_no_memory_is_reported(tmp_path,
     rc, out, err = pwe("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path)
     assert rc == 0, err
     assert ("warning: node 'a': host 'box' has no batch system; scheduling account not used; it states no "
-            "memory_per_node; memoryPerMember not used\n") in err, err
+            "memory_per_node; memoryPerMember is each member's limit, not packed by\n") in err, err
 
 
 

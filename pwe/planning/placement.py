@@ -491,7 +491,8 @@ def unsupported_scheduling(plan: Plan, hosts: dict[str, Any]) -> list[str]:
             what = "has no batch system" if protocol == "local" else f"({protocol}) does not use them"
             parts.append(f"{what}; scheduling {', '.join(others)} not used")
         if "memoryPerMember" in ignored:
-            parts.append("states no memory_per_node; memoryPerMember not used")
+            # (each member's limit still: pilot/memwatch.py)
+            parts.append("states no memory_per_node; memoryPerMember is each member's limit, not packed by")
         if parts:
             out.append(f"node '{nid}': host '{pn.host}' " + "; it ".join(parts))
         if kind not in protocol_info(protocol).submission_types:

@@ -108,7 +108,8 @@ class Scheduling(_Strict):
     stderr: StrictStr | None = Field(None, description="batch job stderr path")
     stdin: StrictStr | None = Field(None, description="batch job stdin path")
     # The rest of the profile: accepted and passed on where a batch system has them.
-    memoryPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB per member")
+    memoryPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None, description="MB per member: members are packed by it, and one that uses more is killed (reason oom)")
     gpusPerMember: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="GPUs per member")
     tmpPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(
         None, description="MB of its own $TMPDIR per member, packed against each node's tmp pool")
