@@ -294,8 +294,8 @@ def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
     engine = Engine.create(wf, run_dir=tmp_path / "run", cores=1)
     task = engine.feeder.task
 
-    def poisoned(nid, i, attempt):
-        t = task(nid, i, attempt)
+    def poisoned(nid, i, attempt, retried=0):
+        t = task(nid, i, attempt, retried)
         if i == 1:
             t["env"]["X"] = "a\0b"
         return t
