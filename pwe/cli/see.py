@@ -157,9 +157,10 @@ def _budget_lines(snap: dict) -> list[str]:
     if not isinstance(b, dict):
         return []
 
+    from ..engine.budget import shown_ch  # (only for a run with a budget)
+
     def ch(v) -> str:
-        v = float(v or 0.0)
-        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2g}"
+        return shown_ch(float(v or 0.0))
 
     def line(one: dict, whose: str) -> str:
         return (f"core-hours{whose}: {ch(one.get('spent'))} spent, ~{ch(one.get('projected'))} projected of a "

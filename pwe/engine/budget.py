@@ -83,7 +83,7 @@ class CoreHours:
         elif plan.workflow.budget is not None:
             self.limits[RUN] = float(plan.workflow.budget.coreHours)
         for lane in lanes.values():
-            if getattr(lane.host, "budget", None) is not None:
+            if lane.host.budget is not None:
                 self.limits[lane.host.name] = float(lane.host.budget.coreHours)
         self.host_of_node = {nid: lanes[ln].host.name for nid, ln in lane_of.items() if ln in lanes}
         self.refused: dict[str, str] = {}  # lane -> why no pilot is submitted there (said once)
