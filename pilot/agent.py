@@ -42,6 +42,7 @@ from .nodesetup import SETUP_FAILED, NodeSetup
 from .nodewatch import NodeLosses, NodeWatch, slurmd_port
 from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
+from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
 from .wire import AGENT_KILL, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
 
@@ -63,6 +64,10 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.dir = directory
         self.alloc = allocation
         self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
+        # members' stdout/stderr: captured in node-local scratch, kept in this pilot's stream
+        self.streams = StreamWriter(directory, "out-pilot",
+                                    scratch=self.tmpdirs.root if not self.tmpdirs.error else None)
+        self.n_writers = 0  # node agents and local spawners started: each one's stream is named apart
         # each node's tmp pool (tmpPerMember): the host's tmp_per_node, else what is free under
         # the tmp root here, measured once (other nodes' is not known: not counted)
         measured = None if tmp_per_node is not None else self.tmpdirs.free_mb()
@@ -204,7 +209,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[n.name for n, _ in placement])
         self.flush()
         try:
-            pid = self.spawner.spawn(argv, env, cwd, task["cmd"], made=True)
+            fds = self.streams.capture()
+            try:
+                pid = self.spawner.spawn(argv, env, cwd, task["cmd"], fds, made=True)
+            except OSError:
+                self.streams.drop(fds)
+                raise
         except OSError as exc:
             if exc.errno in (errno.EROFS, errno.EACCES) and not writable(cwd):
                 # its directory refused its stdout: made a moment before it turned read-only
@@ -216,6 +226,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.fail_now(task, *start_failure(exc))
             self.member_over(task, placement)
             return
+        task["_io"] = fds  # (kept into the stream as it ends: member_over)
         self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
 
     def spawned(self, member: Member) -> None:
@@ -228,8 +239,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.table.spawned(pid, task["n"], task["m"], task["a"])
 
     def member_over(self, task: dict, placement: Placement) -> None:
-        """A member attempt that has ended (or never started): its $TMPDIR goes (its tmp
-        space went back to the pool with its cores: Packer.release)."""
+        """A member attempt that has ended (or never started): what it wrote on stdout and
+        stderr into the pilot's stream (with the lines the pilot added), its $TMPDIR gone
+        (its tmp space went back to the pool with its cores: Packer.release)."""
+        io = task.pop("_io", None)
+        if io is not None:
+            self.streams.keep(task["n"], task["m"], task["a"], io, task.pop("_note", ""))
         self.tmpdirs.remove(task["n"], task["m"], task["a"])
 
     def unwritable(self, task: dict, placement: Placement, threads: int, exclusive: bool, where: str,
@@ -252,7 +267,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             killpg(m.pid, sig)
 
     def fail_now(self, task: dict, rc: int, why: str) -> None:
-        note_stderr(task, f"{why}: {task['cmd']}")
+        note_stderr(self.streams, task, f"{why}: {task['cmd']}")
         self.emit(END, n=task["n"], m=task["m"], a=task["a"], rc=rc, why=why, dt=0.0, out={})
         self.next_in_group(task)
 
@@ -326,7 +341,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 self.member_over(t, member.placement)
                 continue
             if member.launcher == "srun" and rc and not member.killed:
-                refused = srun_refused(os.path.join(t["cwd"], "stderr"))
+                refused = srun_refused(tail(t["_io"][1])) if "_io" in t else None
                 if refused:  # the allocation is going: srun's failure, not the member's
                     self.member_over(t, member.placement)
                     self.hand_back(t, f"srun could not start it: {refused}")
@@ -401,6 +416,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
         self.memory.close()  # (members' cgroups, then its own)
         self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
+        self.streams.close()
         self.emit(DOWN, why=why)
         self.flush()
         return 1 if why.startswith("error") else 0

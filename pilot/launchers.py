@@ -26,7 +26,6 @@ from __future__ import annotations
 import shlex
 from typing import Mapping
 
-from .bounded import open_regular
 from .packing import Placement
 
 PREFIXES = {
@@ -49,16 +48,11 @@ SRUN_NOT_STARTED = ("has expired", "already completing or completed", "Unable to
                     "Invalid job id", "has been revoked", "Unable to confirm allocation")
 
 
-def srun_refused(stderr_path: str) -> str | None:
-    """srun's last words in a member's stderr when it failed to start the step (one of
+def srun_refused(stderr_tail: bytes) -> str | None:
+    """srun's last words in the tail of a member's captured stderr
+    (:func:`pilot.streams.tail`) when it failed to start the step (one of
     :data:`SRUN_NOT_STARTED`), or None: a member that ran and failed is the member's."""
-    try:
-        with open_regular(stderr_path, "rb") as fh:  # (a member's file: never a FIFO's blocking read)
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 4096))
-            tail = fh.read().decode("utf-8", "replace").strip().splitlines()
-    except OSError:
-        return None
+    tail = stderr_tail.decode("utf-8", "replace").strip().splitlines()
     last = tail[-1] if tail else ""
     if last.startswith("srun: error: ") and "task" not in last and any(w in last for w in SRUN_NOT_STARTED):
         return last

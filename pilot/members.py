@@ -121,14 +121,14 @@ def task_shape(task: dict) -> tuple[int, int, bool, int | None, int, int, int, i
             int(task.get("gpus") or 0), int(task.get("mem") or 0), int(task.get("tmp") or 0), rpn)
 
 
-def note_stderr(task: dict, text: str) -> None:
-    """A `pwe: ...` line appended to a member's stderr (best effort: the disk may be full)."""
-    try:
-        os.makedirs(task["cwd"], exist_ok=True)
-        with open(os.path.join(task["cwd"], "stderr"), "ab") as se:
-            se.write(f"pwe: {text}\n".encode())
-    except OSError:
-        pass
+def note_stderr(stream: Any, task: dict, text: str) -> None:
+    """A `pwe: ...` line added to a member attempt's stderr in the pilot's output stream
+    (``stream``: its :class:`pilot.streams.StreamWriter`): after what the member wrote,
+    when its capture is still to be kept (:meth:`pilot.agent.PilotAgent.member_over`)."""
+    if "_io" in task:
+        task["_note"] = f"{task['_note']}\npwe: {text}" if "_note" in task else text
+    else:
+        stream.note(task["n"], task["m"], task["a"], text)
 
 
 def say(msg: str) -> None:

@@ -9,8 +9,11 @@ out, as :mod:`pilot.wire` lists them (pilot <-> node agent).
 What it says in one pass of its loop goes out in one write. It ends, killing its
 members, when stdin closes: the pilot is gone, or the connection is. SIGTERM, SIGHUP or
 SIGINT (the batch system ending its step) kills its members too, at once. Members get the
-same treatment as on the pilot's own node: own directory, own session, stdout/stderr
-files there.
+same treatment as on the pilot's own node: own directory, own session, stdout and stderr
+captured in this node's scratch and kept, as each member is reaped, in this agent's own
+output stream (``--stream PATH``: :mod:`pilot.streams`; ``--cap`` bytes of each at most;
+``--scratch DIR``, else $TMPDIR or /tmp). The members of an agent that has lost its pilot
+(stdin closed) are killed and their output not kept: the pilot hands them back.
 """
 
 from __future__ import annotations
@@ -24,15 +27,18 @@ import time
 
 from .memwatch import MemoryWatch
 from .spawn import Spawner, member_base_env, reaped, start_failure
-from .tmpdirs import make_fresh, remove_tree
+from .streams import StreamWriter
+from .tmpdirs import make_fresh, remove_tree, tmp_root
 from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_RUN, AGENT_STARTED, REASON_OOM
 
 
 class Agent:
     """The members this agent started and what it has to say of them (one write a pass)."""
 
-    def __init__(self, out) -> None:
+    def __init__(self, out, stream: StreamWriter) -> None:
         self.out = out
+        self.stream = stream
+        self.io: dict[int, tuple] = {}  # pid -> (capture fds, node, member, attempt)
         self.base_env = member_base_env()
         self.running: dict[int, int] = {}  # pid -> id
         self.tmps: dict[int, str] = {}     # pid -> the member's own $TMPDIR, made on this node
@@ -65,8 +71,13 @@ class Agent:
         try:
             if tmp:  # this node's own fresh $TMPDIR for the member (the pilot's is elsewhere)
                 make_fresh(tmp)
-            pid = self.spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv),
-                                     made=bool(msg.get("made")))
+            fds = self.stream.capture()
+            try:
+                pid = self.spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv), fds,
+                                         made=bool(msg.get("made")))
+            except OSError:
+                self.stream.drop(fds)
+                raise
         except OSError as exc:
             rc, why = start_failure(exc)
             self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=why)
@@ -77,6 +88,7 @@ class Agent:
             self.tmps[pid] = tmp
             self.made.add(tmp)
         self.running[pid] = msg["id"]
+        self.io[pid] = (fds, msg.get("n", "?"), msg.get("m", 0), msg.get("a", 0))
         self.by_id[msg["id"]] = pid
         if msg.get("mem"):
             self.memory.attach(pid, pid, int(msg["mem"]))
@@ -114,6 +126,11 @@ class Agent:
             ident = self.running.pop(pid, None)
             if ident is not None:
                 self.by_id.pop(ident, None)
+                fds, n, m, a = self.io.pop(pid)
+                if self.open_in:  # (its output into the stream before its end is said)
+                    self.stream.keep(n, m, a, fds)
+                else:
+                    self.stream.drop(fds)
                 if pid in self.tmps:
                     remove_tree(self.tmps.pop(pid))
                 over = self.memory.ended(pid, rss, rc) if self.memory.limits else None
@@ -136,8 +153,21 @@ _ON = {AGENT_RUN: Agent.run, AGENT_KILL: Agent.kill}
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
+def _stream(argv: list[str]) -> StreamWriter:
+    """The output stream the pilot named on our command line (see the module); none named
+    (a test, by hand): ``out-agent-PID`` here."""
+    opts = dict(zip(argv[::2], argv[1::2]))
+    path = opts.get("--stream") or os.path.abspath(f"out-agent-{os.getpid()}")
+    try:
+        scratch = opts.get("--scratch") or tmp_root(None)
+    except ValueError:
+        scratch = None
+    cap = int(opts["--cap"]) if opts.get("--cap", "").isdigit() else None
+    return StreamWriter(os.path.dirname(path), os.path.basename(path), cap=cap, scratch=scratch)
+
+
 def main() -> None:
-    agent = Agent(sys.stdout.buffer)
+    agent = Agent(sys.stdout.buffer, _stream(sys.argv[1:]))
     rfd, wfd = os.pipe()
     os.set_blocking(rfd, False)
     os.set_blocking(wfd, False)
@@ -180,6 +210,7 @@ def main() -> None:
         agent.reap()
         agent.send()
     agent.memory.close()
+    agent.stream.close()
     agent.tidy()
 
 

@@ -175,7 +175,7 @@ class NodeLosses:
         not known, so it is recorded neither as succeeded nor as failed."""
         self.losses.setdefault(node, why[-300:])
         self.emit(NODE_LOST, node=node, n=task["n"], m=task["m"], why=why[-300:])
-        note_stderr(task, f"{why}: run again elsewhere")
+        note_stderr(self.streams, task, f"{why}: run again elsewhere")
         self.hand_back(task, why)
 
     def lose_nodes(self) -> None:

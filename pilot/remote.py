@@ -95,7 +95,7 @@ class RemoteNodes:
         # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
         tmp = member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.path(task["n"], task["m"], task["a"])
         run = {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"], "cwd": task["cwd"],
-               "env": member_env, "tmp": tmp}
+               "env": member_env, "tmp": tmp, "n": task["n"], "m": task["m"], "a": task["a"]}
         if task.get("mem"):
             run["mem"] = task["mem"]  # (enforced by the agent there: pilot/memwatch.py)
         if agent is None or not agent.send_all([run]):
@@ -115,12 +115,15 @@ class RemoteNodes:
         import pilot as pkg
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
+        # its members' output into a stream of its own (no two processes append to one file)
+        stream = self.stream_for(f"node-{node}")
         if launcher == "srun":
             # a step of one task on that node, sharing its cores with the members (--overlap)
             argv = command(AGENT_SRUN, node=node) + ["env", f"PYTHONPATH={root}", sys.executable, "-m",
-                                                     "pilot.nodeagent"]
+                                                     "pilot.nodeagent"] + stream
         else:
-            remote = f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent"
+            remote = (f"exec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m pilot.nodeagent "
+                      + " ".join(shlex.quote(w) for w in stream))
             argv = self._ssh_head(node) + [remote]
         try:
             # (from the pilot's directory: its cwd may be a member's, tidied away since, and
@@ -134,6 +137,15 @@ class RemoteNodes:
         agent = NodeAgent(node, proc, self.sel)
         self.agents[node] = agent
         return agent
+
+    def stream_for(self, name: str, here: bool = False) -> list[str]:
+        """The arguments that give a new node agent or spawner its own output stream in this
+        pilot's directory (a name never used before by this pilot: one that took the place
+        of a lost one writes a file of its own) and the output cap; ``here``: on this node,
+        capturing in the pilot's own scratch (another node's is its $TMPDIR, else /tmp)."""
+        self.n_writers += 1
+        return ["--stream", os.path.join(os.path.abspath(self.dir), f"out-{name}-{self.n_writers}"),
+                "--cap", str(self.streams.cap)] + (["--scratch", self.streams.scratch] if here else [])
 
     def read_agent(self, agent: NodeAgent) -> None:
         msgs = agent.read()

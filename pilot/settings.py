@@ -127,7 +127,8 @@ CHECKPOINT_EVERY = Setting("PWE_CHECKPOINT_EVERY", "seconds", 20.0, low=0, high=
     "the least seconds between two checkpoints of a run's states (and 50 times what the last "
     "took); the tests take them often"))
 SEAL_ABOVE = Setting("PWE_SEAL_ABOVE", "bytes", 8 << 20, low=0, reader="engine", doc=(
-    "a left pilot's spool files are sealed (gzip) when together bigger than this; 0 seals every one"))
+    "a left pilot's spool files are sealed (gzip) when together bigger than this, and each of its "
+    "members' output streams when bigger than this; 0 seals every one"))
 SERVICE_STALE = Setting("PWE_SERVICE_STALE", "seconds", 30.0, low=0.1, high=86400, reader="service", doc=(
     "seconds without a tick reaching the service's worker before its worker and beat are "
     "restarted; the tests make it short"))
@@ -147,10 +148,13 @@ NO_CGROUPS = Setting("PWE_NO_CGROUPS", "flag", False, reader="pilot", doc=(
 SPAWNERS = Setting("PWE_SPAWNERS", "count", None, low=0, high=256, reader="pilot", doc=(
     "local spawner processes that start a pilot's members on its node (0: the pilot starts "
     "them itself); --spawners wins. Unset: none below 8 slots, one per 8 slots above"))
+OUTPUT_CAP = Setting("PWE_OUTPUT_CAP", "bytes", 8 << 20, low=1024, high=256 << 20, reader="pilot", doc=(
+    "the most bytes of a member attempt's stdout, and of its stderr, kept in its pilot's "
+    "output stream: the first and last half of it, and how many bytes were left out between"))
 
 #: every variable pwe reads, in the order the reference page lists them
 SETTINGS: tuple[Setting, ...] = (HOME, BROKER, QUEUE, CHECKPOINT_EVERY, SEAL_ABOVE, SERVICE_STALE, SERVICE_DIR,
-                                 SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS)
+                                 SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS, OUTPUT_CAP)
 #: the pilot's own (read on compute nodes; checked when the pilot starts)
 PILOT_SETTINGS = tuple(s for s in SETTINGS if s.reader == "pilot")
 

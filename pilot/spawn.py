@@ -2,9 +2,11 @@
 on the pilot's own node and by a node agent on the others (standard library only).
 
 A member gets its own directory (created here), its own session (so a kill reaches
-everything it started), stdin from /dev/null, and stdout/stderr files in its directory
-that the child opens itself. When it has ended, what it left empty is removed again
-(:func:`tidy_member_dir`): the run keeps only the members' files that hold something.
+everything it started), stdin from /dev/null, and as its stdout and stderr the two capture
+files its starter opened for it in node-local scratch (:mod:`pilot.streams`: read back when
+it has been reaped, into the starter's output stream). When it has ended, what it left
+empty is removed again (:func:`tidy_member_dir`): the run keeps only the members' files
+that hold something.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import os
 import shutil
 from typing import Callable, Iterator
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-FILE_ACTIONS = [
-    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-    (os.POSIX_SPAWN_OPEN, 1, "stdout", _CREATE, 0o644),
-    (os.POSIX_SPAWN_OPEN, 2, "stderr", _CREATE, 0o644),
-]
+_STDIN = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
+
+
+def file_actions(fds: tuple[int, int]) -> list[tuple]:
+    """A member's fds: stdin from /dev/null, stdout and stderr the capture files ``fds``
+    (:meth:`pilot.streams.StreamWriter.capture`), dup2'd onto 1 and 2."""
+    return [_STDIN, (os.POSIX_SPAWN_DUP2, fds[0], 1), (os.POSIX_SPAWN_DUP2, fds[1], 2)]
 
 #: A shell that sees these thinks sshd started it and reads ~/.bashrc (Debian's bash
 #: does): members are not login sessions, and a slow or locked rc file would stall each.
@@ -115,36 +118,37 @@ class Spawner:
             self._which[key] = shutil.which(name, path=path)
         return self._which[key]
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, shell_cmd: str, made: bool = False) -> int:
-        """Start ``argv`` in ``cwd`` (made if missing, unless ``made``); its pid. Raises
-        OSError when it cannot start (not found, not executable, no space for its files).
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, shell_cmd: str, fds: tuple[int, int],
+              made: bool = False) -> int:
+        """Start ``argv`` in ``cwd`` (made if missing, unless ``made``) with ``fds`` as its
+        stdout and stderr; its pid. Raises OSError when it cannot start (not found, not
+        executable).
 
         ``shell_cmd`` is what runs under ``bash -c`` when ``argv[0]`` is a script without a
         ``#!`` line, as a shell would run it.
         """
         if not made:
             make_member_dir(cwd)
-        # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python, and the
-        # child opens its own stdout/stderr. It has no cwd argument: callers are
+        # posix_spawn (vfork underneath) costs a fraction of fork+exec from Python. It has no cwd argument: callers are
         # single-threaded, so stepping into the member's directory around it is safe (every
         # other path they use is absolute, so they never step back out).
         os.chdir(cwd)
         try:
-            return self._spawn(self.resolve(argv[0], env.get("PATH", "")), argv, env, shell_cmd)
+            return self._spawn(self.resolve(argv[0], env.get("PATH", "")), argv, env, shell_cmd, file_actions(fds))
         except ValueError as exc:  # a NUL byte in an argument or the environment: this member's, not ours
             raise OSError(errno.EINVAL, str(exc)) from None
 
     @staticmethod
-    def _spawn(exe: str | None, argv: list[str], env: dict[str, str], shell_cmd: str) -> int:
+    def _spawn(exe: str | None, argv: list[str], env: dict[str, str], shell_cmd: str, actions: list) -> int:
         try:
             if exe:
-                return os.posix_spawn(exe, argv, env, file_actions=FILE_ACTIONS, setsid=True)
+                return os.posix_spawn(exe, argv, env, file_actions=actions, setsid=True)
             # not found on PATH: let exec report the error as the shell would
-            return os.posix_spawnp(argv[0], argv, env, file_actions=FILE_ACTIONS, setsid=True)
+            return os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
         except OSError as exc:
             if exc.errno != errno.ENOEXEC or argv[0] == "bash":
                 raise
-            return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=FILE_ACTIONS, setsid=True)
+            return os.posix_spawnp("bash", ["bash", "-c", shell_cmd], env, file_actions=actions, setsid=True)
 
 
 def reaped(wanted: Callable[[], object],

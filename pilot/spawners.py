@@ -77,7 +77,8 @@ class LocalSpawners:
             # -S: no site-packages to read (standard library only, found through PYTHONPATH);
             # its own session: a signal to the pilot's process group (Ctrl-C, the batch
             # system's SIGTERM) reaches the pilot, which stops the members through it
-            proc = subprocess.Popen([sys.executable, "-S", "-m", "pilot.nodeagent"], stdin=subprocess.PIPE,
+            argv = [sys.executable, "-S", "-m", "pilot.nodeagent"] + self.stream_for(f"spawner-{i}", here=True)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=open(log, "ab"),
                                     env=env, cwd=self.dir, start_new_session=True)
         except OSError as exc:
@@ -108,7 +109,7 @@ class LocalSpawners:
         self.running[key] = member
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
         run = {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"], "cwd": task["cwd"],
-               "env": member_env, "made": True}
+               "env": member_env, "made": True, "n": task["n"], "m": task["m"], "a": task["a"]}
         if task.get("mem"):
             run["mem"] = task["mem"]  # (the spawner enforces it: pilot/memwatch.py)
         self.pending.append((member, run))

@@ -198,7 +198,7 @@ AGENT_RUN, AGENT_KILL = "run", "kill"
 AGENT_STARTED, AGENT_ENDED, AGENT_FAILED = "started", "ended", "failed"
 #: Each node agent message kind and its fields (besides ``k``), as the table above says.
 AGENT_FIELDS: dict[str, frozenset[str]] = {
-    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem"}),
+    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem", "n", "m", "a"}),
     AGENT_KILL: frozenset({"id", "sig"}),
     AGENT_STARTED: frozenset({"id", "pid"}),
     AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss", "reason", "why"}),

@@ -549,6 +549,19 @@ def mdir(run_dir: Path, node: str, i: int) -> Path:
     return Path(run_dir) / "members" / node / str(i // 1000) / str(i)
 
 
+def output(run_dir: Path, node: str, i: int, name: str = "stdout", attempt: int | None = None) -> str:
+    """What a member attempt wrote on its stdout (or stderr), read as ``pwe logs`` reads it
+    (the run's output streams, pilot/streams.py); "" when it has not written anything yet."""
+    from pwe.base.errors import PweError
+    from pwe.observe.runview import member_output
+
+    try:
+        got = member_output(Path(run_dir), node, i, attempt=attempt)
+    except PweError:
+        return ""
+    return getattr(got, name).decode("utf-8", "replace")
+
+
 def show(run_dir: Path, *extra: str) -> list[dict]:
     rc, out, err = pwe("show", run_dir, "--json", "--limit", "0", *extra, cwd=Path(run_dir).parent)
     assert rc == 0, f"pwe show failed: {err}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ledger_counts, let_time_pass, read_journal, sample_pilot_job, wait_for
+from conftest import ROOT, ledger_counts, let_time_pass, output, read_journal, sample_pilot_job, wait_for
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
@@ -468,7 +468,7 @@ def test_hybrid_example_runs_here_and_on_slurm(slurm_cluster, tmp_path):
     jobs = {member_record(st, "sweep", k)["outputs"]["job"] for k in range(8)}
     assert len(jobs) == 1 and jobs != {""}, jobs  # the whole sweep in one SLURM job
     assert (run_dir / "members" / "prepare" / "0" / "3" / "input.txt").read_text() == "input 3\n"
-    assert (run_dir / "members" / "summarize" / "0" / "0" / "stdout").read_text() == "summarized\n"
+    assert output(run_dir, "summarize", 0) == "summarized\n"
 
 
 def test_a_refused_pilot_stops_the_run_and_resume_uses_the_fixed_host(slurm_cluster, tmp_path):

@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, read_journal, run_cli
+from conftest import ROOT, output, read_journal, run_cli
 
 
 def _need(cond: bool, why: str) -> None:
@@ -149,9 +149,8 @@ def test_mpi_members_run_every_rank_through_open_mpi(tmp_path):
     wf.write_text(MPI_WF)
     rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=120)
     assert rc == 1, err  # `bad` failed
-    members = tmp_path / "run" / "members"
     for m, k in ((0, 1), (1, 2)):
-        lines = sorted((members / "hello" / "0" / str(m) / "stdout").read_text().splitlines())
+        lines = sorted(output(tmp_path / "run", "hello", m).splitlines())
         assert lines == [f"rank 0 of 2 k={k}", f"rank 1 of 2 k={k}"], lines
     ends = {(r["n"], r["m"]): r for r in read_journal(tmp_path / "run") if r["e"] == "end"}
     assert ends[("hello", 0)]["rc"] == 0 and ends[("hello", 1)]["rc"] == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 
-from conftest import by_key, mdir, no_traceback, pwe, show, status
+from conftest import by_key, mdir, no_traceback, output, pwe, show, status
 
 
 ISOLATION_WF = """\
@@ -79,17 +79,15 @@ def test_retries_keep_earlier_attempts(tmp_path, write):
     recs = by_key(show(run))
     flaky = recs[("flaky", 0)]
     assert flaky["state"] == "done" and flaky["attempts"] == 3 and flaky["exit_status"] == 0, flaky
-    md = mdir(run, "flaky", 0)
-    assert (md / "stdout.1").read_text() == "attempt 1\n"
-    assert (md / "stdout.2").read_text() == "attempt 2\n"
-    assert (md / "stdout").read_text() == "attempt 3\n"
-    assert (md / "stderr.1").read_text() == "err 1\n"
-    assert (md / "stderr").read_text() == "err 3\n"
-    assert not (md / "stdout.3").exists()
+    # (each attempt's output kept apart in the pilot's stream: attempt 2 does not hide 1)
+    assert output(run, "flaky", 0, attempt=1) == "attempt 1\n"
+    assert output(run, "flaky", 0, attempt=2) == "attempt 2\n"
+    assert output(run, "flaky", 0) == "attempt 3\n" == output(run, "flaky", 0, attempt=3)
+    assert output(run, "flaky", 0, "stderr", attempt=1) == "err 1\n"
+    assert output(run, "flaky", 0, "stderr") == "err 3\n"
     hopeless = recs[("hopeless", 0)]
     assert hopeless["state"] == "failed" and hopeless["attempts"] == 2 and hopeless["exit_status"] == 5, hopeless
-    hd = mdir(run, "hopeless", 0)
-    assert (hd / "stdout.1").read_text() == "try 1\n" and (hd / "stdout").read_text() == "try 2\n"
+    assert output(run, "hopeless", 0, attempt=1) == "try 1\n" and output(run, "hopeless", 0) == "try 2\n"
 
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, let_time_pass, run_cli
+from conftest import ROOT, let_time_pass, output, run_cli
 from pwe.cli.main import cli
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -570,7 +570,7 @@ def test_an_id_of_exactly_the_bound_runs(tmp_path):
     wf.write_text(f"name: {'w' * 100}\nnodes:\n  {'n' * 100}:\n    run: echo hi\n    parameters: {{{'p' * 100}: [1]}}\n")
     status, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=120)
     assert status == 0, err
-    assert (tmp_path / "run" / "members" / ("n" * 100) / "0" / "0" / "stdout").read_text() == "hi\n"
+    assert output(tmp_path / "run", "n" * 100, 0) == "hi\n"
 
 
 def test_yaml_xml_and_the_json_schema_say_the_same_bound():

@@ -248,8 +248,8 @@ def test_open_regular_refuses_a_fifo_without_waiting(tmp_path):
         read_text("/dev/null")
 
 
-FIFO_WHERE = ["run.json", "state.json", "journal.jsonl", "checkpoint.bin", "secret", "members/a/0/0/stderr",
-              "members/a/0/0/stdout"]
+FIFO_WHERE = ["run.json", "state.json", "journal.jsonl", "checkpoint.bin", "secret", "pilots/p1/out-pilot.stream",
+              "pilots/p1/out-pilot.index"]
 
 
 @pytest.mark.parametrize("where", FIFO_WHERE)
@@ -267,7 +267,7 @@ def test_a_fifo_where_a_run_file_should_be_never_hangs_a_command(evil_run, tmp_p
             _one_line_refusal((status, out, err), phrase="not a regular file" if where != "run.json" else None)
         elif args[0] == "status":  # (the journal's counts, or with a warning the last snapshot's)
             assert status == 0 and err.count("\n") <= 1, err
-        if where.startswith("members") and args[0] == "logs":
+        if where.startswith("pilots") and args[0] == "logs":
             _one_line_refusal((status, out, err), phrase="not a regular file (a FIFO)")
 
 

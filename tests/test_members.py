@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import by_key, mdir, no_traceback, pids_matching, pwe, show, wait_for
+from conftest import by_key, mdir, no_traceback, output, pids_matching, pwe, show, wait_for
 
 
 ENV_WF = """\
@@ -43,7 +43,7 @@ def test_member_environment(tmp_path, write):
     recs = by_key(show(run))
     for i, (name, level) in enumerate(expected):
         md = mdir(run, "probe", i).resolve()
-        env = dict(line.split("=", 1) for line in (md / "stdout").read_text().splitlines() if "=" in line)
+        env = dict(line.split("=", 1) for line in output(run, "probe", i).splitlines() if "=" in line)
         assert env.get("PWE_RUN_ID") == run_id
         assert env.get("PWE_NODE") == "probe"
         assert env.get("PWE_MEMBER") == str(i)
@@ -98,7 +98,7 @@ nodes:
             stderr_part = out.split("stderr (", 1)[1]
             assert name in stderr_part and reason in stderr_part.lower(), \
                 f"{node}[{i}]: its stderr does not say why it could not start:\n{out}"
-    assert "should not run" not in (mdir(run, "direct", 0) / "stdout").read_text()
+    assert "should not run" not in output(run, "direct", 0)
 
 
 
@@ -152,11 +152,11 @@ nodes:
     recs = by_key(show(run))
     # through bash (the quoted argument forces it) the script runs
     assert recs[("quoted", 0)]["state"] == "done", recs[("quoted", 0)]
-    assert (mdir(run, "quoted", 0) / "stdout").read_text() == "ran without shebang\n"
+    assert output(run, "quoted", 0) == "ran without shebang\n"
     assert recs[("plain", 0)]["state"] == "done", (
         "BUG pilot/agent.py PilotAgent.launch: an executable script without a #! line, run as a plain payload, "
         f"fails with {recs[('plain', 0)]} (posix_spawn ENOEXEC) where `bash -c` runs it as a shell script")
-    assert (mdir(run, "plain", 0) / "stdout").read_text() == "ran without shebang\n"
+    assert output(run, "plain", 0) == "ran without shebang\n"
     assert rc == 0, err
 
 
@@ -200,8 +200,7 @@ nodes:
         for i in (0, 1):
             r = recs[("slow", i)]
             assert r["state"] == "failed" and r.get("why") == "ran past its maxWallTimePerMember of 0.02 min", r
-            out_file = mdir(run, "slow", i) / "stdout"  # (not kept when it stayed empty)
-            assert not out_file.exists() or "finished" not in out_file.read_text()
+            assert "finished" not in output(run, "slow", i)
         assert took < 25, f"a 1.2 s walltime took {took:.1f} s to enforce (the members sleep 30 s)"
         wait_for(lambda: not pids_matching(marker), what="the timed-out members to end")
     finally:

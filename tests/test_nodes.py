@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, output, wait_for
 from pilot.spawn import pid_alive
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -103,7 +103,7 @@ def test_unknown_host_key_is_refused(ssh_nodes, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "strangers", "--run-dir",
                            str(tmp_path / "run")], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    err = (tmp_path / "run" / "members" / "m" / "0" / "0" / "stderr").read_text()
+    err = output(tmp_path / "run", "m", 0, "stderr")
     assert "Host key verification failed" in err
 
 

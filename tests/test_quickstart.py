@@ -9,7 +9,7 @@ import json
 
 import yaml
 
-from conftest import EXAMPLES, mdir, no_traceback, pwe, read_journal, status
+from conftest import EXAMPLES, mdir, no_traceback, output, pwe, read_journal, status
 
 
 def test_quickstart_end_to_end(tmp_path):
@@ -72,12 +72,12 @@ def test_quickstart_end_to_end(tmp_path):
     for i in range(12):
         T, seed = (300, 350, 400)[i // 4], i % 4
         md = mdir(d, "simulate", i)
-        assert (md / "stdout").read_text() == f"T={T} seed={seed} steps=1000\n"
-        assert not (md / "stderr").exists(), "an empty stderr is not kept"
+        assert output(d, "simulate", i) == f"T={T} seed={seed} steps=1000\n"
+        assert output(d, "simulate", i, "stderr") == "", "it wrote nothing on stderr"
         assert (md / "outputs").read_text().strip() == f"energy={T * 3 + seed}"
-    assert (mdir(d, "prepare", 0) / "stdout").read_text() == "preparing 1000 steps\n"
-    assert (mdir(d, "analyze", 0) / "stdout").read_text() == "analyzing 1000 steps of 12 simulations\n"
-    assert not (mdir(d, "analyze", 0) / "stderr").exists()
+    assert output(d, "prepare", 0) == "preparing 1000 steps\n"
+    assert output(d, "analyze", 0) == "analyzing 1000 steps of 12 simulations\n"
+    assert output(d, "analyze", 0, "stderr") == ""
 
 
 
@@ -93,8 +93,8 @@ def test_python_api_run_workflow(tmp_path):
         T, seed = r["parameters"]["temperature"], r["parameters"]["seed"]
         assert r["state"] == "done" and r["attempts"] == 1 and r["exit_status"] == 0
         assert r["outputs"] == {"energy": str(T * 3 + seed)}
-    assert (mdir(res.dir, "prepare", 0) / "stdout").read_text() == "preparing 5 steps\n"
-    assert "steps=5" in (mdir(res.dir, "simulate", 0) / "stdout").read_text()
+    assert output(res.dir, "prepare", 0) == "preparing 5 steps\n"
+    assert "steps=5" in output(res.dir, "simulate", 0)
     _, state = load_state(res.dir)
     assert state.finished_ok is True
     assert state.totals()[4] == 14

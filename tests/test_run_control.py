@@ -10,7 +10,7 @@ import secrets
 import signal
 
 
-from conftest import (alive, engine_pid, mdir, no_traceback, pids_matching, pilot_pids, pwe, show, start_run,
+from conftest import (alive, engine_pid, mdir, no_traceback, output, pids_matching, pilot_pids, pwe, show, start_run,
                       status, wait_for)
 
 
@@ -23,12 +23,11 @@ def test_submit_returns_at_once_then_succeeds(tmp_path, write, reaper):
     assert run_id == json.loads((run / "run.json").read_text())["run_id"]
     # it returned once its engine held the run, not once the run (a member of 3 s) ended
     reaper(run, engine_pid(run))
-    out_file = mdir(run, "nap", 0) / "stdout"
-    assert status(run)["phase"] == "running" and not (out_file.exists() and out_file.read_text())
+    assert status(run)["phase"] == "running" and not output(run, "nap", 0)
     st = wait_for(lambda: (lambda s: s if s["phase"] == "succeeded" else None)(status(run)),
                   what="the submitted run to succeed")
     assert st["totals"]["done"] == 1
-    assert (mdir(run, "nap", 0) / "stdout").read_text() == "woke\n"
+    assert output(run, "nap", 0) == "woke\n"
 
 
 
@@ -130,7 +129,7 @@ nodes:
     rc, out, err = pwe("retry", run, cwd=tmp_path)
     assert rc == 0, err
     assert all(r["state"] == "done" for r in show(run))
-    assert (mdir(run, "after", 0) / "stdout").read_text() == "after\n"
+    assert output(run, "after", 0) == "after\n"
 
 
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, mdir, output
 
 HEAVY = ("networkx", "pydantic", "jinja2", "rich", "lxml", "paramiko", "celery", "yaml")
 
@@ -130,11 +130,10 @@ def test_run_hands_its_order_to_the_pilot_it_started_before_planning(tmp_path):
     pilots = [json.loads(ln) for ln in (run_dir / "journal.jsonl").read_text().splitlines()
               if json.loads(ln).get("e") == "pilot"]
     assert len(pilots) == 1, pilots
-    outs = sorted((run_dir / "members" / "m").glob("*/*/stdout"))
-    assert len(outs) == 3
-    for out in outs:
-        member, mark, cwd = out.read_text().split()
-        assert mark == "set-after-nothing" and cwd == str(out.parent)
+    outs = [output(run_dir, "m", i) for i in range(3)]
+    for i, out in enumerate(outs):
+        member, mark, cwd = out.split()
+        assert mark == "set-after-nothing" and cwd == str(mdir(run_dir, "m", i)), out
     assert (run_dir / "pilots" / "p1" / "pilot.log").exists()
     # nothing is left waiting for an order
     mine = []

@@ -131,7 +131,8 @@ def test_member_shows_its_files_and_outputs(done):
     cwd, run = done
     m = client(cwd).get(f"/api/runs/{run.name}/members/sweep/4").json()
     assert m["outputs"] == {"energy": "40"} and m["parameters"] == {"x": 4}
-    assert {f["name"] for f in m["files"]} >= {"stdout", "outputs"}
+    assert {f["name"] for f in m["files"]} >= {"outputs"}
+    assert m["output"]["attempt"] == 1 and m["output"]["stdout"] > 0, m["output"]  # (in its pilot's stream)
 
 
 # -- the OpenAPI description -------------------------------------------------------------------
@@ -245,17 +246,18 @@ def test_pages_carry_a_content_security_policy(done):
 def test_logs_cannot_leave_the_run_directory(done, tmp_path):
     cwd, run = done
     c = client(cwd)
-    md = run / "members" / "sweep" / "0" / "5"
-    (md / "stdout").unlink()
+    stream = next((run / "pilots").glob("*/out-*.stream"))  # (a member's output is in its pilot's stream)
+    kept = stream.read_bytes()
+    stream.unlink()
     secret = tmp_path / "secret.txt"
-    secret.write_text("not for the dashboard")
-    (md / "stdout").symlink_to(secret)
+    secret.write_bytes(b"not for the dashboard" * (1 + len(kept) // 21))
+    stream.symlink_to(secret)
     try:
         r = c.get(f"/api/runs/{run.name}/members/sweep/5/logs")
         assert r.status_code == 400 and "not for the dashboard" not in r.text
     finally:
-        (md / "stdout").unlink()
-        (md / "stdout").write_text("x is 5\n")
+        stream.unlink()
+        stream.write_bytes(kept)
     for bad in ("..", "..%2F..%2Fetc", "%2Fetc", "a" * 300):
         assert c.get(f"/api/runs/{bad}").status_code == 404
     assert c.get(f"/api/runs/{run.name}/members/..%2F..%2F..%2Fetc/0/logs").status_code in (400, 404)

@@ -11,14 +11,15 @@ value is said at once rather than by an engine, a service or a pilot later.
 
 from __future__ import annotations
 
-from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_GUARDIAN, ORPHAN_GRACE, OUTPUTS, PILOT_SETTINGS,
-                            QUEUE, SEAL_ABOVE, SERVICE_DIR, SERVICE_STALE, SERVICE_WORKER, SETTINGS, SPAWNERS,
-                            BadSetting, Setting, outputs_table, settings_table)
+from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_GUARDIAN, ORPHAN_GRACE, OUTPUT_CAP, OUTPUTS,
+                            PILOT_SETTINGS, QUEUE, SEAL_ABOVE, SERVICE_DIR, SERVICE_STALE, SERVICE_WORKER, SETTINGS,
+                            SPAWNERS, BadSetting, Setting, outputs_table, settings_table)
 
 from .errors import InputError
 
-__all__ = ["BROKER", "CHECKPOINT_EVERY", "HOME", "NO_GUARDIAN", "ORPHAN_GRACE", "OUTPUTS", "PILOT_SETTINGS", "QUEUE",
-           "SEAL_ABOVE", "SERVICE_DIR", "SERVICE_STALE", "SERVICE_WORKER", "SETTINGS", "SPAWNERS", "BadSetting",
+__all__ = ["BROKER", "CHECKPOINT_EVERY", "HOME", "NO_GUARDIAN", "ORPHAN_GRACE", "OUTPUT_CAP", "OUTPUTS",
+           "PILOT_SETTINGS", "QUEUE", "SEAL_ABOVE", "SERVICE_DIR", "SERVICE_STALE", "SERVICE_WORKER", "SETTINGS",
+           "SPAWNERS", "BadSetting",
            "Setting", "check", "outputs_table", "settings_table"]
 
 

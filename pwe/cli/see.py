@@ -312,15 +312,18 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
 @click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
               help="only the last N lines of each")
 @click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
+@click.option("--attempt", "attempt", type=Whole(1, 1_000_000), default=None, metavar="N",
+              help="that attempt's (default: the latest that wrote anything)")
 @json_option
-def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bool) -> None:
-    """A member's stdout and stderr. MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets
-    are a glob to zsh; NODE alone for index 0). Into a pipe or a file, as the member wrote
-    them; on a terminal, with control characters written visibly (\x1b)."""
+def logs(run: str, member: str, tail: int | None, only_stderr: bool, attempt: int | None, as_json: bool) -> None:
+    """A member's stdout and stderr, from its pilot's output stream. MEMBER is NODE:INDEX
+    (or 'NODE[INDEX]', quoted: brackets are a glob to zsh; NODE alone for index 0). Into a
+    pipe or a file, the bytes as the member wrote them; on a terminal, with control
+    characters and bytes that are not UTF-8 written visibly (\x1b, \xff)."""
     import re
 
     from ..base.ids import NODE_ID_CHARS
-    from ..observe.runview import logs_document
+    from ..observe.runview import logs_document, member_output
 
     m = re.fullmatch(rf"({NODE_ID_CHARS}?)(?:[\[:/](\d+)\]?)?", member)  # (*?: the index is not the id's)
     if not m:
@@ -328,21 +331,24 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, as_json: bo
         sys.exit(2)
     node, idx = m.group(1), int(m.group(2) or 0)
     try:
-        doc = logs_document(find(run), node, idx, member, tail, only_stderr)
+        if as_json:
+            click.echo(json.dumps(logs_document(find(run), node, idx, member, tail, only_stderr, attempt=attempt),
+                                  indent=2))
+            return
+        got = member_output(find(run), node, idx, member, attempt=attempt)
     except PweError as exc:
         fail(exc)
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-        return
     # the member's own bytes: as they are into a pipe or a file, control characters written
     # visibly on a terminal (a member's escape sequences would be the terminal's to act on)
-    body = inert if sys.stdout.isatty() else str
-    for name in ("stdout", "stderr"):
-        if name not in doc:
-            continue
-        path, text = doc[name]["path"], doc[name]["text"]
-        echo(f"==> {node}[{idx}] {name} ({shown(path)}) <==")
-        click.echo(body(text), nl=not text.endswith("\n") and bool(text))
+    tty = sys.stdout.isatty()
+    for name in ("stderr",) if only_stderr else ("stdout", "stderr"):
+        data = got.text(name)
+        if tail:
+            data = b"".join(data.splitlines(keepends=True)[-tail:])
+        said = f" attempt {got.attempt}" if got.attempt else ""
+        echo(f"==> {node}[{idx}] {name}{said} ({shown(got.path)}) <==")
+        nl = bool(data) and not data.endswith(b"\n")
+        click.echo(inert(data.decode("utf-8", "backslashreplace")) if tty else data, nl=nl)
 
 
 @click.command()

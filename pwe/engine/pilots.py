@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pilot.streams import seal as seal_streams
 from pilot.transport import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
@@ -470,9 +471,10 @@ def measured(st: Any) -> dict[str, float]:
 
 
 def _seal_quietly(directory: str) -> None:
-    """Seal a left pilot's spool files; one the disk refuses stays plain (a convenience:
-    readers take either)."""
+    """Seal a left pilot's spool files and its members' output streams; one the disk
+    refuses stays plain (a convenience: readers take either)."""
     try:
         seal(directory)
     except OSError:
         pass
+    seal_streams(directory, seal_above())

@@ -24,7 +24,6 @@ import math
 import time
 from pathlib import Path
 from typing import Any
-from ..base.regular import open_regular
 
 #: attempts up to which every one is its own bar, with its own tooltip
 EXACT_BARS = 5_000
@@ -40,8 +39,8 @@ PALETTE = ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948", "#b07aa1", "#f
 
 def build(run_dir: Path) -> str:
     """The report of the run in ``run_dir``, as the text of one HTML file."""
-    from ..runstate.rundir import member_dir
-    from .runview import status
+    from pilot.streams import Reader
+    from .runview import status, stderr_tail
     from ..base.states import FAILED, NAMES, QUARANTINED
     from ..workflow.templates import render_page
     from .trace import load
@@ -77,6 +76,7 @@ def build(run_dir: Path) -> str:
     dists = {nid: {"duration": _hist(sorted(d), "s"), "memory": _hist(sorted(m), "MB")}
              for nid, (d, m) in per_node.items()}
     failures = []
+    reader = Reader(str(run_dir / "pilots"))  # (the streams' indexes mapped once for every failure)
     nfailed = 0
     causes: dict[tuple[str, str], int] = {}
     for nid, ns, gone in ((nid, ns, s) for nid, ns in st.nodes.items() for s in (FAILED, QUARANTINED)):
@@ -88,8 +88,9 @@ def build(run_dir: Path) -> str:
             if len(failures) < MAX_FAILURES:
                 failures.append({"member": f"{nid}[{i}]", "attempts": ns.attempt[i], "exit": ns.rc.get(i),
                                  "why": ns.why.get(i) or "", "params": _params(plan, nid, i),
-                                 "stderr": _tail(member_dir(run_dir, nid, i) / "stderr")})
+                                 "stderr": stderr_tail(run_dir, nid, i, reader)})
             i = ns.state.find(gone, i + 1)
+    reader.close()
     pilots = []
     by_pilot: dict[str, list[tuple]] = {}
     for r in ran:
@@ -284,17 +285,6 @@ def script_json(data: Any) -> str:
 
 def _params(plan: Any, nid: str, i: int) -> str:
     return " ".join(f"{k}={v}" for k, v in plan.nodes[nid].space.values_of(i).items())
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    """The last few lines a member wrote to this file ('' when none)."""
-    try:
-        with open_regular(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, 2) - 4096))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 def _clock(t: float) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 from ..base.errors import InputError, PweError
 from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin
 from .pilotview import pilot_states
-from ..base.regular import open_regular, read_json, read_text
+from ..base.regular import open_regular, read_json
+from ..base.settings import OUTPUT_CAP
 from ..base.text import shown
 
 
@@ -210,65 +211,149 @@ def _indices(state: bytearray, code: int):
 
 
 def logs_document(run_dir: Path, node: str, index: int, said: str, tail: int | None = None,
-                  only_stderr: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
-    """What ``pwe logs --json`` prints (and the dashboard shows): ``node``, ``member``, and
-    ``stdout`` / ``stderr`` each as ``{"path", "text"}``; ``tail``: only the last lines;
-    ``max_bytes``: only the last bytes of each file (then ``"cut"``: bytes left out)."""
-    files = member_output(run_dir, node, index, said, max_bytes=max_bytes)
-    if only_stderr:
-        files = [f for f in files if f[0] == "stderr"]
-    out: dict[str, Any] = {"node": node, "member": index}
-    for name, path, text, cut in files:
+                  only_stderr: bool = False, max_bytes: int | None = None,
+                  attempt: int | None = None) -> dict[str, Any]:
+    """What ``pwe logs --json`` prints (and the dashboard shows): ``node``, ``member``,
+    ``attempt`` (the one shown: the latest with output unless one is asked for),
+    ``attempts`` (those with output), and ``stdout`` / ``stderr`` each as ``{"path",
+    "text"}`` (``path``: the stream file, or the member's own file in a run made before
+    streams; ``text``: its bytes as UTF-8, others written as ``\\xNN``; ``cut``: bytes
+    left out, by the output cap or ``max_bytes``); ``tail``: only the last lines."""
+    got = member_output(run_dir, node, index, said, attempt=attempt)
+    out: dict[str, Any] = {"node": node, "member": index, "attempt": got.attempt, "attempts": got.attempts}
+    for name in ("stdout", "stderr"):
+        if only_stderr and name == "stdout":
+            continue
+        data, cut = got.text(name), got.left_out[name]
+        if max_bytes is not None and len(data) > max_bytes:
+            cut += len(data) - max_bytes
+            data = data[-max_bytes:]
+        text = data.decode("utf-8", "backslashreplace")
         if tail:
             text = "".join(text.splitlines(keepends=True)[-tail:])
-        out[name] = {"path": str(path), "text": text, **({"cut": cut} if cut else {})}
+        out[name] = {"path": got.path, "text": text, **({"cut": cut} if cut else {})}
     return out
 
 
-def member_output(run_dir: Path, node: str, index: int, said: str,
-                  max_bytes: int | None = None) -> list[tuple[str, Path, str, int]]:
-    """A member's stdout and stderr as (name, path, text, bytes left out), from where
-    :func:`rundir.member_path` says it keeps them (a file it left empty is not kept: its
-    text is ""). A member that does not exist is bad input; one that has not run yet is an
-    error of exit status 1. ``said`` is how the user named the member. ``max_bytes``: only
-    the last that many bytes of each file are read."""
+class Output:
+    """A member attempt's stdout and stderr (:func:`member_output`): ``stdout``,
+    ``stderr`` (bytes, as the member wrote them, each cut part marked in :meth:`text`),
+    ``left_out`` (bytes left out of each by the output cap), ``attempt``, ``attempts``
+    (those with output), ``path`` (where they were read)."""
+
+    __slots__ = ("parts", "left_out", "attempt", "attempts", "path")
+
+    def __init__(self, parts: dict[str, list[tuple[bytes, int]]], attempt: int, attempts: list[int], path: str):
+        self.parts = parts
+        self.left_out = {k: sum(c for _, c in v) for k, v in parts.items()}
+        self.attempt, self.attempts, self.path = attempt, attempts, path
+
+    @property
+    def stdout(self) -> bytes:
+        return b"".join(d for d, _ in self.parts["stdout"])
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(d for d, _ in self.parts["stderr"])
+
+    def text(self, name: str) -> bytes:
+        """The bytes of ``stdout`` or ``stderr``, with a line where the cap left some out."""
+        out = []
+        for data, cut in self.parts[name]:
+            if cut:  # (the cap keeps the first and the last half)
+                half = len(data) // 2
+                out += [data[:half], f"\n[pwe: {cut} bytes left out]\n".encode(), data[half:]]
+            else:
+                out.append(data)
+        return b"".join(out)
+
+
+def member_output(run_dir: Path, node: str, index: int, said: str | None = None, attempt: int | None = None,
+                  reader: Any = None) -> Output:
+    """A member's stdout and stderr: the one reader every consumer uses (pwe logs, the
+    dashboard, the report, pwe run's last lines). From the run's output streams
+    (pilot/streams.py: every frame of the member, by attempt; ``attempt`` None: the latest
+    with any); a run made before streams, from the member's own files. A member that
+    does not exist is bad input; one that has not run yet is an error of exit status 1; one
+    whose frames are damaged, or whose stream index cannot be read, is bad input (one line
+    naming the file; other members read fine). ``said``: how the user named it; ``reader``:
+    a :class:`pilot.streams.Reader` of the run, for many members."""
+    from pilot.streams import Reader, STREAM
+
+    said = said or f"{node}:{index}"
+    own = reader is None
+    rd = Reader(str(Path(run_dir) / "pilots")) if own else reader
+    try:
+        frames, damaged, unreadable = rd.member(node, index)
+    finally:
+        if own:
+            rd.close()
+    if damaged:
+        exc = damaged[0]
+        raise InputError(f"{said}: its output in {exc.filename} cannot be read ({exc.strerror})")
+    if frames:
+        a = max(frames) if attempt is None else attempt
+        got = frames.get(a, [])
+        if attempt is not None and not got and not _has_run(run_dir, node, index, attempt):
+            raise InputError(f"{said}: no attempt {attempt} has run (attempts with output: "
+                             f"{', '.join(map(str, sorted(frames)))})")
+        parts = {"stdout": [(f.stdout, f.out_cut) for f in got], "stderr": [(f.stderr, f.err_cut) for f in got]}
+        return Output(parts, a, sorted(frames), ", ".join(dict.fromkeys(f.path for f in got)) or
+                      str(Path(run_dir) / "pilots" / "*" / f"*{STREAM}"))
+    if unreadable:
+        exc = unreadable[0]
+        raise InputError(f"{said}: {exc.filename}: an output stream's index that cannot be read ({exc.strerror}); "
+                         "a member's output index must be a regular file")
+    return _member_files(run_dir, node, index, said, attempt)
+
+
+def _member_files(run_dir: Path, node: str, index: int, said: str, attempt: int | None) -> Output:
+    """A member's output in a run made before streams (its own stdout and stderr files, an
+    earlier attempt's as stdout.N), or none: it has run and wrote nothing; else why not."""
     md = member_dir(run_dir, node, index)
-    if not md.is_dir() and _has_run(run_dir, node, index):
-        return [(name, md / name, "", 0) for name in ("stdout", "stderr")]  # it wrote nothing
     if not md.is_dir():
+        if _has_run(run_dir, node, index, attempt):
+            return Output({"stdout": [], "stderr": []}, attempt or 0, [], str(md))  # it wrote nothing
         sizes = node_sizes(run_dir)
         if node in sizes and index >= sizes[node]:
             raise InputError(f"{said}: no such member ({node} has {sizes[node]})")
         if node not in sizes:
             from ..base.source import did_you_mean
 
-            known = [p.name for p in (run_dir / "members").iterdir()] if (run_dir / "members").is_dir() else []
-            raise InputError(f"run {run_dir.name} has no member output for node '{node}'"
-                             f"{did_you_mean(node, sizes or known)}"
-                             + (f"; nodes with output: {', '.join(sorted(known))}" if known else ""))
-        raise PweError(f"{node}[{index}] has not run yet (no {md})")
-    out = []
+            raise InputError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, sizes)}")
+        raise PweError(f"{node}[{index}] has not run yet")
+    parts: dict[str, list[tuple[bytes, int]]] = {}
     for name in ("stdout", "stderr"):
-        p = md / name
+        p = md / (f"{name}.{attempt}" if attempt and (md / f"{name}.{attempt}").exists() else name)
         try:
-            if not p.exists():
-                out.append((name, p, "", 0))
-            elif max_bytes is None:
-                out.append((name, p, read_text(p, errors="replace"), 0))
-            else:
+            if p.exists():
                 with open_regular(p, "rb") as fh:
                     size = fh.seek(0, 2)
-                    fh.seek(max(0, size - max_bytes))
-                    out.append((name, p, fh.read(max_bytes).decode("utf-8", "replace"), max(0, size - max_bytes)))
+                    cap = OUTPUT_CAP.high
+                    fh.seek(max(0, size - cap))
+                    parts[name] = [(fh.read(cap), max(0, size - cap))]
+            else:
+                parts[name] = []
         except OSError as exc:
             raise InputError(f"{p}: cannot be read ({exc.strerror or exc}); a member's {name} must be a regular "
-                           "file") from None
-    return out
+                             "file") from None
+    return Output(parts, attempt or 0, [], str(md))
 
 
-def _has_run(run_dir: Path, node: str, index: int) -> bool:
+def stderr_tail(run_dir: Path, node: str, index: int, reader: Any = None, lines: int = 5) -> str:
+    """The last few lines of a member's stderr (its latest attempt with output), '' when
+    none or unreadable: what ``pwe run``'s last lines and the report show of a failure."""
+    try:
+        err = member_output(run_dir, node, index, reader=reader).stderr[-4096:]
+    except PweError:
+        return ""
+    return "\n".join(err.decode("utf-8", "replace").rstrip().splitlines()[-lines:])
+
+
+def _has_run(run_dir: Path, node: str, index: int, attempt: int | None = None) -> bool:
     """Whether a member has started at least once (its state: checkpoint and journal tail;
-    a run whose state cannot be read says so, naming the file)."""
+    a run whose state cannot be read says so, naming the file); ``attempt``: that attempt
+    of it."""
     from .results import load_state
     from ..base.states import ASSIGNED, READY, SKIPPED, WAITING
 
@@ -277,6 +362,10 @@ def _has_run(run_dir: Path, node: str, index: int) -> bool:
     if ns is None or not 0 <= index < ns.size:
         return False  # (said by the caller)
     # an attempt is counted when it is queued on a pilot: one queued now has not run yet
+    if attempt is not None and attempt > ns.attempt[index]:
+        return False
+    if attempt is not None and attempt < ns.attempt[index]:
+        return attempt >= 1
     return ns.attempt[index] > 1 or (ns.attempt[index] == 1 and ns.state[index] not in (WAITING, READY, ASSIGNED,
                                                                                           SKIPPED))
 
@@ -326,6 +415,15 @@ def complete_counts(state: Any) -> dict[str, Any]:
 def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, str]]:
     """(NODE:INDEX, a line) for the first few failed members: exit status or reason, and
     the last line the member wrote to stderr (what a user looks for first)."""
+    from pilot.streams import Reader
+
+    lines: list[tuple[str, str]] = []
+    with Reader(str(Path(run_dir) / "pilots")) as reader:
+        lines = _failed_lines(state, run_dir, limit, reader)
+    return lines
+
+
+def _failed_lines(state: Any, run_dir: Path, limit: int, reader: Any) -> list[tuple[str, str]]:
     from ..base.states import FAILED
 
     lines: list[tuple[str, str]] = []
@@ -333,14 +431,8 @@ def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, st
         i = ns.state.find(FAILED) if ns.counts[FAILED] else -1
         while i >= 0 and len(lines) < limit:
             what = ns.why.get(i) or f"exit {ns.rc.get(i)}"
-            tail = ""
-            try:
-                with open_regular(member_dir(run_dir, nid, i) / "stderr", "rb") as fh:
-                    fh.seek(max(0, fh.seek(0, 2) - 4096))
-                    last = fh.read().decode("utf-8", "replace").strip().splitlines()
-                tail = f"  | {shown(last[-1][:120])}" if last else ""
-            except OSError:
-                pass
+            last = stderr_tail(run_dir, nid, i, reader, lines=1)
+            tail = f"  | {shown(last[:120])}" if last else ""
             lines.append((f"{nid}:{i}", f"  {nid}[{i}] failed: {what}{tail}"))
             i = ns.state.find(FAILED, i + 1)
         if len(lines) >= limit:

@@ -126,8 +126,11 @@ def members(src: Sources, run_id: str, query: str | None = None, node: str | Non
 
 def member(src: Sources, run_id: str, node: str, index: int) -> dict[str, Any]:
     """One member as ``pwe show`` lists it, with ``files``: what its directory holds
-    (name and size: its stdout, stderr, outputs file and what it wrote there), and
-    ``products``: the paths its node names for it, each with whether it exists."""
+    (name and size: its outputs file and what it wrote there; in a run made before output
+    streams, its stdout and stderr), ``output``: its latest attempt with output in the
+    run's streams (``attempt``, bytes of ``stdout`` and ``stderr``, ``left_out`` of each by
+    the cap; null when it wrote nothing or it cannot be read), and ``products``: the paths
+    its node names for it, each with whether it exists."""
     from ..observe.results import member_record
     from ..runstate.rundir import member_dir
 
@@ -150,8 +153,22 @@ def member(src: Sources, run_id: str, node: str, index: int) -> dict[str, Any]:
             except OSError:
                 continue
     rec["files"] = files
+    rec["output"] = _output(d, node, index)
     rec["products"] = _products(loaded, node, index)
     return rec
+
+
+def _output(d: Path, node: str, index: int) -> dict[str, Any] | None:
+    """A member's output in sizes (:func:`pwe.observe.runview.member_output`), or None."""
+    from ..observe.runview import member_output
+
+    try:
+        got = member_output(d, node, index)
+    except PweError:
+        return None
+    if not got.attempts:
+        return None
+    return {"attempt": got.attempt, "stdout": len(got.stdout), "stderr": len(got.stderr), "left_out": got.left_out}
 
 
 def _products(loaded: Any, node: str, index: int) -> list[dict[str, Any]]:
@@ -169,9 +186,10 @@ def _products(loaded: Any, node: str, index: int) -> list[dict[str, Any]]:
 
 
 def logs(src: Sources, run_id: str, node: str, index: int, tail: int | None = None) -> dict[str, Any]:
-    """``pwe logs --json`` of a member, each file's last :data:`LOG_BYTES` bytes at most
-    (``cut``: how many were left out). A log that is a symbolic link out of the run
-    directory, or not a regular file, is refused."""
+    """``pwe logs --json`` of a member, each of stdout and stderr its last :data:`LOG_BYTES`
+    bytes at most (``cut``: how many were left out); from the run's output streams, or a
+    run made before them, the member's own files. A file that is a symbolic link out of the
+    run directory, or not a regular file, is refused."""
     from ..observe.runview import logs_document, node_sizes
     from .security import inside
 

@@ -1,0 +1,419 @@
+"""Members' stdout and stderr in a few files: the one writer and the one reader of stream
+files (standard library only: the pilot, its local spawners and its node agents write them;
+every reader of pwe reads them through :func:`read_member`).
+
+**Capture.** Whoever starts a member (the pilot, a local spawner, a node agent) opens two
+nameless files in its node-local scratch (``O_TMPFILE``; where the file system has none, a
+file made and unlinked at once) and gives them to the member as its fds 1 and 2. When the
+member has been reaped, what they hold is read back, bounded, and appended to the
+process's own stream file as one frame. Not pipes: a pipe dies with a killed pilot, and a
+member the guardian keeps alive for its grace would then die of SIGPIPE at its next line;
+a file takes its writes whoever is left to read it. Not the member writing into a shared
+file: two processes would append to one file, and a member's bytes could be made to look
+like another's.
+
+**Files.** In the pilot's directory, one ``NAME.stream`` per writer (``pilot``, each local
+spawner and each node agent under its own name; no two processes ever append to one file)
+and its ``NAME.index``; a writer whose members printed nothing makes neither. A frame is
+``MAGIC, crc32`` then the body (:data:`_BODY`: member, attempt, stdout's and stderr's
+lengths and bytes left out, time, the node id's length), the node id, stdout, stderr. The
+CRC covers all of it; the reader goes to a frame only through the index (never scanning for
+the magic), so a member's own bytes, which sit inside a frame of known length, can never
+be taken for another member's frame. An index record (:data:`_INDEX`, 32 bytes) says the
+node (a hash of its id), member, attempt, offset and length; a member's records are found by
+``mmap.find`` of its 16-byte key (C speed: a million records in milliseconds).
+
+**Bounded.** Each of stdout and stderr is kept up to ``PWE_OUTPUT_CAP`` bytes per attempt:
+its head and tail, half each, and how many bytes between them were left out. A member
+printing gigabytes costs its starter two ``pread`` calls of at most the cap.
+
+**Sealed.** When the pilot has left, a stream bigger than ``PWE_SEAL_ABOVE`` is compressed
+(:func:`seal`) as independent gzip members of :data:`BLOCK` plain bytes each, with a table
+of where each begins (``NAME.stream.blocks``): a frame is read by decompressing only the
+blocks it lies in. The index stays as it is (plain offsets).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import mmap
+import os
+import re
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from typing import NamedTuple
+
+from .bounded import Damaged, open_regular
+from .settings import OUTPUT_CAP
+from .transport import append_whole
+
+MAGIC = b"PWS\x01"
+_HEAD = struct.Struct(">4sI")  # magic, crc32 of everything after it
+_BODY = struct.Struct(">QIIIQQdH")  # member, attempt, out len, err len, out left out, err left out, t, node len
+_INDEX = struct.Struct(">8sQIQI")  # node key, member, attempt, offset, frame length
+STREAM, INDEX, BLOCKS, SEALED = ".stream", ".index", ".stream.blocks", ".stream.gz"
+#: plain bytes of one gzip member of a sealed stream
+BLOCK = 1 << 20
+#: the longest frame a reader takes (two caps at their highest, and room for the rest)
+MAX_FRAME = 2 * OUTPUT_CAP.high + (1 << 16)
+_NAME = re.compile(r"[^A-Za-z0-9._-]")
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+
+
+def node_key(node: str) -> bytes:
+    """The 8 bytes that stand for a node id in the index (its frames say the whole id)."""
+    return hashlib.blake2b(node.encode(), digest_size=8).digest()
+
+
+def writer_name(name: str) -> str:
+    """A stream file's name for a writer (a node's name from the allocation: confined)."""
+    return _NAME.sub("_", name)[:80] or "_"
+
+
+def _bounded(fd: int, cap: int) -> tuple[bytes, int]:
+    """What a capture file holds, at most ``cap`` bytes (its head and tail), and how many
+    bytes were left out between them."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return b"", 0
+    if size <= cap:
+        return _pread(fd, size, 0), 0
+    head = cap // 2
+    return _pread(fd, head, 0) + _pread(fd, cap - head, size - (cap - head)), size - cap
+
+
+def _pread(fd: int, n: int, at: int) -> bytes:
+    parts = []
+    while n > 0:
+        got = os.pread(fd, n, at)
+        if not got:
+            break
+        parts.append(got)
+        n -= len(got)
+        at += len(got)
+    return b"".join(parts)
+
+
+def tail(fd: int, n: int = 4096) -> bytes:
+    """The last ``n`` bytes a capture file holds (srun's last words: pilot/launchers.py)."""
+    size = os.fstat(fd).st_size
+    return _pread(fd, min(n, size), max(0, size - n))
+
+
+class StreamWriter:
+    """One process's stream file and its index, and the capture files of its members.
+    Files are opened at the first frame; each frame is appended whole or not at all (a
+    full disk cuts back what it took: :func:`pilot.transport.append_whole`)."""
+
+    def __init__(self, directory: str, name: str, cap: int | None = None, scratch: str | None = None):
+        self.path = os.path.join(directory, writer_name(name))
+        self.cap = OUTPUT_CAP.get() if cap is None else cap
+        self.scratch = scratch or directory
+        self._fh = self._ix = None
+        self._end = 0
+        self._keys: dict[str, bytes] = {}
+        self._nodes: dict[str, bytes] = {}
+        self.failed = ""  # why the last frame could not be written (said once by the caller)
+
+    # -- capture ----------------------------------------------------------------------------
+    def capture(self) -> tuple[int, int]:
+        """Two fresh nameless files for a member's stdout and stderr (close-on-exec here:
+        the spawn dup2s them onto its 1 and 2)."""
+        return self._scratch_fd(), self._scratch_fd()
+
+    def _scratch_fd(self) -> int:
+        if _O_TMPFILE:
+            try:
+                return os.open(self.scratch, _O_TMPFILE | os.O_RDWR, 0o600)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES,
+                                     errno.EROFS):
+                    raise
+                self._no_tmpfile()
+        fd, path = tempfile.mkstemp(prefix=".pwe-out-", dir=self.scratch)
+        os.unlink(path)
+        return fd
+
+    def _no_tmpfile(self) -> None:
+        """The scratch takes no O_TMPFILE (NFS, Lustre) or no files: made and unlinked from
+        now on, in the scratch if it takes files, else in the pilot's directory."""
+        global _O_TMPFILE
+        _O_TMPFILE = 0
+        if not os.access(self.scratch, os.W_OK):
+            self.scratch = os.path.dirname(self.path)
+
+    @staticmethod
+    def drop(fds: tuple[int, int]) -> None:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def keep(self, node: str, member: int, attempt: int, fds: tuple[int, int], note: str = "") -> None:
+        """A reaped member's capture files: read back (bounded), closed, and appended as one
+        frame when they hold anything (a member that printed nothing costs no write)."""
+        try:
+            out, out_cut = _bounded(fds[0], self.cap)
+            err, err_cut = _bounded(fds[1], self.cap)
+        except OSError:
+            out = err = b""
+            out_cut = err_cut = 0
+        finally:
+            self.drop(fds)
+        if note:
+            err += f"pwe: {note}\n".encode()
+        if out or err:
+            self.frame(node, member, attempt, out, err, out_cut, err_cut)
+
+    def note(self, node: str, member: int, attempt: int, text: str) -> None:
+        """A ``pwe: ...`` line the starter adds to a member attempt's stderr."""
+        self.frame(node, member, attempt, b"", f"pwe: {text}\n".encode(), 0, 0)
+
+    def frame(self, node: str, member: int, attempt: int, out: bytes, err: bytes, out_cut: int, err_cut: int) -> None:
+        """Append one frame and its index record; best effort (a full disk loses this
+        member's output, said in :attr:`failed`, never the pilot)."""
+        nb = self._nodes.get(node)
+        if nb is None:
+            nb = self._nodes[node] = node.encode()
+            self._keys[node] = node_key(node)
+        body = b"".join((_BODY.pack(member, attempt, len(out), len(err), out_cut, err_cut, time.time(), len(nb)),
+                         nb, out, err))
+        data = _HEAD.pack(MAGIC, zlib.crc32(body)) + body
+        try:
+            if self._fh is None:
+                self._open()
+            append_whole(self._fh, data)
+            at, self._end = self._end, self._end + len(data)
+            append_whole(self._ix, _INDEX.pack(self._keys[node], member, attempt, at, len(data)))
+            self.failed = ""
+        except OSError as exc:
+            if not self.failed:  # (said once in the writer's log, until a frame goes in again)
+                try:
+                    print(f"pilot: cannot write {self.path}{STREAM}: {exc.strerror or exc}; members' output "
+                          "is lost until it can", file=sys.stderr, flush=True)
+                except OSError:
+                    pass
+            self.failed = f"cannot write {self.path}{STREAM}: {exc.strerror or exc}"
+            if self._fh is not None:
+                try:
+                    self._end = self._fh.seek(0, os.SEEK_END)
+                except OSError:
+                    pass
+
+    def _open(self) -> None:
+        self._fh = open(self.path + STREAM, "ab", buffering=0)
+        self._ix = open(self.path + INDEX, "ab", buffering=0)
+        self._end = self._fh.seek(0, os.SEEK_END)
+        # (an index record cut short by a crash: the reader skips it, whole records only)
+
+    def close(self) -> None:
+        for fh in (self._fh, self._ix):
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+        self._fh = self._ix = None
+
+
+# -- sealing -------------------------------------------------------------------------------------
+def seal(directory: str, above: int) -> int:
+    """Compress each stream file of a left pilot bigger than ``above`` bytes into
+    ``NAME.stream.gz`` (independent gzip members of :data:`BLOCK` plain bytes) and its
+    block table, then remove the plain one; bytes saved. A seal cut short leaves the plain
+    file, which readers prefer."""
+    saved = 0
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(STREAM)]
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open_regular(path, "rb", within=directory) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size <= above:
+                    continue
+                offsets = [0]
+                with open(path + ".gz.part", "wb") as gz:
+                    while True:
+                        block = fh.read(BLOCK)
+                        if not block:
+                            break
+                        z = zlib.compressobj(6, zlib.DEFLATED, 31)
+                        gz.write(z.compress(block) + z.flush())
+                        offsets.append(gz.tell())
+                    os.fsync(gz.fileno())
+            with open(path + ".blocks.part", "wb") as bt:
+                bt.write(struct.pack(f">{len(offsets)}Q", *offsets))
+                os.fsync(bt.fileno())
+            os.replace(path + ".blocks.part", path + ".blocks")
+            os.replace(path + ".gz.part", path + ".gz")
+            os.unlink(path)
+            saved += size - offsets[-1]
+        except OSError:
+            for part in (path + ".gz.part", path + ".blocks.part"):
+                try:
+                    os.unlink(part)
+                except OSError:
+                    pass
+    return saved
+
+
+# -- reading --------------------------------------------------------------------------------------
+class Frame(NamedTuple):
+    attempt: int
+    t: float
+    stdout: bytes
+    stderr: bytes
+    out_cut: int
+    err_cut: int
+    path: str  # the stream file it was read from
+
+
+def stream_names(pilots_dir: str) -> list[str]:
+    """Every writer's stream of a run (``pilots/<id>/NAME``, without its suffix): those
+    with an index. Pilots are few, so this is one listing each."""
+    out = []
+    try:
+        pilots = sorted(os.listdir(pilots_dir))
+    except OSError:
+        return out
+    for p in pilots:
+        d = os.path.join(pilots_dir, p)
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        out.extend(os.path.join(d, n[:-len(INDEX)]) for n in sorted(names) if n.endswith(INDEX))
+    return out
+
+
+def _read_plain(path: str, at: int, n: int) -> bytes:
+    with open_regular(path, "rb", within=os.path.dirname(path)) as fh:
+        data = os.pread(fh.fileno(), n, at)
+    if len(data) < n:
+        raise Damaged(path, f"a stream file cut short (a frame at {at} of {n} bytes)")
+    return data
+
+
+def _read_sealed(base: str, at: int, n: int) -> bytes:
+    first, last = at // BLOCK, (at + n - 1) // BLOCK
+    gz_path, table = base + SEALED, base + BLOCKS
+    with open_regular(table, "rb", within=os.path.dirname(table)) as bt:
+        raw = os.pread(bt.fileno(), 8 * (last - first + 2), 8 * first)
+    if len(raw) < 8 * (last - first + 2):
+        raise Damaged(table, f"a block table cut short (no block {last})")
+    offs = struct.unpack(f">{len(raw) // 8}Q", raw)
+    if any(b <= a for a, b in zip(offs, offs[1:])) or offs[-1] - offs[0] > 2 * BLOCK * (last - first + 1) + 4096:
+        raise Damaged(table, "a block table whose offsets disagree")
+    with open_regular(gz_path, "rb", within=os.path.dirname(gz_path)) as fh:
+        comp = os.pread(fh.fileno(), offs[-1] - offs[0], offs[0])
+    if len(comp) < offs[-1] - offs[0]:
+        raise Damaged(gz_path, "a sealed stream cut short")
+    plain = []
+    for a, b in zip(offs, offs[1:]):
+        z = zlib.decompressobj(31)
+        try:
+            got = z.decompress(comp[a - offs[0]:b - offs[0]], BLOCK)
+        except zlib.error as exc:
+            raise Damaged(gz_path, f"a sealed stream that is not gzip ({exc})") from None
+        if not z.eof or z.unconsumed_tail:
+            raise Damaged(gz_path, "a sealed stream block that is cut short or expands past its size")
+        plain.append(got)
+    data = b"".join(plain)[at - first * BLOCK:at - first * BLOCK + n]
+    if len(data) < n:
+        raise Damaged(gz_path, f"a sealed stream cut short (a frame at {at} of {n} bytes)")
+    return data
+
+
+def _frame(base: str, node: str, member: int, attempt: int, at: int, n: int) -> Frame:
+    """The frame an index record points at, checked whole (magic, CRC, whose it is)."""
+    if n < _HEAD.size + _BODY.size or n > MAX_FRAME:
+        raise Damaged(base + INDEX, f"an index record of a frame of {n} bytes")
+    try:
+        data = _read_plain(base + STREAM, at, n)
+    except FileNotFoundError:
+        if os.path.islink(base + STREAM):
+            raise
+        data = _read_sealed(base, at, n)
+    magic, crc = _HEAD.unpack_from(data)
+    body = memoryview(data)[_HEAD.size:]
+    if magic != MAGIC or zlib.crc32(body) != crc:
+        raise Damaged(base + STREAM, f"a damaged frame at offset {at}")
+    m, a, lo, le, co, ce, t, ln = _BODY.unpack_from(body)
+    start = _BODY.size + ln
+    if (m, a) != (member, attempt) or bytes(body[_BODY.size:start]) != node.encode() or start + lo + le != len(body):
+        raise Damaged(base + STREAM, f"a frame at offset {at} that is not the one its index names")
+    return Frame(a, t, bytes(body[start:start + lo]), bytes(body[start + lo:]), co, ce,
+                 base + STREAM if os.path.exists(base + STREAM) else base + SEALED)
+
+
+class Reader:
+    """The output streams of a run (its ``pilots/`` directory), read: each index opened and
+    mapped once, however many members are looked up (the report's failed members)."""
+
+    def __init__(self, pilots_dir: str):
+        self.bases = stream_names(pilots_dir)
+        self._maps: dict[str, mmap.mmap | OSError | None] = {}
+
+    def _map(self, base: str) -> mmap.mmap | None:
+        if base not in self._maps:
+            try:
+                with open_regular(base + INDEX, "rb", within=os.path.dirname(base)) as fh:
+                    size = os.fstat(fh.fileno()).st_size
+                    whole = size - size % _INDEX.size  # (a record cut short at the end: skipped)
+                    self._maps[base] = mmap.mmap(fh.fileno(), whole, access=mmap.ACCESS_READ) if whole else None
+            except OSError as exc:
+                self._maps[base] = exc
+        got = self._maps[base]
+        if isinstance(got, OSError):
+            raise got
+        return got
+
+    def member(self, node: str, member: int) -> tuple[dict[int, list[Frame]], list[OSError], list[OSError]]:
+        """Every frame of a member, by attempt (each attempt's frames in time order: the
+        member's own, then the lines its pilot added), from every stream of the run; the
+        frames of it that are damaged (its own); the indexes that cannot be read (any
+        member may be in one)."""
+        key = node_key(node) + struct.pack(">Q", member)
+        frames: dict[int, list[Frame]] = {}
+        damaged: list[OSError] = []
+        unreadable: list[OSError] = []
+        for base in self.bases:
+            try:
+                mm = self._map(base)
+            except OSError as exc:
+                unreadable.append(exc)
+                continue
+            if mm is None:
+                continue
+            i = mm.find(key)
+            while i >= 0:
+                if i % _INDEX.size == 0:
+                    _, _, a, at, n = _INDEX.unpack_from(mm, i)
+                    try:
+                        frames.setdefault(a, []).append(_frame(base, node, member, a, at, n))
+                    except OSError as exc:
+                        damaged.append(exc)
+                i = mm.find(key, i + 1)
+        for got in frames.values():
+            got.sort(key=lambda f: f.t)
+        return frames, damaged, unreadable
+
+    def close(self) -> None:
+        for mm in self._maps.values():
+            if isinstance(mm, mmap.mmap):
+                mm.close()
+        self._maps.clear()
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
