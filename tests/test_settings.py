@@ -16,7 +16,8 @@ import pytest
 
 from conftest import ROOT
 
-from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_CGROUPS, NO_GUARDIAN, ORPHAN_GRACE, OUTPUTS, QUEUE, SEAL_ABOVE,
+from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_CGROUPS, NO_GUARDIAN, ORPHAN_GRACE, OUTPUT_CAP, OUTPUTS, QUEUE,
+                            SEAL_ABOVE,
                             SERVICE_DIR, SERVICE_STALE, SERVICE_WORKER, SETTINGS, SPAWNERS, BadSetting,
                             outputs_table, settings_table)
 
@@ -29,7 +30,7 @@ HELLO = str(ROOT / "examples" / "quickstart.yaml")
 BAD = {
     CHECKPOINT_EVERY.name: "soon", SEAL_ABOVE.name: "-1", SERVICE_STALE.name: "0",
     SERVICE_WORKER.name: "maybe", ORPHAN_GRACE.name: "3601",
-    NO_GUARDIAN.name: "2", SPAWNERS.name: "many", NO_CGROUPS.name: "nan",
+    NO_GUARDIAN.name: "2", SPAWNERS.name: "many", NO_CGROUPS.name: "nan", OUTPUT_CAP.name: "100",
 }
 
 

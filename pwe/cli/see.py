@@ -346,7 +346,7 @@ def logs(run: str, member: str, tail: int | None, only_stderr: bool, attempt: in
         if tail:
             data = b"".join(data.splitlines(keepends=True)[-tail:])
         said = f" attempt {got.attempt}" if got.attempt else ""
-        echo(f"==> {node}[{idx}] {name}{said} ({shown(got.path)}) <==")
+        echo(f"==> {node}[{idx}] {name} ({shown(got.path)}){said} <==")
         nl = bool(data) and not data.endswith(b"\n")
         click.echo(inert(data.decode("utf-8", "backslashreplace")) if tty else data, nl=nl)
 

@@ -320,7 +320,8 @@ def _member_files(run_dir: Path, node: str, index: int, said: str, attempt: int 
         if node not in sizes:
             from ..base.source import did_you_mean
 
-            raise InputError(f"run {run_dir.name} has no node '{node}'{did_you_mean(node, sizes)}")
+            raise InputError(f"run {run_dir.name} has no member output for node '{node}'"
+                             f"{did_you_mean(node, sizes)}; nodes with output: {', '.join(sorted(sizes))}")
         raise PweError(f"{node}[{index}] has not run yet")
     parts: dict[str, list[tuple[bytes, int]]] = {}
     for name in ("stdout", "stderr"):
