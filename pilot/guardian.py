@@ -27,7 +27,9 @@ they run again, as their next attempt) and collects them all. It writes to
 ``orphans.jsonl`` in the pilot's directory, signed as the pilot's events are: an
 ``orphan_end`` (with the exit status) for each member that ended on its own but was never
 reported (a zombie, one over but unreported in the table, or one that ended in the grace),
-an ``orphan_killed`` for each it killed. Then it exits with the pilot's status. The
+an ``orphan_killed`` for each it killed. What the members it collects wrote on stdout and
+stderr (the pilot's capture files, opened again through ``/proc/PID/fd``) goes into a
+stream of its own, ``out-guardian`` (:mod:`pilot.streams`). Then it exits with the pilot's status. The
 engine reads the file once the guardian is gone (:mod:`pwe.engine.pilots`): an
 ``orphan_end`` is that attempt's end; the rest run again.
 
@@ -234,7 +236,8 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
     # over and collected by the pilot, not yet reported: their ends are here alone
     msgs: list[dict[str, Any]] = [{"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid}
                                   for pid, state, rc, node, m, a in entries if state == OVER]
-    who, ended, killed = _end_children(known, over, wait)
+    held: dict[int, tuple[int, int]] = {}  # pid -> its stdout and stderr, opened again here
+    who, ended, killed = _end_children(known, over, wait, held)
     # one the table did not have yet (spawned in the instant before the pilot died: its
     # environment not yet its own, or gone with it): the one member the pilot started and
     # had not entered, when exactly one is missing (it spawns one member at a time)
@@ -242,6 +245,7 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
     if len(unknown) == 1:
         who[unknown[0]] = _the_missing_one(directory, key, set(known.values()) | set(over.values()), who)
     msgs += _ends_of_children(ended, who, killed)
+    _keep_output(directory, held, who)
     if msgs:
         for msg in msgs:
             msg["t"] = round(time.time(), 3)
@@ -249,8 +253,37 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
             fh.write(encode(msgs, key))
 
 
+def _keep_output(directory: str, held: dict[int, tuple[int, int]], who: dict) -> None:
+    """The stdout and stderr of the members collected here, into the guardian's own stream."""
+    if not held:
+        return
+    from .streams import StreamWriter
+
+    writer = StreamWriter(directory, "out-guardian")
+    for pid, fds in held.items():
+        if who.get(pid) is not None:
+            writer.keep(*who[pid], fds)
+        else:
+            writer.drop(fds)
+    writer.close()
+
+
+def _hold_output(pid: int) -> tuple[int, int] | None:
+    """A member's stdout and stderr opened again (the pilot's capture files), or None."""
+    try:
+        out = os.open(f"/proc/{pid}/fd/1", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return out, os.open(f"/proc/{pid}/fd/2", os.O_RDONLY)
+    except OSError:
+        os.close(out)
+        return None
+
+
 def _end_children(known: dict[int, tuple[str, int, int]], over: dict[int, tuple[str, int, int]],
-                  wait: float) -> tuple[dict[int, tuple[str, int, int] | None], dict[int, int], set[int]]:
+                  wait: float, held: dict[int, tuple[int, int]] | None = None,
+                  ) -> tuple[dict[int, tuple[str, int, int] | None], dict[int, int], set[int]]:
     """End every child: those the pilot left, and those reparented here meanwhile (a killed
     spawner's or agent's members): each given the grace (``wait``) to end on its own, then
     killed if still alive; all collected. Who each one was (None: a stranger), the exit
@@ -268,6 +301,10 @@ def _end_children(known: dict[int, tuple[str, int, int]], over: dict[int, tuple[
                 children[pid] = zombie
                 # (a zombie the table has as over was reported above: it is no stranger)
                 who[pid] = None if pid in over else known.get(pid) or (None if zombie else _identity(pid))
+                if held is not None and who[pid] is not None and not zombie:
+                    fds = _hold_output(pid)
+                    if fds is not None:
+                        held[pid] = fds
             if not zombie and pid not in killed and (now >= kill_at or _hurry):
                 killed.add(pid)
                 _kill(pid)

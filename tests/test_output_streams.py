@@ -162,3 +162,38 @@ def test_members_run_by_node_agents_on_other_nodes(slurm4, tmp_path):
     # the journal's node of each member is where its output says it ran
     starts = {r["m"]: r for r in read_journal(run) if r.get("e") == "start"}
     assert len(starts) == n
+
+
+def test_a_member_outliving_its_killed_pilot_keeps_its_output(tmp_path):
+    """kill -9 of the pilot while a member runs: the member ends on its own in the guardian's
+    grace, and what it wrote is kept (pilot/guardian.py, its own stream: out-guardian)."""
+    from conftest import kill_pilot, wait_for
+
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: orphan\nnodes:\n  o:\n    run: 'echo before; touch {started}; "
+                  f"while [ ! -e {gate} ]; do sleep 0.05; done; echo after; echo bye >&2'\n")
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PY, "-m", "pwe", "run", str(wf), "--run-dir", str(run)], cwd=tmp_path,
+                            env=_env(PWE_ORPHAN_GRACE="60"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        events = run / "pilots" / "p1" / "events.jsonl"
+        wait_for(lambda: started.exists(), what="the member to start")
+        pilot = json.loads(events.read_text().splitlines()[0])["pid"]
+        guardian = int(Path(f"/proc/{pilot}/stat").read_text().rsplit(")", 1)[1].split()[1])  # (its parent)
+        kill_pilot(events)
+
+        def holds_capture() -> bool:  # the guardian has opened the member's capture files again
+            try:
+                return any("(deleted)" in os.readlink(f"/proc/{guardian}/fd/{fd}")
+                           for fd in os.listdir(f"/proc/{guardian}/fd"))
+            except OSError:
+                return False
+        wait_for(holds_capture, what="the guardian to take the member's output")
+        gate.touch()
+        proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert (run / "pilots" / "p1" / "out-guardian.stream").is_file()
+    assert output(run, "o", 0) == "before\nafter\n" and output(run, "o", 0, "stderr") == "bye\n"
