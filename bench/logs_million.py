@@ -81,8 +81,9 @@ def main() -> None:
                     frames, bad, unreadable = r.member("talk", i)
                     assert frames[1][0].stdout == f"line {i}\n".encode()
             inproc = (time.perf_counter() - t0) / len(looks)
-            print(f"{phase}: pwe logs RUN talk:i wall median {statistics.median(walls):.3f} s, worst {max(walls):.3f} s "
-                  f"({len(looks)} members across the stream); the reader alone {inproc * 1e3:.1f} ms a member")
+            print(f"{phase}: pwe logs RUN talk:i wall median {statistics.median(walls):.3f} s, worst "
+                  f"{max(walls):.3f} s ({len(looks)} members across the stream); the reader alone "
+                  f"{inproc * 1e3:.1f} ms a member")
         took, p = pwe("logs", "run", "talk:0", cwd=top)  # (the member that really ran, in its own pilot's stream)
         assert p.returncode == 0 and b"hello" in p.stdout
         t0 = time.perf_counter()

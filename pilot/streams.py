@@ -356,11 +356,15 @@ def _frame(base: str, node: str, member: int, attempt: int, at: int, n: int) -> 
 
 class Reader:
     """The output streams of a run (its ``pilots/`` directory), read: each index opened and
-    mapped once, however many members are looked up (the report's failed members)."""
+    mapped once, however many members are looked up. One member is found by a search of
+    each index (about 1 GB/s: 40 ms at a million records); ``many``: each index is read
+    once into a table instead (a second at ten million records), for many members (the
+    report's failed members, a check of every member)."""
 
-    def __init__(self, pilots_dir: str):
+    def __init__(self, pilots_dir: str, many: bool = False):
         self.bases = stream_names(pilots_dir)
         self._maps: dict[str, mmap.mmap | OSError | None] = {}
+        self._tables: dict[str, dict[bytes, list[tuple[int, int, int]]]] | None = {} if many else None
 
     def _map(self, base: str) -> mmap.mmap | None:
         if base not in self._maps:
@@ -393,18 +397,31 @@ class Reader:
                 continue
             if mm is None:
                 continue
-            i = mm.find(key)
-            while i >= 0:
-                if i % _INDEX.size == 0:
-                    _, _, a, at, n = _INDEX.unpack_from(mm, i)
-                    try:
-                        frames.setdefault(a, []).append(_frame(base, node, member, a, at, n))
-                    except OSError as exc:
-                        damaged.append(exc)
-                i = mm.find(key, i + 1)
+            for a, at, n in self._records(base, mm, key):
+                try:
+                    frames.setdefault(a, []).append(_frame(base, node, member, a, at, n))
+                except OSError as exc:
+                    damaged.append(exc)
         for got in frames.values():
             got.sort(key=lambda f: f.t)
         return frames, damaged, unreadable
+
+    def _records(self, base: str, mm: mmap.mmap, key: bytes) -> list[tuple[int, int, int]]:
+        """(attempt, offset, length) of each record of ``key`` in one index."""
+        if self._tables is not None:
+            if base not in self._tables:
+                table: dict[bytes, list[tuple[int, int, int]]] = {}
+                for nk, m, a, at, n in _INDEX.iter_unpack(mm):
+                    table.setdefault(nk + m.to_bytes(8, "big"), []).append((a, at, n))
+                self._tables[base] = table
+            return self._tables[base].get(key, [])
+        found = []
+        i = mm.find(key)
+        while i >= 0:
+            if i % _INDEX.size == 0:
+                found.append(_INDEX.unpack_from(mm, i)[2:])
+            i = mm.find(key, i + 1)
+        return found
 
     def close(self) -> None:
         for mm in self._maps.values():

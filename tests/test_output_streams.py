@@ -46,8 +46,8 @@ def test_a_hundred_thousand_members_that_print_leave_few_files_and_every_line_is
     assert files_under(run) < 200, files_under(run)
     streams = list((run / "pilots").glob("*/*.stream*"))
     assert streams and len(streams) < 20, streams
-    # every member's line, through the reader `pwe logs` uses (one Reader: the indexes mapped once)
-    with Reader(str(run / "pilots")) as reader:
+    # every member's line, through the reader `pwe logs` uses (one Reader: each index read once)
+    with Reader(str(run / "pilots"), many=True) as reader:
         wrong = [i for i in range(n) if member_output(run, "talk", i, reader=reader).stdout != f"line {i}\n".encode()]
     assert wrong == [], wrong[:10]
     for i in (0, 54321, n - 1):  # and the real command

@@ -10,7 +10,7 @@ import secrets
 import signal
 
 
-from conftest import (alive, engine_pid, mdir, no_traceback, output, pids_matching, pilot_pids, pwe, show, start_run,
+from conftest import (alive, engine_pid, no_traceback, output, pids_matching, pilot_pids, pwe, show, start_run,
                       status, wait_for)
 
 

@@ -76,7 +76,7 @@ def build(run_dir: Path) -> str:
     dists = {nid: {"duration": _hist(sorted(d), "s"), "memory": _hist(sorted(m), "MB")}
              for nid, (d, m) in per_node.items()}
     failures = []
-    reader = Reader(str(run_dir / "pilots"))  # (the streams' indexes mapped once for every failure)
+    reader = Reader(str(run_dir / "pilots"), many=True)  # (the streams' indexes read once for every failure)
     nfailed = 0
     causes: dict[tuple[str, str], int] = {}
     for nid, ns, gone in ((nid, ns, s) for nid, ns in st.nodes.items() for s in (FAILED, QUARANTINED)):
