@@ -50,7 +50,9 @@ def test_member_environment(tmp_path, write):
         assert env.get("PWE_PARAM_MYNAME") == name, env
         assert env.get("PWE_PARAM_LEVEL") == str(level), env
         outputs = Path(env["PWE_OUTPUTS"])
-        assert outputs.is_absolute() and outputs.resolve().parent == md, f"PWE_OUTPUTS {outputs} not in {md}"
+        # (on the member's node, beside its $TMPDIR, named by attempt: not a file of the run directory)
+        assert outputs.is_absolute() and run.resolve() not in outputs.resolve().parents, outputs
+        assert outputs.name == f"probe.{i}.1.outputs", outputs
         assert env.get("PWE_HOST") == "local"
         assert env.get("PWE_RANKS") == "1"
         assert env.get("PWE_THREADS") == "2"

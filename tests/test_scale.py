@@ -174,7 +174,7 @@ def test_member_files_are_kept_only_when_written_and_logs_finds_them(tmp_path):
     for i in range(40):
         md = member_dir(run_dir, "m", i)
         kept = sorted(p.name for p in md.iterdir()) if md.is_dir() else []
-        assert kept == [[], ["stdout"], ["stderr"], ["outputs", "own.txt"]][i % 4], (i, kept)
+        assert kept == [[], ["stdout"], ["stderr"], ["own.txt"]][i % 4], (i, kept)  # (outputs: in the journal)
     proc = pwe("logs", run_dir, "m:5", cwd=tmp_path, check=0)
     assert "out 5" in proc.stdout
     proc = pwe("logs", run_dir, "m:6", cwd=tmp_path, check=0)
