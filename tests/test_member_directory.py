@@ -174,3 +174,25 @@ def test_outputs_that_are_a_link_or_a_fifo_are_not_read(tmp_path):
     assert rc == 0, err
     assert [m["outputs"] for m in show(run_dir)] == [{}, {}]
     assert os.path.exists(secret)
+
+
+def test_a_pilot_that_finds_its_nodes_directory_a_link_stops_the_run_with_one_line(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    flag = tmp_path / "ok"
+    wf = write(tmp_path / "wf.yaml", "name: relink\nnodes:\n  a:\n    parameters: {i: {range: [0, 2]}}\n"
+               f"    directory: shared\n    run: 'test -e {flag}'\n")
+    run_dir = tmp_path / "run"
+    rc, out, err = pwe("run", wf, "--cores", "1", "--run-dir", run_dir, cwd=tmp_path)
+    assert rc == 1, err
+    node_dir = run_dir / "members" / "a"
+    node_dir.rename(tmp_path / "aside")
+    node_dir.symlink_to(outside)
+    flag.touch()
+    rc, out, err = pwe("retry", run_dir, cwd=tmp_path)
+    no_traceback(err)
+    assert rc == 3, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert str((run_dir / "members").resolve() / "a") in last and "symbolic link" in last, last
+    assert list(outside.iterdir()) == []
+    assert not [m for m in show(run_dir) if m["state"] == "done"]
