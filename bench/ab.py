@@ -5,6 +5,9 @@ A/B runner of bench/.
     python bench/ab.py --a /tmp/old --b . --measure w1 --repeats 8 [--where disk]
     python bench/ab.py --a OLD --a-python /opt/old/bin/python --b . --measure help
 
+--a-directory / --b-directory VALUE: the node of w1, w1-echo and w2 says `directory: VALUE` on
+that side (a pwe that knows the key: issue 34).
+
 A side (--a, --b) is one of:
   a directory       a source tree of pwe, run from there (PYTHONPATH, its bytecode compiled
                     first) by --python (default: this interpreter, whose packages it uses)
@@ -21,6 +24,10 @@ Measures (--measure, comma-separated; each a fresh process unless said):
               (or --a-run / --b-run)
   pilot       python -c "import pilot.agent" (what a pilot pays before its loop)
   w1          W1: 5,000 x `true` on 2 slots, the whole `pwe run` command (--w1-members, --w1-slots)
+  w1-echo     W1 with every member printing a line: 5,000 x `echo line` on 2 slots
+  bare        the bare loop of bench/dispatch_local.py (a directory, stdout and stderr files, a
+              posix_spawn of /bin/true, 2 at a time; no pwe) over --w1-members, in seconds: the
+              machine's floor under w1 at that moment (the same for A and B: their spread is the noise)
   w2          W2: 400 x `sleep 0.05` on 8 slots, the whole `pwe run` command (--w2-members, --w2-slots)
   cpu-pilot   CPU seconds of an in-process PilotAgent given 3,000 x `true`
   cpu-engine  CPU seconds of an in-process Engine running 5,000 x `true` (its pilot not counted)
@@ -51,7 +58,7 @@ from typing import Callable
 
 from common import PACKAGES, ROOT, clock, interleave, parser, place, summary, timed, tree_env, write_json
 
-MEASURES = ("pass", "help", "status", "pilot", "w1", "w2", "cpu-pilot", "cpu-engine", "replay")
+MEASURES = ("pass", "help", "status", "pilot", "w1", "w1-echo", "bare", "w2", "cpu-pilot", "cpu-engine", "replay")
 FAST = {"pass", "help", "status", "pilot"}
 CACHE = ROOT / "bench" / "out" / "ab"
 
@@ -190,10 +197,10 @@ def pwe_ok(s: Side, run_dir: Path, members: int, cwd: Path) -> None:
         raise SystemExit(f"{s.name}: {run_dir}: {members} members should be done, {done} are: {p.stdout[:300]}")
 
 
-def workflow(base: Path, name: str, members: int, cmd: str) -> Path:
+def workflow(base: Path, name: str, members: int, cmd: str, directory: str | None = None) -> Path:
     wf = base / f"{name}.yaml"
     wf.write_text(f"name: {name}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"
-                  f"    run: {json.dumps(cmd)}\n")
+                  f"    run: {json.dumps(cmd)}\n" + (f"    directory: {directory}\n" if directory else ""))
     return wf
 
 
@@ -211,10 +218,16 @@ def arm(measure: str, s: Side, base: Path, args) -> Callable[[int], float]:
              "status": [py, "-m", "pwe", "status", str(s.run)], "pilot": [py, "-c", "import pilot.agent"]}
     if measure in fixed:
         return lambda k: timed(fixed[measure], s.env, base)
-    if measure in ("w1", "w2"):
-        n, slots, cmd = ((args.w1_members, args.w1_slots, "true") if measure == "w1"
-                         else (args.w2_members, args.w2_slots, "sleep 0.05"))
-        wf = workflow(base, measure, n, cmd)
+    if measure == "bare":
+        from dispatch_local import bare_loop
+
+        return lambda k: args.w1_members / bare_loop(base, args.w1_members, args.w1_slots)
+    if measure in ("w1", "w1-echo", "w2"):
+        n, slots, cmd = {"w1": (args.w1_members, args.w1_slots, "true"),
+                         "w1-echo": (args.w1_members, args.w1_slots, "echo line"),
+                         "w2": (args.w2_members, args.w2_slots, "sleep 0.05")}[measure]
+        directory = args.a_directory if s.name == "A" else args.b_directory
+        wf = workflow(base, f"{measure}-{s.name}", n, cmd, directory)
 
         def one(k: int) -> float:
             run_dir = base / f"{measure}-{s.name}-{k}"
@@ -230,7 +243,7 @@ def arm(measure: str, s: Side, base: Path, args) -> Callable[[int], float]:
 
 
 def report(rows: list[tuple[str, dict[str, list[float]]]], args, sides: list[Side]) -> tuple[str, list[dict]]:
-    unit = {"w1": "s", "w2": "s", "cpu-pilot": "CPU s", "cpu-engine": "CPU s"}
+    unit = {"w1": "s", "w1-echo": "s", "bare": "s", "w2": "s", "cpu-pilot": "CPU s", "cpu-engine": "CPU s"}
     lines = [f"A: {sides[0].what}", f"B: {sides[1].what}", "",
              "| measure | side | runs | median | min | max | spread | B/A medians | B/A rounds (median) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -245,8 +258,8 @@ def report(rows: list[tuple[str, dict[str, list[float]]]], args, sides: list[Sid
             lines.append(f"| {measure} ({unit.get(measure, 's')}) | {name} | {sm['n']} | {sm['median']:.4f} | "
                          f"{sm['min']:.4f} | {sm['max']:.4f} | {sm['spread']:.0%} {tail}")
         extra = ""
-        if measure == "w1":
-            extra = (f"  W1 members/s (medians): A {args.w1_members / a['median']:,.0f}, "
+        if measure in ("w1", "w1-echo", "bare"):
+            extra = (f"  {measure} members/s (medians): A {args.w1_members / a['median']:,.0f}, "
                      f"B {args.w1_members / b['median']:,.0f}")
         if measure == "w2":
             ideal = args.w2_members * 0.05 / args.w2_slots
@@ -273,6 +286,8 @@ def options():
     ap.add_argument("--b-python", help="side B is pwe as installed for this interpreter")
     ap.add_argument("--a-run", type=Path, help="a finished run directory for A's status and replay")
     ap.add_argument("--b-run", type=Path, help="a finished run directory for B's status and replay")
+    ap.add_argument("--a-directory", help="w1, w1-echo, w2: the node says `directory: VALUE` on side A (own | shared)")
+    ap.add_argument("--b-directory", help="the same on side B")
     ap.add_argument("--w1-members", type=int, default=5000)
     ap.add_argument("--w1-slots", type=int, default=2)
     ap.add_argument("--w2-members", type=int, default=400)

@@ -32,9 +32,11 @@ from .allocation import Allocation, discover, visible_gpus
 from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .tmpdirs import MemberTmp, TmpDirs
-from .spawn import DirectoryError, Spawner, make_member_dir, member_base_env, reaped, start_failure, writable
+from .spawn import (DirectoryError, Spawner, make_member_dir, member_base_env, open_node_dir, reaped, start_failure,
+                    writable)
 from .guardian import MemberTable
-from .members import KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, say, task_shape
+from .members import (KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, outputs_path, say,
+                      task_shape)
 from .memwatch import MemoryWatch
 from .endings import Endings
 from .intake import TaskIntake
@@ -68,6 +70,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.streams = StreamWriter(directory, "out-pilot",
                                     scratch=self.tmpdirs.root if not self.tmpdirs.error else None)
         self.n_writers = 0  # node agents and local spawners started: each one's stream is named apart
+        self.node_dirs: dict[str, int] = {}  # the directories members run in when not their own: opened once
         # each node's tmp pool (tmpPerMember): the host's tmp_per_node, else what is free under
         # the tmp root here, measured once (other nodes' is not known: not counted)
         measured = None if tmp_per_node is not None else self.tmpdirs.free_mb()
@@ -157,14 +160,15 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if "_then" in task and len(placement) == 1:
             task["_on"] = placement[0][0].name  # (a group's: its next member goes there too)
         try:
-            make_member_dir(cwd)  # (the run directory is shared: this is the other nodes' too)
+            where = self.member_cwd(task)
         except DirectoryError as exc:
             self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
             return
         member_env = dict(task.get("env") or {})
-        member_env["PWE_OUTPUTS"] = os.path.join(cwd, "outputs")
         if not self.member_tmpdir(task, placement, threads, exclusive, member_env):
             return
+        member_env["PWE_OUTPUTS"] = task["_out"] = outputs_path(
+            task, self.tmpdirs.base if "PWE_TMPDIR" in member_env else None)
         if placement.gpu_ids:  # the GPUs of its node that are this member's alone
             ids = [str(j) for j in placement.gpu_ids]
             if placement[0][0].local and self._visible_gpus:
@@ -211,12 +215,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         try:
             fds = self.streams.capture()
             try:
-                pid = self.spawner.spawn(argv, env, cwd, task["cmd"], fds, made=True)
+                pid = self.spawner.spawn(argv, env, where, task["cmd"], fds, made=True)
             except OSError:
                 self.streams.drop(fds)
                 raise
         except OSError as exc:
-            if exc.errno in (errno.EROFS, errno.EACCES) and not writable(cwd):
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and not writable(cwd):
                 # its directory refused its stdout: made a moment before it turned read-only
                 self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
                 self.member_over(task, placement)
@@ -228,6 +232,19 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             return
         task["_io"] = fds  # (kept into the stream as it ends: member_over)
         self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
+
+    def member_cwd(self, task: dict) -> str | int:
+        """Where a member starts: its own directory, made now (``own``), or its node's, made
+        and opened once (a descriptor: pilot.spawn.open_node_dir); DirectoryError when it
+        takes no files (the run directory is shared: this is the other nodes' too)."""
+        cwd = task["cwd"]
+        if task.get("own"):
+            make_member_dir(cwd)
+            return cwd
+        fd = self.node_dirs.get(cwd)
+        if fd is None:
+            fd = self.node_dirs[cwd] = open_node_dir(cwd)
+        return fd
 
     def spawned(self, member: Member) -> None:
         """A member this pilot started itself: running, known to its guardian, its memory limited."""
@@ -374,7 +391,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             if missing:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there)
                 rc, fields["why"] = 1, f"exited 0 without making its product {missing}"
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                  out=collect(t["cwd"]), **fields, **member.usage())
+                  out=collect(t), **fields, **member.usage())
         self.next_in_group(t)
 
     # -- main loop ------------------------------------------------------------------------

@@ -47,7 +47,7 @@ class Endings:
                 continue
             why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
             self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                      out=collect(t["cwd"]), **why, **member.usage())
+                      out=collect(t), **why, **member.usage())
             self.next_in_group(t)
         self.signalled = keep
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
 
-from .bounded import open_regular
 from .packing import Placement
 from .spawn import tidy_member_dir
 
@@ -54,12 +54,27 @@ def argv_for(cmd: str, shell: str = "bash") -> list[str]:
 
 def read_outputs(path: str) -> dict[str, str]:
     """``key=value`` lines a member appended to ``$PWE_OUTPUTS`` (later lines win)."""
+    return _read_outputs(path) or {}
+
+
+def _read_outputs(path: str) -> dict[str, str] | None:
+    """:func:`read_outputs`, None when there is no file. Most members write none: one open
+    that fails, no other call. A link, a FIFO or anything but a regular file is not read
+    (opened without following a link, without blocking)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None  # (none: most members; or a link, not the member's file)
     out: dict[str, str] = {}
     try:
-        with open_regular(path, "rb", within=os.path.dirname(path) or ".") as fh:  # (a member's: not a FIFO)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(os.dup(fd), "rb") as fh:
             data = fh.read(_OUTPUTS_LIMIT + 1)
     except OSError:
         return out
+    finally:
+        os.close(fd)
     if len(data) > _OUTPUTS_LIMIT:
         out["_pwe_error"] = f"outputs larger than {_OUTPUTS_LIMIT} bytes; truncated"
         data = data[:_OUTPUTS_LIMIT]
@@ -70,12 +85,36 @@ def read_outputs(path: str) -> dict[str, str]:
     return out
 
 
-def collect(cwd: str) -> dict[str, str]:
-    """A member that ended: its outputs (:func:`read_outputs`), then its directory tidied
+def outputs_path(task: dict, tmp_base: str | None) -> str:
+    """Where a member attempt's ``$PWE_OUTPUTS`` is: beside its $TMPDIR when the pilot
+    made one on its own node (``tmp_base``: node-local, so a member that writes no outputs
+    costs the run's file system nothing), named by node, member and attempt (attempts kept
+    apart; the pilot's guardian finds them by name after a crash: pilot/tmpdirs.py);
+    else (a member on another node) in the run directory: ``outputs`` in a directory of its
+    own, ``outputs.<member>.<attempt>`` in its node's."""
+    if tmp_base is not None:
+        return f"{tmp_base}/{task['n']}.{task['m']}.{task['a']}.outputs"
+    if task.get("own"):
+        return os.path.join(task["cwd"], "outputs")
+    return f"{task['cwd']}/outputs.{task['m']}.{task['a']}"
+
+
+def collect(task: dict) -> dict[str, str]:
+    """A member that ended: its outputs (:func:`read_outputs`, from where
+    :func:`outputs_path` put them), then what it leaves on the run's file system tidied:
+    its outputs file removed once read (its values go with its ``end`` into the journal: no
+    file of a member stays behind for them), a directory of its own tidied
     (:func:`pilot.spawn.tidy_member_dir`: only files with something in them stay)."""
-    out = read_outputs(os.path.join(cwd, "outputs"))
-    tidy_member_dir(cwd)
-    return out
+    path = task.get("_out") or outputs_path(task, None)
+    out = _read_outputs(path)
+    if out is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if task.get("own"):
+        tidy_member_dir(task["cwd"])
+    return out or {}
 
 
 class Member:

@@ -1,12 +1,13 @@
 """Starting and reaping member processes: the one way members are spawned and collected,
 on the pilot's own node and by a node agent on the others (standard library only).
 
-A member gets its own directory (created here), its own session (so a kill reaches
-everything it started), stdin from /dev/null, and as its stdout and stderr the two capture
-files its starter opened for it in node-local scratch (:mod:`pilot.streams`: read back when
-it has been reaped, into the starter's output stream). When it has ended, what it left
-empty is removed again (:func:`tidy_member_dir`): the run keeps only the members' files
-that hold something.
+A member runs in its node's directory, made once (:func:`open_node_dir`), or, where its
+node asks (``directory: own``), in a directory of its own (:func:`make_member_dir`), made
+before it starts and removed again when it has ended if it left nothing there
+(:func:`tidy_member_dir`). It gets its own session (so a kill reaches everything it
+started), stdin from /dev/null, and as its stdout and stderr the two capture files its
+starter opened for it in node-local scratch (:mod:`pilot.streams`: read back when it has
+been reaped, into the starter's output stream).
 """
 
 from __future__ import annotations
@@ -78,13 +79,31 @@ def make_member_dir(cwd: str) -> None:
     raise DirectoryError(err.errno, err.strerror, where)
 
 
+def open_node_dir(path: str) -> int:
+    """The directory the members of a node without a directory of their own run in
+    (``directory: shared``), made if missing and checked as :func:`make_member_dir` does,
+    then opened: the pilot does this once per node and starts each member there by the
+    descriptor (no lookup of the path on the run's file system per member; a member that
+    swaps the path for a symbolic link, to /etc or another run, does not move the members
+    after it). One that is a symbolic link already is refused: :class:`DirectoryError`."""
+    make_member_dir(path)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link, not a directory of the run" if exc.errno in (errno.ELOOP, errno.ENOTDIR) \
+            else exc.strerror
+        raise DirectoryError(exc.errno, why, path) from None
+
+
 def tidy_member_dir(cwd: str) -> None:
-    """After a member ended: its stdout, stderr and outputs files are removed when empty,
-    then its directory when nothing is left in it (its shard stays). So a run keeps a
-    member's files only when it wrote something: a million members that print nothing
-    leave no million directories behind (``pwe logs`` says the member wrote nothing). A
-    member that wrote files of its own into its directory keeps the directory whole."""
-    for name in ("stdout", "stderr", "outputs"):
+    """After a member that ran in a directory of its own ended: its stdout and stderr files
+    are removed when empty, then its directory when nothing is left in it (its shard
+    stays; its outputs were read and removed already: pilot.members.collect). So a run
+    keeps a member's files only when it wrote something: a million members that print
+    nothing leave no million directories behind (``pwe logs`` says the member wrote
+    nothing). A member that wrote files of its own into its directory keeps the directory
+    whole."""
+    for name in ("stdout", "stderr"):
         path = os.path.join(cwd, name)
         try:
             if os.stat(path).st_size == 0:

@@ -90,7 +90,40 @@ def remove_left(pilot_dir: str, scratch: str | None, pid: int) -> None:
         return
     path = os.path.join(root, f"{_prefix(pilot_dir)}{os.path.basename(pilot_dir)}-{socket.gethostname()}-{pid}")
     if not os.path.islink(path):
+        keep_outputs(path, pilot_dir)
         shutil.rmtree(path, ignore_errors=True)
+
+
+#: where a killed pilot's guardian keeps the outputs its members wrote beside their $TMPDIRs
+#: (pilot.members.outputs_path), in the pilot's directory: the engine reads an orphaned end's
+#: outputs there (pwe.engine.recovery)
+LEFT_OUTPUTS = "outputs-left"
+
+
+def keep_outputs(path: str, pilot_dir: str) -> None:
+    """The ``<node>.<member>.<attempt>.outputs`` files under a killed pilot's directory
+    ``path`` copied into ``<pilot_dir>/outputs-left/`` (regular files only, 64 KiB each at
+    most) before the directory goes: what members that ended after the pilot died wrote."""
+    try:
+        names = [n for n in os.listdir(path) if n.endswith(".outputs")]
+    except OSError:
+        return
+    for name in names:
+        try:
+            fd = os.open(os.path.join(path, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            data = os.read(fd, 64 * 1024 + 1)
+            os.makedirs(os.path.join(pilot_dir, LEFT_OUTPUTS), exist_ok=True)
+            with open(os.path.join(pilot_dir, LEFT_OUTPUTS, name), "wb") as fh:
+                fh.write(data)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
 
 
 class TmpDirs:

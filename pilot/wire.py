@@ -18,7 +18,9 @@ kind        fields
             nodes: ranksPerNode), ``setup`` (the id of the
             ``setup`` its nodes run first), ``prod`` [absolute paths]: its products, which
             the pilot checks once when it exits 0 (one missing: the member fails, rc 1,
-            ``why`` naming it)
+            ``why`` naming it), ``own`` (1: it runs in ``cwd``, a directory of its own,
+            made before it starts and tidied after; absent: ``cwd`` is its node's directory,
+            which members share)
 ``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
             whole ``task`` message; the pilot runs them one after another in one slot,
             in this order, each with its own ``start``, ``end`` or ``back``
@@ -142,7 +144,9 @@ from typing import Any
 #: only when not 1, ``wall`` only when set; signatures are 128 bits (32 hex digits).
 #: (4 still: an ``end``'s optional ``reason``, absent meaning ``exit`` as before; the pilot is
 #: staged from the engine's own package, so both ends know it.)
-VERSION = 4
+#: 5: a task's ``own``: without it, ``cwd`` is its node's directory, shared by its members
+#: (an older pilot would tidy it away as the member's own).
+VERSION = 5
 
 # engine -> pilot
 TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
@@ -170,7 +174,7 @@ REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_LOST, REASON_HALTED,
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "eb", "ranks", "threads", "wall", "exclusive", "cap",
-                     "gpus", "mem", "tmp", "setup", "prod", "rpn"}),
+                     "gpus", "mem", "tmp", "setup", "prod", "rpn", "own"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_journal, wait_for
+from conftest import ROOT, output, read_journal, wait_for
 
 PY = sys.executable
 
@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
     run_dir = tmp_path / "run"
     proc = pwe("run", wf, "--hosts", slurm4.hosts, "--run-dir", run_dir, env=env, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr  # one member failed
-    out = (run_dir / "members" / "sim" / "0" / "0" / "stdout").read_text().splitlines()
+    out = output(run_dir, "sim", 0).splitlines()
     ranks = sorted(line.split() for line in out)  # "rank R of 4 on HOST sum 4"
     # one MPI job of 4 ranks (their Allreduce summed 4), two on each of two hosts
     assert [r[1] for r in ranks] == ["0", "1", "2", "3"]
@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
     by = {m["node"]: m for m in show}
     assert by["sim"]["state"] == "done"
     assert by["bad"]["state"] == "failed" and by["bad"]["exit_status"] == 3  # the rank's own status
-    bad = (run_dir / "members" / "bad" / "0" / "0" / "stdout").read_text()
+    bad = output(run_dir, "bad", 0)
     assert bad.count(" of 4 on ") == 4  # it ran (all four ranks), then rank 1 exited 3
 
 

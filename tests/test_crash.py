@@ -178,7 +178,7 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     wf = tmp_path / "wf.yaml"
     # each member leaves 40 KB in its directory: the 1 MiB filesystem fills up mid-run
     wf.write_text(
-        "name: full\nnodes:\n  a:\n    parameters: {i: {range: [0, %d]}}\n"
+        "name: full\nnodes:\n  a:\n    directory: own\n    parameters: {i: {range: [0, %d]}}\n"
         "    run: head -c 40000 /dev/zero > blob || true; echo size=40000 >> \"$PWE_OUTPUTS\" || true\n" % n
     )
     run_dir = small_fs / "run"
@@ -265,7 +265,7 @@ def test_members_directory_made_read_only_mid_run_stops_the_run_then_resume_fini
     ledger = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"
     wf.write_text(
-        f"name: ro\nproperties: {{ledger: {ledger}}}\ndefaults: {{retries: 2}}\nnodes:\n  a:\n"
+        f"name: ro\nproperties: {{ledger: {ledger}}}\ndefaults: {{retries: 2}}\nnodes:\n  a:\n    directory: own\n"
         f"    parameters: {{i: {{range: [0, {n}]}}}}\n"
         '    run: echo "start $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}; sleep 0.01; '
         'echo "end $PWE_MEMBER $PWE_ATTEMPT" >> {{ ledger }}\n')

@@ -42,7 +42,7 @@ def test_member_environment(tmp_path, write):
     cwds = set()
     recs = by_key(show(run))
     for i, (name, level) in enumerate(expected):
-        md = mdir(run, "probe", i).resolve()
+        md = (run / "members" / "probe").resolve()  # (its node's directory: directory: shared, the default)
         env = dict(line.split("=", 1) for line in output(run, "probe", i).splitlines() if "=" in line)
         assert env.get("PWE_RUN_ID") == run_id
         assert env.get("PWE_NODE") == "probe"
@@ -50,17 +50,19 @@ def test_member_environment(tmp_path, write):
         assert env.get("PWE_PARAM_MYNAME") == name, env
         assert env.get("PWE_PARAM_LEVEL") == str(level), env
         outputs = Path(env["PWE_OUTPUTS"])
-        assert outputs.is_absolute() and outputs.resolve().parent == md, f"PWE_OUTPUTS {outputs} not in {md}"
+        # (on the member's node, beside its $TMPDIR, named by attempt: not a file of the run directory)
+        assert outputs.is_absolute() and run.resolve() not in outputs.resolve().parents, outputs
+        assert outputs.name == f"probe.{i}.1.outputs", outputs
         assert env.get("PWE_HOST") == "local"
         assert env.get("PWE_RANKS") == "1"
         assert env.get("PWE_THREADS") == "2"
         assert env.get("OMP_NUM_THREADS") == "2"
         assert env.get("PWE_WALLTIME_MINUTES") == "3"
         assert env.get("PWE_ATTEMPT") == "1"
-        assert Path(env["CWD"]).resolve() == md, f"member {i} ran in {env['CWD']}, not its own directory {md}"
+        assert Path(env["CWD"]).resolve() == md, f"member {i} ran in {env['CWD']}, not its node's directory {md}"
         cwds.add(env["CWD"])
         assert recs[("probe", i)]["outputs"] == {"me": str(i)}
-    assert len(cwds) == 4
+    assert len(cwds) == 1 and not mdir(run, "probe", 0).exists()  # (a member's own: only when its node asks)
 
 
 
@@ -114,6 +116,7 @@ def test_shell_safety_end_to_end(tmp_path, write):
         "nodes": {
             "echoer": {
                 "parameters": {"v": NASTY},
+                "directory": "own",  # (each member writes files of the same names: a directory of its own)
                 "run": "printf '%s' {{ v }} > got; printf '%s' \"$PWE_PARAM_V\" > env; printf '%s' {{ evil }} > prop",
             }
         },

@@ -74,7 +74,10 @@ def test_quickstart_end_to_end(tmp_path):
         md = mdir(d, "simulate", i)
         assert output(d, "simulate", i) == f"T={T} seed={seed} steps=1000\n"
         assert output(d, "simulate", i, "stderr") == "", "it wrote nothing on stderr"
-        assert (md / "outputs").read_text().strip() == f"energy={T * 3 + seed}"
+        # its outputs go with its end into the journal; no file of them stays ($PWE_OUTPUTS is on the node)
+        assert not (md / "outputs").exists()
+        assert [r["out"] for r in journal if r["e"] == "end" and r["n"] == "simulate" and r["m"] == i] == \
+            [{"energy": str(T * 3 + seed)}]
     assert output(d, "prepare", 0) == "preparing 1000 steps\n"
     assert output(d, "analyze", 0) == "analyzing 1000 steps of 12 simulations\n"
     assert output(d, "analyze", 0, "stderr") == ""

@@ -174,8 +174,8 @@ def test_member_files_are_kept_only_when_written_and_logs_finds_them(tmp_path):
     for i in range(40):
         md = member_dir(run_dir, "m", i)
         kept = sorted(p.name for p in md.iterdir()) if md.is_dir() else []
-        # (stdout and stderr are in the pilot's output stream, not the member's directory)
-        assert kept == [[], [], [], ["outputs", "own.txt"]][i % 4], (i, kept)
+        # (stdout and stderr: in the pilot's output stream; outputs: in the journal)
+        assert kept == [[], [], [], ["own.txt"]][i % 4], (i, kept)
     proc = pwe("logs", run_dir, "m:5", cwd=tmp_path, check=0)
     assert "out 5" in proc.stdout
     proc = pwe("logs", run_dir, "m:6", cwd=tmp_path, check=0)
@@ -188,11 +188,13 @@ def test_member_files_are_kept_only_when_written_and_logs_finds_them(tmp_path):
 
 
 def test_no_directory_of_a_30000_member_run_holds_more_than_a_shard(tmp_path):
-    """30,000 members that each print (each keeps its stdout) and 3,000 that print nothing
-    (they keep nothing): no directory of the run has more than SHARD entries."""
+    """30,000 members, each in a directory of its own, that each write a file there (each
+    keeps its directory) and 3,000 that write nothing (they keep nothing): no directory of
+    the run has more than SHARD entries."""
     wf = tmp_path / "wf.yaml"
-    wf.write_text("name: wide\nnodes:\n  talk:\n    parameters: {i: {range: [0, 30000]}}\n    run: echo {{ i }}\n"
-                  "  quiet:\n    parameters: {i: {range: [0, 3000]}}\n    run: 'true'\n")
+    wf.write_text("name: wide\nnodes:\n  talk:\n    parameters: {i: {range: [0, 30000]}}\n    directory: own\n"
+                  "    run: echo {{ i }} > f; echo {{ i }}\n"
+                  "  quiet:\n    parameters: {i: {range: [0, 3000]}}\n    directory: own\n    run: 'true'\n")
     run_dir = tmp_path / "run"
     pwe("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path, check=0, timeout=600)
     most = max(len(dirs) + len(files) for _, dirs, files in os.walk(run_dir))

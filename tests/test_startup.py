@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, mdir, output
+from conftest import ROOT, output
 
 HEAVY = ("networkx", "pydantic", "jinja2", "rich", "lxml", "paramiko", "celery", "yaml")
 
@@ -133,7 +133,7 @@ def test_run_hands_its_order_to_the_pilot_it_started_before_planning(tmp_path):
     outs = [output(run_dir, "m", i) for i in range(3)]
     for i, out in enumerate(outs):
         member, mark, cwd = out.split()
-        assert mark == "set-after-nothing" and cwd == str(mdir(run_dir, "m", i)), out
+        assert member == str(i) and mark == "set-after-nothing" and cwd == str(run_dir / "members" / "m"), out  # (its node's directory)
     assert (run_dir / "pilots" / "p1" / "pilot.log").exists()
     # nothing is left waiting for an order
     mine = []

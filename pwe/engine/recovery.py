@@ -158,10 +158,8 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
     back), and ends by a kill signal, are not ends: they run again, as their next
     attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
     from pilot.guardian import read_orphans
-    from pilot.members import KILLED, collect
+    from pilot.members import KILLED
     from pilot.wire import ORPHAN_END
-
-    from ..runstate.rundir import member_dir
 
     key = channel_key(secret, pilot.id, True) if secret is not None else None
     for msg in read_orphans(str(pilot.dir), key):
@@ -174,10 +172,30 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
             continue  # (reported after all, or not this pilot's: its own end stands)
         if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
             record({"e": kind.START, "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
-        out = collect(str(member_dir(run_dir, nid, i))) if rc == 0 else {}
+        out = _orphan_outputs(pilot.dir, run_dir, nid, i, a) if rc == 0 else {}
         take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
         record({"e": kind.NOTE, "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
                 "pilot died; its end came from the pilot's guardian", "t": msg.get("t")})
+
+
+def _orphan_outputs(pilot_dir: Path, run_dir: Path, nid: str, i: int, a: int) -> dict[str, str]:
+    """The outputs of a member that ended after its pilot died: where its guardian kept them
+    (pilot.tmpdirs.keep_outputs), else where a member on another node wrote them, in its own
+    directory or its node's (pilot.members.outputs_path); each file removed once read."""
+    from pilot.members import collect
+    from pilot.tmpdirs import LEFT_OUTPUTS
+
+    from ..runstate.rundir import member_path
+
+    members = str(run_dir / "members")
+    own = member_path(members, nid, i)
+    for task in ({"_out": f"{pilot_dir}/{LEFT_OUTPUTS}/{nid}.{i}.{a}.outputs"},
+                 {"_out": f"{own}/outputs", "own": 1, "cwd": own},
+                 {"n": nid, "m": i, "a": a, "cwd": f"{members}/{nid}"}):
+        out = collect(task)
+        if out:
+            return out
+    return {}
 
 
 def end_orphans(pilot: PilotHandle, inflight: list[tuple[str, int]], st: RunState, run_id: str,

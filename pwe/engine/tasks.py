@@ -19,7 +19,7 @@ from typing import Any
 from pilot.wire import TASK
 
 from ..planning.plan import Plan
-from ..runstate.rundir import member_path
+from ..runstate.rundir import member_path, node_path
 from ..base.source import value_text
 
 
@@ -34,8 +34,9 @@ class TaskBuilder:
             self._env_base["PWE_WORKSPACE"] = workspace
         self._members = str(run_dir / "members")
         self.envs: dict[str, dict[str, str]] = {}  # eb -> a node's shared environment (an ``env`` message)
-        # node -> (eb, the names its own env sets, the fields its scheduling adds to each task): _node_parts
-        self._node: dict[str, tuple[str, frozenset[str], dict[str, Any]]] = {}
+        # node -> (eb, the names its own env sets, the fields its scheduling adds to each task, the directory
+        # its members run in, None: each its own): _node_parts
+        self._node: dict[str, tuple[str, frozenset[str], dict[str, Any], str | None]] = {}
         self.setups = setup_sets(plan)  # setup_per_node: {id: lines}, sent to each pilot once
         self._setup = {nid: sid for sid, (lines, nids) in self.setups.items() for nid in nids}
 
@@ -45,10 +46,11 @@ class TaskBuilder:
         ``retried``: its failed attempts so far; where its node's ``retry`` grows the
         request, this attempt asks for that much more (:meth:`grown`)."""
         pn = self.plan.nodes[nid]
-        cwd = member_path(self._members, nid, i)
-        if attempt > 1:
-            _keep_previous_attempt(Path(cwd), attempt - 1)
-        eb, own, fixed = self._node.get(nid) or self._node_parts(nid)
+        eb, own, fixed, cwd = self._node.get(nid) or self._node_parts(nid)
+        if cwd is None:  # (a directory of its own)
+            cwd = member_path(self._members, nid, i)
+            if attempt > 1:
+                _keep_previous_attempt(Path(cwd), attempt - 1)
         env = {"PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt)}
         for name, value in pn.space.values_of(i).items():
             env["PWE_PARAM_" + name.upper()] = value_text(value)
@@ -85,10 +87,12 @@ class TaskBuilder:
             out["wall"] = int(wall) if wall == int(wall) else wall  # (3, not 3.0: as a user writes it)
         return out
 
-    def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any]]:
+    def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any], str | None]:
         """What every task of node ``nid`` has alike, made once: its shared environment's id
         (a digest of it, so nodes that share all of it share one message), the names the
-        node's own ``env`` sets, and the fields its scheduling profile adds to each task."""
+        node's own ``env`` sets, the fields its scheduling profile adds to each task, and the
+        directory its members run in (:func:`node_path`; None where each runs in its own:
+        :func:`directory_of`)."""
         pn = self.plan.nodes[nid]
         sched = pn.scheduling
         ranks, threads = sched.ranksPerMember or 1, sched.threadsPerRank or 1
@@ -123,8 +127,24 @@ class TaskBuilder:
             fixed["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/packing.py packs it)
         if self._setup.get(nid):
             fixed["setup"] = self._setup[nid]  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
-        self._node[nid] = (eb, frozenset(own), fixed)
+        shared: str | None = None
+        if directory_of(pn) == "own":
+            fixed["own"] = 1  # (the pilot makes it before the member starts, tidies it after: pilot/spawn.py)
+        else:
+            shared = node_path(self._members, nid)
+        self._node[nid] = (eb, frozenset(own), fixed, shared)
         return self._node[nid]
+
+
+def directory_of(pn: Any) -> str:
+    """Where the members of planned node ``pn`` run: ``own`` or ``shared``, as the node
+    says (``directory:``), else ``own`` for a node with products and ``shared`` for the
+    others (measured: bench/BENCHMARKS.md, "A member's own directory only when it needs
+    one"): the members' stdout and stderr are in their pilot's streams (pilot.streams),
+    so members that share a directory share no file of pwe's."""
+    if pn.spec.directory is not None:
+        return pn.spec.directory
+    return "own" if pn.products else "shared"
 
 
 def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
@@ -167,7 +187,9 @@ def _minutes(v: float | None) -> str:
 
 
 def _keep_previous_attempt(cwd: Path, attempt: int) -> None:
-    """Rename the previous attempt's files so that the next one starts clean."""
+    """Rename the previous attempt's files in a member's own directory so that the next one
+    starts clean (a member without a directory of its own has none there: its outputs are
+    named by attempt, pilot.members.outputs_path)."""
     for name in ("stdout", "stderr", "outputs"):
         try:
             os.replace(cwd / name, cwd / f"{name}.{attempt}")

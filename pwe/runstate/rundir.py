@@ -11,8 +11,11 @@
       pilots/<id>/        tasks.jsonl (engine -> pilot), events.jsonl (pilot -> engine), pilot.log
       checkpoint.bin      the members' state as of a journal offset (pwe/runstate/checkpoint.py): readers
                           and a resumed engine replay only the journal after it
-      members/<node>/<index // 1000>/<index>/   the member's cwd; once it ended, its stdout,
-                          stderr and outputs only when not empty, else nothing (member_path)
+      members/<node>/     the directory the node's members run in (directory: shared, the default
+                          for a node without products; node_path): made once, holds what they write
+      members/<node>/<index // 1000>/<index>/   a member's own directory (directory: own): its
+                          cwd; once it ended, its stdout and stderr only when not empty, and
+                          what it wrote, else nothing (member_path)
 
 Why not SQLite: HPC home and project directories are NFS, GPFS or Lustre, where SQLite's
 locking is unreliable and WAL mode is unsupported. An append-only journal with exactly
@@ -48,13 +51,22 @@ def new_run_id(name: str) -> str:
 SHARD = 1000
 
 
+def node_path(members: str, node: str) -> str:
+    """The directory the members of ``node`` run in when they have none of their own
+    (``directory: shared``; ``members``: the run's members/ directory): made once by each
+    pilot, holding only what they write there themselves."""
+    return f"{members}/{node}"
+
+
 def member_path(members: str, node: str, index: int) -> str:
-    """Where member ``index`` of ``node`` keeps its files (``members``: the run's members/
-    directory): its working directory while it runs, then its stdout, stderr and outputs,
-    each only if it wrote something (an earlier attempt's as stdout.1 ...). A member that
-    wrote nothing has no directory once it ended. The one place this is said: the task
-    (where it runs), ``pwe logs``, the report and the trace all find its files here."""
-    return f"{members}/{node}/{index // SHARD}/{index}"
+    """Where member ``index`` of ``node`` keeps its files when it runs in a directory of its
+    own (``directory: own``; ``members``: the run's members/ directory): its working
+    directory while it runs, then its stdout and stderr and what it wrote, each only if not
+    empty (an earlier attempt's as stdout.1 ...). A member that wrote nothing has no
+    directory once it ended. Its outputs are not kept here: they go with its end into the
+    journal (pilot.members.outputs_path). The one place this is said: the task (where it
+    runs), ``pwe logs``, the report and the trace all find its files here."""
+    return f"{node_path(members, node)}/{index // SHARD}/{index}"
 
 
 def member_dir(root: Path, node: str, index: int) -> Path:

@@ -399,6 +399,12 @@ class Node(_Strict):
         None, description="files each member makes, path templates relative to the workspace: a member whose "
         "products all exist is complete and does not run (pwe.planning.products)"
     )
+    directory: Literal["own", "shared"] | None = Field(
+        None, description="where each member runs: own (a directory of its own, members/<node>/<index // 1000>/"
+        "<index>, removed when it ended if it left nothing) or shared (the node's directory, members/<node>, made "
+        "once: no directory per member); default: own for a node with products, shared for the others "
+        "(pwe.runstate.rundir.member_path)"
+    )
 
     @field_validator("check")
     @classmethod

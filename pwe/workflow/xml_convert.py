@@ -310,7 +310,7 @@ _ENTRY: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
 
 def _node(el: etree._Element) -> LineDict:
     node = LineDict(line=el.sourceline)
-    for name in ("combine", "retries", "host", "max_iterations", "maxLosses"):
+    for name in ("combine", "retries", "host", "max_iterations", "maxLosses", "directory"):
         if el.get(name) is not None:
             _put(node, name, _attr(el, name), el.sourceline)
     for child in el:
