@@ -79,7 +79,7 @@ def main() -> None:
             with Reader(str(run / "pilots")) as r:
                 for i in looks:
                     frames, bad, unreadable = r.member("talk", i)
-                    assert frames[1][0].stdout == f"line {i}\n".encode()
+                    assert any(f.stdout == f"line {i}\n".encode() for f in frames[1])
             inproc = (time.perf_counter() - t0) / len(looks)
             print(f"{phase}: pwe logs RUN talk:i wall median {statistics.median(walls):.3f} s, worst "
                   f"{max(walls):.3f} s ({len(looks)} members across the stream); the reader alone "

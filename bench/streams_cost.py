@@ -6,9 +6,10 @@ same process, alternated over --repeat rounds:
 - files: before output streams (main before issue 34): the child opens ``stdout`` and
   ``stderr`` (O_CREAT|O_TRUNC) in the member's directory; after it is reaped, the directory
   is tidied (three stats, an unlink of each empty file, an rmdir).
-- streams: two O_TMPFILE files in node-local scratch dup2'd onto 1 and 2; after the reap,
-  two fstats, a frame appended to the stream when the member printed (two writes: the frame
-  and its index record), two closes.
+- streams: two O_TMPFILE files in node-local scratch dup2'd onto 1 and 2 (a pair used
+  again once the member's process group is gone); after the reap, two fstats, a frame
+  appended to the stream when the member printed (two writes: the frame and its index
+  record), then the pair emptied for the next member.
 
 Each arm spawns ``--members`` members of a program (``true``: prints nothing; ``echo``:
 one line), one at a time, in a run directory on the disk (not tmpfs). What is reported is
@@ -72,7 +73,7 @@ def arm_streams(root: str, argv: list[str], n: int, scratch: str) -> tuple[float
         fds = w.capture()
         pid = os.posix_spawn(exe, argv, env, file_actions=file_actions(fds), setsid=True)
         os.waitpid(pid, 0)
-        w.keep("x", i, 1, fds)
+        w.keep("x", i, 1, (*fds, pid))
         tidy_member_dir(cwd)
     w.close()
     return (cpu() - c0) / n, (time.perf_counter() - t0) / n

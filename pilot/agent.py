@@ -230,7 +230,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.fail_now(task, *start_failure(exc))
             self.member_over(task, placement)
             return
-        task["_io"] = fds  # (kept into the stream as it ends: member_over)
+        task["_io"] = (*fds, pid)  # (kept into the stream as it ends: member_over)
         self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
 
     def member_cwd(self, task: dict) -> str | int:

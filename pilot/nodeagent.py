@@ -88,7 +88,7 @@ class Agent:
             self.tmps[pid] = tmp
             self.made.add(tmp)
         self.running[pid] = msg["id"]
-        self.io[pid] = (fds, msg.get("n", "?"), msg.get("m", 0), msg.get("a", 0))
+        self.io[pid] = ((*fds, pid), msg.get("n", "?"), msg.get("m", 0), msg.get("a", 0))
         self.by_id[msg["id"]] = pid
         if msg.get("mem"):
             self.memory.attach(pid, pid, int(msg["mem"]))
