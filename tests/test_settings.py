@@ -29,7 +29,7 @@ HELLO = str(ROOT / "examples" / "quickstart.yaml")
 BAD = {
     CHECKPOINT_EVERY.name: "soon", SEAL_ABOVE.name: "-1", SERVICE_STALE.name: "0",
     SERVICE_WORKER.name: "maybe", ORPHAN_GRACE.name: "3601",
-    NO_GUARDIAN.name: "2", SPAWNERS.name: "many", NO_CGROUPS.name: "nan",
+    NO_GUARDIAN.name: "2", SPAWNERS.name: "many", NO_CGROUPS.name: "nan", "PWE_SPOOL_SEGMENT": "1000",
 }
 
 
