@@ -263,6 +263,8 @@ class Chain(io.RawIOBase):
                 out.append(data)
                 if want > 0:
                     want -= len(data)
+                if self._end is None and want > 0:
+                    break  # (the live file: what is there now, one read as a plain file's)
                 continue
             if not self._next():
                 break
