@@ -27,6 +27,7 @@ import gzip
 import io
 import os
 import stat
+import time
 import zlib
 from typing import IO, Any, Iterator
 
@@ -143,10 +144,187 @@ class Sealed(io.RawIOBase):
         super().close()
 
 
+def segments(path: Any) -> list[tuple[int, str]]:
+    """The segments a spool file was rotated into as it grew (:mod:`pilot.transport`):
+    ``(end, path)`` in order, where ``PATH.END`` (or, sealed, ``PATH.END.gz``) holds its
+    plain text from the end of the one before (0 for the first) up to offset ``END``; the
+    live file ``path`` holds what follows the last. [] for a spool never rotated."""
+    d, name = os.path.split(os.fspath(path))
+    pre = name + "."
+    try:
+        names = os.listdir(d or ".")
+    except OSError:
+        return []
+    ends: dict[int, str] = {}
+    for f in names:
+        if f.startswith(pre):
+            rest = f[len(pre):].removesuffix(".gz")
+            if rest.isascii() and rest.isdigit() and len(rest) < 19:
+                ends[int(rest)] = os.path.join(d, pre + rest)
+    return sorted(ends.items())
+
+
+class Chain(io.RawIOBase):
+    """A rotated spool file (:func:`segments`, then the live file) read as one plain text:
+    ``read``, ``readline``, ``seek``, ``tell``, offsets into the whole. Each part is opened
+    by :func:`open_part` (plain or sealed: a part sealed while it is read is read on from
+    its open descriptor). At the end of the live file, at most every :data:`RELIST` seconds
+    (and only once it is past :data:`ROTATED_FLOOR` bytes, the least a writer rotates at),
+    whether the writer has rotated it is looked at again; a part shorter than its name
+    says is :class:`Damaged`."""
+
+    #: seconds between two looks for a rotation at the end of the live file
+    RELIST = 0.5
+
+    def __init__(self, path: Any, within: Any = None, parts: list[tuple[int, str]] | None = None):
+        super().__init__()
+        self.path = os.fspath(path)
+        self.name = self.path
+        self.within = within
+        self._parts = segments(path) if parts is None else parts
+        self._fh: IO[bytes] | None = None
+        self._base = 0
+        self._end: int | None = None  # (None: the live file, open-ended)
+        self._part = self.path  # (the part read now)
+        self._pos = 0
+        self._looked = 0.0
+        self._locate(0)
+
+    def parts(self) -> list[tuple[int, int, str]]:
+        """(start, end, path) of every rotated part, then (start, -1, path) of the live file."""
+        out, base = [], 0
+        for end, p in self._parts:
+            out.append((base, end, p))
+            base = end
+        return out + [(base, -1, self.path)]
+
+    def _locate(self, pos: int) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        for base, end, p in self.parts():
+            if pos < end or end < 0:
+                self._base, self._end, self._part = base, (end if end >= 0 else None), p
+                try:
+                    self._fh = open_part(p, self.within)
+                except FileNotFoundError:
+                    if end >= 0:
+                        raise Damaged(p, "a rotated part of a spool file that is gone") from None
+                    self._fh = None  # (the live file between its rotation and its new start)
+                if self._fh is not None and pos > base:
+                    self._fh.seek(pos - base)
+                self._pos = pos
+                return
+
+    def _next(self) -> bool:
+        """At the end of the part read: on to the next one, if there is one now."""
+        if self._end is not None:
+            if self._pos < self._end:
+                raise Damaged(self._part, "a rotated part of a spool file shorter than its name says "
+                              f"({self._end - self._base} bytes; or a part before it is gone)")
+            self._locate(self._pos)
+            return True
+        if self._fh is None:  # (no live file yet: tried again as often as asked, as a plain open is)
+            self._locate(self._pos)
+            if self._fh is not None:
+                return True
+        elif self._pos - self._base < ROTATED_FLOOR:
+            return False
+        now = time.monotonic()
+        if now - self._looked < self.RELIST:
+            return False
+        self._looked = now
+        parts = segments(self.path)
+        if not parts or parts[-1][0] <= self._base:
+            return False
+        self._parts = parts
+        self._locate(self._pos)
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def _room(self, n: int | None) -> int:
+        left = -1 if self._end is None else self._end - self._pos
+        if n is None or n < 0:
+            return left
+        return n if left < 0 else min(n, left)
+
+    def read(self, n: int | None = -1) -> bytes:
+        out: list[bytes] = []
+        want = -1 if n is None or n < 0 else n
+        while want != 0:
+            data = self._fh.read(self._room(want)) if self._fh is not None else b""
+            if data:
+                self._pos += len(data)
+                out.append(data)
+                if want > 0:
+                    want -= len(data)
+                if self._end is None and want > 0:
+                    break  # (the live file: what is there now, one read as a plain file's)
+                continue
+            if not self._next():
+                break
+        return b"".join(out)
+
+    def readline(self, limit: int | None = -1) -> bytes:
+        while True:
+            data = self._fh.readline(self._room(limit)) if self._fh is not None else b""
+            if data:
+                self._pos += len(data)
+                return data
+            if not self._next():
+                return b""
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == io.SEEK_END:
+            self._parts = segments(self.path)
+            self._locate(self._parts[-1][0] if self._parts else 0)
+            if self._fh is not None:
+                self._pos = self._base + self._fh.seek(0, io.SEEK_END)
+            return self._pos
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        if self._base <= offset and (self._end is None or offset < self._end) and self._fh is not None:
+            self._fh.seek(offset - self._base)
+            self._pos = offset
+        else:
+            self._locate(offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        super().close()
+
+
+#: the least size at which a writer rotates a spool file (pilot.settings' PWE_SPOOL_SEGMENT
+#: may not be set lower): a reader short of it in the live file never looks for a rotation
+ROTATED_FLOOR = 64 << 10
+
+
 def open_spool(path: Any, within: Any = None) -> IO[bytes]:
     """A spool file opened for reading, plain or sealed (``path + ".gz"``, read through
-    :class:`Sealed`); the plain one when both are there (a seal cut short).
-    :class:`FileNotFoundError` when neither is."""
+    :class:`Sealed`); the plain one when both are there (a seal cut short); a spool file
+    that was rotated as it grew, read whole through :class:`Chain`.
+    :class:`FileNotFoundError` when none of them is."""
+    parts = segments(path)
+    if parts:
+        return Chain(path, within, parts)
+    return open_part(path, within)
+
+
+def open_part(path: Any, within: Any = None) -> IO[bytes]:
+    """One file of a spool, plain or sealed (``path + ".gz"``, read through :class:`Sealed`);
+    the plain one when both are there (a seal cut short); never the parts it was rotated
+    into (:func:`open_spool` reads those). :class:`FileNotFoundError` when neither is."""
     try:
         return open_regular(path, "rb", within)
     except FileNotFoundError:

@@ -129,6 +129,10 @@ CHECKPOINT_EVERY = Setting("PWE_CHECKPOINT_EVERY", "seconds", 20.0, low=0, high=
 SEAL_ABOVE = Setting("PWE_SEAL_ABOVE", "bytes", 8 << 20, low=0, reader="engine", doc=(
     "a left pilot's spool files are sealed (gzip) when together bigger than this, and each of its "
     "members' output streams when bigger than this; 0 seals every one"))
+SPOOL_SEGMENT = Setting("PWE_SPOOL_SEGMENT", "bytes", 128 << 20, low=64 << 10, reader="pilot", doc=(
+    "a spool file (a pilot's tasks or events) is rotated when it grows past this, and the "
+    "engine seals (gzip) each part behind it as the run goes on: the run directory of a "
+    "long-lived pilot stays small while it runs; at least 64 KiB"))
 SERVICE_STALE = Setting("PWE_SERVICE_STALE", "seconds", 30.0, low=0.1, high=86400, reader="service", doc=(
     "seconds without a tick reaching the service's worker before its worker and beat are "
     "restarted; the tests make it short"))
@@ -153,8 +157,9 @@ OUTPUT_CAP = Setting("PWE_OUTPUT_CAP", "bytes", 8 << 20, low=1024, high=256 << 2
     "output stream: the first and last half of it, and how many bytes were left out between"))
 
 #: every variable pwe reads, in the order the reference page lists them
-SETTINGS: tuple[Setting, ...] = (HOME, BROKER, QUEUE, CHECKPOINT_EVERY, SEAL_ABOVE, SERVICE_STALE, SERVICE_DIR,
-                                 SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS, OUTPUT_CAP)
+SETTINGS: tuple[Setting, ...] = (HOME, BROKER, QUEUE, CHECKPOINT_EVERY, SEAL_ABOVE, SPOOL_SEGMENT, SERVICE_STALE,
+                                 SERVICE_DIR, SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS,
+                                 OUTPUT_CAP)
 #: the pilot's own (read on compute nodes; checked when the pilot starts)
 PILOT_SETTINGS = tuple(s for s in SETTINGS if s.reader == "pilot")
 

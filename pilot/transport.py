@@ -20,10 +20,16 @@ held back until its writer finishes it. **Redis** (:mod:`pilot.broker`): the pil
 events through a Redis stream, its tasks still through the spool; a pilot that loses
 the broker goes on through the spool by itself.
 
-A pilot that has left, once the engine has taken in all it said, may have its files
-**sealed** (:func:`seal`): compressed to ``NAME.gz`` when together they are big (a million
-members' are hundreds of MB of repetitive JSON); every reader here opens either
-(:func:`open_spool`), and a cursor stays an offset into the plain text.
+A spool file that grows past ``PWE_SPOOL_SEGMENT`` bytes (:func:`segment_size`, 128 MiB) is
+**rotated** by its writer between two batches: renamed to ``NAME.END`` (``END`` the offset
+of its end in the whole) and begun again empty; the engine **seals** (gzip) each part behind
+what both sides have read, in a thread, as the run goes on (:meth:`EngineSpool.seal_behind`),
+so that a pilot that lives for 10^7 members never keeps gigabytes of plain text. A pilot that
+has left, once the engine has taken in all it said, has the rest of its files sealed
+(:func:`seal`): compressed to ``NAME.gz`` when together they are big (a million members'
+are hundreds of MB of repetitive JSON). Every reader opens any of these through
+:func:`open_spool` (a rotated file through :class:`pilot.bounded.Chain`), and a cursor stays
+an offset into the whole plain text.
 
 Every line is signed with its channel's key (:func:`pilot.wire.channel_key`, from the
 run's ``secret``; :func:`keys` is how a pilot finds it) and every message a pilot sends
@@ -37,12 +43,14 @@ import gzip
 import json
 import os
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .bounded import MAX_LINE, Damaged, Sealed, lines, open_spool
-from .settings import SEAL_ABOVE
+from .bounded import MAX_LINE, Chain, Damaged, Sealed, lines, open_part, segments
+from .bounded import open_spool as open_spool  # (every spool's reader: re-exported for the transports' users)
+from .settings import SEAL_ABOVE, SPOOL_SEGMENT
 from .wire import FORGED, GROUP, TASK, channel_key, decode, encode
 
 #: the most of a spool file read at once; a line held back waiting for its end longer than
@@ -61,16 +69,49 @@ def seal_above() -> int:
     return SEAL_ABOVE.get()
 
 
+def segment_size() -> int:
+    """The bytes ``PWE_SPOOL_SEGMENT`` says (:mod:`pilot.settings`; default 128 MiB): a spool
+    file past it is rotated by its writer (see the module)."""
+    return SPOOL_SEGMENT.get()
+
+
 def spool_bytes(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE)) -> dict[str, int]:
-    """The plain spool files ``names`` of a pilot's directory that are there: path -> size."""
+    """The plain spool files ``names`` of a pilot's directory that are there, their rotated
+    parts not yet sealed first: path -> size."""
     sizes: dict[str, int] = {}
     for name in names:
         path = os.path.join(directory, name)
-        try:
-            sizes[path] = os.stat(path).st_size
-        except FileNotFoundError:
-            pass
+        for _, part in segments(path):
+            _size_of(part, sizes)
+        _size_of(path, sizes)
     return sizes
+
+
+def _size_of(path: str, sizes: dict[str, int]) -> None:
+    try:
+        sizes[path] = os.stat(path).st_size
+    except FileNotFoundError:
+        pass
+
+
+#: one seal at a time in a process: a part sealed as the run goes on and the pilot's last
+#: seal never write the same ``.gz.tmp``
+_SEALING = threading.Lock()
+
+
+def rotate(path: str, base: int, size: int) -> int:
+    """(A writer's side, its file closed.) The live spool file ``path``, which holds the
+    whole's bytes from ``base`` on, ``size`` of them, renamed to its rotated part's name; the
+    base of the live file that follows."""
+    end = base + size
+    os.rename(path, f"{path}.{end}")
+    return end
+
+
+def live_base(path: str) -> int:
+    """Where the live spool file ``path`` starts in the whole: the end of its last rotated part."""
+    parts = segments(path)
+    return parts[-1][0] if parts else 0
 
 
 def seal(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE), above: int | None = None) -> int:
@@ -83,25 +124,38 @@ def seal(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE), abov
     sizes = spool_bytes(directory, names)
     if sum(sizes.values()) <= (seal_above() if above is None else above):
         return 0
+    return seal_files(sizes)
+
+
+def seal_files(sizes: dict[str, int]) -> int:
+    """Compress each plain file (path -> its size) to ``PATH.gz``, then remove it (see
+    :func:`seal`); the bytes saved."""
     saved = 0
-    for path, size in sizes.items():
-        tmp = path + ".gz.tmp"
-        try:
-            with open(path, "rb") as src, open(tmp, "wb") as raw:
-                with gzip.GzipFile(os.path.basename(path), "wb", 6, raw, mtime=0) as gz:
-                    shutil.copyfileobj(src, gz, 1 << 20)
-                raw.flush()
-                os.fsync(raw.fileno())
-            os.replace(tmp, path + ".gz")
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        os.unlink(path)
-        saved += size - os.stat(path + ".gz").st_size
+    with _SEALING:
+        for path, size in sizes.items():
+            saved += _seal_one(path, size)
     return saved
+
+
+def _seal_one(path: str, size: int) -> int:
+    if not os.path.exists(path):
+        return 0  # (sealed meanwhile)
+    tmp = path + ".gz.tmp"
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as raw:
+            with gzip.GzipFile(os.path.basename(path), "wb", 6, raw, mtime=0) as gz:
+                shutil.copyfileobj(src, gz, 1 << 20)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path + ".gz")
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.unlink(path)
+    return size - os.stat(path + ".gz").st_size
 
 
 def keys(directory: str, secret: str | None = None) -> tuple[bytes | None, bytes | None]:
@@ -182,11 +236,8 @@ class _Inbox:
     def read(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
         fh = self._fh
         if fh is None or cursor != self._at:
-            if fh is None:
-                try:
-                    fh = self._fh = open_spool(self.path, within=os.path.dirname(self.path))
-                except FileNotFoundError:
-                    return [], cursor
+            if fh is None:  # (a Chain even before any rotation: it follows its writer's rotations)
+                fh = self._fh = Chain(self.path, within=os.path.dirname(self.path))
             fh.seek(cursor)
             self._at, self._partial = cursor, b""
         data = fh.read(READ_CHUNK)
@@ -236,19 +287,67 @@ class EngineSpool(Transport):
         self.where = os.path.join(self.dir, TASKS)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         self._out = None  # (opened at the first send: a sealed pilot's is never made again)
+        self._base = self._size = 0  # (the live tasks file's start in the whole, and its size)
+        self._segment = segment_size()
         self._in = _Inbox(os.path.join(self.dir, EVENTS), key_in)
+        self._read_part = 0  # (the start of the events part last read: a new one seals those behind)
+        self._sealer: threading.Thread | None = None
         self.key_out = key_out
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
+        data = encode(msgs, self.key_out)
         try:
             if self._out is None:
                 self._out = open(self.where, "ab", buffering=0)
-            append_whole(self._out, encode(msgs, self.key_out))
+                self._base, self._size = live_base(self.where), os.fstat(self._out.fileno()).st_size
+            append_whole(self._out, data)
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, self.where) from None
+        self._size += len(data)
+        if self._size >= self._segment:  # (rotated between two batches: a part holds whole lines)
+            self._out.close()
+            self._out = None  # (the next batch begins the new live file)
+            try:
+                rotate(self.where, self._base, self._size)
+            except OSError:
+                return  # (not rotated: tried again after the next batch; what was sent is sent)
+            self.seal_behind()
 
     def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
-        return self._in.read(cursor)
+        got = self._in.read(cursor)
+        fh = self._in._fh
+        if fh is not None and fh._base != self._read_part:  # (read into a new part: the one before is all read)
+            self._read_part = fh._base
+            self.seal_behind()
+        return got
+
+    def seal_behind(self) -> None:
+        """Seal (gzip, in a thread) the rotated parts of this pilot's spool that nobody reads
+        again: every rotated part of the tasks (the pilot reads on from its open file, or
+        through the seal) and of the events those the engine has read past. One thread at a
+        time; what it leaves, the next call, or the pilot's last :func:`seal`, takes."""
+        if self._sealer is not None and self._sealer.is_alive():
+            return
+        if self._behind():
+            self._sealer = threading.Thread(target=self._seal_all_behind, name=f"seal {self.dir}", daemon=True)
+            self._sealer.start()
+
+    def _behind(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for _, part in segments(self.where):
+            _size_of(part, sizes)
+        for end, part in segments(self._in.path):
+            if end <= self._read_part:
+                _size_of(part, sizes)
+        return sizes
+
+    def _seal_all_behind(self) -> None:
+        """(The seal's thread.) Until none is left: what was rotated while it sealed too."""
+        while sizes := self._behind():
+            try:
+                seal_files(sizes)
+            except OSError:
+                return  # (the disk refused: left plain, readers take either; the pilot's last seal tries again)
 
     def sent(self, among: set[tuple[str, int, int]] | None = None) -> Counter[tuple[str, int, int]]:
         """(node, member, attempt) of every task the pilot was sent, and how many times.
@@ -257,26 +356,16 @@ class EngineSpool(Transport):
         found, not whole (a million members' tasks are hundreds of MB); one never sent
         costs a read of the whole file."""
         out: Counter[tuple[str, int, int]] = Counter()
-        try:
-            fh = open_spool(self.where, within=self.dir)
-        except FileNotFoundError:
-            return out  # (nothing was ever sent)
-        with fh:
-            if among is None or isinstance(fh, Sealed):  # (sealed: read forwards, whole)
-                for line in lines(fh, MAX_LINE, self.where):
-                    _count_task(line, out, among)
-                return out
-            end, carry = fh.seek(0, os.SEEK_END), b""
-            while end > 0 and not among <= out.keys():
-                start = max(0, end - (1 << 20))
-                fh.seek(start)
-                block = (fh.read(end - start) + carry).split(b"\n")
-                carry = block.pop(0) if start else b""  # (its start is in the block before)
-                if len(carry) > MAX_LINE:
-                    raise Damaged(self.where, f"a line longer than {MAX_LINE} bytes")
-                for line in block:
-                    _count_task(line, out, among)
-                end = start
+        parts = segments(self.where)  # (rotated: each part, the newest first, until all are found)
+        for path in [self.where] + [p for _, p in reversed(parts)]:
+            try:
+                fh = open_part(path, within=self.dir)
+            except FileNotFoundError:
+                continue  # (nothing was ever sent; the live file between a rotation and its next batch)
+            with fh:
+                _sent_in(fh, path, among, out)
+            if among is not None and among <= out.keys():
+                break
         return out
 
     def close(self) -> None:
@@ -284,6 +373,25 @@ class EngineSpool(Transport):
             self._out.close()
             self._out = None
         self._in.close()
+
+
+def _sent_in(fh: Any, path: str, among: set | None, out: Counter) -> None:
+    """Count the tasks of one spool file (part) opened for reading (see EngineSpool.sent)."""
+    if among is None or isinstance(fh, Sealed):  # (sealed: read forwards, whole)
+        for line in lines(fh, MAX_LINE, path):
+            _count_task(line, out, among)
+        return
+    end, carry = fh.seek(0, os.SEEK_END), b""
+    while end > 0 and not among <= out.keys():
+        start = max(0, end - (1 << 20))
+        fh.seek(start)
+        block = (fh.read(end - start) + carry).split(b"\n")
+        carry = block.pop(0) if start else b""  # (its start is in the block before)
+        if len(carry) > MAX_LINE:
+            raise Damaged(path, f"a line longer than {MAX_LINE} bytes")
+        for line in block:
+            _count_task(line, out, among)
+        end = start
 
 
 def _count_task(line: bytes, out: Counter, among: set | None) -> None:
@@ -304,13 +412,17 @@ class PilotSpool(Transport):
     """The pilot's side of its spool: writes ``events.jsonl``, reads ``tasks.jsonl``.
 
     A batch the disk refuses is held (what was written of it stays: the pilot is the
-    only writer and finishes the line later) and sent first with the next batch."""
+    only writer and finishes the line later) and sent first with the next batch. Past
+    ``PWE_SPOOL_SEGMENT`` bytes its events file is rotated (see the module); the engine
+    seals the parts it has read."""
 
     def __init__(self, directory: str, fsync: bool = False, key_out: bytes | None = None,
                  key_in: bytes | None = None):
         self.where = os.path.join(directory, EVENTS)
         self.fsync = fsync
         self._out = open(self.where, "ab", buffering=0)
+        self._base, self._size = live_base(self.where), os.fstat(self._out.fileno()).st_size
+        self._segment = segment_size()
         self._in = _Inbox(os.path.join(directory, TASKS), key_in)
         self.held = b""  # what the disk refused: sent before anything new
         self.key_out = key_out
@@ -341,9 +453,18 @@ class PilotSpool(Transport):
             if self.fsync:
                 os.fsync(self._out.fileno())
         except OSError:
+            self._size += len(data) - len(view)
             self.held = bytes(view)
             raise
         self.held = b""
+        self._size += len(data)
+        if self._size >= self._segment:  # (rotated between two batches: a part holds whole lines)
+            self._out.close()
+            try:
+                self._base, self._size = rotate(self.where, self._base, self._size), 0
+            except OSError:
+                pass  # (not rotated: tried again after the next batch; what was sent is sent)
+            self._out = open(self.where, "ab", buffering=0)
 
     def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
         return self._in.read(cursor)

@@ -31,6 +31,7 @@ BAD = {
     CHECKPOINT_EVERY.name: "soon", SEAL_ABOVE.name: "-1", SERVICE_STALE.name: "0",
     SERVICE_WORKER.name: "maybe", ORPHAN_GRACE.name: "3601",
     NO_GUARDIAN.name: "2", SPAWNERS.name: "many", NO_CGROUPS.name: "nan", OUTPUT_CAP.name: "100",
+    "PWE_SPOOL_SEGMENT": "1000",
 }
 
 

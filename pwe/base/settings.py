@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from pilot.settings import (BROKER, CHECKPOINT_EVERY, HOME, NO_GUARDIAN, ORPHAN_GRACE, OUTPUT_CAP, OUTPUTS,
                             PILOT_SETTINGS, QUEUE, SEAL_ABOVE, SERVICE_DIR, SERVICE_STALE, SERVICE_WORKER, SETTINGS,
-                            SPAWNERS, BadSetting, Setting, outputs_table, settings_table)
+                            SPAWNERS, SPOOL_SEGMENT, BadSetting, Setting, outputs_table, settings_table)
 
 from .errors import InputError
 
 __all__ = ["BROKER", "CHECKPOINT_EVERY", "HOME", "NO_GUARDIAN", "ORPHAN_GRACE", "OUTPUT_CAP", "OUTPUTS",
            "PILOT_SETTINGS", "QUEUE", "SEAL_ABOVE", "SERVICE_DIR", "SERVICE_STALE", "SERVICE_WORKER", "SETTINGS",
-           "SPAWNERS", "BadSetting",
+           "SPAWNERS", "SPOOL_SEGMENT", "BadSetting",
            "Setting", "check", "outputs_table", "settings_table"]
 
 

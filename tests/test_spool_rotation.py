@@ -1,0 +1,167 @@
+"""A pilot's spool files are rotated as they grow and the parts behind sealed while the run
+goes on (issue 34, 10^7 members: one pilot's plain spool would be ~5 GB before its seal
+at the end). Each writer renames its file to ``NAME.END`` past ``PWE_SPOOL_SEGMENT`` bytes
+and begins it again; every reader reads the parts and the live file as one text, offsets
+into the whole (pilot.bounded.Chain); the engine gzips the parts nobody reads again."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import LEDGER_WF, ledger_counts, run_cli, wait_for
+from pilot.bounded import Damaged, open_spool, segments
+from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool, seal
+
+SEGMENT = 64 << 10  # (the least PWE_SPOOL_SEGMENT takes)
+
+
+def _events(n, start=0):
+    return [{"k": "start", "n": "a", "m": i, "a": 1, "pad": "x" * 40} for i in range(start, start + n)]
+
+
+def _drain(engine, cursor=0):
+    got = []
+    while True:
+        msgs, cursor = engine.receive(cursor)
+        if not msgs:
+            return got, cursor
+        got += msgs
+
+
+@pytest.fixture
+def small_segments(monkeypatch):
+    monkeypatch.setenv("PWE_SPOOL_SEGMENT", str(SEGMENT))
+
+
+def test_the_pilots_events_are_rotated_and_the_engine_reads_them_whole_in_order(tmp_path, small_segments, monkeypatch):
+    from pilot.bounded import Chain
+
+    monkeypatch.setattr(Chain, "RELIST", 0.0)  # (looks for a rotation at every end of the live file)
+    pilot, engine = PilotSpool(str(tmp_path)), EngineSpool(tmp_path)
+    got, cursor = [], 0
+    for b in range(200):  # (read as it is written: the engine follows each rotation)
+        pilot.send(_events(20, b * 20))
+        msgs, cursor = _drain(engine, cursor)
+        got += msgs
+    assert [m["m"] for m in got] == list(range(4000)) and [m["q"] for m in got] == list(range(1, 4001))
+    parts = segments(tmp_path / EVENTS)
+    assert len(parts) >= 5 and os.path.getsize(tmp_path / EVENTS) < SEGMENT
+    # the parts read are sealed behind the engine, in a thread
+    wait_for(lambda: all(not os.path.exists(p) and os.path.exists(p + ".gz") for _, p in parts[:-1]),
+             what="the events' parts read sealed")
+    # the cursor is an offset into the whole: a new engine (resumed) reads on from any of them
+    again, end = _drain(EngineSpool(tmp_path), 0)
+    assert [m["m"] for m in again] == list(range(4000)) and end == cursor
+    middle = parts[len(parts) // 2][0]  # (the start of a part: a line's start)
+    later, _ = _drain(EngineSpool(tmp_path), middle)
+    assert later == again[len(again) - len(later):] and 0 < len(later) < 4000
+    # and every reader of the file as one: open_spool
+    with open_spool(tmp_path / EVENTS) as fh:
+        assert [json.loads(line)["m"] for line in fh.read().splitlines()] == list(range(4000))
+    pilot.close()
+    engine.close()
+
+
+def test_the_engines_tasks_are_rotated_sealed_and_still_counted_as_sent(tmp_path, small_segments):
+    engine = EngineSpool(tmp_path)
+    task = {"k": "task", "n": "a", "a": 1, "cmd": "true", "cwd": str(tmp_path), "env": {"X": "y" * 30}}
+    for b in range(100):
+        engine.send([{**task, "m": i} for i in range(b * 20, b * 20 + 20)])
+    parts = segments(tmp_path / TASKS)
+    assert len(parts) >= 3
+    wait_for(lambda: all(os.path.exists(p + ".gz") for _, p in segments(tmp_path / TASKS)),
+             what="the tasks' rotated parts sealed")
+    # the pilot reads them all, in order, from the start (a pilot started late: sealed parts)
+    pilot = PilotSpool(str(tmp_path))
+    got, cursor = [], 0
+    while True:
+        msgs, cursor = pilot.receive(cursor)
+        if not msgs:
+            break
+        got += msgs
+    assert [t["m"] for t in got] == list(range(2000))
+    # what a resumed engine asks: a few sent long ago (in a sealed part) and a few just now
+    among = {("a", 3, 1), ("a", 1999, 1), ("a", 5000, 1)}
+    sent = EngineSpool(tmp_path).sent(among)
+    assert sent[("a", 3, 1)] == 1 and sent[("a", 1999, 1)] == 1 and sent[("a", 5000, 1)] == 0
+    assert sum(EngineSpool(tmp_path).sent().values()) == 2000
+    pilot.close()
+    engine.close()
+
+
+def test_a_left_pilots_seal_takes_the_live_files_and_any_part_left_plain(tmp_path, small_segments):
+    pilot = PilotSpool(str(tmp_path))
+    for b in range(100):
+        pilot.send(_events(20, b * 20))
+    pilot.close()  # (nobody read them: no part was sealed as the run went on)
+    assert segments(tmp_path / EVENTS) and all(os.path.exists(p) for _, p in segments(tmp_path / EVENTS))
+    assert seal(str(tmp_path), above=0) > 0
+    left = sorted(os.listdir(tmp_path))
+    assert all(name.endswith(".gz") for name in left), left
+    got, _ = _drain(EngineSpool(tmp_path))
+    assert [m["m"] for m in got] == list(range(2000))
+
+
+def test_a_rotated_part_cut_short_is_said_damaged_not_read_as_the_next(tmp_path, small_segments):
+    pilot = PilotSpool(str(tmp_path))
+    for b in range(100):
+        pilot.send(_events(20, b * 20))
+    pilot.close()
+    end, first = segments(tmp_path / EVENTS)[0]
+    with open(first, "r+b") as fh:
+        fh.truncate(end - 100)
+    with open_spool(tmp_path / EVENTS) as fh, pytest.raises(Damaged, match="shorter than its name says") as exc:
+        fh.read()
+    assert first in str(exc.value)
+    os.unlink(first)  # (a part gone: the next one does not cover the whole from 0)
+    with open_spool(tmp_path / EVENTS) as fh, pytest.raises(Damaged, match="a part before it is gone"):
+        fh.read()
+
+
+@pytest.mark.parametrize("value", ["1000", "-1", "lots"])
+def test_a_spool_segment_below_64_kib_or_not_a_number_is_one_line_exit_2(tmp_path, value):
+    rc, out, err = run_cli("status", tmp_path, env={"PWE_SPOOL_SEGMENT": value}, cwd=tmp_path)
+    assert rc == 2 and "PWE_SPOOL_SEGMENT" in err and len(err.strip().splitlines()) == 1 \
+        and "Traceback" not in err, err
+
+
+def test_a_real_run_rotates_its_pilots_spool_and_runs_every_member_once(tmp_path):
+    n = 1500  # (2 x 1,500 members: ~1.5 MB of spool, some twenty 64 KiB parts)
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LEDGER_WF.format(ledger=ledger, n=n, sleep=0))
+    run_dir = tmp_path / "run"
+    rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path, timeout=900,
+                           env={"PWE_SPOOL_SEGMENT": str(SEGMENT)})
+    assert rc == 0 and f"{2 * n} done of {2 * n}" in out, err
+    starts, ends = ledger_counts(ledger)
+    assert len(starts) == 2 * n and set(starts.values()) == {1} and starts == ends
+    pdir = run_dir / "pilots" / "p1"
+    names = sorted(os.listdir(pdir))
+    rotated = [x for x in names if x.startswith((EVENTS + ".", TASKS + ".")) and x[len(EVENTS) + 1:][:1].isdigit()]
+    assert len(rotated) >= 4 and all(x.endswith(".gz") for x in rotated), names
+    rc, out, err = run_cli("trace", run_dir, "--json", cwd=tmp_path)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rc == 0 and len(rows) == 2 * n and all(r["state"] == "done" and r["start"] for r in rows), err
+    rc, out, err = run_cli("events", run_dir, "--json", cwd=tmp_path)
+    kinds = [json.loads(line).get("k") for line in out.splitlines() if '"pilot"' in line]
+    assert rc == 0 and kinds.count("start") == 2 * n and kinds.count("end") == 2 * n, err
+
+
+def test_a_reader_that_began_before_the_file_finds_it_even_if_its_first_batch_was_rotated_at_once(
+        tmp_path, small_segments, monkeypatch):
+    """A pilot up before its first task, whose first batch is bigger than a segment: the live
+    file it waited for is never made (rotated at once); it finds the part (a pilot once sat idle)."""
+    from pilot.bounded import Chain
+
+    monkeypatch.setattr(Chain, "RELIST", 0.0)
+    pilot, engine = PilotSpool(str(tmp_path)), EngineSpool(tmp_path)
+    assert pilot.receive(0) == ([], 0)  # (nothing yet)
+    task = {"k": "task", "n": "a", "a": 1, "cmd": "true", "cwd": str(tmp_path), "env": {"X": "y" * 60}}
+    engine.send([{**task, "m": i} for i in range(1000)])  # (~150 KB in one batch)
+    assert not (tmp_path / TASKS).exists() and segments(tmp_path / TASKS)
+    msgs, _ = pilot.receive(0)
+    assert [t["m"] for t in msgs] == list(range(1000))
