@@ -235,17 +235,7 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
             if e == END and type(r["rc"]) is not int:
                 raise ValueError(f"exit status {r['rc']!r}")
     elif e == REUSED:
-        count = None if size is None else size(r["n"])
-        if type(r["from"]) is not str or not isinstance(r.get("out", {}), dict):
-            raise ValueError(f"reused from {r['from']!r}")
-        for lo, hi, src in r["r"]:
-            _index(lo, count, "member")
-            _index(src, None, "member")
-            if type(hi) is not int or hi <= lo or count is not None and hi > count:
-                raise ValueError(f"members {lo!r}..{hi!r}")
-        for i, out in r.get("out", {}).items():
-            if not i.isdigit() or count is not None and int(i) >= count or not isinstance(out, dict):
-                raise ValueError(f"outputs of member {i!r}")
+        _check_reused(r, None if size is None else size(r["n"]))
     elif e == COMPLETE or e == RETRY and r.get("only") is not None:
         spans = [(r["n"], r["r"])] if e == COMPLETE else list(r["only"].items())
         for n, runs in spans:
@@ -254,6 +244,20 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
                 _index(lo, count, "member")
                 if type(hi) is not int or hi < lo or count is not None and hi > count:
                     raise ValueError(f"members {lo!r}..{hi!r}")
+
+
+def _check_reused(r: dict[str, Any], count: int | None) -> None:
+    """A ``reused`` record's runs within its node, its run id a string, its outputs mappings."""
+    if type(r["from"]) is not str or not isinstance(r.get("out", {}), dict):
+        raise ValueError(f"reused from {r['from']!r}")
+    for lo, hi, src in r["r"]:
+        _index(lo, count, "member")
+        _index(src, None, "member")
+        if type(hi) is not int or hi <= lo or count is not None and hi > count:
+            raise ValueError(f"members {lo!r}..{hi!r}")
+    for i, out in r.get("out", {}).items():
+        if not i.isdigit() or count is not None and int(i) >= count or not isinstance(out, dict):
+            raise ValueError(f"outputs of member {i!r}")
 
 
 def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[dict[str, Any]]:

@@ -109,8 +109,8 @@ def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | No
         at = len(blob) // KEY_BYTES
         for i in done:
             blob += k[i * KEY_BYTES:(i + 1) * KEY_BYTES]
-        nodes[nid] = {"runs": _runs_of(done), "at": at, "out": {str(i): ns.outputs[i] for i in done if ns.outputs.get(i)},
-                      **({"prod": prod} if prod else {})}
+        outs = {str(i): ns.outputs[i] for i in done if ns.outputs.get(i)}
+        nodes[nid] = {"runs": _runs_of(done), "at": at, "out": outs, **({"prod": prod} if prod else {})}
     body = {"kind": KIND, "v": VERSION, "workflow": plan.workflow.name, "run": run_id, "workspace": root,
             "t": time.time(), "keys_sha256": hashlib.sha256(blob).hexdigest(), "nodes": nodes}
     tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
