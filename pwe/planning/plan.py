@@ -188,6 +188,7 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
             if node.check is not None:
                 plan.command(nid, index)
     products.check(plan)  # (their first and last member's paths, inside the workspace)
+    reuse.check(plan)  # (inputs: the same)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)

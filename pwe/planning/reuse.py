@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import jinja2
 
 from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
+from ..base.regular import open_regular
 from ..base.source import did_you_mean, value_text
 from ..workflow.templates import PathTemplate
 
@@ -100,6 +100,15 @@ def node_digest(plan: Plan, nid: str) -> bytes:
                            person=RECIPE).digest()
 
 
+def check(plan: Plan) -> None:
+    """What ``pwe validate`` checks: each node's inputs render for its first and last member
+    to paths inside the workspace (:class:`TemplateError`, one line, else)."""
+    for nid, pn in plan.nodes.items():
+        if pn.inputs:
+            for i in sorted({0, pn.size - 1}):
+                Inputs.paths(plan, nid, pn.context(plan.workflow.properties, i))
+
+
 class Inputs:
     """The content hashes of inputs, each distinct file read once (per plan)."""
 
@@ -109,20 +118,29 @@ class Inputs:
         self.seen: dict[str, bytes] = {}
         self.files_read = 0
 
-    def digest(self, nid: str, ctx: dict[str, Any]) -> bytes:
-        pn = self.plan.nodes[nid]
-        out = b""
+    @staticmethod
+    def paths(plan: Plan, nid: str, ctx: dict[str, Any]) -> list[str]:
+        """A member's inputs, relative to the workspace; :class:`TemplateError` for one that
+        does not render or leads out of the workspace."""
+        pn = plan.nodes[nid]
+        out = []
         for k, t in enumerate(pn.inputs):
             try:
                 text = t.render(ctx)
             except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
-                raise TemplateError(f"node '{nid}': cannot render inputs[{k}] {t.source!r}: {exc}", self.plan.file,
+                raise TemplateError(f"node '{nid}': cannot render inputs[{k}] {t.source!r}: {exc}", plan.file,
                                     pn.inputs_line) from None
             rel = relative(text)
             if rel is None:
                 raise TemplateError(f"node '{nid}': inputs[{k}] {t.source!r} renders to {text!r}, which is not a "
                                     "path inside the workspace (inputs are relative to it: no leading '/', no '..' "
-                                    "out of it)", self.plan.file, pn.inputs_line)
+                                    "out of it)", plan.file, pn.inputs_line)
+            out.append(rel)
+        return out
+
+    def digest(self, nid: str, ctx: dict[str, Any]) -> bytes:
+        out = b""
+        for rel in self.paths(self.plan, nid, ctx):
             h = self.seen.get(rel)
             if h is None:
                 h = self.seen[rel] = self._hash(nid, rel)
@@ -131,27 +149,21 @@ class Inputs:
 
     def _hash(self, nid: str, rel: str) -> bytes:
         """A file's SHA-256; b"-" for one that is not there (the member that needs it runs,
-        and says so). Anything but a regular file (a FIFO, a device, a directory) is refused
-        before it is opened."""
+        and says so). Anything but a regular file of the workspace (a FIFO, a device, a
+        directory, a dangling link, a link out of the workspace) is refused, never opened
+        for reading or waited on (:func:`pwe.base.regular.open_regular`)."""
         path = os.path.join(self.root, rel)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             return b"-"
-        except OSError as exc:
-            raise InputError(f"node '{nid}': inputs: cannot read {path}: {exc.strerror}",
-                             self.plan.file, self.plan.nodes[nid].inputs_line) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"node '{nid}': inputs: {path} is not a regular file; name files (their content "
-                             "is hashed)", self.plan.file, self.plan.nodes[nid].inputs_line)
         h = hashlib.sha256()
         try:
-            with open(path, "rb", buffering=0) as fh:
+            with open_regular(path, "rb", within=self.root) as fh:
                 while chunk := fh.read(_CHUNK):
                     h.update(chunk)
         except OSError as exc:
-            raise InputError(f"node '{nid}': inputs: cannot read {path}: {exc.strerror}",
-                             self.plan.file, self.plan.nodes[nid].inputs_line) from None
+            raise InputError(f"node '{nid}': inputs: {path}: {exc.strerror or exc}; inputs are regular files of the "
+                             "workspace (their content is hashed)", self.plan.file,
+                             self.plan.nodes[nid].inputs_line) from None
         self.files_read += 1
         return h.digest()
 

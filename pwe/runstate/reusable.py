@@ -275,9 +275,13 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
     from ..planning.products import absolute
 
     out = Decision(lenders=found, notes=list(notes or []))
+    if not found and not any(pn.inputs for pn in plan.nodes.values()):
+        return out
+    # (with inputs: hashed even with nothing to reuse, so that an input that is no regular
+    # file of the workspace is refused when the run begins, not found when it ends)
+    keys, _ = member_keys(plan, Path(workspace or plan.file.parent))
     if not found:
         return out
-    keys, _ = member_keys(plan, Path(workspace or plan.file.parent))
     taken: dict[str, bytearray] = {}
     for nid, pn in plan.nodes.items():
         size = pn.size
