@@ -184,28 +184,77 @@ def keys(plan: Plan, workspace: Path) -> tuple[dict[str, bytes], int]:
             else:
                 matched.append((e, out[e.src]))
         base.update(barriers)
-        names = pn.space.names
-        values_of = pn.space.values_of
+        space = pn.space
+        names = space.names
         per_member_inputs = any(t.names & set(names) for t in pn.inputs)
         fixed_inputs = inputs.digest(nid, dict(props)) if pn.inputs and not per_member_inputs else b""
         if fixed_inputs:
             base.update(fixed_inputs)
         ctx = dict(props)
         blob = bytearray()
+        text_of = _texts(space)
+        same = [_same_space(plan.nodes[e.src].space, space, e.shared) for e, _ in matched]
         for i in range(pn.size):
             h = base.copy()
-            vals = values_of(i)
-            h.update("\0".join(value_text(vals[n]) for n in names).encode())
+            h.update(text_of(i).encode())
             if per_member_inputs:
-                ctx.update(vals)
+                ctx.update(space.values_of(i))
                 h.update(inputs.digest(nid, ctx))
-            for e, up in matched:
+            for (e, up), one in zip(matched, same):
                 h.update(b"|")
-                for j in plan.upstream(e, i):
+                for j in ((i,) if one else plan.upstream(e, i)):
                     h.update(up[j * KEY_BYTES:(j + 1) * KEY_BYTES])
             blob += h.digest()
         out[nid] = bytes(blob)
     return out, inputs.files_read
+
+
+#: values of a parameter whose texts are made once per plan (a longer range: each member's, as it comes)
+_TABLE_MOST = 1 << 20
+
+
+def _texts(space: Any) -> Any:
+    """member index -> its parameters' texts joined by NULs (what its command and
+    ``PWE_PARAM_*`` are made of), without a dict per member: each parameter's texts made
+    once where it has at most :data:`_TABLE_MOST` values."""
+    cols = [space.values[n] for n in space.names]
+    tables = [[value_text(v) for v in c] if len(c) <= _TABLE_MOST else None for c in cols]
+    if space.combine == "zip":
+        spec = [(t, c, None, None) for t, c in zip(tables, cols)]
+    else:
+        spec = [(t, c, s, len(c)) for t, c, s in zip(tables, cols, space.strides)]
+
+    def text_of(i: int) -> str:
+        if i >= space.size:  # (a grown member: its own values)
+            vals = space.values_of(i)
+            return "\0".join(value_text(vals[n]) for n in space.names)
+        parts = []
+        for t, c, stride, n in spec:
+            k = i if stride is None else (i // stride) % n
+            parts.append(t[k] if t is not None else value_text(c[k]))
+        return "\0".join(parts)
+
+    return text_of
+
+
+def _same_space(up: Any, down: Any, shared: tuple[str, ...]) -> bool:
+    """Whether member i of ``down`` waits for exactly member i of ``up`` over an edge
+    matched on ``shared``: both have the same parameters (all shared), combined alike,
+    with the same values (a pipeline): no lookup per member."""
+    if list(up.names) != list(down.names) or set(shared) != set(up.names) or up.combine != down.combine:
+        return False
+    for n in up.names:
+        a, b = up.values[n], down.values[n]
+        if a is b:
+            continue
+        if type(a) is not type(b) or len(a) != len(b):
+            return False
+        if hasattr(a, "step"):
+            if (a.start, a.stop, a.step) != (b.start, b.stop, b.step):
+                return False
+        elif len(a) > _TABLE_MOST or [value_text(v) for v in a] != [value_text(v) for v in b]:
+            return False
+    return True
 
 
 def key_of(blob: bytes, i: int) -> bytes:
