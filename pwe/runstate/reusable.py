@@ -69,6 +69,32 @@ def _runs_of(positions: list[int]) -> list[list[int]]:
     return out
 
 
+def _less(runs: list[list[int]], minus: list[list[int]]) -> list[list[int]]:
+    """``runs`` less the members of ``minus`` (both sorted runs ``[lo, hi)``)."""
+    if not minus:
+        return runs
+    out = []
+    for lo, hi in runs:
+        for a, b in minus:
+            if b <= lo or a >= hi:
+                continue
+            if a > lo:
+                out.append([lo, a])
+            lo = max(lo, b)
+            if lo >= hi:
+                break
+        if lo < hi:
+            out.append([lo, hi])
+    return out
+
+
+def _within(runs: list[list[int]], i: int) -> bool:
+    from bisect import bisect_right
+
+    k = bisect_right(runs, [i, float("inf")]) - 1
+    return k >= 0 and runs[k][0] <= i < runs[k][1]
+
+
 def fingerprint(path: str) -> list[int] | None:
     """A product's ``[size, mtime_ns]``, or None when it is not there (or not a regular file)."""
     try:
@@ -92,25 +118,26 @@ def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | No
         pn = plan.nodes[nid]
         if not reusable(plan, nid):
             continue
-        done = [i for lo, hi in (m.span() for m in _DONE_RUN.finditer(ns.state, 0, pn.size))
-                for i in range(lo, hi) if not (ns.complete and ns.is_complete(i))]
+        # runs of members done, less those complete by their products (not made by a run)
+        runs = _less([list(m.span()) for m in _DONE_RUN.finditer(ns.state, 0, pn.size)], ns.complete)
         prod: dict[str, list[list[int]]] = {}
-        if pn.products and workspace:
+        if pn.products and workspace:  # (one stat per product, only for nodes that have them)
             kept = []
-            for i in done:
-                fps = [fingerprint(p) for p in absolute(plan, workspace, nid, i)]
-                if all(fps):
-                    prod[str(i)] = fps
-                    kept.append(i)
-            done = kept
-        if not done:
+            for lo, hi in runs:
+                for i in range(lo, hi):
+                    fps = [fingerprint(p) for p in absolute(plan, workspace, nid, i)]
+                    if all(fps):
+                        prod[str(i)] = fps
+                        kept.append(i)
+            runs = _runs_of(kept)
+        if not runs:
             continue
         k = keys[nid]
         at = len(blob) // KEY_BYTES
-        for i in done:
-            blob += k[i * KEY_BYTES:(i + 1) * KEY_BYTES]
-        outs = {str(i): ns.outputs[i] for i in done if ns.outputs.get(i)}
-        nodes[nid] = {"runs": _runs_of(done), "at": at, "out": outs, **({"prod": prod} if prod else {})}
+        for lo, hi in runs:
+            blob += k[lo * KEY_BYTES:hi * KEY_BYTES]
+        outs = {str(i): o for i, o in sorted(ns.outputs.items()) if o and _within(runs, i)}
+        nodes[nid] = {"runs": runs, "at": at, "out": outs, **({"prod": prod} if prod else {})}
     body = {"kind": KIND, "v": VERSION, "workflow": plan.workflow.name, "run": run_id, "workspace": root,
             "t": time.time(), "keys_sha256": hashlib.sha256(blob).hexdigest(), "nodes": nodes}
     tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
