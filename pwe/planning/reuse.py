@@ -193,7 +193,7 @@ def keys(plan: Plan, workspace: Path) -> tuple[dict[str, bytes], int]:
         ctx = dict(props)
         blob = bytearray()
         text_of = _texts(space)
-        same = [_same_space(plan.nodes[e.src].space, space, e.shared) for e, _ in matched]
+        same = [same_space(plan.nodes[e.src].space, space, e.shared) for e, _ in matched]
         for i in range(pn.size):
             h = base.copy()
             h.update(text_of(i).encode())
@@ -237,7 +237,7 @@ def _texts(space: Any) -> Any:
     return text_of
 
 
-def _same_space(up: Any, down: Any, shared: tuple[str, ...]) -> bool:
+def same_space(up: Any, down: Any, shared: tuple[str, ...]) -> bool:
     """Whether member i of ``down`` waits for exactly member i of ``up`` over an edge
     matched on ``shared``: both have the same parameters (all shared), combined alike,
     with the same values (a pipeline): no lookup per member."""

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 from ..base.errors import InputError
 from ..base.regular import open_regular, read_json, write_json_atomic
 from ..base.states import DONE
-from ..planning.reuse import KEY_BYTES, keys as member_keys, reusable
+from ..planning.reuse import KEY_BYTES, keys as member_keys, reusable, same_space
 from .notify import authentic, sign
 
 RECORD, KEYS = "reusable.json", "reusable.keys"
@@ -322,12 +322,14 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
         if any(e.barrier and taken[e.src].count(1) != len(taken[e.src]) for e in edges):
             why[UPSTREAM] = [[0, size]] if size else []
             continue
-        matched = [(e, taken[e.src]) for e in edges if not e.barrier]
+        # over an edge between nodes of the same parameters and values, member i waits for member i
+        same = [(taken[e.src], None if same_space(plan.nodes[e.src].space, pn.space, e.shared) else e)
+                for e in edges if not e.barrier]
         k = keys[nid]
         reused: list[list[int]] = []
         outs: dict[int, Any] = {}
         for i in range(size):
-            if matched and not all(up[j] for e, up in matched for j in plan.upstream(e, i)):
+            if same and not all(up[i] if e is None else all(up[j] for j in plan.upstream(e, i)) for up, e in same):
                 _add(why.setdefault(UPSTREAM, []), i)
                 continue
             hit = index.get(k[i * KEY_BYTES:(i + 1) * KEY_BYTES])
@@ -348,8 +350,7 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
                 reused[-1][1] = i + 1
             else:
                 reused.append([i, i + 1, m, li])
-            o = node.get("out", {}).get(str(m))
-            if o:
+            if node.get("out") and (o := node["out"].get(str(m))):
                 outs[i] = o
         if reused:
             out.reused[nid] = reused
