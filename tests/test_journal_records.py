@@ -41,7 +41,7 @@ def _member(kind, m, **more):
 
 
 #: One record of every kind, in an order a run could write them (a member's end with and
-#: without its start, a member handed back, one found complete, a cancel then a retry).
+#: without its start, a member handed back, one found complete, one reused, a cancel then a retry).
 RECORDS = [
     {"e": journal.RUN, "t": T, "pid": 11, "checks": ["a"]},
     {"e": journal.PILOT, "p": P, "pid": 12, "host": "here", "lane": "local", "slots": 2, "t": T},
@@ -60,6 +60,7 @@ RECORDS = [
      "file": "e2.json", "t": T + 4},
     {"e": journal.PILOT_GONE, "p": P, "why": "batch job 9 ended", "t": T + 4},
     {"e": journal.COMPLETE, "n": "a", "r": [[2, 3]]},
+    {"e": journal.REUSED, "n": "b", "from": "records-1", "r": [[0, 1, 0]], "out": {"0": {"x": "1"}}},
     {"e": journal.HALT, "why": "halted: 1 of 3 failed, budget 1", "when": "soon", "failed": 1, "of": 3,
      "budget": "1", "t": T + 5},
     {"e": journal.STOPPED, "why": "the disk is full", "t": T + 5},
@@ -87,7 +88,8 @@ def _check_state(st):
     a, b = st.nodes["a"], st.nodes["b"]
     assert list(a.state) == [DONE, DONE, DONE] and a.attempt.tolist() == [1, 1, 0]
     assert a.complete == [[2, 3]] and a.spent == 2.5 and a.done_spent == 2.5
-    assert list(b.state) == [READY]  # (cancelled, then the retry made it wait again, then ready)
+    # (reused from an earlier run: done, with the outputs it had there; the cancel and the retry leave it)
+    assert list(b.state) == [DONE] and b.reused == [[0, 1, 0, "records-1"]] and b.outputs == {0: {"x": "1"}}
     assert st.api_checks == {"a"} and st.stopped is None and not st.cancelled and st.finished_ok is False
     pilot = st.pilots[P]
     assert pilot["alive"] is False and pilot["why"] == "batch job 9 ended" and pilot["done"] == 2

@@ -23,6 +23,7 @@ name: prod
 properties: {{ledger: {ledger}}}
 nodes:
   a:
+    reuse: false  # (completion by products alone: reuse across runs is tests/test_reuse.py's)
     parameters: {{i: {{range: [0, {n}]}}}}
     products: ["out/{{{{ i // 10 }}}}/{{{{ i }}}}.dat"]
     run: |
@@ -30,6 +31,7 @@ nodes:
       mkdir -p "$PWE_WORKSPACE/out/{{{{ i // 10 }}}}" && echo {{{{ i }}}} > "$PWE_WORKSPACE/out/{{{{ i // 10 }}}}/{{{{ i }}}}.dat"
   b:
     after: [a]
+    reuse: false
     parameters: {{i: {{range: [0, {n}]}}}}
     products: ["res/{{{{ i }}}}.txt"]
     run: |
@@ -37,6 +39,7 @@ nodes:
       mkdir -p "$PWE_WORKSPACE/res" && echo done > "$PWE_WORKSPACE/res/{{{{ i }}}}.txt"
   total:
     after: [b]
+    reuse: false
     run: echo "total 0" >> {{{{ ledger }}}}
 """
 
@@ -278,7 +281,8 @@ def test_the_example_runs_twice_into_one_workspace(tmp_path):
     rc, out, err = run_cli("run", EXAMPLES / "products.yaml", "--workspace", ws, "--run-dir", tmp_path / "r2",
                            cwd=tmp_path)
     assert rc == 0, err
-    assert "13 done (11 complete by products, not run) of 13" in out
+    # (the simulate members whose products are unchanged are reused from r1: pwe.runstate.reusable)
+    assert "13 done (11 reused from earlier runs, not run) of 13" in out
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())  # none of the others rewritten
     assert (ws / "spectra" / "T350" / "seed2.txt").read_text() == "T=350 seed=2 steps=100\n"
     ran = [r for r in read_journal(tmp_path / "r2") if r["e"] == "end"]

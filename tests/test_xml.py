@@ -257,9 +257,9 @@ def test_xsd_scheduling_matches_model():
     assert set(shapes["scheduling"].children) == set(model.Scheduling.model_fields)
     # a node's fields: attributes or children; <parameter> spells 'parameters', and 'id' is its key
     node_xml = set(shapes["node"].attrs) | set(shapes["node"].children)
-    # (<resource> spells 'resources', <product> 'products': one element each, as <parameter>)
-    assert node_xml == (set(model.Node.model_fields) - {"parameters", "resources", "products"}
-                        | {"parameter", "resource", "product", "id"})
+    # (<resource> spells 'resources', <product> 'products', <input> 'inputs': one element each, as <parameter>)
+    assert node_xml == (set(model.Node.model_fields) - {"parameters", "resources", "products", "inputs"}
+                        | {"parameter", "resource", "product", "input", "id"})
     assert set(shapes["defaults"].attrs) | set(shapes["defaults"].children) == set(model.Defaults.model_fields)
     # the workflow's: <node> spells 'nodes'; <inputs> holds one <input> per pattern
     workflow_xml = set(shapes["workflow"].attrs) | set(shapes["workflow"].children)

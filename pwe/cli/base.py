@@ -254,6 +254,15 @@ workspace_option = click.option(
     "directory)")
 
 
+fresh_option = click.option(
+    "--fresh", is_flag=True, help="run every member: reuse nothing from earlier runs, take nothing as complete by "
+    "its products")
+reuse_from_option = click.option(
+    "--reuse-from", "reuse_from", default=None, type=ChosenPath(), metavar="DIR",
+    help="reuse unchanged members of the runs of this workflow in DIR (a runs root, or one run) instead of those "
+    "beside the new run")
+
+
 def leave(status: int) -> None:
     """Exit once a run is over, without tearing the interpreter down: freeing every module
     and object of the engine (pydantic's models, jinja2) takes ~60 ms after the last

@@ -11,7 +11,7 @@ import click
 from ..observe import planview
 from ..observe.hostview import check_document, host_rows
 from .base import (CHOSEN, ChosenPath, PweGroup, Seconds, Whole, console, echo, fail, hosts_option, json_option, markup,
-                   set_option, warn, workspace_option)
+                   set_option, warn, workspace_option, fresh_option, reuse_from_option)
 from ..base.errors import PweError
 from ..base.text import shown
 
@@ -82,15 +82,21 @@ def _estimate_lines(con, est: dict) -> None:
               help="(--estimate) seconds the sample may run")
 @hosts_option
 @workspace_option
+@fresh_option
+@reuse_from_option
+@click.option("--explain", is_flag=True, help="say per node why the members that would run are not reused")
 @json_option
 def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, estimate: bool, sample: int,
-         sample_timeout: float, hosts_file: str | None, workspace: str | None, as_json: bool) -> None:
+         sample_timeout: float, hosts_file: str | None, workspace: str | None, fresh: bool, reuse_from: str | None,
+         explain: bool, as_json: bool) -> None:
     """Show the expansion of FILE and the commands its first members would run (dry run);
+    how many members earlier runs of it would lend (--explain: why the others run);
     --estimate: and the core-hours a run would need, from a sample run here."""
     try:
         p, used, warnings = planview.check(file, sets, host, hosts_file, workspace)
         summary = planview.preview(p, used, warnings, show)
         planview.add_products(summary, p, workspace)
+        planview.add_reuse(summary, p, workspace, reuse_from, fresh, explain)
         if estimate:
             from ..engine.estimate import estimate as sample_run
             from ..workflow.load import parse_sets
@@ -119,6 +125,8 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, estimate
         if "complete" in node:
             con.print(f"  members: {node['complete']:,} complete (products), {node['eligible']:,} eligible, "
                       f"{node['waiting']:,} waiting")
+        if "reused" in node:
+            _reuse_lines(con, node)
         last = None
         for m in node["members_shown"]:
             if last is not None and m["member"] != last + 1:
@@ -128,6 +136,7 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, estimate
             con.print(f"      $ {markup(m['command'].rstrip(), lines=True)}")
             last = m["member"]
     _order_and_limits(con, summary)
+    _reuse_summary(con, p, summary.get("reuse"))
     if "estimate" in summary:
         _estimate_lines(con, summary["estimate"])
     if "workspace" in summary:
@@ -137,6 +146,35 @@ def plan(file: str, sets: tuple[str, ...], host: str | None, show: int, estimate
         con.print(f"\n[bold]first pilot job for host {markup(name)}[/] (RUN_DIR and RUN are filled in at submission):")
         con.print(markup(script, lines=True), end="")
     warn(warnings)
+
+
+def _runs_text(runs: list[list[int]], most: int = 4) -> str:
+    """``3, 10..14, 20..99 (+2 more)``: member index runs [lo, hi) in words."""
+    words = [f"{lo}" if hi == lo + 1 else f"{lo}..{hi - 1}" for lo, hi in runs[:most]]
+    return ", ".join(words) + (f" (+{len(runs) - most} more)" if len(runs) > most else "")
+
+
+def _reuse_lines(con, node: dict) -> None:
+    """A node's reuse: how many members would be reused and run; with --explain, why each run."""
+    con.print(f"  reuse: {node['reused']:,} would be reused, {node['run']:,} would run")
+    for reason, runs in node.get("why", {}).items():
+        con.print(f"    {sum(hi - lo for lo, hi in runs):,} run: {markup(reason)}: members {_runs_text(runs)}")
+
+
+def _reuse_summary(con, p, reuse: dict | None) -> None:
+    if not reuse:
+        return
+    if reuse.get("fresh"):
+        con.print("\nreuse: none (--fresh: every member runs)")
+        return
+    if reuse["runs"]:
+        con.print(f"\nreuse: from {len(reuse['runs'])} earlier run(s) of {markup(p.workflow.name)} in "
+                  f"{markup(reuse['from'])}, newest first: {markup(', '.join(reuse['runs'][:3]))}"
+                  f"{' ...' if len(reuse['runs']) > 3 else ''}")
+    else:
+        con.print(f"\nreuse: no ended run of {markup(p.workflow.name)} in {markup(reuse['from'])} to reuse from")
+    for line in reuse.get("not_lending", []):
+        con.print(f"  not reused: {markup(line)}")
 
 
 @click.group(cls=PweGroup)

@@ -222,6 +222,9 @@ def _status_lines(d, snap: dict) -> list[str]:
     if snap.get("complete"):  # (pwe.planning.products: done without running)
         lines.append("of the done, complete (products), not run: " + ", ".join(
             f"{n} {c:,}" for n, c in snap["complete"].items()))
+    if snap.get("reused"):  # (pwe.runstate.reusable: done without running, from earlier runs)
+        lines.append("of the done, reused from earlier runs, not run: " + ", ".join(
+            f"{n} {c:,}" for n, c in snap["reused"].items()))
     ch = snap.get("core_hours")
     if ch:
         def fmt(v):

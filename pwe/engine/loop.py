@@ -69,6 +69,18 @@ SNAPSHOT_EVERY = 0.5
 MIN_FREE_BYTES = 64 * 1024
 
 
+def _without(runs: Iterable[tuple[int, int]], skip: set[int]) -> Iterable[tuple[int, int]]:
+    """``runs`` of member indices less the members in ``skip``."""
+    for lo, hi in runs:
+        at = lo
+        for i in sorted(j for j in skip if lo <= j < hi):
+            if at < i:
+                yield at, i
+            at = i + 1
+        if at < hi:
+            yield at, hi
+
+
 class Engine:
     """Runs one run directory to its end. Use :meth:`create` or :meth:`open`.
 
@@ -98,6 +110,7 @@ class Engine:
         self.made = False  # this engine made the run (create): a refusal before it began removes it again
         self.info_changed = False  # run.json to be written again by this engine (open: hosts, --halt)
         self._refused = False  # refused before it began (run): the run it made is removed
+        self._first = False  # this engine began the run (its journal was new): reuse is decided then
         self._by: dict[str, str] = {}  # who asked (run's ``by``), for the run's first records
         # one lane per host, or per (host, partition) where its nodes need several partitions;
         # each node's lane (a node whose host the run did not record runs on the first)
@@ -213,7 +226,8 @@ class Engine:
                 self.cancel(by)
             else:
                 try:
-                    self._complete_by_products()
+                    changed = self._reuse()
+                    self._complete_by_products(changed)
                 except InputError:  # (a products: directory that cannot be listed): refused before it began
                     self._refused = self.made
                     raise
@@ -242,7 +256,7 @@ class Engine:
         damaged journal lost, and take up the pilots the journal says are alive."""
         self.intake.load_secret()
         path = self.dir / "journal.jsonl"
-        fresh = not runs.check_journal(self.dir)
+        fresh = self._first = not runs.check_journal(self.dir)
         # the checkpoint, then the journal's tail (or the whole journal without one)
         state, replayed, unusable = checkpoint.load(self.dir, self.plan)
         self.work.edges_seen = set(state.edge_files)  # taken in already: not read again
@@ -266,19 +280,60 @@ class Engine:
                 self.work.reattach(pid_, p, recovered.pop(pid_, []))
         journal.flush()
 
-    def _complete_by_products(self) -> None:
+    def _reuse(self) -> dict[str, set[int]]:
+        """When the run begins (its first engine), unless ``--fresh``: journal the members
+        reused from earlier runs of the workflow under the runs root (or ``--reuse-from``),
+        decided once (:mod:`pwe.runstate.reusable`); done without a pilot, their dependants
+        released as if they had run. Returns the members whose products were gone or changed
+        (they run: not taken as complete by their products)."""
+        from ..planning.reuse import reusable as may_reuse
+
+        if self.info.get("fresh") or not self._first or not any(may_reuse(self.plan, n) for n in self.plan.nodes):
+            return {}
+        from ..runstate import reusable
+
+        named = self.info.get("reuse_from")
+        found, notes = reusable.lenders(Path(named) if named else self.dir.parent, self.plan.workflow.name,
+                                        exclude=self.dir, named=bool(named))
+        decision = reusable.decide(self.plan, self.info.get("workspace"), found, notes)
+        for line in notes:
+            self.ledger.record({"e": kind.NOTE, "what": f"not reused: {line}", "t": time.time()})
+        for rec in decision.records():
+            self.ledger.record(rec)
+        return decision.changed
+
+    def _lend(self) -> None:
+        """At the run's end: the signed record of what it may lend to later runs."""
+        from ..planning.reuse import reusable as may_reuse
+
+        if not any(may_reuse(self.plan, n) for n in self.plan.nodes):
+            return
+        from ..runstate import reusable
+
+        try:
+            reusable.write(self.dir, self.plan, self.state, self.run_id, self.info.get("workspace"))
+        except (OSError, PweError) as exc:  # (later runs reuse nothing of it; this one ended as it did)
+            self.notice(f"cannot write what this run may lend to later runs: {exc}")
+
+    def _complete_by_products(self, changed: dict[str, set[int]] | None = None) -> None:
         """When the run begins, and each time it is resumed or retried: journal the members
         not begun (waiting or ready; after a retry, also those that failed) whose products
         all exist in the workspace as complete (:mod:`pwe.planning.products`: each directory listed
         once, only those members' paths rendered). So products made meanwhile, by hand or by
-        another run into the workspace, are not made again."""
+        another run into the workspace, are not made again. Not with ``--fresh``, nor for
+        ``changed`` members (a product that reuse found gone or changed: they run again)."""
+        if self.info.get("fresh"):
+            return
         if self.info.get("workspace") and any(pn.products for pn in self.plan.nodes.values()):
             from ..planning import products
 
             nodes = self.state.nodes
+            changed = changed or {}
 
             def not_begun(nid: str) -> Iterable[tuple[int, int]]:
-                return not_begun_runs(nodes[nid].state)
+                if nid not in changed:
+                    return not_begun_runs(nodes[nid].state)
+                return _without(not_begun_runs(nodes[nid].state), changed[nid])
 
             for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
                 self.ledger.record(rec)
@@ -325,6 +380,7 @@ class Engine:
         ok = not st.cancelled and st.halted is None and st.all_done()  # (a check's members too, trees converged)
         self.ledger.record({"e": kind.FINISH, "ok": ok, "t": time.time()})
         self.journal.flush()
+        self._lend()
         press = self.feeder.pressure
         pressure.write_durations(self.dir, self.plan.workflow.name, st,
                                  press.earlier if press else None)  # (the next run's estimates)

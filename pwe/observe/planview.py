@@ -3,6 +3,7 @@ the way the engine checks a run before it makes anything."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -135,3 +136,34 @@ def plan_counts(plan: Any, found: Any) -> dict[str, dict[str, int]]:
         st.apply(rec)
     return {nid: {"complete": found.count(nid), "eligible": ns.counts[READY], "waiting": ns.counts[WAITING]}
             for nid, ns in st.nodes.items()}
+
+
+def add_reuse(out: dict[str, Any], plan: Any, workspace: str | None, reuse_from: str | None = None,
+              fresh: bool = False, explain: bool = False) -> None:
+    """Per node what a run beginning now would reuse from earlier runs of the workflow
+    (:mod:`pwe.runstate.reusable`: the runs root ./pwe-runs, or ``reuse_from``) and would
+    run: ``reused`` and ``run``; with ``explain``, per node why the others run (``why``:
+    {reason: [[lo, hi], ...]}) and, for the run, the earlier runs that lend nothing and why
+    (``not_lending``). Nothing with ``fresh`` (a run with --fresh reuses nothing)."""
+    from ..planning import products
+    from ..planning.reuse import reusable as may_reuse
+    from ..runstate import reusable, rundir
+
+    if fresh:
+        out["reuse"] = {"fresh": True}
+        return
+    if not any(may_reuse(plan, nid) for nid in plan.nodes):
+        return
+    root = Path(reuse_from).expanduser() if reuse_from else rundir.DEFAULT_ROOT
+    found, notes = reusable.lenders(root, plan.workflow.name, named=bool(reuse_from))
+    ws = str(products.workspace(plan, workspace))
+    decision = reusable.decide(plan, ws, found, notes)
+    out["reuse"] = {"from": str(root.resolve()), "runs": [lender.run for lender in found]}
+    if explain:
+        out["reuse"]["not_lending"] = notes
+    for node in out["nodes"]:
+        nid = node["id"]
+        node["reused"] = decision.count(nid)
+        node["run"] = plan.nodes[nid].size - node["reused"]
+        if explain:
+            node["why"] = {reason: runs for reason, runs in decision.why.get(nid, {}).items() if runs}

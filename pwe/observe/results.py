@@ -78,6 +78,9 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
     if ns.complete and ns.state[i] == DONE and ns.is_complete(i):  # (pwe.planning.products)
         rec.update(exit_status=None, complete=True,
                    why="complete (products): found in the workspace, not made by this run")
+    elif ns.reused and ns.state[i] == DONE and (came := ns.reused_from(i)) is not None:  # (pwe.runstate.reusable)
+        rec.update(exit_status=None, reason="reused", reused_from={"run": came[0], "member": came[1]},
+                   why=f"reused: from run {came[0]} member {came[1]} (unchanged: same key), not run here")
     return rec
 
 

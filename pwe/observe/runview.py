@@ -400,17 +400,22 @@ def outcome(totals: list[int], state: Any = None) -> str:
     their products, when any), failed, skipped and cancelled when any."""
     from ..base.states import DONE, FINAL, NAMES
 
-    complete = sum(complete_counts(state).get("complete", {}).values()) if state is not None else 0
-    return ", ".join(f"{totals[s]} {NAMES[s]}" + (f" ({complete} complete by products, not run)"
-                                                   if s == DONE and complete else "")
+    counts = complete_counts(state) if state is not None else {}
+    complete = sum(counts.get("complete", {}).values())
+    reused = sum(counts.get("reused", {}).values())
+    said = [f"{complete} complete by products"] if complete else []
+    said += [f"{reused} reused from earlier runs"] if reused else []
+    return ", ".join(f"{totals[s]} {NAMES[s]}" + (f" ({', '.join(said)}, not run)" if s == DONE and said else "")
                      for s in FINAL if totals[s] or s == FINAL[0])
 
 
 def complete_counts(state: Any) -> dict[str, Any]:
-    """``{"complete": {node: members}}`` found complete by their products (pwe.planning.products),
-    or {} when none was."""
+    """``{"complete": {node: members}, "reused": {node: members}}``: members found complete
+    by their products (pwe.planning.products) and members reused from earlier runs
+    (pwe.runstate.reusable), each only when there are any."""
     found = {nid: c for nid, ns in state.nodes.items() if (c := ns.complete_count())}
-    return {"complete": found} if found else {}
+    reused = {nid: c for nid, ns in state.nodes.items() if (c := ns.reused_count())}
+    return {**({"complete": found} if found else {}), **({"reused": reused} if reused else {})}
 
 
 def failed_examples(state: Any, run_dir: Path, limit: int) -> list[tuple[str, str]]:

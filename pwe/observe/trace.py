@@ -15,7 +15,9 @@ the run. The price is that the trace reads the whole journal (one replay,
 :func:`pwe.runstate.journal.replay`): a trace is the whole history, so that is inherent.
 
 Attempts that were handed back before they started (``back``) did not happen and are
-not in the trace; one taken back after it started (its pilot or node was lost) is,
+not in the trace; a member reused from an earlier run is one record of attempt 0, ``state``
+``done``, ``reason`` ``reused``, ``why`` the run and member it came from; one taken back
+after it started (its pilot or node was lost) is,
 with ``state`` ``lost`` (``reason`` ``lost``, or ``quarantined`` for the loss that made
 its member reach maxLosses); one stopped by a halt ``now`` has ``state`` ``halted``; one
 that was queued or running when the run was cancelled has ``state`` ``cancelled``.
@@ -32,8 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..runstate.journal import (ASSIGN, CANCEL, END, FINISH, PILOT, PILOT_GONE, RESUME, RUN, START, STOPPED, UNASSIGN,
-                                check, packed, replay, unpack)
+from ..runstate.journal import (ASSIGN, CANCEL, END, FINISH, PILOT, PILOT_GONE, RESUME, REUSED, RUN, START, STOPPED,
+                                UNASSIGN, check, packed, replay, unpack)
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
@@ -111,6 +113,16 @@ class Trace:
                     n = self.losses[(r["n"], r["m"])] = self.losses.get((r["n"], r["m"]), 0) + 1
                     a[12] = "quarantined" if n >= self._max_losses.get(r["n"], 2) else "lost"
 
+    def _reused(self, r: dict[str, Any]) -> None:
+        """Members reused from an earlier run (pwe.runstate.reusable): one record each, attempt 0
+        (none ran here), ``state`` done, ``reason`` reused, ``why`` the run and member they came from."""
+        outs = r.get("out") or {}
+        for lo, hi, src in r["r"]:
+            for i in range(lo, hi):
+                self.attempts[(r["n"], i, 0)] = [None, None, None, None,
+                                                 f"reused from run {r['from']} member {src + i - lo}", None, None,
+                                                 None, outs.get(str(i)), None, None, "done", "reused", None, None]
+
     def _cancel(self, r: dict[str, Any]) -> None:
         """What was queued or running then ends here."""
         for a in self.attempts.values():
@@ -166,7 +178,7 @@ class Trace:
 #: What each journal record kind is to the trace (kinds not here say nothing of it).
 _ON: dict[str, Callable[[Trace, dict[str, Any]], None]] = {
     ASSIGN: Trace._assign, START: Trace._start, END: Trace._end, UNASSIGN: Trace._unassign, CANCEL: Trace._cancel,
-    PILOT: Trace._pilot, PILOT_GONE: Trace._pilot_gone,
+    PILOT: Trace._pilot, PILOT_GONE: Trace._pilot_gone, REUSED: Trace._reused,
     RUN: Trace._engine, RESUME: Trace._engine, FINISH: Trace._engine, STOPPED: Trace._engine,
 }
 

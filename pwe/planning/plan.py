@@ -20,7 +20,7 @@ import jinja2
 from pydantic import ValidationError
 
 from ..workflow import model
-from . import products
+from . import products, reuse
 from .dag import Graph
 from ..base.errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from ..workflow.load import load_workflow
@@ -70,6 +70,8 @@ class PlannedNode:
     tree: Any = None  # its members' trees (pwe.planning.trees.Tree), made by the run's state
     products: list[PathTemplate] = field(default_factory=list)  # (pwe.planning.products)
     products_line: int | None = None
+    inputs: list[PathTemplate] = field(default_factory=list)  # files its members read (pwe.planning.reuse)
+    inputs_line: int | None = None
     resources_line: int | None = None  # (pwe.planning.limits: where its user resources are named)
     #: where each key of its (merged) scheduling profile is given: its own scheduling, else defaults'
     scheduling_lines: dict[str, int | None] = field(default_factory=dict)
@@ -186,6 +188,7 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
             if node.check is not None:
                 plan.command(nid, index)
     products.check(plan)  # (their first and last member's paths, inside the workspace)
+    reuse.check(plan)  # (inputs: the same)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
@@ -240,6 +243,8 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             products=products.compile_templates(nid, node.products, known, path,
                                                 line_of("nodes", nid, "products")),
             products_line=line_of("nodes", nid, "products"),
+            inputs=reuse.compile_inputs(nid, node.inputs, known, path, line_of("nodes", nid, "inputs")),
+            inputs_line=line_of("nodes", nid, "inputs"),
             resources_line=line_of("nodes", nid, "resources"),
             scheduling_lines={key: line_of("nodes", nid, "scheduling", key)
                               if node.scheduling is not None and key in node.scheduling.model_fields_set

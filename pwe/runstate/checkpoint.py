@@ -78,6 +78,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         parts = [bytes(ns.state), ns.attempt.tobytes()] + ([ns.deps.tobytes()] if deps else [])
         nodes[nid] = {"size": ns.size, "counts": ns.counts, "deps": deps, "bytes": [len(p) for p in parts],
                       "spent": ns.spent, "done_spent": ns.done_spent, "complete": ns.complete,
+                      "reused": ns.reused,
                       **{k: list(getattr(ns, k).items()) for k in _SPARSE + _SPARSE_NEW}}
         tree = state.plan.nodes[nid].tree
         if tree.values or tree.verdict or tree.open:  # (a check's members and verdicts: pwe/planning/trees.py)
@@ -164,8 +165,10 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
         for k in _SPARSE_NEW:
             setattr(ns, k, {int(i): v for i, v in n.get(k, ())})
         ns.complete = [[int(lo), int(hi)] for lo, hi in n.get("complete", [])]  # (pwe.planning.products)
+        ns.reused = [[int(lo), int(hi), int(src), str(run)] for lo, hi, src, run in n.get("reused", [])]
         if any(not 0 <= i < ns.size for k in _SPARSE + _SPARSE_NEW for i in getattr(ns, k)) or any(
-                not 0 <= lo <= hi <= ns.size for lo, hi in ns.complete) or len(ns.counts) != len(NAMES):
+                not 0 <= lo <= hi <= ns.size for lo, hi, *_ in ns.complete + ns.reused) or \
+                len(ns.counts) != len(NAMES):
             raise ValueError("a member index out of its node's range")  # (forged: its CRC is no signature)
         for lo, hi in ready_runs(ns.state):
             st.ready.append_run(nid, lo, hi)

@@ -70,6 +70,9 @@ kind             fields
                  lost: counted against maxLosses), ``halted`` 1 (stopped by a halt):
                  a member queued or running is ready again (or quarantined)
 ``complete``     ``n``, ``r`` [[lo, hi], ...]: members found complete by their products
+``reused``       ``n``, ``from`` (a run id), ``r`` [[lo, hi, from_lo], ...], ``out`` {member:
+                 {outputs}}: members ``lo`` .. ``hi-1`` reused, done without running, from
+                 members ``from_lo`` .. of run ``from`` (pwe.runstate.reusable), with their outputs
 ``pilot``        ``p``, ``host``, ``lane``, ``slots``, ``t``; ``pid`` (a process) or
                  ``job``, ``batch`` and ``wall`` (a batch job; its walltime, minutes:
                  the core-hour budget's commitment); pwe pilot add's ``added``,
@@ -107,7 +110,8 @@ from ..base.regular import MAX_LINE, open_regular
 RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE, HALT = "run", "resume", "finish", "stopped", "cancel", \
     "retry", "note", "edge", "halt"
 # members
-ASSIGN, START, END, ENDS, UNASSIGN, COMPLETE = "assign", "start", "end", "ends", "unassign", "complete"
+ASSIGN, START, END, ENDS, UNASSIGN, COMPLETE, REUSED = "assign", "start", "end", "ends", "unassign", "complete", \
+    "reused"
 # pilots
 PILOT, PILOT_DRAIN, NODE_LOST, PILOT_GONE, OFFSET, REJECT = "pilot", "pilot_drain", "node_lost", "pilot_gone", \
     "offset", "reject"
@@ -131,6 +135,7 @@ FIELDS: dict[str, frozenset[str]] = {
     ENDS: frozenset(("n", "a", "p", "m", "t", "dt", "cpu", "rss", "ran")),
     UNASSIGN: _MEMBER | {"why", "lost", "halted"},
     COMPLETE: frozenset(("n", "r")),
+    REUSED: frozenset(("n", "r", "from", "out")),
     PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "job", "batch", "wall", "added", "serves",
                       "lane_def")),
     PILOT_DRAIN: frozenset(("p", "req", "t")),
@@ -229,6 +234,8 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
                     raise ValueError(f"{k} {r[k]!r} is not a number")
             if e == END and type(r["rc"]) is not int:
                 raise ValueError(f"exit status {r['rc']!r}")
+    elif e == REUSED:
+        _check_reused(r, None if size is None else size(r["n"]))
     elif e == COMPLETE or e == RETRY and r.get("only") is not None:
         spans = [(r["n"], r["r"])] if e == COMPLETE else list(r["only"].items())
         for n, runs in spans:
@@ -237,6 +244,20 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
                 _index(lo, count, "member")
                 if type(hi) is not int or hi < lo or count is not None and hi > count:
                     raise ValueError(f"members {lo!r}..{hi!r}")
+
+
+def _check_reused(r: dict[str, Any], count: int | None) -> None:
+    """A ``reused`` record's runs within its node, its run id a string, its outputs mappings."""
+    if type(r["from"]) is not str or not isinstance(r.get("out", {}), dict):
+        raise ValueError(f"reused from {r['from']!r}")
+    for lo, hi, src in r["r"]:
+        _index(lo, count, "member")
+        _index(src, None, "member")
+        if type(hi) is not int or hi <= lo or count is not None and hi > count:
+            raise ValueError(f"members {lo!r}..{hi!r}")
+    for i, out in r.get("out", {}).items():
+        if not i.isdigit() or count is not None and int(i) >= count or not isinstance(out, dict):
+            raise ValueError(f"outputs of member {i!r}")
 
 
 def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[dict[str, Any]]:

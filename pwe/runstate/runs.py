@@ -53,6 +53,12 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
 
     # where products are (and PWE_WORKSPACE): recorded absolute, for every engine of the run
     options["workspace"] = str(workspace(plan, options.pop("workspace", None)))
+    if options.get("reuse_from"):  # (checked before anything is made: one line, exit 2)
+        from .reusable import lenders
+
+        where = Path(options["reuse_from"]).expanduser().resolve()
+        lenders(where, plan.workflow.name, named=True)
+        options["reuse_from"] = str(where)
     extra_args = options.pop("pilot_args", None)  # (tests and the API: for every host)
     options["lanes"] = {
         name: {"host_def": h.model_dump(), "cores": h.cores_per_node,

@@ -35,8 +35,8 @@ from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member nev
 from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, QUARANTINED, READY, RUNNING,
                            SKIPPED, WAITING)
 from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, NODE_LOST, NOTE, OFFSET, PILOT,
-                      PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, RUN, START, STOPPED, UNASSIGN, check, packed,
-                      unpack)
+                      PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN, check,
+                      packed, unpack)
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -66,6 +66,22 @@ class NodeState:
     #: members found complete by their products when the run began (pwe.planning.products): done
     #: without running, as runs [lo, hi) of indices in order
     complete: list[list[int]] = field(default_factory=list)
+    #: members reused from earlier runs when the run began (pwe.runstate.reusable): done without
+    #: running, as runs [lo, hi, from_lo, from_run] in order (member i is from_lo + i - lo of from_run)
+    reused: list[list[Any]] = field(default_factory=list)
+
+    def reused_from(self, i: int) -> tuple[str, int] | None:
+        """(the run, its member) that member i was reused from, or None."""
+        from bisect import bisect_right
+
+        k = bisect_right(self.reused, i, key=lambda r: r[0]) - 1
+        if k >= 0 and self.reused[k][0] <= i < self.reused[k][1]:
+            lo, _, src, run = self.reused[k]
+            return run, src + i - lo
+        return None
+
+    def reused_count(self) -> int:
+        return sum(r[1] - r[0] for r in self.reused)
 
     def is_complete(self, i: int) -> bool:
         """Whether member i was found complete by its products (not run)."""
@@ -253,7 +269,23 @@ class RunState:
         return True
 
     def _complete_record(self, r: dict[str, Any]) -> bool:
-        return self._complete(r["n"], r["r"])
+        self._complete(r["n"], r["r"])
+        ns = self.nodes[r["n"]]
+        ns.complete += r["r"]
+        ns.complete.sort()
+        return True
+
+    def _reused(self, r: dict[str, Any]) -> bool:
+        """Members reused from an earlier run (pwe.runstate.reusable): done as complete ones
+        are, with the outputs they had there."""
+        nid = r["n"]
+        self._complete(nid, [[lo, hi] for lo, hi, _ in r["r"]])
+        ns = self.nodes[nid]
+        ns.reused += [[lo, hi, src, r["from"]] for lo, hi, src in r["r"]]
+        ns.reused.sort(key=lambda x: x[0])
+        for i, out in r.get("out", {}).items():
+            ns.outputs[int(i)] = out
+        return True
 
     def _unassign(self, r: dict[str, Any]) -> Any:
         """A lost pilot's member, or one it handed back: ready again."""
@@ -449,7 +481,7 @@ class RunState:
             self._satisfied(nid, root)
 
     def _complete(self, nid: str, runs: list[list[int]]) -> bool:
-        """Members found complete by their products (``pwe.planning.products``): done without an
+        """Members found complete by their products (``pwe.planning.products``) or reused: done without an
         attempt, releasing what waits for them as an end would. Only members not begun
         (the engine scans those alone, when the run begins and when it is resumed or
         retried); any other member named is left as it is."""
@@ -479,8 +511,6 @@ class RunState:
                         self._set(nid, ns, i, DONE)
                         if not quiet:
                             self._satisfied(nid, i)
-            ns.complete.append([lo, hi])
-        ns.complete.sort()
         # what was queued ready and is done now leaves the queue (no pilot is started for it)
         for qid, lo, hi in self.ready.take_runs():
             for a, b in ready_runs(self.nodes[qid].state[lo:hi]):
@@ -596,6 +626,8 @@ class RunState:
             "nodes": {nid: dict(zip(NAMES, ns.counts)) for nid, ns in self.nodes.items()},
             # of the done, how many were found complete by their products (never ran)
             "complete": {nid: c for nid, ns in self.nodes.items() if (c := ns.complete_count())},
+            # of the done, how many were reused from earlier runs (never ran here)
+            "reused": {nid: c for nid, ns in self.nodes.items() if (c := ns.reused_count())},
             "totals": dict(zip(NAMES, self.totals())),
             "cancelled": self.cancelled,
             "finished_ok": self.finished_ok,
@@ -640,6 +672,7 @@ _ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
     ENDS: RunState._packed,
     UNASSIGN: RunState._unassign,
     COMPLETE: RunState._complete_record,
+    REUSED: RunState._reused,
     PILOT: RunState._pilot,
     PILOT_DRAIN: RunState._pilot_drain,
     NODE_LOST: RunState._node_lost,

@@ -405,6 +405,14 @@ class Node(_Strict):
         "once: no directory per member); default: own for a node with products, shared for the others "
         "(pwe.runstate.rundir.member_path)"
     )
+    inputs: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)] | None = Field(
+        None, description="files each member reads, path templates relative to the workspace: their content is part "
+        "of the member's key, so a member whose inputs changed is not reused (pwe.planning.reuse)"
+    )
+    reuse: StrictBool | None = Field(
+        None, description="reuse an unchanged member's result from an earlier run of the workflow (default true); "
+        "false for a command that is not deterministic (pwe.planning.reuse)"
+    )
 
     @field_validator("check")
     @classmethod

@@ -298,6 +298,7 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
 _ITEM: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "after": ("after", _field),
     "product": ("products", lambda el: _text(el).strip()),  # (pwe.planning.products: a path template, as written)
+    "input": ("inputs", lambda el: _text(el).strip()),  # (pwe.planning.reuse: a path template, as written)
 }
 #: ... or an entry, under its name="...", of a mapping of the node's
 #: (``<resource name="license">1</resource>``: ``resources: {license: 1}``)
@@ -310,7 +311,7 @@ _ENTRY: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
 
 def _node(el: etree._Element) -> LineDict:
     node = LineDict(line=el.sourceline)
-    for name in ("combine", "retries", "host", "max_iterations", "maxLosses", "directory"):
+    for name in ("combine", "retries", "host", "max_iterations", "maxLosses", "directory", "reuse"):
         if el.get(name) is not None:
             _put(node, name, _attr(el, name), el.sourceline)
     for child in el:

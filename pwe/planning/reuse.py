@@ -1,0 +1,261 @@
+"""Members' keys: what makes a member the same as one an earlier run made (content-addressed reuse).
+
+A member's **key** is a 128-bit BLAKE2b digest (Nextflow's task hash is 128 bits too) of:
+
+- its node's digest, made once per node (:func:`node_digest`): the node's name, its
+  ``run`` (and ``check``) template as written, the properties the templates read, its own
+  ``env``, its ``setup_per_node`` lines, its ranks and threads, its host, its ``products``
+  and ``inputs`` templates;
+- its parameters' values, as the text they have in its command and ``PWE_PARAM_*``;
+  together with the templates, that is its rendered command and its environment, without
+  rendering it: the same template given the same values renders the same command;
+- the content hash (SHA-256) of each file its ``inputs:`` name, each distinct file read
+  once per plan however many members name it;
+- the keys of the members it waits for: over a matched edge, theirs; over a barrier, one
+  digest of all the upstream node's keys, made once (not N x M).
+
+Left out, since they change every run or say where rather than what: ``PWE_RUN_ID``,
+``PWE_ATTEMPT``, ``PWE_WORKSPACE``'s value, ``PWE_OUTPUTS``, ``PWE_WALLTIME_MINUTES`` (a
+retry grows it), and ``PWE_MEMBER`` (the member's position: widening a range moves members
+of a product of parameters; its values say what it is). The host's own environment and
+the programs a command runs are not read (as with Parsl's app cache, "what the command
+calls" is the user's to say: name the files in ``inputs:``, or say ``reuse: false``).
+
+The cost per member is one digest over a few dozen bytes and, over matched edges, its
+upstream members' keys: no template is rendered for it (an ``inputs:`` template that
+names a parameter is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ..base.confine import relative
+from ..base.errors import InputError, TemplateError
+from ..base.regular import open_regular
+from ..base.source import did_you_mean, value_text
+from ..workflow.templates import PathTemplate
+
+#: a :class:`pwe.planning.plan.Plan` (not imported: plan.py builds on this module)
+Plan = Any
+
+KEY_BYTES = 16
+#: the version of the key's recipe: a change in what a key holds makes every earlier key differ
+RECIPE = b"pwe-reuse-1"
+#: read at a time when an input is hashed
+_CHUNK = 1 << 20
+
+
+def reusable(plan: Plan, nid: str) -> bool:
+    """Whether members of ``nid`` may be reused: its ``reuse`` is not false and it has no
+    ``check`` (a checked node's members grow while it runs: pwe/planning/trees.py)."""
+    pn = plan.nodes[nid]
+    return pn.spec.reuse is not False and pn.check is None
+
+
+def compile_inputs(nid: str, sources: list[str] | None, known: set[str], path: Path,
+                   line: int | None) -> list[PathTemplate]:
+    """A node's ``inputs`` compiled (as ``products``: path templates relative to the
+    workspace); :class:`TemplateError` (one line) for one that does not compile or names
+    what is neither a property nor a parameter."""
+    out = []
+    for k, src in enumerate(sources or []):
+        try:
+            t = PathTemplate(src)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"node '{nid}': template error in inputs[{k}] {src!r}: {exc.message}", path,
+                                line) from None
+        for name in sorted(t.names - known):
+            raise TemplateError(f"node '{nid}': inputs[{k}] {src!r} uses undefined name '{name}'"
+                                f"{did_you_mean(name, known)}; define it under 'properties' or 'parameters'",
+                                path, line)
+        out.append(t)
+    return out
+
+
+def node_digest(plan: Plan, nid: str) -> bytes:
+    """What every member of ``nid`` has alike in its key, made once."""
+    pn = plan.nodes[nid]
+    props = plan.workflow.properties
+    names = set(pn.template.names) | (set(pn.check.names) if pn.check else set())
+    for t in (*pn.products, *pn.inputs):
+        names |= t.names
+    setup = pn.spec.setup_per_node if pn.spec.setup_per_node is not None else plan.workflow.defaults.setup_per_node
+    sched = pn.scheduling
+    what = {
+        "node": nid, "run": pn.template.source, "check": pn.check.source if pn.check else None,
+        "props": {k: value_text(props[k]) for k in sorted(names) if k in props and k not in pn.space.names},
+        "env": {k: value_text(v) for k, v in sorted(pn.spec.env.items())},
+        "setup": list(setup or []), "ranks": sched.ranksPerMember or 1, "threads": sched.threadsPerRank or 1,
+        "host": pn.host, "params": list(pn.space.names),
+        "products": [t.source for t in pn.products], "inputs": [t.source for t in pn.inputs],
+    }
+    return hashlib.blake2b(json.dumps(what, sort_keys=True).encode(), digest_size=KEY_BYTES,
+                           person=RECIPE).digest()
+
+
+def check(plan: Plan) -> None:
+    """What ``pwe validate`` checks: each node's inputs render for its first and last member
+    to paths inside the workspace (:class:`TemplateError`, one line, else)."""
+    for nid, pn in plan.nodes.items():
+        if pn.inputs:
+            for i in sorted({0, pn.size - 1}):
+                Inputs.paths(plan, nid, pn.context(plan.workflow.properties, i))
+
+
+class Inputs:
+    """The content hashes of inputs, each distinct file read once (per plan)."""
+
+    def __init__(self, plan: Plan, workspace: Path):
+        self.plan = plan
+        self.root = str(workspace)
+        self.seen: dict[str, bytes] = {}
+        self.files_read = 0
+
+    @staticmethod
+    def paths(plan: Plan, nid: str, ctx: dict[str, Any]) -> list[str]:
+        """A member's inputs, relative to the workspace; :class:`TemplateError` for one that
+        does not render or leads out of the workspace."""
+        pn = plan.nodes[nid]
+        out = []
+        for k, t in enumerate(pn.inputs):
+            try:
+                text = t.render(ctx)
+            except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
+                raise TemplateError(f"node '{nid}': cannot render inputs[{k}] {t.source!r}: {exc}", plan.file,
+                                    pn.inputs_line) from None
+            rel = relative(text)
+            if rel is None:
+                raise TemplateError(f"node '{nid}': inputs[{k}] {t.source!r} renders to {text!r}, which is not a "
+                                    "path inside the workspace (inputs are relative to it: no leading '/', no '..' "
+                                    "out of it)", plan.file, pn.inputs_line)
+            out.append(rel)
+        return out
+
+    def digest(self, nid: str, ctx: dict[str, Any]) -> bytes:
+        out = b""
+        for rel in self.paths(self.plan, nid, ctx):
+            h = self.seen.get(rel)
+            if h is None:
+                h = self.seen[rel] = self._hash(nid, rel)
+            out += h
+        return out
+
+    def _hash(self, nid: str, rel: str) -> bytes:
+        """A file's SHA-256; b"-" for one that is not there (the member that needs it runs,
+        and says so). Anything but a regular file of the workspace (a FIFO, a device, a
+        directory, a dangling link, a link out of the workspace) is refused, never opened
+        for reading or waited on (:func:`pwe.base.regular.open_regular`)."""
+        path = os.path.join(self.root, rel)
+        if not os.path.lexists(path):
+            return b"-"
+        h = hashlib.sha256()
+        try:
+            with open_regular(path, "rb", within=self.root) as fh:
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
+        except OSError as exc:
+            raise InputError(f"node '{nid}': inputs: {path}: {exc.strerror or exc}; inputs are regular files of the "
+                             "workspace (their content is hashed)", self.plan.file,
+                             self.plan.nodes[nid].inputs_line) from None
+        self.files_read += 1
+        return h.digest()
+
+
+def keys(plan: Plan, workspace: Path) -> tuple[dict[str, bytes], int]:
+    """Every member's key, per node one bytes of ``size * KEY_BYTES`` (member ``i``'s at
+    ``i * KEY_BYTES``), nodes in the plan's (topological) order; and how many input files
+    were read."""
+    out: dict[str, bytes] = {}
+    inputs = Inputs(plan, workspace)
+    props = plan.workflow.properties
+    for nid, pn in plan.nodes.items():
+        base = hashlib.blake2b(node_digest(plan, nid), digest_size=KEY_BYTES, person=RECIPE)
+        matched, barriers = [], b""
+        for e in plan.edges_into(nid):
+            if e.barrier:  # one digest of the whole upstream node, made once
+                barriers += hashlib.blake2b(out[e.src], digest_size=KEY_BYTES).digest()
+            else:
+                matched.append((e, out[e.src]))
+        base.update(barriers)
+        space = pn.space
+        names = space.names
+        per_member_inputs = any(t.names & set(names) for t in pn.inputs)
+        fixed_inputs = inputs.digest(nid, dict(props)) if pn.inputs and not per_member_inputs else b""
+        if fixed_inputs:
+            base.update(fixed_inputs)
+        ctx = dict(props)
+        blob = bytearray()
+        text_of = _texts(space)
+        same = [same_space(plan.nodes[e.src].space, space, e.shared) for e, _ in matched]
+        for i in range(pn.size):
+            h = base.copy()
+            h.update(text_of(i).encode())
+            if per_member_inputs:
+                ctx.update(space.values_of(i))
+                h.update(inputs.digest(nid, ctx))
+            for (e, up), one in zip(matched, same):
+                h.update(b"|")
+                for j in ((i,) if one else plan.upstream(e, i)):
+                    h.update(up[j * KEY_BYTES:(j + 1) * KEY_BYTES])
+            blob += h.digest()
+        out[nid] = bytes(blob)
+    return out, inputs.files_read
+
+
+#: values of a parameter whose texts are made once per plan (a longer range: each member's, as it comes)
+_TABLE_MOST = 1 << 20
+
+
+def _texts(space: Any) -> Any:
+    """member index -> its parameters' texts joined by NULs (what its command and
+    ``PWE_PARAM_*`` are made of), without a dict per member: each parameter's texts made
+    once where it has at most :data:`_TABLE_MOST` values."""
+    cols = [space.values[n] for n in space.names]
+    tables = [[value_text(v) for v in c] if len(c) <= _TABLE_MOST else None for c in cols]
+    if space.combine == "zip":
+        spec = [(t, c, None, None) for t, c in zip(tables, cols)]
+    else:
+        spec = [(t, c, s, len(c)) for t, c, s in zip(tables, cols, space.strides)]
+
+    def text_of(i: int) -> str:
+        if i >= space.size:  # (a grown member: its own values)
+            vals = space.values_of(i)
+            return "\0".join(value_text(vals[n]) for n in space.names)
+        parts = []
+        for t, c, stride, n in spec:
+            k = i if stride is None else (i // stride) % n
+            parts.append(t[k] if t is not None else value_text(c[k]))
+        return "\0".join(parts)
+
+    return text_of
+
+
+def same_space(up: Any, down: Any, shared: tuple[str, ...]) -> bool:
+    """Whether member i of ``down`` waits for exactly member i of ``up`` over an edge
+    matched on ``shared``: both have the same parameters (all shared), combined alike,
+    with the same values (a pipeline): no lookup per member."""
+    if list(up.names) != list(down.names) or set(shared) != set(up.names) or up.combine != down.combine:
+        return False
+    for n in up.names:
+        a, b = up.values[n], down.values[n]
+        if a is b:
+            continue
+        if type(a) is not type(b) or len(a) != len(b):
+            return False
+        if hasattr(a, "step"):
+            if (a.start, a.stop, a.step) != (b.start, b.stop, b.step):
+                return False
+        elif len(a) > _TABLE_MOST or [value_text(v) for v in a] != [value_text(v) for v in b]:
+            return False
+    return True
+
+
+def key_of(blob: bytes, i: int) -> bytes:
+    return blob[i * KEY_BYTES:(i + 1) * KEY_BYTES]

@@ -1,0 +1,386 @@
+"""What a run may lend to later runs of its workflow, signed; and which members a new run reuses.
+
+When a run's engine reaches its end it writes, beside its journal, the record of each
+member that ended well (``reusable.json``): its key (:mod:`pwe.planning.reuse`), its outputs
+and, for a node with ``products``, each product's fingerprint (size and ``mtime_ns``, one
+``stat`` by the engine per product). The keys, 16 bytes each, are in ``reusable.keys``,
+whose SHA-256 the record holds. The record is signed with the run's secret
+(:func:`pwe.runstate.notify.sign`: HMAC-SHA256 under ``RUN/secret``, owner-only), so a
+record changed by hand, or keys put in another run's place, do not verify: nothing of
+that run is reused, and ``pwe plan --explain`` says so.
+
+When a new run begins (:func:`decide`), each member is **reused** when
+
+- its node may be (``reuse`` not false, no ``check``);
+- every member it waits for is reused too (a member downstream of one that runs, runs);
+- a run of the same workflow under the runs root (or ``--reuse-from``) made a member
+  with the same key and ended it well (the newest such run lends it);
+- each of its products is still in the workspace with the fingerprint it had then
+  (deleted or changed: it runs, and is not taken as complete by its products either).
+
+Reused members are journaled compactly (:data:`pwe.runstate.journal.REUSED`: runs of
+consecutive members taken from consecutive members of one run), done without a pilot;
+their outputs come from the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..base.errors import InputError
+from ..base.regular import open_regular, read_json, write_json_atomic
+from ..base.states import DONE
+from ..planning.reuse import KEY_BYTES, keys as member_keys, reusable, same_space
+from .notify import authentic, sign
+
+RECORD, KEYS = "reusable.json", "reusable.keys"
+KIND, VERSION = "pwe-reusable", 1
+#: the largest record read (outputs are small values: pwe limits them per member)
+MAX_RECORD = 256 << 20
+#: most runs of consecutive members one journal record holds
+RUNS_PER_RECORD = 4096
+#: most run directories looked at under a runs root
+MAX_RUNS = 10_000
+_DONE_RUN = re.compile(b"[%c]+" % DONE)
+
+#: why a member runs (pwe plan --explain)
+NEW = "no earlier run made a member with its key (new, or its command, parameters, environment or inputs changed)"
+UPSTREAM = "a member it waits for runs"
+OFF = "its node says reuse: false"
+CHECKED = "its node has a check (its members grow while it runs)"
+GONE = "a product it made is gone"
+CHANGED = "a product it made was changed since"
+
+
+def _runs_of(positions: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in positions:
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return out
+
+
+def _less(runs: list[list[int]], minus: list[list[int]]) -> list[list[int]]:
+    """``runs`` less the members of ``minus`` (both sorted runs ``[lo, hi)``)."""
+    if not minus:
+        return runs
+    out = []
+    for lo, hi in runs:
+        for a, b in minus:
+            if b <= lo or a >= hi:
+                continue
+            if a > lo:
+                out.append([lo, a])
+            lo = max(lo, b)
+            if lo >= hi:
+                break
+        if lo < hi:
+            out.append([lo, hi])
+    return out
+
+
+def _within(runs: list[list[int]], i: int) -> bool:
+    from bisect import bisect_right
+
+    k = bisect_right(runs, [i, float("inf")]) - 1
+    return k >= 0 and runs[k][0] <= i < runs[k][1]
+
+
+def fingerprint(path: str) -> list[int] | None:
+    """A product's ``[size, mtime_ns]``, or None when it is not there (or not a regular file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
+
+
+def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | None) -> int:
+    """Write the run's signed record of what it may lend: every member of a reusable node
+    that is done and was not found complete by its products (reused ones included: their
+    outputs are in the state). Returns how many members it lends."""
+    from ..planning.products import absolute
+
+    root = workspace or str(plan.file.parent)
+    keys, _ = member_keys(plan, Path(root))
+    blob = bytearray()
+    nodes: dict[str, Any] = {}
+    for nid, ns in state.nodes.items():
+        pn = plan.nodes[nid]
+        if not reusable(plan, nid):
+            continue
+        # runs of members done, less those complete by their products (not made by a run)
+        runs = _less([list(m.span()) for m in _DONE_RUN.finditer(ns.state, 0, pn.size)], ns.complete)
+        prod: dict[str, list[list[int]]] = {}
+        if pn.products and workspace:  # (one stat per product, only for nodes that have them)
+            kept = []
+            for lo, hi in runs:
+                for i in range(lo, hi):
+                    fps = [fingerprint(p) for p in absolute(plan, workspace, nid, i)]
+                    if all(fps):
+                        prod[str(i)] = fps
+                        kept.append(i)
+            runs = _runs_of(kept)
+        if not runs:
+            continue
+        k = keys[nid]
+        at = len(blob) // KEY_BYTES
+        for lo, hi in runs:
+            blob += k[lo * KEY_BYTES:hi * KEY_BYTES]
+        outs = {str(i): o for i, o in sorted(ns.outputs.items()) if o and _within(runs, i)}
+        nodes[nid] = {"runs": runs, "at": at, "out": outs, **({"prod": prod} if prod else {})}
+    body = {"kind": KIND, "v": VERSION, "workflow": plan.workflow.name, "run": run_id, "workspace": root,
+            "t": time.time(), "keys_sha256": hashlib.sha256(blob).hexdigest(), "nodes": nodes}
+    tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
+    os.replace(tmp, run_dir / KEYS)
+    write_json_atomic(run_dir / RECORD, sign(run_dir, body))
+    return len(blob) // KEY_BYTES
+
+
+@dataclass
+class Lender:
+    """One earlier run's verified record."""
+
+    dir: Path
+    run: str
+    t: float
+    nodes: dict[str, Any]
+    keys: bytes
+    workspace: str
+
+
+def read(run_dir: Path, workflow: str | None = None) -> Lender | str:
+    """The verified record of ``run_dir``, or why it lends nothing (one line): no record
+    (the run has not ended), not this ``workflow``'s, or tampered with."""
+    path = run_dir / RECORD
+    if not path.exists():
+        return f"run {run_dir.name}: no record of what it may lend (it has not reached its end)"
+    try:
+        msg = read_json(path, {"kind": str, "run": str, "workflow": str, "nodes": dict, "keys_sha256": str},
+                        limit=MAX_RECORD)
+    except OSError as exc:
+        return f"run {run_dir.name}: its record of what it may lend cannot be read: {exc.strerror or exc}"
+    if msg.get("kind") != KIND or msg.get("v") != VERSION:
+        return f"run {run_dir.name}: its record of what it may lend is of another version of pwe"
+    if workflow is not None and msg["workflow"] != workflow:
+        return f"run {run_dir.name} is a run of workflow '{msg['workflow']}', not '{workflow}'"
+    if not authentic(run_dir, msg):
+        return f"run {run_dir.name}: its record of what it may lend does not match its signature (tampered with?)"
+    count = 0
+    try:
+        for n in msg["nodes"].values():
+            got = sum(hi - lo for lo, hi in n["runs"])
+            if type(n["at"]) is not int or n["at"] != count or got < 0:
+                raise ValueError("its nodes' keys do not follow one another")
+            count += got
+        with open_regular(run_dir / KEYS, "rb") as fh:
+            blob = fh.read(count * KEY_BYTES + 1)
+    except (OSError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        return f"run {run_dir.name}: its record of what it may lend is damaged ({exc})"
+    if len(blob) != count * KEY_BYTES or hashlib.sha256(blob).hexdigest() != msg["keys_sha256"]:
+        return f"run {run_dir.name}: its keys ({KEYS}) do not match its signed record (tampered with?)"
+    return Lender(run_dir, msg["run"], float(msg.get("t") or 0), msg["nodes"], blob, str(msg.get("workspace")))
+
+
+def is_run(d: Path) -> bool:
+    return (d / "run.json").is_file()
+
+
+def lenders(where: Path, workflow: str, exclude: Path | None = None, named: bool = False,
+            said: str = "--reuse-from") -> tuple[list[Lender], list[str]]:
+    """The verified records of the runs of ``workflow`` at ``where`` (a runs root, or one
+    run), newest first; and a line for each run of it that lends nothing. ``named``
+    (``--reuse-from``): ``where`` must be a run of this workflow or a runs root holding one,
+    else :class:`InputError` (one line)."""
+    where = Path(where)
+    if named and not where.is_dir():
+        raise InputError(f"{said} {where}: not a directory; give a runs root (such as ./pwe-runs) or a run directory")
+    if is_run(where):
+        got = read(where.resolve(), None)
+        if isinstance(got, str):
+            if named:
+                raise InputError(f"{said} {where}: {got}")
+            return [], [got]
+        wf = _workflow_of(where)
+        if wf != workflow:
+            raise InputError(f"{said} {where}: a run of workflow '{wf}', not of '{workflow}'; give a run of "
+                             f"'{workflow}' or a runs root")
+        return [got], []
+    out: list[Lender] = []
+    notes: list[str] = []
+    runs_seen = 0
+    try:
+        entries = sorted(os.scandir(where), key=lambda e: e.name)[:MAX_RUNS] if where.is_dir() else []
+    except OSError as exc:
+        raise InputError(f"{said} {where}: cannot list it: {exc.strerror}") from None
+    for e in entries:
+        d = Path(e.path)
+        if not e.is_dir(follow_symlinks=False) or (exclude is not None and d.resolve() == exclude) or not is_run(d):
+            continue
+        runs_seen += 1
+        if not (d / RECORD).exists():
+            continue
+        if _workflow_of(d) != workflow:
+            continue
+        got = read(d.resolve(), workflow)
+        if isinstance(got, str):
+            notes.append(got)
+        else:
+            out.append(got)
+    if named and not runs_seen:
+        raise InputError(f"{said} {where}: not a runs root (no run directory in it) nor a run; give a directory "
+                         "such as ./pwe-runs or one run of it")
+    if named and not out and not notes:
+        raise InputError(f"{said} {where}: holds no ended run of workflow '{workflow}'")
+    out.sort(key=lambda lender: lender.t, reverse=True)
+    return out, notes
+
+
+def _workflow_of(run_dir: Path) -> str | None:
+    """The workflow name a run's record says (unverified: only to pass over other workflows' runs)."""
+    try:
+        return read_json(run_dir / RECORD, {"workflow": str}, limit=MAX_RECORD)["workflow"]
+    except OSError:
+        return None
+
+
+@dataclass
+class Decision:
+    """Which members a new run reuses (per node, runs ``[lo, hi, from_lo, lender]``), why
+    each other one runs (per node and reason, runs ``[lo, hi]``), and the members whose
+    products were gone or changed (not to be taken as complete by their products)."""
+
+    reused: dict[str, list[list[int]]] = field(default_factory=dict)
+    why: dict[str, dict[str, list[list[int]]]] = field(default_factory=dict)
+    changed: dict[str, set[int]] = field(default_factory=dict)
+    lenders: list[Lender] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    outputs: dict[str, dict[int, Any]] = field(default_factory=dict)
+
+    def count(self, nid: str) -> int:
+        return sum(r[1] - r[0] for r in self.reused.get(nid, ()))
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The journal's ``reused`` records: per node and lending run, at most
+        :data:`RUNS_PER_RECORD` runs each, with the outputs of their members."""
+        for nid, runs in self.reused.items():
+            by: dict[int, list[list[int]]] = {}
+            for lo, hi, src, li in runs:
+                by.setdefault(li, []).append([lo, hi, src])
+            outs = self.outputs.get(nid, {})
+            for li, rs in by.items():
+                for k in range(0, len(rs), RUNS_PER_RECORD):
+                    part = rs[k:k + RUNS_PER_RECORD]
+                    rec = {"e": "reused", "n": nid, "from": self.lenders[li].run, "r": part}
+                    out = {str(i): outs[i] for lo, hi, _ in part for i in range(lo, hi) if i in outs}
+                    if out:
+                        rec["out"] = out
+                    yield rec
+
+
+def _add(runs: list[list[int]], i: int) -> None:
+    if runs and runs[-1][1] == i:
+        runs[-1][1] = i + 1
+    else:
+        runs.append([i, i + 1])
+
+
+def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[str] | None = None) -> Decision:
+    """Which members of a run of ``plan`` beginning now are reused from ``found``
+    (newest first): the rules in the module's docstring."""
+    from ..planning.products import absolute
+
+    out = Decision(lenders=found, notes=list(notes or []))
+    if not found and not any(pn.inputs for pn in plan.nodes.values()):
+        return out
+    # (with inputs: hashed even with nothing to reuse, so that an input that is no regular
+    # file of the workspace is refused when the run begins, not found when it ends)
+    keys, _ = member_keys(plan, Path(workspace or plan.file.parent))
+    if not found:
+        return out
+    taken: dict[str, bytearray] = {}
+    for nid, pn in plan.nodes.items():
+        size = pn.size
+        ok = taken[nid] = bytearray(size)
+        why = out.why[nid] = {}
+        if not reusable(plan, nid):
+            why[OFF if pn.check is None else CHECKED] = [[0, size]] if size else []
+            continue
+        index = _index(found, nid)
+        edges = plan.edges_into(nid)
+        if any(e.barrier and taken[e.src].count(1) != len(taken[e.src]) for e in edges):
+            why[UPSTREAM] = [[0, size]] if size else []
+            continue
+        # over an edge between nodes of the same parameters and values, member i waits for member i
+        same = [(taken[e.src], None if same_space(plan.nodes[e.src].space, pn.space, e.shared) else e)
+                for e in edges if not e.barrier]
+        k = keys[nid]
+        reused: list[list[int]] = []
+        outs: dict[int, Any] = {}
+        for i in range(size):
+            if same and not all(up[i] if e is None else all(up[j] for j in plan.upstream(e, i)) for up, e in same):
+                _add(why.setdefault(UPSTREAM, []), i)
+                continue
+            hit = index.get(k[i * KEY_BYTES:(i + 1) * KEY_BYTES])
+            if hit is None:
+                _add(why.setdefault(NEW, []), i)
+                continue
+            li, m = hit
+            node = found[li].nodes[nid]
+            if pn.products:
+                bad = _products_differ(absolute(plan, workspace, nid, i) if workspace else [],
+                                       node.get("prod", {}).get(str(m)))
+                if bad:
+                    _add(why.setdefault(bad, []), i)
+                    out.changed.setdefault(nid, set()).add(i)
+                    continue
+            ok[i] = 1
+            if reused and reused[-1][1] == i and reused[-1][3] == li and reused[-1][2] + i - reused[-1][0] == m:
+                reused[-1][1] = i + 1
+            else:
+                reused.append([i, i + 1, m, li])
+            if node.get("out") and (o := node["out"].get(str(m))):
+                outs[i] = o
+        if reused:
+            out.reused[nid] = reused
+        if outs:
+            out.outputs[nid] = outs
+    return out
+
+
+def _products_differ(paths: list[str], recorded: Any) -> str | None:
+    if not isinstance(recorded, list) or len(recorded) != len(paths):
+        return GONE
+    for p, fp in zip(paths, recorded):
+        now = fingerprint(p)
+        if now is None:
+            return GONE
+        if now != fp:
+            return CHANGED
+    return None
+
+
+def _index(found: list[Lender], nid: str) -> dict[bytes, tuple[int, int]]:
+    """key -> (lender, member) of node ``nid`` over every lender, the newest first."""
+    index: dict[bytes, tuple[int, int]] = {}
+    for li, lender in enumerate(found):
+        node = lender.nodes.get(nid)
+        if not node:
+            continue
+        pos, blob = node["at"], lender.keys
+        for lo, hi in node["runs"]:
+            for m in range(lo, hi):
+                index.setdefault(blob[pos * KEY_BYTES:(pos + 1) * KEY_BYTES], (li, m))
+                pos += 1
+    return index
