@@ -221,3 +221,19 @@ def test_reuse_from_another_runs_root(tmp_path):
     # without it, a run in another runs root finds nothing to reuse
     rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "third" / "r3", "--json", cwd=tmp_path, timeout=300)
     assert rc == 0 and sum(ledger(led).values()) == 17
+
+
+def test_a_reused_members_logs_are_the_lending_members(tmp_path):
+    """`pwe logs` of a reused member reads the output of the member it was reused from, in
+    the run that lent it (and through a run that reused it in turn)."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: talk\nnodes:\n  a:\n    parameters: {i: {range: [0, 3]}}\n"
+                  "    run: echo \"said {{ i }}\"; echo \"warned {{ i }}\" >&2\n")
+    for name in ("first", "second", "third"):
+        rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "runs" / name, cwd=tmp_path, timeout=300)
+        assert rc == 0, err
+    assert "3 reused" in out, out
+    rc, out, err = run_cli("logs", tmp_path / "runs" / "third", "a:2", cwd=tmp_path)
+    assert rc == 0, err
+    assert "said 2\n" in out and "warned 2\n" in out, out
+    assert str(Path("runs") / "first" / "pilots") in out, out  # (where it was written: the first run's stream)

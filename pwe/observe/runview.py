@@ -269,15 +269,17 @@ class Output:
 
 
 def member_output(run_dir: Path, node: str, index: int, said: str | None = None, attempt: int | None = None,
-                  reader: Any = None) -> Output:
+                  reader: Any = None, depth: int = 0) -> Output:
     """A member's stdout and stderr: the one reader every consumer uses (pwe logs, the
     dashboard, the report, pwe run's last lines). From the run's output streams
     (pilot/streams.py: every frame of the member, by attempt; ``attempt`` None: the latest
     with any); a run made before streams, from the member's own files. A member that
     does not exist is bad input; one that has not run yet is an error of exit status 1; one
     whose frames are damaged, or whose stream index cannot be read, is bad input (one line
-    naming the file; other members read fine). ``said``: how the user named it; ``reader``:
-    a :class:`pilot.streams.Reader` of the run, for many members."""
+    naming the file; other members read fine). A member reused from an earlier run
+    (pwe.runstate.reusable) has the output of the member it was reused from, read from that
+    run. ``said``: how the user named it; ``reader``: a :class:`pilot.streams.Reader` of the
+    run, for many members; ``depth``: the lending runs followed so far."""
     from pilot.streams import Reader, STREAM
 
     said = said or f"{node}:{index}"
@@ -304,7 +306,41 @@ def member_output(run_dir: Path, node: str, index: int, said: str | None = None,
         exc = unreadable[0]
         raise InputError(f"{said}: {exc.filename}: an output stream's index that cannot be read ({exc.strerror}); "
                          "a member's output index must be a regular file")
+    lent = _lender_of(run_dir, node, index, depth)
+    if lent is not None:  # reused: its output is the lending run's member's (which may be reused in turn)
+        return member_output(lent[0], node, lent[1], said, attempt, depth=depth + 1)
     return _member_files(run_dir, node, index, said, attempt)
+
+
+#: how many runs a reused member's output is followed through (each run lends what it reused)
+LENDERS_FOLLOWED = 16
+
+
+def _lender_of(run_dir: Path, node: str, index: int, depth: int) -> tuple[Path, int] | None:
+    """(the lending run's directory, the member there) of a member reused from an earlier
+    run (pwe.runstate.reusable), found beside this run or wherever ``pwe`` finds runs by id;
+    None for a member that was not reused, or whose lender is gone (then: what the run
+    itself says of it)."""
+    from .results import load_state
+    from ..base.errors import RunNotFound
+    from ..base.states import DONE
+    from ..runstate.rundir import find
+
+    if depth >= LENDERS_FOLLOWED:
+        return None
+    ns = load_state(run_dir)[1].nodes.get(node)
+    if ns is None or not ns.reused or not 0 <= index < ns.size or ns.state[index] != DONE:
+        return None
+    came = ns.reused_from(index)
+    if came is None:
+        return None
+    run_id, member = came
+    beside = Path(run_dir).parent / run_id
+    try:
+        where = beside if (beside / "run.json").is_file() else find(run_id)
+    except (RunNotFound, OSError):
+        return None
+    return (where, member) if where.resolve() != Path(run_dir).resolve() else None
 
 
 def _member_files(run_dir: Path, node: str, index: int, said: str, attempt: int | None) -> Output:
