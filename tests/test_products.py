@@ -207,7 +207,7 @@ def test_pwe_workspace_is_in_every_members_environment(tmp_path, write):
     rc, _, err = run_cli("run", wf, "--run-dir", tmp_path / "r", cwd=tmp_path)
     assert rc == 0, err
     # the workflow's 'workspace:' is relative to the workflow file's directory
-    assert (tmp_path / "r" / "members" / "a" / "0" / "0" / "out.txt").read_text() == f"{ws.resolve()}\n"
+    assert (tmp_path / "r" / "members" / "a" / "out.txt").read_text() == f"{ws.resolve()}\n"  # (its node's directory)
     info = json.loads((tmp_path / "r" / "run.json").read_text())
     assert info["workspace"] == str(ws.resolve())
 

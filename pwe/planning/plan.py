@@ -243,7 +243,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             products=products.compile_templates(nid, node.products, known, path,
                                                 line_of("nodes", nid, "products")),
             products_line=line_of("nodes", nid, "products"),
-            inputs=reuse.compile_inputs(nid, node.inputs, known, path, line_of("nodes", nid, "inputs")),
+            inputs=products.compile_templates(nid, node.inputs, known, path, line_of("nodes", nid, "inputs"), "inputs"),
             inputs_line=line_of("nodes", nid, "inputs"),
             resources_line=line_of("nodes", nid, "resources"),
             scheduling_lines={key: line_of("nodes", nid, "scheduling", key)

@@ -49,18 +49,19 @@ LISTINGS_HELD = 4096
 
 
 def compile_templates(nid: str, sources: list[str] | None, known: set[str], path: Path,
-                      line: int | None) -> list[PathTemplate]:
-    """A node's ``products`` compiled; :class:`TemplateError` (one line) for a template
-    that does not compile or names what is neither a property nor a parameter."""
+                      line: int | None, key: str = "products") -> list[PathTemplate]:
+    """A node's ``products`` (or, ``key``, its ``inputs``: pwe.planning.reuse) compiled,
+    path templates relative to the workspace; :class:`TemplateError` (one line) for a
+    template that does not compile or names what is neither a property nor a parameter."""
     out = []
     for k, src in enumerate(sources or []):
         try:
             t = PathTemplate(src)
         except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"node '{nid}': template error in products[{k}] {src!r}: {exc.message}", path,
+            raise TemplateError(f"node '{nid}': template error in {key}[{k}] {src!r}: {exc.message}", path,
                                 line) from None
         for name in sorted(t.names - known):
-            raise TemplateError(f"node '{nid}': products[{k}] {src!r} uses undefined name '{name}'"
+            raise TemplateError(f"node '{nid}': {key}[{k}] {src!r} uses undefined name '{name}'"
                                 f"{did_you_mean(name, known)}; define it under 'properties' or 'parameters'",
                                 path, line)
         out.append(t)

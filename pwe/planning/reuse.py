@@ -34,13 +34,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jinja2
 
 from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
 from ..base.regular import open_regular
-from ..base.source import did_you_mean, value_text
-from ..workflow.templates import PathTemplate
+from ..base.source import value_text
 
 #: a :class:`pwe.planning.plan.Plan` (not imported: plan.py builds on this module)
 Plan = Any
@@ -57,26 +55,6 @@ def reusable(plan: Plan, nid: str) -> bool:
     ``check`` (a checked node's members grow while it runs: pwe/planning/trees.py)."""
     pn = plan.nodes[nid]
     return pn.spec.reuse is not False and pn.check is None
-
-
-def compile_inputs(nid: str, sources: list[str] | None, known: set[str], path: Path,
-                   line: int | None) -> list[PathTemplate]:
-    """A node's ``inputs`` compiled (as ``products``: path templates relative to the
-    workspace); :class:`TemplateError` (one line) for one that does not compile or names
-    what is neither a property nor a parameter."""
-    out = []
-    for k, src in enumerate(sources or []):
-        try:
-            t = PathTemplate(src)
-        except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"node '{nid}': template error in inputs[{k}] {src!r}: {exc.message}", path,
-                                line) from None
-        for name in sorted(t.names - known):
-            raise TemplateError(f"node '{nid}': inputs[{k}] {src!r} uses undefined name '{name}'"
-                                f"{did_you_mean(name, known)}; define it under 'properties' or 'parameters'",
-                                path, line)
-        out.append(t)
-    return out
 
 
 def node_digest(plan: Plan, nid: str) -> bytes:
