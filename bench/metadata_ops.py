@@ -71,7 +71,9 @@ def trace(python: str, env: dict[str, str], base: Path, members: int, payload: s
           directory: str | None) -> tuple[Path, Path]:
     """(the trace file, the run directory) of one traced `pwe run`."""
     wf = workflow(base, members, payload, directory)
-    run_dir = base / f"run-{payload}-{members}"
+    # (a runs root of its own: the run of 2N members would reuse the N of the run before it
+    # under the same root, pwe/planning/reuse.py, and the difference would not be N members)
+    run_dir = base / f"root-{payload}-{members}" / "run"
     out = base / f"trace-{payload}-{members}.txt"
     os.sync()
     p = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", f"trace={TRACED}", "-o", str(out),

@@ -104,7 +104,7 @@ def collect(task: dict) -> dict[str, str]:
     :func:`outputs_path` put them), then what it leaves on the run's file system tidied:
     its outputs file removed once read (its values go with its ``end`` into the journal: no
     file of a member stays behind for them), a directory of its own tidied
-    (:func:`pilot.spawn.tidy_member_dir`: only files with something in them stay)."""
+    (:func:`pilot.spawn.tidy_member_dir`: removed when it is empty)."""
     path = task.get("_out") or outputs_path(task, None)
     out = _read_outputs(path)
     if out is not None:

@@ -96,20 +96,12 @@ def open_node_dir(path: str) -> int:
 
 
 def tidy_member_dir(cwd: str) -> None:
-    """After a member that ran in a directory of its own ended: its stdout and stderr files
-    are removed when empty, then its directory when nothing is left in it (its shard
-    stays; its outputs were read and removed already: pilot.members.collect). So a run
-    keeps a member's files only when it wrote something: a million members that print
-    nothing leave no million directories behind (``pwe logs`` says the member wrote
-    nothing). A member that wrote files of its own into its directory keeps the directory
-    whole."""
-    for name in ("stdout", "stderr"):
-        path = os.path.join(cwd, name)
-        try:
-            if os.stat(path).st_size == 0:
-                os.unlink(path)
-        except OSError:
-            pass  # (none, or gone meanwhile)
+    """After a member that ran in a directory of its own ended: its directory is removed
+    when nothing is left in it (its shard stays; its stdout and stderr are in its
+    starter's stream, :mod:`pilot.streams`; its outputs were read and removed already:
+    pilot.members.collect). So a run keeps a member's directory only when it wrote
+    something there: a million members that write nothing leave no million directories
+    behind. One ``rmdir``, no ``stat``: on a parallel file system each is a round trip."""
     try:
         os.rmdir(cwd)
     except OSError:
