@@ -122,8 +122,11 @@ def timed(argv: list, env: dict[str, str] | None = None, cwd: Path | None = None
 
 
 def timed_run(args: list, env: dict[str, str], cwd: Path | None = None, python: str | None = None) -> float:
-    """Wall seconds of ``python -m pwe run ARGS`` (SystemExit with its stderr if it fails)."""
-    return timed([python or sys.executable, "-m", "pwe", "run", *args], env, cwd)
+    """Wall seconds of ``python -m pwe run --fresh ARGS`` (SystemExit with its stderr if it
+    fails). ``--fresh``: every member runs, as in a first run; without it a bench that runs
+    a workflow again under the same runs root would time a rerun that reuses its members
+    (pwe/planning/reuse.py)."""
+    return timed([python or sys.executable, "-m", "pwe", "run", "--fresh", *args], env, cwd)
 
 
 def median_of(repeat: int, argv: list, env: dict[str, str] | None = None, cwd: Path | None = None) -> float:

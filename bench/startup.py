@@ -34,7 +34,8 @@ def w2_pwe(base: Path, env: dict[str, str], k: int | str) -> tuple[float, float,
     wf = base / "w2.yaml"
     run_dir = base / f"w2-{k}"
     t_wall0 = time.time()
-    wall = timed([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "8", "--run-dir", str(run_dir)], env, base)
+    wall = timed([sys.executable, "-m", "pwe", "run", "--fresh", str(wf), "--cores", "8", "--run-dir", str(run_dir)],
+                 env, base)  # (--fresh: each a first run, not a rerun reusing the last one's members)
     ev = pilot_events(run_dir)
     up = min(e["t"] for e in ev if e["k"] == "up") - t_wall0
     first = min(e["t"] for e in ev if e["k"] == "start") - t_wall0
