@@ -188,10 +188,10 @@ name: small
 nodes:
   a:
     parameters: {i: [1, 2, 3]}
-    run: echo a $PWE_PARAM_I >> ../../../../ran
+    run: echo a $PWE_PARAM_I >> ../../ran
   b:
     after: [a]
-    run: echo b >> ../../../../ran
+    run: echo b >> ../../ran
 """
 
 
@@ -251,11 +251,11 @@ name: race
 nodes:
   a:
     parameters: {i: [0, 1]}
-    run: echo "a $PWE_MEMBER says hello"; echo "start a $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger; echo "end a $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger
+    run: echo "a $PWE_MEMBER says hello"; echo "start a $PWE_MEMBER $PWE_ATTEMPT" >> ../../ledger; echo "end a $PWE_MEMBER $PWE_ATTEMPT" >> ../../ledger
   b:
     after: [a]
     parameters: {i: [0, 1]}
-    run: echo "start b $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger; while [ ! -e ../../../../go ]; do sleep 0.05; done; sleep 4; echo "end b $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../ledger
+    run: echo "start b $PWE_MEMBER $PWE_ATTEMPT" >> ../../ledger; while [ ! -e ../../go ]; do sleep 0.05; done; sleep 4; echo "end b $PWE_MEMBER $PWE_ATTEMPT" >> ../../ledger
 """
 RACE_TRIALS = 10
 

@@ -62,6 +62,7 @@ NUMERIC = {
     ("status", "--every"): ["status", "RUN", "--watch"],
     ("show", "--limit"): ["show", "RUN"],
     ("logs", "--tail"): ["logs", "RUN", "a:0"],
+    ("logs", "--attempt"): ["logs", "RUN", "a:0"],
     ("_engine", "--ready-fd"): ["_engine", "RUN"],
     ("notify", "status"): ["notify", "--run", "RUN", "--pilot", "p1", "started", "42", "--"],
     ("ui", "--port"): ["ui"],

@@ -52,7 +52,7 @@ name: hostile
 nodes:
   a:
     parameters: {{i: {{range: [0, {N}]}}}}
-    run: echo "$PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> ../../../../../ledger
+    run: echo "$PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> ../../../ledger
 """)
     env = dict(os.environ, PYTHONPATH=str(ROOT), PWE_SEAL_ABOVE="0")
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", "wf.yaml", "--run-dir", "run"], cwd=base, env=env,

@@ -27,7 +27,7 @@ def test_run_dir_cannot_be_created(tmp_path, write):
 
 
 def test_run_dir_already_used(tmp_path, write):
-    wf = write("name: twice\nnodes:\n  a:\n    run: echo once >> ../../../../../count\n")
+    wf = write("name: twice\nnodes:\n  a:\n    run: echo once >> ../../../count\n")
     run = tmp_path / "run"
     rc, out, err = pwe("run", wf, "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
