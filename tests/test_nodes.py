@@ -25,9 +25,9 @@ def hosts_yaml(tmp_path: Path, nodes=("pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4")) -
     return p
 
 
-WHERE = ("ip -4 -o addr show | grep -o '10\\.233\\.[0-9]*\\.2' > where; "
-         "echo \"$(date +%s%N) $(cat where) start\" >> {ledger}; sleep {sleep}; "
-         "echo \"$(date +%s%N) $(cat where) end $PWE_MEMBER\" >> {ledger}")
+WHERE = ("where=$(ip -4 -o addr show | grep -o '10\\.233\\.[0-9]*\\.2'); "
+         "echo \"$(date +%s%N) $where start\" >> {ledger}; sleep {sleep}; "
+         "echo \"$(date +%s%N) $where end $PWE_MEMBER\" >> {ledger}")
 
 
 def workflow(tmp_path: Path, n: int, sleep: float) -> Path:
