@@ -87,7 +87,7 @@ def test_an_earlier_runs_durations_order_the_next_run(tmp_path):
     means = {n: v["mean"] for n, v in json.loads(durations.read_text())["nodes"].items()}
     assert means["slow"] > means["quick"], means
     ledger.unlink()
-    rc, _, err = run_cli("run", wf, "--cores", "1", cwd=tmp_path)
+    rc, _, err = run_cli("run", wf, "--cores", "1", "--fresh", cwd=tmp_path)  # (run again: not reused)
     assert rc == 0, err
     assert starts(ledger) == ["slow", "quick"]
 
