@@ -212,8 +212,8 @@ def test_a_big_run_seals_its_pilot_and_every_reader_still_reads_it(tmp_path):
     assert rc == 0 and sorted(p.name for p in (small / "pilots" / "p1").iterdir() if "jsonl" in p.name) == \
         [EVENTS, TASKS], err
     ledger.unlink()
-    rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path, timeout=300,
-                           env={"PWE_SEAL_ABOVE": str(1 << 20)})
+    rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", run_dir, "--fresh", cwd=tmp_path, timeout=300,
+                           env={"PWE_SEAL_ABOVE": str(1 << 20)})  # (--fresh: run again, not reused from the first)
     assert rc == 0 and f"{2 * n} done of {2 * n}" in out, err
     pdir = run_dir / "pilots" / "p1"
     assert sorted(p.name for p in pdir.iterdir() if "jsonl" in p.name) == [EVENTS + ".gz", TASKS + ".gz"]

@@ -16,7 +16,9 @@ When a new run begins (:func:`decide`), each member is **reused** when
 - a run of the same workflow under the runs root (or ``--reuse-from``) made a member
   with the same key and ended it well (the newest such run lends it);
 - each of its products is still in the workspace with the fingerprint it had then
-  (deleted or changed: it runs, and is not taken as complete by its products either).
+  (deleted or changed: it runs, and is not taken as complete by its products either);
+  a lending run whose workspace was another lends no member that has products (this
+  run's own workspace decides, by completion by products).
 
 Reused members are journaled compactly (:data:`pwe.runstate.journal.REUSED`: runs of
 consecutive members taken from consecutive members of one run), done without a pilot;
@@ -57,6 +59,7 @@ OFF = "its node says reuse: false"
 CHECKED = "its node has a check (its members grow while it runs)"
 GONE = "a product it made is gone"
 CHANGED = "a product it made was changed since"
+ELSEWHERE = "the run that made it made its products in another workspace"
 
 
 def _runs_of(positions: list[int]) -> list[list[int]]:
@@ -309,6 +312,7 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
     keys, _ = member_keys(plan, Path(workspace or plan.file.parent))
     if not found:
         return out
+    here = workspace or str(plan.file.parent)  # (as write() records a lender's)
     taken: dict[str, bytearray] = {}
     for nid, pn in plan.nodes.items():
         size = pn.size
@@ -338,6 +342,11 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
                 continue
             li, m = hit
             node = found[li].nodes[nid]
+            if pn.products and found[li].workspace != here:
+                # (its products are not this run's to be given to dependants: completion by
+                # products decides, in this run's own workspace)
+                _add(why.setdefault(ELSEWHERE, []), i)
+                continue
             if pn.products:
                 bad = _products_differ(absolute(plan, workspace, nid, i) if workspace else [],
                                        node.get("prod", {}).get(str(m)))
