@@ -159,10 +159,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         cwd = task["cwd"]
         if "_then" in task and len(placement) == 1:
             task["_on"] = placement[0][0].name  # (a group's: its next member goes there too)
-        try:
-            where = self.member_cwd(task)
-        except DirectoryError as exc:
-            self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
+        where = self.start_dir(task, placement, threads, exclusive)
+        if where is None:
             return
         member_env = dict(task.get("env") or {})
         if not self.member_tmpdir(task, placement, threads, exclusive, member_env):
@@ -232,6 +230,19 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             return
         task["_io"] = (*fds, pid)  # (kept into the stream as it ends: member_over)
         self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
+
+    def start_dir(self, task: dict, placement: Placement, threads: int, exclusive: bool) -> str | int | None:
+        """Where a member starts (:meth:`member_cwd`), or None when it cannot start: a
+        directory that takes no files is the run's cause (handed back, the run stops); one
+        that cannot be a directory (too long, a file in the way) fails the member."""
+        try:
+            return self.member_cwd(task)
+        except DirectoryError as exc:
+            self.unwritable(task, placement, threads, exclusive, exc.filename, exc.strerror)
+        except OSError as exc:
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, *start_failure(exc))
+        return None
 
     def member_cwd(self, task: dict) -> str | int:
         """Where a member starts: its own directory, made now (``own``), or its node's, made

@@ -85,14 +85,19 @@ def open_node_dir(path: str) -> int:
     then opened: the pilot does this once per node and starts each member there by the
     descriptor (no lookup of the path on the run's file system per member; a member that
     swaps the path for a symbolic link, to /etc or another run, does not move the members
-    after it). One that is a symbolic link already is refused: :class:`DirectoryError`."""
+    after it). One that is a symbolic link already is refused: :class:`DirectoryError`,
+    as is one that takes no files (the run's cause: it stops, to be resumed). One whose
+    path cannot be a directory (too long, a file in the way) is the plain :class:`OSError`:
+    no resume mends it, so its members fail (as :func:`make_member_dir`'s own do)."""
     make_member_dir(path)
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        why = "a symbolic link, not a directory of the run" if exc.errno in (errno.ELOOP, errno.ENOTDIR) \
-            else exc.strerror
-        raise DirectoryError(exc.errno, why, path) from None
+        if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and os.path.islink(path)):
+            raise DirectoryError(exc.errno, "a symbolic link, not a directory of the run", path) from None
+        if exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR):
+            raise
+        raise DirectoryError(exc.errno, exc.strerror, path) from None
 
 
 def tidy_member_dir(cwd: str) -> None:

@@ -162,7 +162,7 @@ def test_a_damaged_or_foreign_checkpoint_is_ignored_with_a_warning(tmp_path):
 
 def test_member_files_are_kept_only_when_written_and_logs_finds_them(tmp_path):
     wf = tmp_path / "wf.yaml"
-    wf.write_text("name: files\nnodes:\n  m:\n    parameters: {i: {range: [0, 40]}}\n"
+    wf.write_text("name: files\nnodes:\n  m:\n    parameters: {i: {range: [0, 40]}}\n    directory: own\n"
                   "    run: |\n"
                   "      case $((PWE_MEMBER % 4)) in\n"
                   "        1) echo out $PWE_MEMBER ;;\n"

@@ -157,7 +157,8 @@ def test_the_tmp_pool_holds_members_to_what_it_allows(tmp_path):
         wf = tmp_path / "wf.yaml"
         wf.write_text(f"name: t\ndefaults: {{host: here}}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, 6]}}}}\n"
                       f"    run: {json.dumps(run)}\n    scheduling: {{tmpPerMember: {tmp}}}\n")
-        proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / f"run{tmp}")],
+        proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--fresh",  # (the second: not reused)
+                               "--run-dir", str(tmp_path / f"run{tmp}")],
                               cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         starts = [w[1] for w in ledger_lines(ledger) if w[0] == "start"]

@@ -302,7 +302,6 @@ def _add(runs: list[list[int]], i: int) -> None:
 def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[str] | None = None) -> Decision:
     """Which members of a run of ``plan`` beginning now are reused from ``found``
     (newest first): the rules in the module's docstring."""
-    from ..planning.products import absolute
 
     out = Decision(lenders=found, notes=list(notes or []))
     if not found and not any(pn.inputs for pn in plan.nodes.values()):
@@ -342,18 +341,12 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
                 continue
             li, m = hit
             node = found[li].nodes[nid]
-            if pn.products and found[li].workspace != here:
-                # (its products are not this run's to be given to dependants: completion by
-                # products decides, in this run's own workspace)
-                _add(why.setdefault(ELSEWHERE, []), i)
-                continue
-            if pn.products:
-                bad = _products_differ(absolute(plan, workspace, nid, i) if workspace else [],
-                                       node.get("prod", {}).get(str(m)))
-                if bad:
-                    _add(why.setdefault(bad, []), i)
+            bad = _products_not_lent(plan, workspace, here, found[li], nid, i, m) if pn.products else None
+            if bad:
+                _add(why.setdefault(bad, []), i)
+                if bad != ELSEWHERE:  # (gone or changed: it runs, not taken as complete by its products)
                     out.changed.setdefault(nid, set()).add(i)
-                    continue
+                continue
             ok[i] = 1
             if reused and reused[-1][1] == i and reused[-1][3] == li and reused[-1][2] + i - reused[-1][0] == m:
                 reused[-1][1] = i + 1
@@ -366,6 +359,20 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
         if outs:
             out.outputs[nid] = outs
     return out
+
+
+def _products_not_lent(plan: Any, workspace: str | None, here: str, lender: Lender, nid: str, i: int,
+                       m: int) -> str | None:
+    """Why member ``i``'s products, made by member ``m`` of ``lender``, are not lent, or
+    None: the lender made them in another workspace (not this run's to give its
+    dependants: completion by products decides, in this run's own), or one is gone or
+    changed since."""
+    from ..planning.products import absolute
+
+    if lender.workspace != here:
+        return ELSEWHERE
+    return _products_differ(absolute(plan, workspace, nid, i) if workspace else [],
+                            lender.nodes[nid].get("prod", {}).get(str(m)))
 
 
 def _products_differ(paths: list[str], recorded: Any) -> str | None:
