@@ -27,7 +27,8 @@ Under ``--base``: ``run/`` (the run directory, on disk by default), ``wf.yaml``,
   middle and last member (fresh processes; each must show that member's line).
 
 Projection to another N (``--project``, default 10^7): sizes and RSS growth scale with members
-(fixed parts kept), the wall time with the rate measured.
+(fixed parts kept), the wall time with the rate measured. A smaller run leaves files under
+``PWE_SEAL_ABOVE`` (8 MiB) plain that 10^7 would seal: ``--seal-all`` seals them as 10^7 does.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def start(base: Path, n: int, cores: int, quiet: bool) -> subprocess.Popen:
     wf.write_text(f"name: ten-million\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
                   f"    run: {json.dumps(run)}\n")
     (base / "meta.json").write_text(json.dumps({"members": n, "cores": cores, "quiet": quiet,
+                                                "seal_above": ENV.get("PWE_SEAL_ABOVE"),
                                                 "started": time.time()}) + "\n")
     return spawn(base, pwe_cmd("run", str(wf), "--cores", str(cores), "--run-dir", str(base / "run")))
 
@@ -225,7 +227,8 @@ def report(base: Path, project: int) -> dict:
     rows = [r for r in read_samples(base / "samples.jsonl") if r.get("rss_kb")]
     t = totals(run_dir)
     done = t.get("done", 0) + t.get("failed", 0)
-    out: dict[str, object] = {"members": n, "quiet": quiet, "cores": meta["cores"], "done": t.get("done", 0),
+    out: dict[str, object] = {"members": n, "quiet": quiet, "cores": meta["cores"],
+                              "seal_above": meta.get("seal_above"), "done": t.get("done", 0),
                               "failed": t.get("failed", 0), "ended": done >= n}
     if rows:
         wall = rows[-1]["t"] - meta["started"]
@@ -290,7 +293,12 @@ def main() -> None:
     ap.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress lines")
     ap.add_argument("--project", type=int, default=10_000_000, help="project the figures to this many members")
     ap.add_argument("--report", action="store_true", help="only the figures so far (the run is not touched)")
+    ap.add_argument("--seal-all", action="store_true", help="seal every left pilot's files, however small "
+                    "(PWE_SEAL_ABOVE=0): what a run of 10^7 does with its files of hundreds of MB, for a smaller "
+                    "run whose sizes are projected to it")
     args = ap.parse_args()
+    if args.seal_all:
+        ENV["PWE_SEAL_ABOVE"] = "0"
     base = (args.base or place(args.where) / f"ten-million-{args.members}").resolve()
     if args.report:
         show(report(base, args.project))

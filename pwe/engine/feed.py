@@ -33,6 +33,10 @@ from ..runstate import pressure
 from ..runstate import journal as kind
 from .handles import PilotState
 
+#: members a pilot holds queued beyond which the engine may take a longer round (loop.py's
+#: POLL_DEEP): at the ~2,500 members/s one pilot starts at most, 128 last over 50 ms
+DEEP = 128
+
 if TYPE_CHECKING:
     from ..planning.plan import Plan
     from .handles import Lane, PilotHandle, Pilots
@@ -146,6 +150,13 @@ class Feeder:
             return True
         gate = self.limits.gate(self._in_flight)
         return any(gate.fits(nid) for nid in lane.ready.nodes())
+
+    def deep(self) -> bool:
+        """Whether every pilot that takes work holds a deep queue (:data:`DEEP` members and
+        four a slot at least): work for longer than the engine's longest busy round, so the
+        engine may take one (fewer, larger reads and journal writes; the cores to members)."""
+        working = [p for p in self.pilots.values() if p.takes_work]
+        return bool(working) and all(p.units >= max(DEEP, 4 * p.slots) for p in working)
 
     def _window(self, pilot: PilotHandle) -> int:
         # a local pilot gets a deep queue (dispatch rate); a batch pilot that is its lane's

@@ -181,7 +181,10 @@ class Intake:
         journal = self.ledger.journal
         for rec in held.values():  # (started, not ended in this batch: journaled before the offset)
             journal.append(rec)
-        record({"e": kind.OFFSET, "p": pilot.id, "off": pilot.cursor, "q": pilot.q, "qs": dict(pilot.qs)})
+        offset = {"e": kind.OFFSET, "p": pilot.id, "off": pilot.cursor, "q": pilot.q}
+        if pilot.qs != {"spool": pilot.q}:  # (absent: all through the spool, journal.py; a record each round)
+            offset["qs"] = dict(pilot.qs)
+        record(offset)
         if pilot.transport.acks and pilot.q > pilot.acked:
             # sent after the journal is flushed (the loop flushes it before the pilots)
             pilot.send({"k": ACK, "q": pilot.q})

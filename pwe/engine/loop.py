@@ -63,6 +63,11 @@ __all__ = ["Engine", "Lane", "PilotHandle", "asked_by"]
 # queued members. Sleeping at least POLL_MIN between rounds batches the work (fewer, larger
 # reads and writes) and leaves the cores to the members.
 POLL_MIN, POLL_MAX = 0.01, 0.05
+# A busy round while every pilot holds a deep queue (Feeder.deep): a round's fixed cost (its
+# reads, the cursor's journal record, the assign's, the starts not yet ended) is shared by
+# five times the members. At 10^5 x echo on 2 cores the journal went from 90 to ~25 bytes
+# a member with the compact ends (journal.py) and these rounds (bench/BENCHMARKS.md).
+POLL_DEEP = 0.05
 SNAPSHOT_EVERY = 0.5
 #: Below this many free bytes the run directory's filesystem counts as full: pilots can no
 #: longer record events there, so the engine stops (state intact) instead of waiting on them.
@@ -375,7 +380,7 @@ class Engine:
                     self._checkpoint()
                 if progress:
                     progress(st)
-            sleep = POLL_MIN if busy else min(POLL_MAX, sleep * 1.5)
+            sleep = (POLL_DEEP if self.feeder.deep() else POLL_MIN) if busy else min(POLL_MAX, sleep * 1.5)
             self.intake.sleep(sleep)  # (woken early by a broker's new events: intake.py)
         ok = not st.cancelled and st.halted is None and st.all_done()  # (a check's members too, trees converged)
         self.ledger.record({"e": kind.FINISH, "ok": ok, "t": time.time()})

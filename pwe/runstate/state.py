@@ -348,7 +348,7 @@ class RunState:
             p = self.pilots[r["p"]]
             p["offset"] = r["off"]
             if "q" in r:  # the last sequence number applied, and the last seen by each transport
-                p["q"], p["qs"] = r["q"], r.get("qs") or {}
+                p["q"], p["qs"] = r["q"], r["qs"] if "qs" in r else {"spool": r["q"]}
         return True
 
     def _reject(self, r: dict[str, Any]) -> bool:
