@@ -23,7 +23,10 @@ and its ``NAME.index``; a writer whose members printed nothing makes neither. A 
 lengths and bytes left out, time, the node id's length), the node id, stdout, stderr. The
 CRC covers all of it; the reader goes to a frame only through the index (never scanning for
 the magic), so a member's own bytes, which sit inside a frame of known length, can never
-be taken for another member's frame. An index record (:data:`_INDEX`, 32 bytes) says the
+be taken for another member's frame. A writer killed between a frame and its index record
+leaves that frame out of the index: readers step past the last frame the index names,
+checked whole, frame by frame by each one's own length (:func:`unindexed`), and the seal of a
+left pilot writes the records back (:func:`mend_index`). An index record (:data:`_INDEX`, 32 bytes) says the
 node (a hash of its id), member, attempt, offset and length; a member's records are found by
 ``mmap.find`` of its 16-byte key (C speed: a million records in milliseconds).
 
@@ -44,6 +47,7 @@ import hashlib
 import mmap
 import os
 import re
+import stat
 import struct
 import sys
 import tempfile
@@ -268,6 +272,10 @@ def seal(directory: str, above: int) -> int:
     for name in names:
         path = os.path.join(directory, name)
         try:
+            mend_index(path[:-len(STREAM)])  # (what a writer killed between its two writes left out)
+        except OSError:
+            pass
+        try:
             with open_regular(path, "rb", within=directory) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size <= above:
@@ -325,6 +333,87 @@ def stream_names(pilots_dir: str) -> list[str]:
             continue
         out.extend(os.path.join(d, n[:-len(INDEX)]) for n in sorted(names) if n.endswith(INDEX))
     return out
+
+
+def _indexed_last(index: bytes | mmap.mmap) -> tuple[int, int] | None:
+    """Offset and length of the last frame an index names (None: it names none); its whole
+    records only."""
+    whole = len(index) - len(index) % _INDEX.size
+    if not whole:
+        return None
+    *_, at, n = _INDEX.unpack_from(index, whole - _INDEX.size)
+    return at, n
+
+
+def _whole_frame(fd: int, at: int, size: int) -> tuple[bytes, int] | None:
+    """The frame that begins at ``at`` of a plain stream of ``size`` bytes, checked whole
+    (magic, its own length within the file, CRC), and its length; None if it is not one."""
+    fixed = _HEAD.size + _BODY.size
+    if at < 0 or at + fixed > size:
+        return None
+    head = os.pread(fd, fixed, at)
+    magic, crc = _HEAD.unpack_from(head)
+    *_, lo, le, _co, _ce, _t, ln = _BODY.unpack_from(head, _HEAD.size)
+    n = fixed + ln + lo + le
+    if magic != MAGIC or n > MAX_FRAME or at + n > size:
+        return None
+    data = os.pread(fd, n, at)
+    if len(data) < n or zlib.crc32(memoryview(data)[_HEAD.size:]) != crc:
+        return None
+    return data, n
+
+
+def unindexed(base: str, last: tuple[int, int] | None, most: int = 64) -> list[bytes]:
+    """The index records of the whole frames of a plain stream past ``last`` (the offset and
+    length of the last frame its index names; None: from the start): a writer killed
+    between a frame and its index record, or one between the two now. Found by stepping
+    from the end of that frame, checked whole first, frame by frame, each by its own length
+    and checked by its CRC, never by searching for the magic (a member's own bytes are not
+    frames); the first frame cut short or damaged ends the walk. At most ``most``."""
+    out: list[bytes] = []
+    try:
+        fh = open_regular(base + STREAM, "rb", within=os.path.dirname(base))
+    except FileNotFoundError:
+        return out
+    with fh:
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
+        end = 0
+        if last is not None:
+            got = _whole_frame(fd, last[0], size)
+            if got is None or got[1] != last[1]:
+                return out  # (an index that does not end on a frame of its own: no walk from there)
+            end = last[0] + last[1]
+        fixed = _HEAD.size + _BODY.size
+        while len(out) < most:
+            got = _whole_frame(fd, end, size)
+            if got is None:
+                break
+            data, n = got
+            m, a, *_, ln = _BODY.unpack_from(data, _HEAD.size)
+            out.append(_INDEX.pack(node_key(data[fixed:fixed + ln].decode("utf-8", "replace")), m, a, end, n))
+            end += n
+    return out
+
+
+def mend_index(base: str) -> int:
+    """Append to a left writer's index the records of frames it wrote and did not index
+    (:func:`unindexed`), after cutting a record it left cut short; how many. Called only
+    when no writer is left (the seal of a left pilot)."""
+    path = base + INDEX
+    # (its own directory's file, never a link nor a FIFO put in its place)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "r+b", buffering=0) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        index = fh.read()
+        whole = len(index) - len(index) % _INDEX.size
+        found = unindexed(base, _indexed_last(index[:whole]), most=1 << 20)
+        if whole != len(index) or found:
+            fh.truncate(whole)
+            fh.seek(whole)
+            fh.write(b"".join(found))
+    return len(found)
 
 
 def _read_plain(path: str, at: int, n: int) -> bytes:
@@ -397,6 +486,7 @@ class Reader:
     def __init__(self, pilots_dir: str, many: bool = False):
         self.bases = stream_names(pilots_dir)
         self._maps: dict[str, mmap.mmap | OSError | None] = {}
+        self._tails: dict[str, list[bytes]] = {}  # (each plain stream's frames its index does not name yet)
         self._tables: dict[str, dict[bytes, list[tuple[int, int, int]]]] | None = {} if many else None
 
     def _map(self, base: str) -> mmap.mmap | None:
@@ -428,8 +518,6 @@ class Reader:
             except OSError as exc:
                 unreadable.append(exc)
                 continue
-            if mm is None:
-                continue
             for a, at, n in self._records(base, mm, key):
                 try:
                     frames.setdefault(a, []).append(_frame(base, node, member, a, at, n))
@@ -439,16 +527,30 @@ class Reader:
             got.sort(key=lambda f: f.t)
         return frames, damaged, unreadable
 
-    def _records(self, base: str, mm: mmap.mmap, key: bytes) -> list[tuple[int, int, int]]:
-        """(attempt, offset, length) of each record of ``key`` in one index."""
+    def _tail(self, base: str, mm: mmap.mmap | None) -> list[bytes]:
+        if base not in self._tails:
+            try:
+                self._tails[base] = unindexed(base, _indexed_last(mm) if mm is not None else None)
+            except OSError:
+                self._tails[base] = []
+        return self._tails[base]
+
+    def _records(self, base: str, mm: mmap.mmap | None, key: bytes) -> list[tuple[int, int, int]]:
+        """(attempt, offset, length) of each record of ``key`` in one index, and of the
+        frames past its last that its writer had not indexed yet (:func:`unindexed`)."""
+        tail = self._tail(base, mm)
         if self._tables is not None:
             if base not in self._tables:
                 table: dict[bytes, list[tuple[int, int, int]]] = {}
-                for nk, m, a, at, n in _INDEX.iter_unpack(mm):
+                for nk, m, a, at, n in _INDEX.iter_unpack(mm or b""):
+                    table.setdefault(nk + m.to_bytes(8, "big"), []).append((a, at, n))
+                for nk, m, a, at, n in _INDEX.iter_unpack(b"".join(tail)):
                     table.setdefault(nk + m.to_bytes(8, "big"), []).append((a, at, n))
                 self._tables[base] = table
             return self._tables[base].get(key, [])
-        found = []
+        found = [_INDEX.unpack(r)[2:] for r in tail if r.startswith(key)]
+        if mm is None:
+            return found
         i = mm.find(key)
         while i >= 0:
             if i % _INDEX.size == 0:
