@@ -286,3 +286,17 @@ def test_an_interrupted_fetch_goes_on_from_its_part_file(tmp_path, remote):
         runner.close()
     finally:
         shutil.rmtree(there, ignore_errors=True)
+
+
+@pytest.mark.parametrize("option, phrase", [(["--reuse-from", "."], "--reuse-from"), (["--halt", "10%"], "--halt")])
+def test_an_option_a_staged_run_cannot_take_is_refused_not_dropped(tmp_path, option, phrase):
+    """A run staged to a login node reuses nothing (a directory of its own there) and is
+    started there by `pwe submit`: --reuse-from and --halt would be dropped unsaid."""
+    hosts = _hosts(tmp_path, "    contact: ssh://root@127.0.0.1:1\n    shared_fs: false\n    connect_timeout: 3\n")
+    (tmp_path / "wf.yaml").write_text("name: w\nnodes:\n  a: {run: 'true'}\n")
+    for command in ("run", "submit"):
+        status, out, err = run_cli(command, tmp_path / "wf.yaml", "--host", "far", "--hosts", hosts, *option,
+                                   cwd=tmp_path)
+        assert status == 2 and len(err.strip().splitlines()) == 1 and phrase in err and "far" in err, err
+        assert "Traceback" not in err and "cannot reach" not in err  # (refused before any connection)
+        assert not (tmp_path / "pwe-runs").exists() or not list((tmp_path / "pwe-runs").iterdir())

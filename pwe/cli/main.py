@@ -111,7 +111,16 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
 
     values = parse_sets(sets)
     planned = plan_for_hosts(file, values, host=host, hosts_file=hosts_file, cores=cores)
-    if any(staged(h) for h in planned[1].values()):
+    far = [name for name, h in planned[1].items() if staged(h)]
+    if far:
+        # (each staged run has a directory of its own there, with no earlier run in it: it
+        # reuses nothing, so --fresh changes nothing; these two would be dropped unsaid)
+        if reuse_from:
+            raise InputError(f"--reuse-from: the runs of host '{far[0]}' are staged to its login node, each into a "
+                             "directory of its own with no earlier run to reuse from: run without --reuse-from")
+        if halt:
+            raise InputError(f"--halt is not passed to a run staged to host '{far[0]}': give the workflow a 'halt:' "
+                             "instead")
         return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
     return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
                          workspace=workspace, planned=planned, run_id=run_id, **({"halt": halt} if halt else {}),
