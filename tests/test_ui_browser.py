@@ -326,3 +326,26 @@ def test_triggers_and_hosts_pages(home, tmp_path, driver):
         ui.stop()
     rc, out, err = run_cli("trigger", "list", "--json", cwd=tmp_path)
     assert json.loads(out)[0]["enabled"] is False
+
+
+def test_a_run_that_reused_its_members_says_so_on_its_page(home, tmp_path, driver):
+    """The second run of an unchanged workflow reuses every member (pwe.runstate.reusable):
+    its page says how many of the done were reused and did not run, as pwe status does."""
+    (tmp_path / "wf.yaml").write_text("name: uireuse\nnodes:\n  a:\n    parameters: {i: {range: [0, 5]}}\n"
+                                      "    run: 'true'\n  b:\n    after: [a]\n    run: 'true'\n")
+    for _ in range(2):
+        rc, out, err = run_cli("run", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
+        assert rc == 0, err
+    second = json.loads(out)
+    assert second.get("reused") == {"a": 5, "b": 1}, second
+    ui = UI(tmp_path)
+    try:
+        driver.get(ui.url)
+        driver.get(f"{ui.base}/#/run/{second['run_id']}")
+        wait_js(driver, "return document.querySelector('#not-run')", what="the reused count")
+        assert driver.find_element("id", "not-run").text == "· of the done, 6 reused from earlier runs, not run"
+        labels = driver.execute_script("return [...document.querySelectorAll('.dag-node text')].map(t => t.textContent)")
+        assert "done 5 (5 reused)" in labels and "done 1 (1 reused)" in labels, labels
+        no_errors(driver)
+    finally:
+        ui.stop()

@@ -155,8 +155,10 @@ function dagView(dag, status) {
       const w = total ? (W - 16) * (c[k] || 0) / total : 0;
       if (w > 0) { g.append(svg("rect", {x: bx, y: 24, width: w, height: 8, fill: COLORS[k]})); bx += w; }
     }
+    const reused = (status.reused || {})[n.id];
     g.append(svg("text", {x: 8, y: 50, fill: "#656d76"},
-      STATES.filter(k => c[k]).map(k => `${k} ${fmt(c[k])}`).join(" · ") || `${fmt(n.members)} members`));
+      STATES.filter(k => c[k]).map(k => `${k} ${fmt(c[k])}` + (k === "done" && reused ? ` (${fmt(reused)} reused)` : ""))
+        .join(" · ") || `${fmt(n.members)} members`));
     g.append(svg("title", {}, `${n.id}: ${fmt(total)} members`));
     s.append(g);
   }
@@ -269,6 +271,14 @@ async function showRun(id, member) {
       if (j.records.some(r => r.e !== "end" && r.e !== "start" && r.e !== "assign")) membersWanted = true;
     }});
 }
+// the done that did not run here, as pwe status says them: reused from earlier runs, complete by products
+function notRun(doc) {
+  const sum = o => Object.values(o || {}).reduce((a, v) => a + v, 0);
+  const reused = sum(doc.reused), complete = sum(doc.complete);
+  const said = [reused ? `${fmt(reused)} reused from earlier runs` : "", complete ? `${fmt(complete)} complete by products` : ""]
+    .filter(Boolean);
+  return said.length ? el("span", {id: "not-run", text: ` · of the done, ${said.join(", ")}, not run`}) : "";
+}
 function putStatus(doc) {
   const phase = document.getElementById("phase"); if (!phase) return;
   phase.replaceChildren(stateSpan(doc.phase));
@@ -277,6 +287,7 @@ function putStatus(doc) {
   document.getElementById("summary").replaceChildren(
     el("span", {id: "progress", text: `${fmt((t.done || 0) + (t.failed || 0) + (t.skipped || 0) + (t.cancelled || 0) + (t.quarantined || 0))}/${fmt(total)} finished`}),
     " ", bar(t, total),
+    notRun(doc),
     ch ? ` · core-hours: done ${Number(ch.done).toFixed(3)}, failed ${Number(ch.failed).toFixed(3)}` : "",
     doc.budget && doc.budget.limit !== null && doc.budget.limit !== undefined ?
       el("span", {id: "budget", text: ` · budget: ${Number(doc.budget.spent).toFixed(3)} core-hours spent, ` +
