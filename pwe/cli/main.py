@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from .base import LazyGroup, Listed, echo, fail
+from .base import LazyGroup, Listed, echo, fail, leave
 from ..base.errors import PweError
 
 #: Every command of ``pwe``: where it is, and the first sentence of its help (what ``pwe
@@ -78,3 +78,18 @@ def main() -> None:
         echo("interrupted", err=True)
         sys.exit(130)
 
+
+def console() -> None:
+    """The ``pwe`` program (its console script and ``python -m pwe``): :func:`main`, then
+    leave without tearing the interpreter down (:func:`pwe.cli.base.leave`: exit handlers
+    run and output is flushed; the usual exit while another thread is alive). Freeing
+    click's and pwe's modules cost every command a third of what ``pwe --help`` took
+    (bench/BENCHMARKS.md). Callers in a process of their own use :func:`main`, which
+    raises SystemExit as click does."""
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            leave(exc.code or 0)
+        raise
+    leave(0)
