@@ -181,7 +181,7 @@ def test_hints_printed_by_run_work_with_run_dir(tmp_path, write):
         words = hint.split()[2:]  # after "see: pwe"
         rc, out, err = pwe(*words, cwd=tmp_path)
         assert rc == 0, (
-            f"BUG pwe/cli/main.py _follow prints `{hint[5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
+            f"BUG pwe/cli/running.py _follow prints `{hint[5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
             "looked up only under ./pwe-runs (rundir.find); print the run directory when --run-dir put it elsewhere")
         assert ("exit=1" in out) if words[0] == "show" else ("no such input: x1" in out), out
 

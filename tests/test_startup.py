@@ -30,17 +30,33 @@ except SystemExit as exc:
 else:
     code = 0
 sys.stdout.flush()
-print("\\nMODULES " + json.dumps([code, sorted({m.split(".")[0] for m in sys.modules})]))
+print("\\nMODULES " + json.dumps([code, sorted(sys.modules)]))
 """
 
 
-def loaded(argv: list[str], cwd) -> tuple[int, set[str], str]:
+def loaded(argv: list[str], cwd, whole: bool = False) -> tuple[int, set[str], str]:
+    """The exit status of `pwe ARGV` in a fresh interpreter, the top-level modules it loaded
+    (``whole``: every module, by its full name) and what it said."""
     proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], cwd=cwd, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")]
     assert line, proc.stdout + proc.stderr
     code, mods = json.loads(line[-1][len("MODULES "):])
-    return code, set(mods), proc.stdout + proc.stderr
+    return code, set(mods) if whole else {m.split(".")[0] for m in mods}, proc.stdout + proc.stderr
+
+
+#: what neither `pwe --help` nor `pwe status RUN` imports: the modules of the other commands
+#: (pwe.cli.main lists them from its table), the rooms that plan, run and serve, and the
+#: standard library's modules only those need
+NOT_FOR_HELP_OR_STATUS = ("pwe.cli.running", "pwe.cli.check", "pwe.cli.service", "pwe.cli.pilot", "pwe.cli.ui",
+                          "pwe.cli.events", "pwe.cli.remote", "pwe.workflow", "pwe.planning", "pwe.engine",
+                          "pwe.service", "pwe.ui", "protocols", "hostinfo", "schemas", "subprocess", "asyncio",
+                          "importlib.metadata", "tomllib", "csv", "sqlite3", "email", "xml")
+
+
+def _not_loaded(mods: set[str], names=NOT_FOR_HELP_OR_STATUS) -> list[str]:
+    """Those of ``mods`` that are one of ``names`` or in one of them."""
+    return sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in names))
 
 
 def test_help_status_and_logs_load_no_heavy_module(tmp_path):
@@ -63,6 +79,32 @@ def test_help_status_and_logs_load_no_heavy_module(tmp_path):
     code, mods, out = loaded(["logs", str(run_dir), "m:1"], tmp_path)
     assert code == 0 and "hi 1" in out, out
     assert not mods & set(HEAVY), sorted(mods & set(HEAVY))
+
+
+def test_help_imports_no_command_and_status_only_its_own(tmp_path):
+    """`pwe --help` lists the commands from pwe.cli.main's table without importing one;
+    `pwe status RUN` imports pwe.cli.see and nothing of running, planning or serving."""
+    wf = tmp_path / "two.yaml"
+    wf.write_text("name: two\nnodes:\n  m:\n    parameters: {i: {range: [0, 2]}}\n    run: echo hi $PWE_MEMBER\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                          cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+    code, mods, out = loaded(["--help"], tmp_path, whole=True)
+    assert code == 0 and "Usage: pwe" in out and "  status " in out
+    assert not _not_loaded(mods), _not_loaded(mods)
+    assert not _not_loaded(mods, ("pwe.cli.see", "pwe.observe", "pwe.runstate")), sorted(mods)
+
+    code, mods, out = loaded(["status", str(run_dir)], tmp_path, whole=True)
+    assert code == 0 and "succeeded" in out, out
+    assert "pwe.cli.see" in mods  # (the probe sees what the command imports)
+    assert not _not_loaded(mods), _not_loaded(mods)
+
+    code, mods, out = loaded(["stauts", str(run_dir)], tmp_path, whole=True)  # a misspelt command: said from the table
+    assert code == 2 and "no such command 'stauts' (did you mean 'status'?)" in out, out
+    assert not _not_loaded(mods, ("pwe.cli.see", "pwe.cli.running")), sorted(mods)
 
 
 def test_run_path_does_not_load_networkx(tmp_path):

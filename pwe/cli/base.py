@@ -10,6 +10,8 @@ need them: ``pwe status`` answers from a snapshot file and must start fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import MutableMapping
+from typing import NamedTuple
 
 import click
 
@@ -39,7 +41,8 @@ def usage_line(exc: click.UsageError, path: str | None = None, command: click.Co
         near = f" (did you mean '{names[close[0]]}'?)" if close else ""
         text, hint = f"no such option '{exc.option_name}'{near}", "lists them"
     elif unknown and isinstance(command, click.Group):
-        shown = [n for n, c in command.commands.items() if not c.hidden]
+        shown = command.shown() if isinstance(command, PweGroup) else [
+            n for n, c in command.commands.items() if not c.hidden]
         text, hint = f"no such command '{unknown.group(1)}'{did_you_mean(unknown.group(1), shown)}", "lists them"
     else:
         text = re.sub(r"\.? ?\(?Did you mean (.*?)\??\)?$", r" (did you mean \1?)", text).rstrip(".")
@@ -67,6 +70,79 @@ class PweGroup(click.Group):
             sub = self.commands.get(ctx.invoked_subcommand or "")  # (whose options click could not tell)
             raise _one_line_usage(exc, f"{ctx.command_path} {ctx.invoked_subcommand}" if sub else ctx.command_path,
                                   sub or self) from None
+
+    def shown(self) -> list[str]:
+        """The names of its commands that are not hidden (what a misspelt one is compared with)."""
+        return [n for n, c in self.commands.items() if not c.hidden]
+
+
+class Listed(NamedTuple):
+    """A command of :class:`LazyGroup`, as its table says it: where it is (``module:name``),
+    the first sentence of its help (what ``pwe --help`` shows of it) and whether it is hidden."""
+
+    where: str
+    short: str
+    hidden: bool = False
+
+
+class LazyCommands(MutableMapping):
+    """name -> command, each imported from its module the first time it is asked for
+    (``pwe status`` imports pwe.cli.see only; ``pwe --help`` none of them). The table is
+    :data:`pwe.cli.main.COMMANDS`; a command added later (``add_command``) is kept as it is."""
+
+    def __init__(self, table: dict[str, Listed]):
+        self.table = table
+        self.loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self.loaded:
+            module, _, attr = self.table[name].where.partition(":")  # (KeyError: no such command)
+            # (__import__, not importlib.import_module: `python -X importtime` shows what it imports)
+            self.loaded[name] = getattr(__import__(module, fromlist=[attr]), attr)
+        return self.loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self.loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self.loaded.pop(name, None)
+        self.table = {n: t for n, t in self.table.items() if n != name}
+
+    def __iter__(self):
+        return iter(sorted(set(self.table) | set(self.loaded)))
+
+    def __len__(self) -> int:
+        return len(set(self.table) | set(self.loaded))
+
+
+class LazyGroup(PweGroup):
+    """A group whose commands are imported only when one is invoked (or its help asked
+    for): ``pwe --help`` lists them from their table (:class:`Listed`), click formatting
+    each line as it would from the command itself (tests/test_cli_table.py holds the two
+    alike). The one parser of every command stays click's."""
+
+    def __init__(self, *args, table: dict[str, Listed], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(table)
+
+    def shown(self) -> list[str]:
+        table, loaded = self.commands.table, self.commands.loaded
+        return [n for n in self.commands if not (loaded[n].hidden if n in loaded else table[n].hidden)]
+
+    def format_commands(self, ctx, formatter) -> None:
+        """click's own listing (Group.format_commands), each line from the table unless its
+        command is imported already."""
+        from gettext import gettext
+
+        names = self.shown()
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        table, loaded = self.commands.table, self.commands.loaded
+        rows = [(n, (loaded[n] if n in loaded else click.Command(n, help=table[n].short)).get_short_help_str(limit))
+                for n in names]
+        with formatter.section(gettext("Commands")):
+            formatter.write_dl(rows)
 
 
 def _one_line_usage(exc: click.UsageError, path: str | None = None,
