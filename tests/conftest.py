@@ -485,8 +485,9 @@ class Slurm4:
         _subprocess.run(["bash", str(self.node_sh), "kill", node.removeprefix("pwe-n")], check=True,
                         capture_output=True, text=True, timeout=60)
 
-    def revive(self, node, timeout=90):
-        """Link up, sshd and slurmd back; returns once SLURM has the node idle again."""
+    def revive(self, node, timeout=240):
+        """Link up, sshd and slurmd back; returns once SLURM has the node idle again (on a
+        busy machine slurmctld may take minutes to ping it back: the deadline is generous)."""
         _subprocess.run(["bash", str(self.node_sh), "revive", node.removeprefix("pwe-n")], check=True,
                         capture_output=True, text=True, timeout=60)
 

@@ -107,10 +107,12 @@ def test_plain_ends_one_after_another_are_one_record_of_columns(tmp_path):
         j.append(r)
     j.close()
     lines = _lines(path)
+    # (an ends record's m, t and rss are each its first value and then differences: journal.py)
     assert [(r["e"], r["m"]) for r in lines if r["e"] != "note"] == [
-        ("ends", [0, 1, 5]), ("end", 6), ("ends", [7, 8]), ("end", 9), ("end", 10), ("end", 11), ("end", 12),
+        ("ends", [0, 1, 4]), ("end", 6), ("ends", [7, 1]), ("end", 9), ("end", 10), ("end", 11), ("end", 12),
         ("end", 13), ("end", 14), ("end", 15)]
-    assert lines[0]["ran"] == [1, 0, 1] and lines[0]["rss"] == [100, 101, 105]
+    assert lines[0]["d"] == 1 and lines[0]["ran"] == [1, 0, 1] and lines[0]["rss"] == [100, 1, 4]
+    assert lines[0]["t"] == [10000, 1000, 4000] and lines[0]["dt"] == [500] * 3
     got = [u for r in lines for u in unpack({k: v for k, v in r.items() if k != "c"})]
     want = [u for r in recs for u in unpack(r)]
     assert got == want

@@ -76,7 +76,23 @@ def estimate(workflow: str | Path, sets: dict[str, Any] | None = None, hosts_fil
         return {"estimate": True, "coreHours": round(total, 6), "nodes": nodes, "unmeasured": unmeasured,
                 "budget": None if budget is None else budget.coreHours}
     finally:
+        _pilots_gone(engine)
         runs.unmake(engine.dir)
         import shutil
 
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _pilots_gone(engine: Engine, wait: float = 30.0) -> None:
+    """Wait (``wait`` s at most, all together) for the scratch run's local pilots to leave:
+    each removes its node-local scratch as it goes, and nothing of the sample may be left
+    behind (the engine ends its run without waiting for them)."""
+    import subprocess
+
+    deadline = time.time() + wait
+    for p in engine.pilots.values():
+        if p.popen is not None:
+            try:
+                p.popen.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
