@@ -59,7 +59,8 @@ def _not_loaded(mods: set[str], names=NOT_FOR_HELP_OR_STATUS) -> list[str]:
     return sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in names))
 
 
-def test_help_status_and_logs_load_no_heavy_module(tmp_path):
+def _two_members(tmp_path):
+    """A finished run of two members that each print a line: its directory."""
     wf = tmp_path / "two.yaml"
     wf.write_text("name: two\nnodes:\n  m:\n    parameters: {i: {range: [0, 2]}}\n    run: echo hi $PWE_MEMBER\n")
     run_dir = tmp_path / "run"
@@ -67,6 +68,11 @@ def test_help_status_and_logs_load_no_heavy_module(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+def test_help_status_and_logs_load_no_heavy_module(tmp_path):
+    run_dir = _two_members(tmp_path)
 
     code, mods, out = loaded(["--help"], tmp_path)
     assert code == 0 and "Usage: pwe" in out
@@ -84,13 +90,7 @@ def test_help_status_and_logs_load_no_heavy_module(tmp_path):
 def test_help_imports_no_command_and_status_only_its_own(tmp_path):
     """`pwe --help` lists the commands from pwe.cli.main's table without importing one;
     `pwe status RUN` imports pwe.cli.see and nothing of running, planning or serving."""
-    wf = tmp_path / "two.yaml"
-    wf.write_text("name: two\nnodes:\n  m:\n    parameters: {i: {range: [0, 2]}}\n    run: echo hi $PWE_MEMBER\n")
-    run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
-                          cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    run_dir = _two_members(tmp_path)
 
     code, mods, out = loaded(["--help"], tmp_path, whole=True)
     assert code == 0 and "Usage: pwe" in out and "  status " in out

@@ -65,7 +65,7 @@ __all__ = ["Engine", "Lane", "PilotHandle", "asked_by"]
 POLL_MIN, POLL_MAX = 0.01, 0.05
 # A busy round while every pilot holds a deep queue (Feeder.deep): a round's fixed cost (its
 # reads, the cursor's journal record, the assign's, the starts not yet ended) is shared by
-# five times the members. At 10^5 x echo on 2 cores the journal went from 90 to ~25 bytes
+# five times the members. At 10^5 x echo on 2 cores the journal went from 90 to 24 bytes
 # a member with the compact ends (journal.py) and these rounds (bench/BENCHMARKS.md).
 POLL_DEEP = 0.05
 SNAPSHOT_EVERY = 0.5

@@ -28,7 +28,7 @@ journal (a million members made 310 bytes each of them):
   them to the millisecond), and ``m``, ``t`` and ``rss`` each as its first value and then
   the difference from the row before; ``ran`` is 1 when every row carries its start. At a
   few dozen ends a round that is about a tenth of a byte a member for the record, and
-  11 to 14 bytes a row (at 10^5 members the journal went from 90 to ~25 bytes a member).
+  10 to 12 bytes a row (at 10^5 members the journal went from 90 to 24 bytes a member).
   Without ``d`` (earlier versions, or a row whose numbers are not all there) the columns
   are the values themselves and ``ran`` a list of 0 and 1.
 
