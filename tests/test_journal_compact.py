@@ -168,3 +168,9 @@ def test_a_real_run_journals_its_ends_compactly_and_shows_every_member(tmp_path)
     assert rc == 0, err
     shown = json.loads(out)
     assert len(shown) == 600 and {m["state"] for m in shown} == {"done"}
+    # pwe events gives each end with its values, never the columns of differences
+    rc, out, err = run_cli("events", tmp_path / "run", cwd=tmp_path)
+    assert rc == 0, err
+    ends = [json.loads(line.split(" ", 2)[2]) for line in out.splitlines() if line.startswith("journal end ")]
+    assert sorted(e["m"] for e in ends) == list(range(600)) and "journal ends " not in out
+    assert all(e["rc"] == 0 and 1.7e9 < e["t"] < 1e10 and 0 <= e["dt"] < 60 for e in ends), ends[:3]

@@ -5,7 +5,8 @@ Every message each pilot sent is kept in its directory (``events.jsonl``, the sp
 :func:`events` reads them all back, checks each signature with the run's secret, and
 says what the engine's rules make of each (``verdict``: ``applied``, or why not:
 ``forged``, ``malformed``, ``duplicate``: a ``q`` already taken, whichever way it came);
-then the journal's records (``record``: their kind), in order. Each pilot message carries
+then the journal's records (``record``: their kind), in order, each compacted one as the
+records it stands for (:func:`pwe.runstate.journal.unpack`). Each pilot message carries
 ``v``, the version of the wire (:data:`pilot.wire.VERSION`) that defines its kind and
 fields: the one definition of the events, in ``pilot/wire.py``.
 """
@@ -20,8 +21,17 @@ from pilot.transport import EVENTS
 from pilot.wire import DAMAGED, FORGED, MALFORMED, VERSION, channel_key, decode
 
 from ..base.errors import InputError
-from ..runstate.journal import replay
+from ..runstate.journal import replay, unpack
 from ..base.regular import read_bytes, read_lines
+
+
+def _unpacked(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A journal record as the records it stands for (an ``ends`` of whole-number columns as
+    each end, with its values): what a reader of the history wants; a damaged one as it is."""
+    try:
+        return unpack(rec)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [rec]
 
 
 def events(run_dir: Path) -> Iterator[dict[str, Any]]:
@@ -62,7 +72,7 @@ def events(run_dir: Path) -> Iterator[dict[str, Any]]:
             yield m
     records: list[dict[str, Any]] = []
     replay(run_dir / "journal.jsonl", records.append)
-    for r in records:
+    for r in (one for rec in records for one in _unpacked(rec)):
         out = {"record": r.get("e")}
         out.update((k, v) for k, v in r.items() if k not in ("e", "c"))
         yield out
