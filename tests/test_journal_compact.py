@@ -90,6 +90,14 @@ def test_an_end_without_its_numbers_keeps_the_columns_as_values(tmp_path):
     assert _as_read(lines) == _expected(records)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "1.5", True])
+def test_an_end_whose_numbers_are_not_finite_keeps_the_columns_as_values(tmp_path, bad):
+    records = _ends(random.Random(3), 3)
+    records[1]["cpu"] = bad  # (what a damaged message could carry: never an engine stopped by it)
+    _, lines = _written(tmp_path, records)
+    assert len(lines) == 1 and "d" not in lines[0] and lines[0]["cpu"][0] == records[0]["cpu"]
+
+
 def test_the_columns_an_earlier_pwe_wrote_still_read(tmp_path):
     old = {"e": "ends", "n": "m", "a": 1, "p": "p1", "m": [3920, 3919, 3921], "t": [T, T + 0.001, T + 0.002],
            "dt": [0.001, 0.003, 0.002], "cpu": [0.001, 0.001, 0.0], "rss": [16640, 16640, 16644], "ran": [0, 0, 1]}

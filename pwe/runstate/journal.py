@@ -207,10 +207,13 @@ def _sums(deltas: list[int]) -> list[int]:
 
 
 def _ms(values: list[Any]) -> list[int] | None:
-    """Seconds (times, durations) as whole milliseconds; None when one is not a number."""
+    """Seconds (times, durations) as whole milliseconds; None when one is not a finite number
+    (a damaged pilot message's, journaled as it came: the columns then stay values)."""
+    if not all(type(v) is float or type(v) is int for v in values):
+        return None
     try:
         return [round(v * 1000) for v in values]
-    except TypeError:
+    except (ValueError, OverflowError):
         return None
 
 
