@@ -1,6 +1,7 @@
 """Members' stdout and stderr in a few files: the one writer and the one reader of stream
 files (standard library only: the pilot, its local spawners and its node agents write them;
-every reader of pwe reads them through :func:`read_member`).
+every reader of pwe reads them through :func:`read_member`). One module over 450 lines on
+purpose: the frame and index layouts, written and read, must change together.
 
 **Capture.** Whoever starts a member (the pilot, a local spawner, a node agent) opens two
 nameless files in its node-local scratch (``O_TMPFILE``; where the file system has none, a
@@ -542,10 +543,9 @@ class Reader:
         if self._tables is not None:
             if base not in self._tables:
                 table: dict[bytes, list[tuple[int, int, int]]] = {}
-                for nk, m, a, at, n in _INDEX.iter_unpack(mm or b""):
-                    table.setdefault(nk + m.to_bytes(8, "big"), []).append((a, at, n))
-                for nk, m, a, at, n in _INDEX.iter_unpack(b"".join(tail)):
-                    table.setdefault(nk + m.to_bytes(8, "big"), []).append((a, at, n))
+                for records in (mm or b"", b"".join(tail)):  # (the index, then the frames past it)
+                    for nk, m, a, at, n in _INDEX.iter_unpack(records):
+                        table.setdefault(nk + m.to_bytes(8, "big"), []).append((a, at, n))
                 self._tables[base] = table
             return self._tables[base].get(key, [])
         found = [_INDEX.unpack(r)[2:] for r in tail if r.startswith(key)]
