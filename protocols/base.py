@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from pwe.base.errors import SchedulerUnreachable, SubmitError
 from pwe.base.ids import is_job_id
 
@@ -95,17 +93,9 @@ class PilotJob:
 
 
 
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-_ENV.filters["q"] = lambda v: __import__("shlex").quote(str(v))
-
-
 def walltime_hms(minutes: float) -> str:
     total = int(round(minutes * 60))
     return f"{total // 3600:d}:{total % 3600 // 60:02d}:{total % 60:02d}"
-
-
-_ENV.filters["hms"] = walltime_hms
 
 
 #: requestedStart in each scheduler's words: SLURM's --begin, PBS's -a, LoadLeveler's
@@ -120,7 +110,23 @@ def _begin(when: Any, form: str) -> str:
     return when.astimezone().strftime(BEGIN_FORMS[form])
 
 
-_ENV.filters["begin"] = _begin
+_ENV: Any = None
+
+
+def _env() -> Any:
+    """The job scripts' jinja2 environment, made when the first script is rendered: a run
+    whose pilots are started locally never imports jinja2 (issue 35)."""
+    global _ENV
+    if _ENV is None:
+        import shlex
+
+        import jinja2
+
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                                 trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+        env.filters.update(q=lambda v: shlex.quote(str(v)), hms=walltime_hms, begin=_begin)
+        _ENV = env
+    return _ENV
 
 
 class Protocol:
@@ -166,7 +172,7 @@ class Protocol:
         one holding a line break or a NUL is refused first (InputError, exit status 2):
         in a script or a directive line a line break starts a line a shell runs."""
         _one_line_each(job)
-        return _ENV.get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
+        return _env().get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
 
     def submit(self, job: PilotJob, script_path: str) -> str:
         """Submit; the job id. A submission that timed out is looked up by job name

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import jinja2
 from pydantic import ValidationError
 
 from ..workflow import model
@@ -26,7 +25,7 @@ from ..base.errors import InputError, TemplateError, WorkflowGraphError, Workflo
 from ..workflow.load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
 from ..base.source import LineDict, did_you_mean, locate, value_text
-from ..workflow.templates import PathTemplate, PayloadTemplate
+from ..workflow.templates import PathTemplate, PayloadTemplate, TemplateSyntax, error_text
 
 
 @dataclass
@@ -116,11 +115,7 @@ class Plan:
             render = node.template.check if check else node.template.render
             return render(node.context(self.workflow.properties, index))
         except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
-            if isinstance(exc, jinja2.TemplateError) and exc.message:
-                what = exc.message
-            else:
-                what = f"{type(exc).__name__}: {exc}"
-            raise TemplateError(f"node '{node_id}': member {index} cannot render 'run': {what}", self.file,
+            raise TemplateError(f"node '{node_id}': member {index} cannot render 'run': {error_text(exc)}", self.file,
                                 node.run_line) from None
 
     def command(self, node_id: str, index: int) -> str:
@@ -352,7 +347,7 @@ def _run_template(nid: str, node: model.Node, wf: model.Workflow, path: Path, ru
     property nor a parameter."""
     try:
         template = PayloadTemplate(node.run)
-    except jinja2.TemplateSyntaxError as exc:
+    except TemplateSyntax as exc:
         raise TemplateError(f"node '{nid}': template error in 'run': {exc.message}"
                             + (f" (line {exc.lineno} of the payload)" if exc.lineno > 1 else ""),
                             path, run_line) from None
@@ -428,7 +423,7 @@ def _check_template(nid: str, node: model.Node, wf: model.Workflow, sched: model
                                   "node of its own or use ranksPerMember 1", path, line)
     try:
         template = PayloadTemplate(node.check)
-    except jinja2.TemplateSyntaxError as exc:
+    except TemplateSyntax as exc:
         raise TemplateError(f"node '{nid}': template error in 'check': {exc.message}", path, line) from None
     known = set(wf.properties) | set(node.parameters)
     for name in sorted(template.names - known):

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import jinja2
 
 from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
 from ..base.source import did_you_mean
-from ..workflow.templates import PathTemplate
+from ..workflow.templates import PathTemplate, TemplateSyntax, error_text
 
 #: a :class:`pwe.planning.plan.Plan` (not imported: plan.py builds on this module)
 Plan = Any
@@ -57,7 +56,7 @@ def compile_templates(nid: str, sources: list[str] | None, known: set[str], path
     for k, src in enumerate(sources or []):
         try:
             t = PathTemplate(src)
-        except jinja2.TemplateSyntaxError as exc:
+        except TemplateSyntax as exc:
             raise TemplateError(f"node '{nid}': template error in {key}[{k}] {src!r}: {exc.message}", path,
                                 line) from None
         for name in sorted(t.names - known):
@@ -84,8 +83,7 @@ def _rendered(plan: Plan, nid: str, i: int, ctx: dict[str, Any]) -> list[str]:
         try:
             text = t.render(ctx)
         except Exception as exc:  # noqa: BLE001 - jinja2's errors, and whatever an expression raises
-            what = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else \
-                f"{type(exc).__name__}: {exc}"
+            what = error_text(exc)
             raise TemplateError(f"node '{nid}': member {i} cannot render products[{k}] {t.source!r}: {what}",
                                 plan.file, pn.products_line) from None
         rel = relative(text)

@@ -14,23 +14,27 @@ engine's memory or time: ``range()`` makes at most 100,000 numbers (jinja2's own
 precision is at most :data:`MAX_WIDTH`, padding and ``replace`` make at most
 :data:`MAX_ITEMS` characters. ``pwe validate`` renders the first and last member of each
 node with these bounds and a time limit (:meth:`PayloadTemplate.check`).
+
+A template made only of text and ``{{ name }}`` (most of them: ``run: simulate --T={{ T }}``)
+is rendered here by joining strings, to the very text jinja2 gives it, and jinja2 is not
+imported for it; any other template is compiled by jinja2's sandbox
+(:mod:`pwe.workflow.sandbox`), imported the first time one is met. A plain template whose
+name is missing from a member's values is rendered by jinja2 too, so that the error is
+jinja2's own. Why: jinja2's import is ~20-60 ms of every ``pwe run`` before its first member
+(bench/BENCHMARKS.md, issue 35), and a plain render is ~1 us against ~10 us.
 """
 
 from __future__ import annotations
 
+import keyword
 import re
 import shlex
 import signal
+import sys
 import threading
 from typing import Any, Mapping
 
-import jinja2
-from jinja2 import meta
-from jinja2.exceptions import SecurityError
-from jinja2.filters import do_center, do_format
-from jinja2.runtime import new_context
-from jinja2.sandbox import SandboxedEnvironment
-
+from ..base.errors import TemplateError
 from ..base.source import value_text
 
 #: most characters or items ``*``, padding or ``replace`` may make
@@ -44,116 +48,118 @@ MAX_COMMAND = 128 * 1024
 #: most seconds one render may take when ``pwe validate`` renders a node's first and last member
 CHECK_SECONDS = 5.0
 
-_PERCENT_SPEC = re.compile(r"%[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?")
-_BRACE_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")
+_NAME = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
-def _too_large(what: str) -> SecurityError:
-    return SecurityError(f"{what} is too large for a payload template")
+class TemplateSyntax(TemplateError):
+    """A template that does not compile: jinja2's message, and ``lineno``, the line of the
+    template it is on. Raised without a file: the planner words it with the workflow's
+    file and line (pwe.planning.plan, pwe.planning.products)."""
+
+    def __init__(self, message: str, lineno: int = 1):
+        super().__init__(message)
+        self.lineno = lineno
 
 
-def _check_spec(fmt: Any) -> None:
-    """A ``%`` or ``str.format`` format string's widths and precisions, against MAX_WIDTH."""
-    if not isinstance(fmt, str):
-        return
-    specs = [(m.group(0), [n for n in m.groups() if n]) for m in _PERCENT_SPEC.finditer(fmt)]
-    specs += [(m.group(0), re.findall(r"\d+", m.group(1))) for m in _BRACE_SPEC.finditer(fmt)]
-    for spec, numbers in specs:
-        for n in numbers:
-            if n == "*" or int(n) > MAX_WIDTH:
-                raise _too_large(f"a width or precision of {n} in {spec!r} (at most {MAX_WIDTH:,})")
+def error_text(exc: BaseException) -> str:
+    """What a render's error says: jinja2's message where it is one of jinja2's errors
+    (only a template jinja2 rendered can raise those), else the exception's type and text."""
+    jinja2 = sys.modules.get("jinja2")
+    if jinja2 is not None and isinstance(exc, jinja2.TemplateError) and exc.message:
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
 
 
-def _check_count(n: Any, what: str) -> None:
-    if isinstance(n, int) and n > MAX_ITEMS:
-        raise _too_large(f"{what} of {n:,} (at most {MAX_ITEMS:,})")
-
-
-class _BoundedSandbox(SandboxedEnvironment):
-    """jinja2's sandbox with bounds on what ``*``, ``**``, ``%`` and a few string methods make."""
-
-    intercepted_binops = frozenset({"*", "**", "%"})
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(times, int):
-                    _check_count(len(seq) * times, "a repetition")
-        elif operator == "**":
-            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1 and \
-                    abs(left).bit_length() * right > MAX_POWER_BITS + right:
-                raise _too_large(f"{left} ** {right} (at most {MAX_POWER_BITS}-bit numbers)")
-        elif operator == "%":
-            _check_spec(left)
-        return super().call_binop(context, operator, left, right)
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: B902 - jinja2's names
-        method = getattr(__obj, "__wrapped__", __obj)  # (the sandbox wraps str.format)
-        owner = getattr(method, "__self__", None)
-        if isinstance(owner, str):
-            name = getattr(method, "__name__", "")
-            if name in ("format", "format_map"):
-                _check_spec(owner)
-            elif name in ("center", "ljust", "rjust", "zfill", "expandtabs") and args:
-                _check_count(args[0], f"a width of {name}()")
-            elif name == "replace" and len(args) >= 2 and isinstance(args[1], str) and isinstance(args[0], str):
-                _check_count(len(owner) + owner.count(args[0] or " ") * len(args[1]), "the result of replace()")
-        return super().call(__context, __obj, *args, **kwargs)
-
-
-def _format(value: Any, *args: Any, **kwargs: Any) -> str:
-    _check_spec(value)
-    return do_format(value, *args, **kwargs)
-
-
-def _center(value: str, width: int = 80) -> str:
-    _check_count(width, "a width of center")
-    return do_center(value, width)
-
-
-class _Raw(str):
+class Raw(str):
     """A value the ``raw`` filter marked as shell text, not to be quoted."""
 
 
-def _finalize(value: Any) -> str:
-    if isinstance(value, _Raw):
+def finalize(value: Any) -> str:
+    """Every ``{{ }}`` of a payload: its value's text, shell-quoted (a :class:`Raw` as it is)."""
+    if isinstance(value, Raw):
         return str(value)
     return shlex.quote(value_text(value))
 
 
-_ENV = _BoundedSandbox(
-    undefined=jinja2.StrictUndefined,
-    finalize=_finalize,
-    autoescape=False,
-    keep_trailing_newline=True,
-)
-_ENV.filters["raw"] = lambda v: _Raw(value_text(v))
-_ENV.filters["format"] = _format
-_ENV.filters["center"] = _center
+def plain_parts(source: str, path: bool = False) -> list[str] | None:
+    """``[text, name, text, name, ..., text]`` when ``source`` is only text and ``{{ name }}``
+    (what jinja2 would render by the same joining), else None. Not plain: any other ``{{``,
+    ``{%`` or ``{#`` (an expression, a filter, whitespace control ``{{-``, a block, a
+    comment), a ``{`` just before a ``{{ name }}`` (jinja2 reads ``{{{``), a carriage return
+    (jinja2 turns line ends into ``\\n``) and, for a path (whose environment drops one
+    trailing newline), a trailing newline."""
+    if "\r" in source or (path and source.endswith("\n")):
+        return None
+    parts = _NAME.split(source)
+    if any(_reserved(name) for name in parts[1::2]):
+        return None
+    texts = parts[0::2]
+    for k, text in enumerate(texts):
+        if "{{" in text or "{%" in text or "{#" in text or (k < len(texts) - 1 and text.endswith("{")):
+            return None
+    return parts
 
-# the same sandbox and bounds for paths (products): values rendered as they are, not
-# shell-quoted (a path is never a shell word; pwe.planning.products checks where it points)
-_PATH_ENV = _BoundedSandbox(undefined=jinja2.StrictUndefined, finalize=value_text, autoescape=False)
-_PATH_ENV.filters.update(_ENV.filters)
-_PATH_ENV.filters["raw"] = value_text
-_SIMPLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+#: what jinja2 does not read as a member's value inside ``{{ }}``: its constants, its
+#: globals (jinja2.defaults.DEFAULT_NAMESPACE: tests/test_templates_plain.py holds the two
+#: alike) and ``self``; with Python's keywords (its operators, ``if``/``else``)
+JINJA_WORDS = frozenset({"true", "false", "none", "range", "dict", "lipsum", "cycler", "joiner", "namespace",
+                         "self"})
 
 
-class PayloadTemplate:
-    """A compiled payload. ``names`` are the variables it uses."""
+def _reserved(name: str) -> bool:
+    return keyword.iskeyword(name) or name in JINJA_WORDS
+
+
+class _Template:
+    """What payload and path templates share: plain ones joined here, the others jinja2's."""
+
+    _path = False
 
     def __init__(self, source: str):
         self.source = source
-        ast = _ENV.parse(source)  # raises jinja2.TemplateSyntaxError
-        self.names = frozenset(meta.find_undeclared_variables(ast))
-        self._template = _ENV.from_string(source)
-        # a payload without any {{ }} renders to itself: skip jinja for the common case
-        self._constant = source if "{" not in source else None
+        self._parts = plain_parts(source, self._path)
+        self._template: Any = None
+        if self._parts is None:
+            from .sandbox import compiled  # (raises TemplateSyntax)
+
+            self.names, self._template = compiled(source, self._path)
+        else:
+            self.names = frozenset(self._parts[1::2])
+
+    def _jinja(self) -> Any:
+        if self._template is None:
+            from .sandbox import compiled
+
+            self._template = compiled(self.source, self._path)[1]
+        return self._template
+
+    def _joined(self, context: Mapping[str, Any], text: Any) -> str | None:
+        """The plain template rendered, each value through ``text``; None when a name is not
+        in ``context`` (then jinja2 renders it, and words the error)."""
+        parts = self._parts
+        out = [parts[0]]
+        for k in range(1, len(parts), 2):
+            try:
+                value = context[parts[k]]
+            except KeyError:
+                return None
+            out.append(text(value))
+            out.append(parts[k + 1])
+        return "".join(out)
+
+
+class PayloadTemplate(_Template):
+    """A compiled payload. ``names`` are the variables it uses."""
 
     def render(self, context: Mapping[str, Any]) -> str:
-        if self._constant is not None:
-            return self._constant
-        return self._template.render(context)
+        if self._parts is not None:
+            if len(self._parts) == 1:  # no {{ }} at all: the payload itself
+                return self.source
+            out = self._joined(context, finalize)
+            if out is not None:
+                return out
+        return self._jinja().render(context)
 
     def check(self, context: Mapping[str, Any]) -> str:
         """Render as :meth:`render` does, within :data:`CHECK_SECONDS` (on the main thread,
@@ -162,6 +168,8 @@ class PayloadTemplate:
         timed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
         if timed:
             def stop(*_: Any) -> None:
+                from jinja2.exceptions import SecurityError
+
                 raise SecurityError(f"rendering took longer than {CHECK_SECONDS:g} seconds; a payload template "
                                     "must render at once")
 
@@ -175,45 +183,35 @@ class PayloadTemplate:
                 signal.signal(signal.SIGALRM, previous)
         size = len(out.encode("utf-8", "replace"))
         if size > MAX_COMMAND:
+            from jinja2.exceptions import SecurityError
+
             raise SecurityError(f"it renders to {size:,} bytes; a command holds at most {MAX_COMMAND:,} bytes "
                                 "(put long data in a file the command reads)")
         return out
 
 
-class PathTemplate:
+class PathTemplate(_Template):
     """A compiled path template (a node's ``products``): rendered by the same sandbox with
     the same bounds, each value as its text, unquoted. ``names`` are the variables it uses.
 
     Paths are rendered once per member when a run starts (a million members: a million
-    renders), so a template made only of text and ``{{ name }}`` is rendered by joining
-    strings (about 1 us), not by jinja2 (about 10 us); both give the same text."""
+    renders), which is why the plain ones are joined (about 1 us, not jinja2's 10)."""
 
-    def __init__(self, source: str):
-        self.source = source
-        ast = _PATH_ENV.parse(source)  # raises jinja2.TemplateSyntaxError
-        self.names = frozenset(meta.find_undeclared_variables(ast))
-        self._template = _PATH_ENV.from_string(source)
-        parts = _SIMPLE.split(source)  # [text, name, text, name, ..., text]
-        plain = all("{" not in t and "}" not in t for t in parts[0::2])
-        self._parts: list[str] | None = parts if plain else None
+    _path = True
 
     def render(self, context: Mapping[str, Any]) -> str:
-        parts = self._parts
-        if parts is None:
-            # jinja2's Template.render less its per-call wrapping (a third of the time);
-            # errors propagate as raised (pwe.planning.products words them)
-            t = self._template
-            return "".join(t.root_render_func(new_context(_PATH_ENV, t.name, t.blocks, context)))
-        out = [parts[0]]
-        for k in range(1, len(parts), 2):
-            out.append(value_text(context[parts[k]]))
-            out.append(parts[k + 1])
-        return "".join(out)
+        if self._parts is not None:
+            out = self._joined(context, value_text)
+            if out is not None:
+                return out
+        from .sandbox import render_path
+
+        return render_path(self._jinja(), context)
 
 
 def render_page(name: str, context: Mapping[str, Any]) -> str:
     """An HTML page from a template of ``pwe/pages/`` (``pwe report``), with every value
     HTML-escaped (autoescape): the other use of the one renderer, jinja2."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("pwe", "pages"), autoescape=True, trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    return env.get_template(name).render(**context)
+    from .sandbox import render_page as page
+
+    return page(name, context)
