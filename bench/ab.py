@@ -23,6 +23,10 @@ Measures (--measure, comma-separated; each a fresh process unless said):
   status      python -m pwe status RUN, RUN a finished 2-member run made by that side
               (or --a-run / --b-run)
   pilot       python -c "import pilot.agent" (what a pilot pays before its loop)
+  first       seconds from the start of `pwe run --fresh` of a 2-member workflow (`true`, 2 cores) to
+              its first member's start (the pilot's own record of it): a new file each round, so a
+              first run of that file
+  first-rerun the same, the same file every round (what a cache of its plan would serve)
   w1          W1: 5,000 x `true` on 2 slots, the whole `pwe run` command (--w1-members, --w1-slots)
   w1-echo     W1 with every member printing a line: 5,000 x `echo line` on 2 slots
   bare        the bare loop of bench/dispatch_local.py (a directory, stdout and stderr files, a
@@ -52,14 +56,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common import PACKAGES, ROOT, clock, interleave, parser, place, summary, timed, tree_env, write_json
+from common import PACKAGES, ROOT, clock, interleave, parser, pilot_events, place, summary, timed, tree_env, write_json
 
-MEASURES = ("pass", "help", "status", "pilot", "w1", "w1-echo", "bare", "w2", "cpu-pilot", "cpu-engine", "replay")
-FAST = {"pass", "help", "status", "pilot"}
+MEASURES = ("pass", "help", "status", "pilot", "first", "first-rerun", "w1", "w1-echo", "bare", "w2", "cpu-pilot", "cpu-engine", "replay")
+FAST = {"pass", "help", "status", "pilot", "first", "first-rerun"}
 CACHE = ROOT / "bench" / "out" / "ab"
 
 #: run in a side's interpreter: CPU seconds of its pilot or engine on a fixed piece of work
@@ -218,6 +223,16 @@ def arm(measure: str, s: Side, base: Path, args) -> Callable[[int], float]:
              "status": [py, "-m", "pwe", "status", str(s.run)], "pilot": [py, "-c", "import pilot.agent"]}
     if measure in fixed:
         return lambda k: timed(fixed[measure], s.env, base)
+    if measure in ("first", "first-rerun"):
+        def first(k: int) -> float:
+            wf = workflow(base, f"{measure}-{s.name}" + (f"-{k}" if measure == "first" else ""), 2, "true")
+            run_dir = base / f"{measure}-{s.name}-run-{k}"
+            t0 = time.time()
+            timed([py, "-m", "pwe", "run", "--fresh", wf, "--cores", "2", "--run-dir", run_dir], s.env, base)
+            start = min(e["t"] for e in pilot_events(run_dir) if e["k"] == "start")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return start - t0
+        return first
     if measure == "bare":
         from dispatch_local import bare_loop
 
@@ -265,6 +280,10 @@ def report(rows: list[tuple[str, dict[str, list[float]]]], args, sides: list[Sid
             ideal = args.w2_members * 0.05 / args.w2_slots
             extra = f"  W2 efficiency (ideal {ideal:.2f} s / median): A {ideal / a['median']:.3f}, " \
                     f"B {ideal / b['median']:.3f}"
+        if measure in ("help", "status", "first", "first-rerun") and any(m == "pass" for m, _ in rows):
+            pa = {side: statistics.median(dict(rows)["pass"][side]) for side in ("A", "B")}
+            extra = (f"{measure} x pass (medians, same run): A {a['median'] / pa['A']:.2f}, "
+                     f"B {b['median'] / pa['B']:.2f}")
         if extra:
             out.append({"note": extra.strip()})
             notes.append(extra.strip())

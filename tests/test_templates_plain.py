@@ -112,3 +112,27 @@ def test_a_run_of_plain_templates_does_not_import_jinja2(tmp_path):
     line = [x for x in p.stdout.splitlines() if x.startswith("MODULES ")]
     assert line and json.loads(line[-1][8:]) == [], p.stdout
     assert sorted(f.name for f in tmp_path.glob("out-*.txt")) == ["out-0.txt", "out-1.txt", "out-2.txt"]
+
+
+EVIL = ["$(touch MARK)", "`touch MARK`", "'; touch MARK; '", '"; touch MARK #', "a\ntouch MARK", "# x", "$HOME",
+        "\\$(touch MARK)", "-n", ""]
+
+
+def test_hostile_values_through_a_plain_payload_reach_the_member_as_one_word_each(tmp_path):
+    """Shell contexts (HOSTILE.md): each value a parameter gives a plain payload (the road
+    without jinja2) reaches the real shell that runs the member as the one word it is;
+    nothing it holds runs."""
+    mark = tmp_path / "pwned"
+    values = [v.replace("MARK", str(mark)) for v in EVIL]
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: evil\nproperties:\n" + "".join(f"  v{k}: {json.dumps(v)}\n" for k, v in enumerate(values))
+                  + "nodes:\n" + "".join(
+                      f"  m{k}:\n    run: printf '%s|' {{{{ v{k} }}}} > \"$PWE_WORKSPACE/out-{k}\"\n"
+                      for k in range(len(values))))
+    assert all(plain_parts(f"printf '%s|' {{{{ v{k} }}}}") is not None for k in range(len(values)))
+    p = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir",
+                        str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for k, v in enumerate(values):
+        assert (tmp_path / f"out-{k}").read_text() == v + "|", k
+    assert not mark.exists()
