@@ -63,7 +63,8 @@ from typing import Callable
 
 from common import PACKAGES, ROOT, clock, interleave, parser, pilot_events, place, summary, timed, tree_env, write_json
 
-MEASURES = ("pass", "help", "status", "pilot", "first", "first-rerun", "w1", "w1-echo", "bare", "w2", "cpu-pilot", "cpu-engine", "replay")
+MEASURES = ("pass", "help", "status", "pilot", "first", "first-rerun", "w1", "w1-echo", "bare", "w2", "cpu-pilot",
+            "cpu-engine", "replay")
 FAST = {"pass", "help", "status", "pilot", "first", "first-rerun"}
 CACHE = ROOT / "bench" / "out" / "ab"
 
