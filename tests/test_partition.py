@@ -153,6 +153,12 @@ def test_gpu_members_pilot_lands_in_the_gpu_partition_cpu_members_elsewhere(slur
     # the engine kept one lane per partition
     pilots = {r["lane"]: r["job"] for r in read_journal(run_dir) if r["e"] == "pilot"}
     assert pilots == {"cluster/gpu": next(iter(jobs["train"])), "cluster/debug": next(iter(jobs["post"]))}
+    # the gpu pilot was let go once train was over (pwe/engine/feed.py, let_go), not after its
+    # idle_timeout: on this one-node cluster the debug job could only start once it had left
+    from pwe.engine.pilotctl import listing
+
+    gone = {p["host"]: p["why"] for p in listing(run_dir)}
+    assert gone["cluster/gpu"] == "exited", gone
     # count-only GRES: SLURM names no devices, so the pilot numbered the 2 GPUs itself: each
     # GPU member had one of its own, never one another member held at the same time
     spans = {}

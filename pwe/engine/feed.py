@@ -13,7 +13,9 @@ lanes, the pilots, the task builder, and two callables of the pilots' work
 - a pilot gets members up to its window; a lane without a live pilot starts one, and a
   batch lane starts more while every pilot is busy and the host allows them (its
   max_pilots, max_queued_pilots, submit_rate: :mod:`pwe.engine.scaling`); a pilot with
-  nothing to do leaves after its host's idle_timeout, so the pilots follow the demand;
+  nothing to do leaves after its host's idle_timeout, so the pilots follow the demand; the
+  pilots of a lane whose nodes have nothing left to run are told to leave at once
+  (:meth:`Feeder.let_go`);
 - helper pilots (``pwe pilot add`` on a host no node names: :mod:`pwe.engine.pilotctl`) get
   the ready members of the nodes they serve, after the nodes' own pilots.
 """
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.wire import ENV, GROUP, STOP
 
-from ..base.states import ASSIGNED, READY, RUNNING, WAITING
+from ..base.states import ASSIGNED, FINAL, READY, RUNNING, WAITING
 from ..planning import limits
 from ..planning.groups import Groups
 from ..runstate import pressure
@@ -121,6 +123,26 @@ class Feeder:
                 break
             fed += self.feed_pilot(started, lane)
         return fed
+
+    def let_go(self) -> int:
+        """Tell the pilots of each lane whose nodes have nothing left to run (every member
+        final: none waiting, ready, queued or running, and so no retry or tree to come) to
+        finish and leave now, not after their host's idle_timeout. A batch pilot of a stage
+        that is over would otherwise hold its allocation (its GPUs, its nodes) idle for a
+        minute or more while the run's later stages go on, and where nodes are shared keep
+        the next stage's pilot waiting in the queue behind it. Helper pilots (``pwe pilot
+        add``: they serve nodes, not a lane) keep their idle_timeout. How many were told."""
+        nodes = self.ledger.state.nodes
+        told = 0
+        for name, nids in self.lane_nodes.items():
+            pilots = [p for p in self.pilots.working(name) if p.serves is None]
+            if not pilots or any(nodes[n].size != sum(nodes[n].counts[s] for s in FINAL) for n in nids):
+                continue
+            for pilot in pilots:
+                pilot.full = True  # (takes no more work: the same mark as maxMembers' STOP)
+                pilot.send({"k": STOP})
+                told += 1
+        return told
 
     def _feed_helpers(self) -> int:
         """Feed helper pilots (added on a host no node names): ready members of the nodes

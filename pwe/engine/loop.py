@@ -372,6 +372,9 @@ class Engine:
             if now - last_snap >= SNAPSHOT_EVERY:
                 self.work.take_edges()
                 self.control.take_requests()  # (pwe pilot add / drain: pwe/engine/pilotctl.py)
+                if self.feeder.let_go():  # (the pilots of a lane with nothing left: leave now)
+                    for pilot in self.pilots.values():
+                        pilot.flush()
                 self._check_space()
                 self.budget.weigh()
                 self._snapshot()

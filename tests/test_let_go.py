@@ -1,0 +1,63 @@
+"""The pilots of a lane whose nodes have nothing left to run leave at once, not after their
+host's idle_timeout (pwe/engine/feed.py, Feeder.let_go): a stage that is over gives its
+allocation back while the run's later stages go on. The GPU-partition tests of
+tests/test_partition.py see the same on a real SLURM (the first stage's pilot leaves
+"exited", not "exited (idle)", and the second stage's job starts at once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import ROOT
+
+
+def _pilots(run_dir) -> list[dict]:
+    p = subprocess.run([sys.executable, "-m", "pwe", "pilot", "list", str(run_dir), "--json"], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        got = json.loads(p.stdout)
+    except ValueError:
+        return []
+    return got if isinstance(got, list) else got.get("pilots", [])
+
+
+def test_a_stage_that_is_over_lets_its_pilot_go_while_the_next_runs(tmp_path):
+    """Two stages on two hosts whose pilots would idle for an hour; the second stage's
+    member waits for a file the test makes only once the first stage's pilot is gone: it
+    is gone while that member still runs, and it left because it was told to, not idle."""
+    ledger, mark = tmp_path / "ledger", tmp_path / "go-on"
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  first: {protocol: local, cores_per_node: 1, idle_timeout: 3600}\n"
+        "  second: {protocol: local, cores_per_node: 1, idle_timeout: 3600}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: stages\nnodes:\n  a:\n    host: first\n    parameters: {{i: {{range: [0, 3]}}}}\n"
+                  f"    run: echo a {{{{ i }}}} >> {ledger}\n"
+                  f"  b:\n    host: second\n    after: [a]\n"
+                  f"    run: while [ ! -e {mark} ]; do sleep 0.1; done; echo b 0 >> {ledger}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)], cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        first: dict = {}
+        while time.monotonic() < deadline:
+            pilots = {p.get("host"): p for p in _pilots(run_dir)} if (run_dir / "state.json").exists() else {}
+            first = pilots.get("first") or {}
+            if first.get("state") == "gone":
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        assert first.get("state") == "gone", first
+        assert first.get("why") == "exited", first  # (told to leave; its idle_timeout would say "exited (idle)")
+        assert proc.poll() is None  # the second stage still runs: the first pilot left before the run's end
+        assert (pilots.get("second") or {}).get("state") == "running", pilots
+    finally:
+        mark.touch()
+        out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert sorted(ledger.read_text().splitlines()) == ["a 0", "a 1", "a 2", "b 0"]
