@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--running", type=int, default=64, help="members held to a limit in part 2 (default 64)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from pilot.memwatch import find_cgroups
+    from pilot.cgroups import find_cgroups
 
     has_cgroup = find_cgroups() is not None
     env = pwe_env()

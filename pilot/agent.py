@@ -14,6 +14,11 @@ nodes' agents, over ssh or srun), spawners.py (local spawners) and nodewatch.py 
 lost). What has state of its own is apart
 (members.py, packing.py, tmpdirs.py, transport.py, broker.py); the command line is
 __main__.py.
+
+Why this module stays over 450 lines: what is left in it is the loop and the path every
+member takes through it (launch, spawn, reap, finish), the pilot's per-member hot path,
+kept in one place so that its cost is read, profiled (bench/pilot_profile.py) and changed
+in one sitting; each job that could leave it has gone to a mixin above.
 """
 
 from __future__ import annotations

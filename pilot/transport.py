@@ -26,7 +26,8 @@ of its end in the whole) and begun again empty; the engine **seals** (gzip) each
 what both sides have read, in a thread, as the run goes on (:meth:`EngineSpool.seal_behind`),
 so that a pilot that lives for 10^7 members never keeps gigabytes of plain text. A pilot that
 has left, once the engine has taken in all it said, has the rest of its files sealed
-(:func:`seal`): compressed to ``NAME.gz`` when together they are big (a million members'
+(:func:`pilot.sealing.seal`; the renaming and compressing are :mod:`pilot.sealing`'s):
+compressed to ``NAME.gz`` when together they are big (a million members'
 are hundreds of MB of repetitive JSON). Every reader opens any of these through
 :func:`open_spool` (a rotated file through :class:`pilot.bounded.Chain`), and a cursor stays
 an offset into the whole plain text.
@@ -39,10 +40,8 @@ has its sequence number ``q``, given here as it is first sent: the engine applie
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import shutil
 import threading
 from collections import Counter
 from pathlib import Path
@@ -50,113 +49,14 @@ from typing import Any
 
 from .bounded import MAX_LINE, Chain, Damaged, Sealed, lines, open_part, segments
 from .bounded import open_spool as open_spool  # (every spool's reader: re-exported for the transports' users)
-from .settings import SEAL_ABOVE, SPOOL_SEGMENT
+from .sealing import ARCHIVE as ARCHIVE, EVENTS as EVENTS, TASKS as TASKS  # (the spool's files: every reader's)
+from .sealing import live_base, rotate, seal_files, segment_size, size_of
 from .wire import FORGED, GROUP, TASK, channel_key, decode, encode
 
 #: the most of a spool file read at once; a line held back waiting for its end longer than
 #: :data:`pilot.bounded.MAX_LINE` (a group of many tasks is a few MB) is not one of the
 #: other end's, and is dropped as ``forged`` rather than held in memory without bound
 READ_CHUNK = MAX_LINE
-
-TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
-ARCHIVE = "events.redis.jsonl"  # what the engine read from a broker, as it read it (pilot/broker.py)
-
-def seal_above() -> int:
-    """The bytes ``PWE_SEAL_ABOVE`` says (:mod:`pilot.settings`; default 8 MiB, about 16,000
-    members' worth): a left pilot's spool files are sealed (compressed) once together they
-    are bigger; smaller ones stay plain text, to be read as they are, and a run of that size
-    is not held up at its end for the few MB it would save."""
-    return SEAL_ABOVE.get()
-
-
-def segment_size() -> int:
-    """The bytes ``PWE_SPOOL_SEGMENT`` says (:mod:`pilot.settings`; default 128 MiB): a spool
-    file past it is rotated by its writer (see the module)."""
-    return SPOOL_SEGMENT.get()
-
-
-def spool_bytes(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE)) -> dict[str, int]:
-    """The plain spool files ``names`` of a pilot's directory that are there, their rotated
-    parts not yet sealed first: path -> size."""
-    sizes: dict[str, int] = {}
-    for name in names:
-        path = os.path.join(directory, name)
-        for _, part in segments(path):
-            _size_of(part, sizes)
-        _size_of(path, sizes)
-    return sizes
-
-
-def _size_of(path: str, sizes: dict[str, int]) -> None:
-    try:
-        sizes[path] = os.stat(path).st_size
-    except FileNotFoundError:
-        pass
-
-
-#: one seal at a time in a process: a part sealed as the run goes on and the pilot's last
-#: seal never write the same ``.gz.tmp``
-_SEALING = threading.Lock()
-
-
-def rotate(path: str, base: int, size: int) -> int:
-    """(A writer's side, its file closed.) The live spool file ``path``, which holds the
-    whole's bytes from ``base`` on, ``size`` of them, renamed to its rotated part's name; the
-    base of the live file that follows."""
-    end = base + size
-    os.rename(path, f"{path}.{end}")
-    return end
-
-
-def live_base(path: str) -> int:
-    """Where the live spool file ``path`` starts in the whole: the end of its last rotated part."""
-    parts = segments(path)
-    return parts[-1][0] if parts else 0
-
-
-def seal(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE), above: int | None = None) -> int:
-    """Compress the spool files ``names`` of a pilot's directory to ``NAME.gz`` (then the
-    plain one goes), when together they are more than ``above`` bytes (:func:`seal_above`);
-    the bytes saved. Only for a pilot that has left and whose every message was taken in: nobody
-    writes these files again. Each is written, synced and renamed into place before its
-    plain file is removed, so a crash or a full disk leaves the plain file, read as before
-    (what the disk refused is :class:`OSError`, the plain file kept)."""
-    sizes = spool_bytes(directory, names)
-    if sum(sizes.values()) <= (seal_above() if above is None else above):
-        return 0
-    return seal_files(sizes)
-
-
-def seal_files(sizes: dict[str, int]) -> int:
-    """Compress each plain file (path -> its size) to ``PATH.gz``, then remove it (see
-    :func:`seal`); the bytes saved."""
-    saved = 0
-    with _SEALING:
-        for path, size in sizes.items():
-            saved += _seal_one(path, size)
-    return saved
-
-
-def _seal_one(path: str, size: int) -> int:
-    if not os.path.exists(path):
-        return 0  # (sealed meanwhile)
-    tmp = path + ".gz.tmp"
-    try:
-        with open(path, "rb") as src, open(tmp, "wb") as raw:
-            with gzip.GzipFile(os.path.basename(path), "wb", 6, raw, mtime=0) as gz:
-                shutil.copyfileobj(src, gz, 1 << 20)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path + ".gz")
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.unlink(path)
-    return size - os.stat(path + ".gz").st_size
-
 
 def keys(directory: str, secret: str | None = None) -> tuple[bytes | None, bytes | None]:
     """(The pilot's side.) The keys of its channel: (what it sends, what it reads). The
@@ -335,10 +235,10 @@ class EngineSpool(Transport):
     def _behind(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
         for _, part in segments(self.where):
-            _size_of(part, sizes)
+            size_of(part, sizes)
         for end, part in segments(self._in.path):
             if end <= self._read_part:
-                _size_of(part, sizes)
+                size_of(part, sizes)
         return sizes
 
     def _seal_all_behind(self) -> None:

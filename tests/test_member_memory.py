@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, WAIT, by_key, no_traceback, pwe, read_journal, show, wait_for
 from pilot import wire
-from pilot.memwatch import find_cgroups
+from pilot.cgroups import find_cgroups
 
 #: grows by 16 MB every 50 ms up to 1 GB (touched: resident), then exits 0: killed long before
 GROW = "import time\nb = []\nfor _ in range(64):\n    b.append(b'x' * (16 << 20)); time.sleep(0.05)\n"
@@ -170,8 +170,9 @@ def test_members_of_local_spawners_are_held_to_their_memory(tmp_path, write, mon
 @pytest.mark.skipif(CGROUPS is None, reason=NO_CGROUP)
 def test_cgroups_a_killed_process_left_are_removed_by_the_next(tmp_path):
     """A pilot killed with SIGKILL leaves its pwe-<pid> (and a member's cgroup in it): the
-    next process that limits a member on the node removes them (memwatch.sweep_left)."""
-    from pilot.memwatch import Cgroups, MemoryWatch
+    next process that limits a member on the node removes them (pilot.cgroups.sweep_left)."""
+    from pilot.cgroups import Cgroups
+    from pilot.memwatch import MemoryWatch
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(gone.stdout)  # (a pid that has exited: nothing of it runs)

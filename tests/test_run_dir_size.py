@@ -12,7 +12,8 @@ import json
 import pytest
 
 from conftest import LEDGER_WF, ledger_counts, read_journal, run_cli
-from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool, open_spool, seal
+from pilot.sealing import seal
+from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool, open_spool
 from pwe.runstate.journal import Journal, encode, replay, unpack
 
 WF = "name: w\nnodes:\n  a:\n    parameters: {i: {range: [0, %d]}}\n    run: 'true'\n  b:\n    after: [a]\n" \

@@ -123,7 +123,7 @@ def test_orphan_grace_is_read_before_the_fork():
 
 
 def test_seal_above_and_checkpoint_every_take_effect(tmp_path, monkeypatch):
-    from pilot.transport import seal
+    from pilot.sealing import seal
     from pwe.runstate.checkpoint import due
 
     for name in ("tasks.jsonl", "events.jsonl"):

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import LEDGER_WF, ledger_counts, run_cli, wait_for
 from pilot.bounded import Damaged, open_spool, segments
-from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool, seal
+from pilot.sealing import seal
+from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool
 
 SEGMENT = 64 << 10  # (the least PWE_SPOOL_SEGMENT takes)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot.streams import seal as seal_streams
-from pilot.transport import seal, seal_above, spool_bytes
+from pilot.sealing import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
@@ -351,7 +351,7 @@ class PilotWork:
 
     def _seal(self, pilot: PilotHandle) -> None:
         """A pilot that said it left, all it said taken in: its spool files are compressed
-        when they are big (:func:`pilot.transport.seal`), in a thread (a million members'
+        when they are big (:func:`pilot.sealing.seal`), in a thread (a million members'
         take seconds, and zlib lets the loop go on); :meth:`await_seals` waits for them."""
         pilot.close()
         pilot.become(PilotState.SEALED)
