@@ -10,9 +10,7 @@ import json
 import os
 import subprocess
 import sys
-import time
-
-from conftest import ROOT
+from conftest import ROOT, wait_for
 
 
 def _pilots(run_dir) -> list[dict]:
@@ -42,20 +40,16 @@ def test_a_stage_that_is_over_lets_its_pilot_go_while_the_next_runs(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)], cwd=tmp_path,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+    def first_gone() -> dict | None:
+        assert proc.poll() is None, proc.communicate()  # (the run waits for the mark: it cannot end before)
+        pilots = {p.get("host"): p for p in _pilots(run_dir)} if (run_dir / "state.json").exists() else {}
+        return pilots if (pilots.get("first") or {}).get("state") == "gone" else None
+
     try:
-        deadline = time.monotonic() + 240
-        first: dict = {}
-        while time.monotonic() < deadline:
-            pilots = {p.get("host"): p for p in _pilots(run_dir)} if (run_dir / "state.json").exists() else {}
-            first = pilots.get("first") or {}
-            if first.get("state") == "gone":
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.5)
-        assert first.get("state") == "gone", first
-        assert first.get("why") == "exited", first  # (told to leave; its idle_timeout would say "exited (idle)")
-        assert proc.poll() is None  # the second stage still runs: the first pilot left before the run's end
-        assert (pilots.get("second") or {}).get("state") == "running", pilots
+        pilots = wait_for(first_gone, timeout=240, what="the first stage's pilot gone", step=0.5)
+        assert pilots["first"].get("why") == "exited", pilots  # (told to leave; idle it says "exited (idle)")
+        assert (pilots.get("second") or {}).get("state") == "running", pilots  # the second stage still runs
     finally:
         mark.touch()
         out, err = proc.communicate(timeout=240)

@@ -14,7 +14,7 @@ this drawing, so neither can drift).
      |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  workflow.load, planning.plan
      |    +-- WorkflowGraphError   2    a cycle, an unknown or self dependency        planning.plan
      |    +-- TemplateError        2    a payload that cannot compile or render       planning.plan, planning.products
-     |    |    +-- TemplateSyntax  2    a template that does not compile (no file yet)workflow.templates
+     |    |    +-- TemplateSyntax  2    a template jinja2 cannot compile              workflow.sandbox
      |    +-- HostsFileError       2    a hosts file unreadable or against the model  hostinfo.registry
      |    +-- UnknownProtocol      2    a protocol name not in the one list           protocols.registry
      |    +-- RunNotFound          2    no run by that id or directory                runstate.rundir

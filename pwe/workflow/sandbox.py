@@ -3,7 +3,8 @@ every payload and path template that is more than text and ``{{ name }}`` is com
 rendered in, and the pages of ``pwe report``. Imported only when such a template is met,
 so that a run of plain templates does not import jinja2 (issue 35: nothing but the
 standard library on the road to the first member). The bounds are described in
-:mod:`pwe.workflow.templates`.
+:mod:`pwe.workflow.templates` and kept in :mod:`pwe.workflow.template_rules`, with the
+quoting both sides share.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from jinja2.runtime import new_context
 from jinja2.sandbox import SandboxedEnvironment
 
 from ..base.source import value_text
-from .templates import MAX_ITEMS, MAX_POWER_BITS, MAX_WIDTH, Raw, TemplateSyntax, finalize
+from .template_rules import MAX_ITEMS, MAX_POWER_BITS, MAX_WIDTH, Raw, TemplateSyntax, finalize
 
 _PERCENT_SPEC = re.compile(r"%[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?")
 _BRACE_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")

@@ -28,37 +28,16 @@ from __future__ import annotations
 
 import keyword
 import re
-import shlex
 import signal
 import sys
 import threading
 from typing import Any, Mapping
 
-from ..base.errors import TemplateError
 from ..base.source import value_text
-
-#: most characters or items ``*``, padding or ``replace`` may make
-MAX_ITEMS = 1_000_000
-#: most bits of a number ``**`` may make (about 1,200 decimal digits)
-MAX_POWER_BITS = 4096
-#: largest width or precision in a ``%`` or ``format`` specification
-MAX_WIDTH = 10_000
-#: most bytes of a rendered command: Linux's limit on one argument (``bash -c CMD``)
-MAX_COMMAND = 128 * 1024
-#: most seconds one render may take when ``pwe validate`` renders a node's first and last member
-CHECK_SECONDS = 5.0
+from .template_rules import CHECK_SECONDS, MAX_COMMAND, finalize
+from .template_rules import TemplateSyntax as TemplateSyntax  # (the planner's: re-exported)
 
 _NAME = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-
-
-class TemplateSyntax(TemplateError):
-    """A template that does not compile: jinja2's message, and ``lineno``, the line of the
-    template it is on. Raised without a file: the planner words it with the workflow's
-    file and line (pwe.planning.plan, pwe.planning.products)."""
-
-    def __init__(self, message: str, lineno: int = 1):
-        super().__init__(message)
-        self.lineno = lineno
 
 
 def error_text(exc: BaseException) -> str:
@@ -68,17 +47,6 @@ def error_text(exc: BaseException) -> str:
     if jinja2 is not None and isinstance(exc, jinja2.TemplateError) and exc.message:
         return exc.message
     return f"{type(exc).__name__}: {exc}"
-
-
-class Raw(str):
-    """A value the ``raw`` filter marked as shell text, not to be quoted."""
-
-
-def finalize(value: Any) -> str:
-    """Every ``{{ }}`` of a payload: its value's text, shell-quoted (a :class:`Raw` as it is)."""
-    if isinstance(value, Raw):
-        return str(value)
-    return shlex.quote(value_text(value))
 
 
 def plain_parts(source: str, path: bool = False) -> list[str] | None:
