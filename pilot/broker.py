@@ -116,7 +116,13 @@ def stream_for(key: bytes | None, directory: str) -> str:
 
 class Redis:
     """A Redis connection that speaks just enough RESP2 for the bus: one command at a time,
-    replies parsed (bulk strings stay bytes). Any failure is an :class:`OSError`."""
+    replies parsed (bulk strings stay bytes). Any failure is an :class:`OSError`.
+
+    :meth:`send` is :meth:`call` without waiting for the reply, which the next command
+    reads first: at most one reply is ever outstanding. So a command whose bytes are in the
+    socket when the process dies still reaches the broker (a closed socket with nothing
+    unread sends what it holds, then its FIN; one with a reply unread is reset, but a reply
+    there means the broker had the command)."""
 
     def __init__(self, url: str, password: str | None = None, timeout: float = 5.0):
         host, port, db, user, url_password = parse_url(url)
@@ -133,13 +139,36 @@ class Redis:
             self.close()
             raise
 
+    pending = False  # a command sent whose reply is not read yet (send)
+
     def call(self, *args: Any) -> Any:
+        """Send a command and return its reply (the reply of a :meth:`send` before it read first)."""
+        self.send(*args)
+        return self._answer()
+
+    def send(self, *args: Any) -> None:
+        """Send a command; its reply is read by the next command (or :meth:`settle`), and an
+        error in it raised there."""
         out = [b"*%d\r\n" % len(args)]
         for a in args:
             b = a if isinstance(a, bytes) else str(a).encode()
             out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.settle()
         try:
             self.sock.sendall(b"".join(out))
+        except OSError as exc:
+            raise BrokerError(f"the broker did not answer: {exc}") from None
+        self.pending = True
+
+    def settle(self) -> None:
+        """Read the reply of the command sent last, if it is not read yet (BrokerError if it
+        says the command failed)."""
+        if self.pending:
+            self._answer()
+
+    def _answer(self) -> Any:
+        self.pending = False
+        try:
             return self._reply()
         except (OSError, ValueError) as exc:  # (ValueError: a reply that is not RESP)
             if isinstance(exc, BrokerError):
@@ -224,7 +253,10 @@ class PilotRedis(Transport):
         if self.broker is not None and not self.held:
             try:
                 if data:
-                    self.broker.call("XADD", self.stream, "*", "b", data)
+                    # (its reply is read before the next command: a member's start is in the
+                    # socket before the member is spawned, and the round trip overlaps the
+                    # spawn instead of coming before it: Redis.send)
+                    self.broker.send("XADD", self.stream, "*", "b", data)
                     self.unacked.append((self.spool.q, data))
                     self.unacked_bytes += len(data)
                     data = b""  # (kept among the unacknowledged from here on)

@@ -399,6 +399,7 @@ def test_a_pilot_over_redis_hands_what_was_not_acknowledged_to_the_spool(redis_u
     engine = EngineRedis(str(d), Broker(broker, pw.read_text()), key_in=key)
     for i in range(4):
         pilot.send([{"k": "hb", "running": i, "queued": 0, "t": 0}])
+    pilot.broker.settle()  # (the last batch's reply read: the broker has it before the engine reads)
     got, cursor = engine.receive(0)
     assert [m["q"] for m in got] == [1, 2, 3, 4] and all(m["via"] == "redis" for m in got)
     engine.send([{"k": wire.ACK, "q": 2}])
@@ -435,6 +436,7 @@ def test_a_pilot_whose_engine_does_not_acknowledge_keeps_its_events_on_disk_not_
         pilot.send([{"k": "hb", "running": i, "queued": 0, "t": 0}])
         assert pilot.unacked_bytes <= 2000
         if i == 5:
+            pilot.broker.settle()  # (the broker has the sixth batch before the engine reads)
             got, cursor = engine.receive(cursor)
     assert pilot.broker is None and not pilot.unacked and pilot.unacked_bytes == 0
     spooled = wire.decode((d / "events.jsonl").read_bytes(), key)[0]
@@ -445,6 +447,56 @@ def test_a_pilot_whose_engine_does_not_acknowledge_keeps_its_events_on_disk_not_
     assert qs[:6] == list(range(1, 7)) and set(qs) == set(range(1, 41))
     engine.forget()
     engine.close()
+    pilot.close()
+
+
+KILLED_AFTER_SEND = """
+import os, signal, sys
+from pilot.broker import PilotRedis
+pilot = PilotRedis(sys.argv[1], sys.argv[2], sys.argv[3], key_out=bytes.fromhex(sys.argv[4]))
+pilot.send([{"k": "start", "n": "a", "m": 0, "a": 1, "nodes": ["x"], "t": 0}])
+os.kill(os.getpid(), signal.SIGKILL)  # (its reply not read: the pilot dies with it unread or not yet come)
+"""
+
+
+def test_a_pilot_killed_just_after_it_sent_a_batch_loses_no_event(redis_url, tmp_path):
+    """A batch's reply is read before the next command, not after the batch (pilot/broker.py
+    Redis.send): a pilot killed with SIGKILL the instant after sending a member's start,
+    its reply unread, still has that start in the broker. Twenty pilots, each its stream."""
+    broker, pw = _split(redis_url, tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for k in range(20):
+        d = tmp_path / f"p{k}"
+        d.mkdir()
+        key = wire.channel_key(os.urandom(32), f"p{k}", True)
+        p = subprocess.run([os.sys.executable, "-c", KILLED_AFTER_SEND, str(d), broker, pw.read_text(), key.hex()],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == -signal.SIGKILL, p.stderr
+        engine = EngineRedis(str(d), Broker(broker, pw.read_text()), key_in=key)
+        got = wait_for(lambda e=engine: e.receive(0)[0], timeout=30)
+        assert [(m["k"], m["q"], m["via"]) for m in got] == [("start", 1, "redis")], k
+        engine.forget()
+        engine.close()
+
+
+def test_a_batch_the_broker_refused_goes_to_the_spool_with_the_next(redis_url, tmp_path):
+    """The broker's error for a batch (its stream is not a stream: WRONGTYPE) is read with
+    the next batch; both go to the spool, in order, and the pilot stays there."""
+    broker, pw = _split(redis_url, tmp_path)
+    d = tmp_path / "p1"
+    d.mkdir()
+    key = wire.channel_key(os.urandom(32), "p1", True)
+    other = Redis(broker, pw.read_text())
+    other.call("SET", stream_for(key, str(d)), "not a stream")
+    pilot = PilotRedis(str(d), broker, pw.read_text(), key_out=key)
+    pilot.send([{"k": "hb", "running": 1, "queued": 0, "t": 0}])
+    assert pilot.broker is not None  # (its reply is not read yet)
+    pilot.send([{"k": "hb", "running": 2, "queued": 0, "t": 0}])
+    assert pilot.broker is None
+    spooled = wire.decode((d / "events.jsonl").read_bytes(), key)[0]
+    assert [m["q"] for m in spooled] == [1, 2]
+    other.call("DEL", stream_for(key, str(d)))
+    other.close()
     pilot.close()
 
 
