@@ -27,6 +27,10 @@ both, merges them by ``q`` and applies each ``q`` once (a batch that reached the
 and the spool both is applied once). What the engine reads from the broker it also
 appends to ``events.redis.jsonl`` in the pilot's directory (the run's record: a broker
 is not one), before it applies it.
+
+Why one module over 450 lines: the client, the pilot's side and the engine's side are the
+two ends of one protocol (what is acknowledged, what goes to the spool and when, what the
+engine archives), and its guarantee that nothing is lost in a switch is read across them.
 """
 
 from __future__ import annotations

@@ -10,14 +10,13 @@ import json
 import os
 import subprocess
 import sys
-from conftest import ROOT, wait_for
+from conftest import ROOT, run_cli, wait_for
 
 
 def _pilots(run_dir) -> list[dict]:
-    p = subprocess.run([sys.executable, "-m", "pwe", "pilot", "list", str(run_dir), "--json"], capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    rc, out, _ = run_cli("pilot", "list", run_dir, "--json")
     try:
-        got = json.loads(p.stdout)
+        got = json.loads(out) if rc == 0 else []
     except ValueError:
         return []
     return got if isinstance(got, list) else got.get("pilots", [])

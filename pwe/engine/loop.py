@@ -25,6 +25,10 @@ pilots started, watched, given up), ``feeder`` (3), ``control`` (``pwe pilot`` r
 
 Making a run is :mod:`pwe.runstate.runs`; a member's task message is :mod:`pwe.engine.tasks`;
 the Python API's run_workflow and resume_workflow are :mod:`pwe.engine.api`.
+
+Why one module over 450 lines: the loop and the run's creation, start and end share the
+engine's state; the parts with a job of their own are already apart (intake, feed, pilots,
+recovery, halting, budget, pilotctl).
 """
 
 from __future__ import annotations
