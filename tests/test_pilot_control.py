@@ -173,8 +173,13 @@ def test_setup_per_node_that_fails_on_one_node_keeps_members_off_it(ssh_nodes, t
     n = 24
     setup = ("  setup_per_node:\n    - echo \"staging on $(hostname)\"\n"
              "    - test \"$(hostname)\" != pwe-n3\n    - touch {}/staged-$(hostname)\n".format(tmp_path))
-    wf, ledger = workflow(tmp_path, n, 1, host="four", defaults=setup, name="four")
     run_dir = tmp_path / "run"
+    # Each member waits until the pilot has told all four setups' outcomes: the run then
+    # outlasts every setup, however slow one node's is on a busy machine (a pilot whose
+    # members are all done is let go at once, and a setup still running then is killed).
+    told = run_dir / "pilots" / "p1" / "events.jsonl"
+    wait = f'1 && until [ "$(grep -c node_setup {told})" -ge 4 ]; do sleep 0.2; done'
+    wf, ledger = workflow(tmp_path, n, wait, host="four", defaults=setup, name="four")
     submit(wf, run_dir, tmp_path)
 
     def status_says():
@@ -191,7 +196,8 @@ def test_setup_per_node_that_fails_on_one_node_keeps_members_off_it(ssh_nodes, t
     # the setup ran once on each node (its output kept), and ran to its end except on pwe-n3
     logs = {p.name.split("-")[1] + "-" + p.name.split("-")[2]: p for p in (run_dir / "pilots" / "p1").glob("setup-*")}
     assert sorted(logs) == ["pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4"]
-    assert all(p.read_text() == f"staging on {name}\n" for name, p in logs.items())
+    texts = {name: p.read_text() for name, p in logs.items()}
+    assert texts == {name: f"staging on {name}\n" for name in logs}, texts
     assert sorted(p.name for p in tmp_path.glob("staged-*")) == ["staged-pwe-n1", "staged-pwe-n2", "staged-pwe-n4"]
     # seen in pwe events (the pilot's node_setup messages and the journal's note)
     rc, out, err = run_cli("events", run_dir, "--json", cwd=tmp_path)
