@@ -11,13 +11,16 @@ import os
 import subprocess
 import sys
 
-from conftest import LEDGER_WF, ROOT, kill_pilot, ledger_counts, run_cli, wait_for
+from conftest import LEDGER_WF, ROOT, kill_pilot, ledger_counts, read_journal, run_cli, wait_for
+
+#: LEDGER_WF's members, each also printing a line (so that the pilot has an output stream)
+PRINTING = LEDGER_WF.replace('run: echo "start', 'run: echo "says $PWE_NODE $PWE_MEMBER"; echo "start')
 
 
 def test_a_pilot_killed_has_its_files_sealed_once_its_guardian_is_gone_and_read_back(tmp_path):
     ledger = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"
-    wf.write_text(LEDGER_WF.format(ledger=ledger, n=40, sleep=0.2))
+    wf.write_text(PRINTING.format(ledger=ledger, n=40, sleep=0.2))
     run_dir = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT), PWE_SEAL_ABOVE="0")
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
@@ -37,5 +40,10 @@ def test_a_pilot_killed_has_its_files_sealed_once_its_guardian_is_gone_and_read_
     assert "events.jsonl.gz" in names and any(n.endswith(".stream.gz") for n in names), names
     rc, out, err = run_cli("show", run_dir, "--json")
     assert rc == 0, err
+    ran_on_p1 = [r for r in read_journal(run_dir) if r["e"] == "end" and r.get("p") == "p1" and r.get("rc") == 0]
+    assert ran_on_p1, "no member ended on p1"
+    n, i = ran_on_p1[0]["n"], ran_on_p1[0]["m"]
+    rc, out, err = run_cli("logs", run_dir, f"{n}:{i}")  # (read back from its sealed stream)
+    assert rc == 0 and f"says {n} {i}" in out, (out, err)
     rc, out, err = run_cli("trace", run_dir)
     assert rc == 0 and "p1" in out, err
