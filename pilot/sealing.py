@@ -8,9 +8,10 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import stat
 import threading
 
-from .bounded import segments
+from .bounded import open_regular, segments
 from .settings import SEAL_ABOVE, SPOOL_SEGMENT
 
 TASKS, EVENTS = "tasks.jsonl", "events.jsonl"
@@ -43,11 +44,16 @@ def spool_bytes(directory: str, names: tuple[str, ...] = (TASKS, EVENTS, ARCHIVE
 
 
 def size_of(path: str, sizes: dict[str, int]) -> None:
-    """Add ``path``'s size to ``sizes`` (path -> bytes) when it is there."""
+    """Add ``path``'s size to ``sizes`` (path -> bytes) when it is there and a regular file
+    (itself, not through a link): a FIFO, a device, a link or a directory in a pilot's
+    directory (written there by someone else: a damaged run) is never sealed, so never
+    opened here."""
     try:
-        sizes[path] = os.stat(path).st_size
+        st = os.lstat(path)
     except FileNotFoundError:
-        pass
+        return
+    if stat.S_ISREG(st.st_mode):
+        sizes[path] = st.st_size
 
 
 #: one seal at a time in a process: a part sealed as the run goes on and the pilot's last
@@ -98,7 +104,12 @@ def _seal_one(path: str, size: int) -> int:
         return 0  # (sealed meanwhile)
     tmp = path + ".gz.tmp"
     try:
-        with open(path, "rb") as src, open(tmp, "wb") as raw:
+        os.unlink(tmp)  # (a seal cut short left it; a link planted there is removed, not followed)
+    except FileNotFoundError:
+        pass
+    try:
+        with open_regular(path, "rb", within=os.path.dirname(path) or ".") as src, \
+                os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as raw:
             with gzip.GzipFile(os.path.basename(path), "wb", 6, raw, mtime=0) as gz:
                 shutil.copyfileobj(src, gz, 1 << 20)
             raw.flush()

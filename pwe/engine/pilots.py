@@ -350,9 +350,10 @@ class PilotWork:
         return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
 
     def _seal(self, pilot: PilotHandle) -> None:
-        """A pilot that said it left, all it said taken in: its spool files are compressed
-        when they are big (:func:`pilot.sealing.seal`), in a thread (a million members'
-        take seconds, and zlib lets the loop go on); :meth:`await_seals` waits for them."""
+        """A pilot that said it left or whose process is gone, all it said taken in: its spool
+        files and output streams are compressed when they are big (:func:`pilot.sealing.seal`),
+        in a thread (a million members' take seconds, and zlib lets the loop go on);
+        :meth:`await_seals` waits for them."""
         pilot.close()
         pilot.become(PilotState.SEALED)
         t = threading.Thread(target=_seal_quietly, args=(str(pilot.dir),), name=f"seal {pilot.id}")
@@ -440,7 +441,10 @@ class PilotWork:
         pilot.let_go()
         if pilot.popen is not None:
             pilot.popen.poll()
-        if said_down:
+        if said_down or self.process_gone(pilot):
+            # (one that died: its process, the guardian that outlives the pilot included, is
+            # gone, so nothing writes its files again; sealing them keeps a run that lost
+            # pilots to kills or a recycled machine from keeping their spools plain for good)
             self._seal(pilot)
         # A pilot that never came up, died without saying goodbye, or left on an error, and
         # finished nothing: three in a row is a pilot that cannot work here (a defect, a
