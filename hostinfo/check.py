@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .model import Host
+if TYPE_CHECKING:
+    from .model import Host
 
 Check = tuple[str, bool, str]
 

@@ -3,7 +3,8 @@
 Read, in order: ``hosts.yaml`` in pwe's configuration directory (:func:`pwe.base.places.config_dir`:
 ``$PWE_HOME/config``, else ``$XDG_CONFIG_HOME/pwe``, else ``~/.config/pwe``), a
 ``hosts.yaml`` beside the workflow, and ``--hosts FILE``. Whatever is wrong with a file
-(unreadable, not YAML, against the hosts model: pydantic's errors) is one
+(unreadable, not YAML, against the hosts model: pydantic's errors, where the checker of
+:mod:`hostinfo.records` cannot vouch for it) is one
 :class:`~pwe.base.errors.HostsFileError` naming it and the line, raised in :func:`load` only.
 """
 
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from pydantic import ValidationError
+from typing import Any
 
 from pwe.base.errors import HostsFileError, InputError
 from pwe.base.errors import did_you_mean
@@ -20,7 +20,8 @@ from pwe.base.places import config_dir
 from pwe.base.source import find_bad_text, locate
 from pwe.base.yaml_reader import read_yaml
 
-from .model import Host, HostsFile
+from . import records
+from .records import Refused
 
 
 def local_cores() -> int:
@@ -49,17 +50,19 @@ def local_memory_mb() -> int | None:
     return None
 
 
-def builtin_local(cores: int | None = None) -> Host:
-    return Host(name="local", protocol="local", contact="local", cores_per_node=cores or local_cores(),
-                gpus_per_node=local_gpus(), memory_per_node=local_memory_mb())
+def builtin_local(cores: int | None = None) -> Any:
+    """The built-in host ``local``: this machine's cores, GPUs and memory (a Host record)."""
+    return records.host({"name": "local", "protocol": "local", "contact": "local",
+                         "cores_per_node": cores or local_cores(), "gpus_per_node": local_gpus(),
+                         "memory_per_node": local_memory_mb()})
 
 
 class Registry:
-    def __init__(self, hosts: dict[str, Host], sources: dict[str, str]):
+    def __init__(self, hosts: dict[str, Any], sources: dict[str, str]):
         self.hosts = hosts
         self.sources = sources
 
-    def get(self, name: str) -> Host:
+    def get(self, name: str) -> Any:
         if name not in self.hosts:
             raise InputError(f"unknown host '{name}'{did_you_mean(name, self.hosts)}; known hosts: "
                              f"{', '.join(sorted(self.hosts))} (pwe hosts list)")
@@ -91,21 +94,35 @@ def load(workflow: Path | None = None, extra: str | Path | None = None, cores: i
         if bad:  # (a host's values reach job scripts and command lines)
             loc, problem = bad
             raise HostsFileError(f"'{'.'.join(map(str, loc))}' {problem}", path, locate(raw, loc))
-        try:
-            parsed = HostsFile.model_validate(raw)
-        except ValidationError as exc:
-            err = min(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
-            loc = tuple(err["loc"])
-            hint = ""
-            if err["type"] == "extra_forbidden":
-                known = Host.model_fields if len(loc) >= 3 else HostsFile.model_fields
-                hint = did_you_mean(loc[-1], known)
-            where = ".".join(str(p) for p in loc)
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            raise HostsFileError(f"'{where}': {msg}{hint}", path, locate(raw, loc)) from None
+        parsed = _hosts_file(raw, path)
         for name, host in parsed.hosts.items():
             if name == "local" and host.protocol == "local" and host.cores_per_node is None:
                 host = host.model_copy(update={"cores_per_node": cores or local_cores()})
             hosts[name] = host.model_copy(update={"name": name})
             sources[name] = str(path)
     return Registry(hosts, sources)
+
+
+def _hosts_file(raw: Any, path: Path) -> Any:
+    """A hosts file's tree checked (without pydantic where the checker vouches for it), or
+    one HostsFileError naming the key and its line (pydantic's first error)."""
+    try:
+        return records.check("HostsFile", raw)
+    except Refused:
+        pass
+    from pydantic import ValidationError
+
+    from .model import Host, HostsFile
+
+    try:
+        return HostsFile.model_validate(raw)
+    except ValidationError as exc:
+        err = min(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
+        loc = tuple(err["loc"])
+        hint = ""
+        if err["type"] == "extra_forbidden":
+            known = Host.model_fields if len(loc) >= 3 else HostsFile.model_fields
+            hint = did_you_mean(loc[-1], known)
+        where = ".".join(str(p) for p in loc)
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise HostsFileError(f"'{where}': {msg}{hint}", path, locate(raw, loc)) from None

@@ -9,6 +9,7 @@ this drawing, so neither can drift).
      +-- RunDamaged                2    a file of the run directory damaged or gone   runstate (runs, journal), engine
      +-- RunTaken                  2    another engine holds the run: who, since when runstate.rundir, engine.control
      +-- BadTransition             1    a defect: a pilot's stage moved against its table engine.handles
+     +-- Underivable               1    a defect: a model the checker's table cannot take base.derive
      +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry
      |    +-- WorkflowSyntaxError  2    not well-formed YAML / XML / UTF-8 text       the readers (base, workflow)
      |    +-- WorkflowSchemaError  2    well-formed, but breaks the model or the XSD  workflow.load, planning.plan
@@ -20,6 +21,7 @@ this drawing, so neither can drift).
      |    +-- RunNotFound          2    no run by that id or directory                runstate.rundir
      |    +-- Unconfined           2    a name from elsewhere leads out of its place  base.confine
      |    +-- OverBudget           2    a query past its time budget (the dashboard)  planning.conditions
+     |    +-- Refused              2    the checker cannot vouch: pydantic words it   base.checker (never shown)
      +-- HostError                 1    a host did not do what was asked (a base)     -
           +-- SubmitError          1    the batch system refused a pilot job          protocols.base, protocols.*
           +-- CommandTimeout       1    a command did not answer in time              protocols.runner, protocols.ssh

@@ -21,17 +21,25 @@ def _halt(ctx, param, value: str | None) -> dict | None:
     workflow's ``halt:`` says it; a bad one is one line, exit status 2."""
     if value is None:
         return None
-    from pydantic import ValidationError
-
-    from ..workflow.model import Halt
+    from ..workflow import records
 
     failed, _, when = value.partition(",")
     failed = failed.strip()
+    halt = {"failed": int(failed) if failed.lstrip("-").isdigit() else failed, "when": when.strip() or "soon"}
     try:
-        h = Halt(failed=int(failed) if failed.lstrip("-").isdigit() else failed, when=when.strip() or "soon")
-    except ValidationError as exc:
-        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise click.BadParameter(f"{value!r}: {why} (e.g. --halt 10% or --halt 50,now)") from None
+        h = records.check("Halt", halt)
+    except records.Refused:
+        h = None
+    if h is None:  # (pydantic words why)
+        from pydantic import ValidationError
+
+        from ..workflow.model import Halt
+
+        try:
+            h = Halt.model_validate(halt)
+        except ValidationError as exc:
+            why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            raise click.BadParameter(f"{value!r}: {why} (e.g. --halt 10% or --halt 50,now)") from None
     return {"failed": h.failed, "when": h.when}
 
 

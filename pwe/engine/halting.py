@@ -28,11 +28,12 @@ from pilot.wire import CANCEL, LEAVE
 
 from ..base.states import ASSIGNED, FAILED, RUNNING
 from ..runstate import journal as kind
-from ..workflow.model import Halt
+from ..workflow import records
 from .handles import PilotState
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
+    from ..workflow.model import Halt
     from .handles import Pilots
     from .ledger import Ledger
 
@@ -45,7 +46,8 @@ class Halting:
         self.ledger = ledger
         self.pilots = pilots
         # the run's own (pwe run --halt, kept in run.json), else the workflow's
-        self.run_budget: Halt | None = Halt(**info["halt"]) if info.get("halt") else plan.workflow.halt
+        self.run_budget: Halt | None = (records.validate("Halt", info["halt"]) if info.get("halt")
+                                        else plan.workflow.halt)
         self.node_budgets = {nid: pn.halt for nid, pn in plan.nodes.items() if pn.halt is not None}
 
     @property

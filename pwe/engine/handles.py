@@ -279,12 +279,12 @@ def make_lanes(plan: Any, recorded: dict[str, Any], status_every: float) -> tupl
     lane holding the host as its partition shows it: GPUs, cores, memory), and each
     node's lane. Pilot arguments a caller gave are kept; those pwe derived are derived
     again from the partition's view (its GPUs, its memory)."""
-    from hostinfo.model import Host
+    from hostinfo.records import host
 
     from ..planning.partitions import partition_lanes
     from ..planning.placement import pilot_args_for
 
-    hosts = {name: Host(**lane["host_def"]) for name, lane in recorded.items()}
+    hosts = {name: host(lane["host_def"]) for name, lane in recorded.items()}
     lanes, lane_of = {}, {}
     for key, (view, nids) in partition_lanes(plan, hosts).items():
         rec = recorded[view.name]

@@ -109,9 +109,9 @@ def add_request(run_dir: Path, host_name: str | None, nodes: int | None,
     lanes = info["lanes"]
     name = host_name or next(iter(lanes))
     if name in lanes:
-        from hostinfo.model import Host
+        from hostinfo.records import host as host_of
 
-        host = Host(**lanes[name]["host_def"])
+        host = host_of(lanes[name]["host_def"])
         body: dict[str, Any] = {"req": "add", "host": name}
     else:
         registry = hostinfo.load(Path(info["workflow"]), hosts_file or info.get("hosts_file"),
@@ -250,7 +250,7 @@ class PilotControl:
         return {"ok": False, "exit": 2, "why": f"unknown request {req.get('req')!r}"}
 
     def _add(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
-        from hostinfo.model import Host
+        from hostinfo.records import host
 
         from .handles import Lane
 
@@ -259,7 +259,7 @@ class PilotControl:
         extra: dict[str, Any] = {"added": rid}
         if req.get("serves"):  # a helper: a host of the registry that no node of the run names
             if lane is None:
-                lane = Lane(Host(**req["host_def"]), int(req.get("cores") or 1), req.get("pilot_args") or [],
+                lane = Lane(host(req["host_def"]), int(req.get("cores") or 1), req.get("pilot_args") or [],
                             float(self.info.get("status_every", 5.0)))
                 self.lanes[name] = lane
             extra.update(serves=list(req["serves"]), lane_def={k: req.get(k) for k in ("host_def", "cores",
@@ -347,13 +347,13 @@ class Setups:
 
 def restore_lane(lanes: dict[str, Lane], info: dict[str, Any], p: dict[str, Any]) -> None:
     """Before a helper pilot is reattached: its lane, as the journal recorded it."""
-    from hostinfo.model import Host
+    from hostinfo.records import host
 
     from .handles import Lane
 
     lane_def, name = p.get("lane_def"), p.get("lane")
     if lane_def and name and name not in lanes:
-        lanes[name] = Lane(Host(**lane_def["host_def"]), int(lane_def.get("cores") or 1),
+        lanes[name] = Lane(host(lane_def["host_def"]), int(lane_def.get("cores") or 1),
                            lane_def.get("pilot_args") or [], float(info.get("status_every", 5.0)))
 
 

@@ -58,12 +58,12 @@ class RemoteRun:
     """One staged run, seen from this machine: its local directory and ``remote.json``."""
 
     def __init__(self, run_dir: Path, info: dict[str, Any], on_file: Callable[[Any], None] | None = None):
-        from hostinfo.model import Host
+        from hostinfo.records import host
         from protocols.ssh import SshRunner
 
         self.dir = run_dir
         self.info = info
-        self.host = Host.model_validate(info["host_def"])
+        self.host = host(info["host_def"])
         self.runner = SshRunner.from_host(self.host)
         self.on_file = on_file
         self.warnings: list[str] = []

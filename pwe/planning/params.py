@@ -20,7 +20,7 @@ from itertools import product as _product
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..workflow import model
+from ..workflow.rules import FileSpecMethods, RangeSpecMethods
 from ..base.errors import InputError
 from ..base.source import did_you_mean, text_problem, value_text
 from ..base.yaml_reader import regular_file
@@ -118,13 +118,13 @@ MAX_PARAMETER_FILE_BYTES = 512 * 1024 * 1024
 
 def read_values(spec: Any, name: str, base: Path, wf_file: Path, line: int | None) -> Values:
     """The values of a parameter, from its validated spec."""
-    if isinstance(spec, model.RangeSpec):
+    if isinstance(spec, RangeSpecMethods):
         count = RangeValues.count(*spec.range)
         if count > MAX_MEMBERS:
             raise InputError(f"parameter '{name}': {{range: {spec.range}}} has {count:,} values; a node has at most "
                              f"{MAX_MEMBERS:,} members", wf_file, line)
         return RangeValues(*spec.range)
-    if isinstance(spec, model.FileSpec):
+    if isinstance(spec, FileSpecMethods):
         return ListValues(_read_file_column(base / spec.file, spec.column or name, wf_file, line))
     return ListValues(spec)
 

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from pydantic import ValidationError
-
-from ..workflow import model
 from . import products, reuse
 from .dag import Graph
 from ..base.errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from ..workflow.load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
 from ..base.source import LineDict, did_you_mean, locate, value_text
+from ..workflow.rules import FileSpecMethods
 from ..workflow.templates import PathTemplate, PayloadTemplate, TemplateSyntax, error_text
+
+if TYPE_CHECKING:
+    from ..workflow import model  # (the records pwe.workflow.records makes have its attributes)
 
 
 @dataclass
@@ -317,7 +318,7 @@ def _parameter_space(nid: str, node: model.Node, base: Path, path: Path, line_of
                 f"node '{nid}': parameters '{upper[pname.upper()]}' and '{pname}' would both be "
                 f"PWE_PARAM_{pname.upper()}; rename one", path, pline)
         upper[pname.upper()] = pname
-        if isinstance(spec, model.FileSpec):
+        if isinstance(spec, FileSpecMethods):
             key = ((base / spec.file).resolve(), spec.column or pname)
             if key not in file_values:
                 file_values[key] = read_values(spec, pname, base, path, pline)
@@ -368,7 +369,11 @@ def _merged_scheduling(nid: str, node: model.Node, wf: model.Workflow, path: Pat
     each fine alone, contradict each other merged."""
     try:
         return wf.defaults.scheduling.merged(node.scheduling)
-    except ValidationError as exc:  # each fine alone, contradicting each other merged
+    except Exception as exc:  # each fine alone, contradicting each other merged: pydantic's error
+        from pydantic import ValidationError  # (imported only then: the checker took the others)
+
+        if not isinstance(exc, ValidationError):
+            raise
         msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
         raise WorkflowSchemaError(f"node '{nid}': 'scheduling' with defaults.scheduling: {msg}", path,
                                   line_of("nodes", nid, "scheduling")) from None

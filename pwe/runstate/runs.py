@@ -240,7 +240,7 @@ def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
     defined keeps its recorded definition. run.json is written by the engine once it holds
     the run (``Engine.run``), never by a command that may find it taken."""
     import hostinfo
-    from hostinfo.model import Host
+    from hostinfo.records import host as host_of
 
     from ..planning.placement import pilot_args_for
 
@@ -250,7 +250,7 @@ def current_hosts(run_dir: Path, info: dict[str, Any]) -> list[str]:
         host = registry.hosts.get(name)
         if host is None or host.model_dump() == lane["host_def"]:
             continue
-        if lane.get("pilot_args") == pilot_args_for(Host(**lane["host_def"])):
+        if lane.get("pilot_args") == pilot_args_for(host_of(lane["host_def"])):
             lane["pilot_args"] = pilot_args_for(host)  # (not when a caller gave its own)
         lane["host_def"] = host.model_dump()
         lane["cores"] = host.cores_per_node

@@ -1,20 +1,25 @@
 """Read a workflow file (YAML or XML) into a validated :class:`~pwe.workflow.model.Workflow`.
 
 The one boundary where reader and pydantic errors become :class:`~pwe.base.errors.InputError`
-with the file and line of the offending key.
+with the file and line of the offending key. The workflow is checked by the checker derived
+from the models (:mod:`pwe.workflow.records`: no pydantic on the road to the first member);
+pydantic is imported only where the checker cannot vouch for a workflow, to word its error.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from pydantic import BaseModel, ValidationError
-
-from . import model
+from . import records
 from ..base.errors import InputError, WorkflowSchemaError
 from ..base.source import LineDict, did_you_mean, find_bad_text, locate, text_problem, typed_scalar
 from ..base.yaml_reader import read_text, read_yaml
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
+    from . import model
 
 _PARAM_TAGS = {"values", "range", "file"}
 _SCALAR_BRANCHES = {"bool", "int", "float", "str"}
@@ -89,7 +94,7 @@ def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def load_workflow(path: str | Path, sets: Mapping[str, Any] | None = None) -> tuple[model.Workflow, LineDict]:
+def load_workflow(path: str | Path, sets: Mapping[str, Any] | None = None) -> tuple["model.Workflow", LineDict]:
     """Validate a workflow file; ``sets`` override (or add) properties.
 
     Returns the model and the raw tree, whose line numbers later checks use.
@@ -107,15 +112,27 @@ def load_workflow(path: str | Path, sets: Mapping[str, Any] | None = None) -> tu
     return validate_raw(raw, path), raw
 
 
-def validate_raw(raw: LineDict, path: Path) -> model.Workflow:
+def validate_raw(raw: LineDict, path: Path) -> "model.Workflow":
+    """The workflow's record (:mod:`pwe.workflow.records`), or, where the checker cannot
+    vouch for it, pydantic's model or its first error as one line."""
+    try:
+        return records.check("Workflow", raw)
+    except records.Refused:
+        pass
+    from pydantic import ValidationError
+
+    from . import model
+
     try:
         return model.Workflow.model_validate(raw)
     except ValidationError as exc:
         raise _input_error(exc, raw, path) from None
 
 
-def _input_error(exc: ValidationError, raw: Any, path: Path) -> InputError:
+def _input_error(exc: "ValidationError", raw: Any, path: Path) -> InputError:
     """The first (outermost) pydantic error as one line naming where and what."""
+    from . import model
+
     errors = exc.errors(include_url=False)
     # a union of scalar types reports one error per branch ('...t[0].bool', '.int', ...):
     # fold them into one error about the value
@@ -179,8 +196,10 @@ def _describe(loc: tuple) -> str:
     return "'" + "".join(parts) + "'"
 
 
-def _model_at(loc: tuple, raw: Any) -> type[BaseModel] | None:
+def _model_at(loc: tuple, raw: Any) -> "type[BaseModel] | None":
     """The model class at ``loc`` (a cleaned location) below Workflow, to list its keys."""
+    from . import model
+
     cls: type[BaseModel] = model.Workflow
     i = 0
     while i < len(loc):

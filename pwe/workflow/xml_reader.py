@@ -285,7 +285,7 @@ def _bad_content(what: str, here: str) -> str:
 def _too_long(el: etree._Element | None, attr: str | None, value: str) -> str:
     """A node id or name longer than the model's MAX_NAME, said as the YAML form says it
     (:func:`pwe.workflow.load._input_error`)."""
-    from .model import MAX_NAME
+    from ..base.ids import MAX_NAME
 
     tag = el.tag if el is not None else ""
     kind = {"workflow": "the workflow's name", "node": "node id", "after": "node id in <after>",
