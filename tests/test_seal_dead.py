@@ -47,3 +47,34 @@ def test_a_pilot_killed_has_its_files_sealed_once_its_guardian_is_gone_and_read_
     assert rc == 0 and f"says {n} {i}" in out, (out, err)
     rc, out, err = run_cli("trace", run_dir)
     assert rc == 0 and "p1" in out, err
+
+
+def test_a_pilot_given_up_by_an_engine_killed_before_its_seal_is_sealed_when_the_run_resumes(tmp_path):
+    """The engine that gave p1 up did not seal it (here: a threshold no file reaches), and
+    was killed -9 before the run's end; the engine that resumes the run seals p1's files
+    (its process is gone), and every member ends exactly once, by the members' own ledger."""
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(PRINTING.format(ledger=ledger, n=40, sleep=0.2))
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PWE_SEAL_ABOVE=str(10 ** 12))
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p1 = run_dir / "pilots" / "p1"
+    try:
+        wait_for(lambda: ledger.exists() and ledger.read_text().count("end") >= 4, what="members ended on p1")
+        kill_pilot(p1 / "events.jsonl")
+        wait_for(lambda: b'"e":"pilot_gone","p":"p1"' in (run_dir / "journal.jsonl").read_bytes(),
+                 what="the engine to give p1 up")
+    finally:
+        proc.kill()  # (the engine, -9, before the run's end)
+        proc.wait()
+    assert (p1 / "events.jsonl").exists() and any(n.endswith(".stream") for n in os.listdir(p1))  # (plain)
+    rc, out, err = run_cli("resume", run_dir, env={"PWE_SEAL_ABOVE": "0"}, timeout=300)
+    assert rc == 0, err
+    names = sorted(os.listdir(p1))
+    assert "events.jsonl" not in names and "events.jsonl.gz" in names, names
+    assert not any(n.endswith(".stream") for n in names) and any(n.endswith(".stream.gz") for n in names), names
+    starts, ends = ledger_counts(ledger)
+    assert set(ends) == {(n, str(i)) for n in "ab" for i in range(40)}
+    assert all(c == 1 for c in ends.values()), [k for k, c in ends.items() if c > 1]

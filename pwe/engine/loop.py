@@ -283,10 +283,14 @@ class Engine:
             intake = self.intake
             recovered = recovery.recover(self.ledger, intake.transport, next(iter(self.lanes)),
                                          lambda pid_, ev: intake.judged(intake.event_record(pid_, ev)))
+        given_up = {}
         for pid_, p in state.pilots.items():
             self.pilots.seen(pid_)
             if p.get("alive"):
                 self.work.reattach(pid_, p, recovered.pop(pid_, []))
+            else:
+                given_up[pid_] = p
+        self.work.seal_given_up(given_up)  # (what an engine killed mid-seal left plain)
         journal.flush()
 
     def _reuse(self) -> dict[str, set[int]]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pilot.streams import seal as seal_streams
+from pilot.streams import STREAM, seal as seal_streams
 from pilot.sealing import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
@@ -359,6 +359,27 @@ class PilotWork:
         t = threading.Thread(target=_seal_quietly, args=(str(pilot.dir),), name=f"seal {pilot.id}")
         t.start()
         self.sealing.append(t)
+
+    def seal_given_up(self, given_up: dict[str, dict[str, Any]]) -> None:
+        """At resume: the pilots an earlier engine gave up (``given_up``: id -> the state's
+        record) whose files are still plain, because that engine was killed before their
+        seal ended or sealed only pilots that said they left, are sealed now, one after
+        another in a thread, each once its process is known gone (never one whose
+        liveness only its batch system tells: its job may still write)."""
+        plain = []
+        for pid_, p in given_up.items():
+            directory = self.dir / "pilots" / pid_
+            lane = self.lanes.get(p.get("lane") or "")
+            if lane is None or lane.protocol.polls_status or not directory.is_dir():
+                continue
+            if not spool_bytes(str(directory)) and not any(directory.glob("*" + STREAM)):
+                continue  # (sealed already, or it wrote nothing)
+            if not lane.protocol.alive(p.get("pid", 0), p.get("host", ""), None):
+                plain.append(str(directory))
+        if plain:
+            t = threading.Thread(target=lambda: [_seal_quietly(d) for d in plain], name="seal given up")
+            t.start()
+            self.sealing.append(t)
 
     def await_leaving(self, wait: float = 30.0) -> None:
         """At the end of a finished run: each pilot just told to stop whose spool files are
