@@ -210,6 +210,18 @@ def test_every_example_workflow_is_taken_by_the_checker_with_pydantics_values():
         assert both_ways(Workflow, wf_records, "Workflow", raw) == ("ok", "ok"), path
 
 
+def test_the_example_xml_workflows_and_hosts_file_are_taken_by_the_checker():
+    from pwe.base.yaml_reader import read_text, read_yaml
+    from pwe.workflow.load import read_raw
+
+    xml = sorted((ROOT / "examples").glob("*.xml"))
+    assert xml
+    for path in xml:
+        assert both_ways(Workflow, wf_records, "Workflow", read_raw(path)) == ("ok", "ok"), path
+    hosts = ROOT / "examples" / "hosts.yaml"
+    assert both_ways(HostsFile, host_records, "HostsFile", read_yaml(hosts, read_text(hosts))) == ("ok", "ok")
+
+
 def test_a_run_of_the_quickstart_imports_no_pydantic(tmp_path):
     (tmp_path / "wf.yaml").write_text((ROOT / "examples" / "quickstart.yaml").read_text())
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pwe", "run", "wf.yaml", "--fresh"],
