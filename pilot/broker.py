@@ -304,6 +304,9 @@ class Broker:
         self.down_since: float | None = None
         self.notes: list[str] = []
         self.name = url.split("@")[-1]
+        # what wait() read, per stream (entries after the id it read after): read() takes it
+        # without asking again, so a wake-up costs one round trip, not two
+        self._waited: dict[str, tuple[str, list[tuple[str, bytes]]]] = {}
 
     def _conn(self) -> Redis | None:
         if self.conn is None and time.time() >= self.retry_at:
@@ -318,6 +321,7 @@ class Broker:
         return self.conn
 
     def _lost(self, exc: BaseException) -> None:
+        self._waited.clear()
         if self.conn is not None:
             self.conn.close()
             self.conn = None
@@ -332,7 +336,12 @@ class Broker:
 
     def read(self, stream: str, after: str, count: int = 1000) -> list[tuple[str, bytes]]:
         """The entries of a stream after entry ``after``: (id, batch); [] while the broker
-        does not answer."""
+        does not answer. What :meth:`wait` read of it after that same entry is taken first,
+        without asking the broker again unless it was a whole ``count``."""
+        waited = self._waited.pop(stream, None)
+        if waited is not None and waited[0] == after and waited[1]:
+            if len(waited[1]) < count:
+                return waited[1]
         conn = self._conn()
         if conn is None:
             return []
@@ -341,27 +350,26 @@ class Broker:
         except OSError as exc:
             self._lost(exc)
             return []
-        if not reply:
-            return []
-        out = []
-        for eid, fields in reply[0][1]:
-            f = dict(zip(fields[::2], fields[1::2]))
-            out.append((eid.decode(), f.get(b"b", b"")))
-        return out
+        return _entries(reply[0][1]) if reply else []
 
-    def wait(self, streams: dict[str, str], timeout: float) -> bool:
+    def wait(self, streams: dict[str, str], timeout: float, count: int = 1000) -> bool:
         """Block until one of ``streams`` ({stream: the last entry read}) has an entry
-        after it, or ``timeout`` s; False (at once) when the broker does not answer. The
-        entries are left to :meth:`read` (one is read here, and dropped)."""
+        after it, or ``timeout`` s; False (at once) when the broker does not answer. What it
+        read (up to ``count`` entries a stream) is kept for :meth:`read`."""
         conn = self._conn()
         if conn is None:
             return False
+        self._waited.clear()
         try:
-            conn.call("XREAD", "COUNT", 1, "BLOCK", max(1, round(timeout * 1000)), "STREAMS", *streams,
-                      *streams.values())
+            reply = conn.call("XREAD", "COUNT", count, "BLOCK", max(1, round(timeout * 1000)), "STREAMS", *streams,
+                              *streams.values())
         except OSError as exc:
             self._lost(exc)
             return False
+        for name, entries in reply or ():
+            stream = name.decode()
+            if stream in streams:
+                self._waited[stream] = (streams[stream], _entries(entries))
         return True
 
     def call(self, stream: str, command: str, *args: Any) -> None:
@@ -380,6 +388,15 @@ class Broker:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+
+def _entries(raw: list) -> list[tuple[str, bytes]]:
+    """XREAD's entries of one stream as (id, batch)."""
+    out = []
+    for eid, fields in raw:
+        f = dict(zip(fields[::2], fields[1::2]))
+        out.append((eid.decode(), f.get(b"b", b"")))
+    return out
 
 
 def _last_q(batch: bytes) -> int:

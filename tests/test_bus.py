@@ -549,3 +549,58 @@ def test_an_engine_killed_mid_run_over_redis_resumes_from_its_journaled_cursor(r
     ends = [(r["n"], r["m"], r["a"]) for r in read_journal(run_dir) if r["e"] == "end"]
     assert len(ends) == len(set(ends)) == 2 * n
     assert set(_status(run_dir)["rejected"]) <= {"resent"}
+
+
+def test_what_the_engines_wait_read_is_taken_by_its_next_read_without_asking_again(redis_url, tmp_path,
+                                                                                    monkeypatch):
+    """A wake-up is one round trip: Broker.wait reads the entries it woke for and the
+    transport's next receive takes them; entries added after the wait are read the round
+    after; a wait's entries for another cursor (the engine went back) are not taken."""
+    broker_url, pw = _split(redis_url, tmp_path)
+    d = tmp_path / "p1"
+    d.mkdir()
+    key = wire.channel_key(os.urandom(32), "p1", True)
+    pilot = PilotRedis(str(d), broker_url, pw.read_text(), key_out=key)
+    broker = Broker(broker_url, pw.read_text())
+    engine = EngineRedis(str(d), broker, key_in=key)
+    conn = broker._conn()
+    real_call = conn.call
+    commands: list[str] = []
+
+    def recorded(*args):
+        commands.append(args[0])
+        return real_call(*args)
+
+    conn.call = recorded  # (this connection's commands, not the server's counters: others may use it)
+    asked: list[bool] = []
+    real_read = Broker.read
+
+    def counted(self, stream, after, count=1000):
+        before = commands.count("XREAD")
+        out = real_read(self, stream, after, count)
+        asked.append(commands.count("XREAD") > before)
+        return out
+
+    monkeypatch.setattr(Broker, "read", counted)
+    try:
+        got, cursor = engine.receive(0)
+        assert got == [] and asked == [True]  # (nothing waited for: the broker asked)
+        for i in range(3):
+            pilot.send([{"k": "hb", "running": i, "queued": 0, "t": 0}])
+        pilot.broker.settle()
+        assert broker.wait({engine.stream: cursor[1]}, 5.0) is True
+        pilot.send([{"k": "hb", "running": 3, "queued": 0, "t": 0}])  # (after the wait)
+        pilot.broker.settle()
+        got, cursor = engine.receive(cursor)
+        assert [m["q"] for m in got] == [1, 2, 3] and asked[-1] is False  # (the wait's three, not asked again)
+        got, cursor = engine.receive(cursor)
+        assert [m["q"] for m in got] == [4] and asked[-1] is True  # (the one after the wait, read the round after)
+        pilot.send([{"k": "hb", "running": 4, "queued": 0, "t": 0}])
+        pilot.broker.settle()
+        assert broker.wait({engine.stream: "0-0"}, 5.0) is True  # (a wait from an older cursor)
+        got, cursor = engine.receive(cursor)
+        assert [m["q"] for m in got] == [5] and asked[-1] is True  # (its entries not taken: asked after the cursor)
+    finally:
+        engine.forget()
+        engine.close()
+        pilot.close()
