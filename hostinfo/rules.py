@@ -27,6 +27,15 @@ MOST = 1e6
 # The rules for values that reach a job script or a command line, shared with the
 # workflow's scheduling profile (pwe.workflow.model): each is a pydantic after-validator.
 
+def finite(v: Any) -> bool:
+    """Whether a number is finite: not NaN, not infinite, and an int small enough to be a
+    float (math.isfinite raises OverflowError for a 400-digit one: a traceback, not a line)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def one_line(v):
     """A value that ends up in a job script line: a line break would add a script line."""
     if isinstance(v, str) and any(c in v for c in "\n\r\x00"):
@@ -68,7 +77,7 @@ def positive_finite(v):
 
 
 def core_hours(v: Any) -> Any:
-    if not (math.isfinite(v) and v > 0):
+    if not (finite(v) and v > 0):
         raise ValueError("give a number of core-hours over 0")
     return v
 

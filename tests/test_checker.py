@@ -29,7 +29,7 @@ STRINGS = ["", " ", "a", "abc_1", "x-y.z", "T", "seed", "ssh://u@h", "ssh://u@h:
            "a" * 101, "glidein", "batch", "own", "shared", "product", "zip", "pressure", "fifo", "soon", "now",
            "redis://h:6379/0", "redis://:pw@h:6379/0", "spool", "redis", "auto", "srun", "none", "echo {{ x }}",
            "prepare", "simulate", "x\x00y", "ünï", "n1", "pwe-n1"]
-INTS = [-1, 0, 1, 2, 3, 5, 64, 100, 101, 255, 256, 1000, 10000, 10001, 10 ** 6, 2 ** 63]
+INTS = [-1, 0, 1, 2, 3, 5, 64, 100, 101, 255, 256, 1000, 10000, 10001, 10 ** 6, 2 ** 63, 10 ** 400, -10 ** 309]
 FLOATS = [0.0, 0.5, 1.0, 1.5, 2.0, 100.5, 101.0, -1.0, math.inf, -math.inf, math.nan, 1e7, 1e-9]
 
 
@@ -275,3 +275,31 @@ def test_a_merged_profile_is_checked_again_and_a_contradiction_is_pydantics_erro
     assert merged.model_fields_set == {"minCpus", "maxWallTime", "ranksPerMember", "threadsPerRank"}
     with pytest.raises(ValidationError, match=r"minCpus \(8\) is larger than maxCpus \(2\)"):
         lo.merged(wf_records.check("Scheduling", {"maxCpus": 2}))
+
+
+@pytest.mark.parametrize("body", [
+    "nodes:\n  a:\n    parameters: {{x: {{range: [0, {big}]}}}}\n    run: echo\n",
+    "budget: {{coreHours: {big}}}\nnodes:\n  a:\n    run: echo\n",
+    "nodes:\n  a:\n    run: echo\n    retry: {{attempts: 2, grow: {{memoryPerMember: {big}}}}}\n",
+    "nodes:\n  a:\n    run: echo\n    scheduling: {{maxWallTime: {big}, memoryPerMember: -{big}}}\n",
+], ids=["range", "budget", "grow", "scheduling"])
+def test_a_number_too_large_for_a_float_is_one_line_not_a_traceback(tmp_path, body):
+    """(sizes and counts) A 400-digit integer where a number goes: math.isfinite raised
+    OverflowError in the rules (a traceback before this change); now one line, exit 2."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\n" + body.format(big=10 ** 400))
+    proc = subprocess.run([sys.executable, "-m", "pwe", "validate", str(wf)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(f"{wf}:"), proc.stderr
+
+
+def test_a_hosts_file_with_a_number_too_large_for_a_float_is_one_line(tmp_path):
+    (tmp_path / "wf.yaml").write_text("name: w\nnodes:\n  a:\n    run: echo\n")
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  big:\n    budget: {{coreHours: {10 ** 400}}}\n"
+                                         f"    submit_rate: {10 ** 400}\n")
+    proc = subprocess.run([sys.executable, "-m", "pwe", "validate", "wf.yaml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                       "HOME": str(tmp_path)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and "hosts.yaml:" in proc.stderr and "hosts.big." in proc.stderr

@@ -265,6 +265,8 @@ class Checker:
 
     def _k_float(self, node: dict, v: Any, data: dict | None) -> Any:
         if type(v) is int:
+            if not -2 ** 1023 < v < 2 ** 1023:
+                raise Refused("float")  # (too large for a float: pydantic words it)
             v = float(v)  # (a strict float takes an int, as pydantic does)
         elif type(v) is not float:
             raise Refused("float")

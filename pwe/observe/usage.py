@@ -98,13 +98,23 @@ def suggest_cores(used: float) -> int:
 
 def _num(x: Any, digits: int = 4) -> float | None:
     """A finite number rounded, else None (what JSON can carry)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+    if not _number(x):
         return None
     return round(float(x), digits)
 
 
 def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    return _number(x) and x >= 0
+
+
+def _number(x: Any) -> bool:
+    """A finite int or float (an int too large for a float, as JSON may carry, is not one)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 # ------------------------------------------------------------------ what was asked

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from hostinfo.rules import one_line
+from hostinfo.rules import finite, one_line
 from .inputs import pattern_problem
 
 #: Why a member's attempt ended, where it was not its own exit (pilot/wire.py's REASON_*):
@@ -41,7 +41,7 @@ def valid_start(v: str | None) -> str | None:
 
 
 def range_step(v: list) -> list:
-    if not all(math.isfinite(x) for x in v):
+    if not all(finite(x) for x in v):
         raise ValueError(f"the start, stop and step of a range must be finite numbers (got {v})")
     if len(v) == 3 and v[2] == 0:
         raise ValueError("the step of a range cannot be 0")
@@ -69,7 +69,7 @@ def param_kind(v: Any) -> str | None:
 
 
 def finite_over_one(v: Any) -> Any:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and 1 < v <= 100):
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and not (finite(v) and 1 < v <= 100):
         raise ValueError("a growth factor multiplies the request on each retry: give a number over 1, at most 100")
     return v
 
@@ -103,7 +103,7 @@ def failed_budget(v: Any) -> Any:
 
 
 def positive_core_hours(v: Any) -> Any:
-    if not (math.isfinite(v) and v > 0):
+    if not (finite(v) and v > 0):
         raise ValueError("give a number of core-hours over 0")
     return v
 
