@@ -197,7 +197,9 @@ def test_setup_per_node_that_fails_on_one_node_keeps_members_off_it(ssh_nodes, t
     logs = {p.name.split("-")[1] + "-" + p.name.split("-")[2]: p for p in (run_dir / "pilots" / "p1").glob("setup-*")}
     assert sorted(logs) == ["pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4"]
     texts = {name: p.read_text() for name, p in logs.items()}
-    assert texts == {name: f"staging on {name}\n" for name in logs}, texts
+    # (a node's shell may print its own start-up complaints first, e.g. pyenv's rehash racing
+    # another ssh session: the setup's line is there exactly once, and last)
+    assert all(t.endswith(f"staging on {name}\n") and t.count("staging on") == 1 for name, t in texts.items()), texts
     assert sorted(p.name for p in tmp_path.glob("staged-*")) == ["staged-pwe-n1", "staged-pwe-n2", "staged-pwe-n4"]
     # seen in pwe events (the pilot's node_setup messages and the journal's note)
     rc, out, err = run_cli("events", run_dir, "--json", cwd=tmp_path)
