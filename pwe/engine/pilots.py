@@ -377,7 +377,7 @@ class PilotWork:
             if not lane.protocol.alive(p.get("pid", 0), p.get("host", ""), None):
                 plain.append(str(directory))
         if plain:
-            t = threading.Thread(target=lambda: [_seal_quietly(d) for d in plain], name="seal given up")
+            t = threading.Thread(target=_seal_each, args=(plain,), name="seal given up")
             t.start()
             self.sealing.append(t)
 
@@ -493,6 +493,11 @@ def measured(st: Any) -> dict[str, float]:
     nodes with none are left out): what a pilot's size and walltime are worked out from
     (:func:`pwe.planning.placement.pilot_shape`). One pass over the nodes, not the members."""
     return {nid: ns.done_spent / ns.counts[DONE] for nid, ns in st.nodes.items() if ns.counts[DONE]}
+
+
+def _seal_each(directories: list[str]) -> None:
+    for directory in directories:
+        _seal_quietly(directory)
 
 
 def _seal_quietly(directory: str) -> None:
