@@ -1,6 +1,6 @@
 """Where a pilot's time goes: `pwe run` of N x `true` on this machine, its pilot under cProfile.
 
-    python bench/pilot_profile.py [--members 5000] [--cores 2] [--where disk|tmpfs] [--top 15]
+    python bench/pilot_profile.py [--members 5000] [--cores 2] [--where disk|tmpfs] [--top 15] [--save F]
 
 The pilot is profiled from outside: the run uses a copy of the source tree whose
 `pilot/__main__.py` runs the pilot under cProfile and writes its figures when it exits;
@@ -46,6 +46,7 @@ KINDS = [
 def main() -> None:
     ap = parser(__doc__, repeat=None, members=5000, cores=2, where="disk")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--save", type=Path, help="keep the pilot's profile here (for pstats)")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="pwe-prof-", dir=place(args.where)))
     try:
@@ -84,6 +85,8 @@ def main() -> None:
             print(f"  {t:6.3f} s  {100 * t / total:4.1f}%  {what}")
         print()
         stats.sort_stats("tottime").print_stats(args.top)
+        if args.save:
+            shutil.copyfile(files[0], args.save)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

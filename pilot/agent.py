@@ -459,12 +459,19 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         why the pilot leaves."""
         last_hb = last_activity = began = time.time()
         fed = False  # (until its first task: looked for every FIRST_POLL s, for at most a second)
+        read_at = 0.0
         while True:
             if not self.cancelled:
-                if self.read_tasks():
-                    last_activity, fed = time.time(), True
-                    if self.packer.dead:  # (what came in may fit on no node that is left)
-                        self.fail_unplaceable()
+                # the tasks file read when the queue runs short, else once every poll: a
+                # pilot holding a deep queue of short members wakes once per member that
+                # ends, and a read per wake-up was a tenth of its time; a stop or a cancel
+                # is still seen within a poll, as while it sleeps
+                if len(self.queue) < self.slots + 8 or time.time() - read_at >= self.poll:
+                    read_at = time.time()
+                    if self.read_tasks():
+                        last_activity, fed = read_at, True
+                        if self.packer.dead:  # (what came in may fit on no node that is left)
+                            self.fail_unplaceable()
                 self.launch_ready()
             if self.watch is not None:
                 self._watch_nodes()

@@ -1,3 +1,3 @@
-from .cli.main import console
+from .cli.front import console
 
 console()

@@ -1,4 +1,4 @@
-"""The ``pwe`` program leaves without tearing the interpreter down (pwe.cli.main.console,
+"""The ``pwe`` program leaves without tearing the interpreter down (pwe.cli.front.console,
 pwe.cli.base.leave): its exit status is the command's, every exit handler runs and all
 it printed is written, to a pipe as to a file."""
 
@@ -17,7 +17,7 @@ _PROGRAM = """
 import atexit, sys
 atexit.register(lambda: print("exit handler ran", file=sys.stderr))
 sys.argv = ["pwe"] + sys.argv[1:]
-from pwe.cli.main import console
+from pwe.cli.front import console
 console()
 print("not reached")
 """

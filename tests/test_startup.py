@@ -191,6 +191,43 @@ def test_run_hands_its_order_to_the_pilot_it_started_before_planning(tmp_path):
     assert not mine, f"a prestarted pilot was left behind: {mine}"
 
 
+_FRONT = """
+import json, sys
+import protocols.warmpilot as w
+calls = []
+w.prestart = lambda: calls.append(sorted(m for m in ("click", "yaml", "pwe.engine.loop") if m in sys.modules))
+sys.argv = ["pwe"] + json.loads(sys.argv[1])
+import atexit
+atexit.register(lambda: print("PRESTARTS " + json.dumps(calls)))
+from pwe.cli.front import console
+console()
+"""
+
+
+def test_the_front_door_starts_a_local_runs_pilot_before_click_is_imported(tmp_path):
+    """`pwe run FILE` (no --host, or --host local) starts its pilot's interpreter before
+    the command line is parsed (pwe/cli/front.py), so that its start-up overlaps all of the
+    engine's; any other command, or `run` for another host, does not. The run itself is
+    still parsed and checked by click: a file that is not there is its one line, exit 2."""
+    def prestarts(*argv: str) -> tuple[int, list, str]:
+        proc = subprocess.run([sys.executable, "-c", _FRONT, json.dumps(argv)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        tail = proc.stdout.rsplit("PRESTARTS ", 1)
+        assert len(tail) == 2, proc.stdout + proc.stderr
+        return proc.returncode, json.loads(tail[1]), proc.stderr
+
+    rc, calls, err = prestarts("run", "no-such.yaml")
+    assert rc == 2 and "no-such.yaml" in err, err
+    assert calls[0] == [], calls  # (the first, from the front door: nothing heavy imported yet)
+    for argv in (["run", "no-such.yaml", "--host", "local"], ["run", "--host=local", "no-such.yaml"]):
+        rc, calls, err = prestarts(*argv)
+        assert rc == 2 and calls and calls[0] == [], (argv, calls, err)
+    for argv in (["run", "no-such.yaml", "--host", "slurm"], ["run", "--host=hpc", "no-such.yaml"],
+                 ["run", "--help"], ["status", "nothing-here"], ["validate", "no-such.yaml"]):
+        rc, calls, err = prestarts(*argv)
+        assert calls == [], (argv, calls)  # (a run for another host starts its pilot there)
+
+
 def test_a_waiting_pilot_leaves_at_end_of_file_and_takes_environment_and_log_from_its_order(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     unused = subprocess.Popen([sys.executable, "-S", "-m", "pilot", "--await-start"], stdin=subprocess.PIPE,
