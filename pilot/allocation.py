@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
 import time
-from dataclasses import dataclass, field
 
 
 #: A node's name as ssh, srun and mpiexec take it (the DNS and ssh host name grammar):
@@ -28,22 +26,56 @@ def check_node_name(name: str) -> str:
     return name
 
 
-@dataclass
 class Node:
-    name: str
-    cores: int
-    gpus: int = 0
-    local: bool = False  # the pilot's own node: members are forked, not launched remotely
-    memory_mb: int | None = None  # None: not known, so members are not packed by memory
+    """One node of the allocation. (A plain class, not a dataclass: the pilot's start-up
+    would pay ~13 ms for dataclasses and the inspect module it imports.)"""
+
+    __slots__ = ("name", "cores", "gpus", "local", "memory_mb")
+    __hash__ = None  # (compared by value, as a dataclass is: not hashable)
+
+    def __init__(self, name: str, cores: int, gpus: int = 0, local: bool = False, memory_mb: int | None = None):
+        self.name = name
+        self.cores = cores
+        self.gpus = gpus
+        self.local = local  # the pilot's own node: members are forked, not launched remotely
+        self.memory_mb = memory_mb  # None: not known, so members are not packed by memory
+
+    def _fields(self) -> tuple:
+        return (self.name, self.cores, self.gpus, self.local, self.memory_mb)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if type(other) is Node else NotImplemented
+
+    def __repr__(self) -> str:
+        return (f"Node(name={self.name!r}, cores={self.cores!r}, gpus={self.gpus!r}, local={self.local!r}, "
+                f"memory_mb={self.memory_mb!r})")
 
 
-@dataclass
 class Allocation:
-    kind: str  # slurm | pbs | sge | loadleveler | hosts | local
-    nodes: list[Node]
-    job_id: str | None = None
-    end: float | None = None  # epoch seconds when the batch system ends the allocation
-    notes: list[str] = field(default_factory=list)
+    """What the batch system (or the command line) gave the pilot: its kind (slurm | pbs |
+    sge | loadleveler | hosts | local), its nodes, the job's id, and when it ends (epoch
+    seconds; None: no end known)."""
+
+    __slots__ = ("kind", "nodes", "job_id", "end", "notes")
+    __hash__ = None
+
+    def __init__(self, kind: str, nodes: list[Node], job_id: str | None = None, end: float | None = None,
+                 notes: list[str] | None = None):
+        self.kind = kind
+        self.nodes = nodes
+        self.job_id = job_id
+        self.end = end
+        self.notes = [] if notes is None else notes
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Allocation:
+            return NotImplemented
+        return (self.kind, self.nodes, self.job_id, self.end, self.notes) == \
+            (other.kind, other.nodes, other.job_id, other.end, other.notes)
+
+    def __repr__(self) -> str:
+        return (f"Allocation(kind={self.kind!r}, nodes={self.nodes!r}, job_id={self.job_id!r}, end={self.end!r}, "
+                f"notes={self.notes!r})")
 
     @property
     def cores(self) -> int:
@@ -95,6 +127,8 @@ def slurm_hostnames(spec: str) -> list[str]:
     """A SLURM node list expanded by SLURM itself (``scontrol show hostnames``), checked by
     :func:`expand_hostlist`'s grammar first (scontrol prints garbage for a broken list
     rather than refusing it); the pilot's own expansion where scontrol is absent."""
+    import subprocess  # (only inside SLURM: not on every pilot's start-up)
+
     names = expand_hostlist(spec)
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", spec], capture_output=True, text=True, timeout=20,
@@ -154,6 +188,8 @@ def slurm_config() -> dict[str, str]:
     """The cluster's configuration as ``scontrol show config`` prints it (key: value, both
     text), read once per pilot: {} when scontrol cannot say."""
     if not _SLURM_CONFIG:
+        import subprocess
+
         try:
             out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=20,
                                  stdin=subprocess.DEVNULL, cwd="/").stdout

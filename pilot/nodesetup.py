@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -89,6 +88,8 @@ class NodeSetup:
         argv = ["bash", "-c", script] if launcher == "fork" else \
             wrap(launcher, ["bash", "-c", script], script, placement, 1, 1, self.dir, env, prefix)
         log = os.path.join(self.dir, f"setup-{node.name}-{sid}.log")
+        import subprocess  # (only a pilot with setup_per_node pays for it at its start)
+
         try:
             with open(log, "ab") as out:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

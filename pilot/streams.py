@@ -51,7 +51,6 @@ import re
 import stat
 import struct
 import sys
-import tempfile
 import time
 import zlib
 from typing import NamedTuple
@@ -146,6 +145,8 @@ class StreamWriter:
                                      errno.EROFS):
                     raise
                 self._no_tmpfile()
+        import tempfile  # (a scratch without O_TMPFILE only)
+
         fd, path = tempfile.mkstemp(prefix=".pwe-out-", dir=self.scratch)
         os.unlink(path)
         return fd

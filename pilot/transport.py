@@ -44,7 +44,6 @@ import json
 import os
 import threading
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from .bounded import MAX_LINE, Chain, Damaged, Sealed, lines, open_part, segments
@@ -182,7 +181,7 @@ class EngineSpool(Transport):
     (:meth:`sent` tells which tasks the pilot did get). ``key_in``/``key_out``: the keys
     of what the pilot sends and what the engine sends (none: nothing signed or checked)."""
 
-    def __init__(self, directory: str | Path, key_in: bytes | None = None, key_out: bytes | None = None):
+    def __init__(self, directory: str | os.PathLike, key_in: bytes | None = None, key_out: bytes | None = None):
         self.dir = str(directory)
         self.where = os.path.join(self.dir, TASKS)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
