@@ -32,11 +32,14 @@ def files_under(d: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(d))
 
 
-def test_a_hundred_thousand_members_that_print_leave_few_files_and_every_line_is_found(tmp_path):
+def test_thirty_thousand_members_that_print_leave_few_files_and_every_line_is_found(tmp_path):
+    """A file per member would be 30,000 files; the streams are a few per pilot. (This was
+    100,000 members: 134 s of the suite's 30 minutes to show what 30,000 show as well;
+    bench/ten_million.py runs 10^7 to the end.)"""
     from pilot.streams import Reader
     from pwe.observe.runview import member_output
 
-    n = 100_000
+    n = 30_000
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: many\nnodes:\n  talk:\n    parameters: {{i: {{range: [0, {n}]}}}}\n"
                   "    run: echo line {{ i }}\n")
@@ -50,7 +53,7 @@ def test_a_hundred_thousand_members_that_print_leave_few_files_and_every_line_is
     with Reader(str(run / "pilots"), many=True) as reader:
         wrong = [i for i in range(n) if member_output(run, "talk", i, reader=reader).stdout != f"line {i}\n".encode()]
     assert wrong == [], wrong[:10]
-    for i in (0, 54321, n - 1):  # and the real command
+    for i in (0, 12345, n - 1):  # and the real command
         proc = logs_bytes(run, f"talk:{i}", cwd=tmp_path)
         assert proc.returncode == 0 and f"line {i}\n".encode() in proc.stdout, proc
 

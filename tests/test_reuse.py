@@ -237,3 +237,30 @@ def test_a_reused_members_logs_are_the_lending_members(tmp_path):
     assert rc == 0, err
     assert "said 2\n" in out and "warned 2\n" in out, out
     assert str(Path("runs") / "first" / "pilots") in out, out  # (where it was written: the first run's stream)
+
+
+def test_a_members_key_is_the_same_whether_its_parameters_texts_are_tabled_or_made_as_they_come(tmp_path,
+                                                                                              monkeypatch):
+    """pwe/planning/reuse.py makes each parameter's texts once (a table) only where each
+    is used twice or more (a product's shorter parameters), else as each member comes (a
+    zip, the one parameter of a sweep): the same keys either way, so that what earlier
+    runs recorded is still lent."""
+    from pwe.planning import reuse
+    from pwe.planning.plan import plan_workflow
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: keys\nnodes:\n"
+                  "  prod: {parameters: {a: [x, 'y z', 1.5], b: {range: [0, 40]}, c: [true, false]}, run: echo}\n"
+                  "  zipped: {parameters: {p: [1, 2, 3], q: [u, v, w]}, combine: zip, run: echo}\n"
+                  "  sweep: {parameters: {i: {range: [0, 500]}}, run: echo}\n"
+                  "  after: {after: [prod], parameters: {b: {range: [0, 40]}}, run: echo}\n")
+    plan = plan_workflow(str(wf))
+    tabled, _ = reuse.keys(plan, tmp_path)
+    made, _ = reuse.keys(plan, tmp_path, frozen=False)
+    monkeypatch.setattr(reuse, "_TABLE_MOST", 0)  # (no table at all: every text as it comes)
+    untabled, _ = reuse.keys(plan, tmp_path)
+    assert set(tabled) == {"prod", "zipped", "sweep", "after"}
+    for nid, blob in tabled.items():
+        assert len(blob) == plan.nodes[nid].size * reuse.KEY_BYTES
+        assert blob == untabled[nid] == bytes(made[nid]), nid
+        assert len({reuse.key_of(blob, i) for i in range(plan.nodes[nid].size)}) == plan.nodes[nid].size, nid

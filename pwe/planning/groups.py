@@ -25,7 +25,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import conditions
 from ..base.errors import InputError, WorkflowSchemaError
 
 
@@ -58,6 +57,8 @@ class Groups:
                     f"{did_you_mean(name, names)}; sort by the node's parameters "
                     f"({', '.join(sorted(names)) or 'none'})",
                     path, line_of("nodes", nid, "group", "sort_by", k) or line_of("nodes", nid, "group"))
+        if spec.include:
+            from . import conditions  # (only a group that includes by condition: not on every run's start-up)
         for k, text in enumerate(spec.include or ()):
             where = line_of("nodes", nid, "group", "include", k) or line_of("nodes", nid, "group")
             try:
@@ -109,6 +110,8 @@ class Groups:
     def _include_test(self) -> Callable[[int], bool]:
         """Member index -> whether ``include`` selects it. Each condition on a parameter
         is tested once per value of that parameter (a table), not once per member."""
+        from . import conditions
+
         space = self.pn.space
         entries = []
         for text in self.spec.include or ():

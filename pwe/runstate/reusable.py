@@ -111,11 +111,33 @@ def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | No
     """Write the run's signed record of what it may lend: every member of a reusable node
     that is done and was not found complete by its products (reused ones included: their
     outputs are in the state). Returns how many members it lends."""
+    root = workspace or str(plan.file.parent)
+    # the keys streamed into the file as each node's runs are known, never gathered into
+    # one more copy of them (the engine's peak at the end of a 10^7 run was three copies:
+    # 472 MiB, bench/BENCHMARKS.md)
+    keys, _ = member_keys(plan, Path(root), frozen=False)
+    digest = hashlib.sha256()
+    tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            nodes = _write_keys(fh, digest, plan, state, keys, workspace)
+            count = fh.tell() // KEY_BYTES
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # (a full disk: no half-written keys left behind)
+        raise
+    body = {"kind": KIND, "v": VERSION, "workflow": plan.workflow.name, "run": run_id, "workspace": root,
+            "t": time.time(), "keys_sha256": digest.hexdigest(), "nodes": nodes}
+    os.replace(tmp, run_dir / KEYS)
+    write_json_atomic(run_dir / RECORD, sign(run_dir, body))
+    return count
+
+
+def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: dict[str, bytearray],
+                workspace: str | None) -> dict[str, Any]:
+    """The keys of what the run lends, written to ``fh`` (and fed to ``digest``) node after
+    node; each node's record: its runs of members, where its keys begin, its outputs."""
     from ..planning.products import absolute
 
-    root = workspace or str(plan.file.parent)
-    keys, _ = member_keys(plan, Path(root))
-    blob = bytearray()
     nodes: dict[str, Any] = {}
     for nid, ns in state.nodes.items():
         pn = plan.nodes[nid]
@@ -135,20 +157,15 @@ def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | No
             runs = _runs_of(kept)
         if not runs:
             continue
-        k = keys[nid]
-        at = len(blob) // KEY_BYTES
+        view = memoryview(keys[nid])
+        at = fh.tell() // KEY_BYTES
         for lo, hi in runs:
-            blob += k[lo * KEY_BYTES:hi * KEY_BYTES]
+            piece = view[lo * KEY_BYTES:hi * KEY_BYTES]  # (a view: no copy)
+            fh.write(piece)
+            digest.update(piece)
         outs = {str(i): o for i, o in sorted(ns.outputs.items()) if o and _within(runs, i)}
         nodes[nid] = {"runs": runs, "at": at, "out": outs, **({"prod": prod} if prod else {})}
-    body = {"kind": KIND, "v": VERSION, "workflow": plan.workflow.name, "run": run_id, "workspace": root,
-            "t": time.time(), "keys_sha256": hashlib.sha256(blob).hexdigest(), "nodes": nodes}
-    tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-    os.replace(tmp, run_dir / KEYS)
-    write_json_atomic(run_dir / RECORD, sign(run_dir, body))
-    return len(blob) // KEY_BYTES
+    return nodes
 
 
 @dataclass
