@@ -2,9 +2,9 @@
 
 :meth:`protocols.local.Local.start` starts every local pilot this way: the interpreter
 and the pilot's imports first, then one JSON line on its stdin with the command line,
-environment, working directory and log. ``pwe run`` calls :func:`prestart` before the
-engine's own imports and planning, so that the pilot's ~60 ms of start-up overlaps them
-instead of following them. Kept apart from ``local.py`` so that calling it imports
+environment, working directory and log. ``pwe run`` calls :func:`prestart` first thing
+(pwe/cli/front.py, before click is imported), so that the pilot's start-up overlaps the
+command line's, the engine's imports and the planning instead of following them. Kept apart from ``local.py`` so that calling it imports
 nothing heavy (the protocols' base imports jinja2).
 """
 
