@@ -4,8 +4,9 @@
 and the pilot's imports first, then one JSON line on its stdin with the command line,
 environment, working directory and log. ``pwe run`` calls :func:`prestart` first thing
 (pwe/cli/front.py, before click is imported), so that the pilot's start-up overlaps the
-command line's, the engine's imports and the planning instead of following them. Kept apart from ``local.py`` so that calling it imports
-nothing heavy (the protocols' base imports jinja2).
+command line's, the engine's imports and the planning instead of following them. Kept
+apart from ``local.py`` so that calling it imports nothing heavy (the protocols' base
+imports jinja2).
 """
 
 from __future__ import annotations
