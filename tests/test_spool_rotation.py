@@ -166,3 +166,29 @@ def test_a_reader_that_began_before_the_file_finds_it_even_if_its_first_batch_wa
     assert not (tmp_path / TASKS).exists() and segments(tmp_path / TASKS)
     msgs, _ = pilot.receive(0)
     assert [t["m"] for t in msgs] == list(range(1000))
+
+
+def test_a_backlog_larger_than_one_read_step_is_taken_in_one_receive(tmp_path):
+    """A spool file is read READ_STEP (1 MiB) at a time, not with one 64 MiB request per
+    read (64 MiB allocated and freed even when nothing is there): a backlog of a few MiB is
+    still taken whole by one receive, and a read with nothing new returns nothing."""
+    from pilot import transport, wire
+
+    key_in, key_out = wire.channel_key(b"s", "p1", True), wire.channel_key(b"s", "p1", False)
+    engine = transport.EngineSpool(tmp_path, key_in, key_out)
+    pilot = transport.PilotSpool(str(tmp_path), key_out=key_in, key_in=key_out)
+    n = 40_000
+    pilot.send([{"k": "hb", "running": i, "queued": 0, "t": 0} for i in range(n)])
+    size = (tmp_path / transport.EVENTS).stat().st_size
+    assert size > 3 * transport.READ_STEP
+    msgs, cursor = engine.receive(0)
+    assert [m["running"] for m in msgs] == list(range(n)) and cursor == size
+    assert engine.receive(cursor) == ([], cursor)
+    whole = (tmp_path / transport.EVENTS).read_bytes()
+    with open(tmp_path / transport.EVENTS, "rb") as fh:
+        assert transport.read_some(fh, 1000) == whole[:1000]  # (at most what was asked)
+        fh.seek(0)
+        assert transport.read_some(fh, size + 10) == whole  # (all there is, in steps)
+        assert transport.read_some(fh, size) == b""
+    engine.close()
+    pilot.close()
