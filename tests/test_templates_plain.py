@@ -50,13 +50,13 @@ def _ours(src: str, ctx: dict, path: bool):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_every_template_renders_as_jinja2_renders_it(seed):
-    """20,000 templates made of pieces that are plain and pieces that are not, each
+    """6,000 templates made of pieces that are plain and pieces that are not, each
     rendered both ways (payloads and paths, values with quotes, line breaks, shell text,
-    a name missing): the same names, text and errors; and thousands of them took the
-    plain road."""
+    a name missing): the same names, text and errors; and hundreds of them took the
+    plain road. (20,000 took 32 s of the suite; every piece still meets every other.)"""
     rnd = random.Random(seed)
     plain = 0
-    for _ in range(10_000):
+    for _ in range(3_000):
         src = "".join(rnd.choice(BITS) for _ in range(rnd.randint(0, 6)))
         ctx = {k: rnd.choice(VALUES) for k in ["x", "y", *rnd.sample(WORDS, 3)]}
         if rnd.random() < 0.2:
@@ -65,7 +65,7 @@ def test_every_template_renders_as_jinja2_renders_it(seed):
         names, out, was_plain = _ours(src, ctx, path)
         plain += was_plain
         assert (names, out) == _jinja(src, ctx, path), (src, ctx, path)
-    assert plain > 1_000
+    assert plain > 300
 
 
 def test_plain_templates_are_the_common_ones():
