@@ -3,12 +3,13 @@
     python bench/first_steps.py [--repeat 5]
 
 Runs `pwe run --fresh` of a 2-member workflow (`true`, 2 cores) in a fresh interpreter that
-wraps the steps of the command and prints, in ms from the interpreter's first line: click
-imported, the engine's and the planning's modules imported, planning (`plan_for_hosts`),
-making the run (`Engine.create`), the order handed to the prestarted pilot
-(`protocols.warmpilot.hand`), the run's end; and when its first member started (the pilot's
-own record). Every round is a first run of its file. (The interpreter's own start, before
-its first line, is `python -c pass`: bench/ab.py --measure pass.)
+wraps the steps of the command and prints, in ms from the interpreter's first line: the
+pilot's interpreter started (as pwe/cli/front.py starts it), click imported, the engine's
+and the planning's modules imported, planning (`plan_for_hosts`), making the run
+(`Engine.create`), the order handed to the prestarted pilot (`protocols.warmpilot.hand`);
+and when its first member started (the pilot's own record). Every round is a first run of
+its file. (The interpreter's own start, before its first line, is `python -c pass`:
+bench/ab.py --measure pass.)
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ import atexit
 atexit.register(lambda: print("STEPS " + json.dumps({"t0": W0, **marks}), file=sys.stderr))
 sys.argv = ["pwe"] + sys.argv[1:]
 import protocols.warmpilot
+from pwe.cli.front import pilot_ahead
+if pilot_ahead(sys.argv[1:]):  # (as the front door does, first: its second call finds the pilot started)
+    protocols.warmpilot.prestart()
+mark("pilot started")
 import click
 mark("click imported")
 import pwe.cli.running, pwe.engine.loop, pwe.planning.placement
