@@ -65,17 +65,14 @@ READ_STEP = 1 << 20
 def read_some(fh: Any, most: int) -> bytes:
     """What ``fh`` holds from its position now, up to ``most`` bytes, READ_STEP at a time
     (a read that comes back short is the end of what is there)."""
-    data = fh.read(min(READ_STEP, most))
-    if len(data) < READ_STEP or most <= READ_STEP:
-        return data
-    parts, total = [data], len(data)
+    parts, total = [], 0
     while total < most:
         more = fh.read(min(READ_STEP, most - total))
         parts.append(more)
         total += len(more)
         if len(more) < READ_STEP:
             break
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 def keys(directory: str, secret: str | None = None) -> tuple[bytes | None, bytes | None]:
     """(The pilot's side.) The keys of its channel: (what it sends, what it reads). The

@@ -46,6 +46,8 @@ class Groups:
     def check(nid: str, node: Any, path: Path, line_of: Callable[..., int | None]) -> None:
         """``group:`` of node ``nid`` makes sense for its parameters: one clear line
         (:class:`WorkflowSchemaError`, exit 2) when it does not."""
+        from . import conditions  # (here, not at the top: a run whose nodes have no group never imports it)
+
         spec = node.group
         names = set(node.parameters)
         for k, name in enumerate(spec.sort_by):
@@ -57,8 +59,6 @@ class Groups:
                     f"{did_you_mean(name, names)}; sort by the node's parameters "
                     f"({', '.join(sorted(names)) or 'none'})",
                     path, line_of("nodes", nid, "group", "sort_by", k) or line_of("nodes", nid, "group"))
-        if spec.include:
-            from . import conditions  # (only a group that includes by condition: not on every run's start-up)
         for k, text in enumerate(spec.include or ()):
             where = line_of("nodes", nid, "group", "include", k) or line_of("nodes", nid, "group")
             try:
