@@ -122,7 +122,12 @@ def test_members_on_other_nodes_die_with_their_pilot(ssh_nodes, tmp_path):
                               "ssh", "--launcher-prefix", prefix], env=ENV, start_new_session=True)
     pids = []
     try:
-        wait_for(lambda: all((tmp_path / f"pid{m}").exists() for m in range(2)), 30, "both members to start")
+        # the shell makes the file before echo writes to it: wait for the whole line, not the file
+        def written(m):
+            f = tmp_path / f"pid{m}"
+            return f.exists() and f.read_text().endswith("\n")
+
+        wait_for(lambda: all(written(m) for m in range(2)), 30, "both members to start")
         pids = [int((tmp_path / f"pid{m}").read_text()) for m in range(2)]
         assert all(pid_alive(p) for p in pids)  # (the nodes share this machine's processes)
         pilot.kill()
