@@ -27,13 +27,12 @@ import errno
 import os
 import selectors
 import signal
-import socket
 import time
 from array import array
 from collections import deque
 from typing import Any
 
-from .allocation import Allocation, discover, visible_gpus
+from .allocation import Allocation, discover, hostname, visible_gpus
 from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .tmpdirs import MemberTmp, TmpDirs
@@ -426,7 +425,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.watch = NodeWatch(others, slurmd_port(), sel, every=min(1.0, self.heartbeat / 5))
         for left in self.tmpdirs.sweep():  # what pilots of this run killed here (SIGKILL) left
             say(f"removed {left}, left by a pilot of this run that is gone")
-        self.emit(UP, v=VERSION, pid=os.getpid(), host=socket.gethostname(), slots=self.slots,
+        self.emit(UP, v=VERSION, pid=os.getpid(), host=hostname(), slots=self.slots,
                   allocation=self.alloc.kind, job=self.alloc.job_id, end=self.alloc.end, margin=self.margin,
                   nodes={n.name: self.packer.cap[n.name] for n in self.alloc.nodes})
         self.flush()

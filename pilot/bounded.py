@@ -23,7 +23,6 @@ write the run directory), so nothing in it is trusted to be the size or the kind
 from __future__ import annotations
 
 import errno
-import gzip
 import io
 import os
 import stat
@@ -95,12 +94,15 @@ class Sealed(io.RawIOBase):
         self.path = str(path)
         self._raw = raw
         self.cap = max(FLOOR, RATIO * os.fstat(raw.fileno()).st_size)
+        import gzip  # (here, not at the top: the engine imports this module on its way to the first member)
+
         self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        self._bad = (EOFError, zlib.error, gzip.BadGzipFile)
 
     def _guard(self, fn: Any, *args: Any) -> Any:
         try:
             out = fn(*args)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        except self._bad as exc:
             why = "cut short" if isinstance(exc, EOFError) else f"not gzip ({exc})"
             raise Damaged(self.path, f"a sealed file that is {why}") from None
         if self._gz.tell() > self.cap:
@@ -175,6 +177,8 @@ class Chain(io.RawIOBase):
 
     #: seconds between two looks for a rotation at the end of the live file
     RELIST = 0.5
+    #: listings of the parts in one open of the live file, while the writer rotates it meanwhile
+    RELOCATE = 100
 
     def __init__(self, path: Any, within: Any = None, parts: list[tuple[int, str]] | None = None):
         super().__init__()
@@ -202,19 +206,32 @@ class Chain(io.RawIOBase):
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-        for base, end, p in self.parts():
-            if pos < end or end < 0:
-                self._base, self._end, self._part = base, (end if end >= 0 else None), p
-                try:
-                    self._fh = open_part(p, self.within)
-                except FileNotFoundError:
-                    if end >= 0:
-                        raise Damaged(p, "a rotated part of a spool file that is gone") from None
-                    self._fh = None  # (the live file between its rotation and its new start)
-                if self._fh is not None and pos > base:
-                    self._fh.seek(pos - base)
-                self._pos = pos
-                return
+        for _ in range(self.RELOCATE):
+            base, end, p = next((b, e, q) for b, e, q in self.parts() if pos < e or e < 0)
+            self._base, self._end, self._part = base, (end if end >= 0 else None), p
+            try:
+                self._fh = open_part(p, self.within)
+            except FileNotFoundError:
+                if end >= 0:
+                    raise Damaged(p, "a rotated part of a spool file that is gone") from None
+                self._fh = None  # (the live file between its rotation and its new start)
+            if end < 0 and self._fh is not None:
+                # The live file starts where the last part listed ends, if no rotation came
+                # since that listing: a reader that waited for it (its parts listed before
+                # the writer rotated again) would read a later live file as if it began
+                # there, skipping a part, then reading another from mid-line (a pilot took
+                # its tasks out of order, refused a cut line as forged and sat idle)
+                parts = segments(self.path)
+                if (parts[-1][0] if parts else 0) != base:
+                    self._fh.close()
+                    self._fh = None
+                    self._parts = parts
+                    continue
+            if self._fh is not None and pos > base:
+                self._fh.seek(pos - base)
+            self._pos = pos
+            return
+        raise Damaged(self.path, f"a spool file rotated {self.RELOCATE} times while it was opened")
 
     def _next(self) -> bool:
         """At the end of the part read: on to the next one, if there is one now."""

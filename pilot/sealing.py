@@ -5,7 +5,6 @@ the story; this is the part of it that renames and compresses files). Standard l
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 import stat
@@ -110,6 +109,8 @@ def _seal_one(path: str, size: int) -> int:
     try:
         with open_regular(path, "rb", within=os.path.dirname(path) or ".") as src, \
                 os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as raw:
+            import gzip  # (only a sealing pays for it, not every process that imports this module)
+
             with gzip.GzipFile(os.path.basename(path), "wb", 6, raw, mtime=0) as gz:
                 shutil.copyfileobj(src, gz, 1 << 20)
             raw.flush()

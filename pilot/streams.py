@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import mmap
 import os
 import re
 import stat
@@ -53,11 +52,14 @@ import struct
 import sys
 import time
 import zlib
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .bounded import Damaged, open_regular
 from .settings import OUTPUT_CAP
 from .transport import append_whole
+
+if TYPE_CHECKING:
+    import mmap
 
 MAGIC = b"PWS\x01"
 _HEAD = struct.Struct(">4sI")  # magic, crc32 of everything after it
@@ -70,7 +72,6 @@ BLOCK = 1 << 20
 MAX_FRAME = 2 * OUTPUT_CAP.high + (1 << 16)
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
-
 
 def node_key(node: str) -> bytes:
     """The 8 bytes that stand for a node id in the index (its frames say the whole id)."""
@@ -497,6 +498,8 @@ class Reader:
                 with open_regular(base + INDEX, "rb", within=os.path.dirname(base)) as fh:
                     size = os.fstat(fh.fileno()).st_size
                     whole = size - size % _INDEX.size  # (a record cut short at the end: skipped)
+                    import mmap  # (a reader's only: the engine imports this module on its way to its first member)
+
                     self._maps[base] = mmap.mmap(fh.fileno(), whole, access=mmap.ACCESS_READ) if whole else None
             except OSError as exc:
                 self._maps[base] = exc
@@ -561,7 +564,7 @@ class Reader:
 
     def close(self) -> None:
         for mm in self._maps.values():
-            if isinstance(mm, mmap.mmap):
+            if mm is not None and not isinstance(mm, OSError):
                 mm.close()
         self._maps.clear()
 

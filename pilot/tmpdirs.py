@@ -20,9 +20,9 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import stat
 
+from .allocation import hostname
 from .packing import Placement
 from .spawn import pid_alive
 
@@ -59,7 +59,7 @@ def expand(text: str, env: dict | None = None) -> str:
             raise ValueError(f"scratch {text!r}: '${{{name}}}' is not a variable's name")
         value = env.get(name)
         if not value:
-            raise ValueError(f"scratch {text!r}: ${name} is not set on {socket.gethostname()}; set it in the host's "
+            raise ValueError(f"scratch {text!r}: ${name} is not set on {hostname()}; set it in the host's "
                              "environment or setup lines, or give the scratch directory as a path")
         return value
 
@@ -88,7 +88,7 @@ def remove_left(pilot_dir: str, scratch: str | None, pid: int) -> None:
         root = tmp_root(scratch)
     except ValueError:
         return
-    path = os.path.join(root, f"{_prefix(pilot_dir)}{os.path.basename(pilot_dir)}-{socket.gethostname()}-{pid}")
+    path = os.path.join(root, f"{_prefix(pilot_dir)}{os.path.basename(pilot_dir)}-{hostname()}-{pid}")
     if not os.path.islink(path):
         keep_outputs(path, pilot_dir)
         shutil.rmtree(path, ignore_errors=True)
@@ -138,7 +138,7 @@ class TmpDirs:
         except ValueError as exc:
             self.error, self.root = str(exc), os.path.join(pilot_dir, "no-scratch")
         self.prefix = _prefix(pilot_dir)
-        self.host = socket.gethostname()
+        self.host = hostname()
         self.base = os.path.join(self.root, f"{self.prefix}{os.path.basename(pilot_dir)}-{self.host}-{os.getpid()}")
         self._made = False
         self._by_member: dict[tuple[str, int, int], str] = {}  # running members' directories here

@@ -208,6 +208,7 @@ class EngineSpool(Transport):
         self._in = _Inbox(os.path.join(self.dir, EVENTS), key_in)
         self._read_part = 0  # (the start of the events part last read: a new one seals those behind)
         self._sealer: threading.Thread | None = None
+        self._closed = False  # (no seal's thread is started once closed: close seals what is left)
         self.key_out = key_out
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
@@ -242,7 +243,7 @@ class EngineSpool(Transport):
         again: every rotated part of the tasks (the pilot reads on from its open file, or
         through the seal) and of the events those the engine has read past. One thread at a
         time; what it leaves, the next call, or the pilot's last :func:`seal`, takes."""
-        if self._sealer is not None and self._sealer.is_alive():
+        if self._closed or (self._sealer is not None and self._sealer.is_alive()):
             return
         if self._behind():
             self._sealer = threading.Thread(target=self._seal_all_behind, name=f"seal {self.dir}", daemon=True)
@@ -258,7 +259,8 @@ class EngineSpool(Transport):
         return sizes
 
     def _seal_all_behind(self) -> None:
-        """(The seal's thread.) Until none is left: what was rotated while it sealed too."""
+        """(The seal's thread, and :meth:`close`.) Until none is left: what was rotated while
+        it sealed too."""
         while sizes := self._behind():
             try:
                 seal_files(sizes)
@@ -285,10 +287,19 @@ class EngineSpool(Transport):
         return out
 
     def close(self) -> None:
+        """Close the spool's files, and seal what is behind: the seal's thread is waited
+        for, then what it had not reached is sealed here. (It is a daemon thread: an engine
+        that exited under it left that part plain beside an empty ``.gz.tmp``.) A part or
+        two at most, as the run went on sealing the others."""
         if self._out is not None:
             self._out.close()
             self._out = None
         self._in.close()
+        self._closed = True
+        if self._sealer is not None:
+            self._sealer.join()
+            self._sealer = None
+        self._seal_all_behind()
 
 
 def _sent_in(fh: Any, path: str, among: set | None, out: Counter) -> None:

@@ -10,9 +10,10 @@ SIGTERM (it hands its members back, as when a batch system stops it).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
+
+from pilot.allocation import hostname
 
 from . import warmpilot
 from .base import Protocol
@@ -58,7 +59,7 @@ class Local(Protocol):
         resumed elsewhere) counts as alive: its heartbeats tell."""
         if popen is not None:
             return popen.poll() is None
-        if host != socket.gethostname():
+        if host != hostname():
             return True
         from pilot.spawn import pid_alive
 

@@ -192,3 +192,66 @@ def test_a_backlog_larger_than_one_read_step_is_taken_in_one_receive(tmp_path):
         assert transport.read_some(fh, size) == b""
     engine.close()
     pilot.close()
+
+
+def test_a_reader_that_waited_for_the_live_file_is_not_fooled_by_a_later_one(tmp_path, monkeypatch):
+    """The reader read every part and waits for the live file; meanwhile the writer writes
+    a live file, rotates it (then it is sealed) and begins another. The reader takes the
+    part it never saw, then the new live file: every byte once, in order. (It used to open
+    the new live file as if it began where its own listing ended: a pilot skipped a part,
+    then read another from mid-line, refused the cut line as forged and sat idle with
+    members the engine had assigned it: caught in tests/test_spool_rotation.py's real run.)"""
+    from pilot.bounded import Chain
+
+    monkeypatch.setattr(Chain, "RELIST", 0.0)
+    path = tmp_path / TASKS
+    lines = [f"line {i:04d} {'x' * 40}\n".encode() for i in range(30)]
+    first, second, third = b"".join(lines[:10]), b"".join(lines[10:20]), b"".join(lines[20:])
+    (tmp_path / f"{TASKS}.{len(first)}").write_bytes(first)
+    reader = Chain(path)
+    assert reader.read() == first and reader.read() == b""  # (the live file is not there yet)
+    # the writer: a live file, rotated and sealed, then the next live file
+    path.write_bytes(second)
+    os.rename(path, tmp_path / f"{TASKS}.{len(first) + len(second)}")
+    seal(str(tmp_path), (TASKS,), above=0)
+    assert not path.exists() and (tmp_path / f"{TASKS}.{len(first) + len(second)}.gz").exists()
+    path.write_bytes(third)
+    got = b""
+    while chunk := reader.read(1 << 20):
+        got += chunk
+    assert got == second + third
+    assert reader.tell() == len(first) + len(second) + len(third)
+
+
+def test_the_pilot_takes_every_task_once_across_rotations_it_slept_through(tmp_path, small_segments, monkeypatch):
+    """The same through the real spools: the pilot's reader waits at a rotation while the
+    engine sends more than a segment (rotated, sealed behind) and then one more batch; the
+    pilot takes each task once, in order, and nothing it takes is refused as forged."""
+    from pilot.bounded import Chain
+
+    monkeypatch.setattr(Chain, "RELIST", 0.0)
+    from pilot import wire
+
+    secret = b"s" * 32
+    pilot = PilotSpool(str(tmp_path), False, wire.channel_key(secret, "p1", True), wire.channel_key(secret, "p1", False))
+    engine = EngineSpool(tmp_path, wire.channel_key(secret, "p1", True), wire.channel_key(secret, "p1", False))
+    task = {"k": "task", "n": "a", "a": 1, "cmd": "true", "cwd": str(tmp_path), "env": {"X": "y" * 60}}
+    taken, m, cursor = [], 0, 0
+
+    def send(count):
+        nonlocal m
+        engine.send([{**task, "m": i} for i in range(m, m + count)])
+        m += count
+
+    send(600)  # (past a segment: rotated at once, the live file not made again yet)
+    msgs, cursor = pilot.receive(cursor)
+    taken += [t["m"] for t in msgs]
+    assert not (tmp_path / TASKS).exists()
+    send(600)  # (a live file, rotated: the reader never saw it live)
+    send(10)  # (the next live file)
+    engine.close()  # (seals what is behind)
+    assert all(p.endswith(".gz") or os.path.exists(p + ".gz") for _, p in segments(tmp_path / TASKS))
+    for _ in range(5):
+        msgs, cursor = pilot.receive(cursor)
+        taken += [t["m"] for t in msgs]
+    assert taken == list(range(m))

@@ -26,17 +26,19 @@ What the engine does with them is :class:`pwe.engine.pilots.PilotWork`,
 
 from __future__ import annotations
 
-import subprocess
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pilot.transport import EngineSpool, Transport
 
 from ..base.errors import BadTransition
 from ..runstate.journal import cannot_write
 from ..runstate.readyqueue import ReadyQueue
+
+if TYPE_CHECKING:  # (a local run's engine never starts a process itself: subprocess is the batch hosts')
+    import subprocess
 
 
 class PilotState(Enum):

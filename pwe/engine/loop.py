@@ -34,12 +34,12 @@ recovery, halting, budget, pilotctl).
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from pilot.allocation import hostname
 from pilot.wire import CANCEL, STOP
 
 from ..base.errors import InputError, PweError, RunStopped
@@ -499,7 +499,7 @@ class Engine:
     def _snapshot(self) -> None:
         snap, snap_t = self.state.snapshot(), time.time()
         snap.update({"run_id": self.run_id, "workflow": self.plan.workflow.name, "updated": snap_t,
-                     "engine": {"pid": os.getpid(), "host": socket.gethostname()},
+                     "engine": {"pid": os.getpid(), "host": hostname()},
                      "total_members": sum(n.size for n in self.state.nodes.values()),  # (with grown ones)
                      # hosts whose batch system does not answer: nothing new is submitted there
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}

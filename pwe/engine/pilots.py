@@ -22,12 +22,12 @@ Taking in what pilots say (transports, admission, journal records) is the intake
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pilot.allocation import hostname
 from pilot.streams import STREAM, seal as seal_streams
 from pilot.sealing import seal, seal_above, spool_bytes
 
@@ -80,7 +80,7 @@ class PilotWork:
         popen = lane.protocol.start(d, lane.cores, self.heartbeat,
                                     idle_timeout=lane.host.idle_after(batch=False), extra_args=lane.pilot_args,
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
-        host = socket.gethostname()
+        host = hostname()
         self.ledger.record({"e": kind.PILOT, "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
                             "slots": lane.cores, "t": time.time(), **(extra or {})})
         pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
@@ -338,7 +338,7 @@ class PilotWork:
 
             if not (pilot.came_up and pilot.job_state is JobState.RUNNING):
                 return False  # queued, or its batch system does not answer: its word is awaited
-        elif pilot.host == socket.gethostname():
+        elif pilot.host == hostname():
             return False  # a process here: whether it lives is asked of the process
         self.intake.ingest(pilot)  # what it said while the engine was busy (a slow status query)
         return now - pilot.last_heard > self.lost_after
@@ -448,7 +448,7 @@ class PilotWork:
         intake, st, record = self.intake, self.ledger.state, self.ledger.record
         recovery.orphan_ends(pilot, st, self.dir, intake.secret, intake.take, record)  # (not run again)
         inflight = st.inflight(pilot.id)
-        if pilot.host == socket.gethostname():
+        if pilot.host == hostname():
             recovery.end_orphans(pilot, inflight, st, self.run_id, record)
         now = time.time()
         for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)

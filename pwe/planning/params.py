@@ -13,7 +13,6 @@ Order: ``product`` varies the last parameter fastest, like ``itertools.product``
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from itertools import product as _product
@@ -142,6 +141,8 @@ def _read_file_column(path: Path, column: str, wf_file: Path, line: int | None) 
         fh = path.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise fail(f"parameter file {str(path)!r}: {(exc.strerror or str(exc)).lower()}") from None
+    import csv  # (only a node with a parameter file pays for it)
+
     with fh:
         try:
             if path.suffix.lower() in (".jsonl", ".ndjson"):
@@ -185,6 +186,8 @@ def _jsonl_key(fh: Any, path: Path, column: str) -> list[Any]:
 def _csv_column(fh: Any, path: Path, column: str) -> list[Any]:
     """The values (strings) of column ``column`` of a CSV file whose first line names the
     columns; blank rows are skipped. InputError naming the line for a row too short."""
+    import csv
+
     values: list[Any] = []
     reader = csv.reader(fh)
     header = next(reader, None)
