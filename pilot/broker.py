@@ -487,6 +487,9 @@ class EngineRedis(Transport):
         """The pilot is gone and everything it said is journaled: its stream goes."""
         self.broker.delete(self.stream)
 
+    def await_seal(self) -> None:
+        self.spool.await_seal()
+
     def close(self) -> None:
         self.spool.close()
         if self._archive is not None:

@@ -135,6 +135,11 @@ class Transport:
         these are asked about (the answer may leave out any other)."""
         raise NotImplementedError
 
+    def await_seal(self) -> None:
+        """(The engine's side.) Wait for what this transport compresses in the background,
+        if anything (a spool's parts behind both readers, sealed in a daemon thread: an
+        engine that exited under it left a part plain beside an empty ``.gz.tmp``)."""
+
     def close(self) -> None:
         pass
 
@@ -208,7 +213,9 @@ class EngineSpool(Transport):
         self._in = _Inbox(os.path.join(self.dir, EVENTS), key_in)
         self._read_part = 0  # (the start of the events part last read: a new one seals those behind)
         self._sealer: threading.Thread | None = None
-        self._closed = False  # (no seal's thread is started once closed: close seals what is left)
+        self._seal_lock = threading.Lock()
+        self._again = False  # (asked while the seal's thread ran: it looks once more before it ends)
+        self._closed = False  # (no seal's thread is started once closed)
         self.key_out = key_out
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
@@ -242,12 +249,18 @@ class EngineSpool(Transport):
         """Seal (gzip, in a thread) the rotated parts of this pilot's spool that nobody reads
         again: every rotated part of the tasks (the pilot reads on from its open file, or
         through the seal) and of the events those the engine has read past. One thread at a
-        time; what it leaves, the next call, or the pilot's last :func:`seal`, takes."""
-        if self._closed or (self._sealer is not None and self._sealer.is_alive()):
+        time: asked while it runs, it looks again before it ends (a part rotated just as it
+        found nothing left is not left plain)."""
+        if self._closed:
             return
-        if self._behind():
-            self._sealer = threading.Thread(target=self._seal_all_behind, name=f"seal {self.dir}", daemon=True)
-            self._sealer.start()
+        with self._seal_lock:
+            if self._sealer is not None:
+                self._again = True
+                return
+            if not self._behind():
+                return
+            sealer = self._sealer = threading.Thread(target=self._seal_all_behind, name=f"seal {self.dir}", daemon=True)
+        sealer.start()
 
     def _behind(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -259,13 +272,21 @@ class EngineSpool(Transport):
         return sizes
 
     def _seal_all_behind(self) -> None:
-        """(The seal's thread, and :meth:`close`.) Until none is left: what was rotated while
-        it sealed too."""
-        while sizes := self._behind():
+        """(The seal's thread.) Until none is left, and nobody asked again meanwhile."""
+        while True:
+            with self._seal_lock:
+                self._again = False
+            sizes = self._behind()
             try:
-                seal_files(sizes)
+                if sizes:
+                    seal_files(sizes)
+                    continue
             except OSError:
-                return  # (the disk refused: left plain, readers take either; the pilot's last seal tries again)
+                pass  # (the disk refused: left plain, readers take either; the pilot's last seal tries again)
+            with self._seal_lock:
+                if sizes or not self._again:
+                    self._sealer = None
+                    return
 
     def sent(self, among: set[tuple[str, int, int]] | None = None) -> Counter[tuple[str, int, int]]:
         """(node, member, attempt) of every task the pilot was sent, and how many times.
@@ -286,20 +307,19 @@ class EngineSpool(Transport):
                 break
         return out
 
+    def await_seal(self) -> None:
+        sealer = self._sealer
+        if sealer is not None:
+            sealer.join()
+
     def close(self) -> None:
-        """Close the spool's files, and seal what is behind: the seal's thread is waited
-        for, then what it had not reached is sealed here. (It is a daemon thread: an engine
-        that exited under it left that part plain beside an empty ``.gz.tmp``.) A part or
-        two at most, as the run went on sealing the others."""
+        """Close the spool's files; no seal's thread starts after this (one under way goes
+        on: :meth:`await_seal`)."""
         if self._out is not None:
             self._out.close()
             self._out = None
         self._in.close()
         self._closed = True
-        if self._sealer is not None:
-            self._sealer.join()
-            self._sealer = None
-        self._seal_all_behind()
 
 
 def _sent_in(fh: Any, path: str, among: set | None, out: Counter) -> None:

@@ -249,9 +249,39 @@ def test_the_pilot_takes_every_task_once_across_rotations_it_slept_through(tmp_p
     assert not (tmp_path / TASKS).exists()
     send(600)  # (a live file, rotated: the reader never saw it live)
     send(10)  # (the next live file)
-    engine.close()  # (seals what is behind)
+    engine.close()
+    engine.await_seal()  # (what is behind both readers, sealed by then)
     assert all(p.endswith(".gz") or os.path.exists(p + ".gz") for _, p in segments(tmp_path / TASKS))
     for _ in range(5):
         msgs, cursor = pilot.receive(cursor)
         taken += [t["m"] for t in msgs]
     assert taken == list(range(m))
+
+
+def test_a_part_rotated_as_the_seal_thread_found_nothing_left_is_sealed_too(tmp_path, small_segments, monkeypatch):
+    """The seal's thread has found nothing more behind and is about to end when the engine
+    rotates another part and asks for a seal: the thread looks once more, and that part is
+    sealed too (it was left plain: the thread was still alive, so no new one started)."""
+    import threading
+
+    window, go = threading.Event(), threading.Event()
+    real = EngineSpool._behind
+
+    def behind(self):
+        sizes = real(self)
+        if not sizes and threading.current_thread() is not threading.main_thread() and not window.is_set():
+            window.set()  # (the thread found nothing left: held here, about to end)
+            go.wait(30)
+        return sizes
+
+    monkeypatch.setattr(EngineSpool, "_behind", behind)
+    engine = EngineSpool(tmp_path)
+    task = {"k": "task", "n": "a", "a": 1, "cmd": "true", "cwd": str(tmp_path), "env": {"X": "y" * 60}}
+    engine.send([{**task, "m": i} for i in range(600)])  # (past a segment: rotated, a seal's thread started)
+    assert window.wait(30)
+    engine.send([{**task, "m": i} for i in range(600, 1200)])  # (rotated again, a seal asked for)
+    go.set()
+    engine.await_seal()
+    parts = [p for _, p in segments(tmp_path / TASKS)]
+    assert len(parts) == 2
+    assert all(os.path.exists(p + ".gz") and not os.path.exists(p) for p in parts), os.listdir(tmp_path)

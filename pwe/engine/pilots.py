@@ -407,9 +407,12 @@ class PilotWork:
             time.sleep(0.02)
 
     def await_seals(self) -> None:
-        """Wait for the seals under way (:meth:`_seal`)."""
+        """Wait for the seals under way: of left pilots (:meth:`_seal`), and of the parts
+        of each pilot's spool behind both readers (its transport's)."""
         while self.sealing:
             self.sealing.pop().join()
+        for pilot in self.pilots.values():
+            pilot.transport.await_seal()
 
     def reattach(self, pid_: str, p: dict[str, Any], recovered: list[dict[str, Any]]) -> None:
         """A pilot the journal says is alive, taken up again by a resumed engine: assignments
