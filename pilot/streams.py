@@ -73,6 +73,7 @@ MAX_FRAME = 2 * OUTPUT_CAP.high + (1 << 16)
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
+
 def node_key(node: str) -> bytes:
     """The 8 bytes that stand for a node id in the index (its frames say the whole id)."""
     return hashlib.blake2b(node.encode(), digest_size=8).digest()

@@ -272,19 +272,21 @@ class EngineSpool(Transport):
         return sizes
 
     def _seal_all_behind(self) -> None:
-        """(The seal's thread.) Until none is left, and nobody asked again meanwhile."""
+        """(The seal's thread.) Until none is left, and nobody asked again meanwhile; a disk
+        that refuses ends it (left plain, readers take either; the pilot's last seal tries again)."""
+        refused = False
         while True:
             with self._seal_lock:
                 self._again = False
-            sizes = self._behind()
             try:
+                sizes = self._behind()
                 if sizes:
                     seal_files(sizes)
                     continue
             except OSError:
-                pass  # (the disk refused: left plain, readers take either; the pilot's last seal tries again)
+                refused = True
             with self._seal_lock:
-                if sizes or not self._again:
+                if refused or not self._again:
                     self._sealer = None
                     return
 
