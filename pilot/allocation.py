@@ -180,7 +180,8 @@ def pe_hostfile(path: str) -> list[tuple[str, int]]:
 
 
 def _mark_local(nodes: list[Node]) -> list[Node]:
-    me = {hostname(), hostname().split(".")[0], "localhost"}
+    name = hostname()
+    me = {name, name.split(".")[0], "localhost"}
     for n in nodes:
         n.local = n.name in me or n.name.split(".")[0] in me
     return nodes
