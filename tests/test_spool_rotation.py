@@ -285,3 +285,24 @@ def test_a_part_rotated_as_the_seal_thread_found_nothing_left_is_sealed_too(tmp_
     parts = [p for _, p in segments(tmp_path / TASKS)]
     assert len(parts) == 2
     assert all(os.path.exists(p + ".gz") and not os.path.exists(p) for p in parts), os.listdir(tmp_path)
+
+
+def test_a_spool_whose_parts_change_at_every_look_is_damaged_not_waited_on(tmp_path, monkeypatch):
+    """A directory whose listing of parts never holds still (a writer gone wild, or someone
+    renaming files there): the reader gives up after RELOCATE looks with Damaged, one line,
+    instead of looping."""
+    from pilot import bounded
+
+    path = tmp_path / TASKS
+    looks = []
+
+    def moving(p):  # (each listing names one more part than the last)
+        looks.append(1)
+        return [(100 * len(looks), f"{p}.{100 * len(looks)}")]
+
+    reader = bounded.Chain(path)  # (waiting for its live file)
+    path.write_bytes(b'{"k":"stop"}\n')
+    monkeypatch.setattr(bounded, "segments", moving)
+    with pytest.raises(Damaged, match="rotated 100 times while it was opened"):
+        reader.seek(1 << 40)  # (past every part listed: the live file, opened and looked at again)
+    assert len(looks) == bounded.Chain.RELOCATE  # (one look a try)
