@@ -114,10 +114,9 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
 
 def _prestart(host: str | None) -> None:
     """A local pilot's interpreter started before the engine's imports and planning, so
-    the two start-ups overlap (protocols/warmpilot.py; unused, it leaves at once).
-    Only where the run may well be local: no --host, or --host local. (The console
-    script's front door has usually started it already, before click: pwe/cli/front.py;
-    this one serves a caller that came in through pwe.cli.main.)"""
+    the two start-ups overlap (protocols/warmpilot.py; unused, it leaves at once); only
+    where the run may well be local (no --host, or --host local). The console script's
+    front door, pwe/cli/front.py, has usually started it before click; this serves pwe.cli.main's callers."""
     if host in (None, "local"):
         from protocols.warmpilot import prestart
 
