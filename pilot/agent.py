@@ -42,7 +42,7 @@ from .guardian import MemberTable
 from .members import (KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, outputs_path, say,
                       task_shape)
 from .memwatch import MemoryWatch
-from .endings import Endings
+from .endings import RUN_GONE, Endings, identity
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
 from .nodewatch import NodeLosses, NodeWatch, slurmd_port
@@ -68,6 +68,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
+        self.home = identity(directory)  # (its run removed or replaced meanwhile: Endings.look_home)
+        self.gone_looks = 0
+        self.gone = False
         self.alloc = allocation
         self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
         # members' stdout/stderr: captured in node-local scratch, kept in this pilot's stream
@@ -390,6 +393,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
             self.hand_back(t, "the allocation ended while it ran", "the allocation is ending")
             return
+        if member.killed == RUN_GONE and rc != 0:
+            self.hand_back(t, RUN_GONE)
+            return
         if rc in KILLED and not member.killed:
             # killed by someone else: when the batch system ends the job it signals the
             # members and the pilot at once (a member's shell says so as 143 or 137). Wait
@@ -484,6 +490,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             if now - last_hb >= self.heartbeat:
                 self.emit(HB, running=len(self.running), queued=len(self.queue) + len(self.chained))
                 last_hb = now
+                self.look_home()
             self.flush()
             self.send_pending()  # (held while the disk refused their starts)
             why = self._why_leave(now, last_activity)
@@ -514,7 +521,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             return None
         if not self.signalled and (
                 self.cancelled or self.draining or (self.stopping and not self.queue and not self.chained)):
-            return ("cancel" if self.cancelled else "terminated" if self.terminated
+            return ("gone" if self.gone else "cancel" if self.cancelled else "terminated" if self.terminated
                     else "walltime" if self.draining else "leave" if self.leaving else "stop")
         if not self.queue and not self.chained and now - last_activity > self.idle_timeout:
             return "idle"

@@ -2,22 +2,74 @@
 their walltime (SIGTERM, then SIGKILL after a grace; reason ``walltime``), their memory
 (pilot/memwatch.py; reason ``oom``), the allocation ending or the batch
 system stopping the pilot (drain: everything handed back, no attempt spent), a signal
-from someone else, ``pwe cancel`` and ``pwe pilot drain`` (leave). Standard library only.
+from someone else, ``pwe cancel`` and ``pwe pilot drain`` (leave), and the pilot's own
+directory removed or replaced while nobody was there to stop it (:meth:`Endings.look_home`).
+Standard library only.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 
-from .members import collect
+from .members import collect, say
 from .wire import DRAIN, END, REASON_OOM, REASON_WALLTIME
 
 _KILL_GRACE = 5.0
+#: why the members of a pilot whose run directory went (Endings.look_home) are handed back
+RUN_GONE = "its run directory was removed"
 _SIGNAL_GRACE = 1.0
+
+
+def identity(directory: str) -> int | None:
+    """What tells this directory from another made later at the same path: its inode
+    number (None when it cannot be read now). Not its device: a file system mounted again
+    (an automounter) may be given another number for the same directory."""
+    try:
+        return os.stat(directory).st_ino
+    except OSError:
+        return None
 
 
 class Endings:
     """The part of :class:`pilot.agent.PilotAgent` that stops members and hands them back."""
+
+    #: looks in a row that must find the directory gone before the pilot believes it
+    GONE_AFTER = 2
+
+    def look_home(self) -> None:
+        """(Once a heartbeat.) Whether this pilot's directory is still the one it started
+        in. When its engine was killed and the run directory removed (or another run made
+        at the same path), nobody is left to cancel it: its members would run to their
+        walltime and its allocation would stay held until its idle timeout, for a run that
+        no longer exists. Seen :data:`GONE_AFTER` times in a row (one heartbeat apart), it
+        ends its members and leaves (why ``gone``). Only "no such directory" or another
+        directory at the path counts: any other error (a network file system that does not
+        answer now) is never taken for a removed run."""
+        if self.cancelled or self.home is None:
+            return
+        try:
+            gone = os.stat(self.dir).st_ino != self.home
+        except FileNotFoundError:
+            gone = True
+        except OSError:
+            gone = False
+        self.gone_looks = self.gone_looks + 1 if gone else 0
+        if self.gone_looks >= self.GONE_AFTER:
+            say(f"{self.dir} was removed, or is another run's now: this pilot's run is gone; ending its "
+                f"{len(self.running)} running members and leaving")
+            self.gone = self.cancelled = True  # (it takes nothing more: the loop reads no tasks)
+            # handed back, no attempt spent: it is not the members' doing (should the run be
+            # resumed where it was moved to, they run again as the same attempt)
+            while self.chained:
+                self.queue.appendleft(self.chained.pop())
+            while self.queue:
+                self.hand_back(self.queue.popleft(), RUN_GONE)
+            now = time.time()
+            for m in self.running.values():
+                m.killed, m.term_at = RUN_GONE, now  # (SIGKILL after the grace: enforce_walltimes)
+                self.signal_member(m, signal.SIGTERM)
 
     def leave(self) -> None:
         """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing

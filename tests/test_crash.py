@@ -385,3 +385,59 @@ def test_pilot_killed_at_twenty_random_moments_no_member_completes_twice(tmp_pat
     for r in notes:
         m = int(r["what"].split(":")[2].split()[0])
         assert ends[(str(m),)] == 1 and first[m]["state"] == "done"
+
+
+GONE_WF = """\
+name: orphaned
+nodes:
+  s:
+    parameters: {k: {range: [0, 2]}}
+    run: echo $$ > {{ pids }}/$PWE_MEMBER.pid; exec sleep 600
+"""
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_engine_killed_and_run_directory_removed_its_pilot_ends_its_members_and_leaves(tmp_path, write, reaper, how):
+    """kill -9 of the engine, then the run directory removed (or moved away, another made at
+    its path): nobody is left to cancel the pilot. It finds its directory gone, ends its
+    members and leaves, instead of running them to their walltime and holding its
+    allocation until its idle timeout."""
+    wf = write(GONE_WF)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    run = tmp_path / "run"
+    rc, out, err = run_cli("submit", wf, "--set", f"pids={pids}", "--cores", "2", "--run-dir", run, cwd=tmp_path)
+    assert rc == 0, err
+    engine = wait_for(lambda: engine_pid(run), what="an engine.lock after pwe submit")
+    lines = wait_for(lambda: [p.read_text() for p in pids.iterdir()] if len(list(pids.iterdir())) == 2
+                     and all(p.read_text().endswith("\n") for p in pids.iterdir()) else None,
+                     what="both members to write their pids")
+    members = [int(line) for line in lines]
+    pilots = pilot_pids(run)
+    reaper(run, engine, *pilots)
+    try:
+        assert len(pilots) == 1 and alive(pilots[0])
+        os.kill(engine, signal.SIGKILL)
+        wait_for(lambda: not alive(engine), what="the killed engine to be gone")
+        assert all(alive(m) for m in members), "a member ended before its run was removed"
+        if how == "removed":
+            subprocess.run(["rm", "-rf", str(run)], check=True)
+        else:
+            os.rename(run, tmp_path / "run.old")
+            (run / "pilots" / "p1").mkdir(parents=True)
+        wait_for(lambda: not alive(pilots[0]) and not any(alive(m) for m in members), timeout=120,
+                 what="the pilot to end its members and leave")
+    finally:
+        for m in members:
+            if alive(m) and "sleep 600" in cmdline(m):
+                os.kill(m, signal.SIGKILL)
+    if how == "replaced":  # (its log and its last event went where its files went)
+        old = tmp_path / "run.old" / "pilots" / "p1"
+        assert "this pilot's run is gone; ending its 2 running members and leaving" in (old / "pilot.log").read_text()
+        events = [json.loads(line) for line in (old / "events.jsonl").read_text().splitlines()]
+        assert [e["why"] for e in events if e["k"] == "down"] == ["gone"]
+        # (handed back, not ended: no attempt spent, should the run be resumed where it went)
+        assert sorted(e["m"] for e in events if e["k"] == "back" and e["why"] == "its run directory was removed") \
+            == [0, 1]
+        assert not [e for e in events if e["k"] == "end"]
+        assert list((run / "pilots" / "p1").iterdir()) == [], "the pilot wrote into the directory that replaced its own"

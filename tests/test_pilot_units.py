@@ -473,3 +473,53 @@ def test_a_nodes_shared_environment_is_sent_once_and_a_task_naming_an_unknown_on
     eng.feeder.share_env(pilot, eng.feeder.task("a", 3, 1))
     assert [m["k"] for m in pilot._out] == ["env", "env"]
     eng.journal.close()
+
+
+def test_a_pilot_takes_only_a_missing_or_other_directory_for_its_run_gone(tmp_path, monkeypatch):
+    """Endings.look_home: "no such directory" or another directory at its path, seen twice
+    in a row, ends the pilot's members; an error of any other kind (a network file system
+    that does not answer now), or one look alone, never does."""
+    import errno
+    from collections import deque
+
+    from pilot.endings import Endings, identity
+
+    home = tmp_path / "pilots" / "p1"
+    home.mkdir(parents=True)
+
+    class Pilot(Endings):
+        def __init__(self):
+            self.dir, self.home, self.gone_looks, self.gone = str(home), identity(str(home)), 0, False
+            self.cancelled, self.running, self.queue, self.chained = False, {}, deque(), deque()
+
+    answers: list = []
+    real_stat = os.stat
+
+    def stat(path, *a, **kw):
+        if path == str(home) and answers:
+            got = answers.pop(0)
+            if isinstance(got, OSError):
+                raise got
+        return real_stat(path, *a, **kw)
+
+    monkeypatch.setattr(os, "stat", stat)
+    p = Pilot()
+    answers.extend([OSError(errno.EIO, "I/O error"), OSError(errno.ESTALE, "Stale file handle"),
+                    OSError(errno.EACCES, "Permission denied")] * 2)
+    for _ in range(6):
+        p.look_home()
+    assert not p.cancelled and not p.gone
+    answers.append(FileNotFoundError(errno.ENOENT, "No such file or directory"))
+    p.look_home()
+    p.look_home()  # (there again: a look alone is forgotten)
+    answers.append(FileNotFoundError(errno.ENOENT, "No such file or directory"))
+    p.look_home()
+    assert not p.cancelled and p.gone_looks == 1
+    p.look_home()
+    assert not p.cancelled and p.gone_looks == 0
+    home.rename(tmp_path / "moved")
+    home.mkdir()  # another directory at its path
+    p.look_home()
+    assert not p.cancelled
+    p.look_home()
+    assert p.cancelled and p.gone
