@@ -397,6 +397,8 @@ class PilotSpool(Transport):
             return
         view = memoryview(data)
         try:
+            if self._out is None:  # (the live file a rotation could not make: made now)
+                self._out = open(self.where, "ab", buffering=0)
             while view:
                 view = view[self._out.write(view):]
             if self.fsync:
@@ -409,15 +411,20 @@ class PilotSpool(Transport):
         self._size += len(data)
         if self._size >= self._segment:  # (rotated between two batches: a part holds whole lines)
             self._out.close()
+            self._out = None
             try:
                 self._base, self._size = rotate(self.where, self._base, self._size), 0
             except OSError:
                 pass  # (not rotated: tried again after the next batch; what was sent is sent)
-            self._out = open(self.where, "ab", buffering=0)
+            try:
+                self._out = open(self.where, "ab", buffering=0)
+            except OSError:
+                pass  # (no inode left, say: this batch is written; the next is held until the file can be made)
 
     def receive(self, cursor: int) -> tuple[list[dict[str, Any]], int]:
         return self._in.read(cursor)
 
     def close(self) -> None:
-        self._out.close()
+        if self._out is not None:
+            self._out.close()
         self._in.close()

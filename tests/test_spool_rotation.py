@@ -306,3 +306,55 @@ def test_a_spool_whose_parts_change_at_every_look_is_damaged_not_waited_on(tmp_p
     with pytest.raises(Damaged, match="rotated 100 times while it was opened"):
         reader.seek(1 << 40)  # (past every part listed: the live file, opened and looked at again)
     assert len(looks) == bounded.Chain.RELOCATE  # (one look a try)
+
+
+def test_a_rotation_whose_new_file_cannot_be_made_holds_what_follows_until_it_can(tmp_path, small_segments):
+    """A real tmpfs with no inode left: the pilot's rotation renames its events file (no new
+    inode needed), then cannot make the new one. The batch just written stays written; what
+    follows is held and raises OSError (the pilot's flush: hold events, start no member),
+    never a write to a closed file (which made the pilot leave with an internal error).
+    Once an inode is free again, everything held goes out: every message once, in order."""
+    import errno
+    import subprocess
+
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,nr_inodes=64", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        d = mnt / "p1"
+        d.mkdir()
+        pilot = PilotSpool(str(d))
+        (d / TASKS).touch()
+        fillers = []
+        while True:  # every inode left taken
+            try:
+                f = mnt / f"filler{len(fillers)}"
+                f.touch()
+                fillers.append(f)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+        sent, refused = 0, 0
+        for b in range(60):  # 60 x 20 messages of ~100 bytes: past the 64 KiB segment
+            try:
+                pilot.send(_events(20, b * 20))
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                refused += 1
+            sent += 20
+        assert refused > 0, "the rotation made its new file: no inode was short"
+        assert pilot.held and not os.path.exists(d / EVENTS)
+        fillers.pop().unlink()  # an inode free again
+        pilot.send(_events(5, sent))
+        sent += 5
+        assert not pilot.held
+        got, _ = _drain(EngineSpool(d), 0)
+        assert [m["m"] for m in got] == list(range(sent)) and [m["q"] for m in got] == list(range(1, sent + 1))
+        pilot.close()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
