@@ -203,6 +203,55 @@ def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
     assert len(shown) == n and all(m["state"] == "done" for m in shown)
 
 
+def test_a_filesystem_out_of_inodes_at_any_step_is_one_line_and_resume_finishes_each_member_once(tmp_path):
+    """An inode quota (the limit HPC filesystems hit first) met at every step of a run in
+    turn: a real tmpfs of N inodes, N from 3 up, until a run fits. Wherever the refusal
+    comes (making the run directory, its lock, its journal, a pilot's directory, its
+    files, the members' directory), `pwe run` says it in one line and no traceback: either
+    the run was not made (exit 1, nothing left behind) or it stopped with its state intact
+    (exit 3); then, with inodes to spare, `pwe resume` finishes it and the members' own
+    ledger shows each of them ran exactly once."""
+    n = 40
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: inodes\nnodes:\n  a:\n    parameters: {i: {range: [0, %d]}}\n"
+                  '    run: echo "$PWE_MEMBER" >> %s\n' % (n, ledger))
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    seen = {}
+    for inodes in range(3, 64):
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=16m,nr_inodes={inodes}", "tmpfs", str(mnt)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            if os.environ.get("CI"):
+                pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
+            pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+        try:
+            ledger.unlink(missing_ok=True)
+            run_dir = mnt / "run"
+            first = pwe("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path)
+            assert "Traceback" not in first.stderr, (inodes, first.stderr)
+            seen.setdefault(first.returncode, inodes)
+            if first.returncode == 0:
+                break
+            last = first.stderr.strip().splitlines()[-1]
+            assert "No space left on device" in last and "free space" in last, (inodes, last)
+            if first.returncode == 1:  # refused before it was made: nothing of it left
+                assert last.startswith(f"cannot make the run directory {run_dir}"), (inodes, last)
+                assert not run_dir.exists() and not ledger.exists(), inodes
+                continue
+            assert first.returncode == 3, (inodes, first.returncode, last)
+            assert "stopped with its state intact" in last and last.endswith(f"pwe resume {run_dir.resolve()}")
+            subprocess.run(["mount", "-o", "remount,nr_inodes=10000", str(mnt)], check=True)
+            again = pwe("resume", run_dir, cwd=tmp_path)
+            assert again.returncode == 0, (inodes, again.stderr)
+            ran = ledger.read_text().split() if ledger.exists() else []
+            assert sorted(map(int, ran)) == list(range(n)), (inodes, "members lost or run twice", ran)
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)])
+    assert seen.get(0) and seen.get(3), f"the sweep never stopped a run with its state intact, or never fit: {seen}"
+
+
 def start_kill_sweep(tmp_path, n: int, between: str = ""):
     """`pwe run` (in the background, 2 cores) of n short members that write their own ledger
     (start, then ``between``, then end, with member and attempt): (ledger, run dir, process)."""

@@ -16,6 +16,7 @@ again what the engine had not acknowledged) is ``resent``. Each refusal is journ
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -191,7 +192,9 @@ class Intake:
             pilot.acked = pilot.q
         if self.unwritable:
             # the members' directories cannot be made: the run's cause, not theirs
-            raise RunStopped(f"{self.unwritable}: make it writable")
+            # (the pilot's words are the system's: "No space left on device" is no permission to fix)
+            full = any(os.strerror(e) in self.unwritable for e in kind.FULL)
+            raise RunStopped(f"{self.unwritable}: {'free space' if full else 'make it writable'}")
         return len(events)
 
     @staticmethod

@@ -47,7 +47,7 @@ from ..base.regular import read_bytes, write_json_atomic
 from ..base.text import shown
 from ..planning.plan import Plan
 from ..runstate import checkpoint, pressure, rundir, runs
-from ..runstate.journal import Journal, JournalError
+from ..runstate.journal import Journal, JournalError, disk_refusals
 from ..runstate.state import RunState, not_begun_runs
 from ..runstate import journal as kind
 from . import recovery
@@ -174,8 +174,9 @@ class Engine:
         path, plan, info, warnings = runs.create(workflow, sets, host, cores, run_dir, hosts_file, **options)
         try:
             engine = cls(path, plan, info)
-        except BaseException:  # a run that cannot start leaves no half-made directory behind
+        except BaseException as exc:  # a run that cannot start leaves no half-made directory behind
             runs.unmake(path)
+            runs.not_made(path, exc)
             raise
         engine.warnings = warnings
         engine.made = True  # (refused before it began, in run(): removed again)
@@ -214,40 +215,18 @@ class Engine:
         """
         self._by = {"by": by} if by else {}
         if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli/main.py)
-            self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
+            with disk_refusals(self.dir):
+                self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
-            if self.info_changed:  # (written only by the engine holding the run)
-                try:
-                    write_json_atomic(self.dir / "run.json", self.info)
-                except OSError:
-                    pass  # the next engine finds the change again; the journal says it either way
-            self._load()
-            for name in self.hosts_changed:
-                self.ledger.record({"e": kind.NOTE, "what": f"host '{name}' is defined differently than when the run "
-                                    "began; new pilots use its current definition", "t": time.time()})
-            if retry:
-                # a cancel request the last engine never took in (it ended first) is stale:
-                # retrying is the user asking for the run again
-                (self.dir / "control" / "cancel").unlink(missing_ok=True)
-                self.ledger.record({"e": kind.RETRY, "t": time.time(), **self._by,
-                                    **({"only": only} if only is not None else {})})
-            if cancel:
-                self.cancel(by)
-            else:
-                try:
-                    changed = self._reuse()
-                    self._complete_by_products(changed)
-                except InputError:  # (a products: directory that cannot be listed): refused before it began
-                    self._refused = self.made
-                    raise
-                self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
-                self.budget.weigh()
-            return self._loop(progress)
+            with disk_refusals(self.dir):  # (the run's files refused anywhere: JournalError, not a traceback)
+                return self._run(progress, retry, cancel, by, only)
         except RunStopped as exc:
-            # said in the journal (when the disk still takes it), so `pwe status` shows why
+            # said in the journal (when the disk still takes it, and it was opened), so `pwe
+            # status` shows why
             try:
-                self.ledger.record({"e": kind.STOPPED, "why": str(exc), "t": time.time()})
-                self.journal.flush()
+                if self.journal is not None:
+                    self.ledger.record({"e": kind.STOPPED, "why": str(exc), "t": time.time()})
+                    self.journal.flush()
             except (PweError, OSError):
                 pass
             raise
@@ -259,6 +238,37 @@ class Engine:
             self._shutdown()
             if self._refused:
                 runs.unmake(self.dir)  # a refusal leaves nothing behind
+
+    def _run(self, progress: Callable[[RunState], None] | None, retry: bool, cancel: bool, by: str | None,
+             only: dict[str, list[list[int]]] | None) -> bool:
+        """:meth:`run`'s work, inside its lock and its catching of what stops the run."""
+        if self.info_changed:  # (written only by the engine holding the run)
+            try:
+                write_json_atomic(self.dir / "run.json", self.info)
+            except OSError:
+                pass  # the next engine finds the change again; the journal says it either way
+        self._load()
+        for name in self.hosts_changed:
+            self.ledger.record({"e": kind.NOTE, "what": f"host '{name}' is defined differently than when the run "
+                                "began; new pilots use its current definition", "t": time.time()})
+        if retry:
+            # a cancel request the last engine never took in (it ended first) is stale:
+            # retrying is the user asking for the run again
+            (self.dir / "control" / "cancel").unlink(missing_ok=True)
+            self.ledger.record({"e": kind.RETRY, "t": time.time(), **self._by,
+                                **({"only": only} if only is not None else {})})
+        if cancel:
+            self.cancel(by)
+        else:
+            try:
+                changed = self._reuse()
+                self._complete_by_products(changed)
+            except InputError:  # (a products: directory that cannot be listed): refused before it began
+                self._refused = self.made
+                raise
+            self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
+            self.budget.weigh()
+        return self._loop(progress)
 
     def _load(self) -> None:
         """Open the run's books (the checkpoint, then the journal's tail), recover what a

@@ -102,8 +102,9 @@ class RemoteRun:
         # (the run root is often inside the workspace: its runs are not this run's inputs)
         inputs = [rel for rel in inputs if not (ws / rel).resolve().is_relative_to(runs_root)]
         run_id = rundir.new_run_id(plan.workflow.name)
-        path = runs.make_dir(Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id)
+        path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
         try:
+            path = runs.make_dir(path)
             copy = path / f"workflow{src.suffix or '.yaml'}"
             shutil.copyfile(src, copy)
             info = {"run_id": run_id, "workflow": str(src.resolve()), "copy": copy.name, "sets": sets or {},
@@ -113,8 +114,9 @@ class RemoteRun:
                                                                               "host", "created", "workspace")}
                                      | {"remote": True})
             write_json_atomic(path / REMOTE_FILE, info)
-        except BaseException:  # (nothing left half made)
+        except BaseException as exc:  # (nothing left half made)
             runs.unmake(path)
+            runs.not_made(path, exc)  # (its filesystem full: one line)
             raise
         from ..runstate.registry import register
 

@@ -105,9 +105,10 @@ import errno
 import json
 import os
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pilot import transport
 
@@ -450,10 +451,41 @@ def append_whole(fh, data: bytes, path: Path, fsync: bool = False) -> None:
         raise cannot_write(path, exc) from None
 
 
+#: what a filesystem says when it takes no more (full, a quota of bytes or of inodes, a file
+#: too big), and when it takes nothing (read-only, permissions)
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+REFUSALS = (*FULL, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def cannot_write(where: Any, exc: OSError) -> JournalError:
     """The error that stops a run whose files the disk refuses, with what to do."""
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    full = exc.errno in FULL
     return JournalError(f"cannot write {where}: {exc.strerror}: {'free space' if full else 'make it writable'}")
+
+
+def refused_within(exc: BaseException, directory: Path) -> bool:
+    """Whether ``exc`` is a filesystem refusing a file (:data:`REFUSALS`) under ``directory``
+    (a refusal elsewhere, or an error without a file, is not this directory's)."""
+    if not isinstance(exc, OSError) or exc.errno not in REFUSALS or not exc.filename:
+        return False
+    where = os.path.abspath(os.fsdecode(exc.filename))
+    top = os.path.abspath(directory)
+    return where == top or where.startswith(top.rstrip(os.sep) + os.sep)
+
+
+@contextmanager
+def disk_refusals(directory: Path) -> Iterator[None]:
+    """The run's files refused by their filesystem anywhere inside (a full disk, an inode
+    quota, a read-only mount), as :func:`cannot_write`'s JournalError: the run stops with
+    its state intact and one line, wherever the refusal came (the journal, a pilot's new
+    directory, the checkpoint), instead of a traceback. Any other error passes as it is:
+    a defect is not hidden behind "free space"."""
+    try:
+        yield
+    except OSError as exc:
+        if refused_within(exc, directory):
+            raise cannot_write(exc.filename, exc) from None
+        raise
 
 
 class Journal:

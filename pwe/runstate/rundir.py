@@ -28,13 +28,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from . import registry
-from ..base.errors import InputError, PweError, RunNotFound, RunStopped, RunTaken
+from ..base.errors import InputError, PweError, RunNotFound, RunTaken
 
 DEFAULT_ROOT = Path("pwe-runs")
 
@@ -82,14 +83,33 @@ def create(run_dir: Path) -> Path:
         where = "move it away or give --run-dir" if Path(run_dir).parent == DEFAULT_ROOT else "choose another --run-dir"
         raise InputError(f"cannot create run directory {run_dir}: {blocked[0]} is {blocked[1]}, not a directory; "
                          f"{where}")
+    top = next((q for q in (*reversed(run_dir.parents), run_dir) if not q.exists()), run_dir)
+    made = False
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
+        made = True
         run_dir.chmod(0o700)  # owner-only: its secret signs every message of the run
         for sub in ("pilots", "members", "control"):
             (run_dir / sub).mkdir()
     except FileExistsError:
         raise InputError(f"run directory {run_dir} already exists; choose another --run-dir") from None
     except OSError as exc:
+        # nothing left half made: what it made of the directory, and the parents it made for it
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        q = run_dir
+        while q != top.parent:
+            try:
+                q.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                break
+            q = q.parent
+        from .journal import FULL
+
+        if exc.errno in FULL:  # (no room, not a path to choose again: pwe.runstate.runs.not_made says so)
+            raise
         raise InputError(f"cannot create run directory {run_dir}: {exc.strerror}; choose another --run-dir") from None
     return run_dir
 
@@ -313,7 +333,9 @@ class EngineLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise RunStopped(f"cannot open {self.path}: {exc.strerror}: make the run directory writable") from None
+            from .journal import cannot_write
+
+            raise cannot_write(self.path, exc) from None
         deadline, pause = time.monotonic() + self.SETTLE, 0.002
         while True:
             try:

@@ -9,6 +9,7 @@ talks to a host.
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from . import rundir
 from ..base.confine import inside
-from ..base.errors import InputError, RunDamaged
+from ..base.errors import InputError, PweError, RunDamaged
 from ..planning.plan import Plan, plan_workflow
 from ..base.regular import kind, open_regular, read_json
 from ..base.regular import write_json_atomic
@@ -68,11 +69,13 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     cores = next(iter(hosts.values())).cores_per_node
     # (the service gives the id its client chose, so that a submission delivered twice finds its run)
     run_id = options.pop("run_id", None) or rundir.new_run_id(plan.workflow.name)
-    path = make_dir(Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id)
+    path = Path(run_dir) if run_dir else rundir.DEFAULT_ROOT / run_id
     try:
+        path = make_dir(path)
         info = _fill(path, src, run_id, sets, host, cores, cores_option, hosts_file, options)
-    except BaseException:  # (a disk that fills, a file that cannot be copied: nothing left half made)
+    except BaseException as exc:  # (a disk that fills, a file that cannot be copied: nothing left half made)
         unmake(path)
+        not_made(path, exc)
         raise
     from .registry import register
 
@@ -112,6 +115,23 @@ def make_dir(run_dir: Path) -> Path:
     rundir.create(run_dir)
     _MADE[str(run_dir.resolve())] = top.resolve()
     return run_dir
+
+
+def not_made(run_dir: Path, exc: BaseException) -> None:
+    """A new run directory its filesystem refused (full, a quota of bytes or inodes,
+    read-only; :data:`pwe.runstate.journal.REFUSALS`), said in one line: raised as a
+    PweError (exit status 1; nothing was left behind, there is nothing to resume). Any
+    other error is left to its caller to raise as it is."""
+    from .journal import FULL, REFUSALS, refused_within
+
+    if not isinstance(exc, OSError) or not exc.filename:
+        return
+    mine = Path(os.path.abspath(run_dir))
+    # inside it, or one of the parents it was making (refused for a file elsewhere: not this)
+    if refused_within(exc, mine) or (exc.errno in REFUSALS and Path(os.path.abspath(exc.filename)) in mine.parents):
+        what = "free space" if exc.errno in FULL else "make it writable"
+        raise PweError(f"cannot make the run directory {run_dir}: {exc.filename}: {exc.strerror}: {what} "
+                       "(nothing was left behind)") from None
 
 
 def unmake(run_dir: Path) -> None:
