@@ -490,3 +490,26 @@ def test_engine_killed_and_run_directory_removed_its_pilot_ends_its_members_and_
             == [0, 1]
         assert not [e for e in events if e["k"] == "end"]
         assert list((run / "pilots" / "p1").iterdir()) == [], "the pilot wrote into the directory that replaced its own"
+
+
+def test_a_run_directory_whose_making_was_cut_short_is_said_so_by_every_command(tmp_path):
+    """`pwe run` killed -9 between making its run directory (pwe.runstate.rundir.create)
+    and writing its run.json leaves the subdirectories and nothing else: nothing of it ran.
+    resume, status and cancel say that, and a new `pwe run` there says to remove it; one
+    line each, exit status 2, nothing changed."""
+    from pwe.runstate import rundir
+
+    run = tmp_path / "half"
+    rundir.create(run)  # (what a kill right after it leaves)
+    (run / ".run.json.4242.tmp").write_text("{")  # (and a kill inside run.json's atomic write)
+    before = sorted(p.name for p in run.iterdir())
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: w\nnodes:\n  a:\n    run: 'true'\n")
+    for args in (("resume", run), ("status", run), ("cancel", run)):
+        rc, out, err = run_cli(*args, cwd=tmp_path)
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, (args, rc, err)
+        assert err.startswith(f"{run}: a run directory whose making was cut short (it has no run.json"), err
+        assert err.rstrip().endswith("remove it and run again"), err
+    rc, out, err = run_cli("run", wf, "--run-dir", run, cwd=tmp_path)
+    assert rc == 2 and err.count("\n") == 1 and "its making cut short" in err and "remove it" in err, (rc, err)
+    assert sorted(p.name for p in run.iterdir()) == before

@@ -92,6 +92,10 @@ def create(run_dir: Path) -> Path:
         for sub in ("pilots", "members", "control"):
             (run_dir / sub).mkdir()
     except FileExistsError:
+        if _half_made(run_dir):
+            raise InputError(f"run directory {run_dir} already exists, its making cut short (no run.json: the `pwe "
+                             "run` that made it was killed before its run began); remove it, or choose another "
+                             "--run-dir") from None
         raise InputError(f"run directory {run_dir} already exists; choose another --run-dir") from None
     except OSError as exc:
         # nothing left half made: what it made of the directory, and the parents it made for it
@@ -205,9 +209,25 @@ def find(run: str | None, root: Path | None = None) -> Path:
             return found
     from ..base.errors import did_you_mean
 
+    if _half_made(Path(run)):
+        raise RunNotFound(f"{run}: a run directory whose making was cut short (it has no run.json: the `pwe run` "
+                          "that made it was killed before its run began, so nothing of it ran); remove it and run "
+                          "again")
     looked = ", ".join(_shown(base) for base, _ in places)
     nor = f", nor in the registry of runs ({registry.where()}/)" if root is None else ""
     raise RunNotFound(f"no run '{run}' (looked in {looked}){nor}{did_you_mean(run, sorted(k for k, _ in known))}")
+
+
+def _half_made(path: Path) -> bool:
+    """Whether ``path`` is what :func:`create` makes before a run's files are written (its
+    subdirectories, perhaps the workflow's copy and the secret, no ``run.json``)."""
+    try:
+        names = {p.name for p in path.iterdir()} if path.is_dir() and not path.is_symlink() else set()
+    except OSError:
+        return False
+    made = {"pilots", "members", "control"}
+    rest = {n for n in names - made if not (n.startswith(".run.json.") and n.endswith(".tmp"))}
+    return made <= names and rest <= {"secret", "workflow.yaml", "workflow.yml", "workflow.json"}
 
 
 def _newest(base: Path) -> Path:
