@@ -316,6 +316,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.poll_setups()
         if self.write_blocked or self.draining:
             return
+        if self.no_scratch:  # (what came since no node could make a $TMPDIR: back, as it comes)
+            self.hand_back_queued()
+            return
         now = time.time()
         left = self.time_left(now)
         # first fit over a short look-ahead, so one wide member does not stall narrow ones

@@ -68,9 +68,14 @@ class Agent:
         env.update(msg.get("env") or {})
         argv = msg["argv"]
         tmp = msg.get("tmp")
-        try:
-            if tmp:  # this node's own fresh $TMPDIR for the member (the pilot's is elsewhere)
+        if tmp:  # this node's own fresh $TMPDIR for the member (the pilot's is elsewhere)
+            try:
                 make_fresh(tmp)
+            except OSError as exc:  # (this node's scratch, not the member: the pilot queues it elsewhere)
+                self.say(k=AGENT_FAILED, id=msg["id"], rc=1, why=f"cannot make a member's $TMPDIR under "
+                         f"{os.path.dirname(os.path.dirname(tmp))}: {exc.strerror or exc}", scratch=1)
+                return
+        try:
             fds = self.stream.capture()
             try:
                 pid = self.spawner.spawn(argv, env, msg["cwd"], msg.get("cmd") or " ".join(argv), fds,

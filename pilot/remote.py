@@ -85,7 +85,7 @@ class RemoteNodes:
         node = placement[0][0].name
         if self.tmpdirs.error is not None:  # (the host's scratch names a variable not set: said, never guessed)
             self.packer.release(placement, threads, exclusive)
-            self.fail_now(task, 1, f"cannot make its $TMPDIR: {self.tmpdirs.error}")
+            self.scratch_refused(node, f"cannot make a member's $TMPDIR: {self.tmpdirs.error}", task)
             return
         agent = self.agents.get(node) or self.start_agent(node, launcher)
         key = self._next_key
@@ -168,7 +168,9 @@ class RemoteNodes:
                 agent.members.pop(member.key, None)
                 self.running.pop(member.key, None)
                 self.packer.release(member.placement, member.threads, member.exclusive)
-                if msg["k"] == AGENT_FAILED:
+                if msg["k"] == AGENT_FAILED and msg.get("scratch"):  # (its node's, not the member's)
+                    self.scratch_refused(agent.node, str(msg.get("why")), member.task)
+                elif msg["k"] == AGENT_FAILED:
                     self.fail_now(member.task, msg["rc"], msg["why"])
                 else:
                     self.finish(member, msg["rc"])

@@ -23,6 +23,7 @@ import shutil
 import stat
 
 from .allocation import hostname
+from .members import say
 from .packing import Placement
 from .spawn import pid_alive
 
@@ -236,23 +237,64 @@ class TmpDirs:
         return st.f_bavail * st.f_frsize // (1024 * 1024)
 
 
+#: How a ``back`` begins when no node of the pilot can make a member's $TMPDIR: the member
+#: is handed back (no attempt spent) and the engine gives the pilot nothing more
+#: (pwe/engine/pilotctl.py Setups: SETUP_FAILED's way).
+NO_SCRATCH = "no node of this pilot can make a member's $TMPDIR"
+
+
 class MemberTmp:
     """The pilot's side of members' $TMPDIRs (a mixin of :class:`pilot.agent.PilotAgent`:
-    uses its tmpdirs, packer and fail_now)."""
+    uses its tmpdirs, packer, queue and hand_back).
+
+    A node whose scratch takes no directory (full, an inode quota, read-only, a ``scratch``
+    naming a variable not set there) is the node's fault, never the member's: left to
+    fail, every member would fail there in a millisecond and a whole sweep would drain
+    into that one "black hole" node, its retries with it. So the member goes back to the
+    queue (no attempt spent) and the node takes no more members of this pilot; when no
+    node is left, what the pilot holds is handed back with :data:`NO_SCRATCH` and the pilot
+    leaves once its running members end. A node's scratch seldom clears in the middle of a
+    job; the next pilot finds out for itself."""
+
+    no_scratch = ""  # (set once no node of the pilot is left: why, the NO_SCRATCH back's words)
 
     def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
                       member_env: dict) -> bool:
         """The member attempt's own fresh $TMPDIR (pilot/tmpdirs.py), made here for a member
         on this node and put in its environment (TMPDIR, PWE_TMPDIR); False when it cannot be
-        made (the member fails with the reason). A member on another node gets its own from
-        that node's agent (remote.py); one whose ranks span nodes, or that srun or mpiexec
-        start on another node, keeps the nodes' own $TMPDIR (one path would not exist on all)."""
+        made (:meth:`scratch_refused`: the member is queued again, or handed back). A member on
+        another node gets its own from that node's agent (remote.py); one whose ranks span
+        nodes, or that srun or mpiexec start on another node, keeps the nodes' own $TMPDIR
+        (one path would not exist on all)."""
         if len(placement) != 1 or not placement[0][0].local:
             return True
         try:
             member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.make(task["n"], task["m"], task["a"])
         except OSError as exc:
             self.packer.release(placement, threads, exclusive)
-            self.fail_now(task, 1, f"cannot make its $TMPDIR under {self.tmpdirs.root}: {exc.strerror or exc}")
+            self.scratch_refused(placement[0][0].name, f"cannot make a member's $TMPDIR under {self.tmpdirs.root}: "
+                                 f"{exc.strerror or exc}", task)
             return False
         return True
+
+    def scratch_refused(self, node: str, why: str, task: dict) -> None:
+        """``node`` could not make ``task``'s $TMPDIR: it takes no more members of this
+        pilot; ``task`` is queued again (another node places it) or, with no node left, it
+        and everything queued go back to the engine and the pilot leaves (see the class)."""
+        if node not in self.packer.dead:
+            say(f"node {node}: {why}; no member of this pilot goes there from now on (not the members' fault: "
+                "none of them fails for it)")
+            self.packer.kill_node(node)
+        self.queue.appendleft(task)
+        if all(n.name in self.packer.dead for n in self.alloc.nodes):
+            self.no_scratch = f"{NO_SCRATCH} ({why})"
+            self.hand_back_queued()
+
+    def hand_back_queued(self) -> None:
+        """(No node left that can make a $TMPDIR.) What the pilot holds goes back, and it
+        leaves once what runs has ended (the engine sends it nothing more: STOP)."""
+        self.stopping = True
+        while self.chained:
+            self.queue.appendleft(self.chained.pop())
+        while self.queue:
+            self.hand_back(self.queue.popleft(), self.no_scratch)

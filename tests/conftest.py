@@ -380,6 +380,23 @@ def redis_url():
     return Path("/var/tmp/pwe-redis/url").read_text().strip()
 
 
+@_contextlib.contextmanager
+def tmpfs(where: Path, options: str):
+    """A real tmpfs mounted at ``where`` (made if missing) with ``options`` (``size=1m``,
+    ``nr_inodes=9``: a filesystem to fill, of bytes or of files), unmounted after. Where
+    mounting is not allowed the test is skipped, and under CI it fails."""
+    where.mkdir(parents=True, exist_ok=True)
+    res = _subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
+    if res.returncode != 0:
+        if _os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        _subprocess.run(["umount", "-l", str(where)])
+
+
 def kill_pilot(events: Path) -> None:
     """kill -9 of the pilot whose events file this is (its pid is in its first line, `up`)."""
     import json

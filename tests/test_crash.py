@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import (LEDGER_WF, ROOT, alive, cmdline, count_ends, engine_pid, kill_pilot, ledger_counts,
-                      let_time_pass, pilot_pids, read_journal, run_cli, status, wait_for)
+                      let_time_pass, pilot_pids, read_journal, run_cli, status, tmpfs, wait_for)
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -162,15 +162,8 @@ def test_kill_pilot_members_running_past_the_grace_are_killed_and_run_again(tmp_
 @pytest.fixture
 def small_fs(tmp_path):
     """A real 1 MiB filesystem (tmpfs), to fill up."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)])
+    with tmpfs(tmp_path / "small", "size=1m") as mnt:
+        yield mnt
 
 
 def test_full_disk_stops_cleanly_and_resume_finishes(tmp_path, small_fs):
@@ -216,17 +209,9 @@ def test_a_filesystem_out_of_inodes_at_any_step_is_one_line_and_resume_finishes_
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: inodes\nnodes:\n  a:\n    parameters: {i: {range: [0, %d]}}\n"
                   '    run: echo "$PWE_MEMBER" >> %s\n' % (n, ledger))
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
     seen = {}
     for inodes in range(3, 64):
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=16m,nr_inodes={inodes}", "tmpfs", str(mnt)],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            if os.environ.get("CI"):
-                pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
-            pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-        try:
+        with tmpfs(tmp_path / "fs", f"size=16m,nr_inodes={inodes}") as mnt:
             ledger.unlink(missing_ok=True)
             run_dir = mnt / "run"
             first = pwe("run", wf, "--cores", "2", "--run-dir", run_dir, cwd=tmp_path)
@@ -247,8 +232,6 @@ def test_a_filesystem_out_of_inodes_at_any_step_is_one_line_and_resume_finishes_
             assert again.returncode == 0, (inodes, again.stderr)
             ran = ledger.read_text().split() if ledger.exists() else []
             assert sorted(map(int, ran)) == list(range(n)), (inodes, "members lost or run twice", ran)
-        finally:
-            subprocess.run(["umount", "-l", str(mnt)])
     assert seen.get(0) and seen.get(3), f"the sweep never stopped a run with its state intact, or never fit: {seen}"
 
 

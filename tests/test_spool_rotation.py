@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import LEDGER_WF, ledger_counts, run_cli, wait_for
+from conftest import LEDGER_WF, ledger_counts, run_cli, tmpfs, wait_for
 from pilot.bounded import Damaged, open_spool, segments
 from pilot.sealing import seal
 from pilot.transport import EVENTS, TASKS, EngineSpool, PilotSpool
@@ -315,17 +315,8 @@ def test_a_rotation_whose_new_file_cannot_be_made_holds_what_follows_until_it_ca
     never a write to a closed file (which made the pilot leave with an internal error).
     Once an inode is free again, everything held goes out: every message once, in order."""
     import errno
-    import subprocess
 
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,nr_inodes=64", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "fs", "size=16m,nr_inodes=64") as mnt:
         d = mnt / "p1"
         d.mkdir()
         pilot = PilotSpool(str(d))
@@ -356,5 +347,3 @@ def test_a_rotation_whose_new_file_cannot_be_made_holds_what_follows_until_it_ca
         got, _ = _drain(EngineSpool(d), 0)
         assert [m["m"] for m in got] == list(range(sent)) and [m["q"] for m in got] == list(range(1, sent + 1))
         pilot.close()
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)])

@@ -12,7 +12,7 @@ import pytest
 import sys
 from pathlib import Path
 
-from conftest import ROOT, read_journal, wait_for
+from conftest import ROOT, read_journal, tmpfs, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -275,3 +275,77 @@ def test_an_empty_tmpdir_is_handed_on_anything_else_goes(tmp_path):
     t.remove("n", 2, 1)  # (said twice: nothing more happens)
     t.close()
     assert os.listdir(tmp_path / "s") == []
+
+
+def test_a_node_whose_scratch_takes_no_directory_fails_no_member_and_the_run_stops_intact(tmp_path):
+    """A "black hole" node: its scratch full (a real tmpfs whose inodes are all taken, as a
+    job before this one can leave a node's /tmp). Left to fail, every member would fail
+    there in a millisecond, retries and all. Instead none fails and none spends an attempt:
+    each pilot hands its members back and leaves; three such pilots in a row stop the run
+    in one line (exit 3); with room again, `pwe resume` runs every member once, as its
+    first attempt (the members' own ledger and `pwe show`)."""
+    n = 12
+    wf, scratch, ledger = setup(tmp_path, n, "", scheduling="")
+    wf.write_text(wf.read_text().replace("    run:", "    retries: 2\n    run:", 1))
+    with tmpfs(scratch, "size=4m,nr_inodes=2"):
+        (scratch / "left-by-another-job").touch()  # (its last inode)
+        with pytest.raises(OSError):
+            (scratch / "one-more").touch()
+        run_dir = tmp_path / "run"
+        proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)],
+                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "3 pilots in a row could make no member's $TMPDIR on any of their nodes" in last, last
+        assert f"under {scratch}: No space left on device" in last and "free the nodes' scratch" in last, last
+        assert not ledger.exists(), "a member ran without its $TMPDIR"
+        recs = read_journal(run_dir)
+        assert not [r for r in recs if r["e"] in ("end", "ends", "start")], "a member started, or was failed"
+        status = json.loads(subprocess.run([sys.executable, "-m", "pwe", "status", str(run_dir), "--json"],
+                                           env=ENV, capture_output=True, text=True, timeout=60).stdout)
+        assert status["totals"]["failed"] == 0 and status["totals"]["done"] == 0, status["totals"]
+        subprocess.run(["mount", "-o", "remount,nr_inodes=10000", str(scratch)], check=True)
+        again = subprocess.run([sys.executable, "-m", "pwe", "resume", str(run_dir)], cwd=tmp_path, env=ENV,
+                               capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0, again.stderr
+        assert sorted(int(w[0]) for w in ledger_lines(ledger)) == list(range(n))
+        shown = json.loads(subprocess.run([sys.executable, "-m", "pwe", "show", str(run_dir), "--json"], env=ENV,
+                                          capture_output=True, text=True, timeout=60).stdout)
+        assert [(m["state"], m["attempts"]) for m in shown] == [("done", 1)] * n, shown
+
+
+def test_pilots_that_could_start_nothing_stop_the_run_only_in_a_row():
+    """pwe/engine/pilotctl.py Setups: a pilot that starts a member between two that handed
+    everything back (no $TMPDIR on any node) breaks the row; three in a row stop the run."""
+    from pilot.tmpdirs import NO_SCRATCH
+    from pwe.base.errors import RunStopped
+    from pwe.engine.pilotctl import Setups
+
+    class Ledger:
+        def __init__(self):
+            self.records = []
+
+        def record(self, rec):
+            self.records.append(rec)
+
+    class Pilot:
+        def __init__(self, pid):
+            self.id, self.dir, self.full, self.refused, self.sent = pid, f"/run/pilots/{pid}", False, set(), []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    setups = Setups({}, Ledger())
+    back = {"k": "back", "n": "a", "m": 0, "why": f"{NO_SCRATCH} (cannot make a member's $TMPDIR under /s: No space)"}
+    p1, p2, p3, p4, p5 = (Pilot(f"p{i}") for i in range(1, 6))
+    for p in (p1, p2):
+        setups.news(p, back)
+        setups.news(p, back)  # (one STOP a pilot, however many come back)
+        assert p.full and [m["k"] for m in p.sent] == ["stop"]
+    setups.news(p3, {"k": "start", "n": "a", "m": 1})  # (p3 ran a member: the row is broken)
+    setups.news(p4, back)
+    setups.news(p5, back)
+    setups.check()  # (two in a row since)
+    setups.news(Pilot("p6"), back)
+    with pytest.raises(RunStopped, match=r"3 pilots in a row could make no member's \$TMPDIR.*under /s: No space"):
+        setups.check()

@@ -94,6 +94,7 @@ class PilotHandle:
         self._groups: dict[tuple[str, int], list[int]] = {}  # a grouped member -> its group's count left
         self.state = PilotState.ACTIVE  # its life stage (become() moves it)
         self.came_up = False  # it said `up` (history, beside the stage: see the module's docstring)
+        self.ran = False  # it started a member (pwe/engine/pilotctl.py Setups: pilots in a row that could not)
         self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
         self.finished_any = False  # an end event of one of its members was taken in
         self.serves: list[str] | None = None  # (a helper added by pwe pilot add: pwe/engine/pilotctl.py) its nodes

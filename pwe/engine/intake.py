@@ -26,6 +26,7 @@ from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MA
                         NODE_SETUP, START, UNWRITABLE, UP, VERSION, channel_key)
 
 from pilot.nodesetup import SETUP_FAILED
+from pilot.tmpdirs import NO_SCRATCH
 
 from ..base.errors import RunDamaged, RunStopped
 from ..base.regular import read_bytes
@@ -250,6 +251,9 @@ class Intake:
         k = ev["k"]
         if (k == START or k == END or k == BACK) and not self._member_event(pilot, ev, k, held):
             k = DAMAGED
+        if k == START and not pilot.ran:  # (its first member: "pilots in a row" that could run none end here)
+            pilot.ran = True
+            self.setup_news(pilot, ev)
         if k == NODE_LOST:
             self._node_lost(pilot, ev)
         elif k == DRAIN:
@@ -268,8 +272,10 @@ class Intake:
                                 str(ev.get("text", ev))[:80], "t": time.time()})
         elif k == NODE_SETUP:
             self.setup_news(pilot, ev)
-        if ev["k"] == BACK and str(ev.get("why") or "").startswith(SETUP_FAILED):
-            self.setup_news(pilot, ev)  # (setup_per_node failed on every node of the pilot: pwe/engine/pilotctl.py)
+        if ev["k"] == BACK and str(ev.get("why") or "").startswith((SETUP_FAILED, NO_SCRATCH)):
+            # (setup_per_node failed, or no $TMPDIR could be made, on every node of the pilot:
+            # pwe/engine/pilotctl.py)
+            self.setup_news(pilot, ev)
 
     def _member_event(self, pilot: PilotHandle, ev: dict[str, Any], k: str,
                       held: dict[Any, dict[str, Any]] | None) -> bool:

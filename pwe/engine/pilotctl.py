@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.nodesetup import SETUP_FAILED
-from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, STOP
+from pilot.tmpdirs import NO_SCRATCH
+from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, START, STOP
 
 from ..base.errors import InputError, JournalError, PweError, RunStopped
 from ..base.regular import read_json, write_json_atomic
@@ -319,10 +320,15 @@ class Setups:
         return pilot
 
     def news(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
-        """A pilot's ``node_setup``, or a ``back`` because its setup failed on every node
-        (:meth:`pwe.engine.intake.Intake.take` calls this for those alone): a node whose
-        setup failed is journaled (``pwe events``, ``pwe status``); a pilot whose every node
-        failed takes no more (a new one runs its members)."""
+        """A pilot's ``node_setup``, its first ``start``, or a ``back`` because its setup
+        failed on every node or no node could make a $TMPDIR (:meth:`pwe.engine.intake.Intake.take`
+        calls this for those alone): a node whose setup failed is journaled (``pwe events``,
+        ``pwe status``); a pilot whose every node failed takes no more (a new one runs its
+        members); SETUP_FAILURES such pilots in a row stop the run."""
+        if ev.get("k") == START:  # (a pilot's first member: the pilots that could start none are no longer in a row)
+            if pilot.id not in self.failed_pilots:
+                self.failed_pilots = set()
+            return
         if ev.get("k") == NODE_SETUP:
             if ev.get("rc") == 0:
                 self.failed_pilots = set()
@@ -331,15 +337,26 @@ class Setups:
             self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id}: setup_per_node failed on node "
                                 f"{ev.get('node')} (exit {ev.get('rc')}): no member that needs it runs there; its "
                                 f"output: {ev.get('log')}", "p": pilot.id, "node": ev.get("node"), "t": time.time()})
-        elif ev.get("k") == BACK and str(ev.get("why") or "").startswith(SETUP_FAILED):
-            pilot.refused.add((ev.get("n"), ev.get("m")))
+        elif ev.get("k") == BACK and str(ev.get("why") or "").startswith((SETUP_FAILED, NO_SCRATCH)):
+            why = str(ev.get("why"))
+            if why.startswith(SETUP_FAILED):
+                pilot.refused.add((ev.get("n"), ev.get("m")))
             if not pilot.full:
                 pilot.full = True  # (it finishes what it runs and leaves; the next pilot tries its nodes)
                 pilot.send({"k": STOP})
                 self.failed_pilots.add(pilot.id)
-                if len(self.failed_pilots) >= SETUP_FAILURES:
+                if why.startswith(NO_SCRATCH):
+                    self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id}: {why}: its members go to another "
+                                        "pilot, no attempt spent", "p": pilot.id, "t": time.time()})
+                if len(self.failed_pilots) < SETUP_FAILURES:
+                    return
+                if why.startswith(SETUP_FAILED):
                     self.stop = (f"setup_per_node failed on every node of {len(self.failed_pilots)} pilots in a row "
                                  f"(see {pilot.dir}/setup-*.log): fix the lines, then resume")
+                else:
+                    self.stop = (f"{len(self.failed_pilots)} pilots in a row could make no member's $TMPDIR on any "
+                                 f"of their nodes; the last: {why[len(NO_SCRATCH):].strip(' ()')}: free the nodes' "
+                                 "scratch, or give the host a 'scratch:' that takes files")
 
 
 # -- a resumed engine ----------------------------------------------------------------------
