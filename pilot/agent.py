@@ -212,19 +212,18 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
+        fds = self.capture(task, placement, threads, exclusive)  # (before its start is said: tmpdirs.py)
+        if fds is None:
+            return
         # its start on disk before it exists (one write, no fsync): a pilot killed at any
         # moment, even inside the spawn, leaves no member running that the engine does not
         # know of (it finds it by its environment and ends it before running it again)
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[n.name for n, _ in placement])
         self.flush()
         try:
-            fds = self.streams.capture()
-            try:
-                pid = self.spawner.spawn(argv, env, where, task["cmd"], fds, made=True)
-            except OSError:
-                self.streams.drop(fds)
-                raise
+            pid = self.spawner.spawn(argv, env, where, task["cmd"], fds, made=True)
         except OSError as exc:
+            self.streams.drop(fds)
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and not writable(cwd):
                 # its directory refused its stdout: made a moment before it turned read-only
                 self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)

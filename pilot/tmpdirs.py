@@ -240,7 +240,7 @@ class TmpDirs:
 #: How a ``back`` begins when no node of the pilot can make a member's $TMPDIR: the member
 #: is handed back (no attempt spent) and the engine gives the pilot nothing more
 #: (pwe/engine/pilotctl.py Setups: SETUP_FAILED's way).
-NO_SCRATCH = "no node of this pilot can make a member's $TMPDIR"
+NO_SCRATCH = "no node of this pilot has scratch for a member"
 
 
 class MemberTmp:
@@ -276,6 +276,22 @@ class MemberTmp:
                                  f"{exc.strerror or exc}", task)
             return False
         return True
+
+    def capture(self, task: dict, placement: Placement, threads: int, exclusive: bool) -> tuple[int, int] | None:
+        """The files of a member's stdout and stderr (pilot/streams.py), in this pilot's
+        scratch; None when it takes none: no member this pilot starts itself can be started
+        then, so what it holds goes back (the member first) and it leaves."""
+        try:
+            return self.streams.capture()
+        except OSError as exc:
+            self.packer.release(placement, threads, exclusive)
+            self.tmpdirs.remove(task["n"], task["m"], task["a"])
+            self.queue.appendleft(task)
+            self.no_scratch = (f"{NO_SCRATCH} (cannot make a member's output file under {self.streams.scratch}: "
+                               f"{exc.strerror or exc})")
+            say(self.no_scratch)
+            self.hand_back_queued()
+            return None
 
     def scratch_refused(self, node: str, why: str, task: dict) -> None:
         """``node`` could not make ``task``'s $TMPDIR: it takes no more members of this

@@ -277,27 +277,32 @@ def test_an_empty_tmpdir_is_handed_on_anything_else_goes(tmp_path):
     assert os.listdir(tmp_path / "s") == []
 
 
-def test_a_node_whose_scratch_takes_no_directory_fails_no_member_and_the_run_stops_intact(tmp_path):
+@pytest.mark.parametrize("inodes, what", [(2, "$TMPDIR"), (3, "output file")])
+def test_a_node_whose_scratch_takes_no_directory_fails_no_member_and_the_run_stops_intact(tmp_path, inodes, what):
     """A "black hole" node: its scratch full (a real tmpfs whose inodes are all taken, as a
     job before this one can leave a node's /tmp). Left to fail, every member would fail
     there in a millisecond, retries and all. Instead none fails and none spends an attempt:
     each pilot hands its members back and leaves; three such pilots in a row stop the run
     in one line (exit 3); with room again, `pwe resume` runs every member once, as its
-    first attempt (the members' own ledger and `pwe show`)."""
+    first attempt (the members' own ledger and `pwe show`). With one inode left the
+    member's $TMPDIR cannot be made; with two (the pilot's directory and the member's
+    $TMPDIR), its output file cannot."""
     n = 12
     wf, scratch, ledger = setup(tmp_path, n, "", scheduling="")
     wf.write_text(wf.read_text().replace("    run:", "    retries: 2\n    run:", 1))
-    with tmpfs(scratch, "size=4m,nr_inodes=2"):
-        (scratch / "left-by-another-job").touch()  # (its last inode)
-        with pytest.raises(OSError):
-            (scratch / "one-more").touch()
+    with tmpfs(scratch, f"size=4m,nr_inodes={inodes}"):
+        if inodes == 2:
+            (scratch / "left-by-another-job").touch()  # (its last inode)
+            with pytest.raises(OSError):
+                (scratch / "one-more").touch()
         run_dir = tmp_path / "run"
         proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(run_dir)],
                               cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
         assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
         last = proc.stderr.strip().splitlines()[-1]
-        assert "3 pilots in a row could make no member's $TMPDIR on any of their nodes" in last, last
-        assert f"under {scratch}: No space left on device" in last and "free the nodes' scratch" in last, last
+        assert "3 pilots in a row found no scratch for a member on any of their nodes" in last, last
+        assert f"the last: cannot make a member's {what} under {scratch}: No space left on device" in last, last
+        assert "free the nodes' scratch" in last, last
         assert not ledger.exists(), "a member ran without its $TMPDIR"
         recs = read_journal(run_dir)
         assert not [r for r in recs if r["e"] in ("end", "ends", "start")], "a member started, or was failed"
@@ -347,5 +352,5 @@ def test_pilots_that_could_start_nothing_stop_the_run_only_in_a_row():
     setups.news(p5, back)
     setups.check()  # (two in a row since)
     setups.news(Pilot("p6"), back)
-    with pytest.raises(RunStopped, match=r"3 pilots in a row could make no member's \$TMPDIR.*under /s: No space"):
+    with pytest.raises(RunStopped, match=r"3 pilots in a row found no scratch for a member.*under /s: No space"):
         setups.check()

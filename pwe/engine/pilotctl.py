@@ -354,7 +354,7 @@ class Setups:
                     self.stop = (f"setup_per_node failed on every node of {len(self.failed_pilots)} pilots in a row "
                                  f"(see {pilot.dir}/setup-*.log): fix the lines, then resume")
                 else:
-                    self.stop = (f"{len(self.failed_pilots)} pilots in a row could make no member's $TMPDIR on any "
+                    self.stop = (f"{len(self.failed_pilots)} pilots in a row found no scratch for a member on any "
                                  f"of their nodes; the last: {why[len(NO_SCRATCH):].strip(' ()')}: free the nodes' "
                                  "scratch, or give the host a 'scratch:' that takes files")
 
