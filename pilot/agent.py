@@ -68,7 +68,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
-        self.home = identity(directory)  # (its run removed or replaced meanwhile: Endings.look_home)
+        self.home = identity(directory)  # (a descriptor: its run removed or replaced meanwhile, Endings.look_home)
         self.gone_looks = 0
         self.gone = False
         self.alloc = allocation

@@ -23,11 +23,13 @@ _SIGNAL_GRACE = 1.0
 
 
 def identity(directory: str) -> int | None:
-    """What tells this directory from another made later at the same path: its inode
-    number (None when it cannot be read now). Not its device: a file system mounted again
-    (an automounter) may be given another number for the same directory."""
+    """What tells this directory from another made later at the same path: a descriptor
+    of it, held open (None when it cannot be opened now). Its inode number is compared:
+    held open, that number cannot be given to a directory made after this one is removed
+    (a file system reuses the numbers of inodes nobody holds). Not the device: a file
+    system mounted again (an automounter) may be given another number for the same one."""
     try:
-        return os.stat(directory).st_ino
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
 
@@ -50,7 +52,7 @@ class Endings:
         if self.cancelled or self.home is None:
             return
         try:
-            gone = os.stat(self.dir).st_ino != self.home
+            gone = os.stat(self.dir).st_ino != os.fstat(self.home).st_ino
         except FileNotFoundError:
             gone = True
         except OSError:

@@ -517,8 +517,8 @@ def test_a_pilot_takes_only_a_missing_or_other_directory_for_its_run_gone(tmp_pa
     assert not p.cancelled and p.gone_looks == 1
     p.look_home()
     assert not p.cancelled and p.gone_looks == 0
-    home.rename(tmp_path / "moved")
-    home.mkdir()  # another directory at its path
+    home.rmdir()
+    home.mkdir()  # another directory at its path (removed, then made again: its inode is not the held one's)
     p.look_home()
     assert not p.cancelled
     p.look_home()
