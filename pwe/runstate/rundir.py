@@ -221,8 +221,15 @@ def find(run: str | None, root: Path | None = None) -> Path:
 def _half_made(path: Path) -> bool:
     """Whether ``path`` is what :func:`create` makes before a run's files are written (its
     subdirectories, perhaps the workflow's copy and the secret, no ``run.json``)."""
+    names: set[str] = set()
     try:
-        names = {p.name for p in path.iterdir()} if path.is_dir() and not path.is_symlink() else set()
+        if not path.is_dir() or path.is_symlink():
+            return False
+        with os.scandir(path) as entries:
+            for entry in entries:  # (a few names at most: a directory of thousands is not one; none are all read)
+                names.add(entry.name)
+                if len(names) > 16:
+                    return False
     except OSError:
         return False
     made = {"pilots", "members", "control"}
