@@ -50,7 +50,7 @@ from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
-from .wire import AGENT_KILL, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
+from .wire import AGENT_KILL, DOWN, END, HB, NOT_STARTED, REASON_OOM, START, UNWRITABLE, UP, VERSION
 
 
 
@@ -71,6 +71,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.home = identity(directory)  # (a descriptor: its run removed or replaced meanwhile, Endings.look_home)
         self.gone_looks = 0
         self.gone = False
+        self.spawn_paused_until = 0.0  # (its node refused a spawn for now: nothing starts before, spawn_failed)
+        self.spawn_pause = 0.5  # (s; doubles while nothing runs to end it)
+        self.spawns_refused = 0
         self.alloc = allocation
         self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
         # members' stdout/stderr: captured in node-local scratch, kept in this pilot's stream
@@ -224,18 +227,36 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             pid = self.spawner.spawn(argv, env, where, task["cmd"], fds, made=True)
         except OSError as exc:
             self.streams.drop(fds)
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and not writable(cwd):
-                # its directory refused its stdout: made a moment before it turned read-only
-                self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
-                self.member_over(task, placement)
-                return
-            # not found / not executable / no space: the member fails, the pilot goes on
-            self.packer.release(placement, threads, exclusive)
-            self.fail_now(task, *start_failure(exc))
-            self.member_over(task, placement)
+            self.spawn_failed(task, placement, threads, exclusive, cwd, exc)
             return
         task["_io"] = (*fds, pid)  # (kept into the stream as it ends: member_over)
         self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
+
+    def spawn_failed(self, task: dict, placement: Placement, threads: int, exclusive: bool, cwd: str,
+                     exc: OSError) -> None:
+        """A member whose spawn failed, its start said already. Its directory that refused
+        its stdout (made a moment before it turned read-only): the run's cause. Its node's
+        limit of processes or memory (EAGAIN: a cgroup's pids.max, ``ulimit -u``; ENOMEM):
+        not the member's doing and not for good, so it goes back (no attempt spent) and
+        nothing more starts here until a member ends (or a pause that doubles, while none
+        runs): a node at its limit is not a black hole that fails a sweep. Else (not
+        found, not executable): the member fails, the pilot goes on."""
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and not writable(cwd):
+            self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
+        elif exc.errno in (errno.EAGAIN, errno.ENOMEM):
+            self.packer.release(placement, threads, exclusive)
+            now = time.time()
+            if not self.spawns_refused:  # (said once: a node at its limit refuses many)
+                say(f"cannot start a member now: {exc.strerror} (this node's limit of processes or memory); "
+                    "it goes back, and nothing more starts here until a member ends")
+            self.spawns_refused += 1
+            self.spawn_paused_until = now + self.spawn_pause
+            self.spawn_pause = min(2 * self.spawn_pause, 30.0)
+            self.hand_back(task, f"{NOT_STARTED}{exc.strerror} on {placement[0][0].name}")
+        else:
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, *start_failure(exc))
+        self.member_over(task, placement)
 
     def start_dir(self, task: dict, placement: Placement, threads: int, exclusive: bool) -> str | int | None:
         """Where a member starts (:meth:`member_cwd`), or None when it cannot start: a
@@ -319,10 +340,12 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.hand_back_queued()
             return
         now = time.time()
+        if now < self.spawn_paused_until:  # (the node refused a spawn: spawn_failed)
+            return
         left = self.time_left(now)
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
         i = 0
-        while i < len(self.queue) and i < 64 and self.free > 0:
+        while i < len(self.queue) and i < 64 and self.free > 0 and self.spawn_paused_until <= now:
             task = self.queue[i]
             shape = task_shape(task)
             ranks, threads, exclusive = shape[:3]
@@ -365,6 +388,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             if member is None:
                 self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
                 continue
+            self.spawn_paused_until, self.spawn_pause = 0.0, 0.5  # (a process less: a refused spawn may go now)
             member.cpu, member.rss = cpu, rss
             if self.memory.limits:
                 over = self.memory.ended(pid, rss, rc)  # (its cgroup is done with; killed for memory: why)

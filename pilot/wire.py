@@ -58,7 +58,9 @@ kind           fields
 ``back``       ``n``, ``m``, ``a``, ``why``: handed back unstarted (or stopped by the
                allocation's end); no attempt spent. A ``why`` that begins with
                :data:`UNWRITABLE` (``cannot write DIR: reason``) is the run's cause:
-               the member's directory cannot be made or written
+               the member's directory cannot be made or written; one that begins with
+               :data:`NOT_STARTED` a spawn its node refused for now (its limit of
+               processes or memory)
 ``drain``      ``why``, ``left`` s: the allocation ends, nothing more is taken
 ``node_lost``  ``node``, ``n``, ``m``, ``why`` (what the pilot saw: the node's slurmd stopped
                answering, its ssh session's last words): a node of the allocation died
@@ -66,7 +68,8 @@ kind           fields
                again as its next attempt, on the other nodes)
 ``hb``         ``running``, ``queued``: heartbeat
 ``down``       ``why``: ``stop``, ``idle``, ``cancel``, ``walltime``, ``terminated``,
-               ``leave`` (drained) or ``error: ...`` (a defect)
+               ``leave`` (drained), ``gone`` (its run directory was removed) or
+               ``error: ...`` (a defect)
 ``node_setup`` ``node``, ``id``, ``rc``, ``dt`` s, ``log`` (its output's file): a
                ``setup`` set ran on a node; rc not 0: no member needing it runs there
 =============  ============================================================================
@@ -165,6 +168,10 @@ DAMAGED = "damaged"
 FORGED, MALFORMED = "forged", "malformed"
 #: how a ``back`` says the member's directory cannot be made or written (the run's cause)
 UNWRITABLE = "cannot write "
+#: how a ``back`` says the member could not be started for now: its node's limit of
+#: processes or memory (EAGAIN, ENOMEM), not the member's doing; like UNWRITABLE, the
+#: attempt did not happen even though its ``start`` was said
+NOT_STARTED = "could not be started for now: "
 
 #: Why a member's attempt ended (the module's *Reasons*): an ``end``'s ``reason``, absent for REASON_EXIT.
 REASON_EXIT, REASON_OOM, REASON_WALLTIME = "exit", "oom", "walltime"

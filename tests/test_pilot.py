@@ -8,7 +8,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import ROOT, read_journal
+import pytest
+
+from conftest import ROOT, read_journal, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -100,3 +102,60 @@ def test_the_pilot_never_takes_the_same_attempt_of_a_member_twice(tmp_path):
     ev = events(d)
     assert sorted((e["k"], e["a"]) for e in ev if e["k"] in ("start", "end")) == [("end", 1), ("end", 2),
                                                                                    ("start", 1), ("start", 2)]
+
+
+def _pids_cgroup(name: str, most: int) -> Path | None:
+    """A real pids cgroup allowing ``most`` tasks (cgroup v1's pids hierarchy, or v2's root
+    with the pids controller on); None where the kernel gives none this process may make."""
+    for base, ok in ((Path("/sys/fs/cgroup/pids"), lambda b: (b / "pids.max").exists() or (b / "tasks").exists()),
+                     (Path("/sys/fs/cgroup"), lambda b: "pids" in (b / "cgroup.subtree_control").read_text().split())):
+        try:
+            if not base.is_dir() or not ok(base):
+                continue
+            cg = base / name
+            cg.mkdir()
+            (cg / "pids.max").write_text(str(most))
+            return cg
+        except OSError:
+            continue
+    return None
+
+
+def _removed(cg: Path) -> bool:
+    try:
+        cg.rmdir()
+    except OSError:
+        return False
+    return True
+
+
+def test_a_node_at_its_limit_of_processes_hands_members_back_and_fails_none(tmp_path):
+    """A node's limit of processes (a real pids cgroup: pids.max = the engine, the pilot, its
+    guardian and two members, for a pilot of four slots). A spawn the node refuses (EAGAIN)
+    is not the member's fault: it goes back, no attempt spent, and the pilot starts nothing
+    more until a member ends. Before, each such member failed ("cannot start: Resource
+    temporarily unavailable"). Every member is done, each as its first attempt."""
+    cg = _pids_cgroup(f"pwe-test-{os.getpid()}-{time.monotonic_ns()}", 5)
+    if cg is None:
+        pytest.skip("the kernel gives this process no pids cgroup it may make (cgroup v1 or v2)")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: limit\nnodes:\n  a:\n    parameters: {i: {range: [0, 16]}}\n    run: sleep 0.3\n"
+                  "  b:\n    after: [a]\n    run: 'true'\n")
+    run = tmp_path / "run"
+    try:
+        proc = subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" "$@"', sys.executable, "-m", "pwe",
+                               "run", "--fresh", str(wf), "--cores", "4", "--run-dir", str(run)],
+                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    finally:
+        wait_for(lambda: _removed(cg), 30, "the cgroup's tasks to be gone with the run")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(subprocess.run([sys.executable, "-m", "pwe", "show", str(run), "--json"], env=ENV,
+                                      capture_output=True, text=True, timeout=60).stdout)
+    assert [(m["state"], m["attempts"]) for m in shown] == [("done", 1)] * 17, shown
+    ev = [e for p in (run / "pilots").iterdir() for e in events(p)]
+    backs = [e for e in ev if e["k"] == "back"]
+    assert backs, "the node's limit was never met: the test proves nothing"
+    assert all(e["why"].startswith("could not be started for now: Resource temporarily unavailable") for e in backs)
+    assert not [e for e in ev if e["k"] == "end" and e["rc"] != 0]
+    log = "".join((p / "pilot.log").read_text() for p in (run / "pilots").iterdir())
+    assert log.count("cannot start a member now: Resource temporarily unavailable") == 1, log

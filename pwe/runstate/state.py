@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from pilot.wire import UNWRITABLE  # (a back whose why begins so: the member never started)
+from pilot.wire import NOT_STARTED, UNWRITABLE  # (a back whose why begins so: the member never started)
 
 from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, QUARANTINED, READY, RUNNING,
                            SKIPPED, WAITING)
@@ -295,9 +295,10 @@ class RunState:
                 ns.attempt[i]:
             return None  # (``a``, when there: only that attempt; records before it had none)
         was = ns.state[i]
-        if was == ASSIGNED or str(r.get("why") or "").startswith(UNWRITABLE):
+        if was == ASSIGNED or str(r.get("why") or "").startswith((UNWRITABLE, NOT_STARTED)):
             # never started (a pilot says so of a member whose directory refused its
-            # files, even after writing its start): this attempt did not happen
+            # files, or whose spawn its node refused for now, even after writing its
+            # start): this attempt did not happen
             ns.attempt[i] -= 1
         ns.pilot.pop(i, None)
         ns.pid.pop(i, None)
