@@ -50,7 +50,7 @@ from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
-from .wire import AGENT_KILL, DOWN, END, HB, NOT_STARTED, REASON_OOM, START, UNWRITABLE, UP, VERSION
+from .wire import AGENT_KILL, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
 
 
 
@@ -245,14 +245,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
         elif exc.errno in (errno.EAGAIN, errno.ENOMEM):
             self.packer.release(placement, threads, exclusive)
-            now = time.time()
-            if not self.spawns_refused:  # (said once: a node at its limit refuses many)
-                say(f"cannot start a member now: {exc.strerror} (this node's limit of processes or memory); "
-                    "it goes back, and nothing more starts here until a member ends")
-            self.spawns_refused += 1
-            self.spawn_paused_until = now + self.spawn_pause
-            self.spawn_pause = min(2 * self.spawn_pause, 30.0)
-            self.hand_back(task, f"{NOT_STARTED}{exc.strerror} on {placement[0][0].name}")
+            self.refused_for_now(task, placement[0][0].name, exc.strerror)
         else:
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))

@@ -14,7 +14,7 @@ import signal
 import time
 
 from .members import collect, say
-from .wire import DRAIN, END, REASON_OOM, REASON_WALLTIME
+from .wire import DRAIN, END, NOT_STARTED, REASON_OOM, REASON_WALLTIME
 
 _KILL_GRACE = 5.0
 #: why the members of a pilot whose run directory went (Endings.look_home) are handed back
@@ -72,6 +72,19 @@ class Endings:
             for m in self.running.values():
                 m.killed, m.term_at = RUN_GONE, now  # (SIGKILL after the grace: enforce_walltimes)
                 self.signal_member(m, signal.SIGTERM)
+
+    def refused_for_now(self, task: dict, node: str, strerror: str) -> None:
+        """``node`` refused ``task``'s spawn for now (EAGAIN, ENOMEM: its limit of processes
+        or memory; its cores are released already): it goes back, no attempt spent
+        (:data:`NOT_STARTED`), and nothing more starts until a member ends, or while none
+        runs a pause that doubles (pilot.agent.PilotAgent.spawn_failed)."""
+        if not self.spawns_refused:  # (said once: a node at its limit refuses many)
+            say(f"cannot start a member now: {strerror} (node {node}'s limit of processes or memory); it goes "
+                "back, and nothing more starts until a member ends")
+        self.spawns_refused += 1
+        self.spawn_paused_until = time.time() + self.spawn_pause
+        self.spawn_pause = min(2 * self.spawn_pause, 30.0)
+        self.hand_back(task, f"{NOT_STARTED}{strerror} on {node}")
 
     def leave(self) -> None:
         """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing

@@ -18,6 +18,7 @@ output stream (``--stream PATH``: :mod:`pilot.streams`; ``--cap`` bytes of each 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
@@ -85,7 +86,10 @@ class Agent:
                 raise
         except OSError as exc:
             rc, why = start_failure(exc)
-            self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=why)
+            if exc.errno in (errno.EAGAIN, errno.ENOMEM):  # (this node's limit for now: the pilot hands it back)
+                self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=exc.strerror or why, again=1)
+            else:
+                self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=why)
             if tmp:
                 remove_tree(tmp)
             return

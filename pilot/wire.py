@@ -213,7 +213,7 @@ AGENT_FIELDS: dict[str, frozenset[str]] = {
     AGENT_KILL: frozenset({"id", "sig"}),
     AGENT_STARTED: frozenset({"id", "pid"}),
     AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss", "reason", "why"}),
-    AGENT_FAILED: frozenset({"id", "rc", "why", "scratch"}),
+    AGENT_FAILED: frozenset({"id", "rc", "why", "scratch", "again"}),
 }
 
 # one encoder and decoder for every message (json.dumps with arguments builds an encoder per call)

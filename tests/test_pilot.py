@@ -129,13 +129,16 @@ def _removed(cg: Path) -> bool:
     return True
 
 
-def test_a_node_at_its_limit_of_processes_hands_members_back_and_fails_none(tmp_path):
+@pytest.mark.parametrize("spawners", [0, 1], ids=["pilot", "spawner"])
+def test_a_node_at_its_limit_of_processes_hands_members_back_and_fails_none(tmp_path, spawners):
     """A node's limit of processes (a real pids cgroup: pids.max = the engine, the pilot, its
     guardian and two members, for a pilot of four slots). A spawn the node refuses (EAGAIN)
     is not the member's fault: it goes back, no attempt spent, and the pilot starts nothing
     more until a member ends. Before, each such member failed ("cannot start: Resource
-    temporarily unavailable"). Every member is done, each as its first attempt."""
-    cg = _pids_cgroup(f"pwe-test-{os.getpid()}-{time.monotonic_ns()}", 5)
+    temporarily unavailable"). Every member is done, each as its first attempt. The same
+    when the pilot's members are spawned by a local spawner (pilot/spawners.py: a pilot of
+    many slots), one process more."""
+    cg = _pids_cgroup(f"pwe-test-{os.getpid()}-{time.monotonic_ns()}", 5 + spawners)
     if cg is None:
         pytest.skip("the kernel gives this process no pids cgroup it may make (cgroup v1 or v2)")
     wf = tmp_path / "wf.yaml"
@@ -145,7 +148,8 @@ def test_a_node_at_its_limit_of_processes_hands_members_back_and_fails_none(tmp_
     try:
         proc = subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" "$@"', sys.executable, "-m", "pwe",
                                "run", "--fresh", str(wf), "--cores", "4", "--run-dir", str(run)],
-                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+                              cwd=tmp_path, env=dict(ENV, PWE_SPAWNERS=str(spawners)), capture_output=True, text=True,
+                              timeout=180)
     finally:
         wait_for(lambda: _removed(cg), 30, "the cgroup's tasks to be gone with the run")
     assert proc.returncode == 0, proc.stderr
