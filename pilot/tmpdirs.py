@@ -26,6 +26,7 @@ from .allocation import hostname
 from .members import say
 from .packing import Placement
 from .spawn import pid_alive
+from .wire import NO_SCRATCH
 
 
 def make_fresh(path: str) -> None:
@@ -235,12 +236,6 @@ class TmpDirs:
         except OSError:
             return None
         return st.f_bavail * st.f_frsize // (1024 * 1024)
-
-
-#: How a ``back`` begins when no node of the pilot can make a member's $TMPDIR: the member
-#: is handed back (no attempt spent) and the engine gives the pilot nothing more
-#: (pwe/engine/pilotctl.py Setups: SETUP_FAILED's way).
-NO_SCRATCH = "no node of this pilot has scratch for a member"
 
 
 class MemberTmp:

@@ -172,6 +172,10 @@ UNWRITABLE = "cannot write "
 #: processes or memory (EAGAIN, ENOMEM), not the member's doing; like UNWRITABLE, the
 #: attempt did not happen even though its ``start`` was said
 NOT_STARTED = "could not be started for now: "
+#: how a ``back`` begins when no node of the pilot has scratch for a member (its $TMPDIR,
+#: its output files: pilot/tmpdirs.py): handed back, no attempt spent; the engine gives
+#: the pilot nothing more (pwe/engine/pilotctl.py Setups: SETUP_FAILED's way)
+NO_SCRATCH = "no node of this pilot has scratch for a member"
 
 #: Why a member's attempt ended (the module's *Reasons*): an ``end``'s ``reason``, absent for REASON_EXIT.
 REASON_EXIT, REASON_OOM, REASON_WALLTIME = "exit", "oom", "walltime"

@@ -322,7 +322,7 @@ def test_a_node_whose_scratch_takes_no_directory_fails_no_member_and_the_run_sto
 def test_pilots_that_could_start_nothing_stop_the_run_only_in_a_row():
     """pwe/engine/pilotctl.py Setups: a pilot that starts a member between two that handed
     everything back (no $TMPDIR on any node) breaks the row; three in a row stop the run."""
-    from pilot.tmpdirs import NO_SCRATCH
+    from pilot.wire import NO_SCRATCH
     from pwe.base.errors import RunStopped
     from pwe.engine.pilotctl import Setups
 

@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NO_ENV, NODE_LOST,
-                        NODE_SETUP, START, UNWRITABLE, UP, VERSION, channel_key)
+from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NO_ENV, NO_SCRATCH,
+                        NODE_LOST, NODE_SETUP, START, UNWRITABLE, UP, VERSION, channel_key)
 
 from pilot.nodesetup import SETUP_FAILED
-from pilot.tmpdirs import NO_SCRATCH
 
 from ..base.errors import RunDamaged, RunStopped
 from ..base.regular import read_bytes

@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.nodesetup import SETUP_FAILED
-from pilot.tmpdirs import NO_SCRATCH
-from pilot.wire import BACK, LEAVE, NODE_SETUP, SETUP, START, STOP
+from pilot.wire import BACK, LEAVE, NO_SCRATCH, NODE_SETUP, SETUP, START, STOP
 
 from ..base.errors import InputError, JournalError, PweError, RunStopped
 from ..base.regular import read_json, write_json_atomic
