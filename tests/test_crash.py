@@ -496,3 +496,18 @@ def test_a_run_directory_whose_making_was_cut_short_is_said_so_by_every_command(
     rc, out, err = run_cli("run", wf, "--run-dir", run, cwd=tmp_path)
     assert rc == 2 and err.count("\n") == 1 and "its making cut short" in err and "remove it" in err, (rc, err)
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_run_directory_on_a_full_disk_is_one_line_and_nothing_is_left(tmp_path):
+    """A disk full of bytes (a real 4 KiB tmpfs) under a new run: the workflow's copy is
+    refused mid-copy. The copy's error names the file read first; the line names the one
+    that could not be written, and nothing of the run is left."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: full\nnodes:\n  a:\n    run: 'true'\n" + "# padding\n" * 1200)
+    with tmpfs(tmp_path / "fs", "size=4k") as mnt:
+        run_dir = mnt / "run"
+        proc = pwe("run", wf, "--run-dir", run_dir, cwd=tmp_path)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip() == (f"cannot make the run directory {run_dir}: {run_dir}/workflow.yaml: No space left "
+                                       "on device: free space (nothing was left behind)"), proc.stderr
+        assert list(mnt.iterdir()) == []

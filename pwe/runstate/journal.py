@@ -463,14 +463,20 @@ def cannot_write(where: Any, exc: OSError) -> JournalError:
     return JournalError(f"cannot write {where}: {exc.strerror}: {'free space' if full else 'make it writable'}")
 
 
-def refused_within(exc: BaseException, directory: Path) -> bool:
-    """Whether ``exc`` is a filesystem refusing a file (:data:`REFUSALS`) under ``directory``
-    (a refusal elsewhere, or an error without a file, is not this directory's)."""
-    if not isinstance(exc, OSError) or exc.errno not in REFUSALS or not exc.filename:
-        return False
-    where = os.path.abspath(os.fsdecode(exc.filename))
+def refused_within(exc: BaseException, directory: Path) -> str | None:
+    """The file under ``directory`` that its filesystem refused (:data:`REFUSALS`) in
+    ``exc``, else None (a refusal elsewhere, or an error without a file, is not this
+    directory's). Of an error with two files (a copy, a rename), the second, where it was
+    writing, is looked at too: a copy into a full disk names the file it read first."""
+    if not isinstance(exc, OSError) or exc.errno not in REFUSALS:
+        return None
     top = os.path.abspath(directory)
-    return where == top or where.startswith(top.rstrip(os.sep) + os.sep)
+    for name in (exc.filename2, exc.filename):
+        if name:
+            where = os.path.abspath(os.fsdecode(name))
+            if where == top or where.startswith(top.rstrip(os.sep) + os.sep):
+                return where
+    return None
 
 
 @contextmanager
@@ -483,8 +489,9 @@ def disk_refusals(directory: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if refused_within(exc, directory):
-            raise cannot_write(exc.filename, exc) from None
+        where = refused_within(exc, directory)
+        if where:
+            raise cannot_write(where, exc) from None
         raise
 
 

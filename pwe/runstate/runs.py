@@ -128,9 +128,13 @@ def not_made(run_dir: Path, exc: BaseException) -> None:
         return
     mine = Path(os.path.abspath(run_dir))
     # inside it, or one of the parents it was making (refused for a file elsewhere: not this)
-    if refused_within(exc, mine) or (exc.errno in REFUSALS and Path(os.path.abspath(exc.filename)) in mine.parents):
+    where = refused_within(exc, mine)
+    if where is None and exc.errno in REFUSALS and Path(os.path.abspath(exc.filename)) in mine.parents:
+        where = exc.filename
+    if where is not None:
         what = "free space" if exc.errno in FULL else "make it writable"
-        raise PweError(f"cannot make the run directory {run_dir}: {exc.filename}: {exc.strerror}: {what} "
+        shown = os.path.relpath(where) if not os.path.isabs(str(run_dir)) else where
+        raise PweError(f"cannot make the run directory {run_dir}: {shown}: {exc.strerror}: {what} "
                        "(nothing was left behind)") from None
 
 
