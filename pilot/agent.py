@@ -329,7 +329,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.poll_setups()
         if self.write_blocked or self.draining:
             return
-        if self.no_scratch:  # (what came since no node could make a $TMPDIR: back, as it comes)
+        if self.no_scratch:  # (what came since no node had scratch for a member: back, as it comes)
             self.hand_back_queued()
             return
         now = time.time()

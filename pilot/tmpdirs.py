@@ -302,7 +302,7 @@ class MemberTmp:
             self.hand_back_queued()
 
     def hand_back_queued(self) -> None:
-        """(No node left that can make a $TMPDIR.) What the pilot holds goes back, and it
+        """(No node left with scratch for a member.) What the pilot holds goes back, and it
         leaves once what runs has ended (the engine sends it nothing more: STOP)."""
         self.stopping = True
         while self.chained:

@@ -272,7 +272,7 @@ class Intake:
         elif k == NODE_SETUP:
             self.setup_news(pilot, ev)
         if ev["k"] == BACK and str(ev.get("why") or "").startswith((SETUP_FAILED, NO_SCRATCH)):
-            # (setup_per_node failed, or no $TMPDIR could be made, on every node of the pilot:
+            # (setup_per_node failed, or no scratch for a member, on every node of the pilot:
             # pwe/engine/pilotctl.py)
             self.setup_news(pilot, ev)
 

@@ -320,10 +320,11 @@ class Setups:
 
     def news(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
         """A pilot's ``node_setup``, its first ``start``, or a ``back`` because its setup
-        failed on every node or no node could make a $TMPDIR (:meth:`pwe.engine.intake.Intake.take`
-        calls this for those alone): a node whose setup failed is journaled (``pwe events``,
-        ``pwe status``); a pilot whose every node failed takes no more (a new one runs its
-        members); SETUP_FAILURES such pilots in a row stop the run."""
+        failed on every node or no node had scratch for a member (pilot/tmpdirs.py;
+        :meth:`pwe.engine.intake.Intake.take` calls this for those alone): a node whose setup
+        failed is journaled (``pwe events``, ``pwe status``); a pilot whose every node failed
+        takes no more (a new one runs its members); SETUP_FAILURES such pilots in a row stop
+        the run."""
         if ev.get("k") == START:  # (a pilot's first member: the pilots that could start none are no longer in a row)
             if pilot.id not in self.failed_pilots:
                 self.failed_pilots = set()
