@@ -226,7 +226,7 @@ def _half_made(path: Path) -> bool:
         if not path.is_dir() or path.is_symlink():
             return False
         with os.scandir(path) as entries:
-            for entry in entries:  # (a few names at most: a directory of thousands is not one; none are all read)
+            for entry in entries:  # (reading stops past 16 names: a directory of thousands is not one)
                 names.add(entry.name)
                 if len(names) > 16:
                     return False
