@@ -94,6 +94,15 @@ def wait_js(driver, script, timeout=30, what="the page"):
     wait_for(lambda: driver.execute_script(script), timeout, what)
 
 
+def text_of(driver, element_id: str) -> str | None:
+    """The rendered text of the element with that id, trimmed as Selenium's ``.text`` is,
+    read in one call inside the page: a live page that renders again between finding an
+    element and reading it makes the element found stale (StaleElementReferenceException,
+    seen in a full run of the suite). None while it is absent."""
+    return driver.execute_script("const e = document.getElementById(arguments[0]); return e ? e.innerText.trim() : null",
+                                 element_id)
+
+
 SLOW = """name: uislow
 defaults: {host: local}
 nodes:
@@ -150,7 +159,7 @@ def test_cancel_from_the_page_stops_the_run_and_the_state_says_so(home, tmp_path
         next(b for b in driver.find_elements("css selector", ".actions button") if b.text == "Cancel").click()
         driver.switch_to.alert.accept()
         wait_js(driver, "return document.querySelector('#phase').textContent === 'cancelled'", 30, "cancelled")
-        assert "cancelled" in driver.find_element("id", "notice").text
+        wait_for(lambda: "cancelled" in (text_of(driver, "notice") or ""), 30, "the notice of the cancel")
         wait_js(driver, "return !document.querySelector('#summary').textContent.includes('engine pid')", 10,
                 "the engine gone from the summary")
         assert driver.execute_script("return window.__same_page") == "yes"
@@ -188,7 +197,7 @@ def test_retry_from_the_page_reruns_only_the_selected_failed_members(home, tmp_p
         box = driver.find_element("id", "query")
         box.send_keys("state=failed; x=5,9")
         next(b for b in driver.find_elements("css selector", ".actions button") if b.text == "Retry selection").click()
-        wait_for(lambda: "retrying 2 selected" in driver.find_element("id", "notice").text, 30, "the retry")
+        wait_for(lambda: "retrying 2 selected" in (text_of(driver, "notice") or ""), 30, "the retry")
     finally:
         ui.stop()
 
@@ -227,13 +236,15 @@ def test_hostile_values_render_as_text_and_no_script_runs(home, tmp_path, driver
         driver.get(ui.url)
         driver.get(f"{ui.base}/#/run/{run_id}")
         wait_js(driver, "return document.querySelectorAll('#members tr.member-row').length === 2", what="members")
-        rows = driver.find_element("id", "members").text
+        rows = text_of(driver, "members")
         assert '<img src=x onerror="window.__pwned=1">' in rows and "<script>window.__pwned=2</script>" in rows
         assert "<b onmouseover=window.__pwned=4>bold</b>" in rows
         driver.find_elements("css selector", "#members tr.member-row")[0].click()
         wait_js(driver, "return document.querySelector('#log-stdout')", what="the member's logs")
-        assert '<img src=y onerror="window.__pwned=3">' in driver.find_element("id", "log-stdout").text
-        assert "<script>window.__pwned=5</script>" in driver.find_element("id", "log-stderr").text
+        wait_for(lambda: '<img src=y onerror="window.__pwned=3">' in (text_of(driver, "log-stdout") or ""), 30,
+                 "the member's stdout, as text")
+        wait_for(lambda: "<script>window.__pwned=5</script>" in (text_of(driver, "log-stderr") or ""), 30,
+                 "the member's stderr, as text")
         shot(driver, "member")
         let_time_pass(0.5, "a payload in the page would have run by now")
         assert driver.execute_script("return window.__pwned") is None
@@ -250,7 +261,7 @@ def test_no_token_is_refused_and_another_origin_cannot_act(home, tmp_path, drive
     try:
         driver.get(f"{ui.base}/")
         wait_js(driver, "return document.body.dataset.ready === '1' || document.querySelector('#main p')")
-        assert "needs its token" in driver.find_element("id", "main").text
+        assert "needs its token" in text_of(driver, "main")
         status = driver.execute_script("return await fetch('/api/runs').then(r => r.status)")
         assert status == 401
         driver.get(f"{ui.base}/login?token={secret}")
@@ -343,7 +354,7 @@ def test_a_run_that_reused_its_members_says_so_on_its_page(home, tmp_path, drive
         driver.get(ui.url)
         driver.get(f"{ui.base}/#/run/{second['run_id']}")
         wait_js(driver, "return document.querySelector('#not-run')", what="the reused count")
-        assert driver.find_element("id", "not-run").text == "· of the done, 6 reused from earlier runs, not run"
+        assert text_of(driver, "not-run") == "· of the done, 6 reused from earlier runs, not run"
         labels = driver.execute_script("return [...document.querySelectorAll('.dag-node text')].map(t => t.textContent)")
         assert "done 5 (5 reused)" in labels and "done 1 (1 reused)" in labels, labels
         no_errors(driver)
