@@ -36,8 +36,8 @@ from .allocation import Allocation, discover, hostname, visible_gpus
 from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .tmpdirs import MemberTmp, TmpDirs
-from .spawn import (DirectoryError, Spawner, make_member_dir, member_base_env, open_node_dir, reaped, start_failure,
-                    writable)
+from .spawn import (REFUSED_FOR_NOW, DirectoryError, Spawner, make_member_dir, member_base_env, open_node_dir, reaped,
+                    start_failure, writable)
 from .guardian import MemberTable
 from .members import (KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, outputs_path, say,
                       task_shape)
@@ -71,9 +71,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.home = identity(directory)  # (a descriptor: its run removed or replaced meanwhile, Endings.look_home)
         self.gone_looks = 0
         self.gone = False
-        self.spawn_paused_until = 0.0  # (its node refused a spawn for now: nothing starts before, spawn_failed)
-        self.spawn_pause = 0.5  # (s; doubles while nothing runs to end it)
         self.spawns_refused = 0
+        self.spawns_may_go()  # (spawn_paused_until: its node refused a spawn for now, nothing starts before)
         self.alloc = allocation
         self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
         # members' stdout/stderr: captured in node-local scratch, kept in this pilot's stream
@@ -243,7 +242,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         found, not executable): the member fails, the pilot goes on."""
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and not writable(cwd):
             self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
-        elif exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        elif exc.errno in REFUSED_FOR_NOW:
             self.packer.release(placement, threads, exclusive)
             self.refused_for_now(task, placement[0][0].name, exc.strerror)
         else:
@@ -333,11 +332,10 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.hand_back_queued()
             return
         now = time.time()
-        if now < self.spawn_paused_until:  # (the node refused a spawn: spawn_failed)
-            return
         left = self.time_left(now)
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
         i = 0
+        # (none while its node refuses spawns for now: spawn_failed)
         while i < len(self.queue) and i < 64 and self.free > 0 and self.spawn_paused_until <= now:
             task = self.queue[i]
             shape = task_shape(task)
@@ -381,7 +379,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             if member is None:
                 self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
                 continue
-            self.spawn_paused_until, self.spawn_pause = 0.0, 0.5  # (a process less: a refused spawn may go now)
+            if self.spawn_paused_until:
+                self.spawns_may_go()
             member.cpu, member.rss = cpu, rss
             if self.memory.limits:
                 over = self.memory.ended(pid, rss, rc)  # (its cgroup is done with; killed for memory: why)

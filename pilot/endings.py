@@ -19,6 +19,8 @@ from .wire import DRAIN, END, NOT_STARTED, REASON_OOM, REASON_WALLTIME
 _KILL_GRACE = 5.0
 #: why the members of a pilot whose run directory went (Endings.look_home) are handed back
 RUN_GONE = "its run directory was removed"
+#: s: the pause after a spawn its node refused for now, doubled while no member ends (Endings.refused_for_now)
+SPAWN_PAUSE_LEAST, SPAWN_PAUSE_MOST = 0.5, 30.0
 _SIGNAL_GRACE = 1.0
 
 
@@ -64,10 +66,7 @@ class Endings:
             self.gone = self.cancelled = True  # (it takes nothing more: the loop reads no tasks)
             # handed back, no attempt spent: it is not the members' doing (should the run be
             # resumed where it was moved to, they run again as the same attempt)
-            while self.chained:
-                self.queue.appendleft(self.chained.pop())
-            while self.queue:
-                self.hand_back(self.queue.popleft(), RUN_GONE)
+            self.hand_back_held(RUN_GONE)
             now = time.time()
             for m in self.running.values():
                 m.killed, m.term_at = RUN_GONE, now  # (SIGKILL after the grace: enforce_walltimes)
@@ -83,8 +82,13 @@ class Endings:
                 "back, and nothing more starts until a member ends")
         self.spawns_refused += 1
         self.spawn_paused_until = time.time() + self.spawn_pause
-        self.spawn_pause = min(2 * self.spawn_pause, 30.0)
+        self.spawn_pause = min(2 * self.spawn_pause, SPAWN_PAUSE_MOST)
         self.hand_back(task, f"{NOT_STARTED}{strerror} on {node}")
+
+    def spawns_may_go(self) -> None:
+        """A member ended (one process less on its node): a spawn refused for now may go,
+        and the pause starts again from its least (:meth:`refused_for_now`)."""
+        self.spawn_paused_until, self.spawn_pause = 0.0, SPAWN_PAUSE_LEAST
 
     def leave(self) -> None:
         """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing
@@ -92,10 +96,7 @@ class Endings:
         if self.leaving:
             return
         self.leaving = self.stopping = True
-        while self.chained:
-            self.queue.appendleft(self.chained.pop())
-        while self.queue:
-            self.hand_back(self.queue.popleft(), "the pilot is drained")
+        self.hand_back_held("the pilot is drained")
 
     def settle_signalled(self, now: float) -> None:
         """Members whose end waits a moment for the pilot's own SIGTERM (the allocation
@@ -145,10 +146,7 @@ class Endings:
             self.draining = True
             left = round(self.alloc.end - now, 1) if self.alloc.end else None
             self.emit(DRAIN, why=why, left=left)
-            while self.chained:
-                self.queue.appendleft(self.chained.pop())
-            while self.queue:
-                self.hand_back(self.queue.popleft(), "the allocation is ending")
+            self.hand_back_held("the allocation is ending")
         for m in self.running.values():
             if not m.killed:
                 m.killed = "allocation ends"

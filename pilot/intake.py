@@ -99,6 +99,15 @@ class TaskIntake:
         for t in task.pop("_then", None) or ():
             self.hand_back(t, rest or why)
 
+    def hand_back_held(self, why: str) -> None:
+        """Everything this pilot holds and has not started (its queue, and the next members
+        of its groups) back to the engine, with ``why``: a drain, a leave, its run gone, no
+        scratch left."""
+        while self.chained:
+            self.queue.appendleft(self.chained.pop())
+        while self.queue:
+            self.hand_back(self.queue.popleft(), why)
+
     # -- groups: members that run one after another in one slot ----------------------------
     def take_group(self, tasks: list[dict]) -> bool:
         """A ``group`` message: its members queue as one entry (the first, carrying the

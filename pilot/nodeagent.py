@@ -18,7 +18,6 @@ output stream (``--stream PATH``: :mod:`pilot.streams`; ``--cap`` bytes of each 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import selectors
@@ -27,7 +26,7 @@ import sys
 import time
 
 from .memwatch import MemoryWatch
-from .spawn import Spawner, member_base_env, reaped, start_failure
+from .spawn import REFUSED_FOR_NOW, Spawner, member_base_env, reaped, start_failure
 from .streams import StreamWriter
 from .tmpdirs import make_fresh, remove_tree, tmp_root
 from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_RUN, AGENT_STARTED, REASON_OOM
@@ -86,7 +85,7 @@ class Agent:
                 raise
         except OSError as exc:
             rc, why = start_failure(exc)
-            if exc.errno in (errno.EAGAIN, errno.ENOMEM):  # (this node's limit for now: the pilot hands it back)
+            if exc.errno in REFUSED_FOR_NOW:  # (this node's limit for now: the pilot hands it back)
                 self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=exc.strerror or why, again=1)
             else:
                 self.say(k=AGENT_FAILED, id=msg["id"], rc=rc, why=why)

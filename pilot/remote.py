@@ -168,8 +168,8 @@ class RemoteNodes:
                 agent.members.pop(member.key, None)
                 self.running.pop(member.key, None)
                 self.packer.release(member.placement, member.threads, member.exclusive)
-                if msg["k"] == AGENT_ENDED:  # (a process less: a spawn refused for now may go: endings.py)
-                    self.spawn_paused_until, self.spawn_pause = 0.0, 0.5
+                if msg["k"] == AGENT_ENDED and self.spawn_paused_until:
+                    self.spawns_may_go()
                 if msg["k"] == AGENT_FAILED and msg.get("scratch"):  # (its node's, not the member's)
                     self.scratch_refused(agent.node, str(msg.get("why")), member.task)
                 elif msg["k"] == AGENT_FAILED and msg.get("again"):  # (its node's limit, for now: endings.py)

@@ -38,6 +38,11 @@ def member_base_env() -> dict[str, str]:
     return env
 
 
+#: a spawn's errors that are its node's limit for now (of processes: a cgroup's pids.max,
+#: ``ulimit -u``; of memory), not the member's: it goes back (pilot/endings.py refused_for_now)
+REFUSED_FOR_NOW = (errno.EAGAIN, errno.ENOMEM)
+
+
 def start_failure(exc: OSError) -> tuple[int, str]:
     """Exit status and reason for a member that could not be started, as a shell says it."""
     return (127 if exc.errno == errno.ENOENT else 126), f"cannot start: {exc.strerror or exc}"

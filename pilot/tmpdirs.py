@@ -305,7 +305,4 @@ class MemberTmp:
         """(No node left with scratch for a member.) What the pilot holds goes back, and it
         leaves once what runs has ended (the engine sends it nothing more: STOP)."""
         self.stopping = True
-        while self.chained:
-            self.queue.appendleft(self.chained.pop())
-        while self.queue:
-            self.hand_back(self.queue.popleft(), self.no_scratch)
+        self.hand_back_held(self.no_scratch)

@@ -483,11 +483,12 @@ def test_a_pilot_takes_only_a_missing_or_other_directory_for_its_run_gone(tmp_pa
     from collections import deque
 
     from pilot.endings import Endings, identity
+    from pilot.intake import TaskIntake
 
     home = tmp_path / "pilots" / "p1"
     home.mkdir(parents=True)
 
-    class Pilot(Endings):
+    class Pilot(TaskIntake, Endings):
         def __init__(self):
             self.dir, self.home, self.gone_looks, self.gone = str(home), identity(str(home)), 0, False
             self.cancelled, self.running, self.queue, self.chained = False, {}, deque(), deque()

@@ -194,7 +194,7 @@ class Intake:
             # the members' directories cannot be made: the run's cause, not theirs
             # (the pilot's words are the system's: "No space left on device" is no permission to fix)
             full = any(os.strerror(e) in self.unwritable for e in kind.FULL)
-            raise RunStopped(f"{self.unwritable}: {'free space' if full else 'make it writable'}")
+            raise RunStopped(f"{self.unwritable}: {kind.remedy(full)}")
         return len(events)
 
     @staticmethod

@@ -457,10 +457,14 @@ FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 REFUSALS = (*FULL, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def remedy(full: bool) -> str:
+    """What to do about a filesystem that refused a file: full (:data:`FULL`), or not."""
+    return "free space" if full else "make it writable"
+
+
 def cannot_write(where: Any, exc: OSError) -> JournalError:
     """The error that stops a run whose files the disk refuses, with what to do."""
-    full = exc.errno in FULL
-    return JournalError(f"cannot write {where}: {exc.strerror}: {'free space' if full else 'make it writable'}")
+    return JournalError(f"cannot write {where}: {exc.strerror}: {remedy(exc.errno in FULL)}")
 
 
 def refused_within(exc: BaseException, directory: Path) -> str | None:

@@ -75,6 +75,26 @@ def member_dir(root: Path, node: str, index: int) -> Path:
     return Path(member_path(str(Path(root) / "members"), node, index))
 
 
+def first_missing(run_dir: Path) -> Path:
+    """The highest of ``run_dir`` and its parents that does not exist yet: the first one
+    that making it makes (:func:`remove_made` goes back up to it)."""
+    return next((q for q in (*reversed(run_dir.parents), run_dir) if not q.exists()), run_dir)
+
+
+def remove_made(run_dir: Path, top: Path) -> None:
+    """Remove ``run_dir`` with what is in it, then each parent made for it, up to ``top``
+    (:func:`first_missing` before it was made), while it is empty: another run made there
+    meanwhile stays."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    parent = run_dir.parent
+    while top != run_dir and top in (parent, *parent.parents):
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
 def create(run_dir: Path) -> Path:
     from ..base.regular import in_the_way
 
@@ -83,11 +103,9 @@ def create(run_dir: Path) -> Path:
         where = "move it away or give --run-dir" if Path(run_dir).parent == DEFAULT_ROOT else "choose another --run-dir"
         raise InputError(f"cannot create run directory {run_dir}: {blocked[0]} is {blocked[1]}, not a directory; "
                          f"{where}")
-    top = next((q for q in (*reversed(run_dir.parents), run_dir) if not q.exists()), run_dir)
-    made = False
+    top = first_missing(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
-        made = True
         run_dir.chmod(0o700)  # owner-only: its secret signs every message of the run
         for sub in ("pilots", "members", "control"):
             (run_dir / sub).mkdir()
@@ -98,18 +116,7 @@ def create(run_dir: Path) -> Path:
                              "--run-dir") from None
         raise InputError(f"run directory {run_dir} already exists; choose another --run-dir") from None
     except OSError as exc:
-        # nothing left half made: what it made of the directory, and the parents it made for it
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        q = run_dir
-        while q != top.parent:
-            try:
-                q.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                break
-            q = q.parent
+        remove_made(run_dir, top)  # (nothing left half made: what it made, the parents it made for it)
         from .journal import FULL
 
         if exc.errno in FULL:  # (no room, not a path to choose again: pwe.runstate.runs.not_made says so)

@@ -111,7 +111,7 @@ _MADE: dict[str, Path] = {}
 def make_dir(run_dir: Path) -> Path:
     """:func:`rundir.create`, remembering what it made, for :func:`unmake`."""
     run_dir = Path(run_dir)
-    top = next((q for q in (*reversed(run_dir.parents), run_dir) if not q.exists()), run_dir)
+    top = rundir.first_missing(run_dir)
     rundir.create(run_dir)
     _MADE[str(run_dir.resolve())] = top.resolve()
     return run_dir
@@ -122,7 +122,7 @@ def not_made(run_dir: Path, exc: BaseException) -> None:
     read-only; :data:`pwe.runstate.journal.REFUSALS`), said in one line: raised as a
     PweError (exit status 1; nothing was left behind, there is nothing to resume). Any
     other error is left to its caller to raise as it is."""
-    from .journal import FULL, REFUSALS, refused_within
+    from .journal import FULL, REFUSALS, refused_within, remedy
 
     if not isinstance(exc, OSError) or not exc.filename:
         return
@@ -132,10 +132,9 @@ def not_made(run_dir: Path, exc: BaseException) -> None:
     if where is None and exc.errno in REFUSALS and Path(os.path.abspath(exc.filename)) in mine.parents:
         where = exc.filename
     if where is not None:
-        what = "free space" if exc.errno in FULL else "make it writable"
         shown = os.path.relpath(where) if not os.path.isabs(str(run_dir)) else where
-        raise PweError(f"cannot make the run directory {run_dir}: {shown}: {exc.strerror}: {what} "
-                       "(nothing was left behind)") from None
+        raise PweError(f"cannot make the run directory {run_dir}: {shown}: {exc.strerror}: "
+                       f"{remedy(exc.errno in FULL)} (nothing was left behind)") from None
 
 
 def unmake(run_dir: Path) -> None:
@@ -149,18 +148,9 @@ def unmake(run_dir: Path) -> None:
     if top is None:
         return
     rid = run_id_of(run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    rundir.remove_made(run_dir, top)
     if rid:
         forget(rid, run_dir)
-    parent = run_dir.parent
-    while top != run_dir and top in (parent, *parent.parents):
-        try:
-            parent.rmdir()  # (only when empty: another run made there meanwhile stays)
-        except OSError:
-            break
-        if parent == top:
-            break
-        parent = parent.parent
 
 
 def read_info(run_dir: Path) -> dict[str, Any]:
