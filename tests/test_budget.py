@@ -248,6 +248,27 @@ def test_plan_estimate_runs_a_sample_of_each_node_and_leaves_nothing(tmp_path, w
     assert rc == 0 and "estimate (not a measurement" in text and "of a budget of 100" in text, err
 
 
+def test_plan_estimate_starts_only_the_sample_of_each_node(tmp_path, write):
+    # --sample N runs N members of a node, not the node: every member appends to a ledger
+    # outside the scratch run; each node of 30 shows exactly its 3 there
+    ledger = tmp_path / "ledger"
+    wf = write("name: est\nproperties: {ledger: '%s'}\nnodes:\n  a:\n    parameters: {i: {range: [0, 30]}}\n"
+               "    run: echo \"$PWE_NODE $PWE_MEMBER\" >> {{ ledger }}\n  b:\n    after: [a]\n"
+               "    parameters: {i: {range: [0, 30]}}\n    run: echo \"$PWE_NODE $PWE_MEMBER\" >> {{ ledger }}\n"
+               % ledger)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    rc, out, err = run_cli("plan", wf, "--estimate", "--sample", "3", "--sample-timeout", "300", "--json",
+                           cwd=tmp_path, env={"TMPDIR": str(scratch)})
+    assert rc == 0, err
+    est = json.loads(out)["estimate"]
+    lines = ledger.read_text().splitlines()
+    ran = {n: sorted(int(ln.split()[1]) for ln in lines if ln.split()[0] == n) for n in ("a", "b")}
+    assert {n: len(set(ms)) for n, ms in ran.items()} == {"a": 3, "b": 3} and len(lines) == 6, lines
+    assert all(n["sampled"] == 3 and n["members"] == 30 for n in est["nodes"].values()), est
+    assert est["unmeasured"] == []
+
+
 @pytest.mark.parametrize("opt", [["--sample", "0"], ["--sample", "-1"], ["--sample", "1e12"], ["--sample", "x"],
                                  ["--sample-timeout", "nan"], ["--sample-timeout", "0"], ["--sample-timeout", "inf"]])
 def test_plan_estimate_refuses_bad_sizes_in_one_line(tmp_path, write, opt):

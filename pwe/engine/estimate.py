@@ -2,8 +2,10 @@
 of its members run here for real.
 
 A scratch run of the workflow is made on this machine (``local``, in a temporary directory
-removed afterwards) and run until each node has had ``per_node`` attempts end (or all its
-members), or ``timeout`` seconds passed; then it is cancelled. A node sampled enough has
+removed afterwards) in which at most ``per_node`` members of each node are started (the
+engine's feeder holds back the others: ``Feeder.sample``), and run until each node has had
+``per_node`` attempts end (or all its members), or ``timeout`` seconds passed; then it is
+cancelled. A node sampled enough has
 its other members marked done without running (a ``complete`` record, as products do) so
 that the nodes after it run theirs. Per node: members x the sample's mean duration (of the
 members that succeeded; else of every attempt) x cores per member. The estimate counts the
@@ -35,6 +37,9 @@ def estimate(workflow: str | Path, sets: dict[str, Any] | None = None, hosts_fil
     ``coreHours``; ``unmeasured``; ``budget`` (the workflow's, or None); ``estimate``: True."""
     scratch = Path(tempfile.mkdtemp(prefix="pwe-estimate-"))
     engine = Engine.create(workflow, sets, host="local", cores=cores, run_dir=scratch / "run", hosts_file=hosts_file)
+    # no more than ``per_node`` members of a node are started (a member of the sample is
+    # retried as it would be in the run): the feeder holds back the rest
+    engine.feeder.sample = {nid: per_node for nid in engine.plan.nodes}
     deadline = time.time() + timeout
     cancel = engine.dir / "control" / "cancel"
 

@@ -76,6 +76,10 @@ class Feeder:
         self.lane_nodes = {name: [n for n, ln in lane_of.items() if ln == name] for name in lanes}
         self.limits = limits.Limits.of(plan, lane_of, lanes)
         self.gate: limits.Gate | None = None  # (the gate of the feed under way: _hand_check)
+        #: per node, the members that may still be started (a first attempt assigned): None,
+        #: no such bound; ``pwe plan --estimate --sample N`` sets N for each node (estimate.py)
+        self.sample: dict[str, int] | None = None
+        self._sampled: dict[str, set[int]] = {}  # (under a sample: the members of each node that went)
 
     def feed(self) -> int:
         """Hand ready members to the live pilots of their host; start pilots when a host
@@ -233,6 +237,10 @@ class Feeder:
                 pilot.send({"k": STOP})
                 ready.appendleft((nid, i))
                 break
+            if self.sample is not None and not self._may_begin(nid, i):
+                ready.appendleft((nid, i))  # (its node has its sample: estimate.py completes the rest)
+                held.add(nid)
+                continue
             if nid in self.groups:
                 sent = self._feed_group(pilot, nid, i, now)
                 if sent is not None:
@@ -255,6 +263,20 @@ class Feeder:
                 pilot.full = True  # a fresh allocation has its whole walltime ahead of it
                 pilot.send({"k": STOP})
         return fed
+
+    def _may_begin(self, nid: str, i: int) -> bool:
+        """Under a sample (:attr:`sample`): whether member ``i`` of ``nid`` may go: one of the
+        node's first N to go (again: a retry, or one handed back unstarted), or a new one
+        while fewer than N went."""
+        assert self.sample is not None
+        if nid not in self.sample:
+            return True
+        went = self._sampled.setdefault(nid, set())
+        if i not in went:
+            if len(went) >= self.sample[nid]:
+                return False
+            went.add(i)
+        return True
 
     def _hand_check(self, lane: Lane) -> Callable[[str, PilotHandle], bool] | None:
         """For one feed of a pilot: may a member of node ``nid`` go to it now? None when
