@@ -138,7 +138,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
     # -- events ---------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
         fields["k"] = kind
-        fields["t"] = round(time.time(), 3)
+        if "t" not in fields:  # (an end says when the member ended: finish, settle_signalled)
+            fields["t"] = round(time.time(), 3)
         self._out.append(fields)
 
     def flush(self) -> bool:
@@ -375,6 +376,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
 
     def reap(self) -> None:
         for pid, rc, cpu, rss in reaped(lambda: self.running, self._seen_over if self.table is not None else None):
+            at = time.time()  # (when it ended, as near as the pilot knows: its end's t)
             member = self.running.pop(pid, None)
             if member is None:
                 self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
@@ -400,12 +402,16 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                     self.hand_back(t, f"srun could not start it: {refused}")
                     continue
                 if rc > 0:  # (srun's own words may be others: wait a moment for our SIGTERM)
-                    self.signalled.append((time.time(), member, rc))
+                    self.signalled.append((at, member, rc))
                     continue
-            self.finish(member, rc)
+            self.finish(member, rc, at)
 
-    def finish(self, member: Member, rc: int) -> None:
-        """Report a member that ended (its cores are already released)."""
+    def finish(self, member: Member, rc: int, at: float | None = None) -> None:
+        """Report a member that ended (its cores are already released) at ``at`` (when it
+        was reaped; None: now). Its end's ``t`` is that time, whenever it is sent, so that
+        ``t - dt`` is its start and its end comes before what started in its slot after it."""
+        if at is None:
+            at = time.time()
         t = member.task
         self.member_over(t, member.placement)  # (it has ended: its $TMPDIR goes, whatever it left)
         if member.killed == "allocation ends" and rc != 0:  # (rc 0: it finished first)
@@ -418,7 +424,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             # killed by someone else: when the batch system ends the job it signals the
             # members and the pilot at once (a member's shell says so as 143 or 137). Wait
             # a moment for our own SIGTERM before calling it the member's failure.
-            self.signalled.append((time.time(), member, rc))
+            self.signalled.append((at, member, rc))
             return
         fields: dict[str, Any] = {}
         if member.killed:
@@ -429,8 +435,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             missing = missing_product(t["prod"])
             if missing:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there)
                 rc, fields["why"] = 1, f"exited 0 without making its product {missing}"
-        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(time.time() - member.started, 3),
-                  out=collect(t), **fields, **member.usage())
+        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
+                  out=collect(t), t=round(at, 3), **fields, **member.usage())
         self.next_in_group(t)
 
     # -- main loop ------------------------------------------------------------------------

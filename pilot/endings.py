@@ -114,8 +114,9 @@ class Endings:
                 self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
                 continue
             why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
+            # (its t: when it ended, not now, a grace later: its slot went to the next member then)
             self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                      out=collect(t), **why, **member.usage())
+                      out=collect(t), t=round(at, 3), **why, **member.usage())
             self.next_in_group(t)
         self.signalled = keep
 
