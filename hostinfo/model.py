@@ -13,13 +13,17 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, 
                       model_validator)
 
 from pilot.allocation import check_node_name
+from pwe.base.numbers import COUNT_MOST, MINUTES_MOST
 
-from .rules import (IDLE_TIMEOUT_BATCH, IDLE_TIMEOUT_LOCAL, MAX_PILOTS, SUBMIT_FAILURES,
+from .rules import (IDLE_TIMEOUT_BATCH, IDLE_TIMEOUT_LOCAL, MAX_PILOTS, MOST, SUBMIT_FAILURES,
                     SUBMIT_RATE, HostMethods, absolute_path, broker_url, contact_syntax, core_hours, distinct,
                     host_contact, known_protocol, not_an_option, one_line, one_word, positive_finite,
                     queued_within, variable_name)
 
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+#: A count, a size in MB (pwe.base.numbers.COUNT_MOST at most: far above any machine).
+Positive = Annotated[StrictInt, Field(ge=1, le=COUNT_MOST)]
+NonNegative = Annotated[StrictInt, Field(ge=0, le=COUNT_MOST)]
 
 Word = Annotated[StrictStr, AfterValidator(one_word)]
 OptLine = Annotated[StrictStr | None, AfterValidator(one_line)]
@@ -33,14 +37,15 @@ class Partition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Word
-    max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] | None = Field(None, description="minutes")
-    max_nodes: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_walltime: Annotated[Union[StrictInt, StrictFloat], Field(gt=0, le=MINUTES_MOST)] | None = Field(
+        None, description="minutes")
+    max_nodes: Positive | None = None
     # its nodes' resources, where they differ from the host's (None: the host's value);
     # pwe.planning.partitions.choose_partition picks the first partition whose walltime and these fit
-    cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = None
-    gpus_per_node: Annotated[StrictInt, Field(ge=0)] | None = None
-    memory_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")
-    tmp_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB")
+    cores_per_node: Positive | None = None
+    gpus_per_node: NonNegative | None = None
+    memory_per_node: Positive | None = Field(None, description="MB")
+    tmp_per_node: Positive | None = Field(None, description="MB")
 
 
 class HostBudget(BaseModel):
@@ -60,12 +65,12 @@ class Host(BaseModel, HostMethods):
         Field("local", description="one of protocols.registry.NAMES"))
     contact: Annotated[StrictStr, AfterValidator(contact_syntax)] = (
         Field("local", description="'local' (this machine) or ssh://user@login-node[:port]"))
-    cores_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="default: this machine's")
-    gpus_per_node: Annotated[StrictInt, Field(ge=0)] = 0
-    memory_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    cores_per_node: Positive | None = Field(None, description="default: this machine's")
+    gpus_per_node: NonNegative = 0
+    memory_per_node: Positive | None = Field(
         None, description="MB of memory per node members may use; when given, members are packed by memoryPerMember")
     shared_nodes: StrictBool = True
-    max_nodes: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="most nodes one pilot job asks for")
+    max_nodes: Positive | None = Field(None, description="most nodes one pilot job asks for")
     max_pilots: Annotated[StrictInt, Field(ge=1, le=MAX_PILOTS)] = Field(
         1, description="most pilot jobs of a run on this host at once, queued and running together")
     max_queued_pilots: Annotated[Annotated[StrictInt, Field(ge=1, le=MAX_PILOTS)] | None,
@@ -92,7 +97,7 @@ class Host(BaseModel, HostMethods):
     setup: list[StrictStr] = Field(default_factory=list, description="lines run before the pilot starts")
     scratch: OptLine = Field(None, description="where each member's fresh $TMPDIR is made (else the "
                                       "node's $TMPDIR, else /tmp)")
-    tmp_per_node: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    tmp_per_node: Positive | None = Field(
         None, description="MB of $TMPDIR space per node members may use (tmpPerMember); default: the free space "
         "the pilot measures under the tmp root")
     env: dict[Annotated[StrictStr, AfterValidator(variable_name)], Scalar] = Field(default_factory=dict)
@@ -107,7 +112,7 @@ class Host(BaseModel, HostMethods):
     broker: Annotated[StrictStr | None, AfterValidator(broker_url)] = (
         Field(None, description="redis://host:port/db, without its password"))
     broker_password_file: OptPath = Field(None, description="an owner-only file with the broker's password")
-    connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0)] = 10
+    connect_timeout: Annotated[Union[StrictInt, StrictFloat], Field(gt=0, le=MOST)] = 10
     shared_fs: StrictBool = Field(True, description="the host sees this machine's run directories at the same paths; "
                                   "false (with an ssh:// contact): the engine runs on the login node, the workflow and "
                                   "its inputs are staged there and the results brought back (pwe.engine.remote)")
@@ -120,7 +125,7 @@ class Host(BaseModel, HostMethods):
     properties: dict[StrictStr, Scalar] = Field(default_factory=dict)
     fallback: Literal["none", "local"] = Field(
         "none", description="'local': when the scheduler's commands are absent, warn and run the members here")
-    limits: dict[Annotated[StrictStr, AfterValidator(variable_name)], Annotated[StrictInt, Field(ge=1)]] = Field(
+    limits: dict[Annotated[StrictStr, AfterValidator(variable_name)], Positive] = Field(
         default_factory=dict, description="most of each user-defined resource (a node's 'resources') held at once "
         "by the members running on this host, e.g. license: 2")
     budget: HostBudget | None = Field(None, description="the core-hours one run may spend on this host "

@@ -22,6 +22,8 @@ IDLE_TIMEOUT_LOCAL = 300.0
 #: The most pilots (max_pilots, max_queued_pilots) a host may allow; the largest rate or time.
 MAX_PILOTS = 10000
 MOST = 1e6
+#: The least rate or time: a submit_rate of 1e-300 would space submissions 6e301 s apart.
+LEAST = 1e-6
 
 
 # The rules for values that reach a job script or a command line, shared with the
@@ -69,16 +71,21 @@ def variable_name(v):
 
 
 def positive_finite(v):
-    """A rate or a time: a number above 0, not NaN or infinite, at most :data:`MOST` (a
+    """A rate or a time: a number of at least :data:`LEAST`, not NaN or infinite, at most :data:`MOST` (a
     mistake, not a setting: it would size a loop or a sleep)."""
-    if not (v > 0 and v <= MOST):  # (NaN compares false both ways)
-        raise ValueError(f"give a number above 0 and at most {MOST:g} (got {v!r})")
+    if not (v >= LEAST and v <= MOST):  # (NaN compares false both ways)
+        raise ValueError(f"give a number above 0 (at least {LEAST:g}) and at most {MOST:g} (got {v!r})")
     return v
 
 
+#: The most core-hours a budget may give (far above any allocation; below where a figure
+#: derived from it, in core-seconds, loses its units' digits).
+CORE_HOURS_MOST = 1e12
+
+
 def core_hours(v: Any) -> Any:
-    if not (finite(v) and v > 0):
-        raise ValueError("give a number of core-hours over 0")
+    if not (finite(v) and 0 < v <= CORE_HOURS_MOST):
+        raise ValueError(f"give a number of core-hours over 0, at most {CORE_HOURS_MOST:g}")
     return v
 
 

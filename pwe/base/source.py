@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from .numbers import NumberError, digits_problem
 from .errors import did_you_mean  # noqa: F401  (its home is the error tree; readers import it from here)
 
 
@@ -48,6 +49,9 @@ FLOAT_RE = re.compile(
 )
 
 
+_NUMBER_FIRST = frozenset("-+.0123456789")
+
+
 def typed_scalar(text: str) -> Any:
     """Type an unquoted scalar the way YAML 1.2's core schema does.
 
@@ -57,6 +61,10 @@ def typed_scalar(text: str) -> Any:
     ``mode: [on, off]`` means two words, not two booleans.
     """
     t = text.strip()
+    if t[:1] in _NUMBER_FIRST and (INT_RE.match(t) or FLOAT_RE.match(t)):
+        problem = digits_problem(t)
+        if problem:
+            raise NumberError(problem)
     if BOOL_RE.match(t):
         return t.lower() == "true"
     if NULL_RE.match(t):

@@ -21,7 +21,8 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from .errors import WorkflowSchemaError, WorkflowSyntaxError
-from .source import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE, LineDict, LineList
+from .numbers import NumberError, shown
+from .source import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE, LineDict, LineList, typed_scalar
 
 
 #: The most nodes aliases may add to one YAML file, counted as the tree they stand for
@@ -94,6 +95,25 @@ class _Loader(yaml.SafeLoader):
             data.key_lines[key] = key_node.start_mark.line + 1
         return data
 
+    def construct_yaml_int(self, node: ScalarNode) -> Any:  # type: ignore[override]
+        return self._number(node, INT_RE)
+
+    def construct_yaml_float(self, node: ScalarNode) -> Any:  # type: ignore[override]
+        return self._number(node, FLOAT_RE)
+
+    def _number(self, node: ScalarNode, form: Any) -> Any:
+        """A plain scalar that looks like a number, read by the one reader's rules (at most
+        MAX_DIGITS digits: Python refuses past 4,300, a traceback); ``!!int 0x1f`` and the
+        like are refused."""
+        value = self.construct_scalar(node)
+        try:
+            if not form.match(value):
+                raise NumberError(f"not a {'whole ' if form is INT_RE else ''}number in decimal digits "
+                                  f"(got {shown(value)})")
+            return typed_scalar(value)
+        except NumberError as exc:
+            raise WorkflowSchemaError(f"{exc} (quote it if it is text)", line=node.start_mark.line + 1) from None
+
     def construct_yaml_seq(self, node: SequenceNode) -> Any:  # type: ignore[override]
         data = LineList(line=node.start_mark.line + 1)
         for item in node.value:
@@ -104,6 +124,8 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_yaml_seq)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 for _tag, _regexp, _first in (
     ("bool", BOOL_RE, "tTfF"),
     ("null", NULL_RE, ["~", "n", "N", ""]),

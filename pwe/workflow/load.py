@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import records
 from ..base.errors import InputError, WorkflowSchemaError
+from ..base.numbers import NumberError
 from ..base.source import LineDict, did_you_mean, find_bad_text, locate, text_problem, typed_scalar
 from ..base.yaml_reader import read_text, read_yaml
 
@@ -90,7 +91,10 @@ def parse_sets(sets: Iterable[str]) -> dict[str, Any]:
         problem = text_problem(name) or text_problem(value)
         if problem:  # (a byte that is not UTF-8 on the command line arrives as a lone surrogate)
             raise InputError(f"--set {ascii(name)[1:-1]}: {problem}")
-        out[name] = typed_scalar(value)
+        try:
+            out[name] = typed_scalar(value)
+        except NumberError as exc:
+            raise InputError(f"--set {name}: {exc}") from None
     return out
 
 

@@ -35,6 +35,7 @@ from pydantic import (
 from hostinfo.rules import one_line, one_word
 
 from ..base.ids import IDENTIFIER_PATTERN, MAX_NAME, NODE_ID_PATTERN
+from ..base.numbers import COUNT_MOST, MINUTES_MOST
 from .rules import (FileSpecMethods, HaltMethods, RangeSpecMethods, RetryMethods,
                     SchedulingMethods, check_not_blank, failed_budget, finite_over_one, input_pattern, one_or_many,
                     param_kind, positive_core_hours, range_step, retry_on, valid_start, run_not_blank,
@@ -48,8 +49,11 @@ Name = Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=MAX_NAME)]
 #: A node id (or the workflow's name), at most :data:`MAX_NAME` characters.
 NodeId = Annotated[str, Field(pattern=NODE_ID_PATTERN, max_length=MAX_NAME)]
 
-Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, description="minutes")]
-Count = Annotated[StrictInt, Field(ge=1)]
+Minutes = Annotated[Union[StrictInt, StrictFloat], Field(gt=0, le=MINUTES_MOST, description="minutes")]
+#: A count, a size in MB (pwe.base.numbers.COUNT_MOST at most: far above any machine).
+Positive = Annotated[StrictInt, Field(ge=1, le=COUNT_MOST)]
+NonNegative = Annotated[StrictInt, Field(ge=0, le=COUNT_MOST)]
+Count = Positive
 
 
 #: An item of ``inputs``: a path pattern relative to the workspace (:mod:`pwe.workflow.inputs`).
@@ -100,8 +104,8 @@ class Scheduling(_Strict, SchedulingMethods):
     shareNodes: StrictBool | None = Field(
         None, description="true: fill a node's unused cores with other members; false: a node per member"
     )
-    maxTotalMemory: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB, whole job")
-    minTotalMemory: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="MB, whole job")
+    maxTotalMemory: Positive | None = Field(None, description="MB, whole job")
+    minTotalMemory: Positive | None = Field(None, description="MB, whole job")
     nodeAttributes: OptWord = Field(None, description="node features / constraint expression")
     requestedStart: Annotated[StrictStr | None, AfterValidator(valid_start)] = Field(
         None, description="earliest start of its pilot jobs: ISO 8601 (2030-01-01T08:00, +02:00 or Z), yyyy/MM/dd "
@@ -110,16 +114,17 @@ class Scheduling(_Strict, SchedulingMethods):
     stderr: OptLine = Field(None, description="batch job stderr path")
     stdin: OptLine = Field(None, description="batch job stdin path")
     # The rest of the profile: accepted and passed on where a batch system has them.
-    memoryPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    memoryPerMember: Positive | None = Field(
         None, description="MB per member: members are packed by it, and one that uses more is killed (reason oom)")
-    gpusPerMember: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="GPUs per member")
-    tmpPerMember: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    gpusPerMember: NonNegative | None = Field(None, description="GPUs per member")
+    tmpPerMember: Positive | None = Field(
         None, description="MB of its own $TMPDIR per member, packed against each node's tmp pool")
     minNodes: Count | None = Field(None, description="fewest nodes per batch job")
     maxNodes: Count | None = Field(None, description="most nodes per batch job")
     qos: OptWord = Field(None, description="quality of service")
     reservation: OptWord = Field(None, description="advance reservation name")
-    priority: StrictInt | None = Field(None, description="job priority / nice value")
+    priority: Annotated[StrictInt, Field(ge=-COUNT_MOST, le=COUNT_MOST)] | None = Field(
+        None, description="job priority / nice value")
     jobName: OptWord = Field(None, description="batch job name prefix")
     mailUser: OptWord = Field(None, description="address for batch system mail")
     mailOptions: OptWord = Field(None, description="when to send mail, in the scheduler's terms")
@@ -231,7 +236,7 @@ class Node(_Strict):
         default_factory=dict, description="name -> values; the node expands into one member per combination"
     )
     combine: Literal["product", "zip"] = Field("product", description="how parameters combine")
-    retries: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="reruns of a failed member, "
+    retries: NonNegative | None = Field(None, description="reruns of a failed member, "
                                                                  "whatever its failure (retry: says more)")
     retry: Retry | None = Field(None, description="reruns by why an attempt failed, each asking for more "
                                 "(default: defaults.retry)")
@@ -246,7 +251,7 @@ class Node(_Strict):
     setup_per_node: list[SetupLine] | None = Field(
         None, description="shell lines each pilot runs once on every node before the first member of this node "
         "there; a node where they fail takes none of its members (default: defaults.setup_per_node)")
-    resources: dict[Name, Annotated[StrictInt, Field(ge=1)]] = Field(
+    resources: dict[Name, Positive] = Field(
         default_factory=dict, description="user-defined resources one member holds while it runs (e.g. license: 1); "
         "never more at once than the workflow's or the host's limits (pwe/planning/limits.py)"
     )
@@ -254,7 +259,7 @@ class Node(_Strict):
         None, description="iteration until convergence: a shell command (a jinja2 template) run after each member "
         "succeeds, in its directory with its environment; it appends 'converged=true' or 'next.NAME=VALUE' lines "
         "(one child; 'next.K.NAME=VALUE' for several) to $PWE_OUTPUTS")
-    max_iterations: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    max_iterations: Positive | None = Field(
         None, description="most members from a root to a leaf of a checked node's tree (default 100); a member "
                           "there that asks for children ends its tree unconverged")
 
@@ -283,7 +288,7 @@ class Defaults(_Strict):
     """Values every node takes unless it sets its own."""
 
     host: StrictStr = "local"
-    retries: Annotated[StrictInt, Field(ge=0)] = 0
+    retries: NonNegative = 0
     retry: Retry | None = Field(None, description="reruns by why an attempt failed, each asking for more")
     maxLosses: MaxLosses = Field(2, description="a member running when its pilot or node was lost this many times "
                                  "is quarantined: not run again (pwe retry -q releases it)")
@@ -320,7 +325,7 @@ class Workflow(_Strict):
     )
     halt: Halt | None = Field(None, description="the failure budget: past it no new member starts (pwe run --halt)")
     budget: Budget | None = Field(None, description="the core-hours the run may spend")
-    limits: dict[Name, Annotated[StrictInt, Field(ge=1)]] = Field(
+    limits: dict[Name, Positive] = Field(
         default_factory=dict, description="most of each user-defined resource held at once in this run, e.g. "
         "license: 4 (nodes ask with 'resources')"
     )

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from hostinfo.rules import finite, one_line
+from hostinfo.rules import CORE_HOURS_MOST, finite, one_line
 from .inputs import pattern_problem
 
 #: Why a member's attempt ended, where it was not its own exit (pilot/wire.py's REASON_*):
@@ -103,8 +103,8 @@ def failed_budget(v: Any) -> Any:
 
 
 def positive_core_hours(v: Any) -> Any:
-    if not (finite(v) and v > 0):
-        raise ValueError("give a number of core-hours over 0")
+    if not (finite(v) and 0 < v <= CORE_HOURS_MOST):
+        raise ValueError(f"give a number of core-hours over 0, at most {CORE_HOURS_MOST:g}")
     return v
 
 

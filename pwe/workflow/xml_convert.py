@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from lxml import etree
 
+from ..base.errors import WorkflowSchemaError
+from ..base.numbers import NumberError, read_float, read_int
 from ..base.source import LineDict, LineList, typed_scalar
 
 XS = "{http://www.w3.org/2001/XMLSchema}"
@@ -91,19 +93,31 @@ def _shapes(xsd: etree._Element) -> dict[str, Shape]:
 
 def _decimal(text: str) -> int | float:
     t = text.strip()  # xs:decimal has no exponent: a '.' is what makes it a float in YAML too
-    return float(t) if "." in t else int(t)
+    return read_float(t) if "." in t else read_int(t)
+
+
+def _integer(text: str) -> int:
+    return read_int(text.strip())  # (the XSD took any count of digits: at most MAX_DIGITS are read)
 
 
 #: Fields the XSD types are converted by that type: the XSD already accepted the text.
 _CONVERT: dict[str | None, Callable[[str], Any]] = {
-    "xs:positiveInteger": lambda t: int(t.strip()),
-    "xs:nonNegativeInteger": lambda t: int(t.strip()),
-    "xs:integer": lambda t: int(t.strip()),
+    "xs:positiveInteger": _integer,
+    "xs:nonNegativeInteger": _integer,
+    "xs:integer": _integer,
     "xs:decimal": _decimal,
     "minutes": _decimal,
     "xs:boolean": lambda t: t.strip() in ("true", "1"),
-    "failedBudget": lambda t: int(t.strip()) if t.strip().isdigit() else t.strip(),  # 10 or "10%"
+    "failedBudget": lambda t: _integer(t) if t.strip().isascii() and t.strip().isdigit() else t.strip(),  # 10 or "10%"
 }
+
+
+def _typed(el: etree._Element, text: str, convert: Callable[[str], Any] = typed_scalar) -> Any:
+    """``convert(text)``; a number the one reader refuses (too many digits) is one line at ``el``."""
+    try:
+        return convert(text)
+    except NumberError as exc:
+        raise WorkflowSchemaError(f"<{el.tag}>: {exc}", line=el.sourceline) from None
 
 
 def _text(el: etree._Element) -> str:
@@ -114,17 +128,17 @@ def _text(el: etree._Element) -> str:
 def _field(el: etree._Element) -> Any:
     """An element's text converted by its XSD type; any other text field is a string."""
     typ = schema()[1][el.tag].type
-    return _CONVERT.get(typ, str.strip)(_text(el))
+    return _typed(el, _text(el), _CONVERT.get(typ, str.strip))
 
 
 def _attr(el: etree._Element, name: str) -> Any:
     typ = schema()[1][el.tag].attrs.get(name)
-    return _CONVERT.get(typ, str.strip)(el.get(name))
+    return _typed(el, el.get(name), _CONVERT.get(typ, str.strip))
 
 
 def _free(el: etree._Element) -> Any:
     """A ``<value>``/``<property>``/``<env>``: YAML-typed, or its exact text with type="string"."""
-    return _text(el) if el.get("type") == "string" else typed_scalar(_text(el).strip())
+    return _text(el) if el.get("type") == "string" else _typed(el, _text(el).strip())
 
 
 def _script(text: str) -> str:
@@ -190,7 +204,7 @@ def _retry(el: etree._Element) -> LineDict:
     if el.get("on") is not None:
         on = LineList(line=el.sourceline)
         for word in el.get("on").split():
-            on.append(int(word) if word.isdigit() else word)
+            on.append(_typed(el, word, _integer) if word.isascii() and word.isdigit() else word)
             on.item_lines.append(el.sourceline)
         _put(out, "on", on, el.sourceline)
     for child in el:  # only <grow>

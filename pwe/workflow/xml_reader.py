@@ -42,7 +42,12 @@ def read_xml(path: Path, text: str | None = None) -> LineDict:
         )
     root = _parse(text, path)
     _validate(root, path)
-    return workflow_tree(root)
+    try:
+        return workflow_tree(root)
+    except WorkflowSchemaError as exc:  # (a number the one reader refuses: the converter knows no file)
+        if exc.file:
+            raise
+        raise WorkflowSchemaError(exc.message, path, exc.line) from None
 
 
 # --- 1. parsing ------------------------------------------------------------------------
