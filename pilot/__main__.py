@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
                   margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
                   tmp_per_node=args.tmp_per_node)
-    pilot.table = table
+    pilot.table, pilot.orphan_key = table, key_out
     sys.exit(pilot.run())
 
 

@@ -50,7 +50,7 @@ from .remote import NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
-from .wire import AGENT_KILL, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
+from .wire import AGENT_KILL, AGENT_ORPHANS, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
 
 
 
@@ -129,6 +129,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd)
         self.losses: dict[str, str] = {}  # node -> how it was lost, in words
         self.table: MemberTable | None = None  # shared with the guardian (pilot/guardian.py), if any
+        self.orphan_key: bytes | None = None  # what the guardian signs orphans.jsonl with (spawners too)
         self._to_report: list[int] = []  # its entries of members collected since the last write
 
     @property
@@ -475,6 +476,10 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if self.watch is not None:
             self.watch.close()
         for agent in list(self.agents.values()) + list(self.spawners.values()):
+            if self.table is not None and agent.local:
+                # (a close on purpose: what it still runs was handed back, so no grace, no orphans)
+                agent.send(k=AGENT_ORPHANS, grace=0)
+                self.table.helper_gone(agent.proc.pid)
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
         self.memory.close()  # (members' cgroups, then its own)
         self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)

@@ -47,9 +47,12 @@ Signals sent to the guardian (the engine's SIGTERM to cancel a local pilot) are 
 on to the pilot; the pilot dies with the guardian (``PR_SET_PDEATHSIG``), so a pilot is
 never left without one.
 
+Members of local spawners (a node of many slots: the spawner is their parent, not the
+pilot) are covered by the spawner itself, which does the same (:mod:`pilot.nodeagent`:
+the grace, the kill, their ends signed into ``orphans-spawner-*.jsonl``); the guardian
+waits for it, :data:`HELPER_MARGIN` s past the grace, before it kills what is left.
 Not covered: members on the allocation's other nodes (their node agents end them when
-the pilot's session ends: they run again) and members of local spawners (many slots:
-the spawner is their parent; it ends them the same way).
+the pilot's session ends: they run again).
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ from .wire import BACK, DAMAGED, END, FORGED, MALFORMED, ORPHAN_END, ORPHAN_KILL
 
 ORPHANS = "orphans.jsonl"
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-FREE, RUNNING, OVER, REPORTED = 0, 1, 2, 3
+FREE, RUNNING, OVER, REPORTED, HELPER = 0, 1, 2, 3, 4
+#: how much longer than the members a helper (a spawner, a node agent's ssh or srun) is let
+#: be once the pilot died: it gives its own members the grace, writes their ends, and leaves
+HELPER_MARGIN = 5.0
 # pid, state, exit status, attempt, member index, node id (NUL-padded: ids are at most 100 bytes)
 _ENTRY = struct.Struct("<iiiiq104s")
 _PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -105,6 +111,30 @@ class MemberTable:
         """The end of the member in entry ``k`` is in the pilot's events: the entry is free."""
         struct.pack_into("<i", self.mem, k * _ENTRY.size + 4, REPORTED)
         self.free.append(k)
+
+    def helper(self, pid: int) -> None:
+        """A process of the pilot's that starts members (a local spawner): should the pilot
+        die, the guardian lets it end its members itself (:data:`HELPER_MARGIN`)."""
+        if self.free:
+            k = self.free.pop()
+            self.at[pid] = k
+            _ENTRY.pack_into(self.mem, k * _ENTRY.size, pid, HELPER, 0, 0, -1, b"")
+
+    def helper_gone(self, pid: int) -> None:
+        """That helper has ended (or was closed on purpose): its entry is free."""
+        k = self.at.pop(pid, None)
+        if k is not None:
+            struct.pack_into("<i", self.mem, k * _ENTRY.size + 4, FREE)
+            self.free.append(k)
+
+    def helpers(self) -> set[int]:
+        """The pids of the helpers in the table."""
+        out = set()
+        for k in range(self.size):
+            pid, state = struct.unpack_from("<ii", self.mem, k * _ENTRY.size)
+            if state == HELPER:
+                out.add(pid)
+        return out
 
     def entries(self) -> Iterator[tuple[int, int, int, str, int, int]]:
         """(pid, state, rc, node, member, attempt) of each entry in use."""
@@ -237,11 +267,12 @@ def _clean_up(table: MemberTable, directory: str, key: bytes | None, wait: float
     msgs: list[dict[str, Any]] = [{"k": ORPHAN_END, "n": node, "m": m, "a": a, "rc": rc, "pid": pid}
                                   for pid, state, rc, node, m, a in entries if state == OVER]
     held: dict[int, tuple[int, int]] = {}  # pid -> its stdout and stderr, opened again here
-    who, ended, killed = _end_children(known, over, wait, held)
+    helpers = table.helpers()
+    who, ended, killed = _end_children(known, over, wait, held, helpers)
     # one the table did not have yet (spawned in the instant before the pilot died: its
     # environment not yet its own, or gone with it): the one member the pilot started and
     # had not entered, when exactly one is missing (it spawns one member at a time)
-    unknown = [pid for pid in ended if who.get(pid) is None and pid not in over]
+    unknown = [pid for pid in ended if who.get(pid) is None and pid not in over and pid not in helpers]
     if len(unknown) == 1:
         who[unknown[0]] = _the_missing_one(directory, key, set(known.values()) | set(over.values()), who)
     msgs += _ends_of_children(ended, who, killed)
@@ -282,18 +313,21 @@ def _hold_output(pid: int) -> tuple[int, int] | None:
 
 
 def _end_children(known: dict[int, tuple[str, int, int]], over: dict[int, tuple[str, int, int]],
-                  wait: float, held: dict[int, tuple[int, int]] | None = None,
+                  wait: float, held: dict[int, tuple[int, int]] | None = None, helpers: frozenset | set = frozenset(),
                   ) -> tuple[dict[int, tuple[str, int, int] | None], dict[int, int], set[int]]:
     """End every child: those the pilot left, and those reparented here meanwhile (a killed
     spawner's or agent's members): each given the grace (``wait``) to end on its own, then
-    killed if still alive; all collected. Who each one was (None: a stranger), the exit
-    status of each one collected, and those killed here."""
+    killed if still alive; all collected. ``helpers`` (spawners: they give their own members
+    the grace and write their ends) are killed :data:`HELPER_MARGIN` s later, if still there.
+    Who each one was (None: a stranger), the exit status of each one collected, and those
+    killed here."""
     children: dict[int, bool] = {}  # pid -> it had ended (a zombie) when first seen
     who: dict[int, tuple[str, int, int] | None] = {}
     ended: dict[int, int] = {}
     killed: set[int] = set()
     kill_at = time.monotonic() + wait
-    deadline = kill_at + 10
+    helpers_at = kill_at + HELPER_MARGIN
+    deadline = helpers_at + 10
     while time.monotonic() < deadline:
         now = time.monotonic()
         for pid, zombie in _children().items():
@@ -305,7 +339,7 @@ def _end_children(known: dict[int, tuple[str, int, int]], over: dict[int, tuple[
                     fds = _hold_output(pid)
                     if fds is not None:
                         held[pid] = fds
-            if not zombie and pid not in killed and (now >= kill_at or _hurry):
+            if not zombie and pid not in killed and (now >= (helpers_at if pid in helpers else kill_at) or _hurry):
                 killed.add(pid)
                 _kill(pid)
         try:
@@ -366,13 +400,19 @@ def _decoded(line: bytes, key: bytes | None) -> list[dict[str, Any]]:
 
 
 def read_orphans(directory: str, key: bytes | None) -> list[dict[str, Any]]:
-    """(The engine's side.) What a pilot's guardian wrote: the messages whose signature
-    holds (others are dropped: a member must not be able to forge its own end)."""
+    """(The engine's side.) What a pilot's guardian wrote, and its spawners
+    (``orphans-*.jsonl``): the messages whose signature holds (others are dropped: a member
+    must not be able to forge its own end), each with ``_by``, the file's name."""
     out = []
     try:
-        for line in read_lines(os.path.join(directory, ORPHANS), within=directory):
-            out += [m for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
+        names = sorted(n for n in os.listdir(directory) if n.startswith("orphans") and n.endswith(".jsonl"))
     except OSError:
-        pass  # (none, or not a regular file of the pilot's, or damaged: what was read stands)
+        return out
+    for name in names:
+        try:
+            for line in read_lines(os.path.join(directory, name), within=directory):
+                out += [dict(m, _by=name) for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
+        except OSError:
+            pass  # (not a regular file of the pilot's, or damaged: what was read stands)
     return out
 

@@ -12,8 +12,18 @@ SIGINT (the batch system ending its step) kills its members too, at once. Member
 same treatment as on the pilot's own node: own directory, own session, stdout and stderr
 captured in this node's scratch and kept, as each member is reaped, in this agent's own
 output stream (``--stream PATH``: :mod:`pilot.streams`; ``--cap`` bytes of each at most;
-``--scratch DIR``, else $TMPDIR or /tmp). The members of an agent that has lost its pilot
-(stdin closed) are killed and their output not kept: the pilot hands them back.
+``--scratch DIR``, else $TMPDIR or /tmp).
+
+An agent whose pilot died (stdin closed) does what the pilot's guardian does for the
+pilot's own children (:mod:`pilot.guardian`), since its members are its children, not the
+pilot's: it gives them the grace the pilot told it (``orphans``, the pilot's first message)
+to end on their own, then kills the rest, and appends each end, signed with the key the
+pilot gave it, to ``orphans-NAME.jsonl`` in the pilot's directory as it happens: an
+``orphan_end`` for one that ended on its own (its output kept), an ``orphan_killed`` for
+one it killed. The ends it had said to the pilot last (``RECENT``; the pilot may have died
+before it wrote them into its events) are written there first, as ``orphan_end``: the
+engine takes an end from there only for an attempt whose end it has not had. Without that
+message (an older pilot) the members are killed at once, as before.
 """
 
 from __future__ import annotations
@@ -24,12 +34,18 @@ import selectors
 import signal
 import sys
 import time
+from collections import deque
 
 from .memwatch import MemoryWatch
 from .spawn import REFUSED_FOR_NOW, Spawner, member_base_env, reaped, start_failure
 from .streams import StreamWriter
 from .tmpdirs import make_fresh, remove_tree, tmp_root
-from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_RUN, AGENT_STARTED, REASON_OOM
+from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_RUN, AGENT_STARTED, ORPHAN_END,
+                   ORPHAN_KILLED, REASON_OOM, encode)
+
+#: how many of the ends said last are kept, to be written as orphans should the pilot die
+#: before it took them in (a pipe of 64 KiB holds about a thousand)
+RECENT = 4096
 
 
 class Agent:
@@ -49,6 +65,14 @@ class Agent:
         self.said: list[bytes] = []
         self.partial = b""  # a line of stdin not yet whole
         self.open_in = True  # stdin not closed yet
+        # should the pilot die (see the module): where its members' ends go, signed, and
+        # the grace they get; the ends said last; when the grace ends; those killed then
+        self.orphans: str | None = None
+        self.key: bytes | None = None
+        self.grace = 0.0
+        self.recent: deque = deque(maxlen=RECENT)
+        self.kill_at: float | None = None
+        self.killed: set[int] = set()
 
     def say(self, **msg) -> None:
         self.said.append(_encode(msg).encode() + b"\n")
@@ -112,10 +136,50 @@ class Agent:
     def kill_all(self) -> None:
         """Every member's process group, SIGKILL."""
         for pid in self.running:
+            self.killed.add(pid)
             try:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+    def take_orphans(self, msg: dict) -> None:
+        """Where the ends go should the pilot die, and the grace (the pilot's first message);
+        none (``path`` absent): the pilot closes on purpose, what runs is killed at once."""
+        self.orphans = str(msg["path"]) if msg.get("path") else None
+        self.key = bytes.fromhex(msg["key"]) if msg.get("key") else None
+        self.grace = max(0.0, float(msg.get("grace") or 0))
+
+    def pilot_lost(self, now: float) -> None:
+        """Stdin closed: the pilot is gone. The ends said last, which it may not have taken
+        in, written as orphans; the members running get the grace, or are killed at once
+        (no grace, or nowhere to say their ends)."""
+        self.open_in = False
+        if self.orphans is None:
+            self.kill_all()
+            return
+        self.write_orphans([{"k": ORPHAN_END, "n": n, "m": m, "a": a, "rc": rc, "pid": pid, "t": t}
+                            for n, m, a, rc, pid, t in self.recent])
+        self.recent.clear()
+        if self.grace <= 0:
+            self.kill_all()
+        else:
+            self.kill_at = now + self.grace
+
+    def write_orphans(self, msgs: list[dict]) -> None:
+        """Ends appended, signed, to this agent's orphans file (owner-only); one write."""
+        if not msgs or self.orphans is None:
+            return
+        try:
+            fd = os.open(self.orphans, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            print(f"node agent: cannot write {self.orphans}: {exc}", file=sys.stderr, flush=True)
+            return
+        try:
+            os.write(fd, encode(msgs, self.key))
+        except OSError as exc:
+            print(f"node agent: cannot write {self.orphans}: {exc}", file=sys.stderr, flush=True)
+        finally:
+            os.close(fd)
 
     def take(self, data: bytes) -> None:
         """What the pilot wrote on stdin: each whole line's message done."""
@@ -129,23 +193,33 @@ class Agent:
                     on(self, msg)
 
     def reap(self) -> None:
-        """The members that ended: said, their $TMPDIRs removed."""
+        """The members that ended: said (to the pilot, or once it is gone into the orphans
+        file), their $TMPDIRs removed."""
+        orphans = []
         for pid, rc, cpu, rss in reaped(lambda: self.running):
             ident = self.running.pop(pid, None)
             if ident is not None:
                 self.by_id.pop(ident, None)
                 fds, n, m, a = self.io.pop(pid)
-                if self.open_in:  # (its output into the stream before its end is said)
+                # ended on its own (not killed here: a kill of ours ends it by SIGKILL)
+                natural = pid not in self.killed or rc != -signal.SIGKILL
+                if self.open_in or natural:  # (its output into the stream before its end is said)
                     self.stream.keep(n, m, a, fds)
                 else:
                     self.stream.drop(fds)
                 if pid in self.tmps:
                     remove_tree(self.tmps.pop(pid))
                 over = self.memory.ended(pid, rss, rc) if self.memory.limits else None
-                if over:
+                if not self.open_in:
+                    orphans.append({"k": ORPHAN_END if natural and not over else ORPHAN_KILLED, "n": n, "m": m,
+                                    "a": a, "rc": rc, "pid": pid, "t": round(time.time(), 3)})
+                elif over:
                     self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss, reason=REASON_OOM, why=over)
                 else:
                     self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss)
+                    if self.orphans is not None:
+                        self.recent.append((n, m, a, rc, pid, round(time.time(), 3)))
+        self.write_orphans(orphans)
 
     def tidy(self) -> None:
         """The pilot's directories here, once empty."""
@@ -157,7 +231,7 @@ class Agent:
 
 
 #: What the agent does with each message the pilot sends it (pilot/wire.py); others are ignored.
-_ON = {AGENT_RUN: Agent.run, AGENT_KILL: Agent.kill}
+_ON = {AGENT_RUN: Agent.run, AGENT_KILL: Agent.kill, AGENT_ORPHANS: Agent.take_orphans}
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -198,7 +272,10 @@ def main() -> None:
     os.set_blocking(stdin, False)
     sel.register(stdin, selectors.EVENT_READ, "in")
     while agent.open_in or agent.running:
-        due = agent.memory.next_in(time.time())
+        now = time.time()
+        due = agent.memory.next_in(now)
+        if agent.kill_at is not None:
+            due = max(0.0, agent.kill_at - now) if due is None else min(due, max(0.0, agent.kill_at - now))
         for key, _ in sel.select(timeout=1.0 if due is None else min(1.0, due + 0.001)):
             if key.data == "child":
                 _drain(rfd)
@@ -209,10 +286,12 @@ def main() -> None:
                 continue
             if data:
                 agent.take(data)
-            else:  # the pilot or the connection is gone: so are our members
-                agent.open_in = False
+            else:  # the pilot or the connection is gone: our members get their grace, or end now
                 sel.unregister(stdin)
-                agent.kill_all()
+                agent.pilot_lost(time.time())
+        if agent.kill_at is not None and time.time() >= agent.kill_at:
+            agent.kill_at = None
+            agent.kill_all()
         if agent.memory.limits:
             agent.memory.sweep(time.time())  # (over its mem: killed now, said as it is reaped)
         agent.reap()

@@ -149,6 +149,8 @@ from typing import Any
 #: staged from the engine's own package, so both ends know it.)
 #: 5: a task's ``own``: without it, ``cwd`` is its node's directory, shared by its members
 #: (an older pilot would tidy it away as the member's own).
+#: (5 still: ``orphan_end``/``orphan_killed`` also in ``orphans-NAME.jsonl``, written by a
+#: spawner or node agent whose pilot died; the agent's ``orphans`` kind, pilot <-> agent only.)
 VERSION = 5
 
 # engine -> pilot
@@ -159,7 +161,8 @@ NO_ENV = "no environment "
 # pilot -> engine
 UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN = "up", "start", "end", "back", "drain", "node_lost", "hb", "down"
 NODE_SETUP = "node_setup"
-# the pilot's guardian -> engine, in orphans.jsonl once the pilot is gone (pilot/guardian.py)
+# the pilot's guardian -> engine, in orphans.jsonl once the pilot is gone (pilot/guardian.py);
+# a spawner's or node agent's, in orphans-NAME.jsonl beside it (pilot/nodeagent.py)
 ORPHAN_END, ORPHAN_KILLED = "orphan_end", "orphan_killed"
 #: (never sent) what decode() makes of a line that is not a message
 DAMAGED = "damaged"
@@ -210,11 +213,15 @@ FROM_PILOT = frozenset({UP, START, END, BACK, DRAIN, NODE_LOST, HB, DOWN, NODE_S
 
 # pilot <-> node agent (pilot/nodeagent.py), not engine messages: never in FIELDS
 AGENT_RUN, AGENT_KILL = "run", "kill"
+#: the pilot -> its agent, first: where to write, signed with ``key`` (hex), the ends of its
+#: members should the pilot die (pilot/nodeagent.py), and the grace they then get
+AGENT_ORPHANS = "orphans"
 AGENT_STARTED, AGENT_ENDED, AGENT_FAILED = "started", "ended", "failed"
 #: Each node agent message kind and its fields (besides ``k``), as the table above says.
 AGENT_FIELDS: dict[str, frozenset[str]] = {
     AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem", "n", "m", "a"}),
     AGENT_KILL: frozenset({"id", "sig"}),
+    AGENT_ORPHANS: frozenset({"path", "key", "grace"}),
     AGENT_STARTED: frozenset({"id", "pid"}),
     AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss", "reason", "why"}),
     AGENT_FAILED: frozenset({"id", "rc", "why", "scratch", "again"}),

@@ -157,7 +157,7 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
     of running again. Members the guardian killed (still running: no result came
     back), and ends by a kill signal, are not ends: they run again, as their next
     attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
-    from pilot.guardian import read_orphans
+    from pilot.guardian import ORPHANS, read_orphans
     from pilot.members import KILLED
     from pilot.wire import ORPHAN_END
 
@@ -174,8 +174,9 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
             record({"e": kind.START, "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
         out = _orphan_outputs(pilot.dir, run_dir, nid, i, a) if rc == 0 else {}
         take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
+        by = "the pilot's guardian" if msg.get("_by") == ORPHANS else "the spawner that started it"
         record({"e": kind.NOTE, "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
-                "pilot died; its end came from the pilot's guardian", "t": msg.get("t")})
+                f"pilot died; its end came from {by}", "t": msg.get("t")})
 
 
 def _orphan_outputs(pilot_dir: Path, run_dir: Path, nid: str, i: int, a: int) -> dict[str, str]:

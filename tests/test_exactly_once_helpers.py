@@ -1,0 +1,105 @@
+"""Exactly once when a pilot dies, whoever started the member (issue 45, part 6).
+
+On a node of 8 slots or more the pilot's members are started by local spawners
+(pilot/spawners.py), not by the pilot: they are the spawners' children, not the pilot's,
+so its guardian (pilot/guardian.py) does not collect them. A spawner that lost its pilot
+used to kill its members at once: one killed in the instant after its last effect (its
+result written) ran again, as its next attempt: completed twice (3 tries in 11 of the
+kill -9 sweep at 8 slots with both cores busy). Now a spawner that lost its pilot gives
+its members the same grace as the guardian, writes their ends signed into the pilot's
+directory, and the pilot's guardian waits for it; the engine takes those ends, and runs
+again only what was killed.
+
+Each test reads the members' own ledger (a file outside the run directory).
+"""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, kill_pilot, ledger_counts, let_time_pass, read_journal, wait_for
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+#: a member that records its end, then lingers before it exits: a kill in that span is a
+#: kill after its last effect
+LINGER_WF = """\
+name: linger
+properties: {{ledger: {ledger}}}
+nodes:
+  a:
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {work};
+      echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {linger}
+"""
+
+
+def _start(tmp_path, cores: int, n: int, work: float, linger: float, env: dict | None = None):
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LINGER_WF.format(ledger=ledger, n=n, work=work, linger=linger))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
+                             str(run_dir)], cwd=tmp_path, env=env or ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return ledger, run_dir, proc
+
+
+def _ends(ledger) -> int:
+    try:
+        return ledger.read_bytes().count(b"end ")
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.parametrize("cores", [8, 64])
+def test_members_of_a_killed_pilots_spawners_that_ended_their_work_are_not_run_again(tmp_path, cores):
+    """The pilot (8 or 64 slots: its members started by spawners) is killed -9 while every
+    running member has written its end and lingers before it exits. Each ends in the grace
+    and is recorded with that end: none runs again."""
+    n = cores * 2
+    ledger, run_dir, proc = _start(tmp_path, cores, n, 0.2, 2.0)
+    try:
+        events = run_dir / "pilots" / "p1" / "events.jsonl"
+        # every member of the first wave has written its end and lingers
+        wait_for(lambda: _ends(ledger) >= cores, what="the first wave's ends")
+        assert (run_dir / "pilots" / "p1" / "spawner-0.log").exists(), "the pilot started no spawner"
+        kill_pilot(events)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    twice = sorted(k for k, c in ends.items() if c > 1)
+    assert not twice, f"members that completed twice: {twice[:10]}"
+    assert set(ends) == {("a", str(i)) for i in range(n)}
+    recs = read_journal(run_dir)
+    by_orphans = [r for r in recs if r["e"] == "note" and "p1" in r.get("what", "") and "died" in r.get("what", "")]
+    assert by_orphans, "no member's end came from the dead pilot's files"
+
+
+@pytest.mark.parametrize("cores", [8, 64])
+def test_pilot_with_spawners_killed_at_random_moments_no_member_completes_twice(tmp_path, cores):
+    """A sweep of short members at 8 and 64 slots; the pilot killed -9 at random moments,
+    several times. From the members' own ledger: every member completed, none twice."""
+    n, kills = cores * 40, 4
+    ledger, run_dir, proc = _start(tmp_path, cores, n, 0.2, 0.02)
+    rng = random.Random()
+    try:
+        for k in range(1, kills + 1):
+            events = run_dir / "pilots" / f"p{k}" / "events.jsonl"
+            wait_for(lambda ev=events, want=(k - 1) * n // (kills + 2): ev.exists()
+                     and b'"k":"end"' in ev.read_bytes() and _ends(ledger) >= want, what=f"pilot p{k}")
+            let_time_pass(rng.uniform(0.0, 0.5), "a random moment of the pilot's work")
+            kill_pilot(events)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    twice = sorted(k for k, c in ends.items() if c > 1)
+    assert not twice, f"members that completed twice: {twice[:10]}"
+    assert set(ends) == {("a", str(i)) for i in range(n)}
