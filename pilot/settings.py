@@ -17,9 +17,10 @@ says it on stderr (its log) and exits with status 2. A path or a text is taken a
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Callable, Mapping
+
+from .numbers import NumberError, read_float, read_int
 
 #: the words a flag takes (any case); an empty variable is an unset one, so off
 _ON, _OFF = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
@@ -82,14 +83,10 @@ class Setting:
 def _number(s: Setting, given: str, whole: bool) -> float | int:
     what = {"seconds": "a number of seconds", "bytes": "a whole number of bytes",
             "count": "a whole number"}[s.kind] + (f", {s.bounds()}" if s.bounds() else "")
-    try:
-        value: float | int = int(given) if whole else float(given)
-    except ValueError:
+    try:  # (the one reader: ASCII digits, bounded, finite; int() took '١٢', float() '1_0' and 'inf')
+        return read_int(given, s.low, s.high) if whole else read_float(given, s.low, s.high)
+    except NumberError:
         raise s.bad(given, what) from None
-    if (not whole and not math.isfinite(value)) or (s.low is not None and value < s.low) or \
-            (s.high is not None and value > s.high):
-        raise s.bad(given, what)
-    return value
 
 
 def _flag(s: Setting, given: str) -> bool:

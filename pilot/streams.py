@@ -70,6 +70,9 @@ STREAM, INDEX, BLOCKS, SEALED = ".stream", ".index", ".stream.blocks", ".stream.
 BLOCK = 1 << 20
 #: the longest frame a reader takes (two caps at their highest, and room for the rest)
 MAX_FRAME = 2 * OUTPUT_CAP.high + (1 << 16)
+#: The largest offset an index record may give (2^62: past any file; an offset of 2^64 - 1 is
+#: a damaged record, not a read that overflows).
+MOST_OFFSET = 1 << 62
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
@@ -462,6 +465,8 @@ def _frame(base: str, node: str, member: int, attempt: int, at: int, n: int) -> 
     """The frame an index record points at, checked whole (magic, CRC, whose it is)."""
     if n < _HEAD.size + _BODY.size or n > MAX_FRAME:
         raise Damaged(base + INDEX, f"an index record of a frame of {n} bytes")
+    if at > MOST_OFFSET:  # (2^64 - 1 fits the record; pread's offset is a signed C long: OverflowError)
+        raise Damaged(base + INDEX, f"an index record of a frame at offset {at}, past any stream file")
     try:
         data = _read_plain(base + STREAM, at, n)
     except FileNotFoundError:

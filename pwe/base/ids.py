@@ -62,6 +62,20 @@ NODE_ID = re.compile(NODE_ID_CHARS)
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
+# (*?: the index is not the id's)
+_MEMBER_SPEC = re.compile(rf"({NODE_ID_CHARS}?)(?:[\[:/]([0-9]{{1,18}})\]?)?", re.ASCII)
+
+
+def member_spec(text: str) -> tuple[str, int] | None:
+    """``NODE:INDEX`` (or ``NODE[INDEX]``, ``NODE/INDEX``; ``NODE`` alone: index 0) as (node,
+    index), or None: the index in ASCII digits, at most 18 of them (``\\d`` took '٣', and
+    int() of 5,000 digits was a traceback)."""
+    m = _MEMBER_SPEC.fullmatch(text)
+    if not m:
+        return None
+    return m.group(1), int(m.group(2) or 0)
+
+
 def is_run_id(value: object) -> bool:
     """Whether ``value`` is a run id (:data:`RUN_ID`)."""
     return isinstance(value, str) and RUN_ID.fullmatch(value) is not None

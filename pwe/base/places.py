@@ -17,19 +17,44 @@ so that a service and its runs are never lost by an upgrade.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
+from .errors import InputError
 from .settings import HOME, SERVICE_DIR
+
+
+#: The longest path a place may be (Linux's PATH_MAX less room for what pwe puts under it).
+MOST_PATH = 3072
+
+
+def _checked(text: str, var: str) -> Path:
+    """A place given by ``var`` resolved, or one line naming it: a path too long for the
+    system (ENAMETOOLONG later, in whatever command first writes there) or a symlink loop
+    (resolve's RuntimeError or OSError: a traceback)."""
+    if len(text) > MOST_PATH or any(len(part.encode(errors="surrogateescape")) > 255 for part in text.split("/")):
+        raise InputError(f"{var}: a path of {len(text):,} characters, or with a name over 255 bytes; "
+                         f"give one of at most {MOST_PATH:,}")
+    try:
+        path = Path(text).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:
+        why = "a symlink loop" if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP else \
+            (exc.strerror or str(exc))
+        raise InputError(f"{var}: cannot be resolved ({why}); give a directory") from None
+    if len(str(path)) > MOST_PATH:
+        raise InputError(f"{var}: resolves to a path of {len(str(path)):,} characters; give one of at most "
+                         f"{MOST_PATH:,}")
+    return path
 
 
 def _base(pwe_sub: str, xdg_var: str, fallback: str) -> Path:
     home = HOME.get()
     if home:
-        return Path(home).expanduser().resolve() / pwe_sub
+        return _checked(home, HOME.name) / pwe_sub
     xdg = os.environ.get(xdg_var)
     if xdg and os.path.isabs(xdg):  # (the XDG spec: a relative path is to be ignored)
-        return Path(xdg) / "pwe"
+        return _checked(xdg, xdg_var) / "pwe"
     return Path.home() / fallback / "pwe"
 
 
@@ -46,7 +71,7 @@ def config_dir() -> Path:
 def legacy_service_dir() -> Path:
     """Where earlier versions kept the service: ``$PWE_HOME/service`` or ``~/.pwe/service``."""
     home = HOME.get()
-    return (Path(home).expanduser().resolve() if home else Path.home() / ".pwe") / "service"
+    return (_checked(home, HOME.name) if home else Path.home() / ".pwe") / "service"
 
 
 def service_dir() -> tuple[Path, bool]:

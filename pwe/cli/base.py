@@ -242,9 +242,11 @@ class Whole(click.IntRange):
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
-            try:
-                number = int(str(value).strip(), 10)
-            except ValueError:
+            from ..base.numbers import NumberError, read_int
+
+            try:  # (ASCII digits only, bounded: int() takes '١٢', '1_0', and fails past 4,300 digits)
+                number = read_int(str(value).strip())
+            except NumberError:
                 self.fail(f"{_said(value)} is not a whole number; give one from {self._describe_range()}", param, ctx)
         if not self.min <= number <= self.max:
             self.fail(f"{_said(value)} is out of range; give a whole number from {self._describe_range()}",
@@ -269,9 +271,12 @@ class Seconds(click.FloatRange):
     def convert(self, value, param, ctx):
         import math
 
-        try:
-            number = float(value) if not isinstance(value, bool) else math.nan
-        except (TypeError, ValueError):
+        from ..base.numbers import NumberError, read_float
+
+        try:  # (ASCII digits only: float() takes '١.٥', '1_0', 'infinity'; those are not numbers here)
+            number = math.nan if isinstance(value, bool) else float(value) if isinstance(value, (int, float)) \
+                else _float_text(str(value).strip(), read_float)
+        except NumberError:
             self.fail(f"{_said(value)} is not a number; give {self.unit} from {self._describe_range()}", param, ctx)
         if not math.isfinite(number):
             self.fail(f"{_said(value)} is not a finite number; give {self.unit} from {self._describe_range()}", param,
@@ -279,6 +284,16 @@ class Seconds(click.FloatRange):
         if not self.min <= number <= self.max:
             self.fail(f"{_said(value)} is out of range; give {self.unit} from {self._describe_range()}", param, ctx)
         return number
+
+
+def _float_text(text: str, read_float) -> float:
+    """An option's number: the one reader's, with ``nan``/``inf`` read as what they say (refused
+    after as not finite, in the option's words)."""
+    import math
+
+    if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return math.nan
+    return read_float(text)
 
 
 class Chosen(click.ParamType):

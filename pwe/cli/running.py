@@ -16,6 +16,18 @@ from .base import (CHOSEN, CORES, ChosenPath, Seconds, Whole, ctrl_c_bounded, ec
 from ..base.errors import InputError, PweError, RunStopped, one_line
 
 
+def _count_or_text(text: str) -> int | str:
+    """``--halt``'s count as an int where it is one by the one reader (ASCII digits, bounded:
+    int() took '١٢' as 12, and '²' or 5,000 digits were a traceback); else the text, which
+    the Halt rule words."""
+    from ..base.numbers import NumberError, read_int
+
+    try:
+        return read_int(text)
+    except NumberError:
+        return text
+
+
 def _halt(ctx, param, value: str | None) -> dict | None:
     """``--halt FAILED[,soon|now]`` (10%, 50, 5%,now): the run's failure budget, as the
     workflow's ``halt:`` says it; a bad one is one line, exit status 2."""
@@ -25,7 +37,7 @@ def _halt(ctx, param, value: str | None) -> dict | None:
 
     failed, _, when = value.partition(",")
     failed = failed.strip()
-    halt = {"failed": int(failed) if failed.lstrip("-").isdigit() else failed, "when": when.strip() or "soon"}
+    halt = {"failed": _count_or_text(failed), "when": when.strip() or "soon"}
     try:
         h = records.check("Halt", halt)
     except records.Refused:

@@ -154,7 +154,10 @@ FIELDS: dict[str, frozenset[str]] = {
     REJECT: frozenset(("p", "why", "k", "q", "detail", "text", "t")),
 }
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-_loads = json.JSONDecoder().decode
+#: NaN and infinity (JSON has neither; Python's json writes and reads them) are read as no
+#: value: a figure of a damaged pilot message, never a number that poisons a sum or a rate
+#: (the one reader of numbers: finite only). Called only for those words: no cost per record.
+_loads = json.JSONDecoder(parse_constant=lambda word: None).decode
 _CRC = b',"c":"'
 _TAIL = len(b',"c":"00000000"}\n')
 #: What apply() raises for a record it cannot understand: that record is damaged too.
@@ -318,7 +321,8 @@ def _check_reused(r: dict[str, Any], count: int | None) -> None:
         if type(hi) is not int or hi <= lo or count is not None and hi > count:
             raise ValueError(f"members {lo!r}..{hi!r}")
     for i, out in r.get("out", {}).items():
-        if not i.isdigit() or count is not None and int(i) >= count or not isinstance(out, dict):
+        if not (i.isascii() and i.isdigit() and len(i) <= 18) or count is not None and int(i) >= count \
+                or not isinstance(out, dict):
             raise ValueError(f"outputs of member {i!r}")
 
 

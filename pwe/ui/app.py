@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, \
     Response, StreamingResponse
@@ -20,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..base.errors import InputError, OverBudget, PweError, RunNotFound, RunTaken
+from ..base.numbers import COUNT_MOST, NumberError, read_int
 from ..planning.conditions import Budget
 from . import actions, api, live
 from .openapi import BASE, Schemas
@@ -67,12 +69,25 @@ def _whole(request: Request, name: str, default: int, low: int, high: int) -> in
     if raw is None or raw == "":
         return default
     try:
-        n = int(raw)
-    except ValueError:
+        return read_int(raw, low, high)  # (ASCII digits, bounded: int() took '١٢', '1_0')
+    except NumberError:
         raise InputError(f"{name}: a whole number from {low} to {high}") from None
-    if not low <= n <= high:
-        raise InputError(f"{name}: a whole number from {low} to {high}")
-    return n
+
+
+class _Index(Convertor):
+    """A member's index in a URL path: ASCII digits, at most 10 of them (``{index:int}``'s
+    int() of 5,000 digits was a ValueError: HTTP 500); any other path matches no route (404)."""
+
+    regex = "[0-9]{1,10}"
+
+    def convert(self, value: str) -> int:
+        return read_int(value, 0, COUNT_MOST * 10)
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("member_index", _Index())
 
 
 # -- pages -----------------------------------------------------------------------------------
@@ -374,7 +389,7 @@ class Checks:
         elif method == "POST":
             length = headers.get("content-length", "0")
             client = (scope.get("client") or ("?",))[0]
-            if not length.isdigit() or int(length) > MAX_BODY:
+            if not (length.isascii() and length.isdigit()) or len(length) > 18 or int(length) > MAX_BODY:
                 refusal = (413, f"a request body of at most {MAX_BODY} bytes")
             elif not authed:
                 refusal = (401, "actions need the dashboard's token (open the address pwe ui printed)")
@@ -407,7 +422,7 @@ class Checks:
 def make_app(src: api.Sources, guard: Guard) -> Any:
     """The dashboard's ASGI app (the checks around Starlette's router)."""
     run_p = "/api/runs/{run_id}"
-    member_p = run_p + "/members/{node}/{index:int}"
+    member_p = run_p + "/members/{node}/{index:member_index}"
     routes = [
         Route("/", index), Route("/login", login),
         Route("/api/session", session), Route("/api/openapi.json", openapi, include_in_schema=False),
