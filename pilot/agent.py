@@ -130,6 +130,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.losses: dict[str, str] = {}  # node -> how it was lost, in words
         self.table: MemberTable | None = None  # shared with the guardian (pilot/guardian.py), if any
         self.orphan_key: bytes | None = None  # what the guardian signs orphans.jsonl with (spawners too)
+        self.awaited: list[tuple] = []  # members of lost sessions whose ends their agents write (remote.py)
         self._to_report: list[int] = []  # its entries of members collected since the last write
 
     @property
@@ -476,7 +477,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if self.watch is not None:
             self.watch.close()
         for agent in list(self.agents.values()) + list(self.spawners.values()):
-            if self.table is not None and agent.local:
+            if agent.orphans is not None:
                 # (a close on purpose: what it still runs was handed back, so no grace, no orphans)
                 agent.send(k=AGENT_ORPHANS, grace=0)
                 self.table.helper_gone(agent.proc.pid)
@@ -511,6 +512,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 self.launch_ready()  # fill the slots just freed before sleeping
             now = time.time()
             self._stop_if_told(now)
+            if self.awaited:
+                self.settle_awaited(now)
             if self.running:
                 last_activity = now
                 self.enforce_walltimes(now)
@@ -546,7 +549,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
 
     def _why_leave(self, now: float, last_activity: float) -> str | None:
         """Why the pilot leaves now (nothing runs and nothing is left to do), or None."""
-        if self.running:
+        if self.running or self.awaited:
             return None
         if not self.signalled and (
                 self.cancelled or self.draining or (self.stopping and not self.queue and not self.chained)):

@@ -409,10 +409,18 @@ def read_orphans(directory: str, key: bytes | None) -> list[dict[str, Any]]:
     except OSError:
         return out
     for name in names:
-        try:
-            for line in read_lines(os.path.join(directory, name), within=directory):
-                out += [dict(m, _by=name) for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
-        except OSError:
-            pass  # (not a regular file of the pilot's, or damaged: what was read stands)
+        out += [dict(m, _by=name) for m in read_orphans_file(os.path.join(directory, name), key)]
+    return out
+
+
+def read_orphans_file(path: str, key: bytes | None) -> list[dict[str, Any]]:
+    """The orphan messages of one such file whose signature holds (none where there is no
+    file yet, or it is not a regular file of its directory; a damaged one: what was read)."""
+    out: list[dict[str, Any]] = []
+    try:
+        for line in read_lines(path, within=os.path.dirname(path)):
+            out += [m for m in _decoded(line, key) if m.get("k") in (ORPHAN_END, ORPHAN_KILLED)]
+    except OSError:
+        pass
     return out
 

@@ -13,12 +13,14 @@ import selectors
 import shlex
 import signal
 import sys
+import time
 from typing import Any
 
 from .launchers import AGENT_SRUN, PREFIXES, command
 from .members import Member, say, argv_for
 from .packing import Placement
-from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_RUN, AGENT_STARTED, START
+from .settings import ORPHAN_GRACE
+from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_ORPHANS, AGENT_RUN, AGENT_STARTED, ORPHAN_END, START
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
@@ -34,6 +36,7 @@ class NodeAgent:
         self.members: dict[int, Member] = {}
         self.sel = sel
         self.local = False  # a spawner on the pilot's own node (pilot.spawners), not ssh
+        self.orphans: str | None = None  # where it writes its members' ends should it lose us
         os.set_blocking(proc.stdout.fileno(), False)
         sel.register(proc.stdout.fileno(), selectors.EVENT_READ, self)
 
@@ -136,7 +139,19 @@ class RemoteNodes:
             return None
         agent = NodeAgent(node, proc, self.sel)
         self.agents[node] = agent
+        self.arrange_orphans(agent, f"node-{node}")
         return agent
+
+    def arrange_orphans(self, agent: NodeAgent, name: str) -> None:
+        """Tell a new agent (or local spawner) where its members' ends go, signed, should
+        this pilot die or its session break, and the grace they get then
+        (:mod:`pilot.nodeagent`); its process is one the guardian waits for."""
+        if self.table is None:  # (no guardian: no one waits for its word)
+            return
+        self.table.helper(agent.proc.pid)
+        agent.orphans = os.path.join(self.dir, f"orphans-{name}-{self.n_writers}.jsonl")
+        agent.send(k=AGENT_ORPHANS, path=agent.orphans, key=self.orphan_key.hex() if self.orphan_key else "",
+                   grace=ORPHAN_GRACE.get())
 
     def stream_for(self, name: str, here: bool = False) -> list[str]:
         """The arguments that give a new node agent or spawner its own output stream in this
@@ -181,13 +196,18 @@ class RemoteNodes:
 
     def agent_lost(self, agent: NodeAgent, extra: list[dict] = (), dead: bool = False) -> None:
         """A node's session is gone: what ran there (and ``extra``) goes back to the engine.
-        ``dead``: the node is known lost (pilot/nodewatch.py), no need to ask it."""
+        ``dead``: the node is known lost (pilot/nodewatch.py), no need to ask it. Else its
+        agent, which lost us, gives its members the grace and writes their ends
+        (pilot/nodeagent.py): they are waited for (:meth:`settle_awaited`), so that a
+        member is run again only once it is known to have ended without a result."""
         agent.close()
         if dead:
             try:  # (its ssh or srun would wait on a node that will not answer)
                 agent.proc.kill()
             except OSError:
                 pass
+        if agent.orphans is not None:
+            self.table.helper_gone(agent.proc.pid)
         self.agents.pop(agent.node, None)
         lost = list(agent.members.values())
         agent.members.clear()
@@ -199,8 +219,44 @@ class RemoteNodes:
                 said = fh.read()[-2000:].decode("utf-8", "replace").strip()
         except OSError:
             said = ""
-        self.node_failed(agent.node, [m.task for m in lost if not m.killed] + list(extra),
+        waiting = [m for m in lost if not m.killed]
+        if agent.orphans is not None and not dead and waiting and not self.node_alive(agent.node):
+            dead = True  # (a node that does not answer writes no word: its members go elsewhere now)
+        if agent.orphans is not None and not dead and waiting:
+            from .guardian import HELPER_MARGIN
+
+            self.awaited.append((time.time() + ORPHAN_GRACE.get() + HELPER_MARGIN + 5, agent, waiting,
+                                 list(extra), said))
+            for m in lost:
+                if m.killed:
+                    self.finish(m, -signal.SIGKILL)
+            return
+        self.node_failed(agent.node, [m.task for m in waiting] + list(extra),
                          killed=[m for m in lost if m.killed], said=said, dead=dead)
+
+    def settle_awaited(self, now: float) -> None:
+        """The members of lost sessions whose ends their agents are to write: each one
+        ended on its own is finished with its exit status; the rest (killed there, or no
+        word by the deadline: the node or its agent died) go back as a broken session's."""
+        from .guardian import read_orphans_file
+
+        for entry in list(self.awaited):
+            deadline, agent, waiting, extra, said = entry
+            ends = {(o["n"], o["m"], o["a"]): o for o in read_orphans_file(agent.orphans, self.orphan_key)}
+            left = []
+            for m in waiting:
+                o = ends.get((m.task["n"], m.task["m"], m.task["a"]))
+                if o is None:
+                    left.append(m)
+                elif o["k"] == ORPHAN_END and type(o.get("rc")) is int:
+                    self.finish(m, o["rc"], at=o.get("t"))
+                else:
+                    extra.append(m.task)
+            entry[2][:] = left
+            if left and now < deadline:
+                continue
+            self.awaited.remove(entry)
+            self.node_failed(agent.node, [m.task for m in left] + extra, said=said)
 
     def node_failed(self, node: str, tasks: list[dict], killed: list[Member] = (), said: str = "",
                     dead: bool = False) -> None:

@@ -24,8 +24,8 @@ import sys
 from .members import Member, argv_for, say
 from .packing import Placement
 from .remote import NodeAgent
-from .settings import ORPHAN_GRACE, SPAWNERS
-from .wire import AGENT_ORPHANS, AGENT_RUN, START
+from .settings import SPAWNERS
+from .wire import AGENT_RUN, START
 
 #: Slots one spawner serves. Below this many local slots the pilot spawns by itself, as
 #: it always did (a second process buys nothing on a few cores and costs a pipe message
@@ -87,13 +87,9 @@ class LocalSpawners:
         agent = NodeAgent(f"spawner-{i}", proc, self.sel)
         agent.local = True
         self.spawners[i] = agent
-        if self.table is not None:
-            # should the pilot die, its members are the spawner's children, not the guardian's:
-            # the spawner gives them the grace and writes their ends (pilot/nodeagent.py), and
-            # the guardian waits for it (pilot/guardian.py)
-            self.table.helper(proc.pid)
-            agent.send(k=AGENT_ORPHANS, path=os.path.join(self.dir, f"orphans-spawner-{i}-{self.n_writers}.jsonl"),
-                       key=self.orphan_key.hex() if self.orphan_key else "", grace=ORPHAN_GRACE.get())
+        # should the pilot die, its members are the spawner's children, not the guardian's: the
+        # spawner gives them the grace and writes their ends, and the guardian waits for it
+        self.arrange_orphans(agent, f"spawner-{i}")
         return agent
 
     def launch_on_spawner(self, task: dict, placement: Placement, threads: int, exclusive: bool,

@@ -37,14 +37,15 @@ nodes:
 """
 
 
-def _start(tmp_path, cores: int, n: int, work: float, linger: float, env: dict | None = None):
+def _start(tmp_path, cores: int, n: int, work: float, linger: float, host: str = ""):
+    """`pwe run` of LINGER_WF in the background, on ``cores`` local slots or on ``host``."""
     ledger = tmp_path / "ledger"
     wf = tmp_path / "wf.yaml"
     wf.write_text(LINGER_WF.format(ledger=ledger, n=n, work=work, linger=linger))
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", str(cores), "--run-dir",
-                             str(run_dir)], cwd=tmp_path, env=env or ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    where = ["--host", host] if host else ["--cores", str(cores)]
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), *where, "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return ledger, run_dir, proc
 
 
@@ -102,4 +103,73 @@ def test_pilot_with_spawners_killed_at_random_moments_no_member_completes_twice(
     starts, ends = ledger_counts(ledger)
     twice = sorted(k for k, c in ends.items() if c > 1)
     assert not twice, f"members that completed twice: {twice[:10]}"
+    assert set(ends) == {("a", str(i)) for i in range(n)}
+
+
+def _four_nodes(tmp_path) -> None:
+    from test_nodes import hosts_yaml
+
+    hosts_yaml(tmp_path)
+
+
+def _children(pid: int) -> list[tuple[int, bytes]]:
+    """(pid, command line) of each child of ``pid`` (the test's look: the pilot's own ssh
+    clients, found from its pid, not by a pattern over every process)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+                if ppid == pid:
+                    with open(f"/proc/{name}/cmdline", "rb") as fh:
+                        out.append((int(name), fh.read()))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def test_members_on_other_nodes_that_ended_their_work_when_the_pilot_died_are_not_run_again(ssh_nodes, tmp_path):
+    """Four ssh nodes, 8 slots; the pilot is killed -9 while every running member has
+    written its end and lingers: each node agent lost its pilot, gives its members the
+    grace, writes their ends into the pilot's directory; none runs again."""
+    _four_nodes(tmp_path)
+    n = 16
+    ledger, run_dir, proc = _start(tmp_path, 0, n, 0.2, 2.0, host="four")
+    try:
+        wait_for(lambda: _ends(ledger) >= 8, what="the first wave's ends")
+        kill_pilot(run_dir / "pilots" / "p1" / "events.jsonl")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert not sorted(k for k, c in ends.items() if c > 1), f"members that completed twice: {ends}"
+    assert set(ends) == {("a", str(i)) for i in range(n)}
+    assert list((run_dir / "pilots" / "p1").glob("orphans-node-*.jsonl")), "no node agent wrote its members' ends"
+
+
+def test_a_node_agents_session_killed_its_members_that_ended_their_work_are_not_run_again(ssh_nodes, tmp_path):
+    """The ssh session of the agent on pwe-n1 is killed (-9 of its ssh client) while its
+    members have written their ends and linger: the agent gives them the grace and writes
+    their ends; the pilot waits for that word before it runs anything again: none runs
+    twice, and the pilot goes on."""
+    _four_nodes(tmp_path)
+    n = 16
+    ledger, run_dir, proc = _start(tmp_path, 0, n, 0.2, 2.0, host="four")
+    try:
+        events = run_dir / "pilots" / "p1" / "events.jsonl"
+        wait_for(lambda: _ends(ledger) >= 8, what="the first wave's ends")
+        import json
+
+        pilot = json.loads(events.read_text().splitlines()[0])["pid"]
+        ssh = [pid for pid, argv in _children(pilot) if b"pwe-n1" in argv and b"pilot.nodeagent" in argv]
+        assert len(ssh) == 1, _children(pilot)
+        os.kill(ssh[0], 9)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert not sorted(k for k, c in ends.items() if c > 1), f"members that completed twice: {ends}"
     assert set(ends) == {("a", str(i)) for i in range(n)}
