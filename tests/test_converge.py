@@ -242,7 +242,7 @@ def test_a_failing_check_fails_its_member(tmp_path, check, why):
     assert {m["state"] for m in members if m["node"] == "report"} == {"skipped"}
     if "exited" in why:  # the roots grew one child each, and the children's check failed
         assert [m["iteration"] for m in failed] == [2, 2]
-        assert "pwe: the check exited 3" in pwe("logs", run_dir, f"bisect:{failed[0]['member']}", cwd=tmp_path,
+        assert "pwe: the check exited 3" in pwe("logs", run_dir, f"bisect:{failed[0]['member']}", "--stderr", cwd=tmp_path,
                                                 check=0).stdout
     assert "failed" in proc.stdout
 

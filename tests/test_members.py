@@ -95,9 +95,8 @@ nodes:
                                                    (127, "nope", "no such file"))):
             r = recs[(node, i)]
             assert r["state"] == "failed" and r["exit_status"] == code, r
-            rc, out, err = pwe("logs", run, f"{node}[{i}]", cwd=tmp_path)
+            rc, stderr_part, err = pwe("logs", run, f"{node}[{i}]", "--stderr", cwd=tmp_path)
             assert rc == 0, err
-            stderr_part = out.split("stderr (", 1)[1]
             assert name in stderr_part and reason in stderr_part.lower(), \
                 f"{node}[{i}]: its stderr does not say why it could not start:\n{out}"
     assert "should not run" not in output(run, "direct", 0)

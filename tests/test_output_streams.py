@@ -109,7 +109,7 @@ def test_attempts_are_kept_apart_and_logs_names_the_one_shown(tmp_path):
     run = tmp_path / "run"
     rc, out, err = run_cli("run", wf, "--run-dir", run, cwd=tmp_path)
     assert rc == 0, err
-    rc, out, err = run_cli("logs", run, "f:0", cwd=tmp_path)
+    rc, out, err = run_cli("logs", run, "f:0", "--stdout", "--stderr", cwd=tmp_path)  # (both: under headers)
     assert rc == 0 and ") attempt 2 <==" in out and "try 2" in out and "try 1" not in out, out
     rc, out, err = run_cli("logs", run, "f:0", "--attempt", "1", cwd=tmp_path)
     assert rc == 0 and "try 1" in out and "try 2" not in out, out

@@ -54,7 +54,7 @@ def _refused(run: Path, member: str, phrase: str, cwd: Path) -> None:
 
 
 def _fine(run: Path, i: int, cwd: Path) -> None:
-    rc, out, err = run_cli("logs", run, f"a:{i}", cwd=cwd, timeout=60)
+    rc, out, err = run_cli("logs", run, f"a:{i}", "--stdout", "--stderr", cwd=cwd, timeout=60)
     assert rc == 0 and f"line {i}\n" in out and f"err {i}\n" in out, (rc, out, err)
 
 

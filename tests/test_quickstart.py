@@ -179,7 +179,8 @@ def test_hints_printed_by_run_work_with_run_dir(tmp_path, write):
     assert [h.split()[2] for h in hints] == ["show", "logs"], f"hints on stderr:\n{err}"
     for hint in hints:
         words = hint.split()[2:]  # after "see: pwe"
-        rc, out, err = pwe(*words, cwd=tmp_path)
+        # (pwe logs into a pipe gives stdout alone, as a terminal does not: the words are on stderr)
+        rc, out, err = pwe(*words, *(["--stderr"] if words[0] == "logs" else []), cwd=tmp_path)
         assert rc == 0, (
             f"BUG pwe/cli/running.py _follow prints `{hint[5:]}` but that fails (exit {rc}): {err.strip()} -- the run id is "
             "looked up only under ./pwe-runs (rundir.find); print the run directory when --run-dir put it elsewhere")

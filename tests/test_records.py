@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import most_at_once, run_cli
+from conftest import most_at_once, no_traceback, run_cli
 
 
 def _trace(cwd: Path, run: Path) -> list[dict]:
@@ -45,3 +45,76 @@ def test_members_that_fail_at_once_end_when_they_ended(tmp_path):
     assert rc == 0, err
     util = re.search(r"([0-9.]+)% of allocated cores", (tmp_path / "r.html").read_text())
     assert util and float(util.group(1)) <= 100.0, util
+
+
+# -- pwe logs: the member's bytes -----------------------------------------------------------------
+
+#: what the member writes: a carriage return, bytes that are not UTF-8, an escape sequence, a
+#: NUL, and no newline at the end
+OUT = b"one\r\ntwo \xff\xfe \x1b[31mred\x1b[0m\x00 last, no newline"
+ERR = b"warn\rover\n\xc3(bad\n\x07tail"
+
+
+def _on_a_terminal(*args, cwd) -> bytes:
+    """What `pwe ARGS` writes to a pseudo-terminal, as a user sees it."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", *map(str, args)], cwd=cwd, stdout=slave,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # (EIO: the other side closed)
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    assert proc.wait(60) == 0, proc.stderr.read()
+    return got
+
+
+def test_logs_into_a_file_or_a_pipe_is_the_members_bytes_exactly(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "out.bin").write_bytes(OUT)
+    (tmp_path / "err.bin").write_bytes(ERR)
+    (tmp_path / "wf.yaml").write_text(f"name: raw\nnodes:\n  a:\n    run: cat {tmp_path}/out.bin; "
+                                      f"cat {tmp_path}/err.bin >&2\n")
+    rc, out, err = run_cli("run", "wf.yaml", "--json", cwd=tmp_path)
+    assert rc == 0, err
+    run = json.loads(out)["run_dir"]
+
+    def logs(*extra: str, into=subprocess.PIPE) -> bytes:
+        proc = subprocess.run([sys.executable, "-m", "pwe", "logs", run, "a:0", *extra], cwd=tmp_path,
+                              stdout=into, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=120,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+        no_traceback(proc.stderr.decode())
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    with open(tmp_path / "got", "wb") as fh:  # `pwe logs RUN a:0 > got`
+        logs(into=fh)
+    assert (tmp_path / "got").read_bytes() == OUT
+    assert logs() == OUT and logs("--stdout") == OUT and logs("--stderr") == ERR
+    assert logs("--tail", "1") == b"two \xff\xfe \x1b[31mred\x1b[0m\x00 last, no newline"  # (\r ends no line)
+    assert logs("--stderr", "--tail", "2") == b"\xc3(bad\n\x07tail"
+    both = logs("--stdout", "--stderr")  # (both asked for: each under its header)
+    assert b"==> a[0] stdout (" in both and b"==> a[0] stderr (" in both and OUT in both and ERR in both, both
+    # on a terminal: both, under headers, what a terminal would act on written visibly
+    shown = _on_a_terminal("logs", run, "a:0", cwd=tmp_path)
+    assert b"==> a[0] stdout (" in shown and b"==> a[0] stderr (" in shown, shown
+    assert b"\x1b" not in shown and b"\x07" not in shown and b"\\x1b[31mred" in shown and b"\\xff\\xfe" in shown, shown
+    assert b"\\x07tail" in _on_a_terminal("logs", run, "a:0", "--stderr", cwd=tmp_path)

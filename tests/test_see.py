@@ -271,12 +271,15 @@ def test_every_command_that_prints_takes_json(seen, tmp_path):
 
 def test_logs_tail_and_stderr(seen):
     cwd, run = seen
+    # into a pipe: one channel's bytes as written, stdout unless --stderr; both under headers
     rc, out, err = pwe("logs", run, "sweep:2", cwd=cwd)
-    assert rc == 0 and "x is 3" in out and "last words" in out, out
+    assert rc == 0 and out == "x is 3\n", out
+    rc, out, err = pwe("logs", run, "sweep:2", "--stdout", "--stderr", cwd=cwd)
+    assert rc == 0 and "x is 3" in out and "last words" in out and "==> sweep[2] stderr" in out, out
     rc, out, err = pwe("logs", run, "sweep:2", "--stderr", cwd=cwd)
-    assert rc == 0 and "x is 3" not in out and "diverged" in out and "==> sweep[2] stderr" in out, out
+    assert rc == 0 and out == "x=3 diverged: energy is NaN\nlast words\n", out
     rc, out, err = pwe("logs", run, "sweep:2", "--stderr", "--tail", "1", cwd=cwd)
-    assert rc == 0 and "last words" in out and "diverged" not in out, out
+    assert rc == 0 and out == "last words\n", out
     rc, out, err = pwe("logs", run, "sweep:2", "--tail", "1", "--json", cwd=cwd)
     got = json.loads(out)
     assert got["stdout"]["text"] == "x is 3\n" and got["stderr"]["text"] == "last words\n", got

@@ -313,43 +313,66 @@ def _show_tree(run: str, node: str | None, as_json: bool) -> None:
 @click.argument("run")
 @click.argument("member", type=CHOSEN)
 @click.option("--tail", "tail", type=Whole(1, 1_000_000_000), default=None, metavar="N",
-              help="only the last N lines of each")
-@click.option("--stderr", "only_stderr", is_flag=True, help="only stderr")
+              help="only the last N lines (of each)")
+@click.option("--stdout", "want_stdout", is_flag=True,
+              help="stdout alone (the default into a pipe or a file; with --stderr: both)")
+@click.option("--stderr", "want_stderr", is_flag=True, help="stderr alone (with --stdout: both)")
 @click.option("--attempt", "attempt", type=Whole(1, 1_000_000), default=None, metavar="N",
               help="that attempt's (default: the latest that wrote anything)")
 @json_option
-def logs(run: str, member: str, tail: int | None, only_stderr: bool, attempt: int | None, as_json: bool) -> None:
+def logs(run: str, member: str, tail: int | None, want_stdout: bool, want_stderr: bool, attempt: int | None,
+         as_json: bool) -> None:
     """A member's stdout and stderr, from its pilot's output stream. MEMBER is NODE:INDEX
     (or 'NODE[INDEX]', quoted: brackets are a glob to zsh; NODE alone for index 0). Into a
-    pipe or a file, the bytes as the member wrote them; on a terminal, with control
-    characters and bytes that are not UTF-8 written visibly (\x1b, \xff)."""
+    pipe or a file: one channel's bytes exactly as the member wrote them, nothing added
+    (stdout unless --stderr is given; --stdout --stderr: both, each under a header). On a
+    terminal: both (or the one asked for), each under a header, with control characters and
+    bytes that are not UTF-8 written visibly (\\x1b, \\xff)."""
     from ..base.ids import member_spec
-    from ..observe.runview import logs_document, member_output
+    from ..observe.runview import last_lines, logs_document, member_output
 
     spec = member_spec(member)  # (the index in ASCII digits, bounded: \d took '٣', int() of 5,000 a traceback)
     if spec is None:
         echo(f"member {member[:40]!r}: write NODE:INDEX (an index of at most 18 digits), e.g. simulate:3", err=True)
         sys.exit(2)
     node, idx = spec
+    tty = sys.stdout.isatty()
+    names = _channels(want_stdout, want_stderr, tty or as_json)
     try:
         if as_json:
-            click.echo(json.dumps(logs_document(find(run), node, idx, member, tail, only_stderr, attempt=attempt),
-                                  indent=2))
+            click.echo(json.dumps(logs_document(find(run), node, idx, member, tail, channels=names,
+                                                attempt=attempt), indent=2))
             return
         got = member_output(find(run), node, idx, member, attempt=attempt)
     except PweError as exc:
         fail(exc)
-    # the member's own bytes: as they are into a pipe or a file, control characters written
-    # visibly on a terminal (a member's escape sequences would be the terminal's to act on)
-    tty = sys.stdout.isatty()
-    for name in ("stderr",) if only_stderr else ("stdout", "stderr"):
-        data = got.text(name)
-        if tail:
-            data = b"".join(data.splitlines(keepends=True)[-tail:])
-        said = f" attempt {got.attempt}" if got.attempt else ""
-        echo(f"==> {node}[{idx}] {name} ({shown(got.path)}){said} <==")
-        nl = bool(data) and not data.endswith(b"\n")
-        click.echo(inert(data.decode("utf-8", "backslashreplace")) if tty else data, nl=nl)
+    out = click.get_binary_stream("stdout")
+    try:
+        for name in names:
+            data = got.text(name)
+            if tail:
+                data = last_lines(data, tail)
+            if not tty and len(names) == 1:  # (the member's bytes, exactly: `pwe logs RUN a:3 > out`)
+                out.write(data)
+                continue
+            said = f" attempt {got.attempt}" if got.attempt else ""
+            echo(f"==> {node}[{idx}] {name} ({shown(got.path)}){said} <==")
+            nl = bool(data) and not data.endswith(b"\n")  # (the next header on a line of its own)
+            # (on a terminal, control characters written visibly: a member's escape
+            # sequences would be the terminal's to act on)
+            click.echo(inert(data.decode("utf-8", "backslashreplace")) if tty else data, nl=nl)
+        out.flush()
+    except BrokenPipeError:  # `pwe logs RUN a:3 | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+
+
+def _channels(want_stdout: bool, want_stderr: bool, both: bool) -> tuple[str, ...]:
+    """The channels pwe logs shows: those asked for; neither asked for, both on a terminal
+    (and in --json), else stdout alone (its bytes into a pipe or a file)."""
+    if want_stdout or want_stderr:
+        return tuple(n for n, w in (("stdout", want_stdout), ("stderr", want_stderr)) if w)
+    return ("stdout", "stderr") if both else ("stdout",)
 
 
 @click.command()

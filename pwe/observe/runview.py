@@ -212,27 +212,41 @@ def _indices(state: bytearray, code: int):
 
 def logs_document(run_dir: Path, node: str, index: int, said: str, tail: int | None = None,
                   only_stderr: bool = False, max_bytes: int | None = None,
-                  attempt: int | None = None) -> dict[str, Any]:
+                  attempt: int | None = None, channels: tuple[str, ...] | None = None) -> dict[str, Any]:
     """What ``pwe logs --json`` prints (and the dashboard shows): ``node``, ``member``,
     ``attempt`` (the one shown: the latest with output unless one is asked for),
     ``attempts`` (those with output), and ``stdout`` / ``stderr`` each as ``{"path",
     "text"}`` (``path``: the stream file, or the member's own file in a run made before
     streams; ``text``: its bytes as UTF-8, others written as ``\\xNN``; ``cut``: bytes
-    left out, by the output cap or ``max_bytes``); ``tail``: only the last lines."""
+    left out, by the output cap or ``max_bytes``); ``tail``: only the last lines (ended by
+    a newline). ``channels``: those shown (default both; ``only_stderr``: stderr alone)."""
     got = member_output(run_dir, node, index, said, attempt=attempt)
     out: dict[str, Any] = {"node": node, "member": index, "attempt": got.attempt, "attempts": got.attempts}
+    if channels is None:
+        channels = ("stderr",) if only_stderr else ("stdout", "stderr")
     for name in ("stdout", "stderr"):
-        if only_stderr and name == "stdout":
+        if name not in channels:
             continue
         data, cut = got.text(name), got.left_out[name]
         if max_bytes is not None and len(data) > max_bytes:
             cut += len(data) - max_bytes
             data = data[-max_bytes:]
-        text = data.decode("utf-8", "backslashreplace")
         if tail:
-            text = "".join(text.splitlines(keepends=True)[-tail:])
+            data = last_lines(data, tail)
+        text = data.decode("utf-8", "backslashreplace")
         out[name] = {"path": got.path, "text": text, **({"cut": cut} if cut else {})}
     return out
+
+
+def last_lines(data: bytes, n: int) -> bytes:
+    """The last ``n`` lines of ``data``, a line being what ends in a newline (a carriage
+    return or any other byte ends none), the last one also without: bytes as they are."""
+    pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(n):
+        pos = data.rfind(b"\n", 0, pos)
+        if pos < 0:
+            return data
+    return data[pos + 1:]
 
 
 class Output:
