@@ -271,11 +271,11 @@ class Seconds(click.FloatRange):
     def convert(self, value, param, ctx):
         import math
 
-        from ..base.numbers import NumberError, read_float
+        from ..base.numbers import NumberError
 
-        try:  # (ASCII digits only: float() takes '١.٥', '1_0', 'infinity'; those are not numbers here)
+        try:  # (ASCII only: float() takes '١.٥' and '1_0'; those are not numbers here)
             number = math.nan if isinstance(value, bool) else float(value) if isinstance(value, (int, float)) \
-                else _float_text(str(value).strip(), read_float)
+                else _float_text(str(value).strip(), NumberError)
         except NumberError:
             self.fail(f"{_said(value)} is not a number; give {self.unit} from {self._describe_range()}", param, ctx)
         if not math.isfinite(number):
@@ -286,14 +286,15 @@ class Seconds(click.FloatRange):
         return number
 
 
-def _float_text(text: str, read_float) -> float:
-    """An option's number: the one reader's, with ``nan``/``inf`` read as what they say (refused
-    after as not finite, in the option's words)."""
-    import math
-
-    if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-        return math.nan
-    return read_float(text)
+def _float_text(text: str, number_error: type) -> float:
+    """An option's number in ASCII and without '_' (float() takes '١.٥' and '1_0'); NaN, inf
+    and 1e400 are read as what they are and refused after as not finite, in the option's words."""
+    if not text.isascii() or "_" in text:
+        raise number_error(text)
+    try:
+        return float(text)
+    except ValueError:
+        raise number_error(text) from None
 
 
 class Chosen(click.ParamType):
