@@ -147,8 +147,10 @@ nodes:
 
 def test_retry_and_resume_look_again_for_products_made_meanwhile(tmp_path):
     """Products made by hand (or by another run into the workspace) after a run began count
-    when it is retried or resumed: the members not begun whose products are there now are
-    complete and do not run (from the ledger)."""
+    when it is resumed: the members not begun whose products are there now are complete and
+    do not run (from the ledger). A member that began and failed is not complete by a
+    product made meanwhile: retried, it runs again (issue 45: it may have left that file
+    half made)."""
     import signal
 
     from conftest import alive, engine_pid, wait_for
@@ -165,23 +167,24 @@ nodes:
     run: |
       echo "a $PWE_MEMBER" >> {led}
       sleep 0.4
-      if [ {{{{ i }}}} != 2 ]; then touch "$PWE_WORKSPACE/a{{{{ i }}}}.txt"; else exit 3; fi
+      if [ {{{{ i }}}} != 2 ] || [ "$PWE_ATTEMPT" -gt 1 ]; then touch "$PWE_WORKSPACE/a{{{{ i }}}}.txt"; else exit 3; fi
   b:
     after: [a]
     parameters: {{i: {{range: [0, 4]}}}}
     products: ["b{{{{ i }}}}.txt"]
     run: echo "b $PWE_MEMBER" >> {led}; touch "$PWE_WORKSPACE/b{{{{ i }}}}.txt"
 """)
-    # retry: a[2] failed; its product is made by hand; retried, it is complete, not run
+    # retry: a[2] failed; a product is made by hand; retried, it runs again all the same
     rc, res, err = run(wf, ws, tmp_path, "r1")
     assert rc == 1 and res["totals"]["failed"] == 1
     (ws / "a2.txt").touch()
     rc, out, err = run_cli("retry", tmp_path / "r1", cwd=tmp_path, timeout=120)
     assert rc == 0, err
-    assert ledger(led) == Counter({("a", str(i)): 1 for i in range(4)} | {("b", str(i)): 1 for i in range(4)})
+    assert ledger(led) == Counter({("a", str(i)): 1 for i in range(4)} | {("b", str(i)): 1 for i in range(4)}
+                                  | {("a", "2"): 2})
     rc, out, _ = run_cli("show", tmp_path / "r1", "--json", cwd=tmp_path)
     shown = {(m["node"], m["member"]): m for m in json.loads(out)}
-    assert shown[("a", 2)]["complete"] is True and shown[("a", 2)]["state"] == "done"
+    assert not shown[("a", 2)].get("complete") and shown[("a", 2)]["state"] == "done"
     # resume: the engine killed while b waits for a; b[3]'s product made meanwhile
     for p in ws.iterdir():
         p.unlink()
@@ -195,7 +198,7 @@ nodes:
     (ws / "b3.txt").touch()
     wait_for(lambda: not alive(engine), what="the killed engine to be gone")
     rc, out, err = run_cli("resume", run_dir, cwd=tmp_path, timeout=120)
-    assert rc == 1, err  # (a[2] fails again)
+    assert rc == 1, err  # (a[2] fails: its first attempt)
     ran = ledger(led)
     assert ("b", "3") not in ran and ran[("b", "0")] == 1 and ran[("a", "3")] == 1, ran
 

@@ -90,6 +90,25 @@ def _without(runs: Iterable[tuple[int, int]], skip: set[int]) -> Iterable[tuple[
             yield at, hi
 
 
+def _never_started(runs: Iterable[tuple[int, int]], attempt: Any) -> Iterable[tuple[int, int]]:
+    """``runs`` of member indices less those with an attempt in this run's lineage (their
+    ``attempt`` counter is not 0): they began and did not end ok, so a product of theirs
+    may be half made. A run with none (the common case) costs one count in C."""
+    for lo, hi in runs:
+        part = attempt[lo:hi]
+        if part.count(0) == hi - lo:
+            yield lo, hi
+            continue
+        at = lo
+        for i, a in enumerate(part, lo):
+            if a:
+                if at < i:
+                    yield at, i
+                at = i + 1
+        if at < hi:
+            yield at, hi
+
+
 class Engine:
     """Runs one run directory to its end. Use :meth:`create` or :meth:`open`.
 
@@ -344,7 +363,9 @@ class Engine:
         all exist in the workspace as complete (:mod:`pwe.planning.products`: each directory listed
         once, only those members' paths rendered). So products made meanwhile, by hand or by
         another run into the workspace, are not made again. Not with ``--fresh``, nor for
-        ``changed`` members (a product that reuse found gone or changed: they run again)."""
+        ``changed`` members (a product that reuse found gone or changed: they run again),
+        nor for a member that began in this run's lineage and did not end ok (stopped, lost
+        or failed while it may have been writing a product: :func:`_never_started`)."""
         if self.info.get("fresh"):
             return
         if self.info.get("workspace") and any(pn.products for pn in self.plan.nodes.values()):
@@ -354,9 +375,8 @@ class Engine:
             changed = changed or {}
 
             def not_begun(nid: str) -> Iterable[tuple[int, int]]:
-                if nid not in changed:
-                    return not_begun_runs(nodes[nid].state)
-                return _without(not_begun_runs(nodes[nid].state), changed[nid])
+                runs = _never_started(not_begun_runs(nodes[nid].state), nodes[nid].attempt)
+                return runs if nid not in changed else _without(runs, changed[nid])
 
             for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
                 self.ledger.record(rec)

@@ -18,9 +18,11 @@ as done for their dependents. A member that runs is checked once, when it ends w
 status 0, by its pilot where it ran (``pilot.members.missing_product``: one ``lstat`` per
 product): one that made none of them fails with a line naming the missing file.
 
-Existence is all that is checked (as Row does): no times, no sizes. A member interrupted
-half-way through writing a product fails (its exit status), but its half file would make
-it complete next time: write products last, or to a temporary name renamed at the end.
+Existence is all that is checked (as Row does): no times, no sizes. A member that began
+in the run's lineage and did not end ok (stopped mid-write by a kill or a halt, failed) is
+never complete by its products there (:func:`pwe.engine.loop._never_started`); a new run
+into the same workspace takes existence alone: write products last, or to a temporary name
+renamed at the end.
 """
 
 from __future__ import annotations
