@@ -99,8 +99,8 @@ def test_a_member_stopped_mid_write_by_halt_now_is_not_complete_by_its_half_prod
     wf = tmp_path / "wf.yaml"
     n = 3
     # a[0] waits for the others' halves, then fails: the halt stops them mid-write
-    fail = (f'if [ "$PWE_MEMBER" = 0 ]; then while [ ! -e "$PWE_WORKSPACE/a1.txt" ] || '
-            f'[ ! -e "$PWE_WORKSPACE/a2.txt" ]; do sleep 0.05; done; exit 1; fi')
+    fail = ('if [ "$PWE_MEMBER" = 0 ]; then while [ ! -e "$PWE_WORKSPACE/a1.txt" ] || '
+            '[ ! -e "$PWE_WORKSPACE/a2.txt" ]; do sleep 0.05; done; exit 1; fi')
     wf.write_text(HALF_WF.format(n=n, ledger=ledger, halt="halt: {failed: 1, when: now}", fail=fail))
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--workspace", str(ws), "--cores", "3",
                            "--run-dir", str(run)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
