@@ -118,3 +118,28 @@ def test_logs_into_a_file_or_a_pipe_is_the_members_bytes_exactly(tmp_path):
     assert b"==> a[0] stdout (" in shown and b"==> a[0] stderr (" in shown, shown
     assert b"\x1b" not in shown and b"\x07" not in shown and b"\\x1b[31mred" in shown and b"\\xff\\xfe" in shown, shown
     assert b"\\x07tail" in _on_a_terminal("logs", run, "a:0", "--stderr", cwd=tmp_path)
+
+
+# -- a halt now: every attempt that started is in the trace ---------------------------------------
+
+def test_the_trace_holds_every_attempt_that_started_before_a_halt_now(tmp_path):
+    # two members fail at once and spend the budget; the pilot starts the next ones before
+    # it hears the halt: their starts come after the halt's unassigns, and are in the trace
+    ledger = tmp_path / "ledger"
+    (tmp_path / "wf.yaml").write_text(
+        f"name: now\nhalt: {{failed: 2, when: now}}\nproperties: {{ledger: '{ledger}'}}\nnodes:\n  sweep:\n"
+        "    parameters: {i: {range: [0, 200]}}\n"
+        "    run: echo \"start $PWE_MEMBER $PWE_ATTEMPT\" >> {{ ledger }}; [ $PWE_MEMBER -ge 2 ] || exit 1; sleep 0.2\n")
+    rc, out, err = run_cli("run", "wf.yaml", "--cores", "2", "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert rc == 1 and "halted" in err, err
+    no_traceback(err)
+    started = {(int(m), int(a)) for _, m, a in (line.split() for line in ledger.read_text().splitlines())}
+    recs = {(r["member"], r["attempt"]): r for r in _trace(tmp_path, tmp_path / "run")}
+    assert started <= set(recs), sorted(started - set(recs))  # (the members' own ledger: each one that started)
+    assert set(recs) <= started, sorted(set(recs) - started)  # (and none that did not)
+    assert {recs[(m, 1)]["state"] for m in (0, 1)} == {"failed"}
+    stopped = [r for k, r in recs.items() if k[0] >= 2]
+    assert all(r["state"] == "halted" and r["start"] is not None and r["end"] is not None for r in stopped), stopped
+    rc, out, err = run_cli("status", tmp_path / "run", "--json", cwd=tmp_path)
+    totals = json.loads(out)["totals"]
+    assert totals["failed"] == 2 and totals["running"] == 0 and totals["done"] == 0, totals  # (halted: not failed)

@@ -14,7 +14,9 @@ budget, or the core-hour budget: :meth:`Halting.halt`):
   before the word reached it;
 - ``now``: what is queued or running is handed back, journaled as stopped by the halt
   (``unassign`` with ``halted``; not a failure, its attempt not counted against it), and
-  every pilot is told to ``cancel`` (its members killed, their ends no longer current);
+  every pilot is told to ``cancel`` (its members killed, their ends no longer current: they
+  are journaled, not applied); the run ends once those pilots are down, so that a member
+  a pilot started before it heard the halt has its start and end in the journal;
 - the feed hands nothing out while the run is halted, and the run ends (exit 1) when
   nothing it started is in flight.
 """
@@ -117,7 +119,12 @@ class Halting:
             pilot.flush()
 
     def over(self) -> bool:
-        """A halted run with nothing it started still queued or running: it ends."""
+        """A halted run with nothing it started still queued or running: it ends. After a
+        halt ``now``, once its pilots told to cancel are heard to their end too (``down``,
+        or given up): what one started before it heard the halt is journaled, its start
+        and its end, so that the trace holds every attempt that started."""
         st = self.ledger.state
-        return st.halted is not None and not any(ns.counts[ASSIGNED] or ns.counts[RUNNING]
-                                                 for ns in st.nodes.values())
+        if st.halted is None or any(ns.counts[ASSIGNED] or ns.counts[RUNNING] for ns in st.nodes.values()):
+            return False
+        return st.halted.get("when") != "now" or not any(p.alive and p.state is not PilotState.DOWN
+                                                         for p in self.pilots.values())

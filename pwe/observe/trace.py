@@ -15,9 +15,10 @@ the run. The price is that the trace reads the whole journal (one replay,
 :func:`pwe.runstate.journal.replay`): a trace is the whole history, so that is inherent.
 
 Attempts that were handed back before they started (``back``) did not happen and are
-not in the trace; a member reused from an earlier run is one record of attempt 0, ``state``
-``done``, ``reason`` ``reused``, ``why`` the run and member it came from; one taken back
-after it started (its pilot or node was lost) is,
+not in the trace (but one taken back, by a halt ``now`` or with its pilot, whose start is
+taken in after that is: its pilot started it before it heard); a member reused from an
+earlier run is one record of attempt 0, ``state`` ``done``, ``reason`` ``reused``, ``why``
+the run and member it came from; one taken back after it started (its pilot or node was lost) is,
 with ``state`` ``lost`` (``reason`` ``lost``, or ``quarantined`` for the loss that made
 its member reach maxLosses); one stopped by a halt ``now`` has ``state`` ``halted``; one
 that was queued or running when the run was cancelled has ``state`` ``cancelled``.
@@ -60,6 +61,9 @@ class Trace:
         self.last: float | None = None  # the last engine's start or end
         self.grown: dict[str, list[dict[str, Any]]] = {}  # a check's members' values (pwe/planning/trees.py)
         self.losses: dict[tuple[str, int], int] = {}  # (node, member) -> attempts lost with their pilot or node
+        #: attempts taken back before their start was taken in, with what took them back: one
+        #: whose start comes after all is in the trace (:meth:`_started_after_all`)
+        self.unstarted: dict[tuple[str, int, int], tuple[list[Any], dict[str, Any]]] = {}
 
     def size_of(self, nid: str) -> int:
         return self._sizes[nid] + len(self.grown.get(nid, ()))  # type: ignore[index]
@@ -81,14 +85,31 @@ class Trace:
             on(self, r)
 
     def _assign(self, r: dict[str, Any]) -> None:
+        self.unstarted.pop((r["n"], r["m"], r["a"]), None)  # (the attempt's number given again: that one is this)
         self.attempts[(r["n"], r["m"], r["a"])] = [r.get("t"), None, None, None, None, None, None, None, None,
                                                     r["p"], None, None, None, r.get("mem"), r.get("wall")]
 
     def _start(self, r: dict[str, Any]) -> None:
-        a = self.attempts.get((r["n"], r["m"], r["a"]))
+        key = (r["n"], r["m"], r["a"])
+        a = self.attempts.get(key)
+        if a is None:
+            a = self._started_after_all(key, r)
         if a is not None:
             a[1] = r.get("t")
             a[10] = r.get("nodes")
+
+    def _started_after_all(self, key: tuple[str, int, int], r: dict[str, Any]) -> list[Any] | None:
+        """An attempt taken back before its start was taken in (a halt ``now``, a pilot given
+        up) whose pilot did start it (it had not heard yet): it is in the trace after all,
+        ended as its taking back said (and as its end, when that comes, says)."""
+        kept = self.unstarted.pop(key, None)
+        if kept is None or kept[0][9] != r["p"]:
+            return None
+        a, taken = kept
+        self.attempts[key] = a
+        a[1] = r.get("t")
+        self._taken_back(key, a, taken)
+        return a
 
     def _end(self, r: dict[str, Any]) -> None:
         a = self.attempts.get((r["n"], r["m"], r["a"]))
@@ -103,15 +124,21 @@ class Trace:
         key = (r["n"], r["m"], r.get("a"))
         a = self.attempts.get(key)
         if a is not None and a[3] is None and a[11] is None:
-            if a[1] is None:
-                del self.attempts[key]  # never started: no attempt was spent
-            elif r.get("halted"):
-                a[2], a[4], a[11], a[12] = r.get("t"), r.get("why") or "halted", "halted", "halted"
+            if a[1] is None:  # not started, as far as the journal says yet: no attempt spent,
+                # unless its start comes after (:meth:`_started_after_all`)
+                self.unstarted[key] = (self.attempts.pop(key), r)  # type: ignore[index]
             else:
-                a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
-                if r.get("lost"):  # (counted against maxLosses: the last of them quarantined it)
-                    n = self.losses[(r["n"], r["m"])] = self.losses.get((r["n"], r["m"]), 0) + 1
-                    a[12] = "quarantined" if n >= self._max_losses.get(r["n"], 2) else "lost"
+                self._taken_back(key, a, r)  # type: ignore[arg-type]
+
+    def _taken_back(self, key: tuple[str, int, int], a: list[Any], r: dict[str, Any]) -> None:
+        """An attempt that started, taken back by ``r`` (an ``unassign``): halted, or lost."""
+        if r.get("halted"):
+            a[2], a[4], a[11], a[12] = r.get("t"), r.get("why") or "halted", "halted", "halted"
+        else:
+            a[2], a[4], a[11] = r.get("t"), r.get("why") or "handed back", "lost"
+            if r.get("lost"):  # (counted against maxLosses: the last of them quarantined it)
+                n = self.losses[key[:2]] = self.losses.get(key[:2], 0) + 1
+                a[12] = "quarantined" if n >= self._max_losses.get(key[0], 2) else "lost"
 
     def _reused(self, r: dict[str, Any]) -> None:
         """Members reused from an earlier run (pwe.runstate.reusable): one record each, attempt 0
