@@ -233,7 +233,7 @@ def test_a_reused_members_logs_are_the_lending_members(tmp_path):
         rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "runs" / name, cwd=tmp_path, timeout=300)
         assert rc == 0, err
     assert "3 reused" in out, out
-    rc, out, err = run_cli("logs", tmp_path / "runs" / "third", "a:2", cwd=tmp_path)
+    rc, out, err = run_cli("logs", tmp_path / "runs" / "third", "a:2", "--stdout", "--stderr", cwd=tmp_path)
     assert rc == 0, err
     assert "said 2\n" in out and "warned 2\n" in out, out
     assert str(Path("runs") / "first" / "pilots") in out, out  # (where it was written: the first run's stream)

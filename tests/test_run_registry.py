@@ -135,8 +135,9 @@ def test_runs_made_at_once_are_each_registered_owner_only(tmp_path):
     (work / "wf.yaml").write_text(WF)
     full = {**os.environ, "PYTHONPATH": str(ROOT), **_env(tmp_path)}
     dirs = [tmp_path / f"odd{i}" / "r" for i in range(3)]
-    procs = [subprocess.Popen([sys.executable, "-m", "pwe", "run", "wf.yaml", "--run-dir", str(d)], cwd=work,
-                              env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for d in dirs]
+    # (--concurrent: three runs of one workflow in one workspace at once, on purpose)
+    procs = [subprocess.Popen([sys.executable, "-m", "pwe", "run", "wf.yaml", "--run-dir", str(d), "--concurrent"],
+                              cwd=work, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for d in dirs]
     for p in procs:
         assert p.wait(300) == 0, p.stderr.read()
     reg = tmp_path / "state" / "pwe" / "runs"

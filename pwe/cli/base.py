@@ -349,6 +349,9 @@ workspace_option = click.option(
 fresh_option = click.option(
     "--fresh", is_flag=True, help="run every member: reuse nothing from earlier runs, take nothing as complete by "
     "its products")
+concurrent_option = click.option(
+    "--concurrent", is_flag=True, help="run even while another run of this workflow is live in the workspace "
+    "(refused otherwise: both would run every member and write the same products); give each its own --workspace")
 reuse_from_option = click.option(
     "--reuse-from", "reuse_from", default=None, type=ChosenPath(), metavar="DIR",
     help="reuse unchanged members of the runs of this workflow in DIR (a runs root, or one run) instead of those "

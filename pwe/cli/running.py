@@ -12,7 +12,8 @@ import sys
 import click
 
 from .base import (CHOSEN, CORES, ChosenPath, Seconds, Whole, ctrl_c_bounded, echo, fail, find, hosts_option,
-                   json_option, leave, warn, who, workspace_option, fresh_option, reuse_from_option)
+                   json_option, leave, warn, who, workspace_option, fresh_option, reuse_from_option,
+                   concurrent_option)
 from ..base.errors import InputError, PweError, RunStopped, one_line
 
 
@@ -77,6 +78,7 @@ _run_options = [
     click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP),
     fresh_option,
     reuse_from_option,
+    concurrent_option,
 ]
 
 
@@ -98,7 +100,7 @@ def _run_id(value: str | None) -> str | None:
 
 def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
             hosts_file: str | None, workspace: str | None = None, run_id: str | None = None,
-            halt: dict | None = None, fresh: bool = False, reuse_from: str | None = None):
+            halt: dict | None = None, fresh: bool = False, reuse_from: str | None = None, concurrent: bool = False):
     """An engine for a new run of FILE, or (a host without shared file systems) the run
     staged to its login node (:class:`pwe.engine.remote.RemoteRun`)."""
     from ..engine.loop import Engine
@@ -121,7 +123,8 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
         return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
     return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
                          workspace=workspace, planned=planned, run_id=run_id, **({"halt": halt} if halt else {}),
-                         **({"fresh": True} if fresh else {}), **({"reuse_from": reuse_from} if reuse_from else {}))
+                         **({"fresh": True} if fresh else {}), **({"reuse_from": reuse_from} if reuse_from else {}),
+                         **({"concurrent": True} if concurrent else {}))
 
 
 def _prestart(host: str | None) -> None:
@@ -242,7 +245,7 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
 @click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @json_option
-def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, as_json) -> None:
+def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, concurrent, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     _prestart(host)
     from .remote import drive
@@ -250,7 +253,7 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, re
 
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, halt=halt, fresh=fresh,
-                         reuse_from=reuse_from)
+                         reuse_from=reuse_from, concurrent=concurrent)
         said = f"run {engine.run_id}  ({engine.dir})"
         if isinstance(engine, RemoteRun):
             from protocols.warmpilot import dismiss
@@ -272,8 +275,8 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, re
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
 @click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
 @json_option
-def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, to_service, broker,
-           run_id, as_json) -> None:
+def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, concurrent, to_service,
+           broker, run_id, as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .remote import drive
     from ..engine.control import spawn_engine
@@ -284,14 +287,14 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh,
 
         if halt:
             fail(InputError("--halt is not passed to the service: give the workflow a 'halt:' instead"))
-        if fresh or reuse_from:
-            fail(InputError("--fresh and --reuse-from are not passed to the service: run with `pwe run` or `pwe "
-                            "submit` without --service"))
+        if fresh or reuse_from or concurrent:
+            fail(InputError("--fresh, --reuse-from and --concurrent are not passed to the service: run with `pwe "
+                            "run` or `pwe submit` without --service"))
 
         return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, run_id, halt=halt, fresh=fresh,
-                         reuse_from=reuse_from)
+                         reuse_from=reuse_from, concurrent=concurrent)
         warn(engine.warnings)
         if isinstance(engine, RemoteRun):
             return drive(engine, as_json, follow=False, fresh=True)

@@ -129,6 +129,7 @@ class Engine:
         # how long a pilot given up for silence may take to end once its job is cancelled
         self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
         self.lock = rundir.EngineLock(run_dir)
+        self.live = rundir.LiveLock("", "")  # (the workspace's, once run takes it; never held here)
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
         #: says what the engine found wrong but worked around (a damaged journal line); what
@@ -138,6 +139,7 @@ class Engine:
         self.made = False  # this engine made the run (create): a refusal before it began removes it again
         self.info_changed = False  # run.json to be written again by this engine (open: hosts, --halt)
         self._refused = False  # refused before it began (run): the run it made is removed
+        self._not_begun = False  # refused before it began, whoever made the run (pwe submit's engine)
         self._first = False  # this engine began the run (its journal was new): reuse is decided then
         self._by: dict[str, str] = {}  # who asked (run's ``by``), for the run's first records
         # one lane per host, or per (host, partition) where its nodes need several partitions;
@@ -237,6 +239,12 @@ class Engine:
             with disk_refusals(self.dir):
                 self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
+            try:
+                self._take_workspace(cancel)
+            except PweError:
+                self._refused = self.made  # (a run this engine made, refused before it began: removed)
+                self._not_begun = True
+                raise
             with disk_refusals(self.dir):  # (the run's files refused anywhere: JournalError, not a traceback)
                 return self._run(progress, retry, cancel, by, only)
         except RunStopped as exc:
@@ -255,8 +263,20 @@ class Engine:
             raise
         finally:
             self._shutdown()
+            if self._refused or self._not_begun:
+                self.live.undo()  # (its lock in the workspace too, where this engine made it)
+            else:
+                self.live.release()
             if self._refused:
                 runs.unmake(self.dir)  # a refusal leaves nothing behind
+
+    def _take_workspace(self, cancel: bool) -> None:
+        """One live run per workflow per workspace (:class:`pwe.runstate.rundir.LiveLock`),
+        held for the engine's life; not for a run made with ``--concurrent``, nor to cancel."""
+        ws = self.info.get("workspace")
+        if ws and not cancel and not self.info.get("concurrent"):
+            self.live = rundir.LiveLock(ws, self.plan.workflow.name, self.run_id, self.dir)
+            self.live.acquire()
 
     def _run(self, progress: Callable[[RunState], None] | None, retry: bool, cancel: bool, by: str | None,
              only: dict[str, list[list[int]]] | None) -> bool:
@@ -284,6 +304,7 @@ class Engine:
                 self._complete_by_products(changed)
             except InputError:  # (a products: directory that cannot be listed): refused before it began
                 self._refused = self.made
+                self._not_begun = True
                 raise
             self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
             self.budget.weigh()

@@ -25,8 +25,10 @@ last line is ignored), and replays in well under a second for a 100,000-member r
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import stat
@@ -365,11 +367,17 @@ class EngineLock:
         """Take the run, atomically (``flock``), or raise :class:`RunTaken` saying who has
         it, from the holder's own record (pid, host, since when)."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            # (no link followed, a FIFO never waited on: a lock file is a regular file of its own)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputError(f"{self.path} is a symbolic link: remove it (a lock is a file of its own)") from None
             from .journal import cannot_write
 
             raise cannot_write(self.path, exc) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InputError(f"{self.path} is not a regular file: remove it (a lock is a file of its own)")
         deadline, pause = time.monotonic() + self.SETTLE, 0.002
         while True:
             try:
@@ -384,9 +392,9 @@ class EngineLock:
                 pause = min(2 * pause, 0.05)
             except OSError as exc:
                 os.close(fd)
-                raise PweError(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
-                               "with file locks (Lustre: mounted with -o flock)") from None
-        info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode()
+                raise NoLocks(f"cannot lock {self.path}: {exc.strerror}: the run directory must be on a filesystem "
+                              "with file locks (Lustre: mounted with -o flock)") from None
+        info = json.dumps(self.record()).encode()
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, info, 0)
@@ -395,18 +403,17 @@ class EngineLock:
         self._fd = fd
         self.held = True
 
+    def record(self) -> dict:
+        """What the holder writes into the lock: its pid, host and since when."""
+        return {"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}
+
     def taken(self, info: dict) -> str:
         """The one line a command that found the run taken says: who holds it (its record:
         pid, host, since when) and what to do."""
-        since = info.get("since")
-        if isinstance(since, (int, float)):
-            today = time.strftime("%Y-%m-%d") == time.strftime("%Y-%m-%d", time.localtime(since))
-            when = time.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S", time.localtime(since))
-        else:
-            when = "?"
         ref = run_ref(self.path.parent)
-        return (f"{ref}: already taken by pid {info.get('pid', '?')} on {info.get('host', '?')} since {when}; "
-                f"`pwe status {ref}` shows it: wait for it to end, or stop it with `pwe cancel {ref}`")
+        return (f"{ref}: already taken by pid {info.get('pid', '?')} on {info.get('host', '?')} since "
+                f"{_when(info.get('since'))}; `pwe status {ref}` shows it: wait for it to end, or stop it with "
+                f"`pwe cancel {ref}`")
 
     def release(self) -> None:
         if self.held and self._fd is not None:
@@ -417,6 +424,103 @@ class EngineLock:
             os.close(self._fd)
             self._fd = None
             self.held = False
+
+
+class NoLocks(PweError):
+    """The filesystem refuses ``flock`` (Lustre mounted without ``-o flock``)."""
+
+
+class LiveLock(EngineLock):
+    """One live run per workflow per workspace (issue 45): an exclusive ``flock`` on
+    ``WORKSPACE/.pwe/live/NAME.lock``, held by the run's engine for its life (with
+    :class:`EngineLock`'s guarantees: the kernel drops it with its holder, one of two
+    takers wins), its record naming the run (id and directory). Two runs of one workflow
+    writing one workspace would run every member twice and overwrite each other's
+    products; as Snakemake and Nextflow do, the second is refused, in one line naming the
+    live run (``--concurrent`` where a user means it). The lock lives in the workspace, the
+    thing shared, so runs with other run roots or on other hosts of a shared filesystem
+    see it. A workspace that takes no file (read-only) holds no lock: nothing to protect."""
+
+    def __init__(self, workspace: str | Path, workflow: str, run_id: str = "", run_dir: Path | None = None):
+        self.workspace = Path(workspace)
+        self.path = self.workspace / ".pwe" / "live" / f"{workflow}.lock"
+        self.workflow, self.run_id, self.run_dir = workflow, run_id, run_dir
+        self.held = False
+        self._fd = None
+        self._top: Path | None = None  # (the first of the lock and its directories it made: undo)
+
+    def record(self) -> dict:
+        return {**super().record(), "run": self.run_id, "dir": str(self.run_dir or "")}
+
+    def taken(self, info: dict) -> str:
+        run = str(info.get("run") or "?")
+        where = str(info.get("dir") or "")
+        ref = run_ref(Path(where)) if where else run
+        return (f"workflow '{self.workflow}' has a live run in workspace {self.workspace}: {ref} (pid "
+                f"{info.get('pid', '?')} on {info.get('host', '?')} since {_when(info.get('since'))}); two runs would "
+                f"run every member twice and overwrite each other's products: wait for it, stop it with `pwe cancel "
+                f"{ref}`, resume it with `pwe resume {ref}`, or give --concurrent (then give each its own --workspace)")
+
+    def refuse_if_held(self) -> None:
+        """Before a run is made: :class:`RunTaken` (one line, exit 2) when a live run holds
+        it; :class:`InputError` when its place is not pwe's own (:meth:`check_place`)."""
+        self.check_place()
+        info = self.holder()
+        if info is not None:
+            raise RunTaken(self.taken(info))
+
+    def check_place(self) -> None:
+        """Where the lock goes is inside the workspace (no link out) and, if there, a regular
+        file: else one line (nothing is opened, followed or written)."""
+        inside = os.path.join(os.path.realpath(self.workspace), ".pwe", "live")
+        if os.path.lexists(self.path.parent) and os.path.realpath(self.path.parent) != inside:
+            raise InputError(f"{self.path.parent} leads out of the workspace (a link): remove it; pwe keeps its "
+                             "live-run locks there")
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{self.path} is not a regular file: remove it (a lock is a file of its own)")
+
+    def acquire(self) -> None:
+        """Take it, or raise :class:`RunTaken` naming the live run; nothing where the
+        workspace takes no file."""
+        self.check_place()
+        self._top = first_missing(self.path.parent) if not self.path.exists() else None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return  # (a read-only workspace: no products written there, no lock)
+        try:
+            super().acquire()
+        except NoLocks:
+            return  # (a filesystem without locks: as EngineLock says, nobody can hold one)
+
+
+    def undo(self) -> None:
+        """A run refused before it began (it made nothing else either): the lock given back
+        and, where this run made it, its file and directories removed (one made meanwhile by
+        another run, or that another run holds now, stays)."""
+        mine = self.held
+        self.release()
+        if mine and self._top is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            remove_made(self.path.parent, self._top)
+
+
+def _when(since: Any) -> str:
+    """A holder's ``since`` as a time of day (today) or a date and time; ``?`` for none."""
+    if not isinstance(since, (int, float)) or not math.isfinite(since):
+        return "?"
+    try:
+        today = time.strftime("%Y-%m-%d") == time.strftime("%Y-%m-%d", time.localtime(since))
+        return time.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S", time.localtime(since))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def _record(fd: int) -> dict | None:
