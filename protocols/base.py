@@ -172,7 +172,20 @@ class Protocol:
         one holding a line break or a NUL is refused first (InputError, exit status 2):
         in a script or a directive line a line break starts a line a shell runs."""
         _one_line_each(job)
-        return _env().get_template(self.template).render(job=job, protocol=self.name, job_id=self.job_id)
+        from .syntax import directive_word
+
+        streams = self.streams(job)
+        return _env().get_template(self.template).render(
+            job=job, protocol=self.name, job_id=self.job_id, streams=streams or (NO_FILE, NO_FILE),
+            redirect=None if streams else output_files(job),
+            w=lambda value, what="value": directive_word(self.name, value, what))
+
+    def streams(self, job: PilotJob) -> tuple[str, str] | None:
+        """The job's output and error files in words its batch system reads literally
+        (protocols/syntax.py says what each reads), or None when it has none for this
+        pilot's directory: then it is given /dev/null (:data:`NO_FILE`) and the job script
+        sends its own output to :func:`output_files` (``exec``, the paths shell-quoted)."""
+        return None
 
     def submit(self, job: PilotJob, script_path: str) -> str:
         """Submit; the job id. A submission that timed out is looked up by job name
@@ -321,9 +334,15 @@ def _one_line_each(job: PilotJob) -> None:
             one_line(value, f"pilot {job.pilot_id}: env {key}")
 
 
+#: what a batch system is given as a job's output file when it has no literal word for the
+#: pilot's own (the job script then sends its output there itself)
+NO_FILE = "/dev/null"
+
+
 def output_files(job: PilotJob) -> tuple[str, str]:
-    """Where the job's stdout and stderr go (given on the submit command line, never in a
-    directive line, where a path with a space or a quote would be split or cut)."""
+    """Where the job's stdout and stderr land: the pilot directory's job.out and job.err
+    (given to the batch system as :meth:`Protocol.streams` says, never in a directive line
+    but LoadLeveler's, where a path with a space or a quote would be split or cut)."""
     return f"{job.pilot_dir}/job.out", f"{job.pilot_dir}/job.err"
 
 

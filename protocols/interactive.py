@@ -17,6 +17,10 @@ class Interactive(Protocol):
     job_id = "$$"  # the script's own process: the pilot's job id is the pid `nohup bash` got
     cancel_command = ["kill", "-TERM"]
 
+    def streams(self, job: PilotJob) -> tuple[str, str]:
+        """job.out and job.err, where ``submit`` sends nohup's output (no batch system reads them)."""
+        return "job.out", "job.err"
+
     def submit(self, job: PilotJob, script_path: str) -> str:
         # the script's own path marks the process, so find_by_name can spot a duplicate
         start = 'cd "$1" && nohup bash "$2" > job.out 2> job.err < /dev/null & echo $!'

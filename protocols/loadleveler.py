@@ -80,6 +80,13 @@ class LoadLeveler(Protocol):
     submit_command = ["llsubmit"]
     cancel_command = ["llcancel"]
 
+    def streams(self, job) -> tuple[str, str]:
+        """The ``output`` and ``error`` keywords: job.out and job.err by their names, read in
+        the step's ``initialdir``, by default where llsubmit ran (the pilot's directory).
+        LoadLeveler substitutes ``$(...)`` in a keyword's value, so the directory's path is
+        never written in one (protocols/syntax.py)."""
+        return "job.out", "job.err"
+
     def parse_job_id(self, out: str) -> str:
         """The step id from llsubmit's message (its job id and step 0)."""
         m = _SUBMITTED.search(out)

@@ -7,7 +7,7 @@ asked about: they ended. Any other failure ("cannot connect to server"; slurm-wl
 
 from __future__ import annotations
 
-from .base import JobState, Protocol
+from .base import NO_FILE, JobState, Protocol
 from .runner import CommandResult
 
 #: qstat's one-letter states (Torque and PBS Pro)
@@ -32,10 +32,20 @@ class Pbs(Protocol):
 
     def submit_args(self, job) -> list[str]:
         """The output files on the command line (some qsub front ends ignore #PBS -o/-e, and a
-        directive line would split a path with a space), named relative to the pilot's
-        directory, where qsub runs: a qsub front end that pastes its arguments into a shell
-        line (slurm-wlm-torque's, a Perl script) never sees the run directory's path."""
-        return ["-o", "job.out", "-e", "job.err"]
+        directive line would split a path with a space), as :meth:`streams` names them."""
+        out, err = self.streams(job) or (NO_FILE, NO_FILE)
+        return ["-o", out, "-e", err]
+
+    def streams(self, job) -> tuple[str, str] | None:
+        """job.out and job.err by their names in the pilot's directory, where qsub runs: a qsub
+        front end that pastes its arguments into a shell line (slurm-wlm-torque's, a Perl
+        script) never sees the run directory's path. None when that directory holds a ``%``
+        or a backslash: the front end's SLURM joins the name to the job's working directory
+        and reads ``%j`` or drops the backslashes there (protocols/syntax.py); the job script
+        then writes its own output."""
+        if any(c in job.pilot_dir for c in "%\\"):
+            return None
+        return "job.out", "job.err"
 
     def script_word(self, job, script_path: str) -> str:
         """The script by its name in the pilot's directory (qsub runs there), for the same reason."""

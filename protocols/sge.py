@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from .base import JobState, Protocol, output_files
+from .base import NO_FILE, JobState, Protocol
 from .runner import CommandResult, CommandTimeout, ContactError
 
 #: words of a failed qstat / qconf meaning the qmaster could not be asked (not a refusal)
@@ -116,9 +116,11 @@ class Sge(Protocol):
     unreachable_words = Protocol.unreachable_words + UNREACHABLE
 
     def submit_args(self, job) -> list[str]:
-        """The job's output files, as argv (a ``#$`` line would split a path with a space)."""
-        out, err = output_files(job)
-        return ["-o", out, "-e", err]
+        """``-o /dev/null -e /dev/null``: Grid Engine reads ``-o``/``-e`` as ``[host:]path``
+        and expands ``$HOME``, ``$JOB_ID``... in them (and in ``-cwd``'s directory), with no
+        escape, so the pilot's directory never reaches it; the job script writes its own
+        output to job.out and job.err (:meth:`streams` is None, protocols/syntax.py)."""
+        return ["-o", NO_FILE, "-e", NO_FILE]
 
     def parse_job_id(self, out: str) -> str:
         """``qsub -terse``: the id alone; an array job's ``123.1-4:1`` is job 123."""

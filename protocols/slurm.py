@@ -8,7 +8,7 @@ A query that failed is UNKNOWN, never an end state.
 
 from __future__ import annotations
 
-from .base import JobState, Protocol, output_files
+from .base import NO_FILE, JobState, Protocol, output_files
 from .runner import CommandResult, CommandTimeout, ContactError
 
 #: what squeue and scontrol say of a job id the controller no longer knows (or never knew)
@@ -37,11 +37,18 @@ class Slurm(Protocol):
     more_commands = ("scontrol", "sinfo")
 
     def submit_args(self, job) -> list[str]:
-        """The job's output files, as argv (an ``#SBATCH`` line would split a path with a space),
-        each ``%`` doubled: sbatch reads ``%j``, ``%x`` ... in them as its replacement symbols
-        (unless the path holds a backslash: then sbatch replaces none)."""
-        return [f"--{which}={path if chr(92) in path else path.replace('%', '%%')}"
-                for which, path in zip(("output", "error"), output_files(job))]
+        """The job's output files, as argv (an ``#SBATCH`` line would split a path with a space)."""
+        return [f"--{which}={path}" for which, path in zip(("output", "error"), self.streams(job) or (NO_FILE,) * 2)]
+
+    def streams(self, job) -> tuple[str, str] | None:
+        """The pilot's job.out and job.err, each ``%`` doubled: sbatch reads ``%j``, ``%x`` ...
+        in them as its replacement symbols. None for a directory holding a backslash: SLURM
+        then removes every backslash from the path (and replaces no ``%``), so no word names
+        it (protocols/syntax.py); the job script writes its own output there."""
+        out, err = output_files(job)
+        if "\\" in job.pilot_dir:
+            return None
+        return out.replace("%", "%%"), err.replace("%", "%%")
 
     def parse_job_id(self, out: str) -> str:
         return out.strip().split(";")[0]  # --parsable: "id" or "id;cluster"

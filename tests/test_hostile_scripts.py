@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -99,18 +100,23 @@ def test_the_rendered_job_script_keeps_hostile_values_inert(tmp_path, protocol):
     ids = {n[6] for n in notes}
     assert ids == ({JOB_ID} if protocol != "ssh" else ids) and all(i.isdigit() for i in ids)
     assert notes[1][7:] == ["0"]
-    # no directive line carries a path (but LoadLeveler's, which has no command line): the
-    # output files go on the submit command line, as argv
+    # no directive line carries a path: the output files go on the submit command line, as
+    # argv, or by their names in the pilot's directory (LoadLeveler's output keyword)
     directives = [line for line in script.read_text().splitlines() if line.startswith(("#SBATCH", "#PBS", "#$"))]
     assert not any(HOSTILE in line for line in directives), directives
+    assert not any(HOSTILE in line for line in script.read_text().splitlines() if line.startswith("# @"))
     out = f"{job.pilot_dir}/job.out"
     if protocol == "slurm":  # (argv: the whole path, sbatch's % doubled)
         assert proto.submit_args(job)[0] == "--output=" + out.replace("%", "%%")
-    if protocol == "sge":
-        assert proto.submit_args(job)[:2] == ["-o", out]
+    if protocol == "sge":  # (Grid Engine reads -o as [host:]path with $JOB_ID...: the script writes its own)
+        assert proto.submit_args(job) == ["-o", "/dev/null", "-e", "/dev/null"]
+        assert f"exec >>{shlex.quote(out)} " in script.read_text()
     if protocol == "pbs":  # (names in the pilot's directory, where qsub runs: a front end pasting its
         # arguments into a shell line, as slurm-wlm-torque's does, never sees the path)
-        assert proto.submit_args(job) == ["-o", "job.out", "-e", "job.err"]
+        # (but not a directory holding '%', as this one: SLURM under the front end joins the names
+        # to it and reads its %j; then /dev/null, and the script writes its own)
+        assert proto.submit_args(job) == ["-o", "/dev/null", "-e", "/dev/null"]
+        assert f"exec >>{shlex.quote(out)} " in script.read_text()
         assert proto.script_word(job, str(script)) == "job.sh"
 
 

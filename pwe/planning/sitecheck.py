@@ -1,5 +1,6 @@
 """What a batch system says of itself, checked against its host before a run makes anything:
-Grid Engine's parallel environments, SLURM's partitions' sizes.
+Grid Engine's parallel environments, SLURM's partitions' sizes; and what it would read as
+more than text in a directive line (:func:`check_words`, protocols/syntax.py).
 
 A pilot of more than one slot on an SGE host names the host's ``parallel_environment``
 (``#$ -pe PE SLOTS``). A PE the cell does not have would be refused by qsub only when the
@@ -34,6 +35,7 @@ _LISTED: dict[tuple[str, str, str | None, str], Any] = {}
 
 def check(plan: Any, hosts: dict[str, Any], src: Path, sources: dict[str, str] | None = None) -> list[str]:
     """Refuse (InputError) what cannot run; the warnings ``pwe run`` prints."""
+    check_words(plan, hosts, src, sources)
     warnings: list[str] = []
     for nid, pn in plan.nodes.items():
         host = hosts[pn.host]
@@ -65,6 +67,37 @@ def check(plan: Any, hosts: dict[str, Any], src: Path, sources: dict[str, str] |
                              f"exist in its Grid Engine cell; qconf -spl lists: {', '.join(listed) or 'none'}",
                              file or src, _line(file, host.name) if file else None)
     return warnings
+
+
+#: the scheduling fields and host fields whose values a job script's directive lines carry
+_SCHED_WORDS = (("queue", "partition"), ("account", "account"), ("qos", "qos"), ("reservation", "reservation"),
+                ("nodeAttributes", "constraint"))
+_HOST_WORDS = (("account", "account"), ("parallel_environment", "parallel environment"))
+
+
+def check_words(plan: Any, hosts: dict[str, Any], src: Path, sources: dict[str, str] | None = None) -> None:
+    """Refuse, in one line naming the character and the batch system, a value that a host's
+    directive lines would carry and its batch system cannot read literally (Grid Engine's
+    '#' and quotes, LoadLeveler's '$': protocols/syntax.py), before anything is made."""
+    from protocols.syntax import why_refused
+
+    for nid, pn in plan.nodes.items():
+        host = hosts[pn.host]
+        lines = pn.scheduling_lines or {}
+        for key, what in _SCHED_WORDS:
+            value = getattr(pn.scheduling, key, None)
+            reason = isinstance(value, str) and why_refused(host.protocol, value, what)
+            if reason:
+                raise InputError(f"node '{nid}': {key}: {reason}", src, lines.get(key) or pn.line)
+    for host in hosts.values():
+        file = (sources or {}).get(host.name)
+        named = [(field, what, getattr(host, field, None)) for field, what in _HOST_WORDS]
+        named += [("partitions", "partition", p.name) for p in getattr(host, "partitions", ())]
+        for field, what, value in named:
+            reason = isinstance(value, str) and why_refused(host.protocol, value, what)
+            if reason:
+                raise InputError(f"host '{host.name}': {reason}", file or src,
+                                 _line(file, host.name, field) if file and file != "built in" else None)
 
 
 def _check_partitions(host: Any, src: Path, file: str | None) -> None:

@@ -4,8 +4,8 @@
 # @ node = 2
 # @ tasks_per_node = 8
 # @ wall_clock_limit = 1:30:00
-# @ output = /runs/r1/pilots/p1/job.out
-# @ error = /runs/r1/pilots/p1/job.err
+# @ output = job.out
+# @ error = job.err
 # @ class = short
 # @ account_no = abc123
 # @ environment = COPY_ALL

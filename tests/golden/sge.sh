@@ -7,6 +7,7 @@
 #$ -q short
 #$ -A abc123
 # pwe pilot p1: one allocation, many members
+exec >>/runs/r1/pilots/p1/job.out 2>>/runs/r1/pilots/p1/job.err || exit 1
 module load python
 export OMP_PLACES=cores
 export ODD='a b'"'"'c'
