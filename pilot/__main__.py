@@ -11,6 +11,7 @@ import os
 import select
 import sys
 
+from . import faults
 from .agent import PilotAgent
 from .allocation import discover
 from .guardian import guard
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         # the pilot's guardian (pilot/guardian.py): this process waits, a child is the pilot
         # (forked before anything is opened that only the pilot may use)
         table = guard(directory, key_out, 4096, tidy=lambda pid: remove_left(directory, args.scratch, pid))
+        faults.arm("pilot")  # (PWE_FAULT: tests stop the pilot at a write of its own; pilot/faults.py)
         transport: Transport
         if args.transport == "redis":
             from .broker import PilotRedis, read_password

@@ -10,6 +10,7 @@ import shutil
 import stat
 import threading
 
+from . import faults
 from .bounded import open_regular, segments
 from .settings import SEAL_ABOVE, SPOOL_SEGMENT
 
@@ -65,6 +66,7 @@ def rotate(path: str, base: int, size: int) -> int:
     whole's bytes from ``base`` on, ``size`` of them, renamed to its rotated part's name; the
     base of the live file that follows."""
     end = base + size
+    faults.at("rename")
     os.rename(path, f"{path}.{end}")
     return end
 
@@ -115,6 +117,7 @@ def _seal_one(path: str, size: int) -> int:
                 shutil.copyfileobj(src, gz, 1 << 20)
             raw.flush()
             os.fsync(raw.fileno())
+        faults.at("rename")
         os.replace(tmp, path + ".gz")
     except OSError:
         try:

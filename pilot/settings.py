@@ -153,10 +153,14 @@ OUTPUT_CAP = Setting("PWE_OUTPUT_CAP", "bytes", 8 << 20, low=1024, high=256 << 2
     "the most bytes of a member attempt's stdout, and of its stderr, kept in its pilot's "
     "output stream: the first and last half of it, and how many bytes were left out between"))
 
+FAULT = Setting("PWE_FAULT", "text", None, reader="pilot", doc=(
+    "WHO:WHAT:K (tests and bench/soak.py): the engine or the pilot (WHO) kills itself, as by kill -9, "
+    "at its K-th write, tear (half a write), rename or fsync (WHAT) of its own files (pilot/faults.py)"))
+
 #: every variable pwe reads, in the order the reference page lists them
 SETTINGS: tuple[Setting, ...] = (HOME, BROKER, QUEUE, CHECKPOINT_EVERY, SEAL_ABOVE, SPOOL_SEGMENT, SERVICE_STALE,
                                  SERVICE_DIR, SERVICE_WORKER, ORPHAN_GRACE, NO_GUARDIAN, NO_CGROUPS, SPAWNERS,
-                                 OUTPUT_CAP)
+                                 OUTPUT_CAP, FAULT)
 #: the pilot's own (read on compute nodes; checked when the pilot starts)
 PILOT_SETTINGS = tuple(s for s in SETTINGS if s.reader == "pilot")
 

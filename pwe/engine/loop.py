@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from pilot import faults
 from pilot.allocation import hostname
 from pilot.wire import CANCEL, STOP
 
@@ -235,6 +236,10 @@ class Engine:
         Ctrl-C cancels the run; ``pwe retry`` picks it up again.
         """
         self._by = {"by": by} if by else {}
+        try:
+            faults.arm("engine")  # (PWE_FAULT: tests stop the engine at a write of its own; pilot/faults.py)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         if not self.lock.held:  # (pwe resume takes it first, before it says anything: pwe/cli/main.py)
             with disk_refusals(self.dir):
                 self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from .journal import Replayed, replay
 from .state import RunState, ready_runs
+from pilot import faults
 from ..base.regular import open_regular
 from ..base.states import NAMES
 from ..base.settings import CHECKPOINT_EVERY
@@ -108,6 +109,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
+        faults.at("rename")
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
