@@ -280,6 +280,11 @@ class Protocol:
         """The state of every job in ``job_ids`` from the status command's answer."""
         raise NotImplementedError
 
+    def find_job(self, job: PilotJob) -> str | None:
+        """The job that a submission of ``job`` which did not answer made, or None: by its
+        job name here (the interactive protocol reads what its pilot's start wrote)."""
+        return self.find_by_name(job.job_name)
+
     def find_by_name(self, name: str) -> str | None:
         """The id of a job named ``name`` the scheduler lists, or None when it lists none.
         :class:`~pwe.base.errors.SchedulerUnreachable` when the query got no answer (timed out,

@@ -53,14 +53,16 @@ class Local(Protocol):
             raise OSError(f"the pilot did not start: see {pilot_dir / 'pilot.log'}")
         return fresh
 
-    def alive(self, pid: int, host: str, popen: subprocess.Popen | None = None) -> bool:
+    def alive(self, pid: int, host: str, popen: subprocess.Popen | None = None, started: int | None = None) -> bool:
         """Whether a pilot's process runs: asked of the process when this engine started
-        it, else of its pid on this machine. One started on another machine (the run was
-        resumed elsewhere) counts as alive: its heartbeats tell."""
+        it, else of its pid on this machine and its start time (``started``, journaled with
+        the pid: another process that took the pid is not the pilot; None, a record of an
+        older pwe: the pid alone). One started on another machine (the run was resumed
+        elsewhere) counts as alive: its heartbeats tell."""
         if popen is not None:
             return popen.poll() is None
         if host != hostname():
             return True
-        from pilot.spawn import pid_alive
+        from pilot.identity import is_same
 
-        return pid_alive(pid)
+        return is_same(int(pid or 0), started)

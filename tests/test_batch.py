@@ -350,7 +350,8 @@ hosts:
     assert proc.returncode == 0, proc.stderr
     journal = read_journal(tmp_path / "run")
     pilot = next(r for r in journal if r["e"] == "pilot")
-    assert pilot["batch"] == "ssh" and pilot["job"].isdigit()
+    pid, _, started = pilot["job"].partition(".")  # PID.START: its pid and start time there (pilot/identity.py)
+    assert pilot["batch"] == "ssh" and pid.isdigit() and started.isdigit()
     up = json.loads((tmp_path / "run" / "pilots" / "p1" / "events.jsonl").read_text().splitlines()[0])
     assert up["k"] == "up"
     assert all(r["outputs"]["pid"] == str(up["pid"]) for r in outputs(tmp_path / "run"))

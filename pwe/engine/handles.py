@@ -79,12 +79,13 @@ class PilotHandle:
 
     def __init__(self, pid_: str, directory: Path, os_pid: int, host: str, slots: int,
                  popen: subprocess.Popen | None = None, cursor: Any = 0, job: str | None = None, lane: str = "",
-                 transport: Transport | None = None):
+                 transport: Transport | None = None, started: int | None = None):
         self.id = pid_
         self.lane = lane  # the registry host it serves
         self.job = job  # a batch job id: its liveness comes from the scheduler and heartbeats
         self.dir = directory  # its own directory: its log, a batch pilot's job script
         self.os_pid = os_pid
+        self.started = started  # its process's start time (pilot/identity.py; None: an older record)
         self.host = host
         self.slots = slots
         self.popen = popen

@@ -245,10 +245,10 @@ class Engine:
                 self.lock.acquire()  # atomic: a second engine is refused, naming this one (RunTaken)
         try:
             try:
+                self._refused_before(cancel)
                 self._take_workspace(cancel)
-            except PweError:
-                self._refused = self.made  # (a run this engine made, refused before it began: removed)
-                self._not_begun = True
+            except PweError as exc:
+                self._refuse(exc)
                 raise
             with disk_refusals(self.dir):  # (the run's files refused anywhere: JournalError, not a traceback)
                 return self._run(progress, retry, cancel, by, only)
@@ -274,6 +274,22 @@ class Engine:
                 self.live.release()
             if self._refused:
                 runs.unmake(self.dir)  # a refusal leaves nothing behind
+
+    def _refused_before(self, cancel: bool) -> None:
+        """A run an engine refused for good (rundir.REFUSED) is not taken up again (a resume
+        would skip the checks its first engine made); it may still be cancelled."""
+        why = None if cancel else rundir.refusal(self.dir)
+        if why is not None:
+            raise InputError(f"run {self.run_id} was refused and stays refused: {why}")
+
+    def _refuse(self, exc: PweError) -> None:
+        """Refused before it began: a run this engine made is removed; one it did not make
+        (pwe submit's, the service's) is marked refused for good when its input was bad
+        (InputError: another engine would meet it again), never when it was only taken."""
+        self._refused = self.made  # (a run this engine made, refused before it began: removed)
+        self._not_begun = True
+        if not self.made and isinstance(exc, InputError) and rundir.refusal(self.dir) is None:
+            rundir.mark_refused(self.dir, exc)
 
     def _take_workspace(self, cancel: bool) -> None:
         """One live run per workflow per workspace (:class:`pwe.runstate.rundir.LiveLock`),
@@ -307,9 +323,8 @@ class Engine:
             try:
                 changed = self._reuse()
                 self._complete_by_products(changed)
-            except InputError:  # (a products: directory that cannot be listed): refused before it began
-                self._refused = self.made
-                self._not_begun = True
+            except InputError as exc:  # (a products: directory that cannot be listed): refused before it began
+                self._refuse(exc)
                 raise
             self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
             self.budget.weigh()

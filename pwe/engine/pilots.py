@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot.allocation import hostname
+from pilot.identity import start_time
 from pilot.streams import STREAM, seal as seal_streams
 from pilot.sealing import seal, seal_above, spool_bytes
 
-from ..base.errors import ContactError, RunStopped, SchedulerUnreachable, SubmitError
+from ..base.errors import ContactError, RunDamaged, RunStopped, SchedulerUnreachable, SubmitError
 from ..base.regular import open_regular
 from ..base.states import ASSIGNED, DONE, READY, RUNNING
 from ..planning.placement import pilot_job, pilot_shape
@@ -81,9 +82,11 @@ class PilotWork:
                                     idle_timeout=lane.host.idle_after(batch=False), extra_args=lane.pilot_args,
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
         host = hostname()
-        self.ledger.record({"e": kind.PILOT, "p": pid_, "pid": popen.pid, "host": host, "lane": lane.name,
-                            "slots": lane.cores, "t": time.time(), **(extra or {})})
-        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport)
+        started = start_time(popen.pid)  # (pid and start time: a pid alone is recycled, pilot/identity.py)
+        self.ledger.record({"e": kind.PILOT, "p": pid_, "pid": popen.pid, "started": started, "host": host,
+                            "lane": lane.name, "slots": lane.cores, "t": time.time(), **(extra or {})})
+        pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport,
+                            started=started)
         self.pilots[pid_] = pilot
         return self.setups.send_to(pilot)
 
@@ -110,7 +113,7 @@ class PilotWork:
         script.write_text(lane.protocol.render(job))
         try:
             # an earlier submission that may have taken is looked up first: never two jobs
-            job_id = lane.protocol.find_by_name(job.job_name) if maybe_taken else None
+            job_id = lane.protocol.find_job(job) if maybe_taken else None
             if job_id is None:
                 lane.last_submit = time.time()  # (every submission counts against submit_rate)
                 job_id = lane.protocol.submit(job, str(script))
@@ -347,7 +350,8 @@ class PilotWork:
         """A pilot whose process is gone; never one whose liveness the batch system tells
         (asked for all pilots at once: poll_jobs)."""
         protocol = self.lanes[pilot.lane].protocol
-        return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen)
+        return not protocol.polls_status and not protocol.alive(pilot.os_pid, pilot.host, pilot.popen,
+                                                                 pilot.started)
 
     def _seal(self, pilot: PilotHandle) -> None:
         """A pilot that said it left or whose process is gone, all it said taken in: its spool
@@ -374,7 +378,7 @@ class PilotWork:
                 continue
             if not spool_bytes(str(directory)) and not any(directory.glob("*" + STREAM)):
                 continue  # (sealed already, or it wrote nothing)
-            if not lane.protocol.alive(p.get("pid", 0), p.get("host", ""), None):
+            if not lane.protocol.alive(p.get("pid", 0), p.get("host", ""), None, p.get("started")):
                 plain.append(str(directory))
         if plain:
             t = threading.Thread(target=_seal_each, args=(plain,), name="seal given up")
@@ -423,14 +427,18 @@ class PilotWork:
         lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
                             cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
-                            transport=self.intake.transport(lane, pid_))
+                            transport=self.intake.transport(lane, pid_), started=p.get("started"))
         pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
         self.pilots[pid_] = pilot
         restore_pilot(pilot, p, self.setups)  # (helper, draining, setup_per_node: pwe/engine/pilotctl.py)
         st = self.ledger.state
         queued = {(nid, i, st.nodes[nid].attempt[i]) for nid, i in st.inflight(pid_)
                   if st.nodes[nid].state[i] == ASSIGNED}
-        sent = pilot.transport.sent(among=queued) if queued else {}
+        try:
+            sent = pilot.transport.sent(among=queued) if queued else {}
+        except OSError as exc:  # (a FIFO or a device put there: refused, never waited on)
+            raise RunDamaged(f"{exc.filename or pilot.dir} cannot be read ({exc.strerror or exc}): what pilot {pid_} "
+                             "was sent is not known; put its own file back, then give this command again") from None
         for nid, i, _ in sorted(queued - sent.keys(), key=lambda k: (k[0], k[1])):
             self.ledger.record({"e": kind.UNASSIGN, "n": nid, "m": i, "p": pid_})
         pilot.outstanding = len(st.inflight(pid_))

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 Record = Callable[[dict[str, Any]], Any]
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill_group(pgid: int, started: int | None, alone: bool = False) -> None:
+    """SIGKILL to a process group (``alone``: the process) while its leader is the
+    process found (its start time ``started``, pilot/identity.py)."""
+    from pilot.identity import signal_same
+
+    signal_same(pgid, started, signal.SIGKILL, group=not alone)
 
 
 def _task_key(msg: dict[str, Any]) -> tuple[str, int, int] | None:
@@ -205,22 +206,30 @@ def end_orphans(pilot: PilotHandle, inflight: list[tuple[str, int]], st: RunStat
     a killed pilot would run on beside its re-issue. The pilot writes a member's
     start before it spawns it, and its messages were read to the end first, so each
     member it may have started is known; they are found by the environment they
-    started with (their pid is not known: written before the spawn) and their process
-    groups killed. One found that the journal has not seen start has its start
+    started with (exactly: this run's id, the member's node, index and attempt; a pid
+    a pilot said is never signalled alone, it may be another process's by now) and their
+    process groups killed, each while its leader is that process (pilot/identity.py:
+    pid and start time). One found that the journal has not seen start has its start
     journaled (the attempt happened). Members on the pilot's other nodes end with
     their node agents, whose ssh sessions end with the pilot."""
+    from pilot.identity import start_time
     from pilot.spawn import members_of
 
     mine = {(nid, str(i), str(st.nodes[nid].attempt[i])): (nid, i) for nid, i in inflight}
-    for nid, i in inflight:
-        if st.nodes[nid].pid.get(i):  # (a pilot of an earlier pwe said its members' pids)
-            _kill_group(st.nodes[nid].pid[i])
-    for pid, key in (members_of(run_id).items() if mine else ()):
-        if key in mine:
-            nid, i = mine[key]
-            if st.nodes[nid].state[i] == ASSIGNED:
-                record({"e": kind.START, "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
-            try:
-                _kill_group(os.getpgid(pid))
-            except ProcessLookupError:
-                pass
+    found = members_of(run_id) if mine else {}
+    starts = {pid: start_time(pid) for pid in found}  # (as found: one recycled since is not signalled)
+    for pid, key in found.items():
+        if key not in mine:
+            continue
+        nid, i = mine[key]
+        if st.nodes[nid].state[i] == ASSIGNED:
+            record({"e": kind.START, "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
+        try:
+            group = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        # its group (a member leads its own) when the leader is a member found here too
+        if found.get(group) == key:
+            _kill_group(group, starts.get(group))
+        else:
+            _kill_group(pid, starts.get(pid), alone=True)

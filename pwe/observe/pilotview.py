@@ -41,7 +41,7 @@ def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_runnin
             if last.get("k") == "down":
                 state, why = "gone", f"left ({last.get('why')})"
             elif not p.get("job") and p.get("host") == os.uname().nodename:
-                state = "up" if _is_pilot_process(p.get("pid", 0), d) else "gone"
+                state = "up" if _is_pilot_process(p.get("pid", 0), p.get("started"), d) else "gone"
                 if state == "gone":
                     why = "died (pwe resume hands its members on)"
             elif age is not None and age <= 3 * heartbeat:
@@ -72,22 +72,20 @@ def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:
     return {}, age
 
 
-def _is_pilot_process(pid: int, pilot_dir: Path) -> bool:
-    """The pid is alive and is that pilot (not a process that reused the pid): its working
-    directory is the pilot's (a local pilot learns its directory on its stdin:
-    protocols/warmpilot.py), or its command line names it (a pilot started by a job
-    script). One still waiting for its order counts as that pilot: it may be about to
-    take it."""
-    from pilot.spawn import pid_alive
+def _is_pilot_process(pid: Any, started: Any, pilot_dir: Path) -> bool:
+    """The pid is alive and is that pilot, not a process that took the pid since: its start
+    time is the one journaled with it (pilot/identity.py). A record of an older pwe has no
+    start time: then its working directory must be the pilot's (a local pilot learns its
+    directory on its stdin: protocols/warmpilot.py); never a match over its command line."""
+    from pilot.identity import is_same
 
-    if not pid_alive(pid):
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    if isinstance(started, int) and not isinstance(started, bool):
+        return is_same(pid, started)
+    if not is_same(pid, None):
         return False
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read()
-        if str(pilot_dir).encode() in argv or argv.endswith(b"\0--await-start\0"):
-            return True
         return os.readlink(f"/proc/{pid}/cwd") == os.path.realpath(pilot_dir)
     except OSError:
-        return True  # no /proc (or not ours to read): trust the pid
-
+        return not os.path.isdir("/proc/self")  # no /proc at all: the pid alone, as before

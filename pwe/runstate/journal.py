@@ -80,7 +80,8 @@ kind             fields
 ``reused``       ``n``, ``from`` (a run id), ``r`` [[lo, hi, from_lo], ...], ``out`` {member:
                  {outputs}}: members ``lo`` .. ``hi-1`` reused, done without running, from
                  members ``from_lo`` .. of run ``from`` (pwe.runstate.reusable), with their outputs
-``pilot``        ``p``, ``host``, ``lane``, ``slots``, ``t``; ``pid`` (a process) or
+``pilot``        ``p``, ``host``, ``lane``, ``slots``, ``t``; ``pid`` and ``started`` (a
+                 process and its start time, pilot/identity.py; none in older runs) or
                  ``job``, ``batch`` and ``wall`` (a batch job; its walltime, minutes:
                  the core-hour budget's commitment); pwe pilot add's ``added``,
                  ``serves``, ``lane_def``: a pilot started or submitted
@@ -145,8 +146,8 @@ FIELDS: dict[str, frozenset[str]] = {
     UNASSIGN: _MEMBER | {"why", "lost", "halted"},
     COMPLETE: frozenset(("n", "r")),
     REUSED: frozenset(("n", "r", "from", "out")),
-    PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "job", "batch", "wall", "added", "serves",
-                      "lane_def")),
+    PILOT: frozenset(("p", "host", "lane", "slots", "t", "pid", "started", "job", "batch", "wall", "added",
+                      "serves", "lane_def")),
     PILOT_DRAIN: frozenset(("p", "req", "t")),
     NODE_LOST: frozenset(("p", "node", "why", "t")),
     PILOT_GONE: frozenset(("p", "why", "t")),

@@ -557,3 +557,38 @@ def run_ref(run_dir: Path) -> str:
     except (OSError, PweError):
         pass
     return str(run_dir)
+
+
+#: where an engine says, for good, that it refused its run before it began (bad input: a
+#: link out of the workspace, an input that is none): ``{"why", "status", "t"}``. The
+#: service's supervisor never starts another engine on such a run, and no engine resumes it
+REFUSED = "refused.json"
+
+
+def mark_refused(run_dir: Path, exc: PweError) -> None:
+    """Record, durably (written whole, by rename), that the run was refused: ``exc`` says why."""
+    from ..base.regular import write_json_atomic
+
+    try:
+        write_json_atomic(Path(run_dir) / REFUSED, {"why": str(exc), "status": exc.exit_status, "t": time.time()})
+    except OSError:
+        pass  # (a disk that takes nothing: the next engine refuses it again, as this one did)
+
+
+def refusal(run_dir: Path) -> str | None:
+    """Why the run was refused for good (:func:`mark_refused`), or None. A file there that is
+    not a regular one, or not such a record, still says it was refused."""
+    from ..base.regular import open_regular
+
+    path = Path(run_dir) / REFUSED
+    try:
+        os.lstat(path)
+    except OSError:
+        return None
+    try:
+        with open_regular(path, "rb", within=Path(run_dir)) as fh:
+            rec = json.loads(fh.read(65536))
+        why = rec.get("why") if isinstance(rec, dict) else None
+    except (OSError, ValueError):
+        why = None
+    return why if isinstance(why, str) and why else f"{path} says so"

@@ -635,7 +635,8 @@ class RunState:
             "stopped": self.stopped,
             "halted": self.halted,
             "rejected": dict(self.rejected),
-            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "slots", "why", "lost")}
+            "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "started", "slots", "why",
+                                                       "lost")}
                        for pid, p in self.pilots.items()},
             "work": self.work(),
         }

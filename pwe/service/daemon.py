@@ -172,23 +172,25 @@ def stop(store: Store, wait: float = 30.0) -> dict[str, Any] | None:
     if held is None:
         return None
     pid = int(held.get("pid") or 0)
+    starts = held.get("starts") if isinstance(held.get("starts"), dict) else {}
     if pid:
-        os.kill(pid, signal.SIGTERM)
+        _kill(pid, signal.SIGTERM, starts.get("pid"))
     deadline = time.time() + wait
     while time.time() < deadline and _holder(store) is not None:
         time.sleep(0.1)
     if _holder(store) is not None:
-        for p in (held.get("worker"), held.get("beat"), pid):
-            _kill(p, signal.SIGKILL)
+        for key, p in (("worker", held.get("worker")), ("beat", held.get("beat")), ("pid", pid)):
+            _kill(p, signal.SIGKILL, starts.get(key))
     return held
 
 
-def _kill(pid: Any, sig: int) -> None:
-    try:
-        if pid:
-            os.kill(int(pid), sig)
-    except (ProcessLookupError, PermissionError, ValueError):
-        pass
+def _kill(pid: Any, sig: int, started: Any = None) -> None:
+    """Signal a process of the service's, only while it is the one service.json records:
+    its start time (``started``; None, a service.json of an older pwe: the pid alone)."""
+    from pilot.identity import signal_same
+
+    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+        signal_same(pid, started if isinstance(started, int) else None, sig)
 
 
 def status(store: Store) -> dict[str, Any]:
@@ -302,8 +304,12 @@ def main(store: Store) -> int:
         _say(f"{name} started (pid {procs[name].pid})")
 
     def record() -> None:
+        from pilot.identity import start_time
+
+        starts = {"pid": start_time(os.getpid()), **{name: start_time(proc.pid) for name, proc in procs.items()}}
         write_private(store.root / "service.json", {
             "pid": os.getpid(), "worker": procs["worker"].pid, "beat": procs["beat"].pid, "started": started,
+            "starts": starts,  # each process's start time: a pid alone is recycled (pilot/identity.py)
             **({"ui": procs["ui"].pid} if "ui" in procs else {}),
             "broker": redact(store.config().get("broker") or "filesystem://"), "queue": queue})
 
@@ -354,25 +360,39 @@ def _end(proc: subprocess.Popen, wait: float = 5.0) -> None:
 
 def _end_leftovers(store: Store) -> None:
     """A worker or beat of a service that was killed (kill -9 of its process alone) may
-    still run: ended here, so that one service never has two workers on its directory."""
+    still run: ended here, so that one service never has two workers on its directory.
+    Each is known by the pid and start time service.json recorded (pilot/identity.py);
+    a service.json of an older pwe has no start times: then by the pid and the service's
+    directory in that process's environment, never by its command line."""
+    from pilot.identity import is_same
+
     try:
         old = json.loads((store.root / "service.json").read_text())
     except (OSError, ValueError):
         return
-    markers = {f"{SERVICE_DIR.name}={store.root}".encode(),
-               f"{HOME.name}={store.root.parent}".encode()}  # (an older pwe's)
-    for key in ("worker", "beat"):
+    if not isinstance(old, dict):
+        return
+    starts = old.get("starts") if isinstance(old.get("starts"), dict) else None
+    for key in ("worker", "beat", "ui"):
         pid = old.get(key)
-        try:
-            with open(f"/proc/{int(pid)}/environ", "rb") as fh:
-                mine = bool(markers & set(fh.read().split(b"\0")))
-            with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
-                mine = mine and b"pwe.service.app" in fh.read()
-        except (OSError, ValueError, TypeError):
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
             continue
+        started = starts.get(key) if starts is not None else None
+        mine = is_same(pid, started) if isinstance(started, int) else starts is None and _ours(store, pid)
         if mine:
             _say(f"ending the {key} (pid {pid}) a killed service left behind")
-            _kill(pid, signal.SIGKILL)
+            _kill(pid, signal.SIGKILL, started)
+
+
+def _ours(store: Store, pid: int) -> bool:
+    """A process whose environment names this service's directory (an older service.json)."""
+    markers = {f"{SERVICE_DIR.name}={store.root}".encode(),
+               f"{HOME.name}={store.root.parent}".encode()}  # (an older pwe's)
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return bool(markers & set(fh.read().split(b"\0")))
+    except OSError:
+        return False
 
 
 def _log(path: Path):

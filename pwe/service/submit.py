@@ -40,6 +40,7 @@ def prepare(file: str, sets: dict[str, Any], host: str | None, cores: int | None
     path = Path(file)
     plan = plan_workflow(path, sets, host=host)
     where = resolve_workspace(plan, workspace)
+    _check_inputs(plan, where)
     text = path.read_bytes()
     if len(text) > MAX_TEXT:
         raise InputError(f"larger than {MAX_TEXT // 1024 // 1024} MiB", path)
@@ -47,6 +48,16 @@ def prepare(file: str, sets: dict[str, Any], host: str | None, cores: int | None
             "suffix": path.suffix or ".yaml",
             "text": text.decode("utf-8", "surrogateescape"), "sets": sets, "host": host, "cores": cores,
             "workspace": str(where), "origin": os.uname().nodename, "submitted": time.time()}
+
+
+def _check_inputs(plan: Any, where: Path) -> None:
+    """What the run's engine would refuse as it begins (an input that is a link out of the
+    workspace, not a regular file), said here in one line: the engine's refusal would be
+    final (rundir.REFUSED), and the client would not hear of it."""
+    from ..planning.reuse import keys, reusable
+
+    if any(reusable(plan, n) for n in plan.nodes):
+        keys(plan, where, frozen=False)
 
 
 def _workflow_file(store: Store, req: dict[str, Any]) -> Path:
@@ -130,7 +141,10 @@ def start_engine(store: Store, rec: dict[str, Any]) -> None:
     from ..engine.control import spawn_engine
 
     run_dir = Path(rec["run_dir"])
+    from pilot.identity import start_time
+
     rec["pid"] = spawn_engine(run_dir, wait=0)
+    rec["pid_started"] = start_time(rec["pid"])  # (a pid alone is recycled: pilot/identity.py)
     rec["started"] = time.time()
     rec["spawns"] = int(rec.get("spawns") or 0) + 1
     rec["journal_at_start"] = journal_size(run_dir)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runstate.rundir import EngineLock
+from ..runstate.rundir import EngineLock, refusal
 from . import cron
 from .submit import journal_size, start_engine
 from ..runstate.service_store import Store
@@ -64,13 +64,14 @@ def tick(store: Store, now: float | None = None) -> bool:
 
 
 # -- runs -------------------------------------------------------------------------------------
-def _alive(pid: Any) -> bool:
-    """The process lives and is not a zombie (an engine this worker started and that ended)."""
-    try:
-        with open(f"/proc/{int(pid)}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, ValueError, TypeError, IndexError):
+def _alive(pid: Any, started: Any = None) -> bool:
+    """The process lives, is not a zombie (an engine this worker started and that ended) and
+    is the one started: its start time is ``started`` (None, an older record: the pid alone)."""
+    from pilot.identity import is_same
+
+    if not isinstance(pid, int) or isinstance(pid, bool):
         return False
+    return is_same(pid, started if isinstance(started, int) and not isinstance(started, bool) else None)
 
 
 def run_phase(run_dir: Path) -> tuple[str, bool]:
@@ -92,6 +93,11 @@ def supervise(store: Store, now: float) -> list[dict[str, Any]]:
         if rec.get("final"):
             continue
         run_dir = Path(rec["run_dir"])
+        why = refusal(run_dir)
+        if why is not None:  # its engine refused it for good: never started again (a resume would run it)
+            rec.update(final=True, phase="refused", error=why, ended=now)
+            store.save_submission(rec)
+            continue
         phase, running = run_phase(run_dir)
         if phase in ("succeeded", "failed", "cancelled"):
             rec.update(final=True, phase=phase, ended=now)
@@ -103,7 +109,7 @@ def supervise(store: Store, now: float) -> list[dict[str, Any]]:
                 store.save_submission(rec)
             continue
         # no engine: one starting (not holding the lock yet) is waited for, else one is started
-        if _alive(rec.get("pid")) and now - float(rec.get("started") or 0) < START_GRACE:
+        if _alive(rec.get("pid"), rec.get("pid_started")) and now - float(rec.get("started") or 0) < START_GRACE:
             continue
         if int(rec.get("spawns") or 0) >= MAX_FRUITLESS_STARTS and \
                 journal_size(run_dir) == rec.get("journal_at_start"):
