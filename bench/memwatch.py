@@ -14,7 +14,9 @@ Part 2, the calls alone: MemoryWatch.attach + ended per member (500 members of `
 0.01`), and per running member: --running members of `sleep` held to a limit, and the CPU
 of one sweep over them (MemoryWatch.sweep: the watch reads each one's /proc tree; the
 cgroup arm reads each one's oom counter), the median of 5 rounds of 200 sweeps; the pilot sweeps
-every memwatch.EVERY s.
+every memwatch.EVERY s. Then the same sweep over members that carry their marker (the
+watch looks for what left their trees: /proc listed, a new pid's environment read once),
+and the first such sweep, which reads every process's.
 """
 
 from __future__ import annotations
@@ -61,9 +63,13 @@ def arm(members: int, slots: int, mem: int, env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def sweep_cost(running: int, cgroup: bool) -> float:
+def sweep_cost(running: int, cgroup: bool, marked: bool = False) -> float:
     """CPU seconds of one MemoryWatch.sweep over ``running`` limited `sleep` members (the median
-    of 5 rounds of 200 sweeps)."""
+    of 5 rounds of 200 sweeps). ``marked``: each member started with its marker (PWE_RUN_ID,
+    PWE_NODE, PWE_MEMBER, PWE_ATTEMPT, as the pilot starts them), so that the watch looks
+    for the processes that left its tree (memwatch.Strays: /proc listed, each new pid's
+    environment read once); the first sweep, which reads every process's, is left out here
+    (:func:`first_sweep`)."""
     sys.path.insert(0, str(ROOT))
     from pilot import memwatch
 
@@ -71,10 +77,12 @@ def sweep_cost(running: int, cgroup: bool) -> float:
     if not cgroup:
         os.environ["PWE_NO_CGROUPS"] = "1"
     w = memwatch.MemoryWatch()
-    procs = [subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in range(running)]
+    procs = [subprocess.Popen(["sleep", "600"], start_new_session=True, env=_marked(i) if marked else None)
+             for i in range(running)]
     try:
         for p in procs:
             w.attach(p.pid, p.pid, 512)
+        w.sweep(time.time())  # (the first: every process's environment read; first_sweep measures it)
         got = []
         for _round in range(5):  # (200 sweeps a round: the CPU clock's ticks are coarse)
             t = time.process_time()
@@ -89,6 +97,36 @@ def sweep_cost(running: int, cgroup: bool) -> float:
             p.wait()
             w.ended(p.pid)
         w.close()
+
+
+def _marked(i: int) -> dict:
+    return dict(os.environ, PWE_RUN_ID="bench-memwatch", PWE_NODE="m", PWE_MEMBER=str(i), PWE_ATTEMPT="1")
+
+
+def first_sweep(running: int) -> tuple[float, int]:
+    """CPU seconds of the first sweep of a watch over ``running`` marked members (every
+    process of this machine's environment read once), and how many processes /proc listed."""
+    sys.path.insert(0, str(ROOT))
+    from pilot import memwatch
+
+    os.environ["PWE_NO_CGROUPS"] = "1"
+    procs = [subprocess.Popen(["sleep", "600"], start_new_session=True, env=_marked(i)) for i in range(running)]
+    got = []
+    try:
+        for _round in range(20):
+            w = memwatch.MemoryWatch()
+            for p in procs:
+                w.attach(p.pid, p.pid, 512)
+            t = time.process_time()
+            w.sweep(time.time())
+            got.append(time.process_time() - t)
+            w.limits.clear()
+        listed = sum(1 for n in os.listdir("/proc") if n.isdigit())
+        return statistics.median(got), listed
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def attach_cost(n: int, cgroup: bool) -> float:
@@ -152,6 +190,14 @@ def main() -> None:
         figures[f"sweep_{name}"] = {"running": a.running, "cpu_s": s, "per_member_us": s / a.running * 1e6}
         print(f"  one sweep ({name}) over {a.running} running members: {s * 1e3:.2f} ms CPU, "
               f"{s / a.running * 1e6:.1f} us a member (every 0.5 s)")
+    s = sweep_cost(a.running, False, marked=True)
+    figures["sweep_watch_marked"] = {"running": a.running, "cpu_s": s, "per_member_us": s / a.running * 1e6}
+    print(f"  one sweep (watch, marked members: strays looked for) over {a.running} running members: "
+          f"{s * 1e3:.2f} ms CPU, {s / a.running * 1e6:.1f} us a member (every 0.5 s)")
+    s, listed = first_sweep(a.running)
+    figures["first_sweep_marked"] = {"running": a.running, "cpu_s": s, "processes": listed}
+    print(f"  the first such sweep (every process's environment read once): {s * 1e3:.2f} ms CPU, "
+          f"{listed} processes listed")
     write_json(a.json, figures)
 
 

@@ -32,6 +32,8 @@ from typing import IO, Any, Iterator
 
 #: the longest line of a run directory's files (a group of many tasks is a few MB)
 MAX_LINE = 64 << 20
+#: the most a run's secret (``RUN/secret``: 64 hex digits written by pwe) is read of
+SECRET_MOST = 4096
 #: a sealed file may expand to at most RATIO times its compressed size (JSON lines, each
 #: with a signature of random hex, compress 5-30 times; gzip's own limit is about 1,030)...
 RATIO = 200
@@ -70,7 +72,8 @@ def open_regular(path: Any, mode: str = "rb", within: Any = None, **kwargs: Any)
     with ``within``, only one that resolves inside that directory (see the module)."""
     if within is not None and not inside(path, within):
         raise OSError(errno.EXDEV, f"a link out of {within}", str(path))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    access = os.O_RDWR if "+" in mode else os.O_RDONLY  # ("rb+": the journal's torn tail cut back)
+    fd = os.open(path, access | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -79,6 +82,32 @@ def open_regular(path: Any, mode: str = "rb", within: Any = None, **kwargs: Any)
             raise OSError(errno.EINVAL, f"not a regular file ({kind(st.st_mode)})", str(path))
         os.set_blocking(fd, True)
         return open(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_append(path: Any, within: Any = None, mode: int = 0o666) -> IO[bytes]:
+    """A file of a run directory opened to append to (made when missing, with ``mode``),
+    unbuffered: of a regular file only, never blocking on the open (``O_NONBLOCK``: a FIFO
+    put there fails at once, ``ENXIO`` without a reader, else refused on its kind; a
+    writer's open of a FIFO would wait for a reader for ever), never through a link out
+    of ``within``."""
+    if within is not None and not inside(path, within):
+        raise OSError(errno.EXDEV, f"a link out of {within}", str(path))
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # (a FIFO with no reader)
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO)", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({kind(st.st_mode)})", str(path))
+        os.set_blocking(fd, True)
+        return open(fd, "ab", buffering=0)
     except BaseException:
         os.close(fd)
         raise
@@ -351,15 +380,48 @@ def open_part(path: Any, within: Any = None) -> IO[bytes]:
     return Sealed(open_regular(gz, "rb", within), gz)
 
 
+#: the most :func:`take_line` reads in one step: what a line longer than its cap costs
+#: (besides the cap itself) while it is found out and skipped
+STEP = 1 << 20
+
+
+def take_line(fh: IO[bytes], cap: int = MAX_LINE) -> tuple[bytes | None, int, bool]:
+    """The next line of a file opened for reading: ``(line, size, ended)``, ``line`` with its
+    ``\\n`` when ``ended`` (the last one may have none: cut short; ``b""`` at the end), or
+    None when it is longer than ``cap`` bytes: then read on to its end in steps of
+    :data:`STEP` and dropped, ``size`` its length. Read in steps, so that a line of any
+    length (200 MB of one line, a file with no newline) holds at most ``cap`` bytes of
+    memory, never the line whole nor a buffer of ``cap`` per read."""
+    step = min(cap + 1, STEP)
+    line = fh.readline(step)
+    if len(line) < step or line.endswith(b"\n"):  # (the usual case: one read)
+        return line, len(line), line.endswith(b"\n")
+    parts, size = [line], len(line)
+    while True:
+        more = fh.readline(step)
+        size += len(more)
+        if size > cap:
+            parts = []
+            while more and not more.endswith(b"\n"):
+                more = fh.readline(STEP)
+                size += len(more)
+            return None, size, more.endswith(b"\n")
+        parts.append(more)
+        if len(more) < step or more.endswith(b"\n"):
+            whole = b"".join(parts)
+            return whole, size, whole.endswith(b"\n")
+
+
 def lines(fh: IO[bytes], cap: int = MAX_LINE, path: Any = None) -> Iterator[bytes]:
     """The lines of a file opened for reading, each with its ``\\n`` (the last one may have
-    none: cut short); a line longer than ``cap`` is :class:`Damaged`, read no further."""
+    none: cut short); a line longer than ``cap`` is :class:`Damaged`, read no further
+    (:func:`take_line`: at most ``cap`` bytes held while it is found out)."""
     while True:
-        line = fh.readline(cap + 1)
+        line, _, _ = take_line(fh, cap)
+        if line is None:
+            raise Damaged(path or getattr(fh, "name", "?"), f"a line longer than {cap} bytes")
         if not line:
             return
-        if len(line) > cap:
-            raise Damaged(path or getattr(fh, "name", "?"), f"a line longer than {cap} bytes")
         yield line
 
 

@@ -459,7 +459,9 @@ class EngineRedis(Transport):
             from .transport import append_whole
 
             if self._archive is None:
-                self._archive = open(os.path.join(self.dir, ARCHIVE), "ab", buffering=0)
+                from .bounded import open_append
+
+                self._archive = open_append(os.path.join(self.dir, ARCHIVE))
             append_whole(self._archive, data)
             got = decode(b"".join(b for _, b in entries), self.key_in)[0]
             for m in got:

@@ -24,9 +24,17 @@ Elsewhere (no such cgroup, or one a member's cannot be made in, or ``PWE_NO_CGRO
 the member's process tree is watched: every :data:`EVERY` seconds, in the loop of the
 process that started it (one sweep over the members that have a ``mem``; no thread), the
 resident memory (``statm``) of the member and its descendants (``/proc/PID/task/PID/
-children``) is added up; over its limit, the tree and its process group are killed
-(SIGKILL). Descendants that left the tree (a daemon re-parented to init) or that a
-thread other than a process's first forked are not counted: the cgroup counts everything.
+children``) is added up, with the trees of what it started that left its tree (a
+double fork: ``setsid``, fork, the parent exits, the child re-parented to init or a
+subreaper, in a session of its own): those are found by the marker every member's
+processes inherit in their environment (``PWE_RUN_ID``, ``PWE_NODE``, ``PWE_MEMBER``,
+``PWE_ATTEMPT``, read from ``/proc/PID/environ``: :class:`Strays`; each process of the user
+read once, when it is first listed: bench/memwatch.py measures the sweep). Over its limit,
+the tree, its process group and those strays with their trees are killed (SIGKILL).
+Still not counted: a process that left the tree and replaced its environment (``env -i``,
+an ``exec`` with a new one) before a sweep saw it; descendants that a thread other than a
+process's first forked (``children`` lists a thread's own); what a member left running
+after it was reaped (its limit goes with it). The cgroup counts everything.
 
 Either way the member ends with reason ``oom`` (pilot/wire.py) and a ``why`` saying what
 it used against what it asked ("used 812 MB of its memoryPerMember 512 MB"). Members
@@ -65,6 +73,92 @@ def tree_kb(pid: int) -> tuple[int, list[int]]:
     return total, seen
 
 
+#: the variables whose values, together, say which member attempt a process is of
+_MARK = (b"\0PWE_RUN_ID=", b"\0PWE_NODE=", b"\0PWE_MEMBER=", b"\0PWE_ATTEMPT=")
+#: the most of a process's environment read for the marker (a member's is a few KB)
+_ENV_MOST = 1 << 20
+
+
+def marker(pid: int) -> bytes | None:
+    """The member attempt that process ``pid`` is of, from the environment it started with
+    (:data:`_MARK`'s four values); None when it has none of them (not a member's, gone, or
+    not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = b"\0" + fh.read(_ENV_MOST)
+    except OSError:
+        return None
+    if _MARK[0] not in env:  # (most processes: one look)
+        return None
+    out = []
+    for name in _MARK:
+        at = env.find(name)
+        if at < 0:
+            return None
+        at += len(name)
+        end = env.find(b"\0", at)
+        out.append(env[at:end if end >= 0 else len(env)])
+    return b"\0".join(out)
+
+
+class Strays:
+    """The processes of this machine that carry a watched member's marker (:func:`marker`):
+    those that left its tree are found here. Each pid's environment is read once, when it
+    is first listed in ``/proc`` (a pid gone from one listing is forgotten: one that comes
+    back is read again). A pid found outside its member's tree is read again before it is
+    counted or killed (:func:`_with_strays`: one reused between two listings is not taken
+    for the member's); one of no member's reused between two listings by a member's stray
+    is missed until it is listed anew."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bytes | None] = {}
+
+    def find(self, wanted: dict[bytes, int]) -> dict[int, list[int]]:
+        """key -> pids of every process carrying the marker ``wanted`` maps to that key."""
+        try:
+            listing = os.listdir("/proc")
+        except OSError:
+            return {}
+        known, seen = self.known, {}
+        out: dict[int, list[int]] = {}
+        for name in listing:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            mark = known[pid] if pid in known else marker(pid)
+            seen[pid] = mark
+            if mark is not None and mark in wanted:
+                out.setdefault(wanted[mark], []).append(pid)
+        self.known = seen
+        return out
+
+
+def _with_strays(kb: int, pids: list[int], strays: list[int], mark: bytes | None) -> tuple[int, list[int]]:
+    """A member's tree (``kb``, ``pids``) with the trees of its processes found outside it
+    (each read again: still of the member whose marker is ``mark``)."""
+    inside = set(pids)
+    for stray in strays:
+        if stray not in inside and marker(stray) == mark:
+            more, under = tree_kb(stray)
+            fresh = [p for p in under if p not in inside]
+            if len(fresh) == len(under):
+                kb += more
+            else:  # (a tree that overlaps what is counted: each of its processes once)
+                kb += sum(tree_kb_one(p) for p in fresh)
+            inside.update(fresh)
+            pids = pids + fresh
+    return kb, pids
+
+
+def tree_kb_one(pid: int) -> int:
+    """Resident KB of one process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class MemoryWatch:
     """The members (by key) whose memory is limited, in cgroups or watched; :meth:`sweep`
     every :data:`EVERY` s while any is; :meth:`ended` when one is reaped."""
@@ -77,6 +171,8 @@ class MemoryWatch:
         self.over: dict[int, str] = {}  # key -> why, for those killed for memory
         self.stuck: list[str] = []  # members' cgroups that would not go yet
         self.due = 0.0
+        self.marks: dict[int, bytes | None] = {}  # key -> the marker of a watched member (its first sweep)
+        self.strays = Strays()
 
     def attach(self, key: int, pid: int, mb: int) -> None:
         """A member just spawned that may use ``mb`` MB: into a cgroup of its own, else watched."""
@@ -113,6 +209,7 @@ class MemoryWatch:
             return []
         self.due = now + EVERY
         out = []
+        strays = self._strays()
         for key, (pid, mb, path) in self.limits.items():
             if key in self.over:
                 continue
@@ -123,17 +220,36 @@ class MemoryWatch:
                     out.append((key, self.over[key]))
                 continue
             kb, pids = tree_kb(pid)
+            gone = strays.get(key, ())
+            if gone:
+                kb, pids = _with_strays(kb, pids, gone, self.marks.get(key))
             if kb > mb * 1024:
                 for p in [pid] + pids:
                     try:
-                        (os.killpg if p == pid else os.kill)(p, signal.SIGKILL)
+                        (os.killpg if p == pid or p in gone else os.kill)(p, signal.SIGKILL)
                     except OSError:
-                        pass
+                        try:
+                            os.kill(p, signal.SIGKILL)  # (a stray that leads no process group)
+                        except OSError:
+                            pass
                 self.over[key] = self._why(mb, kb // 1024)
                 out.append((key, self.over[key]))
         if self.stuck:
             self.stuck = [p for p in self.stuck if self.cgroups is None or not self.cgroups.remove(p)]
         return out
+
+    def _strays(self) -> dict[int, list[int]]:
+        """key -> the processes carrying a watched member's marker (:class:`Strays`): those
+        outside its tree are counted with it. A member's marker is read at its first sweep
+        (it has exec'd: its environment is its own)."""
+        wanted = {}
+        for key, (pid, _, path) in self.limits.items():
+            if path is None and key not in self.over:
+                if key not in self.marks:
+                    self.marks[key] = marker(pid)
+                if self.marks[key] is not None:
+                    wanted[self.marks[key]] = key
+        return self.strays.find(wanted) if wanted else {}
 
     @staticmethod
     def _why(mb: int, used: int) -> str:
@@ -146,6 +262,7 @@ class MemoryWatch:
         limit = self.limits.pop(key, None)
         if limit is None:
             return None
+        self.marks.pop(key, None)
         why = self.over.pop(key, None)
         pid, mb, path = limit
         if path is not None and self.cgroups is not None and rc == 0 and why is None and self.cgroups.v2:

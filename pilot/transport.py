@@ -46,7 +46,8 @@ import threading
 from collections import Counter
 from typing import Any
 
-from .bounded import MAX_LINE, Chain, Damaged, Sealed, lines, open_part, segments
+from .bounded import (MAX_LINE, SECRET_MOST, Chain, Damaged, Sealed, lines, open_append, open_part, open_regular,
+                      segments)
 from .bounded import open_spool as open_spool  # (every spool's reader: re-exported for the transports' users)
 from .sealing import ARCHIVE as ARCHIVE, EVENTS as EVENTS, TASKS as TASKS  # (the spool's files: every reader's)
 from .sealing import live_base, rotate, seal_files, segment_size, size_of
@@ -81,15 +82,18 @@ def keys(directory: str, secret: str | None = None) -> tuple[bytes | None, bytes
     A secret that others may read is refused (:class:`PermissionError`)."""
     path = secret or os.path.join(directory, os.pardir, os.pardir, "secret")
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fh = open_regular(path, "rb")  # (a FIFO put there: refused, never waited on)
     except FileNotFoundError:
         if secret:
             raise
         return None, None
-    with os.fdopen(fd, "rb") as fh:
-        if os.fstat(fd).st_mode & 0o077:
+    with fh:
+        if os.fstat(fh.fileno()).st_mode & 0o077:
             raise PermissionError(f"{path} may be read by others: make it owner-only (chmod 600)")
-        data = fh.read().strip()
+        data = fh.read(SECRET_MOST + 1)
+        if len(data) > SECRET_MOST:
+            raise Damaged(path, f"a secret longer than {SECRET_MOST} bytes")
+        data = data.strip()
     pilot = os.path.basename(os.path.normpath(directory))
     return channel_key(data, pilot, True), channel_key(data, pilot, False)
 
@@ -222,7 +226,7 @@ class EngineSpool(Transport):
         data = encode(msgs, self.key_out)
         try:
             if self._out is None:
-                self._out = open(self.where, "ab", buffering=0)
+                self._out = open_append(self.where)
                 self._base, self._size = live_base(self.where), os.fstat(self._out.fileno()).st_size
             append_whole(self._out, data)
         except OSError as exc:
@@ -369,7 +373,7 @@ class PilotSpool(Transport):
                  key_in: bytes | None = None):
         self.where = os.path.join(directory, EVENTS)
         self.fsync = fsync
-        self._out = open(self.where, "ab", buffering=0)
+        self._out = open_append(self.where)
         self._base, self._size = live_base(self.where), os.fstat(self._out.fileno()).st_size
         self._segment = segment_size()
         self._in = _Inbox(os.path.join(directory, TASKS), key_in)
@@ -398,7 +402,7 @@ class PilotSpool(Transport):
         view = memoryview(data)
         try:
             if self._out is None:  # (the live file a rotation could not make: made now)
-                self._out = open(self.where, "ab", buffering=0)
+                self._out = open_append(self.where)
             while view:
                 view = view[self._out.write(view):]
             if self.fsync:
@@ -417,7 +421,7 @@ class PilotSpool(Transport):
             except OSError:
                 pass  # (not rotated: tried again after the next batch; what was sent is sent)
             try:
-                self._out = open(self.where, "ab", buffering=0)
+                self._out = open_append(self.where)
             except OSError:
                 pass  # (no inode left, say: this batch is written; the next is held until the file can be made)
 

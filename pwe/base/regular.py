@@ -20,16 +20,26 @@ from pathlib import Path
 from typing import Any
 
 # the one opener and reader of run-directory files (standard library: the pilot's too)
-from pilot.bounded import MAX_LINE, Damaged, inside, kind, lines, open_regular, open_spool, read_lines
+from pilot.bounded import (MAX_LINE, SECRET_MOST, Damaged, inside, kind, lines, open_append, open_regular, open_spool,
+                           read_lines, take_line)
 
-__all__ = ["MAX_LINE", "Damaged", "in_the_way", "inside", "kind", "lines", "open_regular", "open_spool", "read_bytes",
-           "read_json", "read_lines", "read_text", "write_json_atomic"]
+__all__ = ["MAX_LINE", "Damaged", "in_the_way", "inside", "kind", "lines", "open_append", "open_regular", "open_spool",
+           "read_bytes", "read_json", "read_lines", "read_secret", "read_text", "take_line", "write_json_atomic"]
 
 
 def read_bytes(path: Path | str, limit: int | None = None) -> bytes:
     """A regular file's bytes (at most ``limit`` of them when given)."""
     with open_regular(path, "rb") as fh:
         return fh.read() if limit is None else fh.read(limit)
+
+
+def read_secret(path: Path | str) -> bytes:
+    """A run's secret (``RUN/secret``), stripped: at most :data:`pilot.bounded.SECRET_MOST`
+    bytes are read, a longer one is :class:`Damaged`."""
+    data = read_bytes(path, SECRET_MOST + 1)
+    if len(data) > SECRET_MOST:
+        raise Damaged(path, f"a secret longer than {SECRET_MOST} bytes")
+    return data.strip()
 
 
 def read_json(path: Path | str, keys: dict[str, Any] | None = None, limit: int = 16 << 20) -> dict[str, Any]:

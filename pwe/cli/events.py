@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .base import echo, fail, find, json_option
+from .base import echo, fail, find, json_option, warn
 from ..base.text import shown
 from ..base.errors import PweError
 
@@ -22,7 +22,8 @@ def events(run: str | None, as_json: bool) -> None:
 
     try:
         run_dir = find(run)
-        for ev in history(run_dir):
+        warnings: list[str] = []
+        for ev in history(run_dir, warnings):
             if as_json:
                 click.echo(json.dumps(ev, separators=(",", ":")))
             elif "record" in ev:
@@ -33,5 +34,6 @@ def events(run: str | None, as_json: bool) -> None:
                 said = (shown(ev[k]) for k in ("pilot", "via", "k", "verdict"))  # (a forged line's, too)
                 echo("{} q={} {} {} {} ".format(next(said), shown(ev.get("q")), *said)
                      + json.dumps(rest, separators=(",", ":")))
+        warn(warnings)
     except PweError as exc:
         fail(exc)

@@ -28,7 +28,7 @@ from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MA
 from pilot.nodesetup import SETUP_FAILED
 
 from ..base.errors import RunDamaged, RunStopped
-from ..base.regular import read_bytes
+from ..base.regular import read_secret
 from ..base.states import FAILED
 from ..planning.trees import decide
 from ..runstate import journal as kind
@@ -71,9 +71,13 @@ class Intake:
 
     def load_secret(self) -> None:
         try:
-            self.secret = read_bytes(self.dir / "secret").strip()
+            self.secret = read_secret(self.dir / "secret")
         except FileNotFoundError:
             self.secret = None  # (a run made by a pwe before secrets: its pilots sign nothing)
+        except OSError as exc:  # (a FIFO, a device, one too long: refused, never waited on)
+            raise RunDamaged(f"{exc.filename or self.dir / 'secret'} cannot be read ({exc.strerror or exc}): the "
+                             "pilots' messages cannot be checked; put the run's own secret back (a regular file, "
+                             "owner-only), then give this command again") from None
 
     def close_brokers(self) -> None:
         for broker in self.brokers.values():

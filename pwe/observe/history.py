@@ -22,7 +22,7 @@ from pilot.wire import DAMAGED, FORGED, MALFORMED, VERSION, channel_key, decode
 
 from ..base.errors import InputError
 from ..runstate.journal import replay, unpack
-from ..base.regular import read_bytes, read_lines
+from ..base.regular import read_lines, read_secret
 
 
 def _unpacked(rec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -34,10 +34,12 @@ def _unpacked(rec: dict[str, Any]) -> list[dict[str, Any]]:
         return [rec]
 
 
-def events(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every pilot message of the run (per pilot, by ``q``), then every journal record."""
+def events(run_dir: Path, warnings: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Every pilot message of the run (per pilot, by ``q``), then every journal record;
+    ``warnings``, when given, gets a line for each journal record skipped as damaged (one
+    longer than :data:`pilot.bounded.MAX_LINE` too: read in steps, never held whole)."""
     try:
-        secret: bytes | None = read_bytes(run_dir / "secret").strip()
+        secret: bytes | None = read_secret(run_dir / "secret")
     except FileNotFoundError:
         secret = None
     except OSError as exc:
@@ -71,7 +73,9 @@ def events(run_dir: Path) -> Iterator[dict[str, Any]]:
                 m["verdict"] = "applied"
             yield m
     records: list[dict[str, Any]] = []
-    replay(run_dir / "journal.jsonl", records.append)
+    done = replay(run_dir / "journal.jsonl", records.append)
+    if warnings is not None:
+        warnings.extend(done.warnings())
     for r in (one for rec in records for one in _unpacked(rec)):
         out = {"record": r.get("e")}
         out.update((k, v) for k, v in r.items() if k not in ("e", "c"))

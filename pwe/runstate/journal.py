@@ -114,7 +114,7 @@ from typing import Any, Callable, Iterator
 from pilot import transport
 
 from ..base.errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
-from ..base.regular import MAX_LINE, open_regular
+from ..base.regular import MAX_LINE, open_append, open_regular, take_line
 
 # the run
 RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE, HALT = "run", "resume", "finish", "stopped", "cancel", \
@@ -405,23 +405,19 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, l
         done.end, done.lines = start, lines
         number = lines
         while True:
-            line = fh.readline(MAX_LINE + 1)
-            if not line:
+            line, size, ended = take_line(fh, MAX_LINE)
+            if not size:
                 break
             number += 1
-            if len(line) > MAX_LINE:  # (longer than any record: skipped to its end, never held whole)
-                size = len(line)
-                while line and not line.endswith(b"\n"):
-                    line = fh.readline(MAX_LINE + 1)
-                    size += len(line)
-                if not line:
+            if line is None:  # (longer than any record: skipped to its end, never held whole)
+                if not ended:
                     done.torn = True
                     break
                 done.end += size
                 done.lines = number
                 done.damaged.append(number)
                 continue
-            if not line.endswith(b"\n"):
+            if not ended:
                 done.torn = True  # (only the last line can be)
                 break
             done.end += len(line)
@@ -511,7 +507,7 @@ class Journal:
         self._buf: list[bytes] = []
         self._run: dict[str, Any] | None = None  # an assign (``len``) or ``ends`` still growing, not yet encoded
         self._trim_torn_tail()
-        self._fh = open(path, "ab", buffering=0)
+        self._fh = open_append(path, within=Path(path).parent)  # (a FIFO put there: refused, never waited on)
         #: bytes written (and flushed) so far: what a checkpoint covers (:mod:`pwe.runstate.checkpoint`)
         self.offset = os.fstat(self._fh.fileno()).st_size
         #: whole lines so far, when the opener says how many it replayed (``lines``)
@@ -519,7 +515,7 @@ class Journal:
 
     def _trim_torn_tail(self) -> None:
         try:
-            with open(self.path, "rb+") as fh:
+            with open_regular(self.path, "rb+", within=Path(self.path).parent) as fh:
                 fh.seek(0, os.SEEK_END)
                 size = fh.tell()
                 if size == 0:

@@ -20,7 +20,8 @@ from . import rundir
 from ..base.confine import inside
 from ..base.errors import InputError, PweError, RunDamaged
 from ..planning.plan import Plan, plan_workflow
-from ..base.regular import kind, open_regular, read_json
+from ..base.regular import kind, open_regular, read_bytes, read_json
+from ..base.yaml_reader import MAX_FILE_BYTES
 from ..base.regular import write_json_atomic
 
 
@@ -180,13 +181,13 @@ def read(run_dir: Path) -> tuple[dict[str, Any], Plan]:
     original = Path(info["workflow"])
     copy = inside(run_dir, info["copy"], f"{run_dir / 'run.json'}: its copy of the workflow")
     try:
-        text = copy.read_bytes()
+        text = read_bytes(copy, MAX_FILE_BYTES + 1)  # (a FIFO put there: refused, never waited on)
     except OSError as exc:
         raise RunDamaged(f"the run's copy of its workflow, {copy}, cannot be read ({exc.strerror}): put the workflow "
                          f"it ran back there (the original, {original}, if it has not changed since), then give this "
                          f"command again; {_still(run_dir)}") from None
     try:
-        same = original.is_file() and original.read_bytes() == text
+        same = original.is_file() and read_bytes(original, MAX_FILE_BYTES + 1) == text
     except OSError:
         same = False
     return info, plan_workflow(original if same else copy, info.get("sets") or {}, host=info.get("host"))
