@@ -263,9 +263,24 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, re
             dismiss()
             return drive(engine, as_json, fresh=True)
         warn(engine.warnings)
+        _resumable(engine)
         _follow(engine, as_json, announce=said)
     except PweError as exc:
         fail(exc)
+
+
+def _resumable(engine) -> None:
+    """One line (not an error) when an earlier run of the workflow under the same runs root
+    did not finish, was not cancelled and has no engine: `pwe resume` could pick it up, where
+    this run begins anew (reusing what that one finished, where it may)."""
+    from ..runstate.lending import unfinished
+
+    found = unfinished(engine.dir.parent, engine.plan.workflow.name, exclude=engine.dir)
+    if found:
+        more = f" (and {len(found) - 1} more: pwe runs)" if len(found) > 1 else ""
+        echo(f"pwe: run {found[0]} of workflow '{engine.plan.workflow.name}' did not finish and its engine is gone"
+             f"{more}: `pwe resume {found[0]}` would pick it up where it stopped; this run begins anew, reusing "
+             "what it finished", err=True)
 
 
 @click.command()

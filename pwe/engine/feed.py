@@ -51,7 +51,8 @@ class Feeder:
 
     def __init__(self, run_dir: Path, plan: Plan, info: dict[str, Any], ledger: Ledger, lanes: dict[str, Lane],
                  lane_of: dict[str, str], pilots: Pilots, builder: TaskBuilder,
-                 start: Callable[[Lane], PilotHandle | None], may_submit: Callable[[Lane], bool]):
+                 start: Callable[[Lane], PilotHandle | None], may_submit: Callable[[Lane], bool],
+                 fix: Callable[[str, int], None] | None = None):
         self.plan = plan
         self.ledger = ledger
         self.lanes = lanes
@@ -62,6 +63,8 @@ class Feeder:
         self.grown = builder.grown  # what a retry asks for more of (retry.grow)
         self.start = start
         self.may_submit = may_submit
+        #: a member is handed to a pilot: its key fixed now, inputs as they are (pwe/runstate/keyring.py)
+        self.fix = fix or (lambda nid, i: None)
         # the groups of each node that has ``group:`` (formed when first needed: pwe/planning/groups.py)
         self.groups = {nid: Groups(pn) for nid, pn in plan.nodes.items() if pn.spec.group is not None}
         self.held: set[tuple[str, int]] = set()  # submit_whole groups whose members still wait
@@ -214,6 +217,7 @@ class Feeder:
         now = round(time.time(), 3)  # (the trace's submit time of what is fed now)
         held: set[str] = set(skip or ())  # nodes held back this feed (a limit, pressure, not served)
         hand = self._hand_check(lane)
+        fix = self.fix
         while ready and pilot.units < window and not pilot.full:
             item = ready.pop_next(held)
             if item is None:
@@ -252,6 +256,7 @@ class Feeder:
             self.share_env(pilot, task)
             record({"e": kind.ASSIGN, "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now,
                     **(self._asks(nid, retried) if retried else {})})
+            fix(nid, i)
             pilot.send(task)
             pilot.outstanding += 1
             pilot.given += 1
@@ -339,6 +344,7 @@ class Feeder:
             self.share_env(pilot, tasks[-1])  # (before the group that needs it)
             self.ledger.record({"e": kind.ASSIGN, "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now,
                                 **(self._asks(nid, retried) if retried else {})})
+            self.fix(nid, j)
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)
         pilot.given += len(chosen)

@@ -29,7 +29,7 @@ from pilot.nodesetup import SETUP_FAILED
 
 from ..base.errors import RunDamaged, RunStopped
 from ..base.regular import read_secret
-from ..base.states import FAILED
+from ..base.states import DONE, FAILED
 from ..planning.trees import decide
 from ..runstate import journal as kind
 from .handles import PilotState
@@ -62,6 +62,8 @@ class Intake:
         self.gone = gone
         self.setup_news = setup_news
         self.failed = failed  # a member of the node failed for good: the failure budget (pwe/engine/halting.py)
+        #: a member ended well, its end journaled: lent as it ends (pwe/runstate/lending.py)
+        self.ended_well: Callable[[str, int], None] = lambda nid, i: None
         #: members a pilot said were on a node it lost (its ``node_lost``): their ``back`` is a loss
         self.on_lost_node: set[tuple[str, str, int]] = set()
         self.secret: bytes | None = None  # the run's: every line to and from a pilot is signed with it (load_secret)
@@ -313,6 +315,8 @@ class Intake:
             self.pilots.failed_in_a_row = 0
             if applied == FAILED:
                 self.failed(rec["n"])
+            elif applied == DONE:
+                self.ended_well(rec["n"], rec["m"])
         elif k == BACK:
             self._back(pilot, ev, applied is not None)
         return True

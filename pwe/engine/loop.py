@@ -48,10 +48,12 @@ from ..base.regular import read_bytes, write_json_atomic
 from ..base.text import shown
 from ..planning.plan import Plan
 from ..runstate import checkpoint, pressure, rundir, runs
+from ..runstate.keyring import KeyRing
+from ..runstate.lending import Lending
 from ..runstate.journal import Journal, JournalError, disk_refusals
 from ..runstate.state import RunState, not_begun_runs
 from ..runstate import journal as kind
-from . import recovery
+from . import halfmade, recovery
 from .budget import CoreHours
 from .feed import Feeder
 from .halting import Halting
@@ -131,6 +133,7 @@ class Engine:
         self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
         self.lock = rundir.EngineLock(run_dir)
         self.live = rundir.LiveLock("", "")  # (the workspace's, once run takes it; never held here)
+        self.suspects: set[str] | None = None  # products earlier runs may have left half made (halfmade.py)
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
         #: says what the engine found wrong but worked around (a damaged journal line); what
@@ -151,6 +154,9 @@ class Engine:
         self.ledger = Ledger()
         self.pilots = Pilots()
         builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
+        # members' keys fixed as each is handed to a pilot; lent as each ends (pwe/runstate/keyring.py, lending.py)
+        self.keyring = KeyRing(plan, self.dir, info.get("workspace"))
+        self.lending = Lending(self.dir, plan, self.run_id, info.get("workspace"), self.keyring)
         self.setups = Setups(builder.setups, self.ledger)
         self.halting = Halting(plan, info, self.ledger, self.pilots)
         self.intake = Intake(self.dir, plan, self.ledger, self.lanes, self.pilots, lambda line: self.notice(line),
@@ -159,7 +165,9 @@ class Engine:
         self.work = PilotWork(self.dir, plan, info, self.ledger, self.lanes, self.pilots, self.intake, self.setups,
                               (self.heartbeat, self.lost_after, self.end_wait))
         self.feeder = Feeder(self.dir, plan, info, self.ledger, self.lanes, lane_of, self.pilots, builder,
-                             start=self.work.start, may_submit=self.work.may_submit)
+                             start=self.work.start, may_submit=self.work.may_submit,
+                             fix=self.keyring.fix if self.keyring.on else None)
+        self.intake.ended_well = self.lending.done
         self.control = PilotControl(self.dir, info, self.ledger, self.lanes, self.pilots, start=self.work.start)
         self.budget = CoreHours(plan, info, self.ledger, self.lanes, lane_of, self.halting)  # (budget.py)
         self.work.budget = self.budget
@@ -271,6 +279,8 @@ class Engine:
             if self._refused or self._not_begun:
                 self.live.undo()  # (its lock in the workspace too, where this engine made it)
             else:
+                if self.live.held and self.state is not None and self.suspects is not None:
+                    halfmade.finish(self.dir, self.state, self.suspects)  # (before the next run may take it)
                 self.live.release()
             if self._refused:
                 runs.unmake(self.dir)  # a refusal leaves nothing behind
@@ -298,6 +308,9 @@ class Engine:
         if ws and not cancel and not self.info.get("concurrent"):
             self.live = rundir.LiveLock(ws, self.plan.workflow.name, self.run_id, self.dir)
             self.live.acquire()
+            if self.live.held and any(pn.products for pn in self.plan.nodes.values()):
+                # (what the runs before this one may have left half made: never complete)
+                self.suspects = halfmade.start(self.dir, self.live.previous)
 
     def _run(self, progress: Callable[[RunState], None] | None, retry: bool, cancel: bool, by: str | None,
              only: dict[str, list[list[int]]] | None) -> bool:
@@ -334,6 +347,7 @@ class Engine:
         """Open the run's books (the checkpoint, then the journal's tail), recover what a
         damaged journal lost, and take up the pilots the journal says are alive."""
         self.intake.load_secret()
+        self.keyring.open()
         path = self.dir / "journal.jsonl"
         fresh = self._first = not runs.check_journal(self.dir)
         # the checkpoint, then the journal's tail (or the whole journal without one)
@@ -383,6 +397,9 @@ class Engine:
             self.ledger.record({"e": kind.NOTE, "what": f"not reused: {line}", "t": time.time()})
         for rec in decision.records():
             self.ledger.record(rec)
+        for nid, spans in decision.reused.items():  # (their keys: those they were found by; lent again)
+            self.keyring.take(nid, spans, decision.keys[nid])
+            self.lending.reused(nid, spans)
         return decision.changed
 
     def _lend(self) -> None:
@@ -394,9 +411,12 @@ class Engine:
         from ..runstate import reusable
 
         try:
-            reusable.write(self.dir, self.plan, self.state, self.run_id, self.info.get("workspace"))
+            reusable.write(self.dir, self.plan, self.state, self.run_id, self.info.get("workspace"),
+                           recorded=self.keyring.filled)  # (the keys its members were handed with)
         except (OSError, PweError) as exc:  # (later runs reuse nothing of it; this one ended as it did)
             self.notice(f"cannot write what this run may lend to later runs: {exc}")
+            return
+        self.lending.remove()  # (what it lent as members ended is in the end's record)
 
     def _complete_by_products(self, changed: dict[str, set[int]] | None = None) -> None:
         """When the run begins, and each time it is resumed or retried: journal the members
@@ -419,7 +439,8 @@ class Engine:
                 runs = _never_started(not_begun_runs(nodes[nid].state), nodes[nid].attempt)
                 return runs if nid not in changed else _without(runs, changed[nid])
 
-            for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
+            found = products.scan(self.plan, Path(self.info["workspace"]), not_begun, self.suspects or frozenset())
+            for rec in products.records(found):
                 self.ledger.record(rec)
 
     def _loop(self, progress: Callable[[RunState], None] | None) -> bool:
@@ -444,7 +465,9 @@ class Engine:
                 break
             self.feeder.release_held()  # (submit_whole groups whose members waited)
             busy += self.feeder.feed()
+            self.keyring.flush()  # (the keys of the assignments first: pwe/runstate/keyring.py)
             self.journal.flush()  # assignments are durable before any pilot can see them
+            self.lending.flush(st)  # (what ended well, now journaled: lent)
             for pilot in self.pilots.values():
                 pilot.flush()
             now = time.time()
@@ -526,15 +549,30 @@ class Engine:
                     pilot.transport.forget()  # the run is over: its events are journaled and archived in its directory
             self.intake.close_brokers()
             if self.journal is not None:
+                self._close_keys(before=True)  # (the keys of the journal's last assignments first)
                 try:
                     self.journal.close()
                     self._checkpoint()  # (only of a journal wholly written)
                 except PweError:
                     pass
+                self._close_keys(before=False)  # (what ended well, journaled now: lent)
                 self._snapshot()
         finally:
             self.work.await_seals()
             self.lock.release()
+
+    def _close_keys(self, before: bool) -> None:
+        """At shutdown: the recorded keys written (``before`` the journal's last write), or
+        what ended well lent (after it). A disk that refuses them: the journal says the rest."""
+        try:
+            if before:
+                self.keyring.close()
+            else:
+                if self.state is not None:
+                    self.lending.flush(self.state)
+                self.lending.close()
+        except OSError:
+            pass
 
     def _stop_pilots(self, over: bool) -> dict[str, list[str]]:
         """Tell each live pilot to stop; the jobs still queued of a finished (``over``) run,

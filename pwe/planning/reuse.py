@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,59 @@ class Inputs:
         return h.digest()
 
 
+class LiveInputs(Inputs):
+    """The content hashes of inputs as they are now, for keys fixed while a run goes on
+    (:mod:`pwe.runstate.keyring`): each file's hash is kept with its ``stat`` (device,
+    inode, size, ``mtime_ns``, ``ctime_ns``) and looked at again at most once per
+    :meth:`tick` (one feed of the engine): a file whose ``stat`` changed is hashed again.
+    A file changed within :data:`RACY_NS` of its hashing (a filesystem's coarse clock can
+    give two writes one ``mtime``) is hashed again at each tick until it is older, as
+    git does for a "racily clean" file. A file that cannot be read (it became a FIFO, a
+    directory) hashes to ``b"!"``: the member runs, and its key matches no later run's."""
+
+    #: how close to its hashing a file's change makes its stat untrusted (coarse clocks, NFS)
+    RACY_NS = 2_000_000_000
+
+    def __init__(self, plan: Plan, workspace: Path):
+        super().__init__(plan, workspace)
+        self.known: dict[str, tuple[Any, bytes, int]] = {}  # rel -> (its stat, its hash, when hashed)
+        self.checked: dict[str, int] = {}  # rel -> the tick it was looked at
+        self.now = 0
+
+    def tick(self) -> None:
+        self.now += 1
+
+    def digest(self, nid: str, ctx: dict[str, Any]) -> bytes:
+        out = b""
+        for rel in self.paths(self.plan, nid, ctx):
+            out += self.current(nid, rel)
+        return out
+
+    def current(self, nid: str, rel: str) -> bytes:
+        known = self.known.get(rel)
+        if known is not None and self.checked.get(rel) == self.now:
+            return known[1]
+        self.checked[rel] = self.now
+        fp = _stat(os.path.join(self.root, rel))
+        if known is not None and fp is not None and known[0] == fp and fp[3] < known[2] - self.RACY_NS:
+            return known[1]
+        when = time.time_ns()
+        try:
+            h = self._hash(nid, rel)
+        except InputError:
+            h = b"!"
+        self.known[rel] = (fp, h, when)  # (changed while it was read: its stat differs at the next look)
+        return h
+
+
+def _stat(path: str) -> tuple[int, int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def keys(plan: Plan, workspace: Path, frozen: bool = True) -> tuple[dict[str, bytes], int]:
     """Every member's key, per node one bytes of ``size * KEY_BYTES`` (member ``i``'s at
     ``i * KEY_BYTES``), nodes in the plan's (topological) order; and how many input files
@@ -218,6 +272,9 @@ def _texts(space: Any) -> Any:
         return "\0".join(parts)
 
     return text_of
+
+
+texts = _texts
 
 
 def same_space(up: Any, down: Any, shared: tuple[str, ...]) -> bool:

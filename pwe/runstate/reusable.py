@@ -30,16 +30,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..base.errors import InputError
 from ..base.regular import open_regular, read_json, write_json_atomic
 from ..base.states import DONE
 from ..planning.reuse import KEY_BYTES, keys as member_keys, reusable, same_space
+from . import lending
+from .lending import fingerprint
 from .notify import authentic, sign
 
 RECORD, KEYS = "reusable.json", "reusable.keys"
@@ -98,24 +99,24 @@ def _within(runs: list[list[int]], i: int) -> bool:
     return k >= 0 and runs[k][0] <= i < runs[k][1]
 
 
-def fingerprint(path: str) -> list[int] | None:
-    """A product's ``[size, mtime_ns]``, or None when it is not there (or not a regular file)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
-
-
-def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | None) -> int:
+def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | None,
+          recorded: Callable[[str, list[list[int]]], Any] | None = None) -> int:
     """Write the run's signed record of what it may lend: every member of a reusable node
     that is done and was not found complete by its products (reused ones included: their
-    outputs are in the state). Returns how many members it lends."""
+    outputs are in the state). Returns how many members it lends. ``recorded(node, runs)``:
+    the node's keys as they were fixed when its members were handed to pilots
+    (:meth:`pwe.runstate.keyring.KeyRing.filled`), those of ``runs`` all there; None (a
+    run without its engine's keys): every key made now, the inputs as they are now."""
     root = workspace or str(plan.file.parent)
     # the keys streamed into the file as each node's runs are known, never gathered into
     # one more copy of them (the engine's peak at the end of a 10^7 run was three copies:
     # 472 MiB, bench/BENCHMARKS.md)
-    keys, _ = member_keys(plan, Path(root), frozen=False)
+    keys: Any = recorded
+    if recorded is None:
+        made, _ = member_keys(plan, Path(root), frozen=False)
+
+        def keys(nid: str, runs: list[list[int]]) -> bytearray:
+            return made[nid]
     digest = hashlib.sha256()
     tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
     try:
@@ -132,7 +133,7 @@ def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | No
     return count
 
 
-def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: dict[str, bytearray],
+def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: Callable[[str, list[list[int]]], Any],
                 workspace: str | None) -> dict[str, Any]:
     """The keys of what the run lends, written to ``fh`` (and fed to ``digest``) node after
     node; each node's record: its runs of members, where its keys begin, its outputs."""
@@ -157,7 +158,7 @@ def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: dict[str, byt
             runs = _runs_of(kept)
         if not runs:
             continue
-        view = memoryview(keys[nid])
+        view = memoryview(keys(nid, runs))
         at = fh.tell() // KEY_BYTES
         for lo, hi in runs:
             piece = view[lo * KEY_BYTES:hi * KEY_BYTES]  # (a view: no copy)
@@ -182,10 +183,57 @@ class Lender:
 
 def read(run_dir: Path, workflow: str | None = None) -> Lender | str:
     """The verified record of ``run_dir``, or why it lends nothing (one line): no record
-    (the run has not ended), not this ``workflow``'s, or tampered with."""
+    (no member of it has ended), not this ``workflow``'s, or tampered with. The record
+    written at its end (``reusable.json``), what it lent as its members ended
+    (``lending.jsonl``: a run killed, or taken up again, :mod:`pwe.runstate.lending`), or
+    both: when either does not verify, nothing."""
+    final = _read_final(run_dir, workflow) if (run_dir / RECORD).exists() else None
+    if not os.path.lexists(run_dir / lending.FILE):
+        return final or f"run {run_dir.name}: no record of what it may lend (it has not reached its end)"
+    taken = lending.read(run_dir, workflow)
+    if isinstance(final, str):
+        return final
+    if isinstance(taken, str):
+        return taken
+    return _merged(run_dir, final, taken)
+
+
+def _merged(run_dir: Path, final: Lender | None, taken: lending.Taken) -> Lender:
+    """One lender of a run's end record (if any) and what it lent as its members ended
+    (the later word on a member is the one kept)."""
+    if final is not None:
+        for nid, n in final.nodes.items():
+            at = n["at"] * KEY_BYTES
+            ms = [i for lo, hi in n["runs"] for i in range(lo, hi)]
+            keys = final.keys[at:at + len(ms) * KEY_BYTES]
+            # (the end record's members first: what was lent as they ended comes after it)
+            taken.members[nid] = ms + taken.members.get(nid, [])
+            taken.keys[nid] = bytearray(keys) + taken.keys.get(nid, bytearray())
+            taken.out[nid] = {**n.get("out", {}), **taken.out.get(nid, {})}
+            taken.prod[nid] = {**n.get("prod", {}), **taken.prod.get(nid, {})}
+    nodes: dict[str, Any] = {}
+    blob = bytearray()
+    for nid, ms in taken.members.items():
+        keys = taken.keys[nid]
+        last = {m: k for k, m in enumerate(ms)}  # (a member lent twice: its last word)
+        order = sorted(last)
+        runs = _runs_of(order)
+        at = len(blob) // KEY_BYTES
+        for m in order:
+            k = last[m]
+            blob += keys[k * KEY_BYTES:(k + 1) * KEY_BYTES]
+        out = {str(m): o for m in order if (o := taken.out.get(nid, {}).get(str(m)))}
+        prod = {str(m): p for m in order if (p := taken.prod.get(nid, {}).get(str(m))) is not None}
+        nodes[nid] = {"runs": runs, "at": at, "out": out, **({"prod": prod} if prod else {})}
+    head = taken.head
+    t = max(taken.t, final.t if final is not None else 0.0)
+    return Lender(run_dir, str(head.get("run") or run_dir.name), t, nodes, bytes(blob),
+                  str(final.workspace if final is not None else head.get("workspace")))
+
+
+def _read_final(run_dir: Path, workflow: str | None = None) -> Lender | str:
+    """The verified record a run wrote at its end (:func:`write`), or why it lends nothing."""
     path = run_dir / RECORD
-    if not path.exists():
-        return f"run {run_dir.name}: no record of what it may lend (it has not reached its end)"
     try:
         msg = read_json(path, {"kind": str, "run": str, "workflow": str, "nodes": dict, "keys_sha256": str},
                         limit=MAX_RECORD)
@@ -249,7 +297,7 @@ def lenders(where: Path, workflow: str, exclude: Path | None = None, named: bool
         if not e.is_dir(follow_symlinks=False) or (exclude is not None and d.resolve() == exclude) or not is_run(d):
             continue
         runs_seen += 1
-        if not (d / RECORD).exists():
+        if not (d / RECORD).exists() and not os.path.lexists(d / lending.FILE):
             continue
         if _workflow_of(d) != workflow:
             continue
@@ -272,7 +320,7 @@ def _workflow_of(run_dir: Path) -> str | None:
     try:
         return read_json(run_dir / RECORD, {"workflow": str}, limit=MAX_RECORD)["workflow"]
     except OSError:
-        return None
+        return lending.workflow_of(run_dir)
 
 
 @dataclass
@@ -287,6 +335,8 @@ class Decision:
     lenders: list[Lender] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     outputs: dict[str, dict[int, Any]] = field(default_factory=dict)
+    #: every member's key as the run begins (the reused ones' are their recorded keys)
+    keys: dict[str, bytes] = field(default_factory=dict)
 
     def count(self, nid: str) -> int:
         return sum(r[1] - r[0] for r in self.reused.get(nid, ()))
@@ -328,6 +378,7 @@ def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[st
     keys, _ = member_keys(plan, Path(workspace or plan.file.parent))
     if not found:
         return out
+    out.keys = keys
     here = workspace or str(plan.file.parent)  # (as write() records a lender's)
     taken: dict[str, bytearray] = {}
     for nid, pn in plan.nodes.items():
