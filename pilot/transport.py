@@ -46,6 +46,7 @@ import threading
 from collections import Counter
 from typing import Any
 
+from . import faults
 from .bounded import (MAX_LINE, SECRET_MOST, Chain, Damaged, Sealed, lines, open_append, open_part, open_regular,
                       segments)
 from .bounded import open_spool as open_spool  # (every spool's reader: re-exported for the transports' users)
@@ -185,11 +186,13 @@ def append_whole(fh, data: bytes, fsync: bool = False) -> None:
     """Append ``data`` to a file with one writer, or none of it: on a write error (disk
     full, quota) the part written is cut back, so that a reader never meets a torn line,
     and the :class:`OSError` goes on."""
+    faults.at("write", fh, data)
     view = memoryview(data)
     try:
         while view:
             view = view[fh.write(view):]
         if fsync:
+            faults.at("fsync")
             os.fsync(fh.fileno())
     except OSError:
         try:
@@ -403,9 +406,11 @@ class PilotSpool(Transport):
         try:
             if self._out is None:  # (the live file a rotation could not make: made now)
                 self._out = open_append(self.where)
+            faults.at("write", self._out, data)
             while view:
                 view = view[self._out.write(view):]
             if self.fsync:
+                faults.at("fsync")
                 os.fsync(self._out.fileno())
         except OSError:
             self._size += len(data) - len(view)

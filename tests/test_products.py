@@ -187,7 +187,8 @@ nodes:
     assert not shown[("a", 2)].get("complete") and shown[("a", 2)]["state"] == "done"
     # resume: the engine killed while b waits for a; b[3]'s product made meanwhile
     for p in ws.iterdir():
-        p.unlink()
+        if p.name != ".pwe":  # (pwe's own: the workflow's live-run lock)
+            p.unlink()
     led.unlink()
     run_dir = tmp_path / "r2"
     rc, out, err = run_cli("submit", wf, "--workspace", ws, "--cores", "1", "--run-dir", run_dir, cwd=tmp_path)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 # the one opener and reader of run-directory files (standard library: the pilot's too)
+from pilot import faults
 from pilot.bounded import (MAX_LINE, SECRET_MOST, Damaged, inside, kind, lines, open_append, open_regular, open_spool,
                            read_lines, take_line)
 
@@ -96,4 +97,5 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh, separators=(",", ":"), default=str)
+    faults.at("rename")
     os.replace(tmp, path)

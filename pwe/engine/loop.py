@@ -53,7 +53,7 @@ from ..runstate.lending import Lending
 from ..runstate.journal import Journal, JournalError, disk_refusals
 from ..runstate.state import RunState, not_begun_runs
 from ..runstate import journal as kind
-from . import recovery
+from . import halfmade, recovery
 from .budget import CoreHours
 from .feed import Feeder
 from .halting import Halting
@@ -133,6 +133,7 @@ class Engine:
         self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
         self.lock = rundir.EngineLock(run_dir)
         self.live = rundir.LiveLock("", "")  # (the workspace's, once run takes it; never held here)
+        self.suspects: set[str] | None = None  # products earlier runs may have left half made (halfmade.py)
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
         #: says what the engine found wrong but worked around (a damaged journal line); what
@@ -278,6 +279,8 @@ class Engine:
             if self._refused or self._not_begun:
                 self.live.undo()  # (its lock in the workspace too, where this engine made it)
             else:
+                if self.live.held and self.state is not None and self.suspects is not None:
+                    halfmade.finish(self.dir, self.state, self.suspects)  # (before the next run may take it)
                 self.live.release()
             if self._refused:
                 runs.unmake(self.dir)  # a refusal leaves nothing behind
@@ -305,6 +308,9 @@ class Engine:
         if ws and not cancel and not self.info.get("concurrent"):
             self.live = rundir.LiveLock(ws, self.plan.workflow.name, self.run_id, self.dir)
             self.live.acquire()
+            if self.live.held and any(pn.products for pn in self.plan.nodes.values()):
+                # (what the runs before this one may have left half made: never complete)
+                self.suspects = halfmade.start(self.dir, self.live.previous)
 
     def _run(self, progress: Callable[[RunState], None] | None, retry: bool, cancel: bool, by: str | None,
              only: dict[str, list[list[int]]] | None) -> bool:
@@ -433,7 +439,8 @@ class Engine:
                 runs = _never_started(not_begun_runs(nodes[nid].state), nodes[nid].attempt)
                 return runs if nid not in changed else _without(runs, changed[nid])
 
-            for rec in products.records(products.scan(self.plan, Path(self.info["workspace"]), not_begun)):
+            found = products.scan(self.plan, Path(self.info["workspace"]), not_begun, self.suspects or frozenset())
+            for rec in products.records(found):
                 self.ledger.record(rec)
 
     def _loop(self, progress: Callable[[RunState], None] | None) -> bool:

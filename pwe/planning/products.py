@@ -20,9 +20,8 @@ product): one that made none of them fails with a line naming the missing file.
 
 Existence is all that is checked (as Row does): no times, no sizes. A member that began
 in the run's lineage and did not end ok (stopped mid-write by a kill or a halt, failed) is
-never complete by its products there (:func:`pwe.engine.loop._never_started`); a new run
-into the same workspace takes existence alone: write products last, or to a temporary name
-renamed at the end.
+never complete by its products there (:func:`pwe.engine.loop._never_started`), nor in the
+next runs of the workflow in the workspace (:mod:`pwe.engine.halfmade`: ``skip``).
 """
 
 from __future__ import annotations
@@ -143,12 +142,15 @@ class Scan:
         return sum(hi - lo for lo, hi in self.complete.get(nid, ()))
 
 
-def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]] | None = None) -> Scan:
+def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]] | None = None,
+         skip: set[str] | frozenset[str] = frozenset()) -> Scan:
     """The members of ``plan`` whose products all exist under ``root``: each product's
     directory is listed once (held in a set of names while it is used), never one
     ``stat`` per member. A directory that does not exist (or is no directory) holds
     nothing. ``only``: per node, the runs ``(lo, hi)`` of members to look at (a resumed
-    run: those not begun); all of them when not given."""
+    run: those not begun); all of them when not given. ``skip``: products (relative
+    paths) that an earlier attempt may have left half made (pwe.engine.halfmade): a
+    member with one of them is not complete."""
     listings: OrderedDict[str, frozenset[str]] = OrderedDict()
     out = Scan({})
     base = str(root)
@@ -184,7 +186,7 @@ def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]
             ctx.update(values_of(i))
             for rel in _rendered(plan, nid, i, ctx):
                 d, _, name = rel.rpartition("/")
-                if name not in names_in(d):
+                if name not in names_in(d) or rel in skip:
                     break
             else:
                 if runs and runs[-1][1] == i:

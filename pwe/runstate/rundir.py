@@ -326,6 +326,7 @@ class EngineLock:
         self.path = Path(run_dir) / "engine.lock"
         self.held = False
         self._fd: int | None = None
+        self.before: dict | None = None
 
     def holder(self) -> dict | None:
         """The record (pid, host, since) of the engine that holds the lock; None when none
@@ -382,6 +383,7 @@ class EngineLock:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.before = _record(fd)  # (the last holder's record: LiveLock's previous run)
                 break
             except BlockingIOError:
                 info = _record(fd)
@@ -448,9 +450,22 @@ class LiveLock(EngineLock):
         self.held = False
         self._fd = None
         self._top: Path | None = None  # (the first of the lock and its directories it made: undo)
+        self.before = None
 
     def record(self) -> dict:
-        return {**super().record(), "run": self.run_id, "dir": str(self.run_dir or "")}
+        return {**super().record(), "run": self.run_id, "dir": str(self.run_dir or ""), "previous": self.previous}
+
+    @property
+    def previous(self) -> str | None:
+        """The run that held the lock before this one and recorded what it inherited
+        (pwe.engine.halfmade: a run killed before it wrote that is passed over, to its own
+        previous); None for the first run of the workflow in the workspace."""
+        before = self.before or {}
+        last = before.get("dir")
+        if isinstance(last, str) and last and (Path(last) / "inherited.json").is_file():
+            return last
+        prev = before.get("previous")
+        return prev if isinstance(prev, str) and prev else None
 
     def taken(self, info: dict) -> str:
         run = str(info.get("run") or "?")
@@ -497,6 +512,15 @@ class LiveLock(EngineLock):
         except NoLocks:
             return  # (a filesystem without locks: as EngineLock says, nobody can hold one)
 
+
+    def release(self) -> None:
+        """Given back with its record kept: it names the last run of the workflow in the
+        workspace for the next (pwe.engine.halfmade); whether anyone holds the lock is the
+        ``flock``'s to say, not the record's."""
+        if self.held and self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self.held = False
 
     def undo(self) -> None:
         """A run refused before it began (it made nothing else either): the lock given back
