@@ -24,6 +24,12 @@ one it killed. The ends it had said to the pilot last (``RECENT``; the pilot may
 before it wrote them into its events) are written there first, as ``orphan_end``: the
 engine takes an end from there only for an attempt whose end it has not had. Without that
 message (an older pilot) the members are killed at once, as before.
+
+Inside SLURM this agent is one ``srun`` step: should that ``srun`` client be killed, SLURM
+ends the step at once with SIGKILL to every process of it here, this agent and its members
+(slurmstepd; seen with Slurm 22.05 under proctrack/linuxproc, and a cgroup holds them as
+well): no SIGTERM, no KillWait, no end of stdin comes first, so there is no grace to give
+and no end to write; its members run again, as after a node's death.
 """
 
 from __future__ import annotations

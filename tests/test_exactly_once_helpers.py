@@ -173,3 +173,123 @@ def test_a_node_agents_session_killed_its_members_that_ended_their_work_are_not_
     starts, ends = ledger_counts(ledger)
     assert not sorted(k for k, c in ends.items() if c > 1), f"members that completed twice: {ends}"
     assert set(ends) == {("a", str(i)) for i in range(n)}
+
+
+#: LINGER_WF on the four-node SLURM cluster: the same lines, and where each member ran
+#: ("on HOST MEMBER", after its end, before it lingers)
+SLURM_LINGER_WF = """\
+name: linger
+properties: {{ledger: {ledger}}}
+nodes:
+  a:
+    parameters: {{i: {{range: [0, {n}]}}}}
+    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {work};
+      echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; echo "on $(hostname) $PWE_MEMBER" >> {{{{ ledger }}}};
+      sleep {linger}
+"""
+
+
+def _start_slurm4(tmp_path, slurm4, n: int, work: float, linger: float):
+    """`pwe run` of SLURM_LINGER_WF on the host slurm4 (one pilot job over the four nodes,
+    an `srun --overlap` node agent on each other node), in the background."""
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(SLURM_LINGER_WF.format(ledger=ledger, n=n, work=work, linger=linger))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--host", "slurm4", "--hosts",
+                             str(slurm4.hosts), "--run-dir", str(run_dir)], cwd=tmp_path, env={**ENV, **slurm4.env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    return ledger, run_dir, proc
+
+
+def _lingering_on(ledger) -> set[str]:
+    """The hosts where some member has written its end (and lingers, or did)."""
+    try:
+        return {w[1] for w in (line.split() for line in ledger.read_text().splitlines()) if w and w[0] == "on"}
+    except FileNotFoundError:
+        return set()
+
+
+def _up_pilot(run_dir) -> tuple:
+    """(events file, pid) of the run's newest pilot that is up (its first line `up`)."""
+    import json
+
+    for events in sorted((run_dir / "pilots").glob("p*/events.jsonl"), key=lambda e: -int(e.parent.name[1:])):
+        first = events.read_bytes().split(b"\n", 1)[0]
+        if first.strip():
+            return events, json.loads(first)["pid"]
+    return None
+
+
+def _agents_of(pilot: int) -> dict[str, int]:
+    """node -> pid of the pilot's `srun ... pilot.nodeagent` client for that node (its children)."""
+    out = {}
+    for pid, argv in _children(pilot):
+        if b"pilot.nodeagent" in argv:
+            for word in argv.split(b"\0"):
+                if word.startswith(b"--nodelist="):
+                    out[word.split(b"=", 1)[1].decode()] = pid
+    return out
+
+
+def test_slurm_pilot_killed_members_on_other_nodes_that_ended_their_work_are_not_run_again(slurm4, tmp_path):
+    """One pilot job over the four-node SLURM cluster; the pilot process is killed -9 while
+    the members of the first wave, on every node, have written their ends and linger. Its
+    `srun` clients live on (the guardian waits for them) and close their agents' stdin:
+    each agent gives its members the grace and writes their ends; none runs again, all end,
+    the run finishes (a new pilot job runs the rest)."""
+    n = 16
+    ledger, run_dir, proc = _start_slurm4(tmp_path, slurm4, n, 0.5, 2.0)
+    try:
+        wait_for(lambda: _ends(ledger) >= 6, timeout=180, what="the first wave's ends")
+        events, pilot = wait_for(lambda: _up_pilot(run_dir), what="the pilot's up")
+        agents = _agents_of(pilot)
+        assert len(agents) >= 2, _children(pilot)
+        wait_for(lambda: _lingering_on(ledger) & set(agents), what="a member lingering on an agent's node")
+        kill_pilot(events)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert not sorted(k for k, c in ends.items() if c > 1), f"members that completed twice: {ends}"
+    assert set(ends) == {("a", str(i)) for i in range(n)}
+    assert list(events.parent.glob("orphans-node-*.jsonl")), "no node agent wrote its members' ends"
+
+
+def test_slurm_node_agents_srun_killed_slurm_kills_its_step_and_only_the_members_it_killed_run_again(slurm4,
+                                                                                                 tmp_path):
+    """The `srun` client of one node agent (a child of the pilot) is killed -9 while that
+    node's members have written their ends and linger. SLURM ends the agent's step at once:
+    slurmstepd SIGKILLs its every process, the agent and the members it forked (no SIGTERM,
+    no KillWait, no end of stdin first: seen with Slurm 22.05, see pilot/nodeagent.py), so no
+    agent can give them a grace: killed before they exited, they run again, as after a
+    node's death. What holds: only members SLURM killed there run again, every member ends,
+    the run records each done once and finishes. (Passes on 645585e too: this is SLURM's
+    behaviour, not the grace's.)"""
+    n = 16
+    ledger, run_dir, proc = _start_slurm4(tmp_path, slurm4, n, 0.5, 2.0)
+    try:
+        wait_for(lambda: _ends(ledger) >= 6, timeout=180, what="the first wave's ends")
+        events, pilot = wait_for(lambda: _up_pilot(run_dir), what="the pilot's up")
+        agents = _agents_of(pilot)
+        assert len(agents) >= 2, _children(pilot)
+        node = sorted(wait_for(lambda: _lingering_on(ledger) & set(agents),
+                               what="a member lingering on an agent's node"))[0]
+        os.kill(agents[node], 9)
+        # the members there when it was killed (lingering after their end, or still at work)
+        there = {w[2] for w in (line.split() for line in ledger.read_text().splitlines())
+                 if w[0] == "on" and w[1] == node}
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = ledger_counts(ledger)
+    assert set(ends) == {("a", str(i)) for i in range(n)}
+    twice = {m for (_, m), c in ends.items() if c > 1}
+    assert twice <= there, f"members run again that SLURM did not kill on {node}: {twice - there}"
+    journal = read_journal(run_dir)
+    back = {str(r["m"]) for r in journal if r["e"] == "unassign" and f"node {node}" in str(r.get("why"))}
+    assert twice <= back, (twice, back)
+    done = [r["m"] for r in journal if r["e"] == "end" and r.get("rc") == 0]
+    assert sorted(done) == list(range(n)), done
