@@ -10,7 +10,10 @@ write the run directory), so nothing in it is trusted to be the size or the kind
   with a rename): a FIFO, a device (a link to ``/dev/zero``), a socket or a directory is
   :class:`OSError` naming what it is; a dangling link is :class:`FileNotFoundError`;
 - **inside its directory**: with ``within``, a path that resolves (through links) outside
-  that directory is refused;
+  that directory is refused; a pilot's directory is confined to its run once
+  (:func:`run_pilots`, :func:`pilot_dir`: not a symbolic link, resolving inside the run's
+  real path), and its files opened under that real path with ``within`` it, so a
+  ``RUN/pilots/ID`` linked to another run's is never read as this run's;
 - **lines of bounded length**: :func:`lines` gives whole lines of at most ``cap`` bytes; a
   line longer than that is :class:`Damaged` (it is read no further);
 - **sealed (gzip) files read incrementally, with a cap on what they expand to**:
@@ -65,6 +68,72 @@ def inside(path: Any, within: Any) -> bool:
     """Whether ``path``, its links resolved, is inside directory ``within`` (resolved too)."""
     real, top = os.path.realpath(path), os.path.realpath(within)
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+class Outside(OSError):
+    """A directory of a run that is not the run's own (``errno.EXDEV``): a symbolic link
+    where the run's own directory should be (``RUN/pilots/ID`` linked to another run's, or
+    anywhere), or one that resolves out of the run directory. Its ``filename`` names it,
+    its ``strerror`` says why; nothing in it is read."""
+
+    def __init__(self, path: Any, why: str):
+        super().__init__(errno.EXDEV, why, str(path))
+
+
+def own_dir(path: Any, root: str) -> str:
+    """The real path of ``path``, a directory of the run whose real path is ``root``
+    (``os.path.realpath`` of the run directory, resolved once by the caller): :class:`Outside`
+    when ``path`` is itself a symbolic link, or resolves (through a link among its parents)
+    out of ``root``. One ``lstat`` and one ``realpath``: a reader checks each directory once
+    per command, then opens its files under the real path with ``within`` that path."""
+    path = os.fspath(path)
+    if os.path.islink(path):
+        try:
+            to = os.readlink(path)
+        except OSError:
+            to = "?"
+        raise Outside(path, f"a symbolic link (to {to!r}), not this run's own directory: not read")
+    real = os.path.realpath(path)
+    if not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise Outside(path, f"resolves out of the run directory {root} (to {real!r}): not read")
+    return real
+
+
+def run_pilots(run_dir: Any) -> tuple[list[tuple[str, str]], list[OSError]]:
+    """The pilots' directories of a run (``RUN/pilots/ID``), each confined to the run
+    directory (:func:`own_dir`, the run's real path resolved once): (id, real path) of each
+    that is the run's own directory, by id (``p2`` before ``p10``); and an :class:`Outside`
+    for each that is not (a symbolic link, to another run or anywhere), and for ``pilots``
+    itself when it is not: skipped, never read. Entries that are not directories are left
+    out (no pilot writes one)."""
+    root = os.path.realpath(run_dir)
+    try:
+        top = own_dir(os.path.join(run_dir, "pilots"), root)
+        names = os.listdir(top)
+    except Outside as exc:
+        return [], [exc]
+    except OSError:
+        return [], []
+    found: list[tuple[str, str]] = []
+    refused: list[OSError] = []
+    for name in sorted(names, key=lambda n: (len(n), n)):
+        path = os.path.join(top, name)
+        try:
+            real = own_dir(path, root)
+        except Outside as exc:
+            refused.append(exc)
+            continue
+        if os.path.isdir(real):
+            found.append((name, real))
+    return found, refused
+
+
+def pilot_dir(run_dir: Any, pilot_id: str, root: str | None = None) -> str:
+    """The real path of one pilot's directory (``RUN/pilots/ID``), confined to the run
+    directory (``root``: its real path, when the caller has it): :class:`Outside` when it
+    is a symbolic link or resolves out of the run (see :func:`own_dir`)."""
+    root = root if root is not None else os.path.realpath(run_dir)
+    return own_dir(os.path.join(run_dir, "pilots", pilot_id), root)
 
 
 def open_regular(path: Any, mode: str = "rb", within: Any = None, **kwargs: Any) -> IO[Any]:

@@ -54,7 +54,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, NamedTuple
 
-from .bounded import Damaged, open_regular
+from .bounded import Damaged, open_regular, run_pilots
 from .settings import OUTPUT_CAP
 from .transport import append_whole
 
@@ -324,16 +324,17 @@ class Frame(NamedTuple):
     path: str  # the stream file it was read from
 
 
-def stream_names(pilots_dir: str) -> list[str]:
+def stream_names(pilots_dir: str, refused: list[OSError] | None = None) -> list[str]:
     """Every writer's stream of a run (``pilots/<id>/NAME``, without its suffix): those
-    with an index. Pilots are few, so this is one listing each."""
-    out = []
-    try:
-        pilots = sorted(os.listdir(pilots_dir))
-    except OSError:
-        return out
-    for p in pilots:
-        d = os.path.join(pilots_dir, p)
+    with an index. Pilots are few, so this is one listing each. Each pilot's directory is
+    confined to the run (``pilots_dir``'s parent; :func:`pilot.bounded.run_pilots`): one
+    that is a symbolic link, or resolves out of the run, is never listed; ``refused``, when
+    given, gets its :class:`~pilot.bounded.Outside`."""
+    out: list[str] = []
+    found, outside = run_pilots(os.path.dirname(os.path.normpath(pilots_dir)))
+    if refused is not None:
+        refused.extend(outside)
+    for _, d in found:
         try:
             names = os.listdir(d)
         except OSError:
@@ -493,7 +494,9 @@ class Reader:
     report's failed members, a check of every member)."""
 
     def __init__(self, pilots_dir: str, many: bool = False):
-        self.bases = stream_names(pilots_dir)
+        #: the pilots' directories not read (symbolic links, out of the run): :class:`~pilot.bounded.Outside`
+        self.refused: list[OSError] = []
+        self.bases = stream_names(pilots_dir, self.refused)
         self._maps: dict[str, mmap.mmap | OSError | None] = {}
         self._tails: dict[str, list[bytes]] = {}  # (each plain stream's frames its index does not name yet)
         self._tables: dict[str, dict[bytes, list[tuple[int, int, int]]]] | None = {} if many else None
@@ -522,7 +525,7 @@ class Reader:
         key = node_key(node) + struct.pack(">Q", member)
         frames: dict[int, list[Frame]] = {}
         damaged: list[OSError] = []
-        unreadable: list[OSError] = []
+        unreadable: list[OSError] = list(self.refused)  # (a pilot's directory not the run's own: any member's)
         for base in self.bases:
             try:
                 mm = self._map(base)

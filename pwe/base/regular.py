@@ -6,7 +6,9 @@ never opened for a blocking read: ``O_NONBLOCK`` on the open (a FIFO without a w
 would wait for one), the kind checked on the open descriptor (no race with a rename).
 The opener, the bounded line reader and the sealed (gzip) reader are
 :mod:`pilot.bounded`'s (standard library: the pilot reads its tasks with them), re-exported
-here; :func:`read_json` reads a JSON file and checks its shape.
+here, with the confinement of a pilot's directory to its run (:func:`run_pilots`,
+:func:`pilot_dir`: a ``RUN/pilots/ID`` that is a symbolic link, or resolves out of the run,
+is :class:`Outside`, never read); :func:`read_json` reads a JSON file and checks its shape.
 :func:`in_the_way` says what stands where a directory should be (a run directory, a run
 root), from ``stat`` alone. And the one way pwe writes a JSON file of a run directory or of the
 service's: :func:`write_json_atomic` (whole, by rename)."""
@@ -21,11 +23,12 @@ from typing import Any
 
 # the one opener and reader of run-directory files (standard library: the pilot's too)
 from pilot import faults
-from pilot.bounded import (MAX_LINE, SECRET_MOST, Damaged, inside, kind, lines, open_append, open_regular, open_spool,
-                           read_lines, take_line)
+from pilot.bounded import (MAX_LINE, SECRET_MOST, Damaged, Outside, inside, kind, lines, open_append, open_regular,
+                           open_spool, pilot_dir, read_lines, run_pilots, take_line)
 
-__all__ = ["MAX_LINE", "Damaged", "in_the_way", "inside", "kind", "lines", "open_append", "open_regular", "open_spool",
-           "read_bytes", "read_json", "read_lines", "read_secret", "read_text", "take_line", "write_json_atomic"]
+__all__ = ["MAX_LINE", "Damaged", "Outside", "in_the_way", "inside", "kind", "lines", "open_append", "open_regular",
+           "open_spool", "pilot_dir", "read_bytes", "read_json", "read_lines", "read_secret", "read_text", "run_pilots",
+           "take_line", "write_json_atomic"]
 
 
 def read_bytes(path: Path | str, limit: int | None = None) -> bytes:

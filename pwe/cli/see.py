@@ -418,11 +418,13 @@ def report(run: str, output: str | None, as_json: bool) -> None:
 
     from ..observe.report import build
 
+    warnings: list[str] = []
     try:
         d = find(run)
-        html = build(d)
+        html = build(d, warnings)
     except PweError as exc:
         fail(exc)
+    warn(warnings)
     path = Path(output) if output else d / "report.html"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

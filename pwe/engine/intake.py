@@ -28,7 +28,7 @@ from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MA
 from pilot.nodesetup import SETUP_FAILED
 
 from ..base.errors import RunDamaged, RunStopped
-from ..base.regular import read_secret
+from ..base.regular import pilot_dir, read_secret
 from ..base.states import DONE, FAILED
 from ..planning.trees import decide
 from ..runstate import journal as kind
@@ -87,8 +87,10 @@ class Intake:
 
     def transport(self, lane: str, pid_: str) -> Transport:
         """The transport to a pilot of a lane: its host's (``transport``), signed with the
-        run's secret."""
-        d = self.dir / "pilots" / pid_
+        run's secret; on the pilot's directory confined to the run (its real path: a
+        ``pilots/ID`` that is a symbolic link, to another run or anywhere, or resolves out of
+        the run is :class:`~pilot.bounded.Outside`, never read nor written)."""
+        d = Path(pilot_dir(self.dir, pid_))
         key_in = key_out = None
         if self.secret is not None:
             key_in, key_out = channel_key(self.secret, pid_, True), channel_key(self.secret, pid_, False)

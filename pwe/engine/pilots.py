@@ -33,7 +33,7 @@ from pilot.streams import STREAM, seal as seal_streams
 from pilot.sealing import seal, seal_above, spool_bytes
 
 from ..base.errors import ContactError, RunDamaged, RunStopped, SchedulerUnreachable, SubmitError
-from ..base.regular import open_regular
+from ..base.regular import Outside, open_regular, pilot_dir
 from ..base.states import ASSIGNED, DONE, READY, RUNNING
 from ..planning.placement import pilot_job, pilot_shape
 from ..runstate import journal as kind
@@ -372,8 +372,11 @@ class PilotWork:
         liveness only its batch system tells: its job may still write)."""
         plain = []
         for pid_, p in given_up.items():
-            directory = self.dir / "pilots" / pid_
             lane = self.lanes.get(p.get("lane") or "")
+            try:  # (its own directory of this run only: another run's files are never sealed)
+                directory = Path(pilot_dir(self.dir, pid_))
+            except Outside:
+                continue
             if lane is None or lane.protocol.polls_status or not directory.is_dir():
                 continue
             if not spool_bytes(str(directory)) and not any(directory.glob("*" + STREAM)):
@@ -425,9 +428,14 @@ class PilotWork:
         :func:`pwe.engine.recovery.recover`); then its messages read on from its cursor."""
         restore_lane(self.lanes, self.info, p)  # (a helper's lane: pwe/engine/pilotctl.py)
         lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
+        try:
+            transport = self.intake.transport(lane, pid_)
+        except Outside as exc:
+            self.not_ours(pid_, exc)
+            return
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
                             cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
-                            transport=self.intake.transport(lane, pid_), started=p.get("started"))
+                            transport=transport, started=p.get("started"))
         pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
         self.pilots[pid_] = pilot
         restore_pilot(pilot, p, self.setups)  # (helper, draining, setup_per_node: pwe/engine/pilotctl.py)
@@ -447,6 +455,21 @@ class PilotWork:
         self.intake.ingest(pilot)
         if self.process_gone(pilot) and pilot.state is not PilotState.DOWN:
             self.gone(pilot, "lost while the engine was down")
+
+    def not_ours(self, pid_: str, exc: OSError) -> None:
+        """At resume: a pilot the journal says is alive whose directory is not the run's own
+        (a symbolic link, to another run or anywhere: :class:`~pilot.bounded.Outside`). Its
+        files are unreadable: nothing in them is taken in (never another run's events as
+        this run's), nothing written there; it is given up (journaled, one warning line) and
+        its members run again."""
+        why = f"{exc.filename}: {exc.strerror}"
+        self.intake.notice(f"pilot {pid_}: {why}; given up, its members run again")
+        st, record, now = self.ledger.state, self.ledger.record, time.time()
+        for nid, i in st.inflight(pid_):
+            record({"e": kind.UNASSIGN, "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pid_,
+                    "why": f"its pilot {pid_} is given up (its directory is not this run's own); it runs again",
+                    "t": now})
+        record({"e": kind.PILOT_GONE, "p": pid_, "why": f"given up: {why}", "t": now})
 
     def gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         """Give a pilot up: take in everything it wrote first (pilot events win), then hand

@@ -157,13 +157,20 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
     now, as its pilot would have said it (outputs read from its directory), instead
     of running again. Members the guardian killed (still running: no result came
     back), and ends by a kill signal, are not ends: they run again, as their next
-    attempt. Read once the guardian is gone; its lines are signed with the pilot's key."""
+    attempt. Read once the guardian is gone; its lines are signed with the pilot's key;
+    only from the pilot's own directory of this run (none read from one that is not)."""
     from pilot.guardian import ORPHANS, read_orphans
     from pilot.members import KILLED
     from pilot.wire import ORPHAN_END
 
+    from ..base.regular import Outside, pilot_dir
+
     key = channel_key(secret, pilot.id, True) if secret is not None else None
-    for msg in read_orphans(str(pilot.dir), key):
+    try:  # (its own directory of this run: one that is a link, to another run or anywhere, is unreadable)
+        own = Path(pilot_dir(run_dir, pilot.id))
+    except Outside:
+        return  # (no end read: its members run again)
+    for msg in read_orphans(str(own), key):
         nid, i, a, rc = msg.get("n"), msg.get("m"), msg.get("a"), msg.get("rc")
         if msg["k"] != ORPHAN_END or type(rc) is not int or rc in KILLED or nid not in st.nodes:
             continue
@@ -173,7 +180,7 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
             continue  # (reported after all, or not this pilot's: its own end stands)
         if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
             record({"e": kind.START, "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
-        out = _orphan_outputs(pilot.dir, run_dir, nid, i, a) if rc == 0 else {}
+        out = _orphan_outputs(own, run_dir, nid, i, a) if rc == 0 else {}
         take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
         by = "the pilot's guardian" if msg.get("_by") == ORPHANS else "the spawner that started it"
         record({"e": kind.NOTE, "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "

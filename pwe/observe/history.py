@@ -22,7 +22,7 @@ from pilot.wire import DAMAGED, FORGED, MALFORMED, VERSION, channel_key, decode
 
 from ..base.errors import InputError
 from ..runstate.journal import replay, unpack
-from ..base.regular import read_lines, read_secret
+from ..base.regular import read_lines, read_secret, run_pilots
 
 
 def _unpacked(rec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -34,10 +34,28 @@ def _unpacked(rec: dict[str, Any]) -> list[dict[str, Any]]:
         return [rec]
 
 
+def _messages(pid_: str, d: Path, key: bytes | None) -> list[dict[str, Any]]:
+    """Every message in one pilot's files (``d``: its own directory of the run, resolved)."""
+    got: list[dict[str, Any]] = []
+    for name, via in ((EVENTS, "spool"), (ARCHIVE, "redis")):
+        try:
+            for line in read_lines(d / name, within=d):  # (a line cut short at the end: never sent whole)
+                for m in decode(line, key)[0]:
+                    got.append({"pilot": pid_, "via": via, "v": VERSION, **m})
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise InputError(f"{exc.filename or d / name} cannot be read ({exc.strerror or exc}); it must be the "
+                             "pilot's own regular file") from None
+    return got
+
+
 def events(run_dir: Path, warnings: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """Every pilot message of the run (per pilot, by ``q``), then every journal record;
     ``warnings``, when given, gets a line for each journal record skipped as damaged (one
-    longer than :data:`pilot.bounded.MAX_LINE` too: read in steps, never held whole)."""
+    longer than :data:`pilot.bounded.MAX_LINE` too: read in steps, never held whole), and
+    one for each pilot's directory that is not the run's own (a symbolic link, to another
+    run or anywhere: :func:`pilot.bounded.run_pilots`), whose messages are not read."""
     try:
         secret: bytes | None = read_secret(run_dir / "secret")
     except FileNotFoundError:
@@ -45,21 +63,13 @@ def events(run_dir: Path, warnings: list[str] | None = None) -> Iterator[dict[st
     except OSError as exc:
         raise InputError(f"{run_dir / 'secret'} cannot be read ({exc.strerror or exc}): the pilots' messages cannot "
                          "be checked; it must be the run's own regular file") from None
-    pilots = sorted((p for p in (run_dir / "pilots").glob("p*") if p.is_dir()),
-                    key=lambda p: (len(p.name), p.name))
-    for d in pilots:
-        key = channel_key(secret, d.name, True) if secret is not None else None
-        got: list[dict[str, Any]] = []
-        for name, via in ((EVENTS, "spool"), (ARCHIVE, "redis")):
-            try:
-                for line in read_lines(d / name, within=d):  # (a line cut short at the end: never sent whole)
-                    for m in decode(line, key)[0]:
-                        got.append({"pilot": d.name, "via": via, "v": VERSION, **m})
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise InputError(f"{exc.filename or d / name} cannot be read ({exc.strerror or exc}); it must be the "
-                                 "pilot's own regular file") from None
+    found, refused = run_pilots(run_dir)  # (each pilot's directory confined to the run: a link is not read)
+    if warnings is not None:
+        warnings.extend(f"{exc.filename}: {exc.strerror}" for exc in refused)
+    for pid_, real in found:
+        if not pid_.startswith("p"):
+            continue
+        got = _messages(pid_, Path(real), channel_key(secret, pid_, True) if secret is not None else None)
         got.sort(key=lambda m: m.get("q") if type(m.get("q")) is int else 0)
         seen: set[int] = set()
         for m in got:

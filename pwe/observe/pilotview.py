@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..base.regular import open_regular
+from ..base.regular import Outside, open_regular, pilot_dir
 
 
 def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_running: bool,
@@ -28,6 +28,7 @@ def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_runnin
     """
     out: dict[str, dict[str, Any]] = {}
     now = time.time()
+    root = os.path.realpath(run_dir)  # (once: each pilot's directory is confined to the run)
     for pid_, p in pilots.items():
         view = dict(p)
         why = p.get("why")
@@ -36,22 +37,31 @@ def pilot_states(run_dir: Path, pilots: dict[str, dict[str, Any]], engine_runnin
         elif engine_running:
             state = "up"
         else:
-            d = Path(run_dir) / "pilots" / pid_
-            last, age = _last_event(d / "events.jsonl", now)
-            if last.get("k") == "down":
-                state, why = "gone", f"left ({last.get('why')})"
-            elif not p.get("job") and p.get("host") == os.uname().nodename:
-                state = "up" if _is_pilot_process(p.get("pid", 0), p.get("started"), d) else "gone"
-                if state == "gone":
-                    why = "died (pwe resume hands its members on)"
-            elif age is not None and age <= 3 * heartbeat:
-                state = "up"
-            else:
-                state = "unknown"
-                why = "no word from it" + (f" for {age:.0f} s" if age is not None else "")
+            state, why = _unattended(run_dir, root, pid_, p, now, heartbeat)
         view.update(state=state, alive=state == "up", why=why)
         out[pid_] = view
     return out
+
+
+def _unattended(run_dir: Path, root: str, pid_: str, p: dict[str, Any], now: float,
+                heartbeat: float) -> tuple[str, Any]:
+    """(state, why) of a pilot the journal says is alive, when no engine works on the run:
+    from its own files, read only from its own directory of this run (a ``pilots/ID``
+    that is a symbolic link, to another run or anywhere, is not read: unknown, and why)."""
+    try:
+        d = Path(pilot_dir(run_dir, pid_, root))
+    except Outside as exc:
+        return "unknown", f"{exc.filename}: {exc.strerror}"
+    last, age = _last_event(d / "events.jsonl", now)
+    if last.get("k") == "down":
+        return "gone", f"left ({last.get('why')})"
+    if not p.get("job") and p.get("host") == os.uname().nodename:
+        if _is_pilot_process(p.get("pid", 0), p.get("started"), d):
+            return "up", p.get("why")
+        return "gone", "died (pwe resume hands its members on)"
+    if age is not None and age <= 3 * heartbeat:
+        return "up", p.get("why")
+    return "unknown", "no word from it" + (f" for {age:.0f} s" if age is not None else "")
 
 
 def _last_event(path: Path, now: float) -> tuple[dict[str, Any], float | None]:

@@ -37,8 +37,10 @@ PALETTE = ["#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948", "#b07aa1", "#f
            "#8cd17d"]
 
 
-def build(run_dir: Path) -> str:
-    """The report of the run in ``run_dir``, as the text of one HTML file."""
+def build(run_dir: Path, warnings: list[str] | None = None) -> str:
+    """The report of the run in ``run_dir``, as the text of one HTML file; ``warnings``,
+    when given, gets a line for each pilot's directory not read (not the run's own: a
+    symbolic link, to another run or anywhere)."""
     from pilot.streams import Reader
     from .runview import status, stderr_tail
     from ..base.states import FAILED, NAMES, QUARANTINED
@@ -91,6 +93,8 @@ def build(run_dir: Path) -> str:
                                  "stderr": stderr_tail(run_dir, nid, i, reader)})
             i = ns.state.find(gone, i + 1)
     reader.close()
+    if warnings is not None:
+        warnings.extend(f"{exc.filename}: {exc.strerror}" for exc in reader.refused)
     pilots = []
     by_pilot: dict[str, list[tuple]] = {}
     for r in ran:

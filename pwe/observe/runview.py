@@ -8,6 +8,7 @@ journal is newer than the snapshot.
 
 from __future__ import annotations
 
+import errno
 import time
 from pathlib import Path
 from typing import Any
@@ -318,6 +319,9 @@ def member_output(run_dir: Path, node: str, index: int, said: str | None = None,
                       str(Path(run_dir) / "pilots" / "*" / f"*{STREAM}"))
     if unreadable:
         exc = unreadable[0]
+        if exc.errno == errno.EXDEV:  # (pilot.bounded.Outside: a pilot's directory that is not this run's own)
+            raise InputError(f"{said}: {exc.filename}: {exc.strerror}; a pilot's directory must be the run's own "
+                             "(its output is not read from another run)")
         raise InputError(f"{said}: {exc.filename}: an output stream's index that cannot be read ({exc.strerror}); "
                          "a member's output index must be a regular file")
     lent = _lender_of(run_dir, node, index, depth)
