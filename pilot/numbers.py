@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 __all__ = ["MAX_DIGITS", "COUNT_MOST", "MINUTES_MOST", "NumberError", "read_int", "read_float",
-           "whole", "finite", "bounded", "digits_problem", "shown"]
+           "whole", "finite", "bounded", "within", "digits_problem", "shown"]
 
 #: The most digits a number from outside may have (a file's, an option's, a record's). Python
 #: refuses to convert past 4,300; this leaves room for arithmetic on what is taken.
@@ -131,3 +131,13 @@ def bounded(v: Any, lo: float | None = None, hi: float | None = None) -> float:
     if problem:
         raise NumberError(f"must be a number {problem} (got {shown(v)})")
     return float(v)
+
+
+def within(v: Any, lo: float, hi: float) -> Any:
+    """A value read already (JSON: a record's, a snapshot's) when it is a number (an int or
+    a float, not a bool) in ``lo``..``hi``, as it is; else None: taken as absent, never
+    carried into arithmetic (NaN compares false, so it is outside every range; an int past
+    a float's range is outside any finite ``hi``). One type test and one chained comparison:
+    cheap enough for every record of a replay."""
+    t = type(v)
+    return v if (t is float or t is int) and lo <= v <= hi else None

@@ -229,7 +229,16 @@ AGENT_FIELDS: dict[str, frozenset[str]] = {
 
 # one encoder and decoder for every message (json.dumps with arguments builds an encoder per call)
 _encode = json.JSONEncoder(separators=(",", ":")).encode
-_decode = json.JSONDecoder().decode
+
+
+def _not_a_number(word: str) -> Any:
+    """NaN, Infinity, -Infinity (json.loads takes them; JSON has none): the line is not a
+    message (``damaged``, ``malformed`` when signed), never a number for the engine. Called
+    only for those words: nothing per message."""
+    raise ValueError(f"{word} is not a number of the wire")
+
+
+_decode = json.JSONDecoder(parse_constant=_not_a_number).decode
 
 
 _hmac, _same = hmac.digest, hmac.compare_digest

@@ -55,7 +55,7 @@ class Decision(NamedTuple):
 def backoff(failures: int) -> float:
     """Seconds to wait after ``failures`` refused submissions in a row (>= 1): 2, 4, 8, ...
     up to :data:`BACKOFF_MOST_S`."""
-    return min(BACKOFF_MOST_S, BACKOFF_BASE_S * 2 ** (max(failures, 1) - 1))
+    return min(BACKOFF_MOST_S, BACKOFF_BASE_S * 2 ** (min(max(failures, 1), 64) - 1))  # (no 2 ** 10^9)
 
 
 def decide(limits: Limits, alive: int, queued: int, last_submit: float | None, retry_at: float,

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..base.numbers import DIVISOR_LEAST
+
 #: attempts up to which every one is its own bar, with its own tooltip
 EXACT_BARS = 5_000
 #: pixels of the time axis (the bins of aggregation and of the utilisation curve)
@@ -262,7 +264,8 @@ def _hist(vals: list[float], unit: str) -> dict | None:
         return vals[min(len(vals) - 1, int(p * (len(vals) - 1) + 0.5))]
 
     lo, hi = vals[0], vals[-1]
-    log = lo > 0 and hi / lo > 100
+    # (a log scale from a least value of a millisecond or a KB up: 5e-324 would make hi / lo infinite)
+    log = lo >= DIVISOR_LEAST and hi / lo > 100
     edges = ([lo * (hi / lo) ** (k / BINS) for k in range(BINS + 1)] if log else
              [lo + (hi - lo) * k / BINS for k in range(BINS + 1)])
     counts = [0] * BINS

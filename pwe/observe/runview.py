@@ -18,7 +18,11 @@ from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin
 from .pilotview import pilot_states
 from ..base.regular import open_regular, read_json
 from ..base.settings import OUTPUT_CAP
+from ..base.numbers import COUNT_MOST, MINUTES_MOST, SECONDS_MOST, within
 from ..base.text import shown
+
+#: the most seconds a node's attempts may have run in all (state.json's ``spent``)
+SPENT_MOST = SECONDS_MOST * COUNT_MOST
 
 
 def status(run_dir: Path) -> dict[str, Any]:
@@ -69,9 +73,13 @@ def core_hours(snap: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"done": 0.0, "failed": 0.0, "running": 0.0, "eligible": 0.0, "waiting": 0.0,
                            "estimated_from": {}}
     for nid, w in snap["work"].items():
-        counts = snap["nodes"].get(nid) or {}
-        cores = w.get("cores") or 1
-        spent, done_spent = w.get("spent") or 0.0, w.get("done_spent") or 0.0
+        counts = {k: within(v, 0, COUNT_MOST) or 0 for k, v in (snap["nodes"].get(nid) or {}).items()}
+        w = w if isinstance(w, dict) else {}
+        # (state.json's figures read as the journal's are: out of range, absent; so no product overflows)
+        cores = within(w.get("cores"), 1, COUNT_MOST) or 1
+        spent = within(w.get("spent"), 0, SPENT_MOST) or 0.0
+        done_spent = min(spent, within(w.get("done_spent"), 0, SPENT_MOST) or 0.0)
+        w = {**w, "wall": within(w.get("wall"), 0, MINUTES_MOST)}
         out["done"] += done_spent * cores / 3600
         out["failed"] += (spent - done_spent) * cores / 3600
         if w.get("wall"):

@@ -189,7 +189,7 @@ class Trace:
             yield {
                 "node": nid, "member": i, "attempt": att, "state": state, "exit_status": rc, "why": why,
                 "submit": submit, "start": start, "end": end,
-                "duration": dt if dt is not None else (round(end - start, 3) if end and start else None),
+                "duration": dt if dt is not None else (round(max(0.0, end - start), 3) if end and start else None),
                 "cpu": cpu, "rss_kb": rss, "host": p.get("lane") or p.get("host"),
                 # (a start without nodes ran on its pilot's host: pwe/engine/intake.py leaves them out)
                 "node_name": nodes[0] if nodes else p.get("host") if start is not None else None,

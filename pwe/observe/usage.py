@@ -38,6 +38,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..base.numbers import DIVISOR_LEAST
+
 #: the share of the measured attempts the suggestions fit
 FIT = 0.99
 #: added to the p99 peak RSS before rounding (0.2: 20 %)
@@ -168,7 +170,7 @@ class _Measured:
         if rc not in (0, None):
             self.failed += 1
         mb = rss / 1024 if _finite(rss) else None
-        used = cpu / dt if _finite(cpu) and dt > 0 else None
+        used = cpu / dt if _finite(cpu) and dt >= DIVISOR_LEAST else None  # (1e-300 s: no rate)
         if _finite(cpu):
             self.cpu.append(cpu)
         if mb is not None:
@@ -191,7 +193,7 @@ def node_usage(m: _Measured, ask: dict[str, Any], node: dict[str, Any], size: in
         return out
     cores = ask["cores"]
     held_s = sum(m.dt)
-    if m.cpu and held_s > 0:
+    if m.cpu and held_s >= DIVISOR_LEAST:
         out["cpu_efficiency"] = _num(sum(m.cpu) / (held_s * cores))
     sug = {"memoryPerMember": suggest_memory(out["rss_mb"]["p99"]) if out["rss_mb"] else None,
            "maxWallTimePerMember": suggest_walltime(out["duration_s"]["p99"]),

@@ -95,6 +95,11 @@ kind             fields
                  ``detail``, ``text``, ``t``: a pilot message refused, never applied
 ===============  =========================================================================
 
+The figures records carry (``t``; an attempt's ``dt``, ``cpu``, ``rss``; a pilot's ``slots``,
+``wall``) are read within :data:`pwe.base.numbers.RECORD_RANGES` (and the models' bounds) by
+:func:`check`, which every reader goes through: a figure outside (1e308, -1, NaN, infinity:
+Python's json reads and writes the last two, read here as no value) is taken as absent.
+
 A record of a kind not listed here is damaged: ``apply`` refuses it (``ValueError``:
 :meth:`pwe.runstate.state.RunState.apply`), and :func:`replay` skips it as it skips one whose
 checksum does not match.
@@ -114,6 +119,7 @@ from typing import Any, Callable, Iterator
 from pilot import transport
 
 from ..base.errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
+from ..base.numbers import COUNT_MOST, MINUTES_MOST, RECORD_RANGES, TIME_MOST, within
 from ..base.regular import MAX_LINE, open_append, open_regular, take_line
 
 # the run
@@ -263,8 +269,11 @@ def packed(r: dict[str, Any]) -> bool:
 MAX_ATTEMPT = (1 << 31) - 1
 #: the records that name one member (``n``, ``m``; ``a``, its attempt, where there)
 _OF_MEMBER = frozenset((ASSIGN, START, END, UNASSIGN, ENDS))
-#: the fields of those records that are numbers when there (times, usage)
-_NUMBERS = ("t", "dt", "cpu", "rss")
+#: the fields of those records that are numbers when there (times, usage), with their ranges
+#: (pwe.base.numbers.RECORD_RANGES: outside them, taken as absent)
+_NUMBERS = tuple((k, *RECORD_RANGES[k]) for k in ("t", "dt", "cpu", "rss"))
+#: a pilot record's figures the core-hour budget multiplies (slots, walltime minutes), their ranges
+_PILOT_NUMBERS = (("slots", 0, COUNT_MOST), ("wall", 0, MINUTES_MOST))
 
 
 def _index(value: Any, count: int | None, what: str) -> int:
@@ -280,7 +289,9 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
     most :data:`MAX_ATTEMPT`, an assign's ``len`` within the node, the runs of a
     ``complete`` and a ``retry``'s ``only`` within their nodes. Else :class:`ValueError`:
     a damaged record. ``size`` None (a test's or a benchmark's own journal): types and
-    signs only."""
+    signs only. The figures (a record's ``t``; a member's ``dt``, ``cpu``, ``rss``; a pilot's
+    ``slots``, ``wall``) outside their ranges (:data:`pwe.base.numbers.RECORD_RANGES`) are
+    set to None in ``r``: taken as absent by every reader, never carried into arithmetic."""
     e = r["e"]
     if e in _OF_MEMBER:
         n = r["n"]
@@ -295,12 +306,11 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
         if "a" in r or e != UNASSIGN:
             _index(r["a"], MAX_ATTEMPT + 1, "attempt")
         if e != ENDS:
-            for k in _NUMBERS:
-                if r.get(k) is not None and type(r[k]) not in (int, float):
-                    raise ValueError(f"{k} {r[k]!r} is not a number")
+            _figures(r, _NUMBERS)
             if e == END and type(r["rc"]) is not int:
                 raise ValueError(f"exit status {r['rc']!r}")
-    elif e == REUSED:
+        return
+    if e == REUSED:
         _check_reused(r, None if size is None else size(r["n"]))
     elif e == COMPLETE or e == RETRY and r.get("only") is not None:
         spans = [(r["n"], r["r"])] if e == COMPLETE else list(r["only"].items())
@@ -310,6 +320,27 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
                 _index(lo, count, "member")
                 if type(hi) is not int or hi < lo or count is not None and hi > count:
                     raise ValueError(f"members {lo!r}..{hi!r}")
+    elif e == PILOT:
+        _figures(r, _PILOT_NUMBERS)
+    if within(r.get("t"), 0, TIME_MOST) is None and r.get("t") is not None:
+        r["t"] = None  # (a time outside RECORD_RANGES: none, as in a member's record)
+
+
+def _figures(r: dict[str, Any], ranges: tuple[tuple[str, float, float], ...]) -> None:
+    """A record's figures read through the one reader of numbers (pilot.numbers.within), each
+    in its range or taken as absent (None): 1e308, -1, NaN, infinity are never carried into
+    a sum or a rate. A figure that is not a number at all (text, a list): ValueError, the
+    record is damaged."""
+    for k, lo, hi in ranges:
+        v = r.get(k)
+        if v is None:
+            continue
+        t = type(v)
+        if (t is float or t is int) and lo <= v <= hi:  # (within's test, inline: every record of a replay)
+            continue
+        if t is not int and t is not float:
+            raise ValueError(f"{k} {v!r} is not a number")
+        r[k] = within(v, lo, hi)  # (None)
 
 
 def _check_reused(r: dict[str, Any], count: int | None) -> None:
@@ -354,7 +385,7 @@ def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[
         return [{**one, "m": r["m"] + j} for j in range(r["len"])]
     if r["e"] == END and "ran" in r:
         t, dt = r.get("t"), r.get("dt")
-        began = round(t - dt, 3) if isinstance(t, (int, float)) and isinstance(dt, (int, float)) else t
+        began = within(round(t - dt, 3), 0, TIME_MOST) if t is not None and dt is not None else t
         start = {"e": START, "n": r["n"], "m": r["m"], "a": r["a"], "p": r["p"], "t": began}
         if "nodes" in r:
             start["nodes"] = r["nodes"]
