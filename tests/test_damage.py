@@ -298,6 +298,10 @@ def test_two_commands_taking_one_run_at_once_one_takes_it_the_other_says_who(tmp
     for k in range(RACE_TRIALS):
         d = tmp_path / f"trial{k}"
         shutil.copytree(interrupted, d)
+        # (copies of one run are runs of one workflow in one workspace: each trial's pair
+        # races for its own run, so the copies are made --concurrent, as a user would)
+        info = json.loads((d / "run.json").read_text())
+        (d / "run.json").write_text(json.dumps({**info, "concurrent": True}))
         dirs.append(d)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     before = len(_resumes(interrupted))
