@@ -223,3 +223,34 @@ def pilot_span(run_dir: Path) -> float:
         if ev["k"] in times:
             times[ev["k"]].append(ev["t"])
     return max(times["end"]) - min(times["start"])
+
+
+# ----------------------------------------------------------------------------- a busy machine
+def _spin(stop, parent: int) -> None:
+    """A CPU hog: a busy loop until told to stop, or its parent is gone."""
+    n = 0
+    while not stop.is_set() and os.getppid() == parent:
+        for _ in range(100_000):
+            n += 1
+
+
+class Hogs:
+    """``with Hogs(n):`` n busy loops (one a core) beside what runs inside: the machine CI
+    shares is busy like this (stress_kills.py, exactly_once_slots.py, soak.py)."""
+
+    def __init__(self, n: int):
+        import multiprocessing
+
+        self.stop = multiprocessing.Event()
+        self.procs = [multiprocessing.Process(target=_spin, args=(self.stop, os.getpid()), daemon=True)
+                      for _ in range(n)]
+
+    def __enter__(self) -> "Hogs":
+        for p in self.procs:
+            p.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for p in self.procs:
+            p.join(5)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shutil
 import signal
@@ -27,15 +26,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, Hogs
+
 KEEP = Path("/tmp/pwe-eo-slots")
-
-
-def _spin(stop) -> None:  # a CPU hog
-    n = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            n += 1
 
 
 def one(k: int, a: argparse.Namespace) -> tuple[bool, str]:
@@ -90,21 +83,13 @@ def main() -> int:
     ap.add_argument("--times", type=int, default=20)
     ap.add_argument("--hogs", type=int, default=2)
     a = ap.parse_args()
-    stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(a.hogs)]
-    for h in hogs:
-        h.start()
     good, t0 = 0, time.time()
-    try:
+    with Hogs(a.hogs):
         for k in range(1, a.times + 1):
             t = time.time()
             ok, said = one(k, a)
             good += ok
             print(f"try {k:>2}: {'ok' if ok else 'FAIL'} in {time.time() - t:.0f} s  {said}", flush=True)
-    finally:
-        stop.set()
-        for h in hogs:
-            h.join(5)
     print(f"{good} of {a.times} with every member ended once ({a.slots} slots, {a.members} members of {a.sleep} s, "
           f"pilot killed at {a.kill_at} ended, {a.hogs} CPU hogs) in {time.time() - t0:.0f} s")
     return 0 if good == a.times else 1

@@ -14,20 +14,13 @@ sequences per hour). Exit status 1 if anything was found.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, Hogs
+
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
-
-
-def _spin(stop) -> None:  # a CPU hog: a busy loop until told to stop
-    n = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            n += 1
 
 
 def main() -> int:
@@ -43,10 +36,6 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "soak.md")
     a = ap.parse_args()
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(a.hogs)]
-    for h in hogs:
-        h.start()
     steps = {"n": 0}
     plain_teardown = harness.Hunt.teardown
 
@@ -58,7 +47,7 @@ def main() -> int:
     found: list[str] = []
     sequences, t0 = 0, time.time()
     deadline = t0 + a.minutes * 60
-    try:
+    with Hogs(a.hogs):
         while time.time() < deadline:
             sequences += 1
             try:
@@ -74,10 +63,6 @@ def main() -> int:
                 print(f"sequence {sequences}: FOUND {text.splitlines()[0][:300]}", flush=True)
             else:
                 print(f"sequence {sequences}: ok", flush=True)
-    finally:
-        stop.set()
-        for h in hogs:
-            h.join(5)
     hours = (time.time() - t0) / 3600
     tally = (f"{sequences} sequences ({steps['n']} commands) in {hours * 60:.1f} min with {a.hogs} CPU hogs: "
              f"{sequences / hours:.0f} sequences an hour; {len(found)} found")

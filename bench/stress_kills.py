@@ -15,25 +15,15 @@ passing ones are removed. Prints one line a run and the tally; exit status 1 if 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import ROOT
+from common import ROOT, Hogs
 
 TEST = "tests/test_crash.py::test_pilot_killed_at_twenty_random_moments_no_member_completes_twice"
-
-
-def _spin(stop) -> None:  # a CPU hog: a busy loop until told to stop, or its parent is gone
-    import os
-
-    n, parent = 0, os.getppid()
-    while not stop.is_set() and os.getppid() == parent:
-        for _ in range(100_000):
-            n += 1
 
 
 def main() -> int:
@@ -44,12 +34,8 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, default=Path("/tmp/pwe-stress-kills"))
     a = ap.parse_args()
     a.keep.mkdir(parents=True, exist_ok=True)
-    stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(a.hogs)]
-    for h in hogs:
-        h.start()
     failed, t0 = [], time.time()
-    try:
+    with Hogs(a.hogs):
         for k in range(1, a.times + 1):
             base = a.keep / f"run{k}"
             shutil.rmtree(base, ignore_errors=True)
@@ -64,10 +50,6 @@ def main() -> int:
             else:
                 failed.append(k)
                 (base / "pytest.out").write_text(proc.stdout + proc.stderr)
-    finally:
-        stop.set()
-        for h in hogs:
-            h.join(5)
     kept = ", ".join(str(a.keep / f"run{k}") for k in failed)
     print(f"{a.times - len(failed)} passed, {len(failed)} failed in {time.time() - t0:.0f} s "
           f"with {a.hogs} CPU hogs" + (f"; kept: {kept}" if failed else ""))
