@@ -42,6 +42,7 @@ import sys
 import time
 from collections import deque
 
+from .bounded import open_append
 from .memwatch import MemoryWatch
 from .spawn import REFUSED_FOR_NOW, Spawner, member_base_env, reaped, start_failure
 from .streams import StreamWriter
@@ -175,17 +176,11 @@ class Agent:
         """Ends appended, signed, to this agent's orphans file (owner-only); one write."""
         if not msgs or self.orphans is None:
             return
-        try:
-            fd = os.open(self.orphans, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:  # (a regular file of the pilot's directory only, never a FIFO waited on: bounded.open_append)
+            with open_append(self.orphans, within=os.path.dirname(self.orphans), mode=0o600) as fh:
+                fh.write(encode(msgs, self.key))
         except OSError as exc:
             print(f"node agent: cannot write {self.orphans}: {exc}", file=sys.stderr, flush=True)
-            return
-        try:
-            os.write(fd, encode(msgs, self.key))
-        except OSError as exc:
-            print(f"node agent: cannot write {self.orphans}: {exc}", file=sys.stderr, flush=True)
-        finally:
-            os.close(fd)
 
     def take(self, data: bytes) -> None:
         """What the pilot wrote on stdin: each whole line's message done."""
@@ -209,6 +204,7 @@ class Agent:
                 fds, n, m, a = self.io.pop(pid)
                 # ended on its own (not killed here: a kill of ours ends it by SIGKILL)
                 natural = pid not in self.killed or rc != -signal.SIGKILL
+                self.killed.discard(pid)  # (its pid may be another member's next)
                 if self.open_in or natural:  # (its output into the stream before its end is said)
                     self.stream.keep(n, m, a, fds)
                 else:
