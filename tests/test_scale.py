@@ -178,9 +178,9 @@ def test_member_files_are_kept_only_when_written_and_logs_finds_them(tmp_path):
         assert kept == [[], [], [], ["own.txt"]][i % 4], (i, kept)
     proc = pwe("logs", run_dir, "m:5", cwd=tmp_path, check=0)
     assert "out 5" in proc.stdout
-    proc = pwe("logs", run_dir, "m:6", cwd=tmp_path, check=0)
+    proc = pwe("logs", run_dir, "m:6", "--stderr", cwd=tmp_path, check=0)  # (into a pipe: one channel)
     assert "err 6" in proc.stdout
-    proc = pwe("logs", run_dir, "m:4", cwd=tmp_path, check=0)  # ran, wrote nothing: nothing kept
+    proc = pwe("logs", run_dir, "m:4", "--stdout", "--stderr", cwd=tmp_path, check=0)  # ran, wrote nothing: nothing kept
     assert "m[4] stdout" in proc.stdout and "m[4] stderr" in proc.stdout
     pwe("logs", run_dir, "m:40", cwd=tmp_path, check=2)
     shown = json.loads(pwe("show", run_dir, "--json", cwd=tmp_path, check=0).stdout)

@@ -129,18 +129,20 @@ def test_compacted_ends_nan_and_reasons():
 def test_hostile_figures_are_bounded():
     """Negative, infinite and absurd figures in a journal (a damaged or forged end): the
     unusable ones are not counted, the document stays finite JSON."""
-    plan = _plan(a=(4, {"memoryPerMember": 100, "maxWallTimePerMember": 1}))
+    plan = _plan(a=(5, {"memoryPerMember": 100, "maxWallTimePerMember": 1}))
     tr = Trace()
     tr.take({"e": "assign", "n": "a", "m": 0, "a": 1, "p": "p1", "t": 1.0, "len": 4})
+    # (the largest figures in range, pwe/base/numbers.py: dt 1e8 s, cpu 1e12 s, rss 1e13 KB; past
+    # them, as 1e300, a figure is absent: that attempt is not counted)
     for m, (dt, cpu, rss) in enumerate([(-1.0, 1.0, 1024), (math.inf, 1.0, 1024), (1.0, -5.0, -1),
-                                        (1e300, 1e300, 1e300)]):
+                                        (1e8, 1e12, 1e13), (1e300, 1e300, 1e300)]):
         tr.take({"e": "end", "n": "a", "m": m, "a": 1, "p": "p1", "t": 9.0, "rc": 0, "dt": dt, "cpu": cpu,
                  "rss": rss, "ran": 1})
     doc = usage({"run_id": "r", "lanes": {}}, plan, tr)
     json.dumps(doc, allow_nan=False)
     u = doc["nodes"]["a"]
-    assert u["attempts"] == 2 and u["rss_mb"]["max"] == round(1e300 / 1024, 4)
-    assert u["cpu_s"]["max"] == 1e300 and u["suggested"]["covers"] == 1.0
+    assert u["attempts"] == 2 and u["rss_mb"]["max"] == round(1e13 / 1024, 4)
+    assert u["cpu_s"]["max"] == 1e12 and u["suggested"]["covers"] == 1.0
     assert any(line.startswith("a: to fit 99% of 2 attempts") for line in lines(doc))
 
 

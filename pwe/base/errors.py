@@ -8,6 +8,7 @@ this drawing, so neither can drift).
      |    +-- JournalError         3    cannot write the run directory (disk full)    runstate.journal, engine.loop
      +-- RunDamaged                2    a file of the run directory damaged or gone   runstate (runs, journal), engine
      +-- RunTaken                  2    another engine holds the run: who, since when runstate.rundir, engine.control
+     +-- NoLocks                   1    the filesystem refuses flock (Lustre)         runstate.rundir
      +-- BadTransition             1    a defect: a pilot's stage moved against its table engine.handles
      +-- Underivable               1    a defect: a model the checker's table cannot take base.derive
      +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry
