@@ -150,3 +150,18 @@ def test_a_lock_path_that_is_not_a_file_of_its_own_is_one_line(tmp_path, what):
     assert len(err.strip().splitlines()) == 1 and "remove it" in err, err
     assert not list(outside.iterdir()), "a file was written outside the workspace"
     assert _runs(tmp_path) == [], "the refused run left its directory"
+
+
+def test_a_refused_run_removes_only_its_own_lock_and_what_it_made(tmp_path):
+    """A run refused before it began (a products: directory that cannot be listed) removes
+    the lock file it made, never the directory other workflows' locks are in."""
+    (tmp_path / "wf.yaml").write_text("name: prod\nnodes:\n  a:\n    parameters: {i: [1, 2]}\n"
+                                      "    products: ['loop/x{{ i }}']\n    run: echo hi\n")
+    os.symlink("loop", tmp_path / "loop")
+    live = tmp_path / ".pwe" / "live"
+    live.mkdir(parents=True)
+    (live / "other.lock").write_text("")
+    rc, out, err = run_cli("run", "wf.yaml", cwd=tmp_path, timeout=120)
+    assert rc == 2 and "loop" in err, err
+    no_traceback(err)
+    assert sorted(p.name for p in live.iterdir()) == ["other.lock"]

@@ -449,7 +449,8 @@ class LiveLock(EngineLock):
         self.workflow, self.run_id, self.run_dir = workflow, run_id, run_dir
         self.held = False
         self._fd = None
-        self._top: Path | None = None  # (the first of the lock and its directories it made: undo)
+        self._top: Path | None = None  # (the first of the lock's directories it made: undo)
+        self._made_file = False  # (the lock's file made by this taker: undo)
         self.before = None
 
     def record(self) -> dict:
@@ -502,7 +503,8 @@ class LiveLock(EngineLock):
         """Take it, or raise :class:`RunTaken` naming the live run; nothing where the
         workspace takes no file."""
         self.check_place()
-        self._top = first_missing(self.path.parent) if not self.path.exists() else None
+        self._made_file = not os.path.lexists(self.path)
+        self._top = first_missing(self.path.parent) if not self.path.parent.exists() else None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -511,7 +513,6 @@ class LiveLock(EngineLock):
             super().acquire()
         except NoLocks:
             return  # (a filesystem without locks: as EngineLock says, nobody can hold one)
-
 
     def release(self) -> None:
         """Given back with its record kept: it names the last run of the workflow in the
@@ -528,12 +529,19 @@ class LiveLock(EngineLock):
         another run, or that another run holds now, stays)."""
         mine = self.held
         self.release()
-        if mine and self._top is not None:
+        if not mine or not self._made_file:
+            return
+        try:
+            self.path.unlink()
+        except OSError:
+            return
+        d = self.path.parent  # (each directory made for it, while empty: never another's lock)
+        while self._top is not None and (d == self._top or self._top in d.parents):
             try:
-                self.path.unlink()
+                d.rmdir()
             except OSError:
-                pass
-            remove_made(self.path.parent, self._top)
+                break
+            d = d.parent
 
 
 def _when(since: Any) -> str:
