@@ -48,11 +48,12 @@ on to the pilot; the pilot dies with the guardian (``PR_SET_PDEATHSIG``), so a p
 never left without one.
 
 Members of local spawners (a node of many slots: the spawner is their parent, not the
-pilot) are covered by the spawner itself, which does the same (:mod:`pilot.nodeagent`:
-the grace, the kill, their ends signed into ``orphans-spawner-*.jsonl``); the guardian
-waits for it, :data:`HELPER_MARGIN` s past the grace, before it kills what is left.
-Not covered: members on the allocation's other nodes (their node agents end them when
-the pilot's session ends: they run again).
+pilot) and of node agents on the allocation's other nodes are covered by the spawner or
+agent itself, which does the same (:mod:`pilot.nodeagent`: the grace, the kill, their ends
+signed into ``orphans-spawner-*.jsonl`` / ``orphans-node-*.jsonl``); the guardian waits for
+those helpers (the spawner, the agent's ssh or srun client), :data:`HELPER_MARGIN` s past
+the grace, before it kills what is left. Not covered: an agent whose srun step SLURM kills
+at once (its members run again, as after a node's death).
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ class MemberTable:
         self.free.append(k)
 
     def helper(self, pid: int) -> None:
-        """A process of the pilot's that starts members (a local spawner): should the pilot
-        die, the guardian lets it end its members itself (:data:`HELPER_MARGIN`)."""
+        """A process of the pilot's that starts members (a local spawner, a node agent's ssh
+        or srun client): should the pilot die, the guardian lets it end its members itself
+        (:data:`HELPER_MARGIN`)."""
         if self.free:
             k = self.free.pop()
             self.at[pid] = k
@@ -317,8 +319,9 @@ def _end_children(known: dict[int, tuple[str, int, int]], over: dict[int, tuple[
                   ) -> tuple[dict[int, tuple[str, int, int] | None], dict[int, int], set[int]]:
     """End every child: those the pilot left, and those reparented here meanwhile (a killed
     spawner's or agent's members): each given the grace (``wait``) to end on its own, then
-    killed if still alive; all collected. ``helpers`` (spawners: they give their own members
-    the grace and write their ends) are killed :data:`HELPER_MARGIN` s later, if still there.
+    killed if still alive; all collected. ``helpers`` (spawners, agents' clients: they give
+    their own members the grace and write their ends) are killed :data:`HELPER_MARGIN` s
+    later, if still there.
     Who each one was (None: a stranger), the exit status of each one collected, and those
     killed here."""
     children: dict[int, bool] = {}  # pid -> it had ended (a zombie) when first seen

@@ -19,11 +19,15 @@ from typing import Any
 from .launchers import AGENT_SRUN, PREFIXES, command
 from .members import Member, say, argv_for
 from .packing import Placement
+from .guardian import HELPER_MARGIN, read_orphans_file
 from .settings import ORPHAN_GRACE
 from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_ORPHANS, AGENT_RUN, AGENT_STARTED, ORPHAN_END, START
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
+#: seconds a pilot waits for a lost agent's word past its grace and the guardian's margin:
+#: room for the agent to notice its lost stdin and write its last ends
+AWAIT_SLACK = 5.0
 
 
 class NodeAgent:
@@ -223,9 +227,7 @@ class RemoteNodes:
         if agent.orphans is not None and not dead and waiting and not self.node_alive(agent.node):
             dead = True  # (a node that does not answer writes no word: its members go elsewhere now)
         if agent.orphans is not None and not dead and waiting:
-            from .guardian import HELPER_MARGIN
-
-            self.awaited.append((time.time() + ORPHAN_GRACE.get() + HELPER_MARGIN + 5, agent, waiting,
+            self.awaited.append((time.time() + ORPHAN_GRACE.get() + HELPER_MARGIN + AWAIT_SLACK, agent, waiting,
                                  list(extra), said))
             for m in lost:
                 if m.killed:
@@ -238,8 +240,6 @@ class RemoteNodes:
         """The members of lost sessions whose ends their agents are to write: each one
         ended on its own is finished with its exit status; the rest (killed there, or no
         word by the deadline: the node or its agent died) go back as a broken session's."""
-        from .guardian import read_orphans_file
-
         for entry in list(self.awaited):
             deadline, agent, waiting, extra, said = entry
             ends = {(o["n"], o["m"], o["a"]): o for o in read_orphans_file(agent.orphans, self.orphan_key)}

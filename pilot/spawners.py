@@ -142,7 +142,7 @@ class LocalSpawners:
         """A local spawner's pipe broke: kill what it ran (by process group, where its pid
         was heard) and run it again; a new spawner starts with the next member."""
         agent.close()
-        if self.table is not None:
+        if agent.orphans is not None:  # (arranged: the guardian counts it as a helper)
             self.table.helper_gone(agent.proc.pid)
         for i, a in list(self.spawners.items()):
             if a is agent:

@@ -253,6 +253,8 @@ class Hunt(RuleBasedStateMachine):
         assert not twice, f"completed twice in a run's lineage: {twice}\n" + self.story()
         bad = [w for w in lines if w[0] == "bad"]
         assert not bad, f"a dependant read a product that was not whole: {bad}\n" + self.story()
+        self.shown: dict[Path, list[dict] | None] = {}  # (each run's `pwe show` once a check)
+        self.by_id = {self.run_id(n): r for n, r in self.runs.items()}
         for name, r in self.runs.items():
             if name == self.bg:
                 continue  # (live, or about to be: looked at once waited for)
@@ -261,8 +263,14 @@ class Hunt(RuleBasedStateMachine):
             if rid is not None:
                 self.check_run(rid, r, lines, done)
 
+    def members(self, run_dir: Path) -> list[dict] | None:
+        """The run's members as `pwe show --json` says, asked once a check."""
+        if run_dir not in self.shown:
+            self.shown[run_dir] = _members(run_dir)
+        return self.shown[run_dir]
+
     def check_run(self, rid: str, r: dict, lines: list[list[str]], done: Counter) -> None:
-        shown = _members(r["dir"])
+        shown = self.members(r["dir"])
         if shown is None:
             return  # (a run whose making was cut short: nothing to show)
         for m in shown:
@@ -290,10 +298,9 @@ class Hunt(RuleBasedStateMachine):
     def maker(self, lender: str, node: str, i: str, hops: int = 0) -> str:
         """The run that made what ``lender`` lent: itself, or whoever it reused it from in
         turn (a lent member may have been reused by the lender itself)."""
-        by_id = {self.run_id(n): r for n, r in self.runs.items()}
-        if lender not in by_id or hops > len(self.runs):
+        if lender not in self.by_id or hops > len(self.runs):
             return lender
-        for m in _members(by_id[lender]["dir"]) or []:
+        for m in self.members(self.by_id[lender]["dir"]) or []:
             if m["node"] == node and str(m["member"]) == i:
                 further = (m.get("reused_from") or {}).get("run")
                 return self.maker(further, node, i, hops + 1) if further else lender
