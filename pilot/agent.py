@@ -42,7 +42,7 @@ from .guardian import MemberTable
 from .members import (KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, outputs_path, say,
                       task_shape)
 from .memwatch import MemoryWatch
-from .endings import RUN_GONE, Endings, identity
+from .endings import RUN_GONE, Endings, identity, when_ended
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
 from .nodewatch import NodeLosses, NodeWatch, slurmd_port
@@ -437,8 +437,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             missing = missing_product(t["prod"])
             if missing:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there)
                 rc, fields["why"] = 1, f"exited 0 without making its product {missing}"
-        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                  out=collect(t), t=round(at, 3), **fields, **member.usage())
+        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=collect(t), **when_ended(at, member.started),
+                  **fields, **member.usage())
         self.next_in_group(t)
 
     # -- main loop ------------------------------------------------------------------------

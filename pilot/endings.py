@@ -36,6 +36,15 @@ def identity(directory: str) -> int | None:
         return None
 
 
+def when_ended(at: float, started: float) -> dict[str, float]:
+    """An END's ``t`` and ``dt`` for a member started at ``started`` and ended at ``at``: its
+    duration is taken between the two times as rounded, so the start a reader works out
+    (``t - dt``) is ``started`` to the millisecond, never a millisecond before the end of the
+    member whose slot it took (rounding each apart can put it there)."""
+    t, began = round(at, 3), round(started, 3)
+    return {"t": t, "dt": round(max(0.0, t - began), 3)}
+
+
 class Endings:
     """The part of :class:`pilot.agent.PilotAgent` that stops members and hands them back."""
 
@@ -115,8 +124,8 @@ class Endings:
                 continue
             why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
             # (its t: when it ended, not now, a grace later: its slot went to the next member then)
-            self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, dt=round(at - member.started, 3),
-                      out=collect(t), t=round(at, 3), **why, **member.usage())
+            self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=collect(t), **when_ended(at, member.started),
+                      **why, **member.usage())
             self.next_in_group(t)
         self.signalled = keep
 

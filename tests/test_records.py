@@ -14,7 +14,13 @@ import json
 import re
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from conftest import most_at_once, no_traceback, run_cli
+from pilot.endings import when_ended
+from pilot.wire import END
+from pwe.runstate.journal import unpack
 
 
 def _trace(cwd: Path, run: Path) -> list[dict]:
@@ -45,6 +51,24 @@ def test_members_that_fail_at_once_end_when_they_ended(tmp_path):
     assert rc == 0, err
     util = re.search(r"([0-9.]+)% of allocated cores", (tmp_path / "r.html").read_text())
     assert util and float(util.group(1)) <= 100.0, util
+
+
+def _span(started: float, at: float) -> tuple[float, float]:
+    """(start, end) as the engine reads them back from a quick member's one END."""
+    r = {"e": END, "n": "a", "m": 0, "a": 0, "p": 1, "rc": 0, "ran": 1, **when_ended(at, started)}
+    start, end = unpack(r)
+    return start["t"], end["t"]
+
+
+@settings(max_examples=2000, deadline=None, database=None)
+@given(st.floats(1.7e9, 2.0e9), st.floats(0, 0.01), st.floats(0, 0.01), st.floats(0, 0.01))
+def test_a_start_read_back_from_an_end_never_comes_before_the_end_of_the_member_it_followed(t0, d1, gap, d2):
+    # one member from t0 for d1, the next started in its slot gap later for d2: read back
+    # from their ENDs (t - dt, each rounded to the millisecond), the second never starts
+    # before the first ended (CI saw 3 running at once on 2 slots, by a millisecond)
+    s1, e1 = _span(t0, t0 + d1)
+    s2, e2 = _span(t0 + d1 + gap, t0 + d1 + gap + d2)
+    assert s1 <= e1 <= s2 <= e2, (s1, e1, s2, e2)
 
 
 # -- pwe logs: the member's bytes -----------------------------------------------------------------
