@@ -3,7 +3,7 @@ cores busy.
 
     python bench/stress_kills.py [--times 20] [--hogs 2] [--test NODEID] [--keep DIR]
 
-Runs ``tests/test_crash.py::test_pilot_killed_at_twenty_random_moments_no_member_completes_twice``
+Runs ``tests/engine/test_crash.py::test_pilot_killed_at_twenty_random_moments_no_member_completes_twice``
 (2,000 members two at a time, the pilot killed -9 at twenty random moments; from the
 members' own ledger, every member completed and none twice) ``--times`` times in a row,
 while ``--hogs`` processes spin on the CPU beside it (a busy loop each: the machine CI
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common import ROOT, Hogs
 
-TEST = "tests/test_crash.py::test_pilot_killed_at_twenty_random_moments_no_member_completes_twice"
+TEST = "tests/engine/test_crash.py::test_pilot_killed_at_twenty_random_moments_no_member_completes_twice"
 
 
 def main() -> int:

@@ -1,18 +1,21 @@
-import contextlib as _contextlib
-import dataclasses as _dataclasses
-import json as _json
+"""The suite's fixtures: pwe's state kept out of the user's, files to write, the real test
+services and clusters (each a session fixture that skips, or fails under CI, when it cannot
+run), and processes to reap. What tests share that is not a fixture is tests/helpers.py.
+
+Tests are marked by the fixtures they use (:func:`pytest_collection_modifyitems`): ``real``
+when they need a real service (:data:`REAL`), ``slow`` when they are listed in
+tests/slow.txt; ``bash tests/run.sh --quick`` runs the others (docs/development.md)."""
+
 import os as _os
 import signal as _signal
 import subprocess as _subprocess
 import tempfile as _tempfile
-import time as _time
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+from helpers import (CLUSTER, SGE_ENV, SGE_SCRIPT, Slurm4, SlurmCluster, SshNodes, alive, cmdline,
+                     minutes_of_limit, require_services, require_up)
 
 # pwe's state (the registry of runs, pwe/runstate/registry.py, the service's directory) in a
 # directory of this session, never the user's: every run the suite makes registers itself;
@@ -25,109 +28,6 @@ _os.environ["XDG_STATE_HOME"] = _tempfile.mkdtemp(prefix="pwe-test-state-")
 @pytest.fixture(autouse=True)
 def _own_state(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
-
-
-def read_journal(run_dir) -> list[dict]:
-    """A finished run's journal, every line whole (a torn line fails the test), as the
-    records its lines stand for (pwe.runstate.journal.unpack: one assign a member, an end carrying
-    its start as that start and the end)."""
-    import json
-
-    from pwe.runstate.journal import unpack
-
-    out = []
-    with open(Path(run_dir) / "journal.jsonl", "rb") as fh:
-        for line in fh:
-            assert line.endswith(b"\n"), "torn journal line"
-            out.extend(unpack(json.loads(line)))
-    return out
-
-
-#: Two nodes of n members each (b[i] after a[i]) that write their own ledger: a line as each
-#: starts and as each ends, with node, index and attempt. LEDGER_WF.format(ledger=PATH, n=N, sleep=S)
-#: ("end" only when its sleep ran out: a batch system that signals a job's processes one by
-#: one may kill the sleep before the shell, which would write "end" for cut-short work.)
-LEDGER_WF = """
-name: ledger
-properties: {{ledger: {ledger}}}
-nodes:
-  a:
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep} && echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
-  b:
-    after: [a]
-    parameters: {{i: {{range: [0, {n}]}}}}
-    run: echo "start $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}; sleep {sleep} && echo "end $PWE_NODE $PWE_MEMBER $PWE_ATTEMPT" >> {{{{ ledger }}}}
-"""
-
-
-#: how long a test waits for a condition by default: room for a machine busy with other work
-#: (CI shares its machine); a condition that holds returns at once, so only a failure waits it
-WAIT = 120.0
-
-
-def wait_for(cond, timeout: float = WAIT, what: str = "condition", step: float = 0.05):
-    """Poll ``cond`` every ``step`` s until it returns something true, and return that; fail
-    the test with ``what`` once ``timeout`` s pass without. The one waiting helper: a test
-    waits on a condition, never a fixed time (tests/test_test_hygiene.py holds every file to it)."""
-    deadline = _time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if _time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} ({timeout:g} s)")
-        _time.sleep(step)
-
-
-def let_time_pass(seconds: float, why: str) -> None:
-    """Let ``seconds`` pass on purpose, for ``why``: to show that something does NOT happen
-    within a span (a second fire, a refused post, an XSS payload), to let a process that runs
-    on its own go on meanwhile (the pilot of a killed engine), or to pick a random moment.
-    Never to wait for something to happen: that is :func:`wait_for`."""
-    assert why, "say why time must pass"
-    _time.sleep(seconds)
-
-
-def count_ends(run_dir) -> int:
-    """How many members' ends a run's journal has (0 before it has one): its end records,
-    and the rows of its ``ends`` records (pwe/runstate/journal.py; a line being written is not one)."""
-    import json
-
-    try:
-        data = (Path(run_dir) / "journal.jsonl").read_bytes()
-    except FileNotFoundError:
-        return 0
-    n = data.count(b'"e":"end"')
-    for line in data.split(b"\n"):
-        if line.startswith(b'{"e":"ends"'):
-            try:
-                n += len(json.loads(line)["m"])
-            except ValueError:
-                pass
-    return n
-
-
-def ledger_counts(ledger, attempts: bool = False):
-    """(starts, ends): Counters of the ledger's lines by what follows "start" / "end" (the
-    node and index, and the attempt with ``attempts``), from the members' own records."""
-    from collections import Counter
-
-    lines = [line.split() for line in Path(ledger).read_text().splitlines()]
-    cut = None if attempts else -1
-    return tuple(Counter(tuple(words[1:cut]) for words in lines if words[0] == what) for what in ("start", "end"))
-
-
-def sample_pilot_job(**kw):
-    """A PilotJob with a value in every field, for job-script and scheduler tests."""
-    from protocols.base import PilotJob
-
-    base = dict(pilot_id="p1", pilot_dir="/runs/r1/pilots/p1", job_name="pwe-r1-p1", nodes=2, cores_per_node=8,
-                walltime=90, python="/usr/bin/python3", pythonpath="/opt/pwe", partition="short", account="abc123",
-                setup=["module load python"], env={"OMP_PLACES": "cores", "ODD": "a b'c"},
-                pilot_args=["--heartbeat", "5"], notify=["pwe", "notify", "--run", "/runs/r1", "--pilot", "p1"])
-    base.update(kw)
-    return PilotJob(**base)
 
 
 @pytest.fixture
@@ -145,156 +45,10 @@ def write(tmp_path):
     return _write
 
 
-#: The environment of a test whose hosts file describes a cluster that is not this machine's:
-#: SLURM's commands find no configuration, so pwe does not check the hosts against the
-#: machine's test cluster (pwe/planning/sitecheck.py asks sinfo, and skips the check when it cannot).
-NO_SLURM = {"SLURM_CONF": "/dev/null"}
-
-
-def run_cli(*args, cwd=None, timeout=120, env=None):
-    """Run the real console entry point in a subprocess: exit status, stdout, stderr.
-
-    Works from any ``cwd`` (e.g. tmp_path, so that ./pwe-runs lands there): the source
-    tree is put on PYTHONPATH. ``env`` adds variables to the inherited environment."""
-    import os
-    import subprocess
-
-    full = dict(os.environ)
-    full["PYTHONPATH"] = str(ROOT) + (os.pathsep + full["PYTHONPATH"] if full.get("PYTHONPATH") else "")
-    full.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "pwe", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=full, stdin=subprocess.DEVNULL)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-# ---------------------------------------------------------------------------------------
-# Real test services (tests/services/): munge + a one-node SLURM cluster with PBS-style
-# qsub/qstat/qdel over it, four SSH "nodes" in network namespaces, and an sshd on
-# 127.0.0.1:2222. tests/run.sh starts them before pytest; these fixtures run
-# tests/services/setup.sh once per session as well (about 2 s when all is up) so that a
-# bare `pytest` works too. Services that cannot start: pytest.fail under CI, else skip.
-
-SERVICES = ROOT / "tests" / "services"
-def _services_setup():
-    return run_setup_script(SERVICES / "setup.sh")
-
-
-def service_up(output, prefix):
-    """Whether setup.sh's output has a line '<prefix> ... up' (and not FAILED)."""
-    return any(l.startswith(prefix) and " up" in l and "FAILED" not in l for l in output.splitlines())
-
-
-def _require_services(*prefixes):
-    """Fail (CI) or skip unless setup.sh reported a line '<prefix> ... up' for each prefix."""
-    rc, out = _services_setup()
-    missing = [p for p in prefixes if rc is None or not service_up(out, p)]
-    if not missing:
-        return
-    names = ", ".join(p.rstrip(":") for p in missing)
-    why = out if rc is None else f"tests/services/setup.sh exited {rc}; not up: {names}\n{out}"
-    if _os.environ.get("CI"):
-        pytest.fail(f"test services unavailable under CI: {why}", pytrace=False)
-    pytest.skip(f"test services unavailable: {why}")
-
-
-def _scontrol_job(job_id):
-    """The fields of `scontrol show job -o ID` as a dict ({} once SLURM forgot the job)."""
-    p = _subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True, timeout=30)
-    if p.returncode != 0:
-        return {}
-    return dict(f.split("=", 1) for f in p.stdout.split() if "=" in f)
-
-
-@_dataclasses.dataclass(frozen=True)
-class SlurmCluster:
-    """The running one-node SLURM cluster. sbatch/srun/squeue/scontrol/scancel and
-    qsub/qstat/qdel (slurm-wlm-torque) are on PATH and talk to it."""
-    node: str                    # "localhost"
-    cpus: int                    # 8
-    partitions: tuple            # ("debug", "short")
-    default_partition: str       # "debug"
-    time_limits: dict            # minutes per partition, None = no limit: {"debug": None, "short": 10}
-    conf: Path = Path("/etc/slurm/slurm.conf")
-    log_dir: Path = Path("/var/tmp/pwe-slurm/log")
-
-    FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                       "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
-
-    def job(self, job_id):
-        """`scontrol show job` fields as a dict ({} when SLURM no longer knows it)."""
-        return _scontrol_job(job_id)
-
-    def job_state(self, job_id):
-        return self.job(job_id).get("JobState")
-
-    # The controller, stopped and started again as tests/services/common.sh (start_slurm)
-    # starts it. Whoever stops it holds /tmp/pwe-slurm.lock (other test sessions share this
-    # SLURM: run such tests as `flock /tmp/pwe-slurm.lock pytest ...`) and starts it again,
-    # whatever happens: use controller_down().
-    run_dir: Path = Path("/var/tmp/pwe-slurm/run")
-
-    def _controller_pid(self):
-        try:
-            pid = int((self.run_dir / "slurmctld.pid").read_text())
-            return pid if Path(f"/proc/{pid}/comm").read_text().strip() == "slurmctld" else None
-        except (OSError, ValueError):
-            return None
-
-    def stop_controller(self, timeout=30):
-        """Stop slurmctld (SIGTERM: it saves its state; slurmd and the jobs run on)."""
-        pid = self._controller_pid()
-        if pid is None:
-            return
-        _os.kill(pid, 15)
-        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout, f"slurmctld {pid} to stop", step=0.1)
-
-    def start_controller(self, timeout=60):
-        """Start slurmctld again (it recovers its jobs) and wait until it answers."""
-        if self._controller_pid() is None:
-            with open(self.log_dir / "slurmctld.out", "ab") as out:  # (no inherited lock descriptor: close_fds)
-                _subprocess.run(["slurmctld"], stdout=out, stderr=out, stdin=_subprocess.DEVNULL, check=True,
-                                timeout=60)
-        wait_for(lambda: "UP" in _subprocess.run(["scontrol", "ping"], capture_output=True, text=True,
-                                                  timeout=30).stdout,
-                 timeout, "slurmctld to answer after it was started", step=0.3)
-
-    @_contextlib.contextmanager
-    def controller_down(self):
-        """with slurm_cluster.controller_down(): ...  (slurmctld is started again on exit)"""
-        self.stop_controller()
-        try:
-            yield
-        finally:
-            self.start_controller()
-
-    def wait_job(self, job_id, timeout=120):
-        """Poll until the job reaches a final state; return that state (AssertionError on timeout)."""
-        seen = [None]
-
-        def final():
-            seen[0] = self.job_state(job_id)
-            return seen[0] if seen[0] in self.FINAL else None
-        try:
-            return wait_for(final, timeout, f"SLURM job {job_id} to reach a final state", step=0.3)
-        except AssertionError:
-            raise AssertionError(f"SLURM job {job_id} still {seen[0]} after {timeout} s") from None
-
-
-def _minutes(limit):
-    if limit in ("infinite", "UNLIMITED", "n/a"):
-        return None
-    days, _, rest = limit.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, s = parts
-    return (int(days) if days else 0) * 1440 + h * 60 + m + (1 if s else 0)
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A real one-node SLURM cluster (and qsub over it), or skip/fail (CI) when it cannot run."""
-    _require_services("slurm:", "pbs:")
+    require_services("slurm:", "pbs:")
     p = _subprocess.run(["sinfo", "-h", "-o", "%P|%l|%c"], capture_output=True, text=True, timeout=30)
     parts, limits, default, cpus = [], {}, None, 0
     for line in p.stdout.split():
@@ -302,163 +56,24 @@ def slurm_cluster():
         if name.endswith("*"):
             name = default = name[:-1]
         parts.append(name)
-        limits[name] = _minutes(limit)
+        limits[name] = minutes_of_limit(limit)
         cpus = max(cpus, int(c))
     return SlurmCluster(node="localhost", cpus=cpus, partitions=tuple(parts), default_partition=default,
                         time_limits=limits)
 
 
-class SshNodes(list):
-    """[(name, address), ...] of the test nodes: [("pwe-n1", "10.233.1.2"), ... ("pwe-n4", ...)].
-
-    Each node is a network namespace (own hostname pwe-nN) with its own sshd on port 22;
-    all share this machine's filesystem. Reach them with the ssh_config below
-    (``ssh -F ssh_config pwe-n2 CMD``, or paramiko with identity + known_hosts). From a
-    node, this machine (the head) is 10.233.0.1 (name pwe-head), the other nodes by name.
-    ``local`` is an sshd on this machine's loopback (host pwe-local, 127.0.0.1:2222)."""
-
-    ssh_dir = Path("/var/tmp/pwe-ssh")
-    ssh_config = ssh_dir / "ssh_config"
-    known_hosts = ssh_dir / "known_hosts"
-    identity = ssh_dir / "id_ed25519"
-    user = "root"
-    port = 22
-    head_address = "10.233.0.1"
-    local = ("pwe-local", "127.0.0.1", 2222)
-    node_sh = SERVICES / "node.sh"
-
-    @property
-    def names(self):
-        return [n for n, _ in self]
-
-    def address(self, name):
-        return dict(self)[name]
-
-    def ssh_args(self, host):
-        return ["ssh", "-F", str(self.ssh_config), host]
-
-    def ssh(self, host, command, timeout=60, check=False, **kw):
-        """Run a shell command on a node (or "pwe-local"): CompletedProcess with text output."""
-        return _subprocess.run(self.ssh_args(host) + [command], capture_output=True, text=True, timeout=timeout,
-                               check=check, stdin=kw.pop("stdin", _subprocess.DEVNULL), **kw)
-
-    @staticmethod
-    def _index(node):
-        return int(str(node).removeprefix("pwe-n"))
-
-    def kill(self, node):
-        """Node death: its link goes down, every process in it is killed. node: 3 or "pwe-n3"."""
-        _subprocess.run(["bash", str(self.node_sh), "kill", str(self._index(node))], check=True,
-                        capture_output=True, text=True, timeout=60)
-
-    def revive(self, node):
-        """Link up, sshd restarted; returns when ssh to it works again."""
-        _subprocess.run(["bash", str(self.node_sh), "revive", str(self._index(node))], check=True,
-                        capture_output=True, text=True, timeout=60)
-
-    @_contextlib.contextmanager
-    def killed(self, node):
-        """with ssh_nodes.killed(3): ...  (the node is revived on exit, whatever happens)"""
-        self.kill(node)
-        try:
-            yield
-        finally:
-            self.revive(node)
-
-
 @pytest.fixture(scope="session")
 def ssh_nodes():
     """The 4 SSH test nodes (an SshNodes list of (name, address)), or skip/fail (CI)."""
-    _require_services("ssh nodes:", "ssh local:")
+    require_services("ssh nodes:", "ssh local:")
     return SshNodes((f"pwe-n{n}", f"10.233.{n}.2") for n in range(1, 5))
 
 
 @pytest.fixture(scope="session")
 def redis_url():
     """The URL (with its password) of the tests' real Redis on 127.0.0.1:6391, or skip/fail (CI)."""
-    _require_services("redis:")
+    require_services("redis:")
     return Path("/var/tmp/pwe-redis/url").read_text().strip()
-
-
-@_contextlib.contextmanager
-def tmpfs(where: Path, options: str):
-    """A real tmpfs mounted at ``where`` (made if missing) with ``options`` (``size=1m``,
-    ``nr_inodes=9``: a filesystem to fill, of bytes or of files), unmounted after. Where
-    mounting is not allowed the test is skipped, and under CI it fails."""
-    where.mkdir(parents=True, exist_ok=True)
-    res = _subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
-    if res.returncode != 0:
-        if _os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs: {res.stderr}")
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        _subprocess.run(["umount", "-l", str(where)])
-
-
-def kill_pilot(events: Path) -> None:
-    """kill -9 of the pilot whose events file this is (its pid is in its first line, `up`)."""
-    import json
-    import signal
-
-    up = json.loads(events.read_text().splitlines()[0])
-    assert up["k"] == "up"
-    _os.kill(up["pid"], signal.SIGKILL)
-
-
-def most_at_once(ivs) -> int:
-    """The largest number of (start, end) intervals that overlap (an end before a start at a
-    tie): the most members running at once, from their own ledgers."""
-    points = sorted([(s, 1) for s, _ in ivs] + [(e, -1) for _, e in ivs], key=lambda p: (p[0], p[1]))
-    now = most = 0
-    for _, d in points:
-        now += d
-        most = max(most, now)
-    return most
-
-
-# ---------------------------------------------------------------------------------------
-# The test clusters' set-up scripts (tests/cluster/): each run once per session.
-
-CLUSTER = ROOT / "tests" / "cluster"
-_SCRIPT_RUNS: dict = {}  # script -> (returncode or None when not root, output), once per session
-
-
-def run_setup_script(script: Path, timeout: int = 900):
-    """(returncode, output) of a root set-up script, run once per session (None: not root)."""
-    if script not in _SCRIPT_RUNS:
-        if _os.geteuid() != 0:
-            _SCRIPT_RUNS[script] = (None, f"not root: {script.relative_to(ROOT)} needs root (packages, daemons, "
-                                          "network namespaces)")
-        else:
-            try:
-                p = _subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout,
-                                    stdin=_subprocess.DEVNULL)
-                _SCRIPT_RUNS[script] = (p.returncode, p.stdout + p.stderr)
-            except _subprocess.TimeoutExpired:
-                _SCRIPT_RUNS[script] = (-1, f"{script.relative_to(ROOT)} timed out after {timeout} s")
-    return _SCRIPT_RUNS[script]
-
-
-def require_up(script: Path, prefix: str):
-    """Fail (CI) or skip unless ``script`` printed a line '<prefix> ... up'."""
-    rc, out = run_setup_script(script)
-    if rc is not None and service_up(out, prefix):
-        return
-    why = out if rc is None else f"{script.relative_to(ROOT)} exited {rc}; not up: {prefix.rstrip(':')}\n{out}"
-    if _os.environ.get("CI"):
-        pytest.fail(f"test cluster unavailable under CI: {why}", pytrace=False)
-    pytest.skip(f"test cluster unavailable: {why}")
-
-
-# ---------------------------------------------------------------------------------------
-# A real Grid Engine cell (tests/cluster/sge.sh): sge_qmaster and one sge_execd on this
-# machine, queue all.q (8 slots), parallel environment "pwe". Its commands are not on PATH
-# (/usr/bin/qsub is slurm-wlm-torque's): tests/cluster/sge.env names them (SGE_BIN).
-
-SGE_SCRIPT = CLUSTER / "sge.sh"
-SGE_ENV = CLUSTER / "sge.env"
 
 
 @pytest.fixture(scope="session")
@@ -468,52 +83,6 @@ def sge_cell():
     require_up(SGE_SCRIPT, "sge:")
     return dict(line.removeprefix("export ").split("=", 1) for line in SGE_ENV.read_text().splitlines()
                 if line.startswith("export "))
-
-
-# ---------------------------------------------------------------------------------------
-# The four-node SLURM cluster (tests/cluster/up.sh): slurmctld as pwe-head, one slurmd in
-# each ssh node's namespace pwe-n1..pwe-n4, reached with SLURM_CONF=/var/tmp/pwe-cluster/
-# slurm.conf (tests/cluster/env.sh); hosts slurm4 (srun steps) and slurm4-ssh in
-# tests/cluster/hosts.yaml.
-
-@_dataclasses.dataclass(frozen=True)
-class Slurm4:
-    """The four-node cluster: ``env`` reaches it (SLURM_CONF), ``hosts`` is its hosts.yaml."""
-    nodes: tuple = ("pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4")
-    conf: Path = Path("/var/tmp/pwe-cluster/slurm.conf")
-    hosts: Path = CLUSTER / "hosts.yaml"
-    node_sh: Path = SERVICES / "node.sh"
-
-    @property
-    def env(self):
-        return {"SLURM_CONF": str(self.conf)}
-
-    def run(self, *argv, timeout=60):
-        return _subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                               env={**_os.environ, **self.env}, stdin=_subprocess.DEVNULL)
-
-    def node_states(self):
-        out = self.run("sinfo", "-h", "-N", "-o", "%N %t").stdout
-        return dict(line.split() for line in out.splitlines() if line.strip())
-
-    def kill(self, node):
-        """A node dies: its link goes down, every process in its namespace (slurmd, the
-        members there) is killed -9 (tests/services/node.sh)."""
-        _subprocess.run(["bash", str(self.node_sh), "kill", node.removeprefix("pwe-n")], check=True,
-                        capture_output=True, text=True, timeout=60)
-
-    def revive(self, node, timeout=240):
-        """Link up, sshd and slurmd back; returns once SLURM has the node idle again (on a
-        busy machine slurmctld may take minutes to ping it back: the deadline is generous)."""
-        _subprocess.run(["bash", str(self.node_sh), "revive", node.removeprefix("pwe-n")], check=True,
-                        capture_output=True, text=True, timeout=60)
-
-        def back() -> bool:
-            state = self.node_states().get(node, "")
-            if state.startswith(("down", "drain")):
-                self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-            return state in ("idle", "mix", "alloc")
-        wait_for(back, timeout, f"SLURM to have {node} idle again after its revival", step=0.5)
 
 
 @pytest.fixture(scope="session")
@@ -543,98 +112,6 @@ def home(tmp_path_factory):
         _os.environ.pop("PWE_HOME", None)
     else:
         _os.environ["PWE_HOME"] = old
-
-
-# ---------------------------------------------------------------------------------------
-# A run on this machine and its processes, through the real CLI (the end-to-end tests:
-# test_quickstart, test_members, test_failures, test_packing, test_run_control, test_run_dir,
-# test_crash, test_see).
-
-def pwe(*args, cwd, timeout=120):
-    """The real CLI from ``cwd``: (exit status, stdout, stderr)."""
-    return run_cli(*args, cwd=cwd, timeout=timeout)
-
-
-def start_run(wf: Path, cwd: Path, *args) -> _subprocess.Popen:
-    """`pwe run WF ARGS` in the background, in a session of its own (a test signals it)."""
-    return _subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), *map(str, args)], cwd=cwd,
-                             env=dict(_os.environ, PYTHONPATH=str(ROOT)), stdout=_subprocess.PIPE,
-                             stderr=_subprocess.PIPE, text=True, start_new_session=True)
-
-
-def mdir(run_dir: Path, node: str, i: int) -> Path:
-    """A member's directory, as the contract lays it out."""
-    return Path(run_dir) / "members" / node / str(i // 1000) / str(i)
-
-
-def output(run_dir: Path, node: str, i: int, name: str = "stdout", attempt: int | None = None) -> str:
-    """What a member attempt wrote on its stdout (or stderr), read as ``pwe logs`` reads it
-    (the run's output streams, pilot/streams.py); "" when it has not written anything yet."""
-    from pwe.base.errors import PweError
-    from pwe.observe.runview import member_output
-
-    try:
-        got = member_output(Path(run_dir), node, i, attempt=attempt)
-    except PweError:
-        return ""
-    return getattr(got, name).decode("utf-8", "replace")
-
-
-def show(run_dir: Path, *extra: str) -> list[dict]:
-    rc, out, err = pwe("show", run_dir, "--json", "--limit", "0", *extra, cwd=Path(run_dir).parent)
-    assert rc == 0, f"pwe show failed: {err}"
-    return _json.loads(out)
-
-
-def status(run_dir: Path) -> dict:
-    rc, out, err = pwe("status", run_dir, "--json", cwd=Path(run_dir).parent)
-    assert rc == 0, f"pwe status failed: {err}"
-    return _json.loads(out)
-
-
-def by_key(records: list[dict]) -> dict[tuple[str, int], dict]:
-    return {(r["node"], r["member"]): r for r in records}
-
-
-def no_traceback(err: str) -> None:
-    assert "Traceback" not in err, f"a traceback reached the user:\n{err}"
-
-
-def pids_matching(pattern: str) -> list[int]:
-    proc = _subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    return [int(p) for p in proc.stdout.split()]
-
-
-def pilot_pids(run_dir: Path) -> list[int]:
-    pids = []
-    for line in (Path(run_dir) / "journal.jsonl").read_text().splitlines():
-        rec = _json.loads(line)
-        if rec.get("e") == "pilot":
-            pids.append(rec["pid"])
-    return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def engine_pid(run_dir: Path) -> int | None:
-    try:
-        return _json.loads((Path(run_dir) / "engine.lock").read_text())["pid"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ Invariants (:meth:`Hunt.check`), over every run whose engine is gone:
 - a member reused by a run that began after the last edit was made with the input's
   content and the command's version of that run's start.
 
-tests/test_harness.py runs a bounded number of sequences in the suite; bench/soak.py runs
+tests/engine/test_harness.py runs a bounded number of sequences in the suite; bench/soak.py runs
 it for a chosen time and writes what it found.
 """
 
@@ -40,7 +40,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from conftest import let_time_pass, wait_for
+from helpers import let_time_pass, wait_for
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 

@@ -2,7 +2,7 @@
 from its JSON Schema (pwe.workflow.schema, made from the pydantic models), and pwe's error tree
 (pwe.base.errors) with the troubleshooting entry each class must have.
 
-Used by docs/gen/hooks.py at build time and by tests/test_docs_site.py."""
+Used by docs/gen/hooks.py at build time and by tests/project/test_docs_site.py."""
 
 from __future__ import annotations
 
