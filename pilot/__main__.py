@@ -87,8 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     pilot = PilotAgent(directory, alloc, args.heartbeat, args.idle_timeout, args.fsync,
                   launcher=args.launcher, launcher_prefix=args.launcher_prefix, core_cap=args.core_cap,
                   margin=args.margin, spawners=args.spawners, transport=transport, scratch=args.scratch,
-                  tmp_per_node=args.tmp_per_node)
-    pilot.table, pilot.orphan_key = table, key_out
+                  tmp_per_node=args.tmp_per_node, table=table, orphan_key=key_out)
     sys.exit(pilot.run())
 
 

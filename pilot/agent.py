@@ -7,18 +7,26 @@ and fields are listed once, in :mod:`pilot.wire`.
 The pilot does not need the engine to be alive: it keeps running what it was given and
 its events wait for an engine to read them.
 
-The loop's steps all read and change the same queue, packer and running members, so
-the agent is one class; its parts are mixins by job: intake.py (what the engine sends,
-groups), endings.py (walltimes, drain, cancel, leave), nodesetup.py, remote.py (other
-nodes' agents, over ssh or srun), spawners.py (local spawners) and nodewatch.py (nodes
-lost). What has state of its own is apart
-(members.py, packing.py, tmpdirs.py, transport.py, broker.py); the command line is
-__main__.py.
+The agent is composed (issue 46): it holds its parts, each made once in ``__init__`` and
+given what it uses (the shared queue and running members, the allocation, the packer,
+the pilot's stage, callables such as ``emit`` or ``hand_back``), never the agent:
+``intake`` (intake.py: what the engine sends, groups, leave, cancel), ``endings``
+(endings.py: walltimes, memory, drain, signals, a spawn refused for now, the run
+directory gone), ``setups`` (nodesetup.py), ``scratch`` (tmpdirs.py: members' $TMPDIRs and
+output files, a node without scratch), ``losses`` (nodewatch.py: nodes lost), ``remote``
+(remote.py: other nodes' agents, over ssh or srun) and ``spawners`` (spawners.py: local
+spawners), the last two over ``helpers`` (remote.py: what they share). Its life is one
+:class:`pilot.phase.PilotPhase` in ``life`` (shared with the parts), moved only along its
+table; the SIGTERM of the batch system is a note beside it (``endings.term_heard``). What
+has state of its own and no call back into the pilot is apart (members.py, packing.py,
+transport.py, broker.py, streams.py); the command line is __main__.py.
 
 Why this module stays over 450 lines: what is left in it is the loop and the path every
-member takes through it (launch, spawn, reap, finish), the pilot's per-member hot path,
-kept in one place so that its cost is read, profiled (bench/pilot_profile.py) and changed
-in one sitting; each job that could leave it has gone to a mixin above.
+member takes through it (launch, spawn, reap, finish, and what an agent or spawner says
+of its members: read_agent), the pilot's per-member hot path, kept inline in one place so
+that its cost is read, profiled (bench/pilot_profile.py) and changed in one sitting, and
+``__init__``, where the parts are made and wired; each job that could leave it has gone
+to a part above.
 """
 
 from __future__ import annotations
@@ -28,13 +36,12 @@ import os
 import selectors
 import signal
 import time
-from array import array
-from collections import deque
 from typing import Any
 
 from .allocation import Allocation, discover, hostname, visible_gpus
 from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
+from .phase import Life, PilotPhase
 from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import (REFUSED_FOR_NOW, DirectoryError, Spawner, make_member_dir, member_base_env, open_node_dir, reaped,
                     start_failure, writable)
@@ -42,43 +49,40 @@ from .guardian import MemberTable
 from .members import (KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, outputs_path, say,
                       task_shape)
 from .memwatch import MemoryWatch
-from .endings import RUN_GONE, Endings, identity, when_ended
+from .endings import RUN_GONE, Endings, when_ended
 from .intake import TaskIntake
 from .nodesetup import SETUP_FAILED, NodeSetup
 from .nodewatch import NodeLosses, NodeWatch, slurmd_port
-from .remote import NodeAgent, RemoteNodes
+from .remote import Helpers, NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
-from .wire import AGENT_KILL, AGENT_ORPHANS, DOWN, END, HB, REASON_OOM, START, UNWRITABLE, UP, VERSION
+from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_STARTED, DOWN, END, HB, REASON_OOM,
+                   START, UNWRITABLE, UP, VERSION)
 
 
 
 FIRST_POLL = 0.002  # s between looks for the first task, in the first second (protocols/warmpilot.py)
 
 
-class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, NodeLosses, MemberTmp):
+class PilotAgent:
     """One pilot: fills the cores of its allocation's nodes with members."""
 
     def __init__(self, directory: str, allocation: Allocation | int, heartbeat: float = 5.0,
                  idle_timeout: float = 300.0, fsync: bool = False, poll: float = 0.02,
                  launcher: str | None = None, launcher_prefix: str | None = None, core_cap: int | None = None,
                  margin: float = 60.0, spawners: int | None = None, transport: Transport | None = None,
-                 scratch: str | None = None, tmp_per_node: int | None = None):
+                 scratch: str | None = None, tmp_per_node: int | None = None, table: MemberTable | None = None,
+                 orphan_key: bytes | None = None):
         if isinstance(allocation, int):  # a number of slots on this machine
             allocation = discover(env={}, cores=allocation)
         self.dir = directory
-        self.home = identity(directory)  # (a descriptor: its run removed or replaced meanwhile, Endings.look_home)
-        self.gone_looks = 0
-        self.gone = False
-        self.spawns_refused = 0
-        self.spawns_may_go()  # (spawn_paused_until: its node refused a spawn for now, nothing starts before)
         self.alloc = allocation
+        self.life = Life()  # the pilot's stage (pilot/phase.py): RUNNING until it is told or found otherwise
         self.tmpdirs = TmpDirs(directory, scratch)  # each member attempt's own $TMPDIR
         # members' stdout/stderr: captured in node-local scratch, kept in this pilot's stream
         self.streams = StreamWriter(directory, "out-pilot",
                                     scratch=self.tmpdirs.root if not self.tmpdirs.error else None)
-        self.n_writers = 0  # node agents and local spawners started: each one's stream is named apart
         self.node_dirs: dict[str, int] = {}  # the directories members run in when not their own: opened once
         # each node's tmp pool (tmpPerMember): the host's tmp_per_node, else what is free under
         # the tmp root here, measured once (other nodes' is not known: not counted)
@@ -93,21 +97,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self.heartbeat = heartbeat
         self.idle_timeout = idle_timeout
         self.poll = poll
-        self.queue: deque[dict] = deque()
-        # the next member of a group whose member just ended: queued first, into the slot
-        # it leaves (a task of a group carries the rest of its group under "_then")
-        self.chained: deque[dict] = deque()
         self.running: dict[int, Member] = {}
-        self.stopping = False
-        self.draining = False
-        self.terminated = False
-        self.signalled: list[tuple[float, Member, int]] = []
-        self.cancelled = False
         # (none given: the spool, signed with the run's secret when the pilot finds it)
         self.transport = transport or PilotSpool(directory, fsync, *keys(directory))
-        self._task_cursor = 0
-        self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
-        self.envs: dict[str, dict[str, str]] = {}  # the engine's ``env`` messages: id -> shared environment
         self._out: list[dict[str, Any]] = []
         self.write_blocked = False
         self._unwritable = ""  # the last member directory that refused, said once in pilot.log
@@ -115,23 +107,32 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         self._visible_gpus = visible_gpus(os.environ) or []
         self.spawner = Spawner()
         self.memory = MemoryWatch()  # members' memoryPerMember, of those it starts itself (pilot/memwatch.py)
-        self.agents: dict[str, NodeAgent] = {}
-        # many slots here: members are started by local spawners (pilot/spawners.py)
-        self.n_spawners = spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners)
-        self.spawners: dict[int, NodeAgent] = {}
-        self.pending: list[tuple[Member, dict]] = []  # handed to spawners once their starts are written
-        self.sel: selectors.BaseSelector | None = None
-        self._next_key = -1
-        self.leaving = False  # (pwe pilot drain) take nothing new, finish what runs, leave
-        self.setup_sets: dict[str, list[str]] = {}  # setup_per_node sets by id (pilot/nodesetup.py)
-        self.node_setups: dict[tuple[str, str], str] = {}  # (node, id) -> running | ok | failed
-        self.setup_procs: dict[int, tuple] = {}  # pid -> (process, node, id, started, log)
-        self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd)
-        self.losses: dict[str, str] = {}  # node -> how it was lost, in words
-        self.table: MemberTable | None = None  # shared with the guardian (pilot/guardian.py), if any
-        self.orphan_key: bytes | None = None  # what the guardian signs orphans.jsonl with (spawners too)
-        self.awaited: list[tuple] = []  # members of lost sessions whose ends their agents write (remote.py)
+        self.table = table  # shared with the guardian (pilot/guardian.py), if any
         self._to_report: list[int] = []  # its entries of members collected since the last write
+        self.sel: selectors.BaseSelector | None = None  # (the loop's: run)
+        self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd), from run
+
+        # its parts, each given what it uses (never the agent): ARCHITECTURE.md draws them
+        self.setups = NodeSetup(directory, allocation, self.packer, launcher, launcher_prefix, self.emit)
+        self.intake = intake = TaskIntake(self.transport, self.life, self.running, self.emit, self.signal_member,
+                                          self.setups.take_setup)
+        self.queue, self.chained, self.taken = intake.queue, intake.chained, intake.taken  # (shared, never rebound)
+        self.hand_back, self.next_in_group, self.read_tasks = intake.hand_back, intake.next_in_group, intake.read_tasks
+        self.endings = Endings(directory, self.life, allocation, self.running, self.memory, self.emit,
+                               self.signal_member, self.member_over, intake.hand_back, intake.hand_back_held,
+                               intake.next_in_group)
+        self.signalled = self.endings.signalled  # (shared, never rebound)
+        self.scratch = MemberTmp(self.tmpdirs, self.streams, self.packer, allocation, self.queue, self.life,
+                                 intake.hand_back_held)
+        self.losses = NodeLosses(self.packer, self.running, self.queue, self.streams, self.emit, intake.hand_back,
+                                 self.fail_now)
+        self.helpers = Helpers(directory, self.streams, table, orphan_key)
+        self.remote = RemoteNodes(self.helpers, self.tmpdirs, self.packer, self.running, launcher_prefix,
+                                  self.losses, self.emit, intake.hand_back, self.finish, self.scratch.scratch_refused)
+        # many slots here: members are started by local spawners (pilot/spawners.py)
+        self.spawners = LocalSpawners(
+            self.helpers, spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners),
+            self.running, self.queue, self.packer, self.emit, self.flush, self.finish)
 
     @property
     def free(self) -> int:
@@ -175,7 +176,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         if where is None:
             return
         member_env = dict(task.get("env") or {})
-        if not self.member_tmpdir(task, placement, threads, exclusive, member_env):
+        if not self.scratch.member_tmpdir(task, placement, threads, exclusive, member_env):
             return
         member_env["PWE_OUTPUTS"] = task["_out"] = outputs_path(
             task, self.tmpdirs.base if "PWE_TMPDIR" in member_env else None)
@@ -188,8 +189,8 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         env = self._base_env.copy()
         env.update(member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
-        if launcher == "fork" and self.n_spawners and self.launch_on_spawner(task, placement, threads, exclusive,
-                                                                            member_env):
+        if launcher == "fork" and self.spawners.count and self.spawners.launch_on_spawner(task, placement, threads,
+                                                                                          exclusive, member_env):
             return
         # the host's prefix is for the launcher it chose (or for any, when it chose none)
         prefix = self.launcher_prefix if self.launcher in (None, "auto", launcher) else None
@@ -198,7 +199,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             # through that node's agent: one ssh session, or one srun step, per node for the
             # pilot's life, not one per member (pilot/remote.py). A host that names srun
             # itself gets a step per member (SLURM accounts and confines each)
-            self.launch_on_agent(task, placement, threads, exclusive, member_env, launcher)
+            self.remote.launch_on_agent(task, placement, threads, exclusive, member_env, launcher)
             return
         if launcher == "srun" and ranks > 1 and prefix is None:
             from .mpi import srun_mpi
@@ -217,7 +218,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 return
             prefix = mpi.prefix(sorted(member_env))
         argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
-        fds = self.capture(task, placement, threads, exclusive)  # (before its start is said: tmpdirs.py)
+        fds = self.scratch.capture(task, placement, threads, exclusive)  # (before its start is said: tmpdirs.py)
         if fds is None:
             return
         # its start on disk before it exists (one write, no fsync): a pilot killed at any
@@ -247,7 +248,7 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.unwritable(task, placement, threads, exclusive, cwd, exc.strerror)
         elif exc.errno in REFUSED_FOR_NOW:
             self.packer.release(placement, threads, exclusive)
-            self.refused_for_now(task, placement[0][0].name, exc.strerror)
+            self.endings.refused_for_now(task, placement[0][0].name, exc.strerror)
         else:
             self.packer.release(placement, threads, exclusive)
             self.fail_now(task, *start_failure(exc))
@@ -327,19 +328,21 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
     def launch_ready(self) -> None:
         while self.chained:  # (a group's next member: first in line, into the slot just freed)
             self.queue.appendleft(self.chained.pop())
-        if self.setup_procs:
-            self.poll_setups()
-        if self.write_blocked or self.draining:
+        setups = self.setups
+        if setups.setup_procs:
+            setups.poll_setups()
+        if self.write_blocked or self.life.phase.drained:
             return
-        if self.no_scratch:  # (what came since no node had scratch for a member: back, as it comes)
-            self.hand_back_queued()
+        if self.scratch.no_scratch:  # (what came since no node had scratch for a member: back, as it comes)
+            self.scratch.hand_back_queued()
             return
         now = time.time()
         left = self.time_left(now)
         # first fit over a short look-ahead, so one wide member does not stall narrow ones
         i = 0
         # (none while its node refuses spawns for now: spawn_failed)
-        while i < len(self.queue) and i < 64 and self.free > 0 and self.spawn_paused_until <= now:
+        endings, pending = self.endings, self.spawners.pending
+        while i < len(self.queue) and i < 64 and self.free > 0 and endings.spawn_paused_until <= now:
             task = self.queue[i]
             shape = task_shape(task)
             ranks, threads, exclusive = shape[:3]
@@ -349,16 +352,16 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.why_never(shape)
+            never = self.losses.why_never(shape)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
                 continue
-            if self.setup_failed_everywhere(task):  # (pilot/nodesetup.py) another pilot runs it
+            if setups.setup_failed_everywhere(task):  # (pilot/nodesetup.py) another pilot runs it
                 del self.queue[i]
                 self.hand_back(task, SETUP_FAILED)
                 continue
-            placement = self.place_for(task, shape, task.get("_near"))
+            placement = setups.place_for(task, shape, task.get("_near"))
             if placement is None:
                 i += 1
                 continue
@@ -366,9 +369,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             self.launch(task, placement, ranks, threads, exclusive)
             # (a member of another node: its start, as its agent starts it; members for
             # local spawners: their starts in one write, after the pass)
-            if not self.pending and not self.flush():
+            if not pending and not self.flush():
                 return
-        self.send_pending()
+        self.spawners.send_pending()
 
     def _seen_over(self, pid: int, rc: int) -> None:
         """A child that has ended, before it is collected: into the guardian's table first."""
@@ -381,10 +384,10 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             at = time.time()  # (when it ended, as near as the pilot knows: its end's t)
             member = self.running.pop(pid, None)
             if member is None:
-                self.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
+                self.setups.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)
                 continue
-            if self.spawn_paused_until:
-                self.spawns_may_go()
+            if self.endings.spawn_paused_until:
+                self.endings.spawns_may_go()
             member.cpu, member.rss = cpu, rss
             if self.memory.limits:
                 over = self.memory.ended(pid, rss, rc)  # (its cgroup is done with; killed for memory: why)
@@ -392,9 +395,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                     member.killed, member.reason = over, REASON_OOM
             self.packer.release(member.placement, member.threads, member.exclusive)
             t = member.task
-            lost = self.lost_node_of(member)
+            lost = self.losses.lost_node_of(member)
             if lost:  # its node died under it: not the member's fault, whatever its launcher said
-                self.member_lost(t, lost, self.lost_why(lost))
+                self.losses.member_lost(t, lost, self.losses.lost_why(lost))
                 self.member_over(t, member.placement)
                 continue
             if member.launcher == "srun" and rc and not member.killed:
@@ -441,6 +444,40 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                   **fields, **member.usage())
         self.next_in_group(t)
 
+    def read_agent(self, agent: NodeAgent) -> None:
+        """What a node agent or local spawner said of its members (a spawner's members
+        end here: the per-member path); its session ended: what it ran goes back."""
+        msgs = agent.read()
+        if msgs is None:  # the session ended: the node died, or its agent did
+            if agent.local:
+                self.spawners.spawner_lost(agent)
+            else:
+                self.remote.agent_lost(agent)
+            return
+        for msg in msgs:
+            member = agent.members.get(msg.get("id"))
+            if member is None:
+                continue
+            if msg["k"] == AGENT_STARTED:
+                member.pid = msg["pid"]
+            elif msg["k"] in (AGENT_ENDED, AGENT_FAILED):
+                member.cpu, member.rss = msg.get("cpu"), msg.get("rss")
+                if msg.get("reason") and not member.killed:  # (its agent killed it: for memory)
+                    member.killed, member.reason = msg.get("why") or msg["reason"], msg["reason"]
+                agent.members.pop(member.key, None)
+                self.running.pop(member.key, None)
+                self.packer.release(member.placement, member.threads, member.exclusive)
+                if msg["k"] == AGENT_ENDED and self.endings.spawn_paused_until:
+                    self.endings.spawns_may_go()
+                if msg["k"] == AGENT_FAILED and msg.get("scratch"):  # (its node's, not the member's)
+                    self.scratch.scratch_refused(agent.node, str(msg.get("why")), member.task)
+                elif msg["k"] == AGENT_FAILED and msg.get("again"):  # (its node's limit, for now: endings.py)
+                    self.endings.refused_for_now(member.task, agent.node, str(msg.get("why")))
+                elif msg["k"] == AGENT_FAILED:
+                    self.fail_now(member.task, msg["rc"], msg["why"])
+                else:
+                    self.finish(member, msg["rc"])
+
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> int:
         rfd, wfd = os.pipe()
@@ -450,11 +487,11 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         signal.set_wakeup_fd(wfd)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
-        sel = self.sel = selectors.DefaultSelector()
+        sel = self.sel = self.helpers.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
         others = [n.name for n in self.alloc.nodes if not n.local]
         if self.alloc.kind == "slurm" and others:
-            self.watch = NodeWatch(others, slurmd_port(), sel, every=min(1.0, self.heartbeat / 5))
+            self.watch = self.losses.watch = NodeWatch(others, slurmd_port(), sel, every=min(1.0, self.heartbeat / 5))
         for left in self.tmpdirs.sweep():  # what pilots of this run killed here (SIGKILL) left
             say(f"removed {left}, left by a pilot of this run that is gone")
         self.emit(UP, v=VERSION, pid=os.getpid(), host=hostname(), slots=self.slots,
@@ -473,14 +510,14 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
             for m in self.running.values():
                 self.signal_member(m, signal.SIGKILL)
             why = f"error: {type(exc).__name__}: {exc}"
-        self.stop_setups()
+        self.setups.stop_setups()
         if self.watch is not None:
             self.watch.close()
-        for agent in list(self.agents.values()) + list(self.spawners.values()):
+        for agent in list(self.remote.agents.values()) + list(self.spawners.agents.values()):
             if agent.orphans is not None:
                 # (a close on purpose: what it still runs was handed back, so no grace, no orphans)
                 agent.send(k=AGENT_ORPHANS, grace=0)
-                self.table.helper_gone(agent.proc.pid)
+                self.helpers.gone(agent)
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
         self.memory.close()  # (members' cgroups, then its own)
         self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
@@ -494,8 +531,9 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         why the pilot leaves."""
         last_hb = last_activity = began = time.time()
         fed = False  # (until its first task: looked for every FIRST_POLL s, for at most a second)
+        life, endings, remote = self.life, self.endings, self.remote
         while True:
-            if not self.cancelled:
+            if not life.phase.ended:
                 # (the tasks file is read on every pass: a halt, a drain or a cancel is heard
                 # before the next member starts. Reading it only once a poll while the queue
                 # was deep saved a tenth of the pilot's CPU, but let 20 ms of members start
@@ -503,28 +541,28 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
                 if self.read_tasks():
                     last_activity, fed = time.time(), True
                     if self.packer.dead:  # (what came in may fit on no node that is left)
-                        self.fail_unplaceable()
+                        self.losses.fail_unplaceable()
                 self.launch_ready()
             if self.watch is not None:
                 self._watch_nodes()
             self.reap()
-            if not self.cancelled:
+            if not life.phase.ended:
                 self.launch_ready()  # fill the slots just freed before sleeping
             now = time.time()
             self._stop_if_told(now)
-            if self.awaited:
-                self.settle_awaited(now)
+            if remote.awaited:
+                remote.settle_awaited(now)
             if self.running:
                 last_activity = now
-                self.enforce_walltimes(now)
+                endings.enforce_walltimes(now)
                 if self.memory.limits:
-                    self.enforce_memory(now)
+                    endings.enforce_memory(now)
             if now - last_hb >= self.heartbeat:
                 self.emit(HB, running=len(self.running), queued=len(self.queue) + len(self.chained))
                 last_hb = now
-                self.look_home()
+                endings.look_home()
             self.flush()
-            self.send_pending()  # (held while the disk refused their starts)
+            self.spawners.send_pending()  # (held while the disk refused their starts)
             why = self._why_leave(now, last_activity)
             if why is not None:
                 return why
@@ -536,25 +574,31 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
         """Probe the allocation's other nodes (nodewatch.py); hand back what ran on a node found lost."""
         self.watch.tick()
         if self.watch.lost:
-            self.lose_nodes()
+            for name in self.watch.take_lost():
+                self.losses.lose_node(name)
+                agent = self.remote.agents.get(name)
+                if agent is not None:  # members over ssh: their session goes too
+                    self.remote.agent_lost(agent, dead=True)
+                self.losses.fail_unplaceable()
 
     def _stop_if_told(self, now: float) -> None:
         """Drain when the batch system stops the pilot or the allocation ends; carry on
         ending members after a signal."""
         left = self.time_left(now)
-        if ((left is not None and left <= 0) or self.terminated) and not self.cancelled:
-            self.drain(now, "the batch system stopped the pilot" if self.terminated else "the allocation ends")
+        endings = self.endings
+        if ((left is not None and left <= 0) or endings.term_heard) and not self.life.phase.ended:
+            endings.drain(now, "the batch system stopped the pilot" if endings.term_heard else "the allocation ends")
         if self.signalled:
-            self.settle_signalled(now)
+            endings.settle_signalled(now)
 
     def _why_leave(self, now: float, last_activity: float) -> str | None:
         """Why the pilot leaves now (nothing runs and nothing is left to do), or None."""
-        if self.running or self.awaited:
+        if self.running or self.remote.awaited:
             return None
-        if not self.signalled and (
-                self.cancelled or self.draining or (self.stopping and not self.queue and not self.chained)):
-            return ("gone" if self.gone else "cancel" if self.cancelled else "terminated" if self.terminated
-                    else "walltime" if self.draining else "leave" if self.leaving else "stop")
+        phase = self.life.phase
+        if not self.signalled and (phase.drained or phase.ended or (
+                phase is not PilotPhase.RUNNING and not self.queue and not self.chained)):
+            return phase.word
         if not self.queue and not self.chained and now - last_activity > self.idle_timeout:
             return "idle"
         return None
@@ -577,6 +621,6 @@ class PilotAgent(TaskIntake, Endings, RemoteNodes, LocalSpawners, NodeSetup, Nod
 
     def _on_term(self, signum: int, _frame: Any) -> None:
         # the batch system is taking the allocation back (scancel, preemption, walltime):
-        # not the members' fault; the loop hands them back (see drain)
-        self.terminated = True
+        # not the members' fault; the loop hands them back (Endings.drain), unless cancelled
+        self.endings.term_heard = True
 

@@ -21,6 +21,11 @@ write the run directory), so nothing in it is trusted to be the size or the kind
   more than :data:`FLOOR`), a truncated stream or a file that is not gzip is
   :class:`Damaged`, an :class:`OSError`: every reader that says "cannot be read" says it
   (never an ``EOFError``, which click would turn into a bare "Aborted!").
+
+Why one module over 450 lines: it is the one opener and reader of what others wrote, and
+its guarantees (regular files only, inside their directory, lines bounded, expansions
+capped) hold only together: every reader goes through it, so a check added to one path
+and not another would be read here, in one sitting, or missed.
 """
 
 from __future__ import annotations

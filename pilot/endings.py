@@ -1,10 +1,11 @@
-"""How members end other than on their own (a mixin of :class:`pilot.agent.PilotAgent`):
-their walltime (SIGTERM, then SIGKILL after a grace; reason ``walltime``), their memory
-(pilot/memwatch.py; reason ``oom``), the allocation ending or the batch
-system stopping the pilot (drain: everything handed back, no attempt spent), a signal
-from someone else, ``pwe cancel`` and ``pwe pilot drain`` (leave), and the pilot's own
+"""How members end other than on their own (:class:`Endings`, a part of
+:class:`pilot.agent.PilotAgent`): their walltime (SIGTERM, then SIGKILL after a grace;
+reason ``walltime``), their memory (pilot/memwatch.py; reason ``oom``), the allocation
+ending or the batch system stopping the pilot (drain: everything handed back, no attempt
+spent), a signal from someone else, a spawn its node refused for now, and the pilot's own
 directory removed or replaced while nobody was there to stop it (:meth:`Endings.look_home`).
-Standard library only.
+``pwe cancel`` and ``pwe pilot drain`` are the engine's words: pilot/intake.py. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
-from .members import collect, say
+from .allocation import Allocation
+from .members import Member, collect, say
+from .memwatch import MemoryWatch
+from .phase import Life, PilotPhase
 from .wire import DRAIN, END, NOT_STARTED, REASON_OOM, REASON_WALLTIME
 
 _KILL_GRACE = 5.0
@@ -46,10 +52,37 @@ def when_ended(at: float, started: float) -> dict[str, float]:
 
 
 class Endings:
-    """The part of :class:`pilot.agent.PilotAgent` that stops members and hands them back."""
+    """The part of :class:`pilot.agent.PilotAgent` that stops members and hands them back:
+    it holds the members whose end waits for the pilot's own SIGTERM (``signalled``),
+    whether that SIGTERM was heard (``term_heard``: a signal handler's note, not a stage:
+    pilot/phase.py), the pause after a spawn refused for now and the pilot's hold on its
+    directory; it is given the pilot's stage, allocation, running members and memory
+    watch, and the callables it calls."""
 
     #: looks in a row that must find the directory gone before the pilot believes it
     GONE_AFTER = 2
+
+    def __init__(self, directory: str, life: Life, alloc: Allocation, running: dict[int, Member],
+                 memory: MemoryWatch, emit: Callable[..., None], signal_member: Callable[[Member, int], None],
+                 member_over: Callable[[dict, Any], None], hand_back: Callable[..., None],
+                 hand_back_held: Callable[[str], None], next_in_group: Callable[[dict], None]):
+        self.dir = directory
+        self.life = life
+        self.alloc = alloc
+        self.running = running
+        self.memory = memory
+        self.emit = emit
+        self.signal_member = signal_member
+        self.member_over = member_over
+        self.hand_back = hand_back
+        self.hand_back_held = hand_back_held
+        self.next_in_group = next_in_group
+        self.home = identity(directory)  # (a descriptor: its run removed or replaced meanwhile, look_home)
+        self.gone_looks = 0
+        self.signalled: list[tuple[float, Member, int]] = []
+        self.term_heard = False  # (set by the pilot's SIGTERM handler: the batch system stops it)
+        self.spawns_refused = 0
+        self.spawns_may_go()  # (spawn_paused_until: its node refused a spawn for now, nothing starts before)
 
     def look_home(self) -> None:
         """(Once a heartbeat.) Whether this pilot's directory is still the one it started
@@ -60,7 +93,7 @@ class Endings:
         ends its members and leaves (why ``gone``). Only "no such directory" or another
         directory at the path counts: any other error (a network file system that does not
         answer now) is never taken for a removed run."""
-        if self.cancelled or self.home is None:
+        if self.life.phase.ended or self.home is None:
             return
         try:
             gone = os.stat(self.dir).st_ino != os.fstat(self.home).st_ino
@@ -72,7 +105,7 @@ class Endings:
         if self.gone_looks >= self.GONE_AFTER:
             say(f"{self.dir} was removed, or is another run's now: this pilot's run is gone; ending its "
                 f"{len(self.running)} running members and leaving")
-            self.gone = self.cancelled = True  # (it takes nothing more: the loop reads no tasks)
+            self.life.become(PilotPhase.GONE)  # (it takes nothing more: the loop reads no tasks)
             # handed back, no attempt spent: it is not the members' doing (should the run be
             # resumed where it was moved to, they run again as the same attempt)
             self.hand_back_held(RUN_GONE)
@@ -99,14 +132,6 @@ class Endings:
         and the pause starts again from its least (:meth:`refused_for_now`)."""
         self.spawn_paused_until, self.spawn_pause = 0.0, SPAWN_PAUSE_LEAST
 
-    def leave(self) -> None:
-        """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing
-        new, finish what runs, then leave."""
-        if self.leaving:
-            return
-        self.leaving = self.stopping = True
-        self.hand_back_held("the pilot is drained")
-
     def settle_signalled(self, now: float) -> None:
         """Members whose end waits a moment for the pilot's own SIGTERM (the allocation
         ending): killed by a signal nobody here sent, or an srun that failed (srun fails
@@ -114,12 +139,12 @@ class Endings:
         SIGTERM comes, they go back to the engine; if not, they ended as they said."""
         keep = []
         for at, member, rc in self.signalled:
-            if not self.terminated and now - at <= _SIGNAL_GRACE:
+            if not self.term_heard and now - at <= _SIGNAL_GRACE:
                 keep.append((at, member, rc))
                 continue
             t = member.task
             self.member_over(t, member.placement)
-            if self.terminated:
+            if self.term_heard:
                 self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
                 continue
             why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
@@ -127,7 +152,7 @@ class Endings:
             self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=collect(t), **when_ended(at, member.started),
                       **why, **member.usage())
             self.next_in_group(t)
-        self.signalled = keep
+        self.signalled[:] = keep  # (in place: the agent holds this list too)
 
     def enforce_walltimes(self, now: float) -> None:
         for m in self.running.values():
@@ -150,10 +175,12 @@ class Endings:
                 m.killed, m.reason = why, REASON_OOM
 
     def drain(self, now: float, why: str = "the allocation ends") -> None:
-        """The allocation is about to end: hand back what has not started, stop what has
-        (it would be killed anyway) and hand that back too: no attempt is spent."""
-        if not self.draining:
-            self.draining = True
+        """The allocation is about to end (or the batch system stopped the pilot:
+        TERMINATED): hand back what has not started, stop what has (it would be killed
+        anyway) and hand that back too: no attempt is spent."""
+        first = not self.life.phase.drained
+        self.life.at_least(PilotPhase.TERMINATED if self.term_heard else PilotPhase.DRAINING)
+        if first:
             left = round(self.alloc.end - now, 1) if self.alloc.end else None
             self.emit(DRAIN, why=why, left=left)
             self.hand_back_held("the allocation is ending")
@@ -162,11 +189,3 @@ class Endings:
                 m.killed = "allocation ends"
                 m.term_at = now
                 self.signal_member(m, signal.SIGTERM)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        self.queue.clear()
-        self.chained.clear()
-        for m in self.running.values():
-            m.killed = "cancelled"
-            self.signal_member(m, signal.SIGKILL)

@@ -1,22 +1,46 @@
-"""What the engine sends a pilot, taken in (a mixin of :class:`pilot.agent.PilotAgent`):
-tasks and groups of tasks, each attempt taken once (:meth:`TaskIntake.take`), the
-control messages (stop, setup, leave, cancel), and members handed back unstarted. A
-group's members hold one slot between them and run one after another in it
-(:meth:`TaskIntake.next_in_group`). Standard library only.
+"""What the engine sends a pilot, taken in (:class:`TaskIntake`, a part of
+:class:`pilot.agent.PilotAgent`): tasks and groups of tasks, each attempt taken once
+(:meth:`TaskIntake.take`), the control messages (stop, setup, leave, cancel), and members
+handed back unstarted. A group's members hold one slot between them and run one after
+another in it (:meth:`TaskIntake.next_in_group`). Standard library only.
 """
 
 from __future__ import annotations
 
+import signal
 from array import array
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
-from .members import say
+from .members import Member, say
+from .phase import Life, PilotPhase
+from .transport import Transport
 from .wire import BACK, CANCEL, DAMAGED, ENV, FORGED, GROUP, LEAVE, MALFORMED, NO_ENV, SETUP, STOP, TASK
 
 
 class TaskIntake:
-    """The part of :class:`pilot.agent.PilotAgent` that takes what the engine sends
-    (its queue, ``taken``, transport and the rest are the agent's)."""
+    """The part of :class:`pilot.agent.PilotAgent` that takes what the engine sends: it
+    holds the queue, the groups' next members (``chained``), each member's attempt taken
+    and the shared environments; it is given the transport, the pilot's stage, its running
+    members and the callables it calls (events out, a member signalled, a setup taken)."""
+
+    def __init__(self, transport: Transport, life: Life, running: dict[int, Member],
+                 emit: Callable[..., None], signal_member: Callable[[Member, int], None],
+                 take_setup: Callable[[dict[str, Any]], None]):
+        self.transport = transport
+        self.life = life
+        self.running = running
+        self.emit = emit
+        self.signal_member = signal_member
+        self.take_setup = take_setup
+        self._task_cursor = 0
+        self.queue: deque[dict] = deque()
+        # the next member of a group whose member just ended: queued first, into the slot
+        # it leaves (a task of a group carries the rest of its group under "_then")
+        self.chained: deque[dict] = deque()
+        self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
+        self.envs: dict[str, dict[str, str]] = {}  # the engine's ``env`` messages: id -> shared environment
 
     def read_tasks(self) -> bool:
         """Take in whatever complete task messages were sent; True if any arrived."""
@@ -27,8 +51,9 @@ class TaskIntake:
             if kind == TASK:
                 if not self.take(msg):
                     continue
-                if self.draining or self.leaving:
-                    self.hand_back(msg, "the allocation is ending" if self.draining else "the pilot is drained")
+                back = self.life.phase.back_why  # (draining: the allocation is ending; leaving: drained)
+                if back:
+                    self.hand_back(msg, back)
                 elif msg.get("a", 1) > 1:
                     # it ran before (its node or pilot was lost, or it failed): it had its
                     # turn, so it goes ahead of what this pilot holds, not behind it
@@ -40,7 +65,7 @@ class TaskIntake:
                 tasks = msg.get("tasks")
                 got = self.take_group(tasks if isinstance(tasks, list) else []) or got
             elif kind == STOP:
-                self.stopping = True
+                self.life.at_least(PilotPhase.STOPPING)
             elif kind == ENV:
                 env = msg.get("env")
                 if isinstance(env, dict) and all(type(v) is str for v in env.values()):
@@ -118,7 +143,7 @@ class TaskIntake:
         head = tasks[0]
         if len(tasks) > 1:
             head["_then"] = deque(tasks[1:])
-        if self.draining:
+        if self.life.phase.drained:  # (a group that comes while the pilot leaves is run, as before)
             self.hand_back(head, "the allocation is ending")
         else:
             self.queue.append(head)
@@ -135,9 +160,24 @@ class TaskIntake:
             nxt["_then"] = rest
         if "_on" in task:
             nxt["_near"] = task["_on"]  # (the node it ran on: the next one takes the slot it left)
-        if self.draining:
-            self.hand_back(nxt, "the allocation is ending")
-        elif self.leaving:  # (pwe pilot drain: what has not started goes back)
-            self.hand_back(nxt, "the pilot is drained")
-        elif not self.cancelled:
+        phase = self.life.phase
+        if phase.back_why:  # (the allocation ending; pwe pilot drain: what has not started goes back)
+            self.hand_back(nxt, phase.back_why)
+        elif not phase.ended:
             self.chained.append(nxt)
+
+    # -- the engine's leave and cancel -----------------------------------------------------
+    def leave(self) -> None:
+        """``pwe pilot drain``: hand back what is queued (no attempt spent), take nothing
+        new, finish what runs, then leave."""
+        if self.life.at_least(PilotPhase.LEAVING):
+            self.hand_back_held("the pilot is drained")
+
+    def cancel(self) -> None:
+        """``pwe cancel``: nothing more starts, what runs is killed (said ``cancelled``)."""
+        self.life.at_least(PilotPhase.CANCELLED)
+        self.queue.clear()
+        self.chained.clear()
+        for m in self.running.values():
+            m.killed = "cancelled"
+            self.signal_member(m, signal.SIGKILL)

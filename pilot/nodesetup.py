@@ -18,11 +18,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
+from .allocation import Allocation
 from .launchers import choose, wrap
 from .members import say
-from .packing import Placement
+from .packing import Packer, Placement
 from .wire import NODE_SETUP
 
 #: How a ``back`` says that no node of the pilot could run the member's setup_per_node.
@@ -30,8 +32,21 @@ SETUP_FAILED = "setup_per_node failed on every node of this pilot"
 
 
 class NodeSetup:
-    """The part of :class:`pilot.agent.PilotAgent` that runs setup_per_node sets (a mixin:
-    it uses the pilot's allocation, packer, launcher settings and events)."""
+    """The part of :class:`pilot.agent.PilotAgent` that runs setup_per_node sets: it holds
+    the sets, each node's outcome and the setups running; it is given the pilot's
+    directory, allocation, packer, launcher settings and its events' emit."""
+
+    def __init__(self, directory: str, alloc: Allocation, packer: Packer, launcher: str | None,
+                 launcher_prefix: str | None, emit: Callable[..., None]):
+        self.dir = directory
+        self.alloc = alloc
+        self.packer = packer
+        self.launcher = launcher
+        self.launcher_prefix = launcher_prefix
+        self.emit = emit
+        self.setup_sets: dict[str, list[str]] = {}  # setup_per_node sets by id
+        self.node_setups: dict[tuple[str, str], str] = {}  # (node, id) -> running | ok | failed
+        self.setup_procs: dict[int, tuple] = {}  # pid -> (process, node, id, started, log)
 
     def take_setup(self, msg: dict[str, Any]) -> None:
         """A ``setup`` message: the set's lines, by id (a second copy changes nothing)."""

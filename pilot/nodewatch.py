@@ -16,7 +16,7 @@ was not running (a loaded node: its loop came round late) is not counted against
 
 The probe sockets are registered in the pilot's selector (data: this watch), so the loop
 wakes when one completes; :meth:`NodeWatch.tick` starts and times them out. What the pilot
-does with a lost node and the members that ran there is :class:`NodeLosses`, a mixin of
+does with a lost node and the members that ran there is :class:`NodeLosses`, a part of
 :class:`pilot.agent.PilotAgent`.
 """
 
@@ -29,10 +29,16 @@ import signal
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .allocation import slurm_config
 from .members import Member, killpg, note_stderr, say, task_shape
+from .packing import Packer
 from .wire import NODE_LOST
+
+if TYPE_CHECKING:
+    from .streams import StreamWriter
 
 #: slurmd's port when ``scontrol show config`` does not say (SLURM's default)
 SLURMD_PORT = 6818
@@ -148,8 +154,24 @@ class NodeWatch:
 
 
 class NodeLosses:
-    """The pilot's side of a node lost (uses its watch, packer, running members, agents,
-    queue and events)."""
+    """The pilot's side of a node lost: it holds how each node was lost, in words
+    (``losses``); it is given the pilot's packer, running members, queue, output streams
+    and the callables it calls, and its node watch once the pilot's loop has one
+    (``watch``: SLURM only). The node agent of a lost node is the pilot's to close
+    (pilot.agent.PilotAgent._watch_nodes: remote.py)."""
+
+    def __init__(self, packer: Packer, running: dict[int, Member], queue: deque[dict], streams: StreamWriter,
+                 emit: Callable[..., None], hand_back: Callable[..., None],
+                 fail_now: Callable[[dict, int, str], None]):
+        self.packer = packer
+        self.running = running
+        self.queue = queue
+        self.streams = streams
+        self.emit = emit
+        self.hand_back = hand_back
+        self.fail_now = fail_now
+        self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd), from the loop's start
+        self.losses: dict[str, str] = {}  # node -> how it was lost, in words
 
     def why_never(self, shape: tuple) -> str | None:
         """Why a member of this shape can never run in this allocation (the packer's word,
@@ -178,22 +200,17 @@ class NodeLosses:
         note_stderr(self.streams, task, f"{why}: run again elsewhere")
         self.hand_back(task, why)
 
-    def lose_nodes(self) -> None:
-        """Act on the nodes the watch found lost: nothing more goes there, and what runs
-        there is stopped (its launcher, here) and handed back as it is reaped."""
-        for name in self.watch.take_lost() if self.watch is not None else ():
-            why = self.losses[name] = self.lost_why(name)
-            say(f"{why}; its members go to the other nodes of the allocation")
-            self.packer.kill_node(name)
-            for m in list(self.running.values()):
-                if m.agent is None and any(n.name == name for n, _ in m.placement):
-                    # (srun or mpiexec here: the member there is gone; reaped, it is handed
-                    # back, its node being among the watch's gone: lost_node_of)
-                    killpg(m.pid, signal.SIGKILL)
-            agent = self.agents.get(name)
-            if agent is not None:  # members over ssh: their session goes too
-                self.agent_lost(agent, dead=True)
-            self.fail_unplaceable()
+    def lose_node(self, name: str) -> None:
+        """Act on a node the watch found lost: nothing more goes there, and what runs there
+        is stopped (its launcher, here) and handed back as it is reaped."""
+        why = self.losses[name] = self.lost_why(name)
+        say(f"{why}; its members go to the other nodes of the allocation")
+        self.packer.kill_node(name)
+        for m in list(self.running.values()):
+            if m.agent is None and any(n.name == name for n, _ in m.placement):
+                # (srun or mpiexec here: the member there is gone; reaped, it is handed
+                # back, its node being among the watch's gone: lost_node_of)
+                killpg(m.pid, signal.SIGKILL)
 
     def fail_unplaceable(self) -> None:
         """After a node died: members that no longer fit anywhere fail now, with the reason,
@@ -205,4 +222,5 @@ class NodeLosses:
                 self.fail_now(task, 1, f"cannot be placed: {never}")
             else:
                 keep.append(task)
-        self.queue = keep
+        self.queue.clear()  # (in place: the queue is the pilot's, shared)
+        self.queue.extend(keep)

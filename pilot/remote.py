@@ -7,6 +7,7 @@ run again (no result came back). Standard library only."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import selectors
@@ -14,14 +15,20 @@ import shlex
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .launchers import AGENT_SRUN, PREFIXES, command
 from .members import Member, say, argv_for
-from .packing import Placement
-from .guardian import HELPER_MARGIN, read_orphans_file
+from .packing import Packer, Placement
+from .guardian import HELPER_MARGIN, MemberTable, read_orphans_file
 from .settings import ORPHAN_GRACE
-from .wire import AGENT_ENDED, AGENT_FAILED, AGENT_ORPHANS, AGENT_RUN, AGENT_STARTED, ORPHAN_END, START
+from .wire import AGENT_ORPHANS, AGENT_RUN, ORPHAN_END, START
+
+if TYPE_CHECKING:
+    from .nodewatch import NodeLosses
+    from .streams import StreamWriter
+    from .tmpdirs import TmpDirs
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
@@ -81,9 +88,73 @@ class NodeAgent:
 
 
 
+class Helpers:
+    """What the pilot's node agents and local spawners share (pilot/spawners.py): the names
+    of their output streams (each one's own), the guardian's hold on them (its member table
+    and the key their orphans' ends are signed with: None without a guardian), the keys of
+    the members they run (negative, never a pid) and the loop's selector (from its start)."""
+
+    def __init__(self, directory: str, streams: StreamWriter, table: MemberTable | None = None,
+                 orphan_key: bytes | None = None):
+        self.dir = directory
+        self.streams = streams
+        self.table = table  # shared with the guardian (pilot/guardian.py), if any
+        self.orphan_key = orphan_key  # what the guardian signs orphans.jsonl with (spawners too)
+        self.n_writers = 0  # node agents and local spawners started: each one's stream is named apart
+        self.keys = itertools.count(-1, -1)  # (next(): a member of an agent's own key)
+        self.sel: selectors.BaseSelector | None = None
+
+    def arrange_orphans(self, agent: NodeAgent, name: str) -> None:
+        """Tell a new agent (or local spawner) where its members' ends go, signed, should
+        this pilot die or its session break, and the grace they get then
+        (:mod:`pilot.nodeagent`); its process is one the guardian waits for."""
+        if self.table is None:  # (no guardian: no one waits for its word)
+            return
+        self.table.helper(agent.proc.pid)
+        agent.orphans = os.path.join(self.dir, f"orphans-{name}-{self.n_writers}.jsonl")
+        agent.send(k=AGENT_ORPHANS, path=agent.orphans, key=self.orphan_key.hex() if self.orphan_key else "",
+                   grace=ORPHAN_GRACE.get())
+
+    def stream_for(self, name: str, here: bool = False) -> list[str]:
+        """The arguments that give a new node agent or spawner its own output stream in this
+        pilot's directory (a name never used before by this pilot: one that took the place
+        of a lost one writes a file of its own) and the output cap; ``here``: on this node,
+        capturing in the pilot's own scratch (another node's is its $TMPDIR, else /tmp)."""
+        self.n_writers += 1
+        return ["--stream", os.path.join(os.path.abspath(self.dir), f"out-{name}-{self.n_writers}"),
+                "--cap", str(self.streams.cap)] + (["--scratch", self.streams.scratch] if here else [])
+
+    def gone(self, agent: NodeAgent) -> None:
+        """An agent or spawner that is no more: the guardian waits for it no longer."""
+        if agent.orphans is not None:  # (arranged: the guardian counts it as a helper)
+            self.table.helper_gone(agent.proc.pid)
+
+
 class RemoteNodes:
     """The part of :class:`pilot.agent.PilotAgent` that runs members on other nodes through
-    their agents (a mixin: it uses the pilot's queue, packer, running members and events)."""
+    their agents: it holds those agents by node and the members of lost sessions whose
+    ends are awaited; it is given the helpers' shared ground, the pilot's tmpdirs, packer,
+    running members, launcher prefix, its node losses (pilot/nodewatch.py) and the
+    callables it calls. What an agent says of its members is read by the agent's loop
+    (pilot.agent.PilotAgent.read_agent: the per-member path)."""
+
+    def __init__(self, helpers: Helpers, tmpdirs: TmpDirs, packer: Packer, running: dict[int, Member],
+                 launcher_prefix: str | None, losses: NodeLosses, emit: Callable[..., None],
+                 hand_back: Callable[..., None], finish: Callable[..., None],
+                 scratch_refused: Callable[[str, str, dict], None]):
+        self.helpers = helpers
+        self.dir = helpers.dir
+        self.tmpdirs = tmpdirs
+        self.packer = packer
+        self.running = running
+        self.launcher_prefix = launcher_prefix
+        self.losses = losses
+        self.emit = emit
+        self.hand_back = hand_back
+        self.finish = finish
+        self.scratch_refused = scratch_refused
+        self.agents: dict[str, NodeAgent] = {}
+        self.awaited: list[tuple] = []  # members of lost sessions whose ends their agents write
 
     def launch_on_agent(self, task: dict, placement: Placement, threads: int, exclusive: bool,
                         member_env: dict, launcher: str = "ssh") -> None:
@@ -95,8 +166,7 @@ class RemoteNodes:
             self.scratch_refused(node, f"cannot make a member's $TMPDIR: {self.tmpdirs.error}", task)
             return
         agent = self.agents.get(node) or self.start_agent(node, launcher)
-        key = self._next_key
-        self._next_key -= 1
+        key = next(self.helpers.keys)
         member = Member(task, 0, placement, threads, exclusive, launcher)
         member.agent, member.key = agent, key
         # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
@@ -123,7 +193,7 @@ class RemoteNodes:
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
         # its members' output into a stream of its own (no two processes append to one file)
-        stream = self.stream_for(f"node-{node}")
+        stream = self.helpers.stream_for(f"node-{node}")
         if launcher == "srun":
             # a step of one task on that node, sharing its cores with the members (--overlap)
             argv = command(AGENT_SRUN, node=node) + ["env", f"PYTHONPATH={root}", sys.executable, "-m",
@@ -141,62 +211,10 @@ class RemoteNodes:
         except OSError as exc:
             say(f"cannot start {launcher} to {node}: {exc}")
             return None
-        agent = NodeAgent(node, proc, self.sel)
+        agent = NodeAgent(node, proc, self.helpers.sel)
         self.agents[node] = agent
-        self.arrange_orphans(agent, f"node-{node}")
+        self.helpers.arrange_orphans(agent, f"node-{node}")
         return agent
-
-    def arrange_orphans(self, agent: NodeAgent, name: str) -> None:
-        """Tell a new agent (or local spawner) where its members' ends go, signed, should
-        this pilot die or its session break, and the grace they get then
-        (:mod:`pilot.nodeagent`); its process is one the guardian waits for."""
-        if self.table is None:  # (no guardian: no one waits for its word)
-            return
-        self.table.helper(agent.proc.pid)
-        agent.orphans = os.path.join(self.dir, f"orphans-{name}-{self.n_writers}.jsonl")
-        agent.send(k=AGENT_ORPHANS, path=agent.orphans, key=self.orphan_key.hex() if self.orphan_key else "",
-                   grace=ORPHAN_GRACE.get())
-
-    def stream_for(self, name: str, here: bool = False) -> list[str]:
-        """The arguments that give a new node agent or spawner its own output stream in this
-        pilot's directory (a name never used before by this pilot: one that took the place
-        of a lost one writes a file of its own) and the output cap; ``here``: on this node,
-        capturing in the pilot's own scratch (another node's is its $TMPDIR, else /tmp)."""
-        self.n_writers += 1
-        return ["--stream", os.path.join(os.path.abspath(self.dir), f"out-{name}-{self.n_writers}"),
-                "--cap", str(self.streams.cap)] + (["--scratch", self.streams.scratch] if here else [])
-
-    def read_agent(self, agent: NodeAgent) -> None:
-        msgs = agent.read()
-        if msgs is None:  # the session ended: the node died, or its agent did
-            if agent.local:
-                self.spawner_lost(agent)
-            else:
-                self.agent_lost(agent)
-            return
-        for msg in msgs:
-            member = agent.members.get(msg.get("id"))
-            if member is None:
-                continue
-            if msg["k"] == AGENT_STARTED:
-                member.pid = msg["pid"]
-            elif msg["k"] in (AGENT_ENDED, AGENT_FAILED):
-                member.cpu, member.rss = msg.get("cpu"), msg.get("rss")
-                if msg.get("reason") and not member.killed:  # (its agent killed it: for memory)
-                    member.killed, member.reason = msg.get("why") or msg["reason"], msg["reason"]
-                agent.members.pop(member.key, None)
-                self.running.pop(member.key, None)
-                self.packer.release(member.placement, member.threads, member.exclusive)
-                if msg["k"] == AGENT_ENDED and self.spawn_paused_until:
-                    self.spawns_may_go()
-                if msg["k"] == AGENT_FAILED and msg.get("scratch"):  # (its node's, not the member's)
-                    self.scratch_refused(agent.node, str(msg.get("why")), member.task)
-                elif msg["k"] == AGENT_FAILED and msg.get("again"):  # (its node's limit, for now: endings.py)
-                    self.refused_for_now(member.task, agent.node, str(msg.get("why")))
-                elif msg["k"] == AGENT_FAILED:
-                    self.fail_now(member.task, msg["rc"], msg["why"])
-                else:
-                    self.finish(member, msg["rc"])
 
     def agent_lost(self, agent: NodeAgent, extra: list[dict] = (), dead: bool = False) -> None:
         """A node's session is gone: what ran there (and ``extra``) goes back to the engine.
@@ -210,8 +228,7 @@ class RemoteNodes:
                 agent.proc.kill()
             except OSError:
                 pass
-        if agent.orphans is not None:
-            self.table.helper_gone(agent.proc.pid)
+        self.helpers.gone(agent)
         self.agents.pop(agent.node, None)
         lost = list(agent.members.values())
         agent.members.clear()
@@ -242,7 +259,7 @@ class RemoteNodes:
         word by the deadline: the node or its agent died) go back as a broken session's."""
         for entry in list(self.awaited):
             deadline, agent, waiting, extra, said = entry
-            ends = {(o["n"], o["m"], o["a"]): o for o in read_orphans_file(agent.orphans, self.orphan_key)}
+            ends = {(o["n"], o["m"], o["a"]): o for o in read_orphans_file(agent.orphans, self.helpers.orphan_key)}
             left = []
             for m in waiting:
                 o = ends.get((m.task["n"], m.task["m"], m.task["a"]))
@@ -266,17 +283,18 @@ class RemoteNodes:
         if dead or not self.node_alive(node):
             self.packer.kill_node(node)
             # (the node watch's words when it found the node lost, else the session's last)
-            why = self.losses.get(node) or f"node {node} became unreachable" + (f": {said[-300:]}" if said else "")
-            self.losses[node] = why
+            losses = self.losses.losses
+            why = losses.get(node) or f"node {node} became unreachable" + (f": {said[-300:]}" if said else "")
+            losses[node] = why
             say(f"{why}; its members go to the other nodes")
             for t in tasks:
-                self.member_lost(t, node, why)
+                self.losses.member_lost(t, node, why)
         else:
             for t in tasks:
                 self.hand_back(t, f"its session to node {node} ended: {said[-200:]}")
         for m in killed:  # members we were stopping anyway: report as if reaped
             self.finish(m, -signal.SIGKILL)
-        self.fail_unplaceable()
+        self.losses.fail_unplaceable()
 
     def _ssh_head(self, node: str) -> list[str]:
         """The ssh command (host's prefix or the default) that reaches one node."""
@@ -288,8 +306,8 @@ class RemoteNodes:
         node watch's probe); else one short ssh round trip."""
         import subprocess
 
-        if self.watch is not None:
-            return self.watch.answers(name)
+        if self.losses.watch is not None:
+            return self.losses.watch.answers(name)
         head = self._ssh_head(name)
         if head and head[0].endswith("ssh"):
             head[1:1] = ["-S", "none"]  # a fresh connection, even if the prefix multiplexes

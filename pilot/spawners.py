@@ -21,9 +21,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections import deque
+from collections.abc import Callable
+
 from .members import Member, argv_for, say
-from .packing import Placement
-from .remote import NodeAgent
+from .packing import Packer, Placement
+from .remote import Helpers, NodeAgent
 from .settings import SPAWNERS
 from .wire import AGENT_RUN, START
 
@@ -58,8 +61,25 @@ def spawner_count(local_slots: int, asked: int | None = None, cores: int | None 
 
 
 class LocalSpawners:
-    """The part of :class:`pilot.agent.PilotAgent` that hands local members to spawners
-    (a mixin: it uses the pilot's running members, packer, events and selector)."""
+    """The part of :class:`pilot.agent.PilotAgent` that hands local members to spawners:
+    it holds the spawners by index (``agents``) and the members placed in this pass
+    (``pending``); it is given the helpers' shared ground (remote.py), how many spawners,
+    the pilot's running members, queue and packer, and the callables it calls."""
+
+    def __init__(self, helpers: Helpers, count: int, running: dict[int, Member], queue: deque[dict],
+                 packer: Packer, emit: Callable[..., None], flush: Callable[[], bool],
+                 finish: Callable[..., None]):
+        self.helpers = helpers
+        self.dir = helpers.dir
+        self.count = count  # how many (spawner_count; 0: the pilot starts its members itself)
+        self.running = running
+        self.queue = queue
+        self.packer = packer
+        self.emit = emit
+        self.flush = flush
+        self.finish = finish
+        self.agents: dict[int, NodeAgent] = {}
+        self.pending: list[tuple[Member, dict]] = []  # handed to spawners once their starts are written
 
     def start_spawner(self, i: int) -> NodeAgent | None:
         import subprocess
@@ -77,19 +97,19 @@ class LocalSpawners:
             # -S: no site-packages to read (standard library only, found through PYTHONPATH);
             # its own session: a signal to the pilot's process group (Ctrl-C, the batch
             # system's SIGTERM) reaches the pilot, which stops the members through it
-            argv = [sys.executable, "-S", "-m", "pilot.nodeagent"] + self.stream_for(f"spawner-{i}", here=True)
+            argv = [sys.executable, "-S", "-m", "pilot.nodeagent"] + self.helpers.stream_for(f"spawner-{i}", here=True)
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=open(log, "ab"),
                                     env=env, cwd=self.dir, start_new_session=True)
         except OSError as exc:
             say(f"cannot start local spawner {i}: {exc}; the pilot starts its members itself")
             return None
-        agent = NodeAgent(f"spawner-{i}", proc, self.sel)
+        agent = NodeAgent(f"spawner-{i}", proc, self.helpers.sel)
         agent.local = True
-        self.spawners[i] = agent
+        self.agents[i] = agent
         # should the pilot die, its members are the spawner's children, not the guardian's: the
         # spawner gives them the grace and writes their ends, and the guardian waits for it
-        self.arrange_orphans(agent, f"spawner-{i}")
+        self.helpers.arrange_orphans(agent, f"spawner-{i}")
         return agent
 
     def launch_on_spawner(self, task: dict, placement: Placement, threads: int, exclusive: bool,
@@ -97,15 +117,15 @@ class LocalSpawners:
         """Hand a member of this node to the least busy spawner: its ``start`` now, the
         message once the ``start`` is written (:meth:`send_pending`). False: no spawner
         could be started; the pilot starts the member itself."""
-        free = [i for i in range(self.n_spawners) if i not in self.spawners]
-        for i in free:
-            if self.start_spawner(i) is None:
-                break
-        if not self.spawners:
-            return False
-        agent = min(self.spawners.values(), key=lambda a: len(a.members))
-        key = self._next_key
-        self._next_key -= 1
+        spawners = self.agents
+        if len(spawners) < self.count:
+            for i in [i for i in range(self.count) if i not in spawners]:
+                if self.start_spawner(i) is None:
+                    break
+            if not spawners:
+                return False
+        agent = min(spawners.values(), key=lambda a: len(a.members))
+        key = next(self.helpers.keys)
         member = Member(task, 0, placement, threads, exclusive, "fork")
         member.agent, member.key = agent, key
         agent.members[key] = member
@@ -142,11 +162,10 @@ class LocalSpawners:
         """A local spawner's pipe broke: kill what it ran (by process group, where its pid
         was heard) and run it again; a new spawner starts with the next member."""
         agent.close()
-        if agent.orphans is not None:  # (arranged: the guardian counts it as a helper)
-            self.table.helper_gone(agent.proc.pid)
-        for i, a in list(self.spawners.items()):
+        self.helpers.gone(agent)
+        for i, a in list(self.agents.items()):
             if a is agent:
-                del self.spawners[i]
+                del self.agents[i]
         lost = list(agent.members.values())
         agent.members.clear()
         again = []

@@ -21,12 +21,19 @@ import os
 import re
 import shutil
 import stat
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from .allocation import hostname
+from .allocation import Allocation, hostname
 from .members import say
-from .packing import Placement
+from .packing import Packer, Placement
+from .phase import Life, PilotPhase
 from .spawn import pid_alive
 from .wire import NO_SCRATCH
+
+if TYPE_CHECKING:
+    from .streams import StreamWriter
 
 
 def make_fresh(path: str) -> None:
@@ -239,8 +246,9 @@ class TmpDirs:
 
 
 class MemberTmp:
-    """The pilot's side of members' $TMPDIRs (a mixin of :class:`pilot.agent.PilotAgent`:
-    uses its tmpdirs, packer, queue and hand_back).
+    """The pilot's side of members' $TMPDIRs and output files (a part of
+    :class:`pilot.agent.PilotAgent`: given its tmpdirs, output streams, packer,
+    allocation, queue, stage and hand_back_held).
 
     A node whose scratch takes no directory (full, an inode quota, read-only, a ``scratch``
     naming a variable not set there) is the node's fault, never the member's: left to
@@ -251,7 +259,16 @@ class MemberTmp:
     leaves once its running members end. A node's scratch seldom clears in the middle of a
     job; the next pilot finds out for itself."""
 
-    no_scratch = ""  # (set once no node of the pilot is left: why, the NO_SCRATCH back's words)
+    def __init__(self, tmpdirs: TmpDirs, streams: StreamWriter, packer: Packer, alloc: Allocation,
+                 queue: deque[dict], life: Life, hand_back_held: Callable[[str], None]):
+        self.tmpdirs = tmpdirs
+        self.streams = streams
+        self.packer = packer
+        self.alloc = alloc
+        self.queue = queue
+        self.life = life
+        self.hand_back_held = hand_back_held
+        self.no_scratch = ""  # (set once no node of the pilot is left: why, the NO_SCRATCH back's words)
 
     def member_tmpdir(self, task: dict, placement: Placement, threads: int, exclusive: bool,
                       member_env: dict) -> bool:
@@ -304,5 +321,5 @@ class MemberTmp:
     def hand_back_queued(self) -> None:
         """(No node left with scratch for a member.) What the pilot holds goes back, and it
         leaves once what runs has ended (the engine sends it nothing more: STOP)."""
-        self.stopping = True
+        self.life.at_least(PilotPhase.STOPPING)
         self.hand_back_held(self.no_scratch)
