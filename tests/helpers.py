@@ -147,6 +147,100 @@ def run_cli(*args, cwd=None, timeout=120, env=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def _children() -> set[int]:
+    """The process ids of this process's children (Linux; elsewhere none)."""
+    import glob
+
+    found = set()
+    for path in glob.glob("/proc/self/task/*/children"):
+        try:
+            with open(path) as fh:
+                found.update(int(pid) for pid in fh.read().split())
+        except OSError:
+            pass
+    return found
+
+
+def _end_warm_pilot(before) -> None:
+    """End a pilot interpreter started ahead of its order during a call (not ``before``'s)."""
+    from protocols import warmpilot
+
+    if warmpilot._warm is not None and warmpilot._warm is not before:
+        proc = warmpilot.take()
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+
+
+def call_cli(*args, cwd=None, env=None):
+    """:func:`run_cli` in this process: ``pwe ARGS`` through :func:`pwe.cli.main.main` (what
+    the console entry point calls, less its exit by ``os._exit``) under click's CliRunner,
+    stdout and stderr captured apart: exit status, stdout, stderr, as the subprocess gives
+    them (tests/cli/test_in_process.py holds the two alike). For refusals and words, where
+    a process of its own adds nothing but its start (~0.5 s); what is about the process (a
+    runaway bounded in time or memory, signals, a traceback reaching the terminal, an
+    engine, pilots or members, a terminal) stays on :func:`run_cli`.
+
+    ``cwd``: the directory for the call (changed back after); ``env``: variables set for the
+    call only (None: unset); the width of help and tables is COLUMNS', else 80, as in a
+    subprocess whose streams are pipes. An exception pwe does not map to an exit status is
+    raised, as the test's failure, never taken as exit status 1; a command that would leave
+    by ``os._exit`` (a run that ran: :func:`pwe.cli.base.leave`) fails the test the same
+    way, and so does one that leaves a process behind (an engine, a pilot: such a call
+    belongs in a process of its own, which ends them with it). A local pilot's interpreter
+    that ``pwe run`` starts ahead of its order (protocols/warmpilot.py) is ended with the
+    call, as the program's exit ends it (here it would wait a minute, for the next run in
+    this process to take it)."""
+    import os
+
+    import click.formatting
+    from click.testing import CliRunner
+
+    import pwe.cli.base
+    from protocols import warmpilot
+    from pwe.cli.main import main
+
+    def no_leaving(status):
+        raise AssertionError(f"pwe {' '.join(map(str, args))} left by os._exit({status}) (a run ran): "
+                             "call it in a process of its own (run_cli)")
+
+    leave, warm, children = pwe.cli.base.leave, warmpilot._warm, _children()
+    argv, here = sys.argv, os.getcwd()
+    env = dict(env or {})
+    if not (env.get("COLUMNS") or os.environ.get("COLUMNS")):
+        env["COLUMNS"] = "80"  # (the width click and rich take where no stream is a terminal, as in run_cli)
+    with CliRunner().isolation(env=env) as (out, err, _):
+        click.formatting.FORCED_WIDTH = None  # (CliRunner's 80: the width is COLUMNS', as in the subprocess)
+        sys.argv = ["pwe", *map(str, args)]
+        pwe.cli.base.leave = no_leaving  # (and in the modules that import it while this call runs)
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            main()
+            status = 0
+        except SystemExit as exc:  # (as the interpreter exits: None is 0, an int itself, anything else said, 1)
+            status = exc.code
+            if status is None:
+                status = 0
+            elif not isinstance(status, int):
+                sys.stderr.write(f"{status}\n")
+                status = 1
+        finally:
+            _end_warm_pilot(warm)
+            for module in [m for name, m in sys.modules.items() if name.startswith("pwe.cli")]:
+                if getattr(module, "leave", None) is no_leaving:
+                    module.leave = leave
+            sys.argv = argv
+            os.chdir(here)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        said = status, out.getvalue().decode("utf-8"), err.getvalue().decode("utf-8")
+    started = _children() - children
+    assert not started, (f"pwe {' '.join(map(str, args))} started processes {sorted(started)} (an engine, a pilot): "
+                         f"call it in a process of its own (run_cli); it said {said}")
+    return said
+
+
 # ---------------------------------------------------------------------------------------
 # Real test services (tests/services/): munge + a one-node SLURM cluster with PBS-style
 # qsub/qstat/qdel over it, four SSH "nodes" in network namespaces, and an sshd on

@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from helpers import run_cli
+from helpers import call_cli, run_cli
 from pwe.cli.main import cli
 from pwe.cli.base import Seconds, Whole
 from test_hostile_input import _one_line_refusal
@@ -115,11 +115,11 @@ def test_numbers_in_range_still_work(finished, tmp_path):
     """The bounds take what users give: 0 for 'all', a fraction of a second, a float for
     seconds, the highest value."""
     run = finished / "run"
-    assert run_cli("show", run, "--limit", "0")[0] == 0
-    assert run_cli("show", run, "--limit", "1000000000")[0] == 0
-    assert run_cli("logs", run, "a:0", "--tail", "1")[0] == 0
-    assert run_cli("plan", finished / "wf.yaml", "--members", "0")[0] == 0
-    rc, out, err = run_cli("status", run, "--watch", "--every", "0.1", "--json")
+    assert call_cli("show", run, "--limit", "0")[0] == 0
+    assert call_cli("show", run, "--limit", "1000000000")[0] == 0
+    assert call_cli("logs", run, "a:0", "--tail", "1")[0] == 0
+    assert call_cli("plan", finished / "wf.yaml", "--members", "0")[0] == 0
+    rc, out, err = run_cli("status", run, "--watch", "--every", "0.1", "--json")  # (a watch: bounded by a process)
     assert rc == 0 and json.loads(out)["phase"] == "succeeded", err
 
 
@@ -162,8 +162,7 @@ def test_a_bad_broker_url_is_refused_without_its_password_and_writes_nothing(tmp
                              (["submit", "--service", "wf.yaml"], {"PWE_BROKER": url}, "PWE_BROKER ")):
         if not url and where == "PWE_BROKER ":
             continue  # (an empty variable is no variable)
-        err = _one_line_refusal(run_cli(*args, cwd=tmp_path, env={"PWE_HOME": str(home), **env}, timeout=60),
-                                where, words)
+        err = _one_line_refusal(call_cli(*args, cwd=tmp_path, env={"PWE_HOME": str(home), **env}), where, words)
         assert PASSWORD not in err and "\x1b" not in err, err
         assert not home.exists() and not (tmp_path / "pwe-runs").exists(), args
 
@@ -178,12 +177,12 @@ def test_a_bad_queue_name_is_refused_and_writes_nothing(tmp_path, queue):
     home = tmp_path / "home"
     (tmp_path / "wf.yaml").write_text(WF)
     shown = repr(queue[:100])
-    err = _one_line_refusal(run_cli("service", "start", "--queue", queue, cwd=tmp_path,
-                                    env={"PWE_HOME": str(home)}, timeout=60), f"--queue {shown}", "queue's name is")
+    err = _one_line_refusal(call_cli("service", "start", "--queue", queue, cwd=tmp_path, env={"PWE_HOME": str(home)}),
+                            f"--queue {shown}", "queue's name is")
     assert "letters, digits" in err
     if queue:
-        err = _one_line_refusal(run_cli("submit", "--service", "wf.yaml", cwd=tmp_path,
-                                        env={"PWE_HOME": str(home), "PWE_QUEUE": queue}, timeout=60), "PWE_QUEUE ")
+        err = _one_line_refusal(call_cli("submit", "--service", "wf.yaml", cwd=tmp_path,
+                                         env={"PWE_HOME": str(home), "PWE_QUEUE": queue}), "PWE_QUEUE ")
     assert not home.exists() and not (tmp_path / "pwned").exists()
 
 
@@ -196,7 +195,7 @@ def test_a_bad_queue_or_broker_in_the_services_config_is_said_naming_it(tmp_path
                        ({"broker": f"redis://:{PASSWORD}@h:99999/0"}, "the port is a number")):
         config.write_text(json.dumps(cfg))
         before = _tree(home)
-        err = _one_line_refusal(run_cli("service", "start", cwd=tmp_path, env={"PWE_HOME": str(home)}, timeout=60),
+        err = _one_line_refusal(call_cli("service", "start", cwd=tmp_path, env={"PWE_HOME": str(home)}),
                                 f"{config}: ", words)
         assert PASSWORD not in err and _tree(home) == before
 
@@ -209,7 +208,7 @@ def test_a_bad_broker_in_a_hosts_file_is_said_without_its_password(tmp_path):
                        (f"http://:{PASSWORD}@h/0", "not a redis:// URL")):
         hosts = tmp_path / "hosts.yaml"
         hosts.write_text(f"hosts:\n  r:\n    protocol: local\n    transport: redis\n    broker: {json.dumps(url)}\n")
-        err = _one_line_refusal(run_cli("hosts", "list", "--hosts", hosts, cwd=tmp_path), f"{hosts}:5: ", words)
+        err = _one_line_refusal(call_cli("hosts", "list", "--hosts", hosts, cwd=tmp_path), f"{hosts}:5: ", words)
         assert PASSWORD not in err and "'hosts.r.broker'" in err, err
 
 
@@ -238,6 +237,14 @@ def _blocker(path: Path, kind: str) -> None:
 KINDS = ["regular file", "FIFO", "dangling symbolic link"]
 
 
+def _pwe(kind):
+    """How a test of a runs root of ``kind`` calls pwe: a FIFO in a process of its own, under
+    a timeout (were it opened, the call would never end), the others in this one."""
+    if kind == "FIFO":
+        return lambda *args, **kw: run_cli(*args, timeout=60, **kw)
+    return call_cli
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_runs_root_that_is_not_a_directory_is_refused_by_run_runs_and_status(tmp_path, kind):
     """./pwe-runs a file, a FIFO or a dangling symbolic link: one line naming it and what it
@@ -248,14 +255,13 @@ def test_a_runs_root_that_is_not_a_directory_is_refused_by_run_runs_and_status(t
     env = {"PWE_HOME": str(tmp_path / "home")}
     before = _tree(tmp_path)
     want = f"pwe-runs is a {kind}" if kind != "dangling symbolic link" else "pwe-runs is a dangling symbolic link to"
-    _one_line_refusal(run_cli("run", "wf.yaml", cwd=tmp_path, env=env, timeout=60), "cannot create run directory "
-                      "pwe-runs/", want)
-    _one_line_refusal(run_cli("submit", "wf.yaml", cwd=tmp_path, env=env, timeout=60), "cannot create run directory "
-                      "pwe-runs/", want)
+    pwe = _pwe(kind)
+    _one_line_refusal(pwe("run", "wf.yaml", cwd=tmp_path, env=env), "cannot create run directory pwe-runs/", want)
+    _one_line_refusal(pwe("submit", "wf.yaml", cwd=tmp_path, env=env), "cannot create run directory pwe-runs/", want)
     for args in (["runs"], ["runs", "--json"], ["status"], ["status", "--json"], ["resume"], ["retry"]):
-        err = _one_line_refusal(run_cli(*args, cwd=tmp_path, env=env, timeout=60), "run root pwe-runs/ is a ")
+        err = _one_line_refusal(pwe(*args, cwd=tmp_path, env=env), "run root pwe-runs/ is a ")
         assert kind in err and "not a directory of runs; move it away" in err, (args, err)
-    err = _one_line_refusal(run_cli("status", "w-2026", cwd=tmp_path, env=env, timeout=60), "no run 'w-2026'")
+    err = _one_line_refusal(pwe("status", "w-2026", cwd=tmp_path, env=env), "no run 'w-2026'")
     assert f"pwe-runs/ (a {kind}" in err, err
     assert _tree(tmp_path) == before
 
@@ -267,7 +273,7 @@ def test_a_run_dir_that_is_not_a_directory_is_refused_naming_it(tmp_path, kind):
     before = _tree(tmp_path)
     for target in ("there", "there/run"):
         for command in ("run", "submit"):
-            err = _one_line_refusal(run_cli(command, "wf.yaml", "--run-dir", target, cwd=tmp_path, timeout=60),
+            err = _one_line_refusal(call_cli(command, "wf.yaml", "--run-dir", target, cwd=tmp_path),
                                     f"cannot create run directory {target}: there is a ")
             assert kind in err and "choose another --run-dir" in err, err
     assert _tree(tmp_path) == before
@@ -278,19 +284,19 @@ def test_a_service_run_root_that_is_not_a_directory_is_refused(tmp_path, kind):
     """--run-root at `pwe service start`, and one a config.json names (listed by `pwe runs`)."""
     home = tmp_path / "home"
     _blocker(tmp_path / "runs", kind)
-    err = _one_line_refusal(run_cli("service", "start", "--run-root", tmp_path / "runs", cwd=tmp_path,
-                                    env={"PWE_HOME": str(home)}, timeout=60))
+    pwe = _pwe(kind)
+    err = _one_line_refusal(pwe("service", "start", "--run-root", tmp_path / "runs", cwd=tmp_path,
+                                env={"PWE_HOME": str(home)}))
     assert kind in err and not home.exists(), err
     config = home / "state" / "service" / "config.json"
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps({"run_root": str(tmp_path / "runs")}))
-    err = _one_line_refusal(run_cli("runs", cwd=tmp_path, env={"PWE_HOME": str(home)}, timeout=60),
-                            f"run root {tmp_path / 'runs'}/ is a ")
+    err = _one_line_refusal(pwe("runs", cwd=tmp_path, env={"PWE_HOME": str(home)}), f"run root {tmp_path / 'runs'}/ is a ")
     assert kind in err, err
 
 
 def test_a_run_root_with_a_control_character_is_refused(tmp_path):
     home = tmp_path / "home"
-    err = _one_line_refusal(run_cli("service", "start", "--run-root", "a\nb", cwd=tmp_path,
-                                    env={"PWE_HOME": str(home)}, timeout=60), "--run-root 'a\\nb'")
+    err = _one_line_refusal(call_cli("service", "start", "--run-root", "a\nb", cwd=tmp_path, env={"PWE_HOME": str(home)}),
+                            "--run-root 'a\\nb'")
     assert "no control characters" in err and not home.exists()

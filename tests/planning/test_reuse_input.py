@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import call_cli, run_cli
 from pwe.runstate.journal import check
 
 WF = """\
@@ -44,7 +44,7 @@ def made_nothing(tmp_path, root="pwe-runs"):
 def test_reuse_not_a_boolean_is_one_line_naming_file_and_line(tmp_path, value):
     wf = write(tmp_path, extra=f"    reuse: {value}\n")
     for cmd in ("validate", "plan", "run"):
-        rc, out, err = run_cli(cmd, wf, cwd=tmp_path)
+        rc, out, err = call_cli(cmd, wf, cwd=tmp_path)
         one_line_exit_2(rc, out, err, "wf.yaml:", "reuse")
     assert made_nothing(tmp_path) and not (tmp_path / "ledger").exists()
 
@@ -53,11 +53,11 @@ def test_reuse_in_xml_not_a_boolean_is_refused_by_the_schema(tmp_path):
     wf = tmp_path / "wf.xml"
     wf.write_text('<workflow name="x"><node id="a" reuse="maybe"><run>true</run></node>'
                   '</workflow>')
-    rc, out, err = run_cli("validate", wf, cwd=tmp_path)
+    rc, out, err = call_cli("validate", wf, cwd=tmp_path)
     assert rc == 2 and "Traceback" not in err and "reuse" in err, err
     wf.write_text('<workflow name="x"><node id="a" reuse="false"><run>true</run></node>'
                   '</workflow>')
-    rc, out, err = run_cli("validate", wf, cwd=tmp_path)
+    rc, out, err = call_cli("validate", wf, cwd=tmp_path)
     assert rc == 0, err
 
 
@@ -78,7 +78,7 @@ def test_reuse_from_that_is_no_runs_root_nor_a_run_of_this_workflow(tmp_path):
     for where, said in cases:
         for cmd in ("run", "plan", "submit"):
             more = ("--run-dir", tmp_path / "new" / "r") if cmd != "plan" else ()
-            rc, out, err = run_cli(cmd, wf, "--reuse-from", where, *more, cwd=tmp_path)
+            rc, out, err = call_cli(cmd, wf, "--reuse-from", where, *more, cwd=tmp_path)
             one_line_exit_2(rc, out, err, "--reuse-from", said)
         assert made_nothing(tmp_path, "new") and not (tmp_path / "ledger").read_text().count("a 1") > 1
 
@@ -88,7 +88,7 @@ def test_inputs_that_lead_out_of_the_workspace_or_are_no_regular_file(tmp_path):
     ws.mkdir()
     for bad in ("/etc/passwd", "../secret", "a/../../x"):
         wf = write(tmp_path, extra=f"    inputs: [{json.dumps(bad)}]\n")
-        rc, out, err = run_cli("validate", wf, cwd=tmp_path)
+        rc, out, err = call_cli("validate", wf, cwd=tmp_path)
         one_line_exit_2(rc, out, err, "inputs")
     # a FIFO, a link out of the workspace, a directory: refused when hashed (never opened for reading)
     os.mkfifo(ws / "fifo")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, read_journal, sample_pilot_job
+from helpers import ROOT, call_cli, read_journal, sample_pilot_job
 
 PY = sys.executable
 LLEMU = ROOT / "tests" / "llemu"
@@ -118,10 +118,6 @@ def test_directive_values_are_escaped_so_that_sbatch_reads_them_back_whole(slurm
             subprocess.run(["scancel", job_id], timeout=30)
 
 
-def _plan_env(tmp_path: Path) -> dict:
-    return dict(os.environ, PYTHONPATH=str(ROOT), PATH=f"{LLEMU}:{os.environ['PATH']}", LLEMU_DIR=str(tmp_path / "llemu"))
-
-
 @pytest.mark.parametrize("protocol,field,value,char,system", [
     ("sge", "account", "ab#c", "#", "Grid Engine"),
     ("sge", "account", "it's", "'", "Grid Engine"),
@@ -138,11 +134,11 @@ def test_a_directive_value_with_no_literal_form_is_refused_in_one_line(tmp_path,
     (tmp_path / "wf.yaml").write_text(f"name: w\ndefaults: {{host: h}}\nnodes:\n  a:\n    run: 'true'\n"
                                       f"    scheduling: {json.dumps(sched)}\n")
     before = sorted(x.name for x in tmp_path.iterdir())
-    p = subprocess.run([PY, "-m", "pwe", command, "wf.yaml", "--hosts", "hosts.yaml"], cwd=tmp_path,
-                       env=_plan_env(tmp_path), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    rc, out, err = call_cli(command, "wf.yaml", "--hosts", "hosts.yaml", cwd=tmp_path,
+                            env={"PATH": f"{LLEMU}:{os.environ['PATH']}", "LLEMU_DIR": str(tmp_path / "llemu")})
+    assert rc == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
     assert repr(char) in lines[0] and system in lines[0] and repr(value) in lines[0], lines[0]
     where = "hosts.yaml:1" if field == "account" else "wf.yaml:6"
     assert where in lines[0], lines[0]

@@ -13,7 +13,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from helpers import run_cli
+from helpers import call_cli, run_cli
 from protocols.registry import PROTOCOLS
 from pwe.cli.main import cli
 from pwe.workflow.model import Scheduling
@@ -168,9 +168,9 @@ def test_plan_shows_the_warnings_run_prints(tmp_path):
     assert any("match no member of 'a'" in w for w in ran), ran
     assert "node 'b': host 'box' has no batch system; scheduling account, queue not used" in ran, ran
     assert any("submissionType batch" in w for w in ran), ran
-    rc, out, err = run_cli("plan", wf, "--host", "box", cwd=tmp_path)
+    rc, out, err = call_cli("plan", wf, "--host", "box", cwd=tmp_path)
     assert rc == 0 and _warnings(err) == ran, err
-    rc, out, err = run_cli("plan", wf, "--host", "box", "--json", cwd=tmp_path)
+    rc, out, err = call_cli("plan", wf, "--host", "box", "--json", cwd=tmp_path)
     assert rc == 0 and json.loads(out)["warnings"] == ran
 
 

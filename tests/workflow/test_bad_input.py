@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from pwe.cli.main import cli
-from helpers import run_cli
+from helpers import call_cli, run_cli
 
 GOOD_NODE = "nodes:\n  a:\n    run: echo hi\n"
 
@@ -121,7 +121,7 @@ def test_bad_set_option(write):
 def test_set_that_no_payload_uses_is_refused_before_anything_runs(write, tmp_path):
     path = write("name: a\nproperties: {nsteps: 10}\nnodes:\n  a:\n    run: echo {{ nsteps }}\n")
     run_dir = tmp_path / "run"
-    status, out, err = run_cli("run", path, "--set", "nstep=3", "--run-dir", run_dir)
+    status, out, err = call_cli("run", path, "--set", "nstep=3", "--run-dir", run_dir)
     assert status == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert err == f"--set nstep=3: no payload in {path.name} uses the property 'nstep' (did you mean 'nsteps'?)\n"
     assert not run_dir.exists()
@@ -188,7 +188,7 @@ def test_validate_checks_that_every_nodes_host_exists(tmp_path):
     (tmp_path / "hosts.yaml").write_text("hosts:\n  cluster: {protocol: slurm, cores_per_node: 8}\n")
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: a\nnodes:\n  prep:\n    run: x\n  sim:\n    after: [prep]\n    host: clustr\n    run: x\n")
-    status, out, err = run_cli("validate", wf)
+    status, out, err = call_cli("validate", wf)
     assert status == 2 and out == "" and "Traceback" not in err, err
     assert err == (f"{wf}:7: node 'sim': unknown host 'clustr' (did you mean 'cluster'?); known hosts: cluster, "
                    "local (pwe hosts list)\n")
@@ -212,11 +212,11 @@ def test_an_unknown_protocol_is_one_line_from_every_command(tmp_path):
             "sge, loadleveler\n")
     for args in (["plan", wf], ["plan", wf, "--host", "grid"], ["validate", wf], ["run", wf, "--run-dir",
                  tmp_path / "run"], ["hosts", "list", "--hosts", hosts], ["hosts", "check", "grid", "--hosts", hosts]):
-        status, out, err = run_cli(*args, cwd=tmp_path)
+        status, out, err = call_cli(*args, cwd=tmp_path)
         assert (status, err) == (2, want), (args, err)
     assert not (tmp_path / "run").exists()
     hosts.write_text("hosts:\n  c: {protocol: slrum}\n")
-    status, _, err = run_cli("hosts", "list", "--hosts", hosts)
+    status, _, err = call_cli("hosts", "list", "--hosts", hosts)
     assert status == 2 and err == (f"{hosts}:2: 'hosts.c.protocol': unknown protocol 'slrum' (did you mean "
                                    "'slurm'?); known: local, ssh, slurm, pbs, sge, loadleveler\n"), err
 
@@ -263,14 +263,14 @@ def test_an_unknown_option_is_one_line_from_every_command(command):
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "said")
 def test_a_usage_error_is_one_line_with_the_hint(write, args, line):
     wf = write("name: a\n" + GOOD_NODE)
-    status, out, err = run_cli(*[wf if a == "WF" else a for a in args])
+    status, out, err = call_cli(*[wf if a == "WF" else a for a in args])
     assert (status, out, err) == (2, "", line + "\n")
 
 
 def test_help_is_still_help():
-    status, out, _ = run_cli("run", "--help")
+    status, out, _ = call_cli("run", "--help")
     assert status == 0 and out.startswith("Usage: pwe run [OPTIONS] FILE")
-    status, _, err = run_cli()  # pwe alone: its help, as a usage error
+    status, _, err = call_cli()  # pwe alone: its help, as a usage error
     assert status == 2 and "Usage: pwe [OPTIONS] COMMAND" in err and "status" in err
 
 
@@ -287,7 +287,7 @@ def _huge(path, head):
 @pytest.mark.parametrize("args", [["validate"], ["plan"], ["run"], ["submit"]], ids=" ".join)
 def test_a_50_mb_workflow_is_one_line_naming_it_and_the_limit(tmp_path, args):
     wf = _huge(tmp_path / "wf.yaml", "name: a\n" + GOOD_NODE)
-    status, out, err = run_cli(*args, wf, cwd=tmp_path)
+    status, out, err = call_cli(*args, wf, cwd=tmp_path)
     assert status == 2 and out == "" and err.count("\n") == 1, err
     assert err.startswith(f"{wf}: 47.7 MiB is too large; a workflow file holds at most 4 MiB"), err
     assert not (tmp_path / "pwe-runs").exists()
@@ -307,5 +307,5 @@ def test_a_50_mb_hosts_file_is_one_line_naming_it_and_the_limit(tmp_path):
     want = f"{hosts}: 47.7 MiB is too large; a hosts file holds at most 4 MiB\n"
     for args in (["validate", wf, "--hosts", hosts], ["run", wf, "--hosts", hosts], ["hosts", "list", "--hosts", hosts],
                  ["resume", tmp_path / "run"]):  # (resume reads the run's hosts file again)
-        status, out, err = run_cli(*args, cwd=tmp_path)
+        status, out, err = call_cli(*args, cwd=tmp_path)
         assert (status, out, err) == (2, "", want), args

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import no_traceback, pwe, read_journal, run_cli, show
+from helpers import call_cli, no_traceback, pwe, read_journal, run_cli, show
 
 BAD = [
     # (the YAML under the workflow, the line it is on, a phrase of the message)
@@ -39,7 +39,7 @@ BAD = [
 def test_bad_value_is_one_line(tmp_path, write, text, line, phrase):
     wf = write(f"name: keys\n{text}\nnodes:\n  a: {{run: 'true'}}\n")
     for command in (["validate", wf], ["run", wf, "--run-dir", tmp_path / "run"]):
-        rc, out, err = pwe(*command, cwd=tmp_path)
+        rc, out, err = call_cli(*command, cwd=tmp_path)
         assert rc == 2, (command, err)
         no_traceback(err)
         assert len(err.strip().splitlines()) == 1, err
