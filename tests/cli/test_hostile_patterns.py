@@ -2,8 +2,9 @@
 time (RE2), whatever the pattern; an empty selection is refused, never "every member";
 an ``inputs:`` glob is bounded in its ``**`` parts and in what its walk lists.
 
-Every run is a real ``pwe run``; the commands are the real ``pwe`` in a subprocess (a
-timeout there is a hang guard only: the assertions are on what the command said).
+Every run is a real ``pwe run``; the commands whose time is the question are the real
+``pwe`` in a subprocess (a timeout there is a hang guard only: the assertions are on what
+the command said), the refusals in words are ``pwe``'s own entry in this process.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, read_journal, run_cli
+from helpers import ROOT, call_cli, read_journal, run_cli
 
 #: a member's output that makes a backtracking matcher try 2^64 ways for (a+)+$
 AS = "a" * 64
@@ -70,7 +71,7 @@ def test_a_catastrophic_pattern_is_matched_in_linear_time(run, query, selected):
 ])
 def test_syntax_only_a_backtracking_matcher_has_is_one_line(run, query, phrase):
     cwd, d = run
-    rc, out, err = run_cli("show", d.name, "-q", query, cwd=cwd, timeout=60)
+    rc, out, err = call_cli("show", d.name, "-q", query, cwd=cwd)
     _one_line(rc, err, phrase)
     assert out == ""
 
@@ -78,16 +79,16 @@ def test_syntax_only_a_backtracking_matcher_has_is_one_line(run, query, phrase):
 def test_an_empty_query_selects_nothing_it_is_refused(run):
     cwd, d = run
     for query in ("", "   ", " ; ;"):
-        rc, out, err = run_cli("show", d.name, "-q", query, cwd=cwd)
+        rc, out, err = call_cli("show", d.name, "-q", query, cwd=cwd)
         _one_line(rc, err, "no condition")
         assert out == ""
         before = (d / "journal.jsonl").read_bytes()
-        rc, out, err = run_cli("retry", d.name, "-q", query, cwd=cwd)
+        rc, out, err = call_cli("retry", d.name, "-q", query, cwd=cwd)
         _one_line(rc, err, "no condition")
         # nothing retried: the journal is as it was, no retry record, the failed member still failed once
         assert (d / "journal.jsonl").read_bytes() == before
         assert not [r for r in read_journal(d) if r["e"] == "retry"]
-        rc, out, err = run_cli("show", d.name, "-q", "state=failed", "--json", cwd=cwd)
+        rc, out, err = call_cli("show", d.name, "-q", "state=failed", "--json", cwd=cwd)
         assert [(m["member"], m["attempts"]) for m in json.loads(out)] == [(3, 1)], out
 
 
