@@ -190,3 +190,46 @@ def test_a_pilot_takes_only_a_missing_or_other_directory_for_its_run_gone(tmp_pa
     assert agent.life.phase is P.GONE
     p.look_home()  # (gone: it looks no more)
     assert agent.life.phase is P.GONE
+
+
+def test_the_engines_words_move_the_stage_and_what_comes_after_goes_back(tmp_path):
+    """stop -> STOPPING; leave -> LEAVING (what is queued goes back, and what comes after);
+    cancel -> CANCELLED (queue cleared); a second cancel changes nothing."""
+    import json
+
+    from pilot.agent import PilotAgent
+    from pilot.transport import EngineSpool, PilotSpool
+
+    engine = EngineSpool(tmp_path)
+    agent = PilotAgent(str(tmp_path), 2, transport=PilotSpool(str(tmp_path)))
+    task = {"k": "task", "n": "a", "a": 1, "cmd": "true", "cwd": str(tmp_path / "m"), "env": {}}
+    engine.send([{**task, "m": 0}, {"k": "stop"}])
+    assert agent.read_tasks()
+    assert agent.life.phase is P.STOPPING and len(agent.queue) == 1
+    engine.send([{"k": "leave"}, {**task, "m": 1}, {"k": "leave"}])
+    agent.read_tasks()
+    assert agent.life.phase is P.LEAVING and not agent.queue
+    engine.send([{"k": "stop"}, {"k": "cancel"}, {"k": "cancel"}])
+    agent.read_tasks()
+    assert agent.life.phase is P.CANCELLED
+    agent.flush()
+    backs = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(e["k"], e["m"], e["why"]) for e in backs] == [("back", 0, "the pilot is drained"),
+                                                          ("back", 1, "the pilot is drained")]
+    assert agent._why_leave(0.0, 0.0) == "cancel"
+
+
+def test_a_drain_says_drain_once_and_a_sigterm_after_it_makes_it_terminated(tmp_path):
+    from pilot.agent import PilotAgent
+
+    agent = PilotAgent(str(tmp_path), 2)
+    agent.queue.append({"n": "a", "m": 0, "a": 1})
+    agent.endings.drain(0.0)
+    agent.endings.drain(1.0)
+    assert agent.life.phase is P.DRAINING and not agent.queue
+    assert [e["k"] for e in agent._out] == ["drain", "back"]
+    agent._on_term(15, None)
+    assert agent.life.phase is P.DRAINING  # (the handler only notes it: the loop moves the stage)
+    agent._stop_if_told(2.0)
+    assert agent.life.phase is P.TERMINATED and [e["k"] for e in agent._out] == ["drain", "back"]
+    assert agent._why_leave(2.0, 2.0) == "terminated"
