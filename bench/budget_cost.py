@@ -44,7 +44,7 @@ def main() -> None:
         e.ledger.open(RunState(e.plan), Journal(d / "run" / "journal.jsonl"))
         now = time.time()
         for k in range(200):
-            e.ledger.record({"e": "pilot", "p": f"p{k}", "host": "x", "lane": "local", "slots": 32,
+            e.ledger.take({"e": "pilot", "p": f"p{k}", "host": "x", "lane": "local", "slots": 32,
                              "t": now - 3600 + k})
         ns = e.state.nodes["a"]
         ns.failures.update((i, 1) for i in range(min(100_000, args.members)))

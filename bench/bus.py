@@ -80,9 +80,9 @@ def engine_rate(make_transport, n: int, tmp: Path) -> float:
     eng = Engine.create(wf, cores=1, run_dir=tmp / "run")
     eng._load()
     eng.notice = lambda line: None
-    eng.ledger.record({"e": "pilot", "p": "p1", "pid": 0, "host": "x", "lane": "local", "slots": 1})
+    eng.ledger.take({"e": "pilot", "p": "p1", "pid": 0, "host": "x", "lane": "local", "slots": 1})
     for i in range(n):
-        eng.ledger.record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
+        eng.ledger.take({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
     eng.journal.flush()
     secret = eng.intake.secret
     (eng.dir / "pilots" / "p1").mkdir()

@@ -10,7 +10,8 @@ page cache warm (the files were just made):
 
 - ``scan``: what a run does when it begins (``pwe.planning.products.scan``: render every member's
   product path, list each directory once) and then the engine's part: the ``complete``
-  journal records (``pwe.planning.products.records``) applied to the run's state; wall time of
+  journal records (``pwe.planning.products.complete_runs``, ``pwe.runstate.records.complete``)
+  applied to the run's state; wall time of
   each part and peak RSS;
 - its system calls, counted by ``strace -f -c`` over the whole process, less a process
   that only plans (the same imports and planning, no scan): directory reads
@@ -65,9 +66,10 @@ out = {"plan_s": t1 - t0}
 if mode == "scan":
     found = products.scan(plan, ws)
     t2 = time.perf_counter()
+    from pwe.runstate.records import complete
     from pwe.runstate.state import RunState
     st = RunState(plan)
-    recs = list(products.records(found))
+    recs = [complete(nid, runs) for nid, runs in products.complete_runs(found)]
     for r in recs:
         st.apply(r)
     t3 = time.perf_counter()

@@ -8,6 +8,7 @@ this drawing, so neither can drift).
      |    +-- JournalError         3    cannot write the run directory (disk full)    runstate.journal, engine.loop
      +-- RunDamaged                2    a file of the run directory damaged or gone   runstate (runs, journal), engine
      +-- RunTaken                  2    another engine holds the run: who, since when runstate.rundir, engine.control
+     +-- JournalTooNew             2    a journal begun by a newer pwe: which to use  runstate.journal
      +-- NoLocks                   1    the filesystem refuses flock (Lustre)         runstate.rundir
      +-- BadTransition             1    a defect: a pilot's stage moved against its table engine.handles
      +-- Underivable               1    a defect: a model the checker's table cannot take base.derive
@@ -95,6 +96,14 @@ class RunTaken(PweError):
     """Another engine holds the run (``engine.lock``): it says which (pid, host, since
     when, from the holder's own record) and what to do (``pwe status``, wait, ``pwe
     cancel``). Exit status 2: nothing was done."""
+
+    exit_status = 2
+
+
+class JournalTooNew(PweError):
+    """The run's journal is of a version this pwe does not know (its header, the first
+    line: :data:`pwe.runstate.journal.VERSION`): begun by a newer pwe, which it names.
+    Exit status 2: nothing was read or written; that pwe, or a later one, reads it."""
 
     exit_status = 2
 

@@ -1,6 +1,6 @@
 """``pwe pilot add / drain / list``: more pilots for a running run, one let go, and the
 list of a run's pilots (the requests and what the engine does with them:
-:mod:`pwe.engine.pilotctl`)."""
+:mod:`pwe.engine.pilotask`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _answer(got: dict, as_json: bool, said: str) -> None:
 def add(run: str, host: str | None, nodes: int | None, hosts_file: str | None, as_json: bool) -> None:
     """Start one more pilot for RUN (a batch job, a process here, or over ssh) that joins it
     and takes ready members."""
-    from ..engine.pilotctl import add_request, ask
+    from ..engine.pilotask import add_request, ask
 
     try:
         d = find(run)
@@ -57,7 +57,7 @@ def add(run: str, host: str | None, nodes: int | None, hosts_file: str | None, a
 def drain(run: str, pilot_id: str, as_json: bool) -> None:
     """Let PILOT of RUN finish what it runs and leave: it takes no new member and hands back
     what it holds but has not started (no attempt spent)."""
-    from ..engine.pilotctl import ask
+    from ..engine.pilotask import ask
 
     try:
         d = find(run)
@@ -73,7 +73,7 @@ def drain(run: str, pilot_id: str, as_json: bool) -> None:
 def list_(run: str | None, as_json: bool) -> None:
     """RUN's pilots: id, host, job, state (queued, running, draining, gone), slots, members
     running and done."""
-    from ..engine.pilotctl import listing
+    from ..engine.pilotask import listing
 
     try:
         rows = listing(find(run))

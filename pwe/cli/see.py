@@ -195,7 +195,7 @@ def _run_notes(snap: dict) -> list[str]:
         lines.append(f"host '{name}': its batch system does not answer, since {since} "
                      f"({time.time() - u['since']:.0f} s): {shown(u['why'])}; waiting, nothing new is submitted there")
     for pid_, view in (snap.get("pilot_view") or {}).items() if snap["phase"] == "running" else ():
-        if view.get("setup_failed"):  # (pwe/engine/pilotctl.py)
+        if view.get("setup_failed"):  # (pwe/engine/setups.py)
             lines.append(f"pilot {pid_}: setup_per_node failed on {', '.join(view['setup_failed'])}: no member that "
                          "needs it runs there (pwe events RUN shows each)")
     refused = {k: n for k, n in (snap.get("rejected") or {}).items() if k != "resent"}

@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..base.states import DONE, FINAL
-from ..runstate import journal as kind
+from ..runstate import records
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
@@ -171,7 +171,7 @@ class CoreHours:
                        f"{shown_ch(max(0.0, limit - have))} of the budget's {limit:,g}{on} are left ({shown_ch(have)} "
                        "held or committed)")
                 if lane.name not in self.refused:
-                    self.ledger.record({"e": kind.NOTE, "what": why, "t": time.time()})
+                    self.ledger.take(records.note(why, time.time()))
                 self.refused[lane.name] = why
                 return False
         self.refused.pop(lane.name, None)

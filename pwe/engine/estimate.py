@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.states import DONE, FINAL
-from ..runstate import journal as kind
+from ..runstate import records
 from ..runstate import runs
 from ..runstate.state import not_begun_runs
 from .budget import ended_attempts
@@ -57,7 +57,7 @@ def estimate(workflow: str | Path, sets: dict[str, Any] | None = None, hosts_fil
                 done_with.add(nid)
                 spans = [list(r) for r in not_begun_runs(ns.state)]
                 if spans:
-                    engine.ledger.record({"e": kind.COMPLETE, "n": nid, "r": spans})
+                    engine.ledger.take(records.complete(nid, spans))
         if (sampled(st) or time.time() > deadline) and not cancel.exists():
             cancel.parent.mkdir(exist_ok=True)
             cancel.write_text("{}")  # (the engine's own way to stop: its next round cancels the run)

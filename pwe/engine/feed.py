@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pilot.wire import ENV, GROUP, STOP
+from pilot.wire import ENV, GROUP
 
 from ..base.states import ASSIGNED, FINAL, READY, RUNNING, WAITING
 from ..planning import limits
 from ..planning.groups import Groups
 from ..runstate import pressure
-from ..runstate import journal as kind
+from ..runstate import records
 from .handles import PilotState
 
 #: members a pilot holds queued beyond which the engine may take a longer round (loop.py's
@@ -75,7 +75,7 @@ class Feeder:
         if (info.get("order") or plan.workflow.order) == "pressure":
             self.pressure = pressure.Pressure(plan, pressure.read_durations(run_dir, plan.workflow.name))
             for lane in lanes.values():
-                lane.ready = pressure.PressureQueue(self.pressure)
+                lane.queue(pressure.PressureQueue(self.pressure))
         self.lane_nodes = {name: [n for n, ln in lane_of.items() if ln == name] for name in lanes}
         self.limits = limits.Limits.of(plan, lane_of, lanes)
         self.gate: limits.Gate | None = None  # (the gate of the feed under way: _hand_check)
@@ -146,8 +146,7 @@ class Feeder:
             if not pilots or any(nodes[n].size != sum(nodes[n].counts[s] for s in FINAL) for n in nids):
                 continue
             for pilot in pilots:
-                pilot.full = True  # (takes no more work: the same mark as maxMembers' STOP)
-                pilot.send({"k": STOP})
+                pilot.stop_taking()  # (takes no more work: the same mark as maxMembers')
                 told += 1
         return told
 
@@ -209,7 +208,7 @@ class Feeder:
         members of the nodes in ``skip`` keep their places (a helper pilot serves only the
         nodes it can hold: pwe/engine/pilotctl.py). How many went."""
         st = self.ledger.state
-        record = self.ledger.record
+        record, assign = self.ledger.take, records.assign
         window = self._window(pilot)
         fed = 0
         refused: list[tuple[str, int]] = []
@@ -237,8 +236,7 @@ class Feeder:
             if most and pilot.given >= most:
                 # this pilot has had its share (maxMembers): it finishes them and leaves;
                 # the next ready member goes to a new pilot
-                pilot.full = True
-                pilot.send({"k": STOP})
+                pilot.stop_taking()
                 ready.appendleft((nid, i))
                 break
             if self.sample is not None and not self._may_begin(nid, i):
@@ -254,19 +252,15 @@ class Feeder:
             retried = ns.failures.get(i, 0) if attempt > 1 else 0  # (a retry may ask for more: tasks.py)
             task = self.task(nid, i, attempt, retried)
             self.share_env(pilot, task)
-            record({"e": kind.ASSIGN, "n": nid, "m": i, "a": attempt, "p": pilot.id, "t": now,
-                    **(self._asks(nid, retried) if retried else {})})
+            record(assign(nid, i, attempt, pilot.id, now, self._asks(nid, retried) if retried else None))
             fix(nid, i)
-            pilot.send(task)
-            pilot.outstanding += 1
-            pilot.given += 1
+            pilot.sent_task(task)
             fed += 1
         if refused:
             ready.extend(refused)
             if lane.protocol.batch and all(not p.alive or p.full or p.state is PilotState.DRAINING or p is pilot
                                            for p in self.pilots.values() if p.lane == lane.name):
-                pilot.full = True  # a fresh allocation has its whole walltime ahead of it
-                pilot.send({"k": STOP})
+                pilot.stop_taking()  # a fresh allocation has its whole walltime ahead of it
         return fed
 
     def _may_begin(self, nid: str, i: int) -> bool:
@@ -313,8 +307,7 @@ class Feeder:
         """Send ``pilot`` the shared environment ``task`` names, unless it has it."""
         eb = task.get("eb")
         if eb is not None and eb not in pilot.envs_sent:
-            pilot.send({"k": ENV, "id": eb, "env": self.task_envs[eb]})
-            pilot.envs_sent.add(eb)
+            pilot.send_env(eb, {"k": ENV, "id": eb, "env": self.task_envs[eb]})
 
     def _feed_group(self, pilot: PilotHandle, nid: str, i: int, now: float) -> int | None:
         """Member ``i`` of a grouped node is ready: hand its group to ``pilot`` as one
@@ -342,12 +335,11 @@ class Feeder:
             retried = ns.failures.get(j, 0) if attempt > 1 else 0
             tasks.append(self.task(nid, j, attempt, retried))
             self.share_env(pilot, tasks[-1])  # (before the group that needs it)
-            self.ledger.record({"e": kind.ASSIGN, "n": nid, "m": j, "a": attempt, "p": pilot.id, "t": now,
-                                **(self._asks(nid, retried) if retried else {})})
+            self.ledger.take(records.assign(nid, j, attempt, pilot.id, now,
+                                            self._asks(nid, retried) if retried else None))
             self.fix(nid, j)
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)
-        pilot.given += len(chosen)
         return len(chosen)
 
     def release_held(self) -> None:

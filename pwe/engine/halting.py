@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from pilot.wire import CANCEL, LEAVE
 
 from ..base.states import ASSIGNED, FAILED, RUNNING
-from ..runstate import journal as kind
-from ..workflow import records
+from ..runstate import records
+from ..workflow import records as workflow_records
 from .handles import PilotState
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Halting:
         self.ledger = ledger
         self.pilots = pilots
         # the run's own (pwe run --halt, kept in run.json), else the workflow's
-        self.run_budget: Halt | None = (records.validate("Halt", info["halt"]) if info.get("halt")
+        self.run_budget: Halt | None = (workflow_records.validate("Halt", info["halt"]) if info.get("halt")
                                         else plan.workflow.halt)
         self.node_budgets = {nid: pn.halt for nid, pn in plan.nodes.items() if pn.halt is not None}
 
@@ -97,16 +97,16 @@ class Halting:
 
     def halt(self, why: str, when: str = "soon", fields: dict[str, Any] | None = None) -> None:
         """Halt the run: journaled, then the pilots told (see the module's docstring)."""
-        st, record = self.ledger.state, self.ledger.record
+        st, take = self.ledger.state, self.ledger.take
         if st.halted is not None:
             return
         now = time.time()
-        record({"e": kind.HALT, "why": why, "when": when, **(fields or {}), "t": now})
+        take(records.halt(why, when, now, **(fields or {})))
         if when == "now":
             for nid, ns in st.nodes.items():
                 for i, pid_ in list(ns.pilot.items()):
-                    record({"e": kind.UNASSIGN, "n": nid, "m": i, "a": ns.attempt[i], "p": pid_, "halted": 1,
-                            "why": f"stopped by the halt ({why})", "t": now})
+                    take(records.unassign(nid, i, pid_, ns.attempt[i], f"stopped by the halt ({why})", now,
+                                          halted=True))
         self.ledger.journal.flush()  # (said before any pilot hears it)
         for pilot in self.pilots.values():
             if not pilot.alive or pilot.state is PilotState.DOWN:

@@ -22,6 +22,12 @@ ACTIVE or DRAINING meanwhile).
 
 What the engine does with them is :class:`pwe.engine.pilots.PilotWork`,
 :class:`pwe.engine.intake.Intake` and :class:`pwe.engine.pilotctl.PilotControl`.
+
+Each fact of a pilot or a lane has one owner, its handle: the engine's parts read the
+fields, and change them only through the handle's methods (a stage through ``become``; a
+member sent, ended or handed back; a sequence number admitted; a refusal, a back-off), so
+that what goes with what (a stage and its reason, a task and the counts it adds to) is
+said once, here.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pilot.transport import EngineSpool, Transport
+from pilot.wire import ACK, STOP
 
 from ..base.errors import BadTransition
 from ..runstate.journal import cannot_write
 from ..runstate.readyqueue import ReadyQueue
+from . import scaling
 
 if TYPE_CHECKING:  # (a local run's engine never starts a process itself: subprocess is the batch hosts')
     import subprocess
@@ -95,7 +103,7 @@ class PilotHandle:
         self._groups: dict[tuple[str, int], list[int]] = {}  # a grouped member -> its group's count left
         self.state = PilotState.ACTIVE  # its life stage (become() moves it)
         self.came_up = False  # it said `up` (history, beside the stage: see the module's docstring)
-        self.ran = False  # it started a member (pwe/engine/pilotctl.py Setups: pilots in a row that could not)
+        self.ran = False  # it started a member (pwe/engine/setups.py: pilots in a row that could not)
         self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
         self.finished_any = False  # an end event of one of its members was taken in
         self.serves: list[str] | None = None  # (a helper added by pwe pilot add: pwe/engine/pilotctl.py) its nodes
@@ -113,7 +121,7 @@ class PilotHandle:
         self.qs: dict[str, int] = {}  # the highest each transport delivered ("spool", "redis")
         self.acked = 0  # the last ``ack`` sent (a pilot that sends through a broker)
         self.refusals: set[str] = set()  # kinds of refusal said on stderr already (once each)
-        self.setup_failed: list[str] = []  # its nodes whose setup_per_node failed (pwe/engine/pilotctl.py)
+        self.setup_failed: list[str] = []  # its nodes whose setup_per_node failed (pwe/engine/setups.py)
 
     def become(self, new: PilotState) -> None:
         """Move to stage ``new``; BadTransition when its stage does not allow it."""
@@ -134,6 +142,103 @@ class PilotHandle:
     def send(self, msg: dict[str, Any]) -> None:
         self._out.append(msg)
 
+    # -- what the engine's parts tell it (the fields above change only here) -------------
+
+    def sent_task(self, task: dict[str, Any]) -> None:
+        """A member's task sent to it: one more outstanding, one more given (maxMembers)."""
+        self._out.append(task)
+        self.outstanding += 1
+        self.given += 1
+
+    def send_env(self, eb: str, msg: dict[str, Any]) -> None:
+        """The shared environment ``eb`` sent to it (the tasks after it name it)."""
+        self._out.append(msg)
+        self.envs_sent.add(eb)
+
+    def lost_env(self, eb: str) -> None:
+        """It said it has no environment ``eb`` (a new process of it): sent again when needed."""
+        self.envs_sent.discard(eb)
+
+    def stop_taking(self) -> None:
+        """It has had all it may take (maxMembers, members too long for it, setups that
+        failed): ``full``, and told to stop (it finishes what it holds and leaves)."""
+        self.full = True
+        self._out.append({"k": STOP})
+
+    def refuse(self, nid: str, i: int) -> None:
+        """Member ``i`` of ``nid`` is not offered to it again (too long for it, its setup failed)."""
+        self.refused.add((nid, i))
+
+    def admit(self, via: str, q: int) -> str:
+        """Its message numbered ``q``, delivered by transport ``via``: "" when it is new (its
+        sequence numbers move on), ``replayed`` when ``via`` delivered it before, ``resent``
+        when the other transport did."""
+        if q <= self.qs.get(via, 0):
+            return "replayed"
+        self.qs[via] = q
+        if q <= self.q:
+            return "resent"
+        self.q = q
+        return ""
+
+    def numbered(self, q: int, qs: dict[str, int]) -> None:
+        """Reattached: the sequence numbers the journal applied (its ``offset`` record)."""
+        self.q, self.qs = q, dict(qs)
+
+    def acknowledge(self) -> None:
+        """Tell it (a pilot sending through a broker) what the journal holds now, if more."""
+        if self.transport.acks and self.q > self.acked:
+            self._out.append({"k": ACK, "q": self.q})
+            self.acked = self.q
+
+    def first_refusal(self, why: str) -> bool:
+        """A message of its refused as ``why``: whether it is the first refused so (said once)."""
+        if why in self.refusals:
+            return False
+        self.refusals.add(why)
+        return True
+
+    def first_start(self) -> bool:
+        """One of its members started: whether it is its first."""
+        if self.ran:
+            return False
+        self.ran = True
+        return True
+
+    def ended_one(self, nid: str, i: int) -> None:
+        """A member of its ended: one fewer outstanding; it has finished one."""
+        self.one_less(nid, i)
+        self.finished_any = True
+
+    def said_up(self) -> None:
+        self.came_up = True
+
+    def said_down(self, why: str) -> None:
+        """It said it left (``why``: idle, error: ...)."""
+        if self.state is not PilotState.DOWN:
+            self.become(PilotState.DOWN)
+        self.down_why = why
+
+    def give_up(self, why: str, now: float) -> None:
+        """Silent while its job may run: GIVEN_UP, and why and since when (kept after)."""
+        self.become(PilotState.GIVEN_UP)
+        self.given_up_why, self.given_up_at = why, now
+
+    def serve(self, nodes: list[str] | None) -> None:
+        """A helper (pwe pilot add on a host no node names): the nodes whose members it takes."""
+        self.serves = nodes
+
+    def setup_failed_on(self, node: str) -> None:
+        self.setup_failed.append(node)
+
+    def job_is(self, state: Any) -> None:
+        """What its batch system said of its job at the last poll."""
+        self.job_state = state
+
+    def holding(self, n: int) -> None:
+        """Reattached: the members the journal says it holds."""
+        self.outstanding = n
+
     def sent_group(self, nid: str, members: list[int]) -> None:
         """A group of ``members`` went to this pilot: they count as one against its window
         (they hold one slot between them), each one as outstanding."""
@@ -141,6 +246,7 @@ class PilotHandle:
         for i in members:
             self._groups[(nid, i)] = left
         self.outstanding += len(members)
+        self.given += len(members)
         self.extra += len(members) - 1
 
     def one_less(self, nid: str, i: int) -> None:
@@ -275,6 +381,72 @@ class Lane:
     def not_answering(self) -> bool:
         """Its batch system does not answer (not: it refused)."""
         return self._unreachable_since is not None
+
+    # -- what happened to it (its fields change only here) --------------------------------
+
+    def queue(self, ready: Any) -> None:
+        """Its ready members kept in this queue's order (pressure: pwe/engine/feed.py)."""
+        self.ready = ready
+
+    def submitting(self, now: float) -> None:
+        """A submission goes now (every one counts against submit_rate)."""
+        self.last_submit = now
+
+    def submit_again(self, pid_: str, maybe_made: bool) -> None:
+        """The submission of ``pid_`` did not go through: the next one is under the same
+        id (``maybe_made``: looked up first, never two jobs)."""
+        self.retry_pilot = (pid_, maybe_made)
+
+    def submitted(self) -> None:
+        self.retry_pilot = None
+
+    def refused(self, words: str, now: float, spacing: float, failures: int) -> None:
+        """Its batch system refused a pilot job: one more in a row, and the next try after a
+        back-off that grows (:func:`pwe.engine.scaling.backoff`); ``refused_why`` says so."""
+        self.refusals += 1
+        self.retry_at = max(now + scaling.backoff(self.refusals), now + spacing)
+        at = time.strftime("%H:%M:%S", time.localtime(self.retry_at))
+        self.refused_since = self.refused_since or now
+        self.refused_why = (f"{scaling.REFUSED} {self.refusals} pilot job{'s' if self.refusals > 1 else ''} in a row "
+                            f"({words}); the next try at {at}, the run stops after {failures} refusals")
+
+    def accepted(self) -> int:
+        """A submission went through: the refusals in a row (how many there were) are over."""
+        n, self.refusals, self.refused_since, self.refused_why = self.refusals, 0, None, ""
+        return n
+
+    def not_answered(self, why: str, now: float) -> bool:
+        """Its batch system did not answer: nothing submitted before ``retry_at`` (a back-off
+        up to a minute); whether it answered until now."""
+        first = not self.not_answering
+        if first:
+            self.unreachable_since = now
+            self.backoff = self.status_every
+        else:
+            self.backoff = min(60.0, self.backoff * 1.5)
+        self.unreachable_why = why
+        self.retry_at = now + self.backoff
+        return first
+
+    def answered(self, now: float) -> float | None:
+        """Its batch system answered: for how long it had not (None: it had)."""
+        if not self.not_answering:
+            return None
+        out = now - self._unreachable_since
+        self.unreachable_since = None
+        self.unreachable_why = ""
+        return out
+
+    def polled(self, now: float, changed: bool | None = None) -> None:
+        """Its jobs' states asked now; ``changed``: whether they changed (or a pilot waits for
+        its job's end), then the next poll is soon, else later (kind to the scheduler)."""
+        self.last_status = now
+        if changed is not None:
+            self.status_interval = self.status_every if changed else min(60.0, self.status_interval * 1.5)
+
+    def ask_soon(self) -> None:
+        """Poll its jobs at the next round."""
+        self.status_interval, self.last_status = self.status_every, 0.0
 
 
 def make_lanes(plan: Any, recorded: dict[str, Any], status_every: float) -> tuple[dict[str, Lane], dict[str, str]]:

@@ -3,7 +3,7 @@ signed with keys made from the run's secret), the check of every message before 
 applied, and the journal records made of them: :class:`Intake`, a part the engine holds
 (:mod:`pwe.engine.loop`), given the ledger, the lanes and the pilots, and the two
 callables it calls back: ``gone`` (give a pilot up: :meth:`pwe.engine.pilots.PilotWork.gone`)
-and ``setup_news`` (a node's setup_per_node outcome: :class:`pwe.engine.pilotctl.Setups`).
+and ``setup_news`` (a node's setup_per_node outcome: :class:`pwe.engine.setups.Setups`).
 
 Every message a pilot sends is checked before it is applied (:meth:`Intake.admit`):
 its signature (the transport gives a bad one as ``forged``), its form (``malformed``)
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pilot.transport import EngineSpool, Transport
-from pilot.wire import (ACK, BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NO_ENV, NO_SCRATCH,
+from pilot.wire import (BACK, CANCEL, DAMAGED, DOWN, DRAIN, END, FORGED, MALFORMED, NO_ENV, NO_SCRATCH,
                         NODE_LOST, NODE_SETUP, START, UNWRITABLE, UP, VERSION, channel_key)
 
 from pilot.nodesetup import SETUP_FAILED
@@ -32,6 +32,7 @@ from ..base.regular import pilot_dir, read_secret
 from ..base.states import DONE, FAILED
 from ..planning.trees import decide
 from ..runstate import journal as kind
+from ..runstate import records
 from .handles import PilotState
 
 #: seconds an engine with pilots on a broker sleeps before it waits on the broker for events
@@ -146,58 +147,47 @@ class Intake:
         q = ev.get("q")
         if type(q) is not int:
             return "malformed" if self.secret is not None else ""  # (unsigned: a pilot of a hand-made run)
-        if q <= pilot.qs.get(via, 0):
-            return "replayed"
-        pilot.qs[via] = q
-        if q <= pilot.q:
-            return "resent"
-        pilot.q = q
-        return ""
+        return pilot.admit(via, q)
 
     def reject(self, pilot: PilotHandle, ev: dict[str, Any], why: str) -> None:
         """Journal (and so count) a refused message; say the first of each kind on stderr."""
         text = str(ev.get("text") or {k: v for k, v in ev.items() if k != "via"})[:80]
-        self.ledger.record({"e": kind.REJECT, "p": pilot.id, "why": why, "k": ev.get("k"), "q": ev.get("q"),
-                      "detail": ev.get("why"), "text": text, "t": time.time()})
-        if why != "resent" and why not in pilot.refusals:
-            pilot.refusals.add(why)
+        self.ledger.take(records.reject(pilot.id, why, ev.get("k"), ev.get("q"), ev.get("why"), text, time.time()))
+        if why != "resent" and pilot.first_refusal(why):
             self.notice(f"pilot {pilot.id}: a {why} message refused (never applied; counted in pwe status --json): "
                         f"{text}")
 
     def ingest(self, pilot: PilotHandle) -> int:
-        """Take in what ``pilot`` sent since last time: each message admitted, applied and
-        journaled (or refused), then the pilot's cursor; how many there were."""
+        """Take in what ``pilot`` sent since last time: each message admitted, journaled and
+        applied (or refused), then the pilot's cursor; how many there were. The journal holds
+        the batch's starts meanwhile, so that an end in the same batch carries its start
+        (:meth:`pwe.runstate.journal.Journal.hold`)."""
         try:
             events = pilot.receive()
         except OSError as exc:  # (its events file is not a regular file of its own, or damaged: pilot/bounded.py)
             raise RunDamaged(f"{exc.filename or pilot.transport.where}: cannot be read ({exc.strerror or exc}); pilot "
                              f"{pilot.id}'s messages must be its own regular file: put it back, then pwe resume "
                              f"{self.dir.name}") from None
-        record = self.ledger.record
+        record = self.ledger.take
         for broker in self.brokers.values():
             while broker.notes:
-                record({"e": kind.NOTE, "what": broker.notes.pop(0), "t": time.time()})
+                record(records.note(broker.notes.pop(0), time.time()))
         if not events:
             return 0
-        held: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
         admit, take = self.admit, self.take
+        journal = self.ledger.journal
+        journal.hold()
         for ev in events:
             why = admit(pilot, ev)
             if why:
                 self.reject(pilot, ev, why)
             else:
-                take(pilot, ev, held)
-        journal = self.ledger.journal
-        for rec in held.values():  # (started, not ended in this batch: journaled before the offset)
-            journal.append(rec)
-        offset = {"e": kind.OFFSET, "p": pilot.id, "off": pilot.cursor, "q": pilot.q}
-        if pilot.qs != {"spool": pilot.q}:  # (absent: all through the spool, journal.py; a record each round)
-            offset["qs"] = dict(pilot.qs)
-        record(offset)
-        if pilot.transport.acks and pilot.q > pilot.acked:
-            # sent after the journal is flushed (the loop flushes it before the pilots)
-            pilot.send({"k": ACK, "q": pilot.q})
-            pilot.acked = pilot.q
+                take(pilot, ev)
+        journal.release()  # (started, not ended in this batch: journaled before the offset)
+        # (qs absent: all through the spool, journal.py; a record each round)
+        record(records.offset(pilot.id, pilot.cursor, pilot.q, dict(pilot.qs) if pilot.qs != {"spool": pilot.q}
+                              else None))
+        pilot.acknowledge()  # (sent after the journal is flushed: the loop flushes it before the pilots)
         if self.unwritable:
             # the members' directories cannot be made: the run's cause, not theirs
             # (the pilot's words are the system's: "No space left on device" is no permission to fix)
@@ -211,34 +201,19 @@ class Intake:
         message without the fields its kind has (damaged). A start's ``nodes`` are left
         out when they are only ``host``, the pilot's own (its journal record says it)."""
         k = ev["k"]
+        get = ev.get
         try:
             if k == BACK:  # handed back unstarted (or stopped by the allocation's end)
-                rec = {"e": kind.UNASSIGN, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_, "why": ev.get("why")}
-                if ev.get("t"):
-                    rec["t"] = ev["t"]
-                return rec
-            rec = {"e": kind.START if k == START else kind.END, "n": ev["n"], "m": ev["m"], "a": ev["a"], "p": pid_,
-                   "t": ev.get("t")}
-            if k == START:
-                if ev.get("pid"):  # (0: its spawner's child, pid not known here)
-                    rec["pid"] = ev["pid"]
-                if ev.get("nodes") and ev["nodes"] != [host]:
-                    rec["nodes"] = ev["nodes"]  # (for the trace: where it ran)
-            else:
-                rec["rc"] = ev["rc"]
-                if ev.get("out"):
-                    rec["out"] = ev["out"]
-                if ev.get("why"):
-                    rec["why"] = ev["why"]
-                if ev.get("reason"):  # oom, walltime (pilot/wire.py's REASON_*; absent: its own exit)
-                    rec["reason"] = ev["reason"]
-                rec["dt"] = ev.get("dt")
-                for key in ("cpu", "rss"):  # measured by the pilot (the trace's)
-                    if key in ev:
-                        rec[key] = ev[key]
+                return records.unassign(ev["n"], ev["m"], pid_, ev["a"], get("why"), get("t") or None)
+            if k == START:  # (pid 0: its spawner's child, not known here; nodes, for the trace: where it ran)
+                nodes = get("nodes")
+                return records.start(ev["n"], ev["m"], ev["a"], pid_, get("t"), get("pid"),
+                                     nodes if nodes != [host] else None)
+            # (reason: oom, walltime, pilot/wire.py's REASON_*, absent: its own exit; cpu, rss: measured by the pilot)
+            return records.end(ev["n"], ev["m"], ev["a"], pid_, get("t"), ev["rc"], get("dt"), get("out"), get("why"),
+                               get("reason"), get("cpu"), get("rss"))
         except KeyError:
             return None
-        return rec
 
     def judged(self, rec: dict[str, Any] | None) -> dict[str, Any] | None:
         """An ``end`` record with its check's verdict (children, converged, ...) in it, for a
@@ -250,16 +225,12 @@ class Intake:
                 pass  # (a damaged message: apply refuses it below)
         return rec
 
-    def take(self, pilot: PilotHandle, ev: dict[str, Any], held: dict[Any, dict[str, Any]] | None = None) -> None:
-        """Act on one message of a pilot. ``held``: the batch's start records not yet
-        journaled, by (node, member, attempt): a start is held there and its end, when it
-        comes in the same batch, is journaled as one record carrying it (``ran``: the
-        journal's compacted form, pwe/runstate/journal.py); the caller journals what is left held."""
+    def take(self, pilot: PilotHandle, ev: dict[str, Any]) -> None:
+        """Act on one message of a pilot."""
         k = ev["k"]
-        if (k == START or k == END or k == BACK) and not self._member_event(pilot, ev, k, held):
+        if (k == START or k == END or k == BACK) and not self._member_event(pilot, ev, k):
             k = DAMAGED
-        if k == START and not pilot.ran:  # (its first member: "pilots in a row" that could run none end here)
-            pilot.ran = True
+        if k == START and pilot.first_start():  # (its first member: "pilots in a row" that could run none end here)
             self.setup_news(pilot, ev)
         if k == NODE_LOST:
             self._node_lost(pilot, ev)
@@ -267,26 +238,23 @@ class Intake:
             if pilot.state is PilotState.ACTIVE:  # (one given up, or down, is leaving already)
                 pilot.become(PilotState.DRAINING)
         elif k == DOWN:
-            if pilot.state is not PilotState.DOWN:
-                pilot.become(PilotState.DOWN)
-            pilot.down_why = ev.get("why") or ""
+            pilot.said_down(ev.get("why") or "")
         elif k == UP:
             if ev.get("v") != VERSION:
                 self._refuse(pilot, ev.get("v"))
-            pilot.came_up = True
+            pilot.said_up()
         elif k == DAMAGED:  # (what admit let through: a run without a secret)
-            self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id}: a damaged message skipped", "text":
-                                str(ev.get("text", ev))[:80], "t": time.time()})
+            self.ledger.take(records.note(f"pilot {pilot.id}: a damaged message skipped", time.time(),
+                                          text=str(ev.get("text", ev))[:80]))
         elif k == NODE_SETUP:
             self.setup_news(pilot, ev)
         if ev["k"] == BACK and str(ev.get("why") or "").startswith((SETUP_FAILED, NO_SCRATCH)):
             # (setup_per_node failed, or no scratch for a member, on every node of the pilot:
-            # pwe/engine/pilotctl.py)
+            # pwe/engine/setups.py)
             self.setup_news(pilot, ev)
 
-    def _member_event(self, pilot: PilotHandle, ev: dict[str, Any], k: str,
-                      held: dict[Any, dict[str, Any]] | None) -> bool:
-        """A member's ``start``, ``end`` or ``back``: applied and journaled (see :meth:`take`);
+    def _member_event(self, pilot: PilotHandle, ev: dict[str, Any], k: str) -> bool:
+        """A member's ``start``, ``end`` or ``back``: journaled and applied (see :meth:`ingest`);
         False when it is damaged (fields missing, a node or member this run does not have)."""
         rec = self.judged(self.event_record(pilot.id, ev, pilot.host))
         if rec is None:
@@ -295,25 +263,11 @@ class Intake:
             self.on_lost_node.discard((pilot.id, rec["n"], rec["m"]))
             rec["lost"] = 1  # (it ran on a node that died: counted against maxLosses)
         try:
-            applied = self.ledger.state.apply(rec)
+            applied = self.ledger.take(rec)
         except (KeyError, ValueError, TypeError, IndexError):
             return False
-        journal = self.ledger.journal
-        start = held.pop((rec["n"], rec["m"], rec["a"]), None) if held else None
-        if k == START and applied is not None and held is not None:
-            held[(rec["n"], rec["m"], rec["a"])] = rec
-        elif k == END and start is not None:
-            rec["ran"] = 1  # (its start: at t - dt, pwe/runstate/journal.py)
-            if "nodes" in start:
-                rec["nodes"] = start["nodes"]
-            journal.append(rec)
-        else:
-            if start is not None:
-                journal.append(start)  # (handed back after it started: in that order)
-            journal.append(rec)
         if applied is not None and k == END:
-            pilot.one_less(ev["n"], ev["m"])
-            pilot.finished_any = True
+            pilot.ended_one(ev["n"], ev["m"])
             self.pilots.failed_in_a_row = 0
             if applied == FAILED:
                 self.failed(rec["n"])
@@ -331,9 +285,9 @@ class Intake:
         if applied:
             pilot.one_less(ev["n"], ev["m"])
             if why.startswith(NO_ENV):  # (it lost it: a new handle sends it again)
-                pilot.envs_sent.discard(why[len(NO_ENV):])
+                pilot.lost_env(why[len(NO_ENV):])
             if (ev.get("why") or "").startswith("needs "):
-                pilot.refused.add((ev["n"], ev["m"]))
+                pilot.refuse(ev["n"], ev["m"])
         if why.startswith(UNWRITABLE):
             from pilot.spawn import writable
 
@@ -355,8 +309,7 @@ class Intake:
             self.on_lost_node.add((pilot.id, ev["n"], ev["m"]))
         if not isinstance(node, str) or node in (self.ledger.state.pilots.get(pilot.id) or {}).get("lost", {}):
             return
-        self.ledger.record({"e": kind.NODE_LOST, "p": pilot.id, "node": node, "why": str(ev.get("why") or "")[:300],
-                            "t": ev.get("t") or time.time()})
+        self.ledger.take(records.node_lost(pilot.id, node, str(ev.get("why") or "")[:300], ev.get("t") or time.time()))
         self.notice(f"pilot {pilot.id}: node {node} lost; its members run again on the other nodes")
 
     def _refuse(self, pilot: PilotHandle, version: Any) -> None:

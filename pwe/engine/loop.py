@@ -18,8 +18,8 @@ last cursor it journaled; applying a pilot event twice is a no-op. So no member 
 finished runs again, and none is lost.
 
 The engine holds its parts, each made once in :meth:`Engine.__init__` with what it needs
-(ARCHITECTURE.md draws them): ``ledger`` (state and journal: every part records through
-it), ``pilots`` (the registry: each pilot's ``PilotState``), ``intake`` (1), ``work`` (2:
+(ARCHITECTURE.md draws them): ``ledger`` (state and journal: every record goes through its
+``take``), ``pilots`` (the registry: each pilot's ``PilotState``), ``intake`` (1), ``work`` (2:
 pilots started, watched, given up), ``feeder`` (3), ``control`` (``pwe pilot`` requests),
 ``setups`` (setup_per_node); :func:`pwe.engine.recovery.recover` after a damaged journal.
 
@@ -28,7 +28,7 @@ the Python API's run_workflow and resume_workflow are :mod:`pwe.engine.api`.
 
 Why one module over 450 lines: the loop and the run's creation, start and end share the
 engine's state; the parts with a job of their own are already apart (intake, feed, pilots,
-recovery, halting, budget, pilotctl).
+recovery, halting, budget, pilotctl, setups).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from ..runstate.keyring import KeyRing
 from ..runstate.lending import Lending
 from ..runstate.journal import Journal, JournalError, disk_refusals
 from ..runstate.state import RunState, not_begun_runs
-from ..runstate import journal as kind
+from ..runstate import records
 from . import halfmade, recovery
 from .budget import CoreHours
 from .feed import Feeder
@@ -60,7 +60,8 @@ from .halting import Halting
 from .handles import Lane, PilotHandle, Pilots, PilotState, make_lanes
 from .intake import Intake
 from .ledger import Ledger
-from .pilotctl import PilotControl, Setups
+from .pilotctl import PilotControl
+from .setups import Setups
 from .pilots import PilotWork
 from .tasks import TaskBuilder
 
@@ -145,7 +146,7 @@ class Engine:
         self._refused = False  # refused before it began (run): the run it made is removed
         self._not_begun = False  # refused before it began, whoever made the run (pwe submit's engine)
         self._first = False  # this engine began the run (its journal was new): reuse is decided then
-        self._by: dict[str, str] = {}  # who asked (run's ``by``), for the run's first records
+        self._by: str | None = None  # who asked (the ``by`` of the run's first records)
         # one lane per host, or per (host, partition) where its nodes need several partitions;
         # each node's lane (a node whose host the run did not record runs on the first)
         self.lanes: dict[str, Lane]
@@ -243,7 +244,7 @@ class Engine:
         ``resume``, ``retry`` and ``cancel`` records.
         Ctrl-C cancels the run; ``pwe retry`` picks it up again.
         """
-        self._by = {"by": by} if by else {}
+        self._by = by or None
         try:
             faults.arm("engine")  # (PWE_FAULT: tests stop the engine at a write of its own; pilot/faults.py)
         except ValueError as exc:
@@ -265,7 +266,7 @@ class Engine:
             # status` shows why
             try:
                 if self.journal is not None:
-                    self.ledger.record({"e": kind.STOPPED, "why": str(exc), "t": time.time()})
+                    self.ledger.take(records.stopped(str(exc), time.time()))
                     self.journal.flush()
             except (PweError, OSError):
                 pass
@@ -322,14 +323,13 @@ class Engine:
                 pass  # the next engine finds the change again; the journal says it either way
         self._load()
         for name in self.hosts_changed:
-            self.ledger.record({"e": kind.NOTE, "what": f"host '{name}' is defined differently than when the run "
-                                "began; new pilots use its current definition", "t": time.time()})
+            self.ledger.take(records.note(f"host '{name}' is defined differently than when the run began; new pilots "
+                                          "use its current definition", time.time()))
         if retry:
             # a cancel request the last engine never took in (it ended first) is stale:
             # retrying is the user asking for the run again
             (self.dir / "control" / "cancel").unlink(missing_ok=True)
-            self.ledger.record({"e": kind.RETRY, "t": time.time(), **self._by,
-                                **({"only": only} if only is not None else {})})
+            self.ledger.take(records.retry(time.time(), self._by, only))
         if cancel:
             self.cancel(by)
         else:
@@ -356,12 +356,12 @@ class Engine:
         journal = Journal(path, fsync=bool(self.info.get("fsync")))
         journal.lines = replayed.lines
         self.ledger.open(state, journal)
-        record = self.ledger.record
-        record({"e": kind.RUN if fresh else "resume", "t": time.time(), "pid": os.getpid(),
-                **_callable_checks(state, self.checks), **self._by})
+        take = self.ledger.take
+        take((records.run if fresh else records.resume)(time.time(), os.getpid(), _callable_checks(state, self.checks),
+                                                         self._by))
         for line in unusable + replayed.warnings():
             self.notice(line)
-            record({"e": kind.NOTE, "what": line, "t": time.time()})
+            take(records.note(line, time.time()))
         recovered: dict[str, list[dict[str, Any]]] = {}
         if replayed.damaged or replayed.torn:
             intake = self.intake
@@ -394,9 +394,9 @@ class Engine:
                                         exclude=self.dir, named=bool(named))
         decision = reusable.decide(self.plan, self.info.get("workspace"), found, notes)
         for line in notes:
-            self.ledger.record({"e": kind.NOTE, "what": f"not reused: {line}", "t": time.time()})
+            self.ledger.take(records.note(f"not reused: {line}", time.time()))
         for rec in decision.records():
-            self.ledger.record(rec)
+            self.ledger.take(rec)
         for nid, spans in decision.reused.items():  # (their keys: those they were found by; lent again)
             self.keyring.take(nid, spans, decision.keys[nid])
             self.lending.reused(nid, spans)
@@ -440,8 +440,8 @@ class Engine:
                 return runs if nid not in changed else _without(runs, changed[nid])
 
             found = products.scan(self.plan, Path(self.info["workspace"]), not_begun, self.suspects or frozenset())
-            for rec in products.records(found):
-                self.ledger.record(rec)
+            for nid, runs in products.complete_runs(found):
+                self.ledger.take(records.complete(nid, runs))
 
     def _loop(self, progress: Callable[[RunState], None] | None) -> bool:
         st = self.state
@@ -488,7 +488,7 @@ class Engine:
             sleep = (POLL_DEEP if self.feeder.deep() else POLL_MIN) if busy else min(POLL_MAX, sleep * 1.5)
             self.intake.sleep(sleep)  # (woken early by a broker's new events: intake.py)
         ok = not st.cancelled and st.halted is None and st.all_done()  # (a check's members too, trees converged)
-        self.ledger.record({"e": kind.FINISH, "ok": ok, "t": time.time()})
+        self.ledger.take(records.finish(ok, time.time()))
         self.journal.flush()
         self._lend()
         press = self.feeder.pressure
@@ -518,7 +518,7 @@ class Engine:
             if pilot.alive:
                 pilot.send({"k": CANCEL})
                 pilot.flush()
-        self.ledger.record({"e": kind.CANCEL, "t": time.time(), **({"by": by} if by else {})})
+        self.ledger.take(records.cancel(time.time(), by))
         self.journal.flush()
         return True
 
@@ -634,7 +634,7 @@ def asked_by(request: Path) -> str | None:
     return by[:200] if isinstance(by, str) else None
 
 
-def _callable_checks(state: RunState, checks: dict[str, Any]) -> dict[str, Any]:
+def _callable_checks(state: RunState, checks: dict[str, Any]) -> list[str] | None:
     """What the ``run``/``resume`` record says of callable checks: the nodes they check.
     A run begun with them is refused by an engine without them (``pwe resume``), rather
     than its trees silently stopping to grow."""
@@ -643,4 +643,4 @@ def _callable_checks(state: RunState, checks: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise InputError(f"node(s) {', '.join(missing)} of this run are checked by a Python callable "
                          "(run_workflow(checks=...)); resume it from Python: pwe.resume_workflow(RUN_DIR, checks=...)")
-    return {"checks": sorted(checks)} if checks else {}
+    return sorted(checks) if checks else None

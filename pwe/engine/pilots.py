@@ -18,6 +18,11 @@ its members are handed on only once the batch system says the job ended (or afte
 Taking in what pilots say (transports, admission, journal records) is the intake
 (:mod:`pwe.engine.intake`), which :class:`PilotWork` is given; what a crash left is found by
 :mod:`pwe.engine.recovery`'s functions. A pilot's stage is :class:`~pwe.engine.handles.PilotState`.
+
+Why one module over 450 lines: a pilot's life here is one piece, started or submitted,
+polled, reattached at resume, given up, sealed, and each step reads what the others wrote
+of it (its job, its lane's back-off, its transport); what has a job of its own is apart
+already (the intake, recovery, scaling's decision, the pwe pilot requests, setups).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from ..base.errors import ContactError, RunDamaged, RunStopped, SchedulerUnreach
 from ..base.regular import Outside, open_regular, pilot_dir
 from ..base.states import ASSIGNED, DONE, READY, RUNNING
 from ..planning.placement import pilot_job, pilot_shape
-from ..runstate import journal as kind
+from ..runstate import records
 from . import recovery, scaling
 from .handles import Lane, PilotHandle, Pilots, PilotState
 from .pilotctl import restore_lane, restore_pilot
@@ -46,7 +51,7 @@ if TYPE_CHECKING:
     from .budget import CoreHours
     from .intake import Intake
     from .ledger import Ledger
-    from .pilotctl import Setups
+    from .setups import Setups
 
 
 class PilotWork:
@@ -83,8 +88,8 @@ class PilotWork:
                                     host_env={k: str(v) for k, v in lane.host.env.items()})
         host = hostname()
         started = start_time(popen.pid)  # (pid and start time: a pid alone is recycled, pilot/identity.py)
-        self.ledger.record({"e": kind.PILOT, "p": pid_, "pid": popen.pid, "started": started, "host": host,
-                            "lane": lane.name, "slots": lane.cores, "t": time.time(), **(extra or {})})
+        self.ledger.take(records.pilot(pid_, host, lane.name, lane.cores, time.time(), pid=popen.pid, started=started,
+                                       **(extra or {})))
         pilot = PilotHandle(pid_, d, popen.pid, host, lane.cores, popen=popen, lane=lane.name, transport=transport,
                             started=started)
         self.pilots[pid_] = pilot
@@ -115,10 +120,10 @@ class PilotWork:
             # an earlier submission that may have taken is looked up first: never two jobs
             job_id = lane.protocol.find_job(job) if maybe_taken else None
             if job_id is None:
-                lane.last_submit = time.time()  # (every submission counts against submit_rate)
+                lane.submitting(time.time())
                 job_id = lane.protocol.submit(job, str(script))
         except SchedulerUnreachable as exc:
-            lane.retry_pilot = (pid_, maybe_taken or exc.maybe_ran)
+            lane.submit_again(pid_, maybe_taken or exc.maybe_ran)
             self.unreachable(lane, str(exc))
             return None
         except ContactError as exc:
@@ -127,16 +132,14 @@ class PilotWork:
             raise RunStopped(f"cannot submit a pilot to host '{host.name}': {exc}: fix its contact (hosts.yaml, "
                              "known_hosts, keys)") from exc
         except SubmitError as exc:
-            lane.retry_pilot = (pid_, False)  # (the same pilot id and job name next time: nothing was made)
+            lane.submit_again(pid_, False)  # (the same pilot id and job name next time: nothing was made)
             self.refused(lane, exc)
             return None
-        lane.retry_pilot = None
+        lane.submitted()
         self.reachable(lane)
         self.accepted(lane)
-        self.ledger.record({"e": kind.PILOT, "p": pid_, "job": job_id, "host": host.name, "lane": lane.name,
-                            "slots": job.nodes * job.cores_per_node, "batch": lane.protocol.name, "wall": job.walltime,
-                            "t": time.time(),
-                            **(extra or {})})
+        self.ledger.take(records.pilot(pid_, host.name, lane.name, job.nodes * job.cores_per_node, time.time(),
+                                       job=job_id, batch=lane.protocol.name, wall=job.walltime, **(extra or {})))
         pilot = PilotHandle(pid_, d, 0, host.name, job.nodes * job.cores_per_node, job=job_id, lane=lane.name,
                             transport=transport)
         self.pilots[pid_] = pilot
@@ -161,7 +164,7 @@ class PilotWork:
         now = time.time()
         if not live or now - lane.last_status < lane.status_interval:
             return
-        lane.last_status = now
+        lane.polled(now)
         states = lane.protocol.status([p.job for p in live])  # UNKNOWN when the host does not answer
         if lane.protocol.no_answer:
             self.unreachable(lane, lane.protocol.no_answer)
@@ -169,12 +172,10 @@ class PilotWork:
             self.reachable(lane)
         # back off while nothing changes (kind to the scheduler); look again soon after a
         # change, and while a pilot given up waits for its job to end
-        changed = any(states.get(p.job) != p.job_state for p in live)
-        lane.status_interval = lane.status_every if changed or any(p.given_up_why for p in live) else \
-            min(60.0, lane.status_interval * 1.5)
+        lane.polled(now, any(states.get(p.job) != p.job_state for p in live) or any(p.given_up_why for p in live))
         for pilot in live:
             state = states.get(pilot.job, JobState.UNKNOWN)
-            pilot.job_state = state
+            pilot.job_is(state)
             if state.finished:
                 why = f"batch job {pilot.job} {state.value}"
                 if state is JobState.TIMEOUT:
@@ -189,50 +190,37 @@ class PilotWork:
         ``submit_failures``-th refusal in a row stops the run with the batch system's words
         (the run keeps its state: fix the host, then ``pwe resume``)."""
         host = lane.host
-        lane.refusals += 1
         words = str(exc)  # one line with the host's own answer; the chain keeps command, status, stderr
+        now = time.time()
+        lane.refused(words, now, scaling.Limits.of(host).spacing, host.submit_failures)
         if lane.refusals >= host.submit_failures:
             tries = f" (refused {lane.refusals} times in a row)" if lane.refusals > 1 else ""
             raise RunStopped(f"the batch system refused a pilot job for host '{host.name}': {words}{tries}: fix the "
                              "host (its hosts.yaml entry, the account or partition it names)") from exc
-        now = time.time()
-        lane.retry_at = max(now + scaling.backoff(lane.refusals), now + scaling.Limits.of(host).spacing)
-        at = time.strftime("%H:%M:%S", time.localtime(lane.retry_at))
-        lane.refused_since = lane.refused_since or now
-        lane.refused_why = (f"{scaling.REFUSED} {lane.refusals} pilot job{'s' if lane.refusals > 1 else ''} in a row "
-                            f"({words}); the next try at {at}, the run stops after {host.submit_failures} refusals")
-        self.ledger.record({"e": kind.NOTE, "what": f"host '{host.name}': {lane.refused_why}", "lane": lane.name,
-                            "refused": lane.refusals, "retry_at": round(lane.retry_at, 3), "t": now})
+        self.ledger.take(records.note(f"host '{host.name}': {lane.refused_why}", now, lane=lane.name,
+                                      refused=lane.refusals, retry_at=round(lane.retry_at, 3)))
 
     def accepted(self, lane: Lane) -> None:
         """A submission went through: the refusals in a row (if any) are over."""
-        if lane.refusals:
-            self.ledger.record({"e": kind.NOTE, "what": f"host '{lane.host.name}' took a pilot job again, after "
-                                f"{lane.refusals} refused", "lane": lane.name, "t": time.time()})
-        lane.refusals, lane.refused_since, lane.refused_why = 0, None, ""
+        refused = lane.accepted()
+        if refused:
+            self.ledger.take(records.note(f"host '{lane.host.name}' took a pilot job again, after {refused} refused",
+                                          time.time(), lane=lane.name))
 
     def unreachable(self, lane: Lane, why: str) -> None:
         """The lane's batch system did not answer: say so once (journal, ``pwe status``),
         and submit nothing there before ``retry_at`` (back-off, up to a minute)."""
         now = time.time()
-        if not lane.not_answering:
-            lane.unreachable_since = now
-            lane.backoff = lane.status_every
-            self.ledger.record({"e": kind.NOTE,
-                                "what": f"the batch system of host '{lane.name}' does not answer ({why}); "
-                                "waiting for it: no new pilot is submitted there until it answers", "t": now})
-        else:
-            lane.backoff = min(60.0, lane.backoff * 1.5)
-        lane.unreachable_why = why
-        lane.retry_at = now + lane.backoff
+        if lane.not_answered(why, now):
+            self.ledger.take(records.note(f"the batch system of host '{lane.name}' does not answer ({why}); waiting "
+                                          "for it: no new pilot is submitted there until it answers", now))
 
     def reachable(self, lane: Lane) -> None:
-        if lane.not_answering:
-            now = time.time()
-            self.ledger.record({"e": kind.NOTE, "what": f"the batch system of host '{lane.name}' answers again, after "
-                                f"{now - lane.unreachable_since:.0f} s", "t": now})
-            lane.unreachable_since = None
-            lane.unreachable_why = ""
+        now = time.time()
+        out = lane.answered(now)
+        if out is not None:
+            self.ledger.take(records.note(f"the batch system of host '{lane.name}' answers again, after {out:.0f} s",
+                                          now))
 
     def may_submit(self, lane: Lane) -> bool:
         """Whether a new pilot may be started on the lane now (the one place that says so):
@@ -277,18 +265,17 @@ class PilotWork:
         from ..runstate.notify import receive
 
         st = self.ledger.state
-        record = self.ledger.record
+        take = self.ledger.take
         for msg, ok in receive(self.dir, self.edges_seen):
             if not ok:
-                record({"e": kind.NOTE, "what": "edge event with a bad signature ignored",
-                              "file": msg.get("file"), "pilot": msg.get("pilot"), "t": time.time()})
+                take(records.note("edge event with a bad signature ignored", time.time(), file=msg.get("file"),
+                                  pilot=msg.get("pilot")))
                 continue
             if msg["id"] in st.edges:
-                record({"e": kind.NOTE, "what": "edge event already applied: its replay ignored",
-                              "replay_of": msg["id"], "replays": st.edges[msg["id"]] + 1, "file": msg["file"],
-                              "pilot": msg.get("pilot"), "t": time.time()})
+                take(records.note("edge event already applied: its replay ignored", time.time(), replay_of=msg["id"],
+                                  replays=st.edges[msg["id"]] + 1, file=msg["file"], pilot=msg.get("pilot")))
                 continue
-            record({"e": kind.EDGE, **{k: msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status", "t")}})
+            take(records.edge(*(msg.get(k) for k in ("id", "file", "pilot", "event", "job", "status", "t"))))
             pilot = self.pilots.get(msg.get("pilot"))
             if msg.get("event") == "ended" and pilot is not None and pilot.alive:
                 self.gone(pilot, f"batch job {msg.get('job')} ended (status {msg.get('status')})")
@@ -325,11 +312,10 @@ class PilotWork:
         # everything it wrote has been taken in
         lane = self.lanes[pilot.lane]
         lane.protocol.cancel([pilot.job])
-        pilot.become(PilotState.GIVEN_UP)
-        pilot.given_up_why, pilot.given_up_at = why, now
-        lane.status_interval, lane.last_status = lane.status_every, 0.0  # ask soon
-        self.ledger.record({"e": kind.NOTE, "what": f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; "
-                            "its members are handed on once the job has ended", "p": pilot.id, "t": now})
+        pilot.give_up(why, now)
+        lane.ask_soon()
+        self.ledger.take(records.note(f"pilot {pilot.id} {why}: its batch job {pilot.job} is cancelled; its members "
+                                      "are handed on once the job has ended", now, p=pilot.id))
 
     def _silent(self, pilot: PilotHandle, now: float) -> bool:
         """A pilot that should be speaking (its job runs, or it is a process on another
@@ -436,7 +422,7 @@ class PilotWork:
         pilot = PilotHandle(pid_, self.dir / "pilots" / pid_, p.get("pid", 0), p["host"], p["slots"],
                             cursor=p.get("offset", 0), job=p.get("job"), lane=lane,
                             transport=transport, started=p.get("started"))
-        pilot.q, pilot.qs = p.get("q", 0), dict(p.get("qs") or {})
+        pilot.numbered(p.get("q", 0), p.get("qs") or {})
         self.pilots[pid_] = pilot
         restore_pilot(pilot, p, self.setups)  # (helper, draining, setup_per_node: pwe/engine/pilotctl.py)
         st = self.ledger.state
@@ -448,8 +434,8 @@ class PilotWork:
             raise RunDamaged(f"{exc.filename or pilot.dir} cannot be read ({exc.strerror or exc}): what pilot {pid_} "
                              "was sent is not known; put its own file back, then give this command again") from None
         for nid, i, _ in sorted(queued - sent.keys(), key=lambda k: (k[0], k[1])):
-            self.ledger.record({"e": kind.UNASSIGN, "n": nid, "m": i, "p": pid_})
-        pilot.outstanding = len(st.inflight(pid_))
+            self.ledger.take(records.unassign(nid, i, pid_))
+        pilot.holding(len(st.inflight(pid_)))
         for ev in recovered:
             self.intake.take(pilot, ev)
         self.intake.ingest(pilot)
@@ -464,12 +450,11 @@ class PilotWork:
         its members run again."""
         why = f"{exc.filename}: {exc.strerror}"
         self.intake.notice(f"pilot {pid_}: {why}; given up, its members run again")
-        st, record, now = self.ledger.state, self.ledger.record, time.time()
+        st, take, now = self.ledger.state, self.ledger.take, time.time()
         for nid, i in st.inflight(pid_):
-            record({"e": kind.UNASSIGN, "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pid_,
-                    "why": f"its pilot {pid_} is given up (its directory is not this run's own); it runs again",
-                    "t": now})
-        record({"e": kind.PILOT_GONE, "p": pid_, "why": f"given up: {why}", "t": now})
+            take(records.unassign(nid, i, pid_, st.nodes[nid].attempt[i], f"its pilot {pid_} is given up (its "
+                                  "directory is not this run's own); it runs again", now))
+        take(records.pilot_gone(pid_, f"given up: {why}", now))
 
     def gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         """Give a pilot up: take in everything it wrote first (pilot events win), then hand
@@ -479,18 +464,17 @@ class PilotWork:
             self.intake.ingest(pilot)
         if pilot.given_up_why:
             why = f"{pilot.given_up_why}, its job cancelled; then {why}"
-        intake, st, record = self.intake, self.ledger.state, self.ledger.record
-        recovery.orphan_ends(pilot, st, self.dir, intake.secret, intake.take, record)  # (not run again)
+        intake, st, take = self.intake, self.ledger.state, self.ledger.take
+        recovery.orphan_ends(pilot, st, self.dir, intake.secret, intake.take, take)  # (not run again)
         inflight = st.inflight(pilot.id)
         if pilot.host == hostname():
-            recovery.end_orphans(pilot, inflight, st, self.run_id, record)
+            recovery.end_orphans(pilot, inflight, st, self.run_id, take)
         now = time.time()
         for nid, i in inflight:  # (the attempt and why: the trace says it was lost with its pilot)
             # one that was running is counted as lost (maxLosses: it may be what took the pilot down)
-            lost = {"lost": 1} if st.nodes[nid].state[i] == RUNNING else {}
-            record({"e": kind.UNASSIGN, "n": nid, "m": i, "a": st.nodes[nid].attempt[i], "p": pilot.id,
-                    "why": f"its pilot {pilot.id} is gone ({why}); it runs again", **lost, "t": now})
-        record({"e": kind.PILOT_GONE, "p": pilot.id, "why": why, "t": now})
+            take(records.unassign(nid, i, pilot.id, st.nodes[nid].attempt[i], f"its pilot {pilot.id} is gone ({why}); "
+                                  "it runs again", now, lost=st.nodes[nid].state[i] == RUNNING))
+        take(records.pilot_gone(pilot.id, why, now))
         said_down = pilot.state is PilotState.DOWN
         pilot.become(PilotState.GONE)
         pilot.let_go()

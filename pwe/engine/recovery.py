@@ -1,6 +1,7 @@
 """After a crash: what the engine does to pick a run up again, as functions over the
 run's state and journal and the pilots' own files, each given what it reads and the
-callable that journals (``record``): :func:`recover` (what a damaged or torn journal lost,
+callable that journals and applies a record (``record``: :meth:`pwe.engine.ledger.Ledger.take`):
+:func:`recover` (what a damaged or torn journal lost,
 read back from the pilots' spools; it returns what the pilots said of themselves, for
 their reattachment: :meth:`pwe.engine.pilots.PilotWork.reattach`), :func:`orphan_ends` (the
 ends a dead pilot's guardian saw) and :func:`end_orphans` (the members a dead pilot of this
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pilot.wire import BACK, DOWN, DRAIN, END, START, UP, channel_key
 
 from ..base.states import ASSIGNED, READY, RUNNING
-from ..runstate import journal as kind
+from ..runstate import records
 
 if TYPE_CHECKING:
     from pilot.transport import Transport
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .handles import PilotHandle
     from .ledger import Ledger
 
-#: a callable that journals a record and applies it (:meth:`pwe.engine.ledger.Ledger.record`)
+#: a callable that journals a record and applies it (:meth:`pwe.engine.ledger.Ledger.take`)
 Record = Callable[[dict[str, Any]], Any]
 
 
@@ -83,7 +84,7 @@ def recover(ledger: Ledger, transport: Callable[[str, str], Transport], first_la
     recovered: dict[str, list[dict[str, Any]]] = {}
     for pid_, (events, cursor, _) in files.items():
         if st.pilots[pid_].get("alive") and cursor is not None:
-            ledger.record({"e": kind.OFFSET, "p": pid_, "off": cursor})
+            ledger.take(records.offset(pid_, cursor))
             recovered[pid_] = [ev for ev in events if ev.get("k") in (UP, DRAIN, DOWN)]
     _hand_back_strays(ledger, files)  # (a pilot that is gone and had started one the journal forgot)
     return recovered
@@ -114,7 +115,7 @@ def _hand_back_strays(ledger: Ledger, files: Files) -> None:
     for nid, ns in st.nodes.items():
         for i, pid_ in list(ns.pilot.items()):
             if not (st.pilots.get(pid_, {}).get("alive") and (nid, i, ns.attempt[i]) in files[pid_][2]):
-                ledger.record({"e": kind.UNASSIGN, "n": nid, "m": i, "p": pid_})
+                ledger.take(records.unassign(nid, i, pid_))
 
 
 def _adopt(ledger: Ledger, files: Files, started: dict[Any, str], live: list[str]) -> int:
@@ -127,14 +128,16 @@ def _adopt(ledger: Ledger, files: Files, started: dict[Any, str], live: list[str
         ns = st.nodes.get(nid)
         if ns is not None and 0 <= i < ns.size and ns.state[i] == READY and ns.attempt[i] == a - 1 \
                 and key in files[pid_][2]:
-            ledger.record({"e": kind.ASSIGN, "n": nid, "m": i, "a": a, "p": pid_})
+            ledger.take(records.assign(nid, i, a, pid_))
             n += 1
     return n
 
 
 def _apply_again(ledger: Ledger, files: Files,
                  event_record: Callable[[str, dict[str, Any]], dict[str, Any] | None]) -> int:
-    """Every start and end the pilots' files hold, applied again; journaled where it changed the state."""
+    """Every start and end the pilots' files hold, taken again where it changes the state
+    (its member assigned, or running, as that attempt on that pilot: a start of one running
+    already, an end of one ended, change nothing and are not written again)."""
     st = ledger.state
     n = 0
     for pid_, (events, _, _) in files.items():
@@ -142,10 +145,11 @@ def _apply_again(ledger: Ledger, files: Files,
             key = _task_key(ev) if ev.get("k") in (START, END) else None
             ns = st.nodes.get(key[0]) if key else None
             if ns is None or not 0 <= key[1] < ns.size or (ev["k"] == START and ns.state[key[1]] != ASSIGNED):
-                continue  # (a start of one already running changes nothing)
+                continue
+            i = key[1]
             rec = event_record(pid_, ev)
-            if rec is not None and st.apply(rec) is not None:
-                ledger.journal.append(rec)
+            if rec is not None and ns.state[i] in (ASSIGNED, RUNNING) and ns.attempt[i] == rec["a"] \
+                    and ns.pilot.get(i) == pid_ and ledger.take(rec) is not None:
                 n += 1
     return n
 
@@ -179,12 +183,12 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
                 or ns.state[i] not in (ASSIGNED, RUNNING):
             continue  # (reported after all, or not this pilot's: its own end stands)
         if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
-            record({"e": kind.START, "n": nid, "m": i, "a": a, "p": pilot.id, "pid": msg.get("pid", 0)})
+            record(records.start(nid, i, a, pilot.id, None, msg.get("pid", 0)))
         out = _orphan_outputs(own, run_dir, nid, i, a) if rc == 0 else {}
         take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
         by = "the pilot's guardian" if msg.get("_by") == ORPHANS else "the spawner that started it"
-        record({"e": kind.NOTE, "what": f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its "
-                f"pilot died; its end came from {by}", "t": msg.get("t")})
+        record(records.note(f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its pilot died; its end "
+                            f"came from {by}", msg.get("t")))
 
 
 def _orphan_outputs(pilot_dir: Path, run_dir: Path, nid: str, i: int, a: int) -> dict[str, str]:
@@ -230,7 +234,7 @@ def end_orphans(pilot: PilotHandle, inflight: list[tuple[str, int]], st: RunStat
             continue
         nid, i = mine[key]
         if st.nodes[nid].state[i] == ASSIGNED:
-            record({"e": kind.START, "n": nid, "m": i, "a": int(key[2]), "p": pilot.id, "pid": pid})
+            record(records.start(nid, i, int(key[2]), pilot.id, None, pid))
         try:
             group = os.getpgid(pid)
         except ProcessLookupError:

@@ -127,13 +127,14 @@ def plan_counts(plan: Any, found: Any) -> dict[str, dict[str, int]]:
     """Per node what ``pwe plan`` says before a run: ``complete`` (products all there),
     ``eligible`` (ready to run now: nothing it waits for is missing) and ``waiting`` (on
     members upstream), worked out by the state's own rules with the complete members done."""
-    from ..planning.products import records
+    from ..planning.products import complete_runs
     from ..base.states import READY, WAITING
+    from ..runstate.records import complete
     from ..runstate.state import RunState
 
     st = RunState(plan)
-    for rec in records(found):
-        st.apply(rec)
+    for nid, runs in complete_runs(found):
+        st.apply(complete(nid, runs))
     return {nid: {"complete": found.count(nid), "eligible": ns.counts[READY], "waiting": ns.counts[WAITING]}
             for nid, ns in st.nodes.items()}
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..base.errors import InputError, PweError
+from ..base.errors import InputError, JournalTooNew, PweError
 from ..runstate.rundir import COMMAND_LINE, EngineLock, member_dir, origin
 from .pilotview import pilot_states
 from ..base.regular import open_regular, read_json
@@ -43,7 +43,7 @@ def status(run_dir: Path) -> dict[str, Any]:
             snap = {**(snap or {}), **st.snapshot(), "run_id": info["run_id"],
                     "total_members": sum(n.size for n in st.nodes.values())}  # (with a check's grown members)
         except PweError as exc:
-            if snap is None:
+            if snap is None or isinstance(exc, JournalTooNew):  # (a newer pwe's run: its snapshot is its own too)
                 raise
             snap["warnings"] = [f"{exc}; these counts are the last snapshot's"]
     snap["phase"] = _phase(snap, bool(holder))

@@ -198,12 +198,13 @@ def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]
     return out
 
 
-def records(found: Scan) -> Iterator[dict[str, Any]]:
-    """The journal records of what :func:`scan` found: ``{"e": "complete", "n": NODE,
-    "r": [[lo, hi], ...]}``, at most :data:`RUNS_PER_RECORD` runs each."""
+def complete_runs(found: Scan) -> Iterator[tuple[str, list[list[int]]]]:
+    """What :func:`scan` found, as the journal's ``complete`` records take it: a node and
+    its runs ``[[lo, hi], ...]``, at most :data:`RUNS_PER_RECORD` runs at a time (the record
+    itself: :func:`pwe.runstate.records.complete`)."""
     for nid, runs in found.complete.items():
         for k in range(0, len(runs), RUNS_PER_RECORD):
-            yield {"e": "complete", "n": nid, "r": runs[k:k + RUNS_PER_RECORD]}
+            yield nid, runs[k:k + RUNS_PER_RECORD]
 
 
 def absolute(plan: Plan, root: str, nid: str, i: int) -> list[str]:

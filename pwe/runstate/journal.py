@@ -35,15 +35,28 @@ journal (a million members made 310 bytes each of them):
 :func:`unpack` gives a record back as the records it stands for; every reader of records
 goes through it.
 
+**The header.** The first line of a journal says its version (:data:`VERSION`, raised as
+:data:`pilot.wire.VERSION` is, whenever a kind or a field changes meaning, is added or is
+taken away; the changelog is beside it): ``{"e":"journal","v":2,"pwe":"0.1.0","c":..}``,
+``pwe`` the version of the pwe that began it. It is no record of the run: :func:`replay`
+reads it and applies nothing, :func:`unpack` gives it as no record. A journal without one
+is of version 1 (begun by a pwe before the header) and is read as it is; a resumed run
+keeps its journal's first line, so such a journal stays without one. A journal of a version
+newer than this pwe's is refused in one line (:class:`pwe.base.errors.JournalTooNew`, exit
+status 2) that names the pwe that began it: nothing of it is read, nothing appended.
+
 Every record kind and the fields it may carry, besides ``e`` (its kind) and ``c`` (its
 checksum); :data:`FIELDS` says the same to code. ``t`` is the time it was written (epoch
 s) where there; ``n`` a node, ``m`` a member's index, ``a`` its attempt, ``p`` a pilot.
 
-the run, its members, its pilots:
+the journal, the run, its members, its pilots:
 
 ===============  =========================================================================
 kind             fields
 ===============  =========================================================================
+``journal``      ``v`` (its version), ``pwe`` (the version of the pwe that began it): the
+                 header, the first line only (none in a journal of version 1); no record
+                 of the run: applying it changes nothing
 ``run``          ``t``, ``pid`` (the engine's), ``checks`` [nodes checked by a Python
                  callable], ``by`` (who asked): an engine began the run
 ``resume``       as ``run``: an engine took the run up again (pwe resume, pwe retry)
@@ -57,8 +70,9 @@ kind             fields
 ``retry``        ``t``, ``by``, ``only`` {node: [[first, end], ...]} (pwe retry -q): failed
                  and skipped members wait again
 ``note``         ``what`` (one line for pwe events), ``t``; where it says so: ``p``,
-                 ``node``, ``text``; of an edge event refused: ``file``, ``pilot``,
-                 ``replay_of``, ``replays``
+                 ``node``, ``text``; of a host that refused a pilot job: ``lane``,
+                 ``refused`` (how many in a row), ``retry_at``; of an edge event refused:
+                 ``file``, ``pilot``, ``replay_of``, ``replays``
 ``edge``         ``id``, ``file`` (of edges/), ``pilot``, ``event``, ``job``, ``status``,
                  ``t``: a signed edge event of a batch job (:mod:`pwe.runstate.notify`)
 ``assign``       ``n``, ``m``, ``a``, ``p``, ``t``; ``len``: members ``m`` .. ``m+len-1``;
@@ -100,6 +114,15 @@ The figures records carry (``t``; an attempt's ``dt``, ``cpu``, ``rss``; a pilot
 :func:`check`, which every reader goes through: a figure outside (1e308, -1, NaN, infinity:
 Python's json reads and writes the last two, read here as no value) is taken as absent.
 
+Every writer makes its records with :mod:`pwe.runstate.records` (a constructor per kind).
+
+Why one module over 450 lines: half of it is this description of the format, which every
+reader and writer needs in one place; the rest is that format's one reader and one
+writer (the line with its checksum, the compacted forms made and unpacked, every record's
+numbers checked, the header, replay, the :class:`Journal` with its batches held), which
+share the forms' private helpers. The records themselves are made in
+:mod:`pwe.runstate.records`; the state they make, in :mod:`pwe.runstate.state`.
+
 A record of a kind not listed here is damaged: ``apply`` refuses it (``ValueError``:
 :meth:`pwe.runstate.state.RunState.apply`), and :func:`replay` skips it as it skips one whose
 checksum does not match.
@@ -110,6 +133,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,9 +142,24 @@ from typing import Any, Callable, Iterator
 
 from pilot import transport
 
-from ..base.errors import JournalError, RunDamaged  # (JournalError: the run stops cleanly)
+from ..base.errors import JournalError, JournalTooNew, RunDamaged  # (JournalError: the run stops cleanly)
 from ..base.numbers import COUNT_MOST, MINUTES_MOST, RECORD_RANGES, TIME_MOST, within
 from ..base.regular import MAX_LINE, open_append, open_regular, take_line
+
+#: The journal's version, in its header (its first line). Raised whenever a record kind or
+#: a field changes meaning, is added or is taken away (as pilot/wire.py's VERSION), so that a
+#: pwe never reads a journal it would misread.
+#: 1: every journal without a header: what pwe wrote before it had one (records with or
+#: without their checksum ``c``, ``ends`` with or without ``d``, ``unassign`` with or
+#: without ``a``: all read as they are).
+#: 2: the header, ``{"e":"journal","v":2,"pwe":..}``, the first line of a journal begun by
+#: this pwe; a ``note`` of a refusing host may carry ``lane``, ``refused``, ``retry_at``
+#: (written before as well, unlisted).
+VERSION = 2
+#: the header's kind (its first line only; no record of the run)
+HEADER = "journal"
+#: what the header's line begins with (looked for before it is decoded)
+_HEAD = b'{"e":"journal",'
 
 # the run
 RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE, HALT = "run", "resume", "finish", "stopped", "cancel", \
@@ -136,6 +175,7 @@ _BY_ENGINE = frozenset(("t", "pid", "checks", "by"))
 _MEMBER = frozenset(("n", "m", "a", "p", "t"))
 #: Every kind and the fields it may carry (besides ``e`` and ``c``), as the tables above say.
 FIELDS: dict[str, frozenset[str]] = {
+    HEADER: frozenset(("v", "pwe")),
     RUN: _BY_ENGINE,
     RESUME: _BY_ENGINE,
     FINISH: frozenset(("ok", "t")),
@@ -143,7 +183,8 @@ FIELDS: dict[str, frozenset[str]] = {
     STOPPED: frozenset(("why", "t")),
     CANCEL: frozenset(("t", "by")),
     RETRY: frozenset(("t", "by", "only")),
-    NOTE: frozenset(("what", "t", "p", "node", "text", "file", "pilot", "replay_of", "replays")),
+    NOTE: frozenset(("what", "t", "p", "node", "text", "lane", "refused", "retry_at", "file", "pilot", "replay_of",
+                     "replays")),
     EDGE: frozenset(("id", "file", "pilot", "event", "job", "status", "t")),
     ASSIGN: _MEMBER | {"len", "mem", "wall"},
     START: _MEMBER | {"pid", "nodes"},
@@ -169,6 +210,43 @@ _CRC = b',"c":"'
 _TAIL = len(b',"c":"00000000"}\n')
 #: What apply() raises for a record it cannot understand: that record is damaged too.
 _NOT_UNDERSTOOD = (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError)
+
+
+def header() -> dict[str, Any]:
+    """The header of a journal this pwe begins: its version and the pwe's own."""
+    # (pwe/__init__.py's __version__, read through sys.modules: the package is loaded before
+    # any module of it, and importing it here would make a ring of imports through the engine)
+    return {"e": HEADER, "v": VERSION, "pwe": str(getattr(sys.modules.get("pwe"), "__version__", "?"))}
+
+
+def check_header(rec: dict[str, Any], path: Any) -> None:
+    """A journal's header read: :class:`JournalTooNew` when it is of a version this pwe does
+    not know (a newer pwe's: which one began it, said in one line)."""
+    v = rec.get("v")
+    if type(v) is int and 1 <= v <= VERSION:
+        return
+    mine = header()["pwe"]
+    by = str(rec.get("pwe"))[:40]
+    raise JournalTooNew(f"{path} is a journal of version {str(v)[:20]}, begun by pwe {by}; this pwe ({mine}) reads "
+                        f"journals up to version {VERSION}: use pwe {by} or later for this run")
+
+
+def past_header(head: bytes) -> bytes:
+    """The bytes of a journal's beginning after its header line, if it begins with one."""
+    return head[head.find(b"\n") + 1:] if head.startswith(_HEAD) and b"\n" in head else head
+
+
+def version_of(fh: Any, path: Any) -> int:
+    """The version of the journal open in ``fh`` (at its start; left after its header, if
+    any): 1 without a header. :class:`JournalTooNew` for a version newer than this pwe's."""
+    first = fh.readline(4096)
+    if first.startswith(_HEAD) and first.endswith(b"\n"):
+        rec = decode(first)
+        if rec is not None:
+            check_header(rec, path)
+            return rec["v"]
+    fh.seek(0)
+    return 1
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -390,6 +468,8 @@ def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[
         if "nodes" in r:
             start["nodes"] = r["nodes"]
         return [start, {k: v for k, v in r.items() if k not in ("ran", "nodes")}]
+    if r["e"] == HEADER:
+        return []  # (the journal's, not the run's)
     return [r]
 
 
@@ -422,7 +502,9 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, l
     understand it) is skipped and replay goes on with the next line; a torn last line
     was never acted on and is dropped. Both are reported in what is returned. A journal
     of which no line can be read is :class:`RunDamaged`: replaying nothing would run
-    every member again."""
+    every member again. Its header (its first line, if it has one) is read whatever
+    ``start``, and applied to nothing: a journal of a newer version is
+    :class:`JournalTooNew`, nothing of it read."""
     done = Replayed(Path(path))
     try:
         fh = open_regular(path, "rb", within=Path(path).parent)
@@ -432,9 +514,12 @@ def replay(path: Path, apply: Callable[[dict[str, Any]], Any], start: int = 0, l
         raise RunDamaged(f"{path} cannot be read ({exc.strerror or exc}): put the run's journal back, then give this "
                          "command again") from None
     with fh:
-        fh.seek(start)
         done.end, done.lines = start, lines
         number = lines
+        if version_of(fh, path) > 1 and not start:  # (the header: read, never applied)
+            done.end, done.lines = fh.tell(), 1
+            number = 1
+        fh.seek(done.end)
         while True:
             line, size, ended = take_line(fh, MAX_LINE)
             if not size:
@@ -537,12 +622,17 @@ class Journal:
         self.fsync = fsync
         self._buf: list[bytes] = []
         self._run: dict[str, Any] | None = None  # an assign (``len``) or ``ends`` still growing, not yet encoded
+        #: while a batch of a pilot's messages is taken in (:meth:`hold`): its starts, by (node, member, attempt)
+        self._held: dict[tuple[Any, Any, Any], dict[str, Any]] | None = None
         self._trim_torn_tail()
         self._fh = open_append(path, within=Path(path).parent)  # (a FIFO put there: refused, never waited on)
         #: bytes written (and flushed) so far: what a checkpoint covers (:mod:`pwe.runstate.checkpoint`)
         self.offset = os.fstat(self._fh.fileno()).st_size
         #: whole lines so far, when the opener says how many it replayed (``lines``)
         self.lines = 0
+        if self.offset:  # (one a newer pwe began: refused before anything is appended)
+            with open_regular(path, "rb", within=Path(path).parent) as fh:
+                version_of(fh, path)
 
     def _trim_torn_tail(self) -> None:
         try:
@@ -564,16 +654,49 @@ class Journal:
     @property
     def pending(self) -> int:
         """Records appended but not yet written (flush writes them)."""
-        return len(self._buf) + (self._run is not None)
+        return len(self._buf) + (self._run is not None) + len(self._held or ())
+
+    def hold(self) -> None:
+        """A batch of one pilot's messages begins: its starts are held (appended, not yet
+        encoded) until :meth:`release`; a start whose end comes in the batch is written as
+        that end, carrying it (``ran``: the compacted form, see the module's docstring); one
+        whose member is handed back in the batch is written just before that ``unassign``.
+        (Within a batch held already, as when a pilot is given up while its batch is read,
+        the batch goes on: the first :meth:`release` writes what is held.)"""
+        if self._held is None:
+            self._held = {}
+
+    def release(self) -> None:
+        """The batch's end: the starts held whose end did not come, written in their order
+        (before the batch's ``offset``, which the caller appends next)."""
+        held, self._held = self._held, None
+        if held:
+            for start in held.values():
+                self.append(start)
 
     def append(self, record: dict[str, Any]) -> None:
         """Add a record to the next write, compacted (see the module's docstring): an
         assign of the member after the last one assigned, of the same node, attempt, pilot
         and time, lengthens that one (its ``len``): a pass of the feed is one line, not one
         a member; a plain end after another of the same node, attempt and pilot joins it
-        in an ``ends`` record: a batch of the pilot's events is one line."""
-        run = self._run
+        in an ``ends`` record: a batch of the pilot's events is one line; while a batch is
+        held (:meth:`hold`), an end carries its start. ``record`` is not changed."""
         e = record["e"]
+        held = self._held
+        if held is not None:
+            if e == START:
+                held[(record["n"], record["m"], record["a"])] = record
+                return
+            if held and (e == END or e == UNASSIGN):
+                start = held.pop((record["n"], record["m"], record.get("a")), None)
+                if start is not None and e == END:  # (it began at t - dt: unpack)
+                    record = {**record, "ran": 1, "nodes": start["nodes"]} if "nodes" in start else \
+                        {**record, "ran": 1}
+                elif start is not None:  # (handed back after it started: in that order)
+                    self._held = None
+                    self.append(start)
+                    self._held = held
+        run = self._run
         if run is not None:
             if e == ASSIGN and run["e"] == ASSIGN and record["m"] == run["m"] + run.get("len", 1) \
                     and record.keys() == run.keys() - {"len"} and all(record[k] == run[k] for k in record if k != "m"):
@@ -597,12 +720,16 @@ class Journal:
             self._buf.append(encode(record))
 
     def flush(self) -> None:
+        if self._held is not None:  # (a batch cut short: what it held, written)
+            self.release()
         if self._run is not None:
             run = self._run
             self._buf.append(encode(_ends_line(run) if run["e"] == ENDS else run))
             self._run = None
         if not self._buf:
             return
+        if not self.offset and not self._buf[0].startswith(_HEAD):  # a new journal: its header first
+            self._buf.insert(0, encode(header()))
         data = b"".join(self._buf)
         append_whole(self._fh, data, self.path, self.fsync)
         self.offset += len(data)

@@ -23,6 +23,11 @@ When a new run begins (:func:`decide`), each member is **reused** when
 Reused members are journaled compactly (:data:`pwe.runstate.journal.REUSED`: runs of
 consecutive members taken from consecutive members of one run), done without a pilot;
 their outputs come from the record.
+
+Why one module over 450 lines: the record written at a run's end and the decision read from
+it at the next run's start are the two sides of one format (its fields, its signature, its
+keys file, the fingerprints), kept together so that they cannot drift; what a run lends as
+it goes is :mod:`pwe.runstate.lending`.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from ..planning.reuse import KEY_BYTES, keys as member_keys, reusable, same_spac
 from . import lending
 from .lending import fingerprint
 from .notify import authentic, sign
+from .records import reused
 
 RECORD, KEYS = "reusable.json", "reusable.keys"
 KIND, VERSION = "pwe-reusable", 1
@@ -352,11 +358,8 @@ class Decision:
             for li, rs in by.items():
                 for k in range(0, len(rs), RUNS_PER_RECORD):
                     part = rs[k:k + RUNS_PER_RECORD]
-                    rec = {"e": "reused", "n": nid, "from": self.lenders[li].run, "r": part}
-                    out = {str(i): outs[i] for lo, hi, _ in part for i in range(lo, hi) if i in outs}
-                    if out:
-                        rec["out"] = out
-                    yield rec
+                    yield reused(nid, self.lenders[li].run, part,
+                                 {str(i): outs[i] for lo, hi, _ in part for i in range(lo, hi) if i in outs})
 
 
 def _add(runs: list[list[int]], i: int) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rundir
+from .journal import past_header
 from ..base.confine import inside
 from ..base.errors import InputError, PweError, RunDamaged
 from ..planning.plan import Plan, plan_workflow
@@ -229,14 +230,17 @@ def check_journal(run_dir: Path) -> bool:
 
 
 def _whole_record(path: Path) -> bool:
-    """Whether the journal holds at least one whole line (its first 64 KiB end one; a
-    first line longer than any record is left to the replay, which says it is damaged)."""
+    """Whether the journal holds at least one whole record (its first 64 KiB end a line
+    after its header, if it has one: a header alone, of an engine killed in its first write,
+    is a journal begun by none; a first line longer than any record is left to the replay,
+    which says it is damaged)."""
     try:
         with open_regular(path, "rb") as fh:
             head = fh.read(65536)
     except OSError:
         return True  # (said by the replay that reads it)
-    return b"\n" in head or len(head) == 65536
+    rest = past_header(head)
+    return b"\n" in rest or len(head) == 65536
 
 
 def _still(run_dir: Path) -> str:

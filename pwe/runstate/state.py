@@ -14,7 +14,7 @@ node of a million members that are all ready costs one entry, not a million.
 The state can also be loaded from a checkpoint (:mod:`pwe.runstate.checkpoint`) and then the
 journal's tail applied: the same state, without replaying the whole journal.
 
-Why one module of ~600 lines: every record kind is applied here, by one ``apply`` (a
+Why one module of ~700 lines: every record kind is applied here, by one ``apply`` (a
 handler per kind of :data:`pwe.runstate.journal.FIELDS`, the table :data:`_ON`), and
 the derived changes (dependencies released, retries, skips, a tree's growth, members
 complete by products) all read and change the same arrays; split, the one rule that
@@ -34,9 +34,9 @@ from pilot.wire import NOT_STARTED, UNWRITABLE  # (a back whose why begins so: t
 
 from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, QUARANTINED, READY, RUNNING,
                            SKIPPED, WAITING)
-from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, NODE_LOST, NOTE, OFFSET, PILOT,
-                      PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN, check,
-                      packed, unpack)
+from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, HEADER, NODE_LOST, NOTE, OFFSET,
+                      PILOT, PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN,
+                      check, packed, unpack)
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
 
@@ -239,6 +239,18 @@ class RunState:
             raise ValueError(f"unknown journal record {r['e']!r}")
         return on(self, r)
 
+    def handler(self, r: dict[str, Any]) -> Callable[[RunState, dict[str, Any]], Any]:
+        """What applies ``r`` (``handler(r)(state, r)`` is ``apply(r)``), once ``r`` is
+        checked: a damaged record raises here (ValueError, KeyError: :func:`check`), before
+        anything is journaled or applied (:meth:`pwe.engine.ledger.Ledger.take`)."""
+        if packed(r):
+            return RunState._packed
+        check(r, self.size_of)
+        on = _ON.get(r["e"])
+        if on is None:
+            raise ValueError(f"unknown journal record {r['e']!r}")
+        return on
+
     def _packed(self, r: dict[str, Any]) -> Any:
         """A compacted record: each record it stands for, applied; what the last that did
         anything gave."""
@@ -399,6 +411,11 @@ class RunState:
         """The failure budget (or the core-hour budget) is spent: no new member starts."""
         self.halted = {k: v for k, v in r.items() if k not in ("e", "c")}
         return True
+
+    def _header(self, r: dict[str, Any]) -> None:
+        """The journal's header (its version: :func:`pwe.runstate.journal.replay` reads it
+        and applies nothing): no fact of the run."""
+        return None
 
     def _stopped(self, r: dict[str, Any]) -> bool:
         self.stopped = r.get("why")
@@ -659,6 +676,7 @@ class RunState:
 #: Each journal record kind's handler in :meth:`RunState.apply` (every kind of
 #: :data:`pwe.runstate.journal.FIELDS`; tests/test_journal_records.py holds them equal).
 _ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
+    HEADER: RunState._header,
     RUN: RunState._began,
     RESUME: RunState._began,
     FINISH: RunState._finish,

@@ -173,7 +173,7 @@ def test_allows_counts_a_live_batch_pilot_for_its_walltime_and_a_gone_one_for_it
     engine = Engine.create(wf, host="ll", run_dir=tmp_path / "run", hosts_file=tmp_path / "hosts.yaml")
     engine.ledger.open(RunState(engine.plan), Journal(tmp_path / "run" / "journal.jsonl"))
     budget, lane = engine.budget, engine.lanes["ll"]
-    record, now = engine.ledger.record, time.time()
+    record, now = engine.ledger.take, time.time()
     assert budget.allows(lane, 2.0) and not budget.allows(lane, 2.01)
     # a live pilot of 4 slots, 15 minutes of walltime, submitted 3 minutes ago: 1 core-hour committed
     record({"e": "pilot", "p": "p1", "job": "j1", "host": "ll", "lane": "ll", "slots": 4, "batch": "loadleveler",

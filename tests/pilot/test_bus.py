@@ -352,9 +352,9 @@ def test_an_end_before_its_start_and_everything_read_twice_change_nothing(tmp_pa
         pilot = PilotHandle("p1", engine.dir / "pilots" / "p1", 0, "elsewhere", 2, lane="local",
                             transport=engine.intake.transport("local", "p1"))
         engine.pilots["p1"] = pilot
-        engine.ledger.record({"e": "pilot", "p": "p1", "pid": 0, "host": "elsewhere", "lane": "local", "slots": 2})
+        engine.ledger.take({"e": "pilot", "p": "p1", "pid": 0, "host": "elsewhere", "lane": "local", "slots": 2})
         for i in (0, 1):
-            engine.ledger.record({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
+            engine.ledger.take({"e": "assign", "n": "a", "m": i, "a": 1, "p": "p1"})
         key = wire.channel_key(engine.intake.secret, "p1", True)
         spool = PilotSpool(str(pilot.dir), key_out=key)
         # a's member 0: its end (q 3) is read before its start (q 2) arrives; member 1 in order

@@ -466,7 +466,7 @@ def test_a_nodes_shared_environment_is_sent_once_and_a_task_naming_an_unknown_on
         eng.feeder.share_env(pilot, eng.feeder.task("a", i, 1))
     assert [m["k"] for m in pilot._out] == ["env"] and pilot.envs_sent == {t0["eb"]}
     eng.pilots["p1"] = pilot
-    eng.ledger.record({"e": "assign", "n": "a", "m": 3, "a": 1, "p": "p1"})
+    eng.ledger.take({"e": "assign", "n": "a", "m": 3, "a": 1, "p": "p1"})
     pilot.outstanding = 1
     eng.intake.take(pilot, {"k": "back", "n": "a", "m": 3, "a": 1, "why": "no environment " + t0["eb"], "t": 1.0, "q": 1})
     assert pilot.envs_sent == set()  # so the next task naming it sends it again

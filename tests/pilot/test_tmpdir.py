@@ -320,25 +320,32 @@ def test_a_node_whose_scratch_takes_no_directory_fails_no_member_and_the_run_sto
 
 
 def test_pilots_that_could_start_nothing_stop_the_run_only_in_a_row():
-    """pwe/engine/pilotctl.py Setups: a pilot that starts a member between two that handed
+    """pwe/engine/setups.py Setups: a pilot that starts a member between two that handed
     everything back (no $TMPDIR on any node) breaks the row; three in a row stop the run."""
     from pilot.wire import NO_SCRATCH
     from pwe.base.errors import RunStopped
-    from pwe.engine.pilotctl import Setups
+    from pwe.engine.setups import Setups
 
     class Ledger:
         def __init__(self):
             self.records = []
 
-        def record(self, rec):
+        def take(self, rec):
             self.records.append(rec)
 
-    class Pilot:
+    class Pilot:  # (what Setups asks of a PilotHandle, and tells it)
         def __init__(self, pid):
             self.id, self.dir, self.full, self.refused, self.sent = pid, f"/run/pilots/{pid}", False, set(), []
 
         def send(self, msg):
             self.sent.append(msg)
+
+        def stop_taking(self):
+            self.full = True
+            self.send({"k": "stop"})
+
+        def refuse(self, nid, i):
+            self.refused.add((nid, i))
 
     setups = Setups({}, Ledger())
     back = {"k": "back", "n": "a", "m": 0, "why": f"{NO_SCRATCH} (cannot make a member's $TMPDIR under /s: No space)"}

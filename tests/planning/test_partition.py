@@ -155,7 +155,7 @@ def test_gpu_members_pilot_lands_in_the_gpu_partition_cpu_members_elsewhere(slur
     assert pilots == {"cluster/gpu": next(iter(jobs["train"])), "cluster/debug": next(iter(jobs["post"]))}
     # the gpu pilot was let go once train was over (pwe/engine/feed.py, let_go), not after its
     # idle_timeout: on this one-node cluster the debug job could only start once it had left
-    from pwe.engine.pilotctl import listing
+    from pwe.engine.pilotask import listing
 
     gone = {p["host"]: p["why"] for p in listing(run_dir)}
     assert gone["cluster/gpu"] == "exited", gone

@@ -53,7 +53,9 @@ def _written(tmp_path, records):
     for r in records:
         j.append(dict(r))
     j.close()
-    return path, [decode(line) for line in path.read_bytes().splitlines(keepends=True)]
+    lines = [decode(line) for line in path.read_bytes().splitlines(keepends=True)]
+    assert lines[0]["e"] == journal.HEADER  # (a new journal's first line: its version)
+    return path, lines[1:]
 
 
 def _as_read(lines):
