@@ -14,8 +14,36 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (CLUSTER, SGE_ENV, SGE_SCRIPT, Slurm4, SlurmCluster, SshNodes, alive, cmdline,
-                     minutes_of_limit, require_services, require_up)
+from helpers import (CLUSTER, SGE_ENV, SGE_SCRIPT, TESTS, Slurm4, SlurmCluster, SshNodes, alive, cmdline,
+                     minutes_of_limit, need, require_services, require_up)
+
+#: the fixtures that reach a real service: a test that takes one, itself or through another
+#: fixture, is marked ``real`` (tests/project/test_tiers.py holds each to a check that skips,
+#: or fails under CI, when its service is not there)
+REAL = frozenset({"slurm_cluster", "ssh_nodes", "redis_url", "sge_cell", "slurm4_cluster", "slurm4", "chromium",
+                  "open_mpi"})
+
+#: the tests marked ``slow`` (over a few seconds), one a line: a test function's node id (all
+#: its cases) or a file's path (all its tests); tests/slow_list.py writes it from a measured
+#: run. ``bash tests/run.sh --quick`` leaves them out
+SLOW = TESTS / "slow.txt"
+
+
+def slow_ids() -> set[str]:
+    """The node ids tests/slow.txt lists (blank lines and ``#`` comments aside)."""
+    lines = (line.split("#", 1)[0].strip() for line in SLOW.read_text().splitlines())
+    return {line for line in lines if line}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by what it uses: ``real`` by its fixtures (:data:`REAL`), ``slow`` by
+    tests/slow.txt."""
+    slow = slow_ids()
+    for item in items:
+        if REAL.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.real)
+        if item.nodeid.split("[", 1)[0] in slow or item.nodeid.split("::", 1)[0] in slow:
+            item.add_marker(pytest.mark.slow)
 
 # pwe's state (the registry of runs, pwe/runstate/registry.py, the service's directory) in a
 # directory of this session, never the user's: every run the suite makes registers itself;
@@ -98,6 +126,37 @@ def slurm4(slurm4_cluster):
     so the next test finds the nodes free."""
     yield slurm4_cluster
     slurm4_cluster.run("scancel", "--user", "root")
+
+
+@pytest.fixture
+def chromium():
+    """A real headless Chromium through its driver (Debian's chromium and chromium-driver,
+    tests/services/setup.sh), quit after the test; a skip, or a failure under CI, when missing."""
+    missing = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not Path(p).exists()]
+    need(not missing, f"{', '.join(missing)} missing: apt-get install chromium chromium-driver "
+                      "(tests/services/setup.sh)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        opts.add_argument(a)
+    opts.binary_location = "/usr/bin/chromium"
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="session")
+def open_mpi():
+    """The path of Open MPI's mpiexec (Debian openmpi-bin, tests/services/setup.sh), or a skip
+    (a failure under CI) when it is not installed."""
+    import shutil
+
+    path = shutil.which("mpiexec.openmpi")
+    need(path is not None, "Open MPI is not installed (Debian openmpi-bin; tests/services/setup.sh installs it)")
+    return path
 
 
 @pytest.fixture(scope="module")

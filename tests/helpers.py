@@ -258,6 +258,16 @@ def service_up(output, prefix):
     return any(l.startswith(prefix) and " up" in l and "FAILED" not in l for l in output.splitlines())
 
 
+def need(cond: bool, why: str) -> None:
+    """Go on when ``cond`` holds; else skip the test with ``why``, or fail it under CI (where
+    whatever the tests need is installed: a missing part is a failure, never a skip)."""
+    if cond:
+        return
+    if _os.environ.get("CI"):
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
+
+
 def require_services(*prefixes):
     """Fail (CI) or skip unless setup.sh reported a line '<prefix> ... up' for each prefix."""
     rc, out = _services_setup()

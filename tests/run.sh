@@ -5,8 +5,17 @@
 # which runs setup.sh first), lints
 # (ruff, and import-linter's layer contracts from pyproject.toml), then pytest.
 # Usage: bash tests/run.sh [pytest args]
+#        bash tests/run.sh --quick [pytest args]
+# --quick is the inner loop: the tests marked neither `real` (they need a test service) nor
+# `slow` (tests/slow.txt), in parallel on every core (pytest-xdist); it starts no service.
+# docs/development.md says which to run when.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=
+if [ "${1:-}" = "--quick" ]; then
+    quick=1
+    shift
+fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,web,docs]'
 echo "run.sh: ruff check"
@@ -14,6 +23,10 @@ echo "run.sh: ruff check"
 echo "run.sh: lint-imports (the layers: the rooms of pwe over hostinfo over protocols over pwe.base over pilot)"
 layers=$(.venv/bin/lint-imports --no-cache) || { echo "$layers"; exit 1; }
 echo "$layers" | grep -E " KEPT| BROKEN"
+if [ -n "$quick" ]; then
+    echo "run.sh: --quick: the tests neither real nor slow, on $(nproc) cores; no test service is started"
+    exec .venv/bin/python -m pytest -m "not real and not slow" -n auto --durations=15 "$@"
+fi
 if [ "$(id -u)" = 0 ]; then
     if ! bash tests/cluster/up.sh; then
         if [ -n "${CI:-}" ]; then

@@ -364,27 +364,7 @@ def test_core_hours_of_a_node_without_walltime_come_from_its_done_members():
 # -- the report, in a real browser -------------------------------------------------------------------
 
 
-def _browser():
-    """Debian's chromium and its driver (tests/services/setup.sh installs them); a failure
-    under CI when they are missing, else a skip."""
-    missing = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not Path(p).exists()]
-    if missing:
-        why = f"{', '.join(missing)} missing: apt-get install chromium chromium-driver (tests/services/setup.sh)"
-        if os.environ.get("CI"):
-            pytest.fail(why, pytrace=False)
-        pytest.skip(why)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
-        opts.add_argument(a)
-    opts.binary_location = "/usr/bin/chromium"
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-
-
-def test_the_report_opens_offline_in_a_browser_with_its_timeline(seen, tmp_path):
+def test_the_report_opens_offline_in_a_browser_with_its_timeline(seen, tmp_path, chromium):
     cwd, run = seen
     rc, out, err = pwe("report", run.name[:6], cwd=cwd)
     assert rc == 0, err
@@ -398,27 +378,24 @@ def test_the_report_opens_offline_in_a_browser_with_its_timeline(seen, tmp_path)
     assert "<script src" not in html and "<link" not in html
     assert "x=3 diverged: energy is NaN" in html and "sweep[2]" in html  # the failure, its stderr
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    driver = _browser()
-    try:
-        driver.get(page.as_uri())
-        bars = driver.find_elements("css selector", "#timeline g.bars rect")
-        assert len(bars) == 5  # every attempt is its own bar (few attempts)
-        assert len(driver.find_elements("css selector", "#utilisation path")) == 2
-        assert len(driver.find_elements("css selector", "#distributions .dist")) == 2
-        rows = driver.find_elements("css selector", "#failures tr")
-        assert len(rows) == 2 and "diverged" in rows[1].text
-        assert "p1" in driver.find_element("css selector", "#pilots").text
-        errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
-        assert errors == [], errors
-        height = driver.execute_script("return document.body.scrollHeight")
-        driver.set_window_size(1400, height + 40)
-        driver.save_screenshot(str(ARTIFACTS / "report.png"))
-    finally:
-        driver.quit()
+    driver = chromium
+    driver.get(page.as_uri())
+    bars = driver.find_elements("css selector", "#timeline g.bars rect")
+    assert len(bars) == 5  # every attempt is its own bar (few attempts)
+    assert len(driver.find_elements("css selector", "#utilisation path")) == 2
+    assert len(driver.find_elements("css selector", "#distributions .dist")) == 2
+    rows = driver.find_elements("css selector", "#failures tr")
+    assert len(rows) == 2 and "diverged" in rows[1].text
+    assert "p1" in driver.find_element("css selector", "#pilots").text
+    errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], errors
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, height + 40)
+    driver.save_screenshot(str(ARTIFACTS / "report.png"))
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
 
 
-def test_a_large_run_is_drawn_with_merged_bars_and_says_so(tmp_path):
+def test_a_large_run_is_drawn_with_merged_bars_and_says_so(tmp_path, chromium):
     """More attempts than one bar each can show: merged, and the page says how."""
     (tmp_path / "wf.yaml").write_text("name: many\nnodes:\n  m:\n    parameters: {i: {range: [0, 6000]}}\n"
                                       "    run: test {{ i % 1000 }} -ne 7\n")
@@ -426,17 +403,14 @@ def test_a_large_run_is_drawn_with_merged_bars_and_says_so(tmp_path):
     assert rc == 1 and json.loads(out)["totals"]["failed"] == 6, err
     rc, out, err = pwe("report", "many", "-o", tmp_path / "many.html", cwd=tmp_path)
     assert rc == 0, err
-    driver = _browser()
-    try:
-        driver.get((tmp_path / "many.html").as_uri())
-        note = driver.find_element("id", "timeline-note").text
-        assert "6,000 attempts" in note and "merged" in note, note
-        bars = driver.find_elements("css selector", "#timeline g.bars rect[fill='#cf222e']")
-        assert len(bars) == 6  # the failed attempts, as ticks
-        merged = driver.find_elements("css selector", "#timeline g.bars rect title")
-        assert 0 < len(merged) < 6000
-        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
-        driver.save_screenshot(str(ARTIFACTS / "report-6000.png"))
-    finally:
-        driver.quit()
+    driver = chromium
+    driver.get((tmp_path / "many.html").as_uri())
+    note = driver.find_element("id", "timeline-note").text
+    assert "6,000 attempts" in note and "merged" in note, note
+    bars = driver.find_elements("css selector", "#timeline g.bars rect[fill='#cf222e']")
+    assert len(bars) == 6  # the failed attempts, as ticks
+    merged = driver.find_elements("css selector", "#timeline g.bars rect title")
+    assert 0 < len(merged) < 6000
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    driver.save_screenshot(str(ARTIFACTS / "report-6000.png"))
 

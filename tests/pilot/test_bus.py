@@ -288,10 +288,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_pilot_whose_broker_is_killed_goes_on_through_the_spool(tmp_path):
+def test_a_pilot_whose_broker_is_killed_goes_on_through_the_spool(tmp_path, redis_url):
     """A Redis of its own, killed with SIGKILL mid-run (nothing persisted): the pilot writes
     what the engine had not acknowledged and everything after to the spool, the engine
-    reads it there; every member ran once, none is lost."""
+    reads it there; every member ran once, none is lost. (It takes the shared Redis's
+    fixture for the redis-server that set-up installs, and so is a `real` test.)"""
     port = _free_port()
     pw = tmp_path / "redis.pass"
     pw.write_text("s3cret-for-this-test")

@@ -21,23 +21,14 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
-from helpers import ROOT, output, read_journal, run_cli
-
-
-def _need(cond: bool, why: str) -> None:
-    if cond:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{why} (required under CI)", pytrace=False)
-    pytest.skip(why)
+from helpers import ROOT, need, output, read_journal, run_cli
 
 
 def _pwe_with_a_gpu(tmp_path, *args, timeout=90) -> subprocess.CompletedProcess:
     """Run `pwe ARGS` in a mount namespace where /dev/nvidia0 exists (an overlay over the
     real /dev) and CUDA_VISIBLE_DEVICES is not set: a one-GPU node, as its users see it."""
-    _need(os.geteuid() == 0 and shutil.which("unshare") is not None, "needs root and unshare (util-linux)")
+    need(os.geteuid() == 0 and shutil.which("unshare") is not None, "needs root and unshare (util-linux)")
     upper, work = tmp_path / "dev-upper", tmp_path / "dev-work"
     upper.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
@@ -131,17 +122,10 @@ nodes:
 """
 
 
-def _open_mpi() -> str:
-    path = shutil.which("mpiexec.openmpi")
-    _need(path is not None, "Open MPI is not installed (Debian openmpi-bin; tests/services/setup.sh installs it)")
-    return path
-
-
-def test_mpi_members_run_every_rank_through_open_mpi(tmp_path):
+def test_mpi_members_run_every_rank_through_open_mpi(tmp_path, open_mpi):
     """A 2-rank member prints both ranks; `exit 7` is a failure with status 7."""
     from pilot.mpi import classify, find
 
-    _open_mpi()
     found = find()
     assert not isinstance(found, str) and found.kind in ("openmpi", "hydra"), found
     assert classify(shutil.which("mpiexec.openmpi"))[0] == "openmpi"
@@ -161,7 +145,7 @@ def _path_with_only_slurms_mpiexec(tmp_path):
     """A PATH on which `mpiexec` is SLURM's wrapper and there is no other MPI (as on this
     machine before openmpi-bin, and on many clusters' login nodes)."""
     wrapper = shutil.which("mpiexec.slurm") or "/usr/bin/mpiexec.slurm"
-    _need(os.path.exists(wrapper), "SLURM's mpiexec wrapper is not installed (Debian slurm-wlm)")
+    need(os.path.exists(wrapper), "SLURM's mpiexec wrapper is not installed (Debian slurm-wlm)")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "mpiexec").symlink_to(wrapper)

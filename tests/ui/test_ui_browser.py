@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, count_ends, let_time_pass, read_journal, run_cli, wait_for
-from test_see import _browser
 
 if not os.environ.get("CI"):  # (under CI the web extra is installed: missing, it is a failure)
     pytest.importorskip("starlette")
@@ -71,10 +70,8 @@ class UI:
 
 
 @pytest.fixture
-def driver():
-    d = _browser()
-    yield d
-    d.quit()
+def driver(chromium):
+    return chromium
 
 
 def no_errors(driver):
