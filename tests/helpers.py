@@ -1,6 +1,6 @@
 """What the tests share that is not a fixture (tests/conftest.py holds the fixtures): the
 paths of the source tree, the one waiting helper (:func:`wait_for`) and its named pause, the
-real CLI in a subprocess, readers of a run's journal and of the members' own ledgers, the
+real CLI in a subprocess (:func:`run_cli`) and in this process (:func:`call_cli`), readers of a run's journal and of the members' own ledgers, the
 test services' and clusters' handles and set-up, and the processes of a run.
 
 Tests import it by name (``from helpers import wait_for``): tests/ is on ``sys.path`` as
