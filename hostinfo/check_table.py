@@ -1,6 +1,6 @@
 """The hosts file model (hostinfo/model.py): the checker's table (pwe/base/checker.py), derived from the pydantic models.
 
-Written by ``python -m pwe.workflow.schema``; do not edit (tests/test_checker.py
+Written by ``python -m pwe.workflow.schema``; do not edit (tests/workflow/test_checker.py
 holds it equal to the models)."""
 
 TABLE = {'Host': {'type': 'function-after',

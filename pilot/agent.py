@@ -537,7 +537,7 @@ class PilotAgent:
                 # (the tasks file is read on every pass: a halt, a drain or a cancel is heard
                 # before the next member starts. Reading it only once a poll while the queue
                 # was deep saved a tenth of the pilot's CPU, but let 20 ms of members start
-                # after a halt: tests/test_halt.py saw one more failure than the budget)
+                # after a halt: tests/engine/test_halt.py saw one more failure than the budget)
                 if self.read_tasks():
                     last_activity, fed = time.time(), True
                     if self.packer.dead:  # (what came in may fit on no node that is left)

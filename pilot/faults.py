@@ -15,7 +15,7 @@ nothing run twice, nothing half made taken as whole) are tested the same way. Wi
 - ``fsync``: before an fsync of an append.
 
 Points are counted per kind from the process's :func:`arm`. Unset (the default), a point
-costs one test of a module-level flag. tests/test_harness.py and bench/soak.py use it.
+costs one test of a module-level flag. tests/engine/test_harness.py and bench/soak.py use it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ does (:data:`SETTINGS`); and the variables pwe sets for what it starts (:data:`O
 which are not settings. Standard library only: the pilot reads five of them on compute
 nodes, and ``pwe.base.settings`` re-exports this module for the rest of pwe (as
 ``pwe.base.regular`` re-exports ``pilot.bounded``), whose CLI, engine and service read the
-others. No other module reads a ``PWE_`` variable (tests/test_settings.py scans the source).
+others. No other module reads a ``PWE_`` variable (tests/pilot/test_settings.py scans the source).
 
 A value is read when it is used, never at import (:meth:`Setting.get`). An empty variable
 is an unset one (and one of blanks, for a number or a flag). A bad value is

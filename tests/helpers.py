@@ -10,6 +10,7 @@ import contextlib as _contextlib
 import dataclasses as _dataclasses
 import json as _json
 import os as _os
+import signal as _signal
 import subprocess as _subprocess
 import time as _time
 import sys
@@ -147,7 +148,7 @@ def run_cli(*args, cwd=None, timeout=120, env=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def _children() -> set[int]:
+def child_pids() -> set[int]:
     """The process ids of this process's children (Linux; elsewhere none)."""
     import glob
 
@@ -204,7 +205,7 @@ def call_cli(*args, cwd=None, env=None):
         raise AssertionError(f"pwe {' '.join(map(str, args))} left by os._exit({status}) (a run ran): "
                              "call it in a process of its own (run_cli)")
 
-    leave, warm, children = pwe.cli.base.leave, warmpilot._warm, _children()
+    leave, warm, children = pwe.cli.base.leave, warmpilot._warm, child_pids()
     argv, here = sys.argv, os.getcwd()
     env = dict(env or {})
     if not (env.get("COLUMNS") or os.environ.get("COLUMNS")):
@@ -235,7 +236,7 @@ def call_cli(*args, cwd=None, env=None):
             sys.stdout.flush()
             sys.stderr.flush()
         said = status, out.getvalue().decode("utf-8"), err.getvalue().decode("utf-8")
-    started = _children() - children
+    started = child_pids() - children
     assert not started, (f"pwe {' '.join(map(str, args))} started processes {sorted(started)} (an engine, a pilot): "
                          f"call it in a process of its own (run_cli); it said {said}")
     return said
@@ -650,3 +651,113 @@ def cmdline(pid: int) -> str:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+# ---------------------------------------------------------------------------------------
+# What tests of several rooms share about the test services' hosts and the service.
+
+#: the SSH test nodes' keys and ssh_config (tests/services/setup.sh)
+SSH = Path("/var/tmp/pwe-ssh")
+
+#: hosts on the one-node test SLURM (the pilot's own launcher, and srun) and on PBS over it
+SLURM_HOSTS = """
+hosts:
+  cluster:
+    protocol: slurm
+    cores_per_node: 8
+    max_nodes: 1
+    partitions:
+      - {name: short, max_walltime: 10}
+      - {name: debug}
+  cluster-srun:
+    protocol: slurm
+    cores_per_node: 8
+    max_nodes: 1
+    launcher: srun
+  torque:
+    protocol: pbs
+    cores_per_node: 8
+    max_nodes: 1
+"""
+
+
+def ssh_hosts_yaml(tmp_path: Path, nodes=("pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4")) -> Path:
+    """A hosts.yaml of one host over the SSH test nodes ``nodes``, in ``tmp_path``."""
+    p = tmp_path / "hosts.yaml"
+    p.write_text(f"hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [{', '.join(nodes)}]\n"
+                 f"    ssh_config: {SSH / 'ssh_config'}\n")
+    return p
+
+
+class Service:
+    """One service directory ($PWE_HOME) and the pwe commands run against it."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.dir = home / "state" / "service"
+
+    def pwe(self, *args, env=None, timeout=120):
+        return run_cli(*args, cwd=self.home.parent, env={"PWE_HOME": str(self.home), **(env or {})}, timeout=timeout)
+
+    def ok(self, *args, **kw):
+        rc, out, err = self.pwe(*args, **kw)
+        assert rc == 0, f"pwe {' '.join(map(str, args))}: exit {rc}\n{out}\n{err}"
+        return out
+
+    def status(self):
+        rc, out, err = self.pwe("service", "status", "--json")
+        assert rc in (0, 1), err
+        return _json.loads(out)
+
+    def run(self, run_id):
+        return next((r for r in self.status()["runs"] if r["run_id"] == run_id), None)
+
+    def wait_phase(self, run_id, phases=("succeeded",), timeout=90):
+        seen = {}
+
+        def done():
+            seen["r"] = self.run(run_id)
+            return seen["r"] is not None and seen["r"]["phase"] in phases
+        wait_for(done, timeout, f"run {run_id} to reach {phases} (last: {seen.get('r')})")
+        return seen["r"]
+
+    def processes(self):
+        """pids of the service process, its worker and beat (from service.json)."""
+        info = _json.loads((self.dir / "service.json").read_text())
+        return [int(info[k]) for k in ("pid", "worker", "beat")]
+
+    def engines(self):
+        """pids of the engines holding locks on the service's runs."""
+        out = []
+        for lock in (self.dir / "runs").glob("*/engine.lock"):
+            try:
+                info = _json.loads(lock.read_text() or "{}")
+            except ValueError:
+                continue
+            if info.get("pid") and alive(int(info["pid"])):
+                out.append(int(info["pid"]))
+        return out
+
+    def cleanup(self):
+        self.pwe("service", "stop")
+        for pid in self.engines():
+            _os.kill(pid, _signal.SIGKILL)
+        # pilots of this service's runs (their command line names the run directory)
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    cmd = (proc / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if str(self.dir).encode() in cmd and b"pilot" in cmd:
+                    try:
+                        _os.kill(int(proc.name), _signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+
+def one_line_error(rc, out, err):
+    """The one line of a refusal (exit status 2, no traceback): the test fails otherwise."""
+    assert rc == 2, (rc, out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip()

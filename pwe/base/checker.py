@@ -5,7 +5,7 @@ pydantic (issue 35: pydantic and its models were ~355 of the ~550 ms before the 
 The pydantic models (:mod:`pwe.workflow.model`, :mod:`hostinfo.model`) stay the one definition.
 ``python -m pwe.workflow.schema`` derives each one's table from its core schema
 (:mod:`pwe.base.derive`) into a module of plain data (pwe/workflow/check_table.py,
-hostinfo/check_table.py), and tests/test_checker.py holds the tables equal to the models and
+hostinfo/check_table.py), and tests/workflow/test_checker.py holds the tables equal to the models and
 checks random documents both ways. The validators and methods the models have are plain
 functions and mixins of the standard library (pwe/workflow/rules.py, hostinfo/rules.py) that
 the table names, so the checker runs the very same rules.

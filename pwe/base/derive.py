@@ -1,7 +1,7 @@
 """The checker's table (:mod:`pwe.base.checker`) derived from pydantic models' core schemas:
 plain data (dicts, lists, strings, numbers) naming the rules by ``module:name``. Written by
 ``python -m pwe.workflow.schema`` into pwe/workflow/check_table.py and hostinfo/check_table.py;
-tests/test_checker.py holds those files equal to what this derives now.
+tests/workflow/test_checker.py holds those files equal to what this derives now.
 
 Anything in a core schema the checker does not know (a lax type, a wrap validator, a
 validator that is not a plain function of a rules module) is an error here, not a silent
@@ -17,7 +17,7 @@ from typing import Any
 from .errors import PweError
 
 #: The modules a table may name functions of: the standard library alone, so the checker
-#: never imports pydantic for them (tests/test_checker.py checks it in a fresh interpreter).
+#: never imports pydantic for them (tests/workflow/test_checker.py checks it in a fresh interpreter).
 RULE_MODULES = ("pwe.workflow.rules", "hostinfo.rules", "pilot.allocation")
 
 #: pydantic's constraint validators (functools.partial of them, where a constraint is on a union)
@@ -38,7 +38,7 @@ _KEYS = {
 
 class Underivable(PweError):
     """A core schema the checker cannot follow (a defect of the model, found when the table
-    is derived: python -m pwe.workflow.schema, tests/test_checker.py)."""
+    is derived: python -m pwe.workflow.schema, tests/workflow/test_checker.py)."""
 
 
 def derive(*models: type) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def derive(*models: type) -> dict[str, Any]:
 def table_source(table: dict[str, Any], what: str) -> str:
     """The table as a Python module's text."""
     return (f'"""{what}: the checker\'s table (pwe/base/checker.py), derived from the pydantic models.\n\n'
-            'Written by ``python -m pwe.workflow.schema``; do not edit (tests/test_checker.py\n'
+            'Written by ``python -m pwe.workflow.schema``; do not edit (tests/workflow/test_checker.py\n'
             'holds it equal to the models)."""\n\n'
             f"TABLE = {pprint.pformat(table, width=110, sort_dicts=False)}\n")
 

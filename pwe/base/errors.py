@@ -1,5 +1,5 @@
 """The errors pwe raises, drawn as one tree: every exception that pwe, protocols and
-hostinfo raise to a user is one of these (tests/test_errors.py walks those packages and
+hostinfo raise to a user is one of these (tests/cli/test_errors.py walks those packages and
 this drawing, so neither can drift).
 
     class                         exit  what                                          raised in (pwe.*, then the others)

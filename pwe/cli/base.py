@@ -118,7 +118,7 @@ class LazyCommands(MutableMapping):
 class LazyGroup(PweGroup):
     """A group whose commands are imported only when one is invoked (or its help asked
     for): ``pwe --help`` lists them from their table (:class:`Listed`), click formatting
-    each line as it would from the command itself (tests/test_command_table.py holds the two
+    each line as it would from the command itself (tests/cli/test_command_table.py holds the two
     alike). The one parser of every command stays click's."""
 
     def __init__(self, *args, table: dict[str, Listed], **kwargs):

@@ -18,7 +18,7 @@ from .base import LazyGroup, Listed, echo, fail, leave
 from ..base.errors import PweError
 
 #: Every command of ``pwe``: where it is, and the first sentence of its help (what ``pwe
-#: --help`` lists; tests/test_command_table.py checks each against the command itself).
+#: --help`` lists; tests/cli/test_command_table.py checks each against the command itself).
 COMMANDS: dict[str, Listed] = {
     "validate": Listed("pwe.cli.check:validate", "Parse and check FILE (and that every node's host exists and fits "
         "it); print its nodes, members and edges."),

@@ -66,6 +66,10 @@ def spawn_engine(run_dir: Path, retry: bool = False, wait: float = START_WAIT, b
         return proc.pid  # it holds the run (or, after `wait`, is still starting: as before)
     if said.startswith(REFUSED):
         status, _, line = said[len(REFUSED):].partition(" ")
+        try:  # (it leaves once it said so: reaped here, never a zombie of a caller that lives on, the service)
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
         raise _said(line, int(status) if status.isdigit() else 1)
     try:
         status = proc.wait(timeout=5)

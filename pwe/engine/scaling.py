@@ -1,5 +1,5 @@
 """When a lane may submit another pilot job: the one decision, as a function of plain
-numbers, so that it is tested without a batch system (tests/test_autoscale.py) and
+numbers, so that it is tested without a batch system (tests/engine/test_autoscale.py) and
 :meth:`pwe.engine.pilots.PilotWork.may_submit` (which gathers the numbers) stays the one
 place that asks it.
 

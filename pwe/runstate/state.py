@@ -674,7 +674,7 @@ class RunState:
 
 
 #: Each journal record kind's handler in :meth:`RunState.apply` (every kind of
-#: :data:`pwe.runstate.journal.FIELDS`; tests/test_journal_records.py holds them equal).
+#: :data:`pwe.runstate.journal.FIELDS`; tests/runstate/test_journal_records.py holds them equal).
 _ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
     HEADER: RunState._header,
     RUN: RunState._began,

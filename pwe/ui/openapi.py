@@ -1,6 +1,6 @@
 """The base of the dashboard's OpenAPI description: its info and the schemas of its
 documents (the command line's ``--json`` documents; each lists the fields every one of
-them has: tests/test_ui.py checks the documents served against them). The paths come
+them has: tests/ui/test_ui.py checks the documents served against them). The paths come
 from the endpoints' docstrings (:mod:`.app`), read by :class:`Schemas` (Starlette's
 ``SchemaGenerator``).
 """

@@ -69,7 +69,7 @@ def plain_parts(source: str, path: bool = False) -> list[str] | None:
 
 
 #: what jinja2 does not read as a member's value inside ``{{ }}``: its constants, its
-#: globals (jinja2.defaults.DEFAULT_NAMESPACE: tests/test_templates_plain.py holds the two
+#: globals (jinja2.defaults.DEFAULT_NAMESPACE: tests/workflow/test_templates_plain.py holds the two
 #: alike) and ``self``; with Python's keywords (its operators, ``if``/``else``)
 JINJA_WORDS = frozenset({"true", "false", "none", "range", "dict", "lipsum", "cycler", "joiner", "namespace",
                          "self"})

@@ -10,19 +10,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from helpers import ROOT, TESTS, output, wait_for
+from helpers import ROOT, SSH, TESTS, output, ssh_hosts_yaml, wait_for
 from pilot.spawn import pid_alive
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-SSH = Path("/var/tmp/pwe-ssh")
 NODE_SH = TESTS / "services" / "node.sh"
 
 
-def hosts_yaml(tmp_path: Path, nodes=("pwe-n1", "pwe-n2", "pwe-n3", "pwe-n4")) -> Path:
-    p = tmp_path / "hosts.yaml"
-    p.write_text(f"hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [{', '.join(nodes)}]\n"
-                 f"    ssh_config: {SSH / 'ssh_config'}\n")
-    return p
 
 
 WHERE = ("where=$(ip -4 -o addr show | grep -o '10\\.233\\.[0-9]*\\.2'); "
@@ -39,7 +33,7 @@ def workflow(tmp_path: Path, n: int, sleep: float) -> Path:
 
 
 def test_members_fan_out_over_ssh_nodes_without_oversubscribing(ssh_nodes, tmp_path):
-    hosts_yaml(tmp_path)
+    ssh_hosts_yaml(tmp_path)
     wf = workflow(tmp_path, 32, 0.3)
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "four", "--run-dir",
                            str(tmp_path / "run")], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
@@ -59,7 +53,7 @@ def test_members_fan_out_over_ssh_nodes_without_oversubscribing(ssh_nodes, tmp_p
 
 
 def test_a_node_that_dies_mid_run_has_its_members_finish_elsewhere(ssh_nodes, tmp_path):
-    hosts_yaml(tmp_path)
+    ssh_hosts_yaml(tmp_path)
     wf = workflow(tmp_path, 24, 2)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--host", "four", "--run-dir",

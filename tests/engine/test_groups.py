@@ -353,7 +353,7 @@ def test_the_xml_form_says_the_same_groups(tmp_path):
 def test_a_group_keeps_its_node_across_ssh_nodes(ssh_nodes, tmp_path):
     """Four real SSH nodes of 2 cores (network namespaces), 8 groups of 4: each group's
     members run one after another, all on the node where its first one ran."""
-    from test_nodes import SSH
+    from helpers import SSH
 
     (tmp_path / "hosts.yaml").write_text(f"hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n"
                                          f"    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
@@ -403,9 +403,9 @@ def test_a_batch_pilot_holds_whole_groups_counted_as_one_each(tmp_path):
 def test_groups_run_in_one_slurm_pilot_slot_after_slot(slurm_cluster, tmp_path):
     """On the real SLURM (run under flock /tmp/pwe-slurm.lock): 40 members in groups of 10
     in one pilot job; each group one message, its members one after another."""
-    from test_batch import HOSTS
+    from helpers import SLURM_HOSTS
 
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     wf = workflow(tmp_path, "{maximum_size: 10}", n=20, nap=0.01, extra="    scheduling: {maxWallTime: 5}\n")
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--host", "cluster", "--run-dir",

@@ -107,9 +107,9 @@ def test_pilot_with_spawners_killed_at_random_moments_no_member_completes_twice(
 
 
 def _four_nodes(tmp_path) -> None:
-    from test_nodes import hosts_yaml
+    from helpers import ssh_hosts_yaml
 
-    hosts_yaml(tmp_path)
+    ssh_hosts_yaml(tmp_path)
 
 
 def _children(pid: int) -> list[tuple[int, bytes]]:

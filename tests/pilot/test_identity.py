@@ -185,7 +185,7 @@ def test_the_service_never_takes_up_again_a_run_its_engine_refused(tmp_path):
     became a link out of the workspace meanwhile. The engine refuses the run as it begins:
     the refusal is recorded in the run, the supervisor starts no engine again (a resume
     would skip the check), the service says refused, nothing ran."""
-    from test_service import Service
+    from helpers import Service
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -224,7 +224,7 @@ def test_the_service_never_takes_up_again_a_run_its_engine_refused(tmp_path):
 def test_pwe_submit_service_says_an_input_the_engine_would_refuse_in_one_line(tmp_path):
     """(c) The client checks what the run's engine would refuse (an input that links out of
     the workspace) and says it: one line, exit 2; nothing is sent."""
-    from test_service import Service, one_line_error
+    from helpers import Service, one_line_error
 
     ws = tmp_path / "ws"
     ws.mkdir()

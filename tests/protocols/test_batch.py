@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, TESTS, ledger_counts, let_time_pass, output, read_journal, sample_pilot_job, wait_for
+from helpers import ROOT, SLURM_HOSTS, TESTS, ledger_counts, let_time_pass, output, read_journal, sample_pilot_job, wait_for
 from protocols.base import JobState, get
 from protocols.runner import CommandResult, CommandRunner, CommandTimeout
 
@@ -141,25 +141,6 @@ def test_pbs_states():
 
 # -- the real SLURM ---------------------------------------------------------------------------
 
-HOSTS = """
-hosts:
-  cluster:
-    protocol: slurm
-    cores_per_node: 8
-    max_nodes: 1
-    partitions:
-      - {name: short, max_walltime: 10}
-      - {name: debug}
-  cluster-srun:
-    protocol: slurm
-    cores_per_node: 8
-    max_nodes: 1
-    launcher: srun
-  torque:
-    protocol: pbs
-    cores_per_node: 8
-    max_nodes: 1
-"""
 
 
 def shim(tmp_path: Path) -> tuple[Path, Path]:
@@ -177,7 +158,7 @@ def shim(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def run_on(host, tmp_path, members, payload, name="wf"):
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     wf = tmp_path / f"{name}.yaml"
     wf.write_text(f"name: {name}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"
                   f"    run: {json.dumps(payload)}\n    scheduling: {{maxWallTime: 5}}\n")
@@ -246,7 +227,7 @@ def test_edge_events_are_authenticated_and_cover_a_killed_pilot_job(slurm_cluste
     reaches the engine, which reissues the members to a new pilot; a forged event is
     ignored."""
 
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: edge\nnodes:\n  m:\n    parameters: {i: {range: [0, 6]}}\n    run: sleep 3\n"
                   "    scheduling: {maxWallTime: 5}\n")
@@ -358,7 +339,7 @@ hosts:
 
 
 def test_max_members_splits_the_work_over_pilots(slurm_cluster, tmp_path):
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: mm\nnodes:\n  m:\n    parameters: {i: {range: [0, 20]}}\n    run: 'true'\n"
                   "    scheduling: {maxWallTime: 5, maxMembers: 8}\n")
@@ -376,7 +357,7 @@ def test_max_members_splits_the_work_over_pilots(slurm_cluster, tmp_path):
 def test_a_member_longer_than_the_pilot_walltime_is_refused_at_plan_time(tmp_path):
     from helpers import run_cli
 
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: w\nnodes:\n  m:\n    run: 'true'\n    scheduling: {maxWallTime: 10, maxWallTimePerMember: 30}\n")
     status, _, err = run_cli("plan", wf, "--host", "cluster")
@@ -412,7 +393,7 @@ def test_several_pilots_at_once_when_the_host_allows(slurm_cluster, tmp_path):
 def test_one_workflow_over_two_hosts_this_machine_and_slurm(slurm_cluster, tmp_path):
     """A pipeline whose middle node names the SLURM host: prepare and summarize run on this
     machine's pilot, the sweep in one SLURM pilot job, matched member by member."""
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     wf = tmp_path / "mixed.yaml"
     wf.write_text("""\
 name: mixed
@@ -563,7 +544,7 @@ sys.exit(0 if engine.run() else 1)
 def start_engine(tmp_path, members, script, options, env=None):
     """A run of `members` members of `script` (sh, $PWE_MEMBER) on host cluster, its engine
     in the background with engine options (a short heartbeat...): (process, run dir, ledger)."""
-    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "hosts.yaml").write_text(SLURM_HOSTS)
     (tmp_path / "member.sh").write_text(script)
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: faults\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {members}]}}}}\n"

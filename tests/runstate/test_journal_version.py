@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import pwe
+from helpers import child_pids
 from pwe.base.errors import JournalTooNew
 from pwe.planning.plan import plan_workflow
 from pwe.runstate import journal, records
@@ -212,3 +213,23 @@ def test_a_journal_holding_its_header_alone_has_no_record_of_a_run_begun(tmp_pat
     (tmp_path / "state.json").write_text("{}")  # (begun: an engine wrote its snapshot)
     with pytest.raises(RunDamaged, match="cut off inside its first record"):
         check_journal(tmp_path)
+
+
+def test_a_background_engine_that_refuses_its_run_is_reaped_by_whoever_started_it(finished, tmp_path):
+    # `pwe submit` and the service start the engine in the background and wait for its word:
+    # one that refused its run leaves, and is reaped there, never a zombie of a caller that
+    # lives on (the service)
+    from pwe.base.errors import PweError
+    from pwe.engine.control import spawn_engine
+
+    _, run_dir = finished
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    _newer(copy / "journal.jsonl")
+    before = child_pids()
+    with pytest.raises(PweError) as got:
+        spawn_engine(copy)
+    assert got.value.exit_status == 2 and "pwe 9.9.9" in str(got.value), got.value
+    assert child_pids() - before == set(), "the engine that refused was left unreaped"

@@ -15,77 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LEDGER_WF, ROOT, ledger_counts, let_time_pass, run_cli, wait_for
+from helpers import LEDGER_WF, ROOT, Service, ledger_counts, let_time_pass, one_line_error, run_cli, wait_for
 
 
 # -- helpers ---------------------------------------------------------------------------------
-class Service:
-    """One service directory ($PWE_HOME) and the pwe commands run against it."""
-
-    def __init__(self, home: Path):
-        self.home = home
-        self.dir = home / "state" / "service"
-
-    def pwe(self, *args, env=None, timeout=120):
-        return run_cli(*args, cwd=self.home.parent, env={"PWE_HOME": str(self.home), **(env or {})}, timeout=timeout)
-
-    def ok(self, *args, **kw):
-        rc, out, err = self.pwe(*args, **kw)
-        assert rc == 0, f"pwe {' '.join(map(str, args))}: exit {rc}\n{out}\n{err}"
-        return out
-
-    def status(self):
-        rc, out, err = self.pwe("service", "status", "--json")
-        assert rc in (0, 1), err
-        return json.loads(out)
-
-    def run(self, run_id):
-        return next((r for r in self.status()["runs"] if r["run_id"] == run_id), None)
-
-    def wait_phase(self, run_id, phases=("succeeded",), timeout=90):
-        seen = {}
-
-        def done():
-            seen["r"] = self.run(run_id)
-            return seen["r"] is not None and seen["r"]["phase"] in phases
-        wait_for(done, timeout, f"run {run_id} to reach {phases} (last: {seen.get('r')})")
-        return seen["r"]
-
-    def processes(self):
-        """pids of the service process, its worker and beat (from service.json)."""
-        info = json.loads((self.dir / "service.json").read_text())
-        return [int(info[k]) for k in ("pid", "worker", "beat")]
-
-    def engines(self):
-        """pids of the engines holding locks on the service's runs."""
-        out = []
-        for lock in (self.dir / "runs").glob("*/engine.lock"):
-            try:
-                info = json.loads(lock.read_text() or "{}")
-            except ValueError:
-                continue
-            if info.get("pid") and alive(info["pid"]):
-                out.append(int(info["pid"]))
-        return out
-
-    def cleanup(self):
-        self.pwe("service", "stop")
-        for pid in self.engines():
-            os.kill(pid, signal.SIGKILL)
-        # pilots of this service's runs (their command line names the run directory)
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    cmd = (proc / "cmdline").read_bytes()
-                except OSError:
-                    continue
-                if str(self.dir).encode() in cmd and b"pilot" in cmd:
-                    try:
-                        os.kill(int(proc.name), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-
-
 def alive(pid) -> bool:
     try:
         with open(f"/proc/{int(pid)}/stat") as fh:
@@ -112,12 +45,6 @@ def tcp_sockets(pids):
             if f[9] in inodes:
                 out.append((f[1], f[2]))
     return out
-
-
-def one_line_error(rc, out, err):
-    assert rc == 2, (rc, out, err)
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    return err.strip()
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,8 @@ import re
 import secrets
 from pathlib import Path
 
-from helpers import LEDGER_WF, ledger_counts, run_cli, wait_for
+from helpers import LEDGER_WF, ledger_counts, one_line_error, run_cli, Service, wait_for
 import test_service
-from test_service import Service, one_line_error
 
 embedded = test_service.embedded  # (the fixture: this module's own embedded service)
 
