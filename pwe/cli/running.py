@@ -1,6 +1,12 @@
 """The commands that run a workflow and act on a run: ``run``, ``submit``, ``resume``,
 ``retry``, ``cancel``, ``notify`` and the hidden ``_engine`` (the background engine of
 ``submit`` and ``--detach``). pwe.cli.main lists them without importing this module.
+
+Why one module over 450 lines: ``run``, ``submit``, ``resume`` and ``retry`` share the
+run options and their readers (``--halt``, ``--budget``), the making or staging of a run
+(``_create``) and the following of an engine in the foreground (the progress display and
+the outcome's last lines); a module per command would import those back. ``cancel``,
+``notify`` and ``_engine`` are a few lines each.
 """
 
 from __future__ import annotations

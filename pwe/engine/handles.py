@@ -5,6 +5,11 @@ knows of it), :class:`Pilots` (the run's pilots by id), :class:`Lane` (one host,
 host/partition: how its pilots start, the members ready for it, the pace of its status
 queries) and :func:`make_lanes` (the run's lanes from run.json).
 
+Why one module over 450 lines: it is the one place where what the engine knows of a
+pilot or a lane changes (tests/engine/test_owners.py reads this file for the writers and
+finds none elsewhere); most of it is those small methods, one for each thing that happens
+to a pilot or a lane. What the engine does with them is in the modules named below.
+
 A pilot's life only goes forward, along this line, skipping any stage before GONE
 (:data:`TRANSITIONS`; SEALED is reached from GONE alone)::
 

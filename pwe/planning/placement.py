@@ -1,6 +1,13 @@
 """Where members run: does a host fit a workflow, how large a pilot to ask for, and
 which scheduling fields a host acts on.
 
+Why one module over 450 lines: the checks of a plan against its hosts and the sizing of
+its pilot jobs share one arithmetic (a pilot's start and hand-back margin,
+:func:`walltime_for`, the cores of a node a member may use, whether a protocol allocates
+nodes), so that what :func:`check_hosts` accepts is what :func:`pilot_shape` can fit; the
+choice of a partition and the limits of user resources are apart (:mod:`.partitions`,
+:mod:`.limits`).
+
 Used by the engine when it submits pilots, and by ``pwe plan --host`` to show them:
 both build the pilot job with :func:`pilot_job` and warn with :func:`run_warnings`.
 """

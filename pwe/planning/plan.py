@@ -1,5 +1,12 @@
 """The plan: a validated workflow expanded (arithmetically) into members and edges.
 
+Why one module over 450 lines: it is the plan's records (:class:`Edge`,
+:class:`PlannedNode`, :class:`Plan`) with the one function that makes them,
+:func:`build_plan`, and its checks: a helper for each part of a node (its ``after`` edges,
+parameters, templates, scheduling, retry) that names the line of the file at fault, so a
+field of a planned node is added here with its check. What needs the hosts or the
+workspace is apart (:mod:`pwe.planning.placement`, :mod:`pwe.planning.products`).
+
 ``build_plan`` is where the checks that need the whole workflow happen: the DAG
 (unknown and self dependencies, cycles with their path), parameter files, zip lengths,
 template names, and the member-matching rule of each edge.

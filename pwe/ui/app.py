@@ -2,6 +2,12 @@
 (:mod:`.security`), the OpenAPI description (:class:`.openapi.Schemas`, from the YAML
 after ``---`` in each endpoint's docstring), and
 :func:`serve` (uvicorn). Read endpoints are ``GET /api/...``; actions are ``POST``.
+
+Why one module over 450 lines: it is the dashboard's HTTP side (requests, responses,
+routes, the middleware); what the endpoints answer is :mod:`.api`, :mod:`.actions` and
+:mod:`.live`, which take no request and make no response. Each endpoint is a few lines and
+its OpenAPI description (a quarter of the module), and :func:`make_app` lists them all
+under one :class:`Checks`, so that every route and what guards it are read in one file.
 """
 
 from __future__ import annotations
