@@ -369,7 +369,7 @@ class Checks:
     """Every request's checks (:mod:`.security`), as pure ASGI middleware, around every
     route alike (pages, the API and its description, static files, streams): bound
     elsewhere than loopback, nothing but ``/login`` (which checks the token itself) is
-    answered without the token. No route is exempt by its path: tests/test_hostile_ui.py
+    answered without the token. No route is exempt by its path: tests/ui/test_hostile_ui.py
     asks every route of the app. A WebSocket is refused (the dashboard has none)."""
 
     OPEN = ("/login",)
