@@ -343,7 +343,7 @@ def _json(path: Path):
 def engine_pid(run_dir: Path) -> int | None:
     """The pid of the engine that holds the run's lock, or None."""
     sys.path.insert(0, str(ROOT))
-    from pwe.runstate.rundir import EngineLock
+    from pwe.runstate.locks import EngineLock
 
     holder = EngineLock(run_dir).holder() if Path(run_dir).exists() else None
     try:

@@ -587,7 +587,7 @@ def output(run_dir: Path, node: str, i: int, name: str = "stdout", attempt: int 
     """What a member attempt wrote on its stdout (or stderr), read as ``pwe logs`` reads it
     (the run's output streams, pilot/streams.py); "" when it has not written anything yet."""
     from pwe.base.errors import PweError
-    from pwe.observe.runview import member_output
+    from pwe.observe.output import member_output
 
     try:
         got = member_output(Path(run_dir), node, i, attempt=attempt)

@@ -7,9 +7,9 @@ this drawing, so neither can drift).
      +-- RunStopped                3    stopped early, state intact: resumable        engine.loop
      |    +-- JournalError         3    cannot write the run directory (disk full)    runstate.journal, engine.loop
      +-- RunDamaged                2    a file of the run directory damaged or gone   runstate (runs, journal), engine
-     +-- RunTaken                  2    another engine holds the run: who, since when runstate.rundir, engine.control
+     +-- RunTaken                  2    another engine holds the run: who, since when runstate.locks, engine.control
      +-- JournalTooNew             2    a journal begun by a newer pwe: which to use  runstate.journal
-     +-- NoLocks                   1    the filesystem refuses flock (Lustre)         runstate.rundir
+     +-- NoLocks                   1    the filesystem refuses flock (Lustre)         runstate.locks
      +-- BadTransition             1    a defect: a pilot's stage moved against its table engine.handles
      +-- Underivable               1    a defect: a model the checker's table cannot take base.derive
      +-- InputError                2    bad input, found before anything ran          pwe.* and hostinfo.registry

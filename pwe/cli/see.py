@@ -329,7 +329,7 @@ def logs(run: str, member: str, tail: int | None, want_stdout: bool, want_stderr
     terminal: both (or the one asked for), each under a header, with control characters and
     bytes that are not UTF-8 written visibly (\\x1b, \\xff)."""
     from ..base.ids import member_spec
-    from ..observe.runview import last_lines, logs_document, member_output
+    from ..observe.output import last_lines, logs_document, member_output
 
     spec = member_spec(member)  # (the index in ASCII digits, bounded: \d took '٣', int() of 5,000 a traceback)
     if spec is None:

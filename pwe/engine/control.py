@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from ..base.errors import InputError, PweError, RunTaken
-from ..runstate.rundir import EngineLock, run_ref
+from ..runstate.locks import EngineLock
+from ..runstate.rundir import run_ref
 
 #: How long ``pwe cancel`` waits for a running engine to stop its pilots and leave.
 CANCEL_WAIT = 10.0

@@ -8,7 +8,7 @@ attempt: :func:`pwe.engine.loop._never_started`); this module carries it to the 
 of the workflow in the same workspace, which knows nothing of the run before it.
 
 **The chain.** One run of a workflow is live in a workspace at a time
-(:class:`pwe.runstate.rundir.LiveLock`); the lock's record names the run that held it
+(:class:`pwe.runstate.locks.LiveLock`); the lock's record names the run that held it
 before. Each run, when its engine takes the lock, writes ``inherited.json`` into its run
 directory: the run before it (``previous``) and the **suspects** it inherited, the product
 paths (relative to the workspace) that some attempt may have left half made. The next

@@ -47,7 +47,7 @@ from ..base.errors import InputError, PweError, RunStopped
 from ..base.regular import read_bytes, write_json_atomic
 from ..base.text import shown
 from ..planning.plan import Plan
-from ..runstate import checkpoint, pressure, rundir, runs
+from ..runstate import checkpoint, locks, pressure, rundir, runs
 from ..runstate.keyring import KeyRing
 from ..runstate.lending import Lending
 from ..runstate.journal import Journal, JournalError, disk_refusals
@@ -132,8 +132,8 @@ class Engine:
         self.lost_after = float(info.get("lost_after") or max(120.0, 24 * self.heartbeat))
         # how long a pilot given up for silence may take to end once its job is cancelled
         self.end_wait = float(info.get("end_wait") or max(60.0, self.lost_after))
-        self.lock = rundir.EngineLock(run_dir)
-        self.live = rundir.LiveLock("", "")  # (the workspace's, once run takes it; never held here)
+        self.lock = locks.EngineLock(run_dir)
+        self.live = locks.LiveLock("", "")  # (the workspace's, once run takes it; never held here)
         self.suspects: set[str] | None = None  # products earlier runs may have left half made (halfmade.py)
         self._ckpt_at, self._ckpt_cost, self._ckpt_offset = time.time(), 0.0, -1  # the last checkpoint
         self.warnings: list[str] = []
@@ -303,11 +303,11 @@ class Engine:
             rundir.mark_refused(self.dir, exc)
 
     def _take_workspace(self, cancel: bool) -> None:
-        """One live run per workflow per workspace (:class:`pwe.runstate.rundir.LiveLock`),
+        """One live run per workflow per workspace (:class:`pwe.runstate.locks.LiveLock`),
         held for the engine's life; not for a run made with ``--concurrent``, nor to cancel."""
         ws = self.info.get("workspace")
         if ws and not cancel and not self.info.get("concurrent"):
-            self.live = rundir.LiveLock(ws, self.plan.workflow.name, self.run_id, self.dir)
+            self.live = locks.LiveLock(ws, self.plan.workflow.name, self.run_id, self.dir)
             self.live.acquire()
             if self.live.held and any(pn.products for pn in self.plan.nodes.values()):
                 # (what the runs before this one may have left half made: never complete)

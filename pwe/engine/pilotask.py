@@ -20,7 +20,7 @@ from typing import Any
 
 from ..base.errors import InputError, PweError
 from ..base.regular import read_json
-from ..runstate.rundir import EngineLock
+from ..runstate.locks import EngineLock
 
 #: How long ``pwe pilot add/drain`` waits for the engine's answer (a submission included).
 ANSWER_WAIT = 90.0

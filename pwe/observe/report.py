@@ -44,7 +44,8 @@ def build(run_dir: Path, warnings: list[str] | None = None) -> str:
     when given, gets a line for each pilot's directory not read (not the run's own: a
     symbolic link, to another run or anywhere)."""
     from pilot.streams import Reader
-    from .runview import status, stderr_tail
+    from .output import stderr_tail
+    from .runview import status
     from ..base.states import FAILED, NAMES, QUARANTINED
     from ..workflow.templates import render_page
     from .trace import load

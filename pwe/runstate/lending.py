@@ -294,7 +294,7 @@ def unfinished(root: Path, workflow: str, exclude: Path | None = None, most: int
     """The runs of ``workflow`` under the runs root ``root`` that did not finish, were not
     cancelled, and whose engine is gone (none holds ``engine.lock``): each could be taken
     up again by ``pwe resume``. Newest first (by their ids' order)."""
-    from .rundir import EngineLock
+    from .locks import EngineLock
 
     out = []
     try:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import rundir
+from . import locks, rundir
 from .journal import past_header
 from ..base.confine import inside
 from ..base.errors import InputError, PweError, RunDamaged
@@ -57,7 +57,7 @@ def create(workflow: str | Path, sets: dict[str, Any] | None = None, host: str |
     # where products are (and PWE_WORKSPACE): recorded absolute, for every engine of the run
     options["workspace"] = str(workspace(plan, options.pop("workspace", None)))
     if not options.get("concurrent"):  # (one live run per workflow per workspace: refused before anything is made)
-        rundir.LiveLock(options["workspace"], plan.workflow.name).refuse_if_held()
+        locks.LiveLock(options["workspace"], plan.workflow.name).refuse_if_held()
     if options.get("reuse_from"):  # (checked before anything is made: one line, exit 2)
         from .reusable import lenders
 

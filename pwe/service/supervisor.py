@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runstate.rundir import EngineLock, refusal
+from ..runstate.locks import EngineLock
+from ..runstate.rundir import refusal
 from . import cron
 from .submit import journal_size, start_engine
 from ..runstate.service_store import Store

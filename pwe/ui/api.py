@@ -8,7 +8,7 @@ runs                   ``pwe runs`` (:func:`pwe.observe.runview.run_summary`)
 run                    ``pwe status`` (:func:`pwe.observe.runview.status`), with ``dag``:
                        ``pwe validate``'s nodes and edges (:func:`pwe.observe.planview.summary`)
 members                ``pwe show -q`` (:func:`pwe.observe.results.select`), a page of them
-logs                   ``pwe logs`` (:func:`pwe.observe.runview.logs_document`), bounded
+logs                   ``pwe logs`` (:func:`pwe.observe.output.logs_document`), bounded
 timeline               ``pwe trace`` (:meth:`pwe.observe.trace.Trace.records`), the newest
 triggers               ``pwe trigger list`` (:func:`pwe.service.daemon.trigger_rows`)
 hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.observe.hostview`)
@@ -159,8 +159,8 @@ def member(src: Sources, run_id: str, node: str, index: int) -> dict[str, Any]:
 
 
 def _output(d: Path, node: str, index: int) -> dict[str, Any] | None:
-    """A member's output in sizes (:func:`pwe.observe.runview.member_output`), or None."""
-    from ..observe.runview import member_output
+    """A member's output in sizes (:func:`pwe.observe.output.member_output`), or None."""
+    from ..observe.output import member_output
 
     try:
         got = member_output(d, node, index)
@@ -190,7 +190,7 @@ def logs(src: Sources, run_id: str, node: str, index: int, tail: int | None = No
     bytes at most (``cut``: how many were left out); from the run's output streams, or a
     run made before them, the member's own files. A file that is a symbolic link out of the
     run directory, or not a regular file, is refused."""
-    from ..observe.runview import logs_document, node_sizes
+    from ..observe.output import logs_document, node_sizes
     from .security import inside
 
     d = src.find(run_id)

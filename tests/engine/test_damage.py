@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import LEDGER_WF, ROOT, count_ends, ledger_counts, run_cli, wait_for
-from pwe.runstate.rundir import EngineLock
+from pwe.runstate.locks import EngineLock
 
 TRIALS = 200
 
@@ -72,7 +72,7 @@ def test_two_engines_racing_for_a_stale_lock_never_both_hold_it(tmp_path):
 
 def test_status_tells_who_holds_the_lock(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from pwe.runstate.rundir import EngineLock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from pwe.runstate.locks import EngineLock; "
          "EngineLock(Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:

@@ -65,7 +65,7 @@ def submit(wf, run_dir, cwd, *extra):
 
 def wait_end(run_dir, timeout=240):
     wait_for(lambda: b'"e":"finish"' in (Path(run_dir) / "journal.jsonl").read_bytes(), timeout, "the run's end")
-    from pwe.runstate.rundir import EngineLock
+    from pwe.runstate.locks import EngineLock
 
     wait_for(lambda: not EngineLock(Path(run_dir)).holder(), 30, "the engine to leave")
 
@@ -328,7 +328,7 @@ def test_a_resumed_engine_knows_added_and_draining_pilots(tmp_path):
     every member once."""
     import signal
 
-    from pwe.runstate.rundir import EngineLock
+    from pwe.runstate.locks import EngineLock
 
     n = 40
     wf, ledger = workflow(tmp_path, n, 0.3, name="resume")

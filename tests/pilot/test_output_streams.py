@@ -37,7 +37,7 @@ def test_thirty_thousand_members_that_print_leave_few_files_and_every_line_is_fo
     100,000 members: 134 s of the suite's 30 minutes to show what 30,000 show as well;
     bench/ten_million.py runs 10^7 to the end.)"""
     from pilot.streams import Reader
-    from pwe.observe.runview import member_output
+    from pwe.observe.output import member_output
 
     n = 30_000
     wf = tmp_path / "wf.yaml"
