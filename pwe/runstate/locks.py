@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .rundir import first_missing, run_ref
+from .rundir import first_missing, remove_empty, run_ref
 from ..base.errors import InputError, PweError, RunTaken
 
 
@@ -252,13 +252,8 @@ class LiveLock(EngineLock):
             self.path.unlink()
         except OSError:
             return
-        d = self.path.parent  # (each directory made for it, while empty: never another's lock)
-        while self._top is not None and (d == self._top or self._top in d.parents):
-            try:
-                d.rmdir()
-            except OSError:
-                break
-            d = d.parent
+        if self._top is not None:  # (each directory made for it, while empty: never another's lock)
+            remove_empty(self.path.parent, self._top)
 
 
 def _when(since: Any) -> str:

@@ -85,13 +85,19 @@ def remove_made(run_dir: Path, top: Path) -> None:
     (:func:`first_missing` before it was made), while it is empty: another run made there
     meanwhile stays."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    parent = run_dir.parent
-    while top != run_dir and top in (parent, *parent.parents):
+    if top != run_dir:
+        remove_empty(run_dir.parent, top)
+
+
+def remove_empty(d: Path, top: Path) -> None:
+    """Remove directory ``d``, then each parent of it up to ``top`` (``top`` too), while it
+    is empty: the directories made for something that is gone; another's stays."""
+    while d == top or top in d.parents:
         try:
-            parent.rmdir()
+            d.rmdir()
         except OSError:
             break
-        parent = parent.parent
+        d = d.parent
 
 
 def create(run_dir: Path) -> Path:
