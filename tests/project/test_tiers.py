@@ -65,14 +65,19 @@ def signs_of_services(source: str) -> list[str]:
     return [m.group(0) for m in SERVICE_SIGNS.finditer(source)]
 
 
-def _function_source(path: Path, name: str) -> str:
-    """The source of the function ``name`` of ``path`` ("" for a test made at run time, such
-    as the harness's TestHunt.runTest, which hypothesis writes: its module is read for it)."""
+@lru_cache(maxsize=None)
+def _functions(path: Path) -> tuple[str, dict[str, str]]:
+    """A test module's text and the source of each function in it, by name (read once)."""
     text = path.read_text()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return ast.get_source_segment(text, node) or ""
-    return text
+    return text, {node.name: ast.get_source_segment(text, node) or "" for node in ast.walk(ast.parse(text))
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _function_source(path: Path, name: str) -> str:
+    """The source of the function ``name`` of ``path`` (for a test made at run time, such as
+    the harness's TestHunt.runTest, which hypothesis writes: its module's text)."""
+    text, functions = _functions(path)
+    return functions.get(name, text)
 
 
 def test_every_real_fixture_needs_its_service():
