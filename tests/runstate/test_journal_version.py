@@ -4,22 +4,18 @@ header (version 1) is read as it is and stays without one; a journal of a newer 
 refused in one line, exit status 2, naming the pwe to use; every reader skips the header."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import pwe
-from helpers import child_pids
+from helpers import child_pids, run_cli
 from pwe.base.errors import JournalTooNew
 from pwe.planning.plan import plan_workflow
 from pwe.runstate import journal, records
 from pwe.runstate.journal import HEADER, VERSION, Journal, decode, encode, replay, unpack
 from pwe.runstate.state import RunState
 
-ROOT = Path(__file__).resolve().parents[2]
 
 WF = """
 name: versions
@@ -44,12 +40,6 @@ def _records():
             records.start("a", 0, 1, "p1", T + 1, 13), records.end("a", 0, 1, "p1", T + 2, 0, 1.0, cpu=0.5, rss=900),
             records.start("a", 1, 1, "p1", T + 1, 14), records.end("a", 1, 1, "p1", T + 2, 0, 1.0, cpu=0.5, rss=900),
             records.finish(True, T + 3)]
-
-
-def _pwe(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pwe", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env=env, stdin=subprocess.DEVNULL, timeout=120)
 
 
 def test_a_new_journal_begins_with_its_header_which_no_reader_takes_as_a_record(tmp_path):
@@ -160,8 +150,8 @@ def test_a_damaged_header_is_a_damaged_line_and_the_journal_is_read_on(tmp_path)
 def finished(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("run")
     (tmp / "wf.yaml").write_text(WF)
-    p = _pwe("run", tmp / "wf.yaml", "--cores", "2", "--run-dir", tmp / "run", cwd=tmp)
-    assert p.returncode == 0, p.stderr
+    rc, _, err = run_cli("run", tmp / "wf.yaml", "--cores", "2", "--run-dir", tmp / "run", cwd=tmp)
+    assert rc == 0, err
     return tmp, tmp / "run"
 
 
@@ -170,11 +160,11 @@ def test_a_real_run_journal_has_the_header_and_every_reader_reads_past_it(finish
     first = (run_dir / "journal.jsonl").read_bytes().split(b"\n", 1)[0] + b"\n"
     assert decode(first) == {"e": HEADER, "v": VERSION, "pwe": pwe.__version__}
     for args in (("status", run_dir, "--json"), ("show", run_dir), ("events", run_dir), ("trace", run_dir)):
-        p = _pwe(*args, cwd=tmp)
-        assert p.returncode == 0, (args, p.stderr)
-        assert "damaged" not in p.stderr and "journal" not in p.stdout.split("\n", 1)[0], (args, p.stdout, p.stderr)
-    p = _pwe("events", run_dir, "--json", cwd=tmp)
-    assert HEADER not in {r.get("e") for r in _json_lines(p.stdout)}
+        rc, out, err = run_cli(*args, cwd=tmp)
+        assert rc == 0, (args, err)
+        assert "damaged" not in err and "journal" not in out.split("\n", 1)[0], (args, out, err)
+    rc, out, err = run_cli("events", run_dir, "--json", cwd=tmp)
+    assert HEADER not in {r.get("e") for r in _json_lines(out)}
 
 
 def _json_lines(text):
@@ -197,10 +187,10 @@ def test_a_run_whose_journal_a_newer_pwe_began_is_refused_in_one_line(finished, 
     _newer(copy / "journal.jsonl")
     before = (copy / "journal.jsonl").read_bytes()
     for args in (("status", copy), ("show", copy), ("resume", copy)):
-        p = _pwe(*args, cwd=tmp_path)
-        assert p.returncode == 2, (args, p.stdout, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and "Traceback" not in p.stderr, (args, p.stderr)
+        rc, out, err = run_cli(*args, cwd=tmp_path)
+        assert rc == 2, (args, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, (args, err)
         assert "pwe 9.9.9" in lines[0] and f"version {VERSION + 1}" in lines[0], (args, lines)
     assert (copy / "journal.jsonl").read_bytes() == before
 
