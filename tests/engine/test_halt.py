@@ -75,9 +75,13 @@ def test_resume_after_a_halt_halts_again_and_a_larger_budget_goes_on(tmp_path, w
     rc, _, err = pwe("run", wf, "--cores", "1", "--run-dir", run, cwd=tmp_path)
     assert rc == 1 and "halted: 2 of 30 failed, budget 2" in err, err
     started = sum(_ledger_starts(ledger).values())
+    # a member its pilot started before it heard the halt runs on, and may fail too: on a
+    # busy machine the pilot can be several members further on (CI saw 20 fail after 13)
+    failed = sum(1 for _, m in _ledger_starts(ledger) if int(m) % 7 == 6)
+    assert failed >= 2
 
     rc, _, err = pwe("resume", run, cwd=tmp_path)  # the same budget: spent already
-    assert rc == 1 and "halted: 2 of 30 failed, budget 2" in err, err
+    assert rc == 1 and f"halted: {failed} of 30 failed, budget 2" in err, err
     assert sum(_ledger_starts(ledger).values()) == started
     assert not [r for r in read_journal(run) if r["e"] == "pilot"][1:], "a halted resume must start no pilot"
 
