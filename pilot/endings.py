@@ -147,7 +147,9 @@ class Endings:
             if self.term_heard:
                 self.hand_back(t, "the batch system stopped the pilot while it ran", "the allocation is ending")
                 continue
-            why = {"why": f"killed by signal {-rc if rc < 0 else rc - 128}"} if rc < 0 or rc > 128 else {}
+            # (a signal only when the pilot saw one: an exit status of 137 that the member's
+            # shell returned is its "exit 137", whatever killed a child of it)
+            why = {"why": f"killed by signal {-rc}"} if rc < 0 else {}
             # (its t: when it ended, not now, a grace later: its slot went to the next member then)
             self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=collect(t), **when_ended(at, member.started),
                       **why, **member.usage())

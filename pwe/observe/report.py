@@ -135,7 +135,7 @@ def build(run_dir: Path, warnings: list[str] | None = None) -> str:
 def sizing_rows(doc: dict[str, Any]) -> dict[str, Any]:
     """The "Right-sizing" section: pwe/observe/usage.py's document as table cells (text; the
     page's renderer escapes them)."""
-    from .usage import NOT_MEASURED
+    from .usage import NOT_MEASURED, cores_suggested
 
     def three(s: dict | None, digits: str = ".3g") -> str:
         return " / ".join(format(s[k], digits) for k in ("p50", "p95", "max")) if s else ""
@@ -157,7 +157,8 @@ def sizing_rows(doc: dict[str, Any]) -> dict[str, Any]:
                      "held": hours(ch.get("held")), "used": hours(ch.get("used")),
                      "memory": ask_sug(ask["memoryPerMember"], sug.get("memoryPerMember"), "MB"),
                      "wall": ask_sug(ask["maxWallTimePerMember"], sug.get("maxWallTimePerMember"), "min"),
-                     "cores": ask_sug(ask["cores"], sug.get("cores"), ""),
+                     "cores": (f"{ask['cores']:,g} / {cores_suggested(u)}" if u["attempts"]
+                               else ask_sug(ask["cores"], None, "")),
                      "covers": f"{sug['covers']:.1%}" if sug.get("covers") is not None else "",
                      "notes": u["notes"] if u["attempts"] else [NOT_MEASURED]})
     return {"rows": rows, "fit": f"{doc['fit']:.0%}", "memory": f"{doc['headroom']['memory']:.0%}",

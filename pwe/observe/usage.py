@@ -54,6 +54,11 @@ MEMORY_STEPS = ((1024, 64), (8192, 256), (math.inf, 1024))
 #: member's helpers: its shell, its I/O)
 CORE_SLACK = 0.1
 NOT_MEASURED = "not measured yet"
+#: the shortest attempt (s) whose CPU rate (cpu / dt) counts toward ``cores_used``: below it
+#: the CPU time is a few clock ticks of its shell starting, and a member of 3 ms that used
+#: one core reads as two
+MEASURABLE_S = 0.1
+TOO_SHORT = "too short to measure"
 
 
 # ------------------------------------------------------------------ the numbers
@@ -159,6 +164,7 @@ class _Measured:
         self.used: list[float] = []  # cpu / dt
         self.rows: list[tuple[float | None, float | None, float | None]] = []  # (dt, rss MB, cores used)
         self.failed = 0
+        self.too_short = 0  # attempts shorter than MEASURABLE_S: no CPU rate from them
         self.reasons: dict[str, int] = {}
 
     def take(self, rc: Any, dt: Any, cpu: Any, rss: Any, reason: Any) -> None:
@@ -170,7 +176,9 @@ class _Measured:
         if rc not in (0, None):
             self.failed += 1
         mb = rss / 1024 if _finite(rss) else None
-        used = cpu / dt if _finite(cpu) and dt >= DIVISOR_LEAST else None  # (1e-300 s: no rate)
+        used = cpu / dt if _finite(cpu) and dt >= MEASURABLE_S else None  # (1e-300 s: no rate)
+        if _finite(cpu) and dt < MEASURABLE_S:
+            self.too_short += 1
         if _finite(cpu):
             self.cpu.append(cpu)
         if mb is not None:
@@ -187,7 +195,7 @@ def node_usage(m: _Measured, ask: dict[str, Any], node: dict[str, Any], size: in
         "members": size, "attempts": n, "failed": m.failed, "reasons": dict(sorted(m.reasons.items())),
         "duration_s": stats(m.dt), "rss_mb": stats(m.rss_mb), "cpu_s": stats(m.cpu), "cores_used": stats(m.used),
         "cpu_efficiency": None, "asked": ask, "suggested": None, "core_hours": None, "packing": None, "node": node,
-        "notes": []}
+        "too_short": m.too_short, "notes": []}
     if not n:
         out["notes"].append(NOT_MEASURED)
         return out
@@ -367,7 +375,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
                    f"memoryPerMember {_or_q(sug['memoryPerMember'])} (asked {_or_dash(ask['memoryPerMember'])}), "
                    f"maxWallTimePerMember {sug['maxWallTimePerMember']} "
                    f"(asked {_or_dash(ask['maxWallTimePerMember'])}), "
-                   f"cores {_or_q(sug['cores'])} (asked {ask['cores']})")
+                   f"cores {cores_suggested(u)} (asked {ask['cores']})")
         if u["reasons"]:
             out.append("  ended by reason: " + ", ".join(f"{r} {n:,}" for r, n in u["reasons"].items()))
         out.extend(f"  {note}" for note in u["notes"])
@@ -390,6 +398,15 @@ def _short(x: float | None) -> str:
     if x is None:
         return "?"
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def cores_suggested(u: dict[str, Any]) -> str:
+    """The cores suggestion of a node's part, in words: ``?`` when its pilots measured no CPU
+    time, :data:`TOO_SHORT` when every attempt was shorter than :data:`MEASURABLE_S`."""
+    sug = u["suggested"] or {}
+    if sug.get("cores") is not None:
+        return str(sug["cores"])
+    return TOO_SHORT if u.get("too_short") and not u["cores_used"] else "?"
 
 
 def _or_q(v: Any) -> str:

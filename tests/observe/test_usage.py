@@ -15,8 +15,8 @@ import pytest
 from helpers import no_traceback, pwe
 
 from pwe.observe.trace import Trace
-from pwe.observe.usage import (NOT_MEASURED, lines, percentile, round_memory, stats, suggest_cores, suggest_memory,
-                               suggest_walltime, usage)
+from pwe.observe.usage import (MEASURABLE_S, NOT_MEASURED, lines, percentile, round_memory, stats, suggest_cores,
+                               suggest_memory, suggest_walltime, usage)
 from pwe.runstate.journal import decode, encode
 from pwe.workflow.model import Scheduling
 
@@ -280,3 +280,37 @@ nodes:
     rc, out, err = pwe("report", tmp_path / "run", "-o", tmp_path / "r.html", cwd=tmp_path)
     assert rc == 0, err
     assert f"<li>made: {NOT_MEASURED}</li>" in (tmp_path / "r.html").read_text()
+
+
+def test_members_of_a_few_milliseconds_are_too_short_to_measure_their_cores(tmp_path, write):
+    # (their CPU time is a few clock ticks of the shell starting: cpu / dt said "cores 2
+    # (asked 1)" of members that used one)
+    wf = write("name: quick\nnodes:\n  q:\n    parameters: {i: {range: [0, 6]}}\n    run: 'true'\n")
+    run = tmp_path / "run"
+    rc, out, err = pwe("run", wf, "--cores", "2", "--run-dir", run, cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    u = _usage_json(run, tmp_path)["nodes"]["q"]
+    rc, out, err = pwe("trace", run, "--format", "json", cwd=tmp_path)
+    short = sum(1 for line in out.splitlines() if json.loads(line)["duration"] < MEASURABLE_S)
+    # (a `true` takes a few ms; on a very busy machine one may take longer, and is measured)
+    assert u["attempts"] == 6 and u["too_short"] == short >= 1
+    rc, out, err = pwe("status", run, "--usage", cwd=tmp_path)
+    assert rc == 0
+    if short == 6:
+        assert u["cores_used"] is None and u["suggested"]["cores"] is None
+        assert "cores too short to measure (asked 1)" in out, out
+        rc, _, err = pwe("report", run, "-o", tmp_path / "r.html", cwd=tmp_path)
+        assert rc == 0 and "1 / too short to measure" in (tmp_path / "r.html").read_text()
+    else:
+        assert "too short" not in out and u["suggested"]["cores"] is not None, out
+
+
+def test_a_rate_is_counted_from_attempts_long_enough():
+    tr = Trace()
+    tr.take({"e": "assign", "n": "a", "m": 0, "a": 1, "p": "p1", "t": 1.0, "len": 2})
+    tr.take({"e": "end", "n": "a", "m": 0, "a": 1, "p": "p1", "t": 9.0, "rc": 0, "dt": 0.003, "cpu": 0.006,
+             "rss": 1024, "ran": 1})
+    tr.take({"e": "end", "n": "a", "m": 1, "a": 1, "p": "p1", "t": 9.0, "rc": 0, "dt": 4.0, "cpu": 3.9,
+             "rss": 1024, "ran": 1})
+    u = usage({"run_id": "r", "lanes": {}}, _plan(a=(2, {})), tr)["nodes"]["a"]
+    assert u["too_short"] == 1 and u["cores_used"]["max"] == round(3.9 / 4.0, 4) and u["suggested"]["cores"] == 1

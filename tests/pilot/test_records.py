@@ -43,6 +43,10 @@ def test_members_that_fail_at_once_end_when_they_ended(tmp_path):
     run = Path(json.loads(out)["run_dir"])
     recs = _trace(tmp_path, run)
     assert len(recs) == 20 and {r["exit_status"] for r in recs} == {137, 3}, recs
+    # the shell returned 137: pwe saw no signal, and says what it saw
+    assert not [r for r in recs if r["exit_status"] == 137 and "signal" in str(r["why"] or "")], recs
+    rc, out, err = run_cli("show", run, "--state", "failed", cwd=tmp_path)
+    assert "exit=137" in out and "signal" not in out, out
     for r in recs:
         # its start is when its end says it began (t - dt), to the rounding of each
         assert r["start"] <= r["end"] and r["end"] - r["duration"] >= r["start"] - 0.002, r
