@@ -190,6 +190,20 @@ def fail(exc: PweError) -> None:
     sys.exit(exc.exit_status)
 
 
+def out(text: str) -> None:
+    """Print a command's output whole to stdout; a reader that closed the pipe early
+    (``pwe failures RUN --json | head -c1``) has what it wanted: exit 0, no traceback, as
+    ``pwe trace | head`` does."""
+    import os
+
+    try:
+        click.echo(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+
+
 def warn(warnings: list[str]) -> None:
     for w in warnings:
         echo(f"warning: {w}", err=True)

@@ -44,6 +44,8 @@ COMMANDS: dict[str, Listed] = {
         "time, peak memory and outputs (docs: how-to/seeing-a-run.md)."),
     "report": Listed("pwe.cli.see:report", "Write one self-contained HTML page about RUN: summary, timeline, "
         "utilisation, durations and memory per node, right-sizing, failures, pilots."),
+    "failures": Listed("pwe.cli.why:failures", "RUN's failures summarised: by parameter value (the values most "
+        "over-represented first), by reason, by error signature, by the host the attempts ran on."),
     "run": Listed("pwe.cli.running:run", "Run FILE to the end with a progress bar; exit 0 when every member succeeded, "
         "else 1."),
     "submit": Listed("pwe.cli.running:submit", "Start a run of FILE in the background and print its run id."),

@@ -1,0 +1,256 @@
+"""What a run's failures have in common (``pwe failures``, the report, the dashboards).
+
+One document, four views of the members that failed for good (state ``failed``, and
+``quarantined``: lost with their pilot or node ``maxLosses`` times):
+
+- ``by_value``: each parameter's each value, per node, with the members of that value
+  that failed and that are done, its failure rate, and the **difference**: the share of
+  the node's failed members that have this value less the share of its done members that
+  have it (FireWorks' ``lpad introspect``), in points. A value that every failure has and
+  no success has is +100; the values most over-represented come first. Counted on the
+  state's bytes by arithmetic (a value of a product of parameters is a strided slice of
+  them), never member by member: a million members cost milliseconds here.
+- ``by_reason``: ``exit N``, ``signal N`` (only when the pilot saw one), ``oom``,
+  ``walltime``, ``lost`` (quarantined), ``no product``, ...
+- ``by_signature``: the last line a failed member wrote to stderr, with numbers, paths
+  and hexadecimal folded (``<n>``, ``<path>``, ``<hex>``), so that one error with many
+  values is one line; from at most :data:`SIGNATURES_READ` failed members, spread over
+  them (the document says how many were read).
+- ``by_host``: each machine the attempts ran on, with the attempts that failed and that
+  succeeded there (attempts, not members: a member that failed on a bad node and then
+  succeeded elsewhere still counts against that node). This view reads the journal
+  whole (:mod:`pwe.observe.trace`); ``hosts=False`` leaves it out.
+
+Read-only: no lock, no engine.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..base.states import DONE, FAILED, QUARANTINED
+from ..base.source import value_text
+from ..base.text import shown
+
+#: failed members whose stderr is read for their signature (spread evenly over them)
+SIGNATURES_READ = 2000
+#: values of one parameter compared at most: past it the parameter is counted as one row
+#: saying so (a parameter with a value a member says nothing in common)
+VALUES_COMPARED = 10_000
+#: rows a view lists in the text (the JSON has them all)
+SHOWN = 10
+
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-~]*/)+[\w.\-]+")
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{8,}\b")
+_NUM = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def signature(line: str) -> str:
+    """An error line with what varies from member to member folded: paths, hexadecimal,
+    numbers; blanks squeezed. ``'Error: /scratch/u/run7/x.h5: 1e-3 > 0.5'`` and the same
+    error of another member are one signature."""
+    s = _PATH.sub("<path>", line.strip()[:400])
+    s = _HEX.sub("<hex>", s)
+    s = _NUM.sub("<n>", s)
+    return " ".join(s.split())[:200]
+
+
+def failures(run_dir: Path, hosts: bool = True, signatures_read: int = SIGNATURES_READ) -> dict[str, Any]:
+    """The document (see the module's docstring) of the run in ``run_dir``."""
+    from .results import load_state
+
+    tr = None
+    if hosts:
+        from .trace import load
+
+        info, _, st, tr = load(Path(run_dir))
+    else:
+        info, st = load_state(Path(run_dir))
+    nodes: dict[str, dict[str, int]] = {}
+    by_value: list[dict[str, Any]] = []
+    not_compared: list[dict[str, Any]] = []
+    reasons: dict[str, int] = {}
+    failed_total = done_total = 0
+    for nid, ns in st.nodes.items():
+        f = ns.counts[FAILED] + ns.counts[QUARANTINED]
+        d = ns.counts[DONE]
+        nodes[nid] = {"members": ns.size, "failed": f, "done": d}
+        failed_total += f
+        done_total += d
+        if not f:
+            continue
+        by_value += _by_value(nid, st.plan.nodes[nid].space, ns.state, f, d, not_compared)
+        for i in _failed(ns):
+            why = _reason(ns, i)
+            reasons[why] = reasons.get(why, 0) + 1
+    by_value.sort(key=lambda r: (-r["difference"], -r["failed"], r["node"], r["parameter"], r["value"]))
+    doc: dict[str, Any] = {
+        "run": info.get("run_id"), "failed": failed_total, "done": done_total, "nodes": nodes,
+        "by_value": by_value, "not_compared": not_compared,
+        "by_reason": [{"reason": k, "members": n} for k, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))],
+    }
+    doc.update(_signatures(Path(run_dir), st, failed_total, signatures_read))
+    doc["by_host"] = _by_host(tr) if tr is not None else None
+    return doc
+
+
+def _failed(ns: Any):
+    """The members of a node that failed for good, in order."""
+    for code in (FAILED, QUARANTINED):
+        if not ns.counts[code]:
+            continue
+        i = ns.state.find(code)
+        while i >= 0:
+            yield i
+            i = ns.state.find(code, i + 1)
+
+
+def _reason(ns: Any, i: int) -> str:
+    reason = ns.reason.get(i)
+    if reason == "quarantined":
+        return "lost"
+    if reason and reason != "exit":
+        return str(reason)
+    why = ns.why.get(i) or ""
+    if why.startswith("killed by signal "):
+        return "signal " + why[len("killed by signal "):]
+    if "without making its product" in why:
+        return "no product"
+    return f"exit {ns.rc.get(i, '?')}"
+
+
+_F, _Q, _D = bytes([FAILED]), bytes([QUARANTINED]), bytes([DONE])
+
+
+def _tally(chunk: bytes | bytearray) -> tuple[int, int]:
+    """(failed for good, done) among the state bytes ``chunk``."""
+    return chunk.count(_F) + chunk.count(_Q), chunk.count(_D)
+
+
+def _count(state: bytearray, start: int, period: int, block: int) -> tuple[int, int]:
+    """(failed, done) among indices ``start + k*period + j`` (j < block): one value's
+    members in a product of parameters, counted by C-level slices, whichever way is fewer
+    of them (a slice per block, or a strided slice per offset within a block)."""
+    size = len(state)
+    blocks = -(-(size - start) // period)
+    f = d = 0
+    if block <= blocks:
+        parts = (state[start + j::period] for j in range(block))
+    else:
+        parts = (state[b:b + block] for b in range(start, size, period))
+    for part in parts:
+        pf, pd = _tally(part)
+        f += pf
+        d += pd
+    return f, d
+
+
+def _by_value(nid: str, space: Any, state: bytearray, failed: int, done: int,
+              skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each value of each parameter of one node: failed, done, rate, difference (points);
+    a parameter with more than :data:`VALUES_COMPARED` values goes to ``skipped``."""
+    base = state[:space.size]  # (members a check grew have journaled values: not compared)
+    rows: list[dict[str, Any]] = []
+    for k, name in enumerate(space.names):
+        values = space.values[name]
+        n = len(values)
+        if n > VALUES_COMPARED:
+            skipped.append({"node": nid, "parameter": name, "values": n})
+            continue
+        counts: dict[str, list[int]] = {}
+        for p in range(n):
+            if space.combine == "zip":
+                fp, dp = _tally(base[p:p + 1])
+            else:
+                block = space.strides[k]
+                fp, dp = _count(base, p * block, block * n, block)
+            got = counts.setdefault(value_text(values[p]), [0, 0])
+            got[0] += fp
+            got[1] += dp
+        for text, (fp, dp) in counts.items():
+            if not fp and not dp:
+                continue
+            diff = (fp / failed if failed else 0.0) - (dp / done if done else 0.0)
+            rows.append({"node": nid, "parameter": name, "value": text, "failed": fp, "done": dp,
+                         "rate": round(fp / (fp + dp), 4), "difference": round(100 * diff, 1)})
+    return rows
+
+
+def _signatures(run_dir: Path, st: Any, failed_total: int, most: int) -> dict[str, Any]:
+    """The failed members' last stderr lines, folded, counted; from at most ``most``."""
+    from pilot.streams import Reader
+
+    from .output import stderr_tail
+
+    every = max(1, -(-failed_total // most)) if most else 0
+    sigs: dict[str, list[Any]] = {}
+    read = 0
+    if every:
+        with Reader(str(run_dir / "pilots"), many=failed_total > 50) as reader:
+            k = 0
+            for nid, ns in st.nodes.items():
+                for i in _failed(ns):
+                    k += 1
+                    if (k - 1) % every:
+                        continue
+                    read += 1
+                    last = stderr_tail(run_dir, nid, i, reader, lines=1)
+                    sig = signature(last) if last.strip() else "(nothing on stderr)"
+                    got = sigs.setdefault(sig, [0, f"{nid}:{i}", last.strip()[:200]])
+                    got[0] += 1
+    rows = [{"signature": s, "members": c, "example": ex, "line": line}
+            for s, (c, ex, line) in sorted(sigs.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+    return {"by_signature": rows, "signatures_read": read}
+
+
+def _by_host(tr: Any) -> list[dict[str, Any]]:
+    """Attempts that ended, by the machine they ran on: failed and done there."""
+    hosts: dict[str, list[int]] = {}
+    pilots = tr.pilots
+    for a in tr.attempts.values():
+        rc, nodes, ended, reason = a[3], a[10], a[11], a[12]
+        if a[1] is None or (rc is None and ended != "lost"):
+            continue  # (not started, or not ended: running, halted, cancelled)
+        where = nodes[0] if nodes else (pilots.get(a[9]) or {}).get("host") or "?"
+        got = hosts.setdefault(str(where), [0, 0])
+        if ended == "lost" or rc != 0 or reason:
+            got[0] += 1
+        else:
+            got[1] += 1
+    rows = [{"host": h, "failed": f, "done": d, "rate": round(f / (f + d), 4)} for h, (f, d) in hosts.items()]
+    rows.sort(key=lambda r: (-r["rate"], -r["failed"], r["host"]))
+    return rows
+
+
+def lines(doc: dict[str, Any], shown_rows: int = SHOWN) -> list[str]:
+    """``pwe failures`` in text: each view's first rows. What members and users named
+    (values, lines, hosts) is shown inert (:func:`pwe.base.text.shown`)."""
+    out = [f"run {shown(str(doc['run']))}: {doc['failed']:,} failed, {doc['done']:,} done"]
+    if not doc["failed"]:
+        out.append("no member failed")
+        return out
+    out.append("")
+    out.append("by parameter value (the values most over-represented among the failures first):")
+    out.append(f"  {'node':<12} {'parameter':<12} {'value':<16} {'failed':>8} {'done':>8} {'rate':>6} {'diff':>7}")
+    for r in doc["by_value"][:shown_rows]:
+        out.append(f"  {shown(r['node']):<12} {shown(r['parameter']):<12} {shown(r['value'])[:16]:<16} "
+                   f"{r['failed']:>8,} {r['done']:>8,} {r['rate']:>6.0%} {r['difference']:>+7.0f}")
+    out += [f"  ({shown(r['node'])} {shown(r['parameter'])}: {r['values']:,} values, not compared)"
+            for r in doc["not_compared"]]
+    out.append("")
+    out.append("by reason:")
+    out += [f"  {r['members']:>8,}  {shown(r['reason'])}" for r in doc["by_reason"][:shown_rows]]
+    out.append("")
+    of = f" (read from {doc['signatures_read']:,} of {doc['failed']:,})" if doc["signatures_read"] < doc["failed"] \
+        else ""
+    out.append(f"by error signature, the last line on stderr{of}:")
+    out += [f"  {r['members']:>8,}  {shown(r['signature'])}  (e.g. {shown(r['example'])})"
+            for r in doc["by_signature"][:shown_rows]]
+    if doc.get("by_host"):
+        out.append("")
+        out.append("by host (attempts: failed / done there):")
+        out += [f"  {r['failed']:>8,} / {r['done']:<8,} {r['rate']:>5.0%}  {shown(r['host'])}"
+                for r in doc["by_host"][:shown_rows]]
+    return out
