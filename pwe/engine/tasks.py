@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from pilot.wire import TASK
 
+from ..planning.asks import grown
 from ..planning.plan import Plan
 from ..runstate.rundir import member_path, node_path
 from ..base.source import value_text
@@ -75,17 +75,8 @@ class TaskBuilder:
 
     def grown(self, nid: str, retried: int) -> dict[str, Any]:
         """What an attempt after ``retried`` failed ones asks for, where the node's
-        ``retry.grow`` makes it more: ``mem`` (MB, rounded up) and ``wall`` (minutes), each
-        the first attempt's times its factor once per failed attempt. Only what grows."""
-        pn = self.plan.nodes[nid]
-        grow, sched = pn.retry.grow, pn.scheduling
-        out: dict[str, Any] = {}
-        if grow.memoryPerMember and sched.memoryPerMember:
-            out["mem"] = math.ceil(_times(sched.memoryPerMember, grow.memoryPerMember, retried, MAX_MEMORY_MB))
-        if grow.maxWallTimePerMember and sched.maxWallTimePerMember:
-            wall = round(_times(sched.maxWallTimePerMember, grow.maxWallTimePerMember, retried, MAX_WALL_MIN), 3)
-            out["wall"] = int(wall) if wall == int(wall) else wall  # (3, not 3.0: as a user writes it)
-        return out
+        ``retry.grow`` makes it more (:func:`pwe.planning.asks.grown`: the one rule)."""
+        return grown(self.plan.nodes[nid], retried)
 
     def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any], str | None]:
         """What every task of node ``nid`` has alike, made once: its shared environment's id
@@ -167,19 +158,6 @@ def _products(plan: Plan, workspace: str, nid: str, i: int) -> list[str]:
     from ..planning.products import absolute
 
     return absolute(plan, workspace, nid, i)
-
-
-#: The most a retry's growth asks for (a factor of 100 a hundred times over is no request a
-#: node can hold: the pilot then says it cannot be placed, rather than the engine overflow)
-MAX_MEMORY_MB, MAX_WALL_MIN = 2**40, 10**7
-
-
-def _times(base: float, factor: float, n: int, cap: float) -> float:
-    """``base * factor ** n``, at most ``cap``."""
-    try:
-        return min(base * factor ** n, cap)
-    except OverflowError:
-        return cap
 
 
 def _minutes(v: float | None) -> str:

@@ -1,0 +1,48 @@
+"""What one attempt of a member asks of a node: its cores, memory, GPUs, ``$TMPDIR`` and
+walltime, with what a ``retry.grow`` adds after failed attempts. The engine's tasks
+(:mod:`pwe.engine.tasks`) carry it to the pilots; ``pwe explain`` weighs it against the
+pilots and hosts (:mod:`pwe.observe.explain`). One rule, here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: The most a retry's growth asks for (a factor of 100 a hundred times over is no request a
+#: node can hold: the pilot then says it cannot be placed, rather than the engine overflow)
+MAX_MEMORY_MB, MAX_WALL_MIN = 2**40, 10**7
+
+
+def _times(base: float, factor: float, n: int, cap: float) -> float:
+    """``base * factor ** n``, at most ``cap``."""
+    try:
+        return min(base * factor ** n, cap)
+    except OverflowError:
+        return cap
+
+
+def grown(pn: Any, retried: int) -> dict[str, Any]:
+    """What an attempt of planned node ``pn``'s member after ``retried`` failed ones asks
+    for, where the node's ``retry.grow`` makes it more: ``mem`` (MB, rounded up) and
+    ``wall`` (minutes), each the first attempt's times its factor once per failed attempt.
+    Only what grows; nothing where the node has no ``retry.grow``."""
+    if not retried or pn.retry is None or pn.retry.grow is None:
+        return {}
+    grow, sched = pn.retry.grow, pn.scheduling
+    out: dict[str, Any] = {}
+    if grow.memoryPerMember and sched.memoryPerMember:
+        out["mem"] = math.ceil(_times(sched.memoryPerMember, grow.memoryPerMember, retried, MAX_MEMORY_MB))
+    if grow.maxWallTimePerMember and sched.maxWallTimePerMember:
+        wall = round(_times(sched.maxWallTimePerMember, grow.maxWallTimePerMember, retried, MAX_WALL_MIN), 3)
+        out["wall"] = int(wall) if wall == int(wall) else wall  # (3, not 3.0: as a user writes it)
+    return out
+
+
+def asks(pn: Any, retried: int = 0) -> dict[str, Any]:
+    """Everything one attempt asks of a node: ``cores``, ``memory_mb``, ``gpus``, ``tmp_mb``
+    and ``walltime_min`` (None where the node does not say), grown per :func:`grown`."""
+    sched = pn.scheduling
+    more = grown(pn, retried)
+    return {"cores": sched.cores_per_member(), "memory_mb": more.get("mem", sched.memoryPerMember),
+            "gpus": sched.gpusPerMember or 0, "tmp_mb": sched.tmpPerMember,
+            "walltime_min": more.get("wall", sched.maxWallTimePerMember)}
