@@ -117,8 +117,8 @@ def walltimes_far(plan: Any, workspace: Path, root: Path | None = None) -> list[
         if minutes * 60 < longest:
             what = f"{said}: members like it would be killed at their walltime"
         elif minutes * 60 > FAR * max(longest, LEAST_S):
-            what = (f"{said}: more than {FAR}x; a pilot takes a member only with that much walltime left, and "
-                    "the core-hour budget counts it")
+            what = (f"{said}: more than {FAR}x; pilot jobs are sized to hold it, a pilot hands a member back "
+                    "when less than that is left, and the core-hour budget counts it")
         else:
             continue
         out.append(Lint(str(plan.file), pn.scheduling_lines.get("maxWallTimePerMember") or pn.line, "walltime-far",

@@ -122,7 +122,7 @@ def command_words(source: str) -> list[str]:
         for prefix in _WORKSPACE_PREFIXES:
             if word.startswith(prefix):
                 word = word[len(prefix):]
-        if word and not any(c in word for c in _HOLE + "$*?[~`"):
+        if word and not word.isdigit() and not any(c in word for c in _HOLE + "$*?[~`"):  # (2>: no file 2)
             out.append(word)
     return out
 
@@ -360,7 +360,8 @@ def _contradictions(host: Any, given: set[str]) -> list[tuple[str, str, tuple]]:
                     "it is never used", "remove it, or use protocol: sge", ("parallel_environment",)))
     staged = sorted({"remote_dir", "remote_pwe"} & given)
     if staged and host.shared_fs:
-        out.append((f"{' and '.join(staged)} given but shared_fs is true: nothing is staged, so "
-                    f"{'they are' if len(staged) > 1 else 'it is'} never used",
-                    "say shared_fs: false to stage runs to the login node, or remove them", (staged[0],)))
+        they = "they are" if len(staged) > 1 else "it is"
+        out.append((f"{' and '.join(staged)} given but shared_fs is true: nothing is staged, so {they} never used",
+                    "say shared_fs: false to stage runs to the login node, or remove "
+                    + ("them" if len(staged) > 1 else "it"), (staged[0],)))
     return out
