@@ -155,10 +155,14 @@ def _runs_text(runs: list[list[int]], most: int = 4) -> str:
 
 
 def _reuse_lines(con, node: dict) -> None:
-    """A node's reuse: how many members would be reused and run; with --explain, why each run."""
+    """A node's reuse: how many members would be reused and run; with --explain, why they
+    run: the changes named and counted, and each member's where few run."""
     con.print(f"  reuse: {node['reused']:,} would be reused, {node['run']:,} would run")
-    for reason, runs in node.get("why", {}).items():
-        con.print(f"    {sum(hi - lo for lo, hi in runs):,} run: {markup(reason)}: members {_runs_text(runs)}")
+    for c in node.get("changes", []):
+        con.print(f"    {c['count']:,} run: {markup(c['reason'])}: members {_runs_text(c['members'])}")
+    for m in node.get("members_why", []):
+        params = "".join(f" {k}={v}" for k, v in m["parameters"].items())
+        con.print(f"    [{m['member']}]{markup(params)}: {markup('; '.join(m['reasons']))}")
 
 
 def _reuse_summary(con, p, reuse: dict | None) -> None:

@@ -412,7 +412,7 @@ class Engine:
 
         try:
             reusable.write(self.dir, self.plan, self.state, self.run_id, self.info.get("workspace"),
-                           recorded=self.keyring.filled)  # (the keys its members were handed with)
+                           recorded=self.keyring.filled, parts=self.keyring)  # (the keys its members were handed with)
         except (OSError, PweError) as exc:  # (later runs reuse nothing of it; this one ended as it did)
             self.notice(f"cannot write what this run may lend to later runs: {exc}")
             return

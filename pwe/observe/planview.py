@@ -144,7 +144,9 @@ def add_reuse(out: dict[str, Any], plan: Any, workspace: str | None, reuse_from:
     """Per node what a run beginning now would reuse from earlier runs of the workflow
     (:mod:`pwe.runstate.reusable`: the runs root ./pwe-runs, or ``reuse_from``) and would
     run: ``reused`` and ``run``; with ``explain``, per node why the others run (``why``:
-    {reason: [[lo, hi], ...]}) and, for the run, the earlier runs that lend nothing and why
+    {reason: [[lo, hi], ...]}; ``changes``: the change named, counted,
+    :meth:`pwe.runstate.rerun_why.Why.node`, and ``members_why``: each member's reasons
+    where few run) and, for the run, the earlier runs that lend nothing and why
     (``not_lending``). Nothing with ``fresh`` (a run with --fresh reuses nothing)."""
     from ..planning import products
     from ..planning.reuse import reusable as may_reuse
@@ -158,7 +160,13 @@ def add_reuse(out: dict[str, Any], plan: Any, workspace: str | None, reuse_from:
     root = Path(reuse_from).expanduser() if reuse_from else rundir.DEFAULT_ROOT
     found, notes = reusable.lenders(root, plan.workflow.name, named=bool(reuse_from))
     ws = str(products.workspace(plan, workspace))
-    decision = reusable.decide(plan, ws, found, notes)
+    if explain:
+        from ..runstate.rerun_why import Why
+
+        why = Why(plan, ws, found, notes)
+        decision = why.decision
+    else:
+        decision = reusable.decide(plan, ws, found, notes)
     out["reuse"] = {"from": str(root.resolve()), "runs": [lender.run for lender in found]}
     if explain:
         out["reuse"]["not_lending"] = notes
@@ -168,3 +176,8 @@ def add_reuse(out: dict[str, Any], plan: Any, workspace: str | None, reuse_from:
         node["run"] = plan.nodes[nid].size - node["reused"]
         if explain:
             node["why"] = {reason: runs for reason, runs in decision.why.get(nid, {}).items() if runs}
+            named = why.node(nid)
+            node["changes"] = named["changes"]
+            if "members" in named:
+                node["members_why"] = [{"member": d["member"], "parameters": d["parameters"],
+                                        "reasons": [r["text"] for r in d["reasons"]]} for d in named["members"]]

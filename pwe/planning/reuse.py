@@ -24,6 +24,21 @@ calls" is the user's to say: name the files in ``inputs:``, or say ``reuse: fals
 The cost per member is one digest over a few dozen bytes and, over matched edges, its
 upstream members' keys: no template is rendered for it (an ``inputs:`` template that
 names a parameter is).
+
+**Parts** (what a later run needs to name the change that makes a member run again,
+:mod:`pwe.runstate.rerun_why`): a key is one hash, so beside it pwe keeps
+
+- per member, :data:`PART_BYTES` (8): its **identity** (:data:`ID_BYTES`: node name,
+  parameter names and values; what finds "the same member" in an earlier run however
+  its range moved) and a 2-byte digest of its **inputs'** content hashes;
+- per node, once (:func:`node_parts`): each part of the node's digest as its own short
+  digest (``run``, ``check``, each ``env`` variable, each property the templates read,
+  ``setup``, ``ranks``, ``threads``, ``host``, ``params``, ``products``, ``inputs``), the
+  digest of each node it waits for as a whole (``after:NODE``), and each input that names
+  no parameter, path -> its content hash (``file:PATH``).
+
+Upstream members are named by looking their identities up in the earlier run (their keys
+are there): no upstream part per member. The parts change nothing in the key.
 """
 
 from __future__ import annotations
@@ -45,6 +60,13 @@ from ..base.source import value_text
 Plan = Any
 
 KEY_BYTES = 16
+#: a member's parts: its identity (:data:`ID_BYTES`), then its inputs' digest (2 bytes)
+PART_BYTES = 8
+ID_BYTES = 6
+#: the parts' recipe (not the key's: a change here leaves every key as it was)
+PARTS_RECIPE = b"pwe-parts-1"
+#: how many hex digits of a node part's digest are kept (48 bits: a few per node)
+_PART_HEX = 12
 #: the version of the key's recipe: a change in what a key holds makes every earlier key differ
 RECIPE = b"pwe-reuse-1"
 #: read at a time when an input is hashed
@@ -58,8 +80,8 @@ def reusable(plan: Plan, nid: str) -> bool:
     return pn.spec.reuse is not False and pn.check is None
 
 
-def node_digest(plan: Plan, nid: str) -> bytes:
-    """What every member of ``nid`` has alike in its key, made once."""
+def _node_what(plan: Plan, nid: str) -> dict[str, Any]:
+    """What a node's digest is made of, field by field."""
     pn = plan.nodes[nid]
     props = plan.workflow.properties
     names = set(pn.template.names) | (set(pn.check.names) if pn.check else set())
@@ -75,8 +97,67 @@ def node_digest(plan: Plan, nid: str) -> bytes:
         "host": pn.host, "params": list(pn.space.names),
         "products": [t.source for t in pn.products], "inputs": [t.source for t in pn.inputs],
     }
-    return hashlib.blake2b(json.dumps(what, sort_keys=True).encode(), digest_size=KEY_BYTES,
+    return what
+
+
+def node_digest(plan: Plan, nid: str) -> bytes:
+    """What every member of ``nid`` has alike in its key, made once."""
+    return hashlib.blake2b(json.dumps(_node_what(plan, nid), sort_keys=True).encode(), digest_size=KEY_BYTES,
                            person=RECIPE).digest()
+
+
+def _short(value: Any) -> str:
+    return hashlib.blake2b(json.dumps(value, sort_keys=True).encode(), digest_size=_PART_HEX // 2,
+                           person=PARTS_RECIPE).hexdigest()
+
+
+def node_parts(plan: Plan, nid: str, barriers: dict[str, bytes], files: dict[str, bytes]) -> dict[str, str]:
+    """Each part of node ``nid``'s digest as its own short digest (hex), named: ``run``,
+    ``check``, ``setup``, ``ranks``, ``threads``, ``host``, ``params``, ``products``,
+    ``inputs``, ``env:NAME`` and ``prop:NAME`` each; ``after:NODE`` for each node it waits
+    for as a whole (``barriers``: node -> the digest of its keys); ``file:PATH`` for each
+    input that names no parameter (``files``: path -> its content hash)."""
+    what = _node_what(plan, nid)
+    out = {k: _short(what[k]) for k in ("run", "check", "setup", "ranks", "threads", "host", "params", "products",
+                                       "inputs")}
+    out.update({f"env:{k}": _short(v) for k, v in what["env"].items()})
+    out.update({f"prop:{k}": _short(v) for k, v in what["props"].items()})
+    out.update({f"after:{k}": d.hex()[:_PART_HEX] for k, d in barriers.items()})
+    out.update({f"file:{k}": h.hex()[:2 * _PART_HEX] for k, h in files.items()})
+    return out
+
+
+def identity_base(plan: Plan, nid: str) -> Any:
+    """What a member's identity is made from before its values: its node's name and its
+    parameters' names (:func:`member_parts`)."""
+    names = "\0".join(plan.nodes[nid].space.names)
+    return hashlib.blake2b(f"{nid}\1{names}\1".encode(), digest_size=ID_BYTES, person=PARTS_RECIPE)
+
+
+def member_parts(ident: Any, text: str, inputs: bytes) -> bytes:
+    """A member's :data:`PART_BYTES`: the digest of its identity (``ident``, from
+    :func:`identity_base`, and ``text``: its values' texts, :func:`texts`), then 2 bytes of
+    its inputs' content hashes (``inputs``: those that name no parameter, then its own)."""
+    h = ident.copy()
+    h.update(text.encode())
+    return h.digest() + hashlib.blake2b(inputs, digest_size=PART_BYTES - ID_BYTES).digest()
+
+
+def identity(plan: Plan, nid: str, i: int) -> bytes:
+    """Member ``i``'s identity digest (the first :data:`ID_BYTES` of its parts)."""
+    h = identity_base(plan, nid)
+    h.update(texts(plan.nodes[nid].space)(i).encode())
+    return h.digest()
+
+
+def fixed_files(plan: Plan, nid: str, inputs: "Inputs") -> dict[str, bytes]:
+    """Node ``nid``'s inputs that name no parameter: path -> content hash (as ``inputs``
+    has read them); {} for a node whose inputs name a parameter, or that has none."""
+    pn = plan.nodes[nid]
+    if not pn.inputs or any(t.names & set(pn.space.names) for t in pn.inputs):
+        return {}
+    props = dict(plan.workflow.properties)
+    return {rel: inputs.current(nid, rel) for rel in inputs.paths(plan, nid, props)}
 
 
 def check(plan: Plan) -> None:
@@ -120,11 +201,15 @@ class Inputs:
     def digest(self, nid: str, ctx: dict[str, Any]) -> bytes:
         out = b""
         for rel in self.paths(self.plan, nid, ctx):
-            h = self.seen.get(rel)
-            if h is None:
-                h = self.seen[rel] = self._hash(nid, rel)
-            out += h
+            out += self.current(nid, rel)
         return out
+
+    def current(self, nid: str, rel: str) -> bytes:
+        """One input's content hash (read once per plan)."""
+        h = self.seen.get(rel)
+        if h is None:
+            h = self.seen[rel] = self._hash(nid, rel)
+        return h
 
     def _hash(self, nid: str, rel: str) -> bytes:
         """A file's SHA-256; b"-" for one that is not there (the member that needs it runs,
@@ -169,12 +254,6 @@ class LiveInputs(Inputs):
     def tick(self) -> None:
         self.now += 1
 
-    def digest(self, nid: str, ctx: dict[str, Any]) -> bytes:
-        out = b""
-        for rel in self.paths(self.plan, nid, ctx):
-            out += self.current(nid, rel)
-        return out
-
     def current(self, nid: str, rel: str) -> bytes:
         known = self.known.get(rel)
         if known is not None and self.checked.get(rel) == self.now:
@@ -200,26 +279,38 @@ def _stat(path: str) -> tuple[int, int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def keys(plan: Plan, workspace: Path, frozen: bool = True) -> tuple[dict[str, bytes], int]:
+class Parts:
+    """The parts of a plan's keys (:func:`keys` fills it): per node its :func:`node_parts`
+    and its members' :data:`PART_BYTES` each (member ``i``'s at ``i * PART_BYTES``)."""
+
+    def __init__(self) -> None:
+        self.node: dict[str, dict[str, str]] = {}
+        self.members: dict[str, bytearray] = {}
+
+    def of(self, nid: str, i: int) -> bytes:
+        return bytes(self.members[nid][i * PART_BYTES:(i + 1) * PART_BYTES])
+
+
+def keys(plan: Plan, workspace: Path, frozen: bool = True, parts: Parts | None = None) -> tuple[dict[str, bytes], int]:
     """Every member's key, per node one bytes of ``size * KEY_BYTES`` (member ``i``'s at
     ``i * KEY_BYTES``), nodes in the plan's (topological) order; and how many input files
     were read. ``frozen=False``: each node's as the bytearray it was made in, for a caller
-    that only reads them (not a copy of 16 bytes a member: 160 MB at 10^7 members)."""
+    that only reads them (not a copy of 16 bytes a member: 160 MB at 10^7 members).
+    ``parts``: filled with the keys' parts too (:class:`Parts`; about a microsecond more a member)."""
     out: dict[str, bytes] = {}
     inputs = Inputs(plan, workspace)
     props = plan.workflow.properties
     for nid, pn in plan.nodes.items():
         base = hashlib.blake2b(node_digest(plan, nid), digest_size=KEY_BYTES, person=RECIPE)
-        matched, barriers = [], b""
+        matched, barriers = [], {}
         for e in plan.edges_into(nid):
             if e.barrier:  # one digest of the whole upstream node, made once
-                barriers += hashlib.blake2b(out[e.src], digest_size=KEY_BYTES).digest()
+                barriers[e.src] = hashlib.blake2b(out[e.src], digest_size=KEY_BYTES).digest()
             else:
                 matched.append((e, out[e.src]))
-        base.update(barriers)
+        base.update(b"".join(barriers.values()))
         space = pn.space
-        names = space.names
-        per_member_inputs = any(t.names & set(names) for t in pn.inputs)
+        per_member_inputs = any(t.names & set(space.names) for t in pn.inputs)
         fixed_inputs = inputs.digest(nid, dict(props)) if pn.inputs and not per_member_inputs else b""
         if fixed_inputs:
             base.update(fixed_inputs)
@@ -227,17 +318,26 @@ def keys(plan: Plan, workspace: Path, frozen: bool = True) -> tuple[dict[str, by
         blob = bytearray()
         text_of = _texts(space)
         same = [same_space(plan.nodes[e.src].space, space, e.shared) for e, _ in matched]
+        if parts is not None:
+            parts.node[nid] = node_parts(plan, nid, barriers, fixed_files(plan, nid, inputs))
+            pblob = parts.members[nid] = bytearray()
+            ident = identity_base(plan, nid)
         for i in range(pn.size):
             h = base.copy()
-            h.update(text_of(i).encode())
+            text = text_of(i)
+            h.update(text.encode())
+            mine = b""
             if per_member_inputs:
                 ctx.update(space.values_of(i))
-                h.update(inputs.digest(nid, ctx))
+                mine = inputs.digest(nid, ctx)
+                h.update(mine)
             for (e, up), one in zip(matched, same):
                 h.update(b"|")
                 for j in ((i,) if one else plan.upstream(e, i)):
                     h.update(up[j * KEY_BYTES:(j + 1) * KEY_BYTES])
             blob += h.digest()
+            if parts is not None:
+                pblob += member_parts(ident, text, fixed_inputs + mine)
         out[nid] = bytes(blob) if frozen else blob
     return out, inputs.files_read
 

@@ -21,6 +21,13 @@ read again only when it changed.
 A member done without an assignment (reused: its key is the one it was found by; found
 complete by its products; never run) gets a key when something needs it (a member that
 waits for it, or the record of what the run lends), made then, and recorded.
+
+Beside each key, its **parts** (:data:`pwe.planning.reuse.PART_BYTES` a member: its
+identity and its inputs' digest, made with the key, the inputs as they were then), in
+memory only: a member whose key was read back from ``assigned.keys`` by a resumed engine,
+or was reused, has its parts made when the run lends it (:meth:`parts`), the inputs as they
+are then. Per node once, :meth:`node_parts` (what :func:`pwe.planning.reuse.node_parts` says,
+the inputs as they are when it is asked).
 """
 
 from __future__ import annotations
@@ -30,18 +37,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..planning.reuse import KEY_BYTES, RECIPE, LiveInputs, node_digest, reusable, same_space, texts
+from ..planning.reuse import (KEY_BYTES, PART_BYTES, RECIPE, LiveInputs, fixed_files, identity_base, member_parts,
+                              node_digest, node_parts, reusable, same_space, texts)
 
 FILE = "assigned.keys"
 MAGIC = b"pwe-keys-1\0\0\0\0\0\0"
 HEADER = 32
 _ZERO = bytes(KEY_BYTES)
+_NO_PARTS = bytes(PART_BYTES)
 
 
 class _Recipe:
     """What every key of one node is made with (made once per node)."""
 
-    __slots__ = ("base", "fixed", "tick", "text_of", "per_member", "has_fixed", "matched", "barriers")
+    __slots__ = ("base", "fixed", "tick", "text_of", "per_member", "has_fixed", "matched", "barriers", "ident",
+                 "barrier_digests")
 
     def __init__(self) -> None:
         self.base: Any = None
@@ -67,6 +77,7 @@ class KeyRing:
         layout = hashlib.blake2b(repr([(n, plan.nodes[n].size) for n in self.region]).encode(), digest_size=16)
         self.header = MAGIC + layout.digest()
         self.blobs: dict[str, bytearray] = {}
+        self.pblobs: dict[str, bytearray] = {}  # node -> its members' parts (zeros: none made yet)
         self.dirty: dict[str, list[int]] = {}
         self._recipes: dict[str, _Recipe] = {}
         self._fd: int | None = None
@@ -138,6 +149,36 @@ class KeyRing:
             blob[i * KEY_BYTES:(i + 1) * KEY_BYTES] = self._make(nid, i)
             self.dirty.setdefault(nid, []).append(i)
 
+    def _pblob(self, nid: str) -> bytearray:
+        pb = self.pblobs.get(nid)
+        if pb is None:
+            pb = self.pblobs[nid] = bytearray(self.plan.nodes[nid].size * PART_BYTES)
+        return pb
+
+    def parts(self, nid: str, runs: Any = None) -> bytearray:
+        """Node ``nid``'s members' parts, every member in ``runs`` (``(lo, hi)`` pairs; None:
+        all) made: those without (reused, read back by a resumed engine) get theirs now."""
+        pb = self._pblob(nid)
+        for lo, hi in runs if runs is not None else [(0, self.plan.nodes[nid].size)]:
+            at = lo * PART_BYTES
+            while (at := pb.find(_NO_PARTS, at, hi * PART_BYTES)) >= 0:
+                if at % PART_BYTES:
+                    at += 1
+                    continue
+                self._make(nid, at // PART_BYTES, key=False)
+                at += PART_BYTES
+        return pb
+
+    def part(self, nid: str, i: int) -> bytes:
+        """Member ``i``'s parts (made now where it has none)."""
+        return bytes(self.parts(nid, [(i, i + 1)])[i * PART_BYTES:(i + 1) * PART_BYTES])
+
+    def node_parts(self, nid: str) -> dict[str, str]:
+        """Node ``nid``'s parts (:func:`pwe.planning.reuse.node_parts`), the inputs as they are now."""
+        r = self._recipes.get(nid) or self._recipe(nid)
+        self._base(nid, r)
+        return node_parts(self.plan, nid, r.barrier_digests, fixed_files(self.plan, nid, self.inputs))
+
     def take(self, nid: str, runs: list[list[int]], keys: bytes) -> None:
         """Members reused (``runs`` ``[lo, hi, ...]``): their keys, those they were found by
         (``keys``: the node's, as :func:`pwe.planning.reuse.keys` made them)."""
@@ -181,6 +222,8 @@ class KeyRing:
             plan, pn = self.plan, self.plan.nodes[nid]
             r = self._recipes[nid] = _Recipe()
             r.text_of = texts(pn.space)
+            r.ident = identity_base(plan, nid)
+            r.barrier_digests = {}
             r.per_member = any(t.names & set(pn.space.names) for t in pn.inputs)
             r.has_fixed = bool(pn.inputs) and not r.per_member
             r.matched, r.barriers = [], []
@@ -204,22 +247,32 @@ class KeyRing:
             base = hashlib.blake2b(node_digest(self.plan, nid), digest_size=KEY_BYTES, person=RECIPE)
             for src in r.barriers:
                 whole = self.filled(src) if src in self.region else bytes(self.plan.nodes[src].size * KEY_BYTES)
-                base.update(hashlib.blake2b(whole, digest_size=KEY_BYTES).digest())
+                r.barrier_digests[src] = hashlib.blake2b(whole, digest_size=KEY_BYTES).digest()
+                base.update(r.barrier_digests[src])
             if fixed:
                 base.update(fixed)
             r.base, r.fixed = base, fixed
         return r.base
 
-    def _make(self, nid: str, i: int) -> bytes:
+    def _make(self, nid: str, i: int, key: bool = True) -> bytes:
         """Member ``i``'s key as :func:`pwe.planning.reuse.keys` makes it, with the inputs'
-        content as it is now and the recorded keys of the members it waits for."""
+        content as it is now and the recorded keys of the members it waits for; its parts
+        recorded beside it. ``key=False``: its parts only (b"")."""
         r = self._recipes.get(nid) or self._recipe(nid)
-        h = self._base(nid, r).copy()
-        h.update(r.text_of(i).encode())
+        base = self._base(nid, r)
+        text = r.text_of(i)
+        mine = b""
         if r.per_member:
             ctx = dict(self.plan.workflow.properties)
             ctx.update(self.plan.nodes[nid].space.values_of(i))
-            h.update(self.inputs.digest(nid, ctx))
+            mine = self.inputs.digest(nid, ctx)
+        pb = self.pblobs.get(nid) or self._pblob(nid)
+        pb[i * PART_BYTES:(i + 1) * PART_BYTES] = member_parts(r.ident, text, r.fixed + mine)
+        if not key:
+            return b""
+        h = base.copy()
+        h.update(text.encode())
+        h.update(mine)
         for src, one, e in r.matched:
             h.update(b"|")
             for j in ((i,) if one else self.plan.upstream(e, i)):

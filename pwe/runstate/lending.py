@@ -6,7 +6,10 @@ version, workflow, run, workspace), then a line per round of the engine that saw
 end well: per node, the members (runs ``[lo, hi]``), their keys as they were recorded when
 each was handed to a pilot (:mod:`pwe.runstate.keyring`; base64, 16 bytes a member, in the
 members' order), their outputs and, for a node with ``products``, each product's
-fingerprint (size, ``mtime_ns``). Every line is signed with the run's secret
+fingerprint (size, ``mtime_ns``). Since version 2, the keys' parts (what names a change,
+:mod:`pwe.runstate.rerun_why`): ``p``, 8 bytes a member (base64), and, the first time a
+node is lent in the file, ``np``, the node's parts. A file of version 1 is still read (its
+members' parts unknown). Every line is signed with the run's secret
 (:func:`pwe.runstate.notify.sign`), so a line edited (a key, an output) does not verify
 and nothing of that run is lent. A line cut short by a kill is not a record: left out.
 The engine writes a round's line after the journal that holds those ends (the loop calls
@@ -36,11 +39,13 @@ from pilot import transport
 
 from ..base.regular import MAX_LINE, open_regular, read_json
 from ..base.states import DONE
-from ..planning.reuse import KEY_BYTES, reusable
+from ..planning.reuse import KEY_BYTES, PART_BYTES, reusable
 from .notify import authentic, sign
 
 FILE = "lending.jsonl"
-KIND, VERSION = "pwe-lending", 1
+KIND, VERSION = "pwe-lending", 2
+#: the versions read (1: without parts)
+READS = (1, 2)
 #: most members one line holds
 PER_LINE = 512
 #: the largest record read (a run of 10^7 members writes about 300 MB)
@@ -59,6 +64,7 @@ class Lending:
         self.nodes = frozenset(n for n in plan.nodes if reusable(plan, n)) if keyring.on else frozenset()
         self.pending: dict[str, list[int]] = {}
         self._fh: Any = None
+        self.told: set[str] = set()  # the nodes whose parts this file has (written once each)
         self.broken: str | None = None  # why this run stopped lending as it goes (a full disk)
 
     def done(self, nid: str, i: int) -> None:
@@ -80,6 +86,7 @@ class Lending:
             _trim_torn(path)
         self._fh = open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab",
                         buffering=0)
+        self.told = set()
         if fresh or os.fstat(self._fh.fileno()).st_size == 0:
             head = sign(self.dir, {"kind": KIND, "v": VERSION, "workflow": self.plan.workflow.name, "run": self.run_id,
                                    "workspace": self.workspace or str(self.plan.file.parent), "t": time.time()})
@@ -143,9 +150,13 @@ class Lending:
             ms = kept
         if not ms:
             return None
-        key = self.keyring.key
+        key, parts = self.keyring.key, self.keyring.part
         keys = b"".join(key(nid, i) for i in ms)
-        part: dict[str, Any] = {"r": _runs(ms), "k": base64.b64encode(keys).decode()}
+        part: dict[str, Any] = {"r": _runs(ms), "k": base64.b64encode(keys).decode(),
+                                "p": base64.b64encode(b"".join(parts(nid, i) for i in ms)).decode()}
+        if nid not in self.told:
+            part["np"] = self.keyring.node_parts(nid)
+            self.told.add(nid)
         outs = {str(i): o for i in ms if (o := ns.outputs.get(i))}
         if outs:
             part["out"] = outs
@@ -219,14 +230,25 @@ class Taken:
         self.keys: dict[str, bytearray] = {}
         self.out: dict[str, dict[str, Any]] = {}
         self.prod: dict[str, dict[str, Any]] = {}
+        self.parts: dict[str, bytearray] = {}
+        self.np: dict[str, dict[str, str]] = {}
 
     def add(self, nid: str, part: dict[str, Any]) -> None:
         ms = [i for lo, hi in part["r"] for i in range(lo, hi)]
         keys = base64.b64decode(part["k"], validate=True)
         if len(keys) != len(ms) * KEY_BYTES or not all(type(i) is int and i >= 0 for i in ms):
             raise ValueError("its members and keys disagree")
+        # (a line of version 1 has no parts: zeros, not known)
+        parts = base64.b64decode(part["p"], validate=True) if "p" in part else bytes(len(ms) * PART_BYTES)
+        if len(parts) != len(ms) * PART_BYTES:
+            raise ValueError("its members and their keys' parts disagree")
+        if "np" in part:
+            if not isinstance(part["np"], dict) or not all(isinstance(v, str) for v in part["np"].values()):
+                raise ValueError("its node's parts are not a mapping of texts")
+            self.np[nid] = part["np"]
         self.members.setdefault(nid, []).extend(ms)
         self.keys.setdefault(nid, bytearray()).extend(keys)
+        self.parts.setdefault(nid, bytearray()).extend(parts)
         if part.get("out"):
             self.out.setdefault(nid, {}).update(part["out"])
         if part.get("prod"):
@@ -265,7 +287,7 @@ def _take(run_dir: Path, line: bytes, taken: Taken | None, workflow: str | None)
     if not isinstance(msg, dict) or not authentic(run_dir, msg):
         return f"its record of what it lends ({FILE}) does not match its signature (tampered with?)"
     if taken is None:
-        if msg.get("kind") != KIND or msg.get("v") != VERSION:
+        if msg.get("kind") != KIND or msg.get("v") not in READS:
             return f"its record of what it lends ({FILE}) is of another version of pwe"
         if workflow is not None and msg.get("workflow") != workflow:
             return f"it is a run of workflow '{msg.get('workflow')}', not '{workflow}'"

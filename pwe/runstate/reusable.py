@@ -4,7 +4,12 @@ When a run's engine reaches its end it writes, beside its journal, the record of
 member that ended well (``reusable.json``): its key (:mod:`pwe.planning.reuse`), its outputs
 and, for a node with ``products``, each product's fingerprint (size and ``mtime_ns``, one
 ``stat`` by the engine per product). The keys, 16 bytes each, are in ``reusable.keys``,
-whose SHA-256 the record holds. The record is signed with the run's secret
+whose SHA-256 the record holds. Since version 2, the keys' **parts** too (what names the
+change when a later run runs a member again: :mod:`pwe.runstate.rerun_why`): per node
+``np`` (:func:`pwe.planning.reuse.node_parts`), and per member 8 bytes in
+``reusable.parts`` (the members that lend, in the keys' order, then those that failed,
+``failed: {runs, at}`` per node), whose SHA-256 the record holds as well. A record of
+version 1 is still read: its members' parts are unknown (zeros). The record is signed with the run's secret
 (:func:`pwe.runstate.notify.sign`: HMAC-SHA256 under ``RUN/secret``, owner-only), so a
 record changed by hand, or keys put in another run's place, do not verify: nothing of
 that run is reused, and ``pwe plan --explain`` says so.
@@ -43,14 +48,17 @@ from typing import Any, Callable, Iterator
 from ..base.errors import InputError
 from ..base.regular import open_regular, read_json, write_json_atomic
 from ..base.states import DONE
-from ..planning.reuse import KEY_BYTES, keys as member_keys, reusable, same_space
+from ..base.states import FAILED
+from ..planning.reuse import KEY_BYTES, PART_BYTES, Parts, keys as member_keys, reusable, same_space
 from . import lending
 from .lending import fingerprint
 from .notify import authentic, sign
 from .records import reused
 
-RECORD, KEYS = "reusable.json", "reusable.keys"
-KIND, VERSION = "pwe-reusable", 1
+RECORD, KEYS, PARTS = "reusable.json", "reusable.keys", "reusable.parts"
+KIND, VERSION = "pwe-reusable", 2
+#: the versions read (1: without parts)
+READS = (1, 2)
 #: the largest record read (outputs are small values: pwe limits them per member)
 MAX_RECORD = 256 << 20
 #: most runs of consecutive members one journal record holds
@@ -58,6 +66,7 @@ RUNS_PER_RECORD = 4096
 #: most run directories looked at under a runs root
 MAX_RUNS = 10_000
 _DONE_RUN = re.compile(b"[%c]+" % DONE)
+_FAILED_RUN = re.compile(b"[%c]+" % FAILED)
 
 #: why a member runs (pwe plan --explain)
 NEW = "no earlier run made a member with its key (new, or its command, parameters, environment or inputs changed)"
@@ -106,78 +115,142 @@ def _within(runs: list[list[int]], i: int) -> bool:
 
 
 def write(run_dir: Path, plan: Any, state: Any, run_id: str, workspace: str | None,
-          recorded: Callable[[str, list[list[int]]], Any] | None = None) -> int:
+          recorded: Callable[[str, list[list[int]]], Any] | None = None,
+          parts: Any = None) -> int:
     """Write the run's signed record of what it may lend: every member of a reusable node
     that is done and was not found complete by its products (reused ones included: their
     outputs are in the state). Returns how many members it lends. ``recorded(node, runs)``:
     the node's keys as they were fixed when its members were handed to pilots
-    (:meth:`pwe.runstate.keyring.KeyRing.filled`), those of ``runs`` all there; None (a
-    run without its engine's keys): every key made now, the inputs as they are now."""
+    (:meth:`pwe.runstate.keyring.KeyRing.filled`), those of ``runs`` all there; and
+    ``parts``, the engine's :class:`pwe.runstate.keyring.KeyRing` for their parts
+    (``parts(node, runs)``, ``node_parts(node)``); None (a run without its engine's keys):
+    every key and part made now, the inputs as they are now."""
     root = workspace or str(plan.file.parent)
     # the keys streamed into the file as each node's runs are known, never gathered into
     # one more copy of them (the engine's peak at the end of a 10^7 run was three copies:
     # 472 MiB, bench/BENCHMARKS.md)
     keys: Any = recorded
-    if recorded is None:
-        made, _ = member_keys(plan, Path(root), frozen=False)
+    if recorded is None or parts is None:
+        made_parts = Parts()
+        made, _ = member_keys(plan, Path(root), frozen=False, parts=made_parts)
 
         def keys(nid: str, runs: list[list[int]]) -> bytearray:
             return made[nid]
-    digest = hashlib.sha256()
+        parts = _Made(made_parts)
+    digest, pdigest = hashlib.sha256(), hashlib.sha256()
     tmp = run_dir / f".{KEYS}.{os.getpid()}.tmp"
+    ptmp = run_dir / f".{PARTS}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "wb") as fh:
-            nodes = _write_keys(fh, digest, plan, state, keys, workspace)
+        with open(tmp, "wb") as fh, open(ptmp, "wb") as ph:
+            nodes = _write_keys(fh, digest, plan, state, keys, workspace, _PartsOut(ph, pdigest, parts))
             count = fh.tell() // KEY_BYTES
     except BaseException:
         tmp.unlink(missing_ok=True)  # (a full disk: no half-written keys left behind)
+        ptmp.unlink(missing_ok=True)
         raise
     body = {"kind": KIND, "v": VERSION, "workflow": plan.workflow.name, "run": run_id, "workspace": root,
-            "t": time.time(), "keys_sha256": digest.hexdigest(), "nodes": nodes}
+            "t": time.time(), "keys_sha256": digest.hexdigest(), "parts_sha256": pdigest.hexdigest(), "nodes": nodes}
     os.replace(tmp, run_dir / KEYS)
+    os.replace(ptmp, run_dir / PARTS)
     write_json_atomic(run_dir / RECORD, sign(run_dir, body))
     return count
 
 
-def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: Callable[[str, list[list[int]]], Any],
-                workspace: str | None) -> dict[str, Any]:
-    """The keys of what the run lends, written to ``fh`` (and fed to ``digest``) node after
-    node; each node's record: its runs of members, where its keys begin, its outputs."""
-    from ..planning.products import absolute
+class _Made:
+    """Parts made at once (:func:`pwe.planning.reuse.keys`), seen as the engine's keyring's."""
 
+    def __init__(self, made: Parts):
+        self.made = made
+
+    def parts(self, nid: str, runs: Any = None) -> bytearray:
+        return self.made.members[nid]
+
+    def node_parts(self, nid: str) -> dict[str, str]:
+        return self.made.node[nid]
+
+
+class _PartsOut:
+    """``reusable.parts`` as it is written: each node's lending members' parts (in the
+    keys' order), their failed members' after all of them."""
+
+    def __init__(self, fh: Any, digest: Any, source: Any):
+        self.fh, self.digest, self.source = fh, digest, source
+        self.failed: list[tuple[str, list[list[int]]]] = []
+
+    def put(self, nid: str, runs: list[list[int]]) -> None:
+        view = memoryview(self.source.parts(nid, runs))
+        for lo, hi in runs:
+            piece = view[lo * PART_BYTES:hi * PART_BYTES]
+            self.fh.write(piece)
+            self.digest.update(piece)
+
+    def put_failed(self, nodes: dict[str, Any]) -> None:
+        """The failed members' parts, after every lent one's: where they begin, per node."""
+        for nid, runs in self.failed:
+            nodes[nid]["failed"] = {"runs": runs, "at": self.fh.tell() // PART_BYTES}
+            self.put(nid, runs)
+
+
+def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: Callable[[str, list[list[int]]], Any],
+                workspace: str | None, parts: _PartsOut) -> dict[str, Any]:
+    """The keys of what the run lends, written to ``fh`` (and fed to ``digest``) node after
+    node, and their parts to ``parts``; each node's record: its runs of members, where its
+    keys begin, its outputs, its parts; its failed members and where their parts begin."""
     nodes: dict[str, Any] = {}
     for nid, ns in state.nodes.items():
         pn = plan.nodes[nid]
         if not reusable(plan, nid):
             continue
-        # runs of members done, less those complete by their products (not made by a run)
-        runs = _less([list(m.span()) for m in _DONE_RUN.finditer(ns.state, 0, pn.size)], ns.complete)
-        prod: dict[str, list[list[int]]] = {}
-        if pn.products and workspace:  # (one stat per product, only for nodes that have them)
-            kept = []
-            for lo, hi in runs:
-                for i in range(lo, hi):
-                    fps = [fingerprint(p) for p in absolute(plan, workspace, nid, i)]
-                    if all(fps):
-                        prod[str(i)] = fps
-                        kept.append(i)
-            runs = _runs_of(kept)
+        runs, prod = _lent_runs(plan, nid, ns, workspace)
+        failed = [list(m.span()) for m in _FAILED_RUN.finditer(ns.state, 0, pn.size)]
+        if not runs and not failed:
+            continue
+        node = nodes[nid] = {"runs": runs, "at": fh.tell() // KEY_BYTES, "out": {},
+                             "np": parts.source.node_parts(nid)}
+        if failed:
+            parts.failed.append((nid, failed))
         if not runs:
             continue
         view = memoryview(keys(nid, runs))
-        at = fh.tell() // KEY_BYTES
         for lo, hi in runs:
             piece = view[lo * KEY_BYTES:hi * KEY_BYTES]  # (a view: no copy)
             fh.write(piece)
             digest.update(piece)
-        outs = {str(i): o for i, o in sorted(ns.outputs.items()) if o and _within(runs, i)}
-        nodes[nid] = {"runs": runs, "at": at, "out": outs, **({"prod": prod} if prod else {})}
+        parts.put(nid, runs)
+        node["out"] = {str(i): o for i, o in sorted(ns.outputs.items()) if o and _within(runs, i)}
+        if prod:
+            node["prod"] = prod
+    parts.put_failed(nodes)
     return nodes
+
+
+def _lent_runs(plan: Any, nid: str, ns: Any, workspace: str | None) -> tuple[list[list[int]], dict[str, Any]]:
+    """The runs of members of ``nid`` the run lends, and their products' fingerprints
+    (member -> list; only for a node with products)."""
+    from ..planning.products import absolute
+
+    pn = plan.nodes[nid]
+    # runs of members done, less those complete by their products (not made by a run)
+    runs = _less([list(m.span()) for m in _DONE_RUN.finditer(ns.state, 0, pn.size)], ns.complete)
+    prod: dict[str, Any] = {}
+    if pn.products and workspace:  # (one stat per product, only for nodes that have them)
+        kept = []
+        for lo, hi in runs:
+            for i in range(lo, hi):
+                fps = [fingerprint(p) for p in absolute(plan, workspace, nid, i)]
+                if all(fps):
+                    prod[str(i)] = fps
+                    kept.append(i)
+        runs = _runs_of(kept)
+    return runs, prod
 
 
 @dataclass
 class Lender:
-    """One earlier run's verified record."""
+    """One earlier run's verified record. ``parts``: its lent members' parts, in the keys'
+    order (8 bytes each; zeros: not known, a record of an older pwe); ``failed``: per node
+    its failed members' runs and their parts (``{"runs": [[lo, hi]], "parts": bytes}``);
+    a node's parts are its ``nodes[nid]["np"]`` (none: not known)."""
 
     dir: Path
     run: str
@@ -185,6 +258,8 @@ class Lender:
     nodes: dict[str, Any]
     keys: bytes
     workspace: str
+    parts: bytes = b""
+    failed: dict[str, Any] = field(default_factory=dict)
 
 
 def read(run_dir: Path, workflow: str | None = None) -> Lender | str:
@@ -209,18 +284,22 @@ def _merged(run_dir: Path, final: Lender | None, taken: lending.Taken) -> Lender
     (the later word on a member is the one kept)."""
     if final is not None:
         for nid, n in final.nodes.items():
-            at = n["at"] * KEY_BYTES
+            at = n["at"]
             ms = [i for lo, hi in n["runs"] for i in range(lo, hi)]
-            keys = final.keys[at:at + len(ms) * KEY_BYTES]
+            keys = final.keys[at * KEY_BYTES:(at + len(ms)) * KEY_BYTES]
+            parts = final.parts[at * PART_BYTES:(at + len(ms)) * PART_BYTES]
             # (the end record's members first: what was lent as they ended comes after it)
             taken.members[nid] = ms + taken.members.get(nid, [])
             taken.keys[nid] = bytearray(keys) + taken.keys.get(nid, bytearray())
+            taken.parts[nid] = bytearray(parts) + taken.parts.get(nid, bytearray())
             taken.out[nid] = {**n.get("out", {}), **taken.out.get(nid, {})}
             taken.prod[nid] = {**n.get("prod", {}), **taken.prod.get(nid, {})}
+            if "np" in n and nid not in taken.np:
+                taken.np[nid] = n["np"]
     nodes: dict[str, Any] = {}
-    blob = bytearray()
+    blob, pblob = bytearray(), bytearray()
     for nid, ms in taken.members.items():
-        keys = taken.keys[nid]
+        keys, parts = taken.keys[nid], taken.parts[nid]
         last = {m: k for k, m in enumerate(ms)}  # (a member lent twice: its last word)
         order = sorted(last)
         runs = _runs_of(order)
@@ -228,13 +307,16 @@ def _merged(run_dir: Path, final: Lender | None, taken: lending.Taken) -> Lender
         for m in order:
             k = last[m]
             blob += keys[k * KEY_BYTES:(k + 1) * KEY_BYTES]
+            pblob += parts[k * PART_BYTES:(k + 1) * PART_BYTES]
         out = {str(m): o for m in order if (o := taken.out.get(nid, {}).get(str(m)))}
         prod = {str(m): p for m in order if (p := taken.prod.get(nid, {}).get(str(m))) is not None}
-        nodes[nid] = {"runs": runs, "at": at, "out": out, **({"prod": prod} if prod else {})}
+        nodes[nid] = {"runs": runs, "at": at, "out": out, **({"prod": prod} if prod else {}),
+                      **({"np": taken.np[nid]} if nid in taken.np else {})}
     head = taken.head
     t = max(taken.t, final.t if final is not None else 0.0)
     return Lender(run_dir, str(head.get("run") or run_dir.name), t, nodes, bytes(blob),
-                  str(final.workspace if final is not None else head.get("workspace")))
+                  str(final.workspace if final is not None else head.get("workspace")), bytes(pblob),
+                  final.failed if final is not None else {})
 
 
 def _read_final(run_dir: Path, workflow: str | None = None) -> Lender | str:
@@ -245,7 +327,7 @@ def _read_final(run_dir: Path, workflow: str | None = None) -> Lender | str:
                         limit=MAX_RECORD)
     except OSError as exc:
         return f"run {run_dir.name}: its record of what it may lend cannot be read: {exc.strerror or exc}"
-    if msg.get("kind") != KIND or msg.get("v") != VERSION:
+    if msg.get("kind") != KIND or msg.get("v") not in READS:
         return f"run {run_dir.name}: its record of what it may lend is of another version of pwe"
     if workflow is not None and msg["workflow"] != workflow:
         return f"run {run_dir.name} is a run of workflow '{msg['workflow']}', not '{workflow}'"
@@ -260,11 +342,41 @@ def _read_final(run_dir: Path, workflow: str | None = None) -> Lender | str:
             count += got
         with open_regular(run_dir / KEYS, "rb") as fh:
             blob = fh.read(count * KEY_BYTES + 1)
+        parts, failed = _read_parts(run_dir, msg, count) if msg["v"] >= 2 else (bytes(count * PART_BYTES), {})
     except (OSError, TypeError, ValueError, KeyError, AttributeError) as exc:
         return f"run {run_dir.name}: its record of what it may lend is damaged ({exc})"
     if len(blob) != count * KEY_BYTES or hashlib.sha256(blob).hexdigest() != msg["keys_sha256"]:
         return f"run {run_dir.name}: its keys ({KEYS}) do not match its signed record (tampered with?)"
-    return Lender(run_dir, msg["run"], float(msg.get("t") or 0), msg["nodes"], blob, str(msg.get("workspace")))
+    if parts is None:
+        return f"run {run_dir.name}: its keys' parts ({PARTS}) do not match its signed record (tampered with?)"
+    return Lender(run_dir, msg["run"], float(msg.get("t") or 0), msg["nodes"], blob, str(msg.get("workspace")),
+                  parts, failed)
+
+
+def _read_parts(run_dir: Path, msg: dict[str, Any], count: int) -> tuple[bytes | None, dict[str, Any]]:
+    """A version 2 record's parts: those of its ``count`` lent members, and per node its
+    failed members' (:class:`Lender`); None for parts that do not match the signed record's
+    SHA-256. ValueError (and the like) for a record whose failed members do not add up."""
+    failed: dict[str, Any] = {}
+    total = count
+    for nid, n in msg["nodes"].items():
+        f = n.get("failed")
+        if f is None:
+            continue
+        got = sum(hi - lo for lo, hi in f["runs"])
+        if type(f["at"]) is not int or f["at"] != total or got < 0:
+            raise ValueError("its failed members' parts do not follow one another")
+        failed[nid] = {"runs": f["runs"], "at": f["at"]}
+        total += got
+    with open_regular(run_dir / PARTS, "rb") as fh:
+        blob = fh.read(total * PART_BYTES + 1)
+    if len(blob) != total * PART_BYTES or hashlib.sha256(blob).hexdigest() != msg["parts_sha256"]:
+        return None, {}
+    for f in failed.values():
+        at = f.pop("at")
+        n = sum(hi - lo for lo, hi in f["runs"])
+        f["parts"] = blob[at * PART_BYTES:(at + n) * PART_BYTES]
+    return blob[:count * PART_BYTES], failed
 
 
 def is_run(d: Path) -> bool:
@@ -369,16 +481,18 @@ def _add(runs: list[list[int]], i: int) -> None:
         runs.append([i, i + 1])
 
 
-def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[str] | None = None) -> Decision:
+def decide(plan: Any, workspace: str | None, found: list[Lender], notes: list[str] | None = None,
+           keys: dict[str, bytes] | None = None) -> Decision:
     """Which members of a run of ``plan`` beginning now are reused from ``found``
-    (newest first): the rules in the module's docstring."""
+    (newest first): the rules in the module's docstring. ``keys``: the plan's, made
+    already (:func:`pwe.planning.reuse.keys`)."""
 
     out = Decision(lenders=found, notes=list(notes or []))
     if not found and not any(pn.inputs for pn in plan.nodes.values()):
         return out
     # (with inputs: hashed even with nothing to reuse, so that an input that is no regular
     # file of the workspace is refused when the run begins, not found when it ends)
-    keys, _ = member_keys(plan, Path(workspace or plan.file.parent))
+    keys = keys or member_keys(plan, Path(workspace or plan.file.parent))[0]
     if not found:
         return out
     out.keys = keys
