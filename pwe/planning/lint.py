@@ -93,8 +93,8 @@ def lint_plan(plan: Plan, hosts: dict[str, Any], registry: Any, raw: Any, worksp
         out += memory_unset(plan, nid, hosts, registry)
         out += many_products(plan, nid, hosts, workspace)
         out += parameters_unused(plan, nid, raw, workspace)
-    for name in sorted(hosts):
-        out += host_contradictions(hosts[name], registry)
+    for name in sorted(hosts):  # (as its hosts file writes it, not a stand-in: fallback: local)
+        out += host_contradictions(registry.hosts.get(name, hosts[name]), registry)
     return out
 
 
@@ -186,7 +186,8 @@ def _memory_stated(host: Any) -> int | None:
 
 def memory_unset(plan: Plan, nid: str, hosts: dict[str, Any], registry: Any) -> list[Lint]:
     pn = plan.nodes[nid]
-    host = hosts[pn.host]
+    # (the host its hosts file states, not the stand-in that fallback: local runs it on, measured here)
+    host = registry.hosts.get(pn.host) or hosts[pn.host]
     source = registry.sources.get(host.name, "built in")
     mem = _memory_stated(host)
     # (the built-in local host measures this machine: a user who stated nothing is told nothing)
@@ -300,7 +301,8 @@ def parameters_unused(plan: Plan, nid: str, raw: Any, workspace: Path) -> list[L
             f"node '{nid}': parameter '{name}' ({len(values):,} values: {first}{more}) is used by no template of "
             f"the node (run, check, products, inputs), no edge and no group, and its command does not read "
             f"$PWE_PARAM_{name.upper()}: it multiplies the members by {len(values):,}, each running the same command",
-            f"use {{{{ {name} }}}} in its run, or remove the parameter"))
+            f"use {{{{ {name} }}}} or $PWE_PARAM_{name.upper()} in its run (replicas meant as such too), or remove "
+            "the parameter"))
     return out
 
 

@@ -105,7 +105,8 @@ def test_no_warning_no_output_and_strict(write, tmp_path):
     doc = json.loads("\n".join(out))
     assert rc == 1 and doc["count"] == 1 and doc["warnings"][0]["line"] == 4, doc
     assert doc["warnings"][0]["check"] == "parameter-unused" and doc["warnings"][0]["file"] == str(wf), doc
-    assert doc["warnings"][0]["fix"] == "use {{ x }} in its run, or remove the parameter", doc
+    assert doc["warnings"][0]["fix"] == ("use {{ x }} or $PWE_PARAM_X in its run (replicas meant as such too), or "
+                                         "remove the parameter"), doc
 
 
 # ------------------------------------------------------------------ parameters no template uses
@@ -146,8 +147,8 @@ def test_a_parameter_no_template_uses(write, tmp_path):
     assert [l for l in out if "parameter '" in l] == [
         f"{wf}:{rep}: warning: node 'down': parameter 'rep' (1,000 values: 0, 1, 2, ...) is used by no template of "
         "the node (run, check, products, inputs), no edge and no group, and its command does not read "
-        "$PWE_PARAM_REP: it multiplies the members by 1,000, each running the same command (use {{ rep }} in its "
-        "run, or remove the parameter)"], out
+        "$PWE_PARAM_REP: it multiplies the members by 1,000, each running the same command (use {{ rep }} or "
+        "$PWE_PARAM_REP in its run (replicas meant as such too), or remove the parameter)"], out
 
 
 def test_terminal_escapes_in_a_parameter_are_shown_inert(write):
@@ -182,13 +183,19 @@ hosts:
     protocol: pbs
     cores_per_node: 8
     max_nodes: 1
+  standin:
+    protocol: loadleveler
+    cores_per_node: 4
+    fallback: local
 """
 
 
 def test_memory_unset_on_a_host_that_states_its_nodes_memory(write, tmp_path):
     """A node without memoryPerMember on a host whose nodes' memory a hosts file states (the
     host's or a partition's): warned at the node's line. Not: one that gives it, one on a
-    host that states none, one on the built-in local host (this machine measured)."""
+    host that states none, one on the built-in local host (this machine measured), nor one
+    whose host falls back to this machine (fallback: local: the stand-in's memory is this
+    machine's, measured, not stated). --hosts and --host choose the hosts as validate's do."""
     hosts = write(HOSTS, "hosts.yaml")
     text = """\
 name: mem
@@ -208,6 +215,9 @@ nodes:
     run: echo d
   here:
     run: echo e
+  fallen:
+    host: standin
+    run: echo f
 """
     wf = write(text)
     rc, out, _ = lint(wf)
@@ -223,6 +233,15 @@ nodes:
         "held to a limit, so one that grows takes the node's memory from the others and the batch system's limit "
         "ends the whole pilot job (give scheduling: memoryPerMember: MB, e.g. what `pwe status RUN --usage` "
         "suggests)"], out
+    hosts.rename(tmp_path / "site.yaml")
+    wf = write("name: mem\nnodes:\n  a:\n    run: echo a\n", "plain.yaml")
+    assert lint(wf) == (0, [], "")
+    rc, out, _ = lint(wf, "--hosts", tmp_path / "site.yaml", "--host", "counted")
+    assert out == [f"{wf}:3: warning: node 'a' gives no memoryPerMember and runs on host 'counted', whose nodes' "
+                   f"memory {tmp_path / 'site.yaml'} states (64,000 MB per node): its members are packed as if they "
+                   "used no memory and none is held to a limit, so one that grows takes the node's memory from the "
+                   "others and the batch system's limit ends the whole pilot job (give scheduling: memoryPerMember: "
+                   "MB, e.g. what `pwe status RUN --usage` suggests)"], out
 
 
 def test_a_million_members_each_with_a_product_on_a_shared_file_system(write, tmp_path):
