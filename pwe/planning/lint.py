@@ -42,6 +42,7 @@ from protocols.registry import info as protocol_info
 
 from ..base.confine import relative
 from ..base.errors import PweError
+from ..base.regular import inside, open_regular
 from ..base.source import locate, value_text
 from ..base.text import shown
 from .plan import Plan
@@ -141,7 +142,8 @@ def _pattern(sources: list[str]) -> re.Pattern | None:
 def called_files(plan: Plan, nid: str, workspace: Path) -> list[tuple[str, str, int | None]]:
     """The files of the workspace that node ``nid``'s ``run`` (and ``check``) name: (the
     word as written, the path relative to the workspace, the line), each once; a file that
-    some node's ``products:`` make is left out (a result, not a program). ``stat`` only."""
+    some node's ``products:`` make is left out (a result, not a program), and so is anything
+    but a regular file, or a link out of the workspace. ``stat`` only."""
     pn = plan.nodes[nid]
     made = _pattern([t.source for n in plan.nodes.values() for t in n.products])
     out, seen = [], set()
@@ -151,8 +153,9 @@ def called_files(plan: Plan, nid: str, workspace: Path) -> list[tuple[str, str, 
             rel = relative(word)
             if rel is None or rel in seen or (made is not None and made.fullmatch(rel)):
                 continue
-            try:
-                if not stat.S_ISREG(os.stat(workspace / rel).st_mode):
+            path = workspace / rel
+            try:  # (a regular file that resolves inside the workspace: what inputs: may name)
+                if not stat.S_ISREG(os.stat(path).st_mode) or not inside(path, workspace):
                     continue
             except (OSError, ValueError):
                 continue
@@ -250,12 +253,10 @@ def many_products(plan: Plan, nid: str, hosts: dict[str, Any], workspace: Path) 
 def _scripts_text(plan: Plan, nid: str, workspace: Path) -> str:
     """What the files node ``nid``'s command calls hold (each regular file only, at most
     :data:`SCRIPT_READ_MOST` bytes): where a program reads ``$PWE_PARAM_NAME`` itself."""
-    from ..base.regular import open_regular
-
     out = []
     for _, rel, _ in called_files(plan, nid, workspace):
         try:
-            with open_regular(workspace / rel, "rb") as fh:
+            with open_regular(workspace / rel, "rb", within=workspace) as fh:
                 out.append(fh.read(SCRIPT_READ_MOST).decode("utf-8", "replace"))
         except OSError:
             continue

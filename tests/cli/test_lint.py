@@ -410,3 +410,37 @@ def test_json_into_a_pipe_closed_early(write, tmp_path):
                               cwd=tmp_path, env=env, timeout=120)
         assert proc.stdout == ("{" if extra else "w") + " 0\n", proc.stdout  # (its first byte; pwe's exit 0)
         assert proc.stderr == "", proc.stderr
+
+
+def test_files_the_command_names_that_are_not_regular_files_are_never_read(write, tmp_path):
+    """The command names a FIFO (a read would wait for a writer for ever), a link to
+    /dev/zero (a read would never end) and a link out of the workspace to a script that
+    reads $PWE_PARAM_SEED: none is opened, none is a file inputs: could name, so each is
+    passed over (no script warning), and the parameter they might have read is warned of."""
+    os.mkfifo(tmp_path / "pipe.sh")
+    (tmp_path / "zero.sh").symlink_to("/dev/zero")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.sh"
+    outside.write_text("echo $PWE_PARAM_SEED\n")
+    (tmp_path / "out.sh").symlink_to(outside)
+    wf = write("name: odd\nnodes:\n  a:\n    parameters: {seed: [1, 2]}\n    run: ./pipe.sh; ./zero.sh; ./out.sh\n")
+    rc, out, err = run_cli("lint", wf, cwd=tmp_path, timeout=60)
+    no_traceback(err)
+    assert rc == 0 and len(out.splitlines()) == 1, (out, err)
+    assert out.startswith(f"{wf}:4: warning: node 'a': parameter 'seed' (2 values: 1, 2)"), out
+
+
+def test_an_xml_workflow_is_linted_with_its_lines(write, tmp_path):
+    """The same warnings of the XML form, at its lines."""
+    (tmp_path / "sim.sh").write_text("#!/bin/sh\n")
+    text = """\
+<workflow name="x">
+  <node id="a">
+    <parameter name="mesh"><value>coarse</value><value>fine</value></parameter>
+    <run>./sim.sh</run>
+  </node>
+</workflow>
+"""
+    wf = write(text, "wf.xml")
+    rc, out, _ = lint(wf)
+    assert [l.split(": warning: ")[0] for l in out] == [f"{wf}:3", f"{wf}:4"], out
+    assert "parameter 'mesh'" in out[0] and "calls ./sim.sh" in out[1], out
