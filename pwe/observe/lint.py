@@ -62,7 +62,7 @@ def earlier_runs(plan: Any, workspace: Path, root: Path | None = None) -> list[P
     src, out = str(plan.file.resolve()), []
     for d in dirs:
         try:
-            info = read_json(d / "run.json")
+            info = read_json(d / "run.json", limit=1 << 20)
         except (OSError, ValueError, PweError):
             continue
         if info.get("workflow") == src and info.get("workspace") == str(workspace):
@@ -82,7 +82,7 @@ def measured_longest(runs: list[Path]) -> dict[str, tuple[float, int, list[str]]
     for d in runs:
         try:
             info, plan, _, tr = load(d, with_state=False)
-        except PweError:
+        except (PweError, OSError, ValueError):  # (damaged, of a newer pwe, half made: it says nothing here)
             continue
         for nid, u in usage(info, plan, tr)["nodes"].items():
             if not u["attempts"] or not u["duration_s"]:

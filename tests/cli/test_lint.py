@@ -327,8 +327,9 @@ hosts:
 def test_a_member_walltime_far_from_what_the_last_runs_measured(write, tmp_path):
     """A real run of the workflow measures its members (about 1.2 s the longest); then a
     walltime below it (0.01 min) and one more than 10x it (600 min) are warned of at
-    maxWallTimePerMember's line with the numbers; 5 min is neither. Runs are looked for in
-    ./pwe-runs: from another directory, none is found and nothing is said."""
+    maxWallTimePerMember's line with the numbers; 5 min is neither. A damaged run of it
+    says nothing. Runs are looked for in ./pwe-runs: from another directory, none is found
+    and nothing is said."""
     text = """\
 name: wt
 nodes:
@@ -349,9 +350,16 @@ nodes:
         "last 1 run(s) of this workflow here measured took "), out
     assert out[0].endswith(f" s ({run_id}): members like it would be killed at their walltime (give "
                            "maxWallTimePerMember: 1 (the longest and half again, in minutes))"), out
+    damaged = tmp_path / "pwe-runs" / "zz-damaged"  # (newer than the real one, of this workflow here)
+    damaged.mkdir()
+    (damaged / "workflow.yaml").write_text(text.format(wall=5))
+    (damaged / "journal.jsonl").write_text('garbage\n{"e":\n')
+    (damaged / "run.json").write_text(json.dumps({"run_id": "zz-damaged", "workflow": str(wf.resolve()),
+                                                  "workspace": str(tmp_path), "copy": "workflow.yaml", "lanes": {}}))
     wf = write(text.format(wall=600))
     rc, out, _ = lint(wf)
     assert len(out) == 1 and "maxWallTimePerMember 600 min (36,000 s)" in out[0] and "more than 10x" in out[0], out
+    assert "last 1 run(s) of this workflow here measured took" in out[0] and f"({run_id})" in out[0], out
     wf = write(text.format(wall=5))
     assert lint(wf) == (0, [], "")
     other = tmp_path / "elsewhere"
