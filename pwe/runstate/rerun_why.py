@@ -19,7 +19,8 @@ parameter names and values: however its range moved) and compares, part by part:
 
 and, where there is no such member, ``new: no earlier run had a member with these values
 (mesh=fine)`` (the values no earlier member of the node had; all of them for a new
-combination), ``earlier run's member did not finish (failed)`` (the run recorded it
+combination; "finished" for "had" where a lending run did not reach its end: only what
+finished is in its record), ``earlier run's member did not finish (failed)`` (the run recorded it
 failed), or ``unknown: recorded by an older pwe`` (a record without parts). A member that
 runs because a member it waits for runs names that member (``upstream prep[3] changed``);
 one whose node says ``reuse: false`` says so (``its node says reuse: false``); one whose products are gone or
@@ -298,15 +299,17 @@ class Why:
         seen = self._seen_values(nid)
         vals = space.values_of(i)
         fresh = [n for n, s in zip(space.names, seen) if value_text(vals[n]) not in s] or list(space.names)
+        # (a run that did not reach its end lent only what finished: its others may have run)
+        had = "had" if all(lender.ended for lender in self.found) else "finished"
         if not fresh:
-            return _reason("new", "new: no earlier run had this member")
+            return _reason("new", f"new: no earlier run {had} this member")
         said = ", ".join(f"{n}={_value(vals[n])}" for n in fresh)
-        return _reason("new", f"new: no earlier run had a member with these values ({said})",
-                       f"new: no earlier run had these values of {', '.join(fresh)}")
+        return _reason("new", f"new: no earlier run {had} a member with these values ({said})",
+                       f"new: no earlier run {had} these values of {', '.join(fresh)}")
 
     def _seen_values(self, nid: str) -> list[set[str]]:
-        """Per parameter of ``nid``, the texts of its values that some lender's member has
-        (a member reused, or found by its identity)."""
+        """Per parameter of ``nid``, the texts of its values that some earlier run's member
+        had (a member reused, or found by its identity among those lent or failed)."""
         got = self._seen.get(nid)
         if got is not None:
             return got
@@ -316,7 +319,8 @@ class Why:
             return got
         text_of = texts(space)
         taken = self.taken(nid)
-        indexes = [x for li in range(len(self.found)) if (x := self.lent(li, nid))]
+        indexes: list[Any] = [x for li in range(len(self.found)) if (x := self.lent(li, nid))]
+        indexes += [x for li in range(len(self.found)) if (x := self.failed(li, nid))]
         members = self.parts.members[nid]
         for i in range(space.size):
             if not taken[i]:

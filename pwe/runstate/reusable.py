@@ -260,6 +260,8 @@ class Lender:
     workspace: str
     parts: bytes = b""
     failed: dict[str, Any] = field(default_factory=dict)
+    #: whether the run reached its end (else: what it lent as its members ended, killed or taken up again)
+    ended: bool = True
 
 
 def read(run_dir: Path, workflow: str | None = None) -> Lender | str:
@@ -316,7 +318,7 @@ def _merged(run_dir: Path, final: Lender | None, taken: lending.Taken) -> Lender
     t = max(taken.t, final.t if final is not None else 0.0)
     return Lender(run_dir, str(head.get("run") or run_dir.name), t, nodes, bytes(blob),
                   str(final.workspace if final is not None else head.get("workspace")), bytes(pblob),
-                  final.failed if final is not None else {})
+                  final.failed if final is not None else {}, ended=False)
 
 
 def _read_final(run_dir: Path, workflow: str | None = None) -> Lender | str:

@@ -82,6 +82,10 @@ def test_an_input_edited_while_the_run_goes_on_is_seen_by_the_members_assigned_a
     new = {(r[0], r[1]) for r in first if r[2] == "new"}
     assert old == {("early", "0"), ("early", "1"), ("early", "2")}, first
     assert new == {("late", "0"), ("late", "1"), ("late", "2")}, first
+    # the plan names the change: the content early's members ran with (the file's now is late's)
+    nodes = {n["id"]: n for n in plan_reuse(wf, tmp_path)["nodes"]}
+    assert nodes["early"]["changes"] == [{"reason": f"input {data.name} changed", "count": 3, "members": [[0, 3]]}]
+    assert nodes["late"]["changes"] == []
 
     rc, out, err = run_cli("run", wf, cwd=tmp_path, timeout=180)
     assert rc == 0, err
@@ -170,6 +174,9 @@ def test_a_lend_record_edited_lends_nothing(tmp_path, what):
     wf, killed, led = killed_run(tmp_path)
     before = plan_reuse(wf, tmp_path)
     assert {n["id"]: n["reused"] for n in before["nodes"]} == {"work": 3}, before
+    # (its members that were running when it was killed: it lent only what finished)
+    assert before["nodes"][0]["changes"] == [{"reason": "new: no earlier run finished these values of i", "count": 3,
+                                              "members": [[3, 6]]}]
     path = killed / "lending.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     for k, line in enumerate(lines[1:], 1):
