@@ -304,6 +304,35 @@ class Protocol:
     def _parse_find(self, res: CommandResult, name: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def why_pending(self, job_ids: list[str]) -> dict[str, str]:
+        """What the batch system says keeps each of ``job_ids`` waiting in its queue, in its
+        own words (SLURM's pending reason, ``Resources``, ``Priority``, ``JobHeldUser``; PBS's
+        comment; Grid Engine's scheduling info), for ``pwe explain``; a job it says nothing
+        of is left out. Asked only on demand (never by the engine's poll); nothing when the
+        scheduler does not answer (``no_answer`` then says why), or does not say."""
+        asked = [j for j in job_ids if is_job_id(j)]
+        command = self._pending_command(asked) if asked else None
+        if command is None:
+            return {}
+        try:
+            res = self.runner.run(command, timeout=self.timeout)
+        except (CommandTimeout, ContactError) as exc:
+            self.no_answer = str(exc)
+            return {}
+        if res.status != 0 and not res.stdout.strip():
+            self.no_answer = f"{res.command[0]} failed: {_said(res)}"
+            return {}
+        said = self._parse_pending(res.stdout, asked)
+        return {j: " ".join(w.split())[:300] for j, w in said.items() if j in asked and w.strip()}
+
+    def _pending_command(self, job_ids: list[str]) -> list[str] | None:
+        """The one command that asks why ``job_ids`` wait (None: this batch system cannot say)."""
+        return None
+
+    def _parse_pending(self, out: str, job_ids: list[str]) -> dict[str, str]:  # pragma: no cover - abstract
+        """Job id -> the reason, from :meth:`_pending_command`'s answer."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Let go of the runner's connection."""
         self.runner.close()

@@ -62,6 +62,22 @@ class Pbs(Protocol):
         return res.status not in (0, UNKNOWN_JOB_STATUS) and "Unknown Job Id" not in said \
             and "Job has finished" not in said
 
+    def _pending_command(self, job_ids: list[str]) -> list[str]:
+        """qstat -f: each job's attributes, its ``comment`` (PBS Pro and Torque write why a
+        job does not run there: "Not Running: Insufficient amount of resource: ncpus")."""
+        return ["qstat", "-f", *job_ids]
+
+    def _parse_pending(self, out: str, job_ids: list[str]) -> dict[str, str]:
+        said: dict[str, str] = {}
+        job = None
+        for line in out.splitlines():
+            if line.startswith("Job Id:"):
+                number = line.split(":", 1)[1].strip().split(".")[0]
+                job = next((j for j in job_ids if j.split(".")[0] == number), None)
+            elif job is not None and line.strip().startswith("comment ="):
+                said[job] = line.split("=", 1)[1].strip()
+        return said
+
     def _parse_status(self, res: CommandResult, job_ids: list[str]) -> dict[str, JobState]:
         """A job qstat no longer lists has finished."""
         out: dict[str, JobState] = {}

@@ -155,6 +155,31 @@ class Sge(Protocol):
             self.cancel(errors)  # (see the module's docstring: never a stale pilot later)
         return out
 
+    def _pending_command(self, job_ids: list[str]) -> list[str]:
+        """qstat -j: each job's details, its ``scheduling info:`` lines (written when the
+        cell's scheduler keeps them: schedd_job_info true in qconf -ssconf)."""
+        return ["qstat", "-j", ",".join(j.split(".")[0] for j in job_ids)]
+
+    def _parse_pending(self, out: str, job_ids: list[str]) -> dict[str, str]:
+        said: dict[str, list[str]] = {}
+        job = None
+        info = False
+        for line in out.splitlines():
+            if line.startswith("job_number:"):
+                number = line.split(":", 1)[1].strip()
+                job = next((j for j in job_ids if j.split(".")[0] == number), None)
+                info = False
+            elif line.startswith("scheduling info:"):
+                info = job is not None
+                first = line.split(":", 1)[1].strip()
+                if info and first:
+                    said.setdefault(job, []).append(first)
+            elif info and line[:1] in (" ", "\t") and line.strip():
+                said.setdefault(job, []).append(line.strip())
+            else:
+                info = False
+        return {j: "; ".join(lines[:3]) for j, lines in said.items()}
+
     def _ended(self, number: str) -> JobState:
         """A job qstat no longer lists: how it ended, from qacct; COMPLETED when qacct has
         no record (yet, or accounting is off) or is not there."""

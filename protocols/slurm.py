@@ -74,6 +74,19 @@ class Slurm(Protocol):
                 out[j] = self._scontrol(j)
         return out
 
+    def _pending_command(self, job_ids: list[str]) -> list[str]:
+        """squeue's reason (%r): why a pending job waits (Resources, Priority, JobHeldUser,
+        QOSMaxJobsPerUserLimit, ReqNodeNotAvail ...); None for one that runs."""
+        return ["squeue", "-h", "-t", "all", "-o", "%i|%T|%r", "-j", ",".join(job_ids)]
+
+    def _parse_pending(self, out: str, job_ids: list[str]) -> dict[str, str]:
+        said: dict[str, str] = {}
+        for line in out.splitlines():
+            words = line.strip().split("|", 2)
+            if len(words) == 3 and words[2] not in ("None", "(null)", ""):
+                said[words[0]] = f"{words[1]}: {words[2]}"
+        return said
+
     def _scontrol(self, job_id: str) -> JobState:
         try:
             res = self.runner.run(["scontrol", "-o", "show", "job", job_id], timeout=self.timeout)

@@ -39,3 +39,36 @@ def failures(run: str | None, read: int, no_hosts: bool, rows: int, as_json: boo
         out(json.dumps(doc, indent=2, allow_nan=False))
     else:
         out("\n".join(lines(doc, rows or sys.maxsize)))
+
+
+@click.command()
+@click.argument("run")
+@click.argument("member")
+@click.option("--no-ask", is_flag=True, help="do not ask the batch system why a queued pilot job waits")
+@json_option
+def explain(run: str, member: str, no_ask: bool, as_json: bool) -> None:
+    """Why MEMBER of RUN is in its state, in layers: the member (what it waits for, what
+    holds it, which change made it run again), its placement, its allocation.
+
+    MEMBER is NODE:INDEX (or 'NODE[INDEX]', quoted: brackets are a glob to zsh). The member:
+    its state and last attempt, each prerequisite with its state, a halt, a cancel, no
+    engine, quarantine. Placement: what one attempt asks against its host's nodes and each
+    live pilot (taken, queued, walltime left). Allocation: the pilot jobs and what holds a
+    new one back (max_pilots, max_queued_pilots, submit_rate, a refused submission), and
+    what the batch system says keeps a queued pilot job waiting (SLURM's pending reason)."""
+    from ..base.ids import member_spec
+    from ..observe.explain import explain as why, lines
+
+    spec = member_spec(member)
+    if spec is None:
+        click.echo(f"member {member[:40]!r}: write NODE:INDEX (an index of at most 18 digits), e.g. simulate:3",
+                   err=True)
+        sys.exit(2)
+    try:
+        doc = why(find(run), spec[0], spec[1], ask=not no_ask, said=member)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        out(json.dumps(doc, indent=2, allow_nan=False, default=str))
+    else:
+        out("\n".join(lines(doc)))

@@ -108,6 +108,7 @@ class PilotHandle:
         self._groups: dict[tuple[str, int], list[int]] = {}  # a grouped member -> its group's count left
         self.state = PilotState.ACTIVE  # its life stage (become() moves it)
         self.came_up = False  # it said `up` (history, beside the stage: see the module's docstring)
+        self.up_at: float | None = None  # when this engine heard its `up` (pwe explain: its walltime left)
         self.ran = False  # it started a member (pwe/engine/setups.py: pilots in a row that could not)
         self.down_why = ""  # what its `down` event said ("error: ..." when it broke)
         self.finished_any = False  # an end event of one of its members was taken in
@@ -216,6 +217,8 @@ class PilotHandle:
         self.finished_any = True
 
     def said_up(self) -> None:
+        if not self.came_up:  # (when: its allocation's walltime counts from about then)
+            self.up_at = time.time()
         self.came_up = True
 
     def said_down(self, why: str) -> None:

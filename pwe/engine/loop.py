@@ -614,6 +614,8 @@ class Engine:
                      "unreachable": {lane.name: {"since": lane.unreachable_since, "why": lane.unreachable_why}
                                      for lane in self.lanes.values() if lane.unreachable_since is not None},
                      "pilot_view": self.control.view(),
+                     # (each lane's pilots and what holds a new one back: pwe explain's allocation)
+                     "lanes": {name: self.work.lane_view(lane) for name, lane in self.lanes.items()},
                      **({"budget": self.budget.figures(snap_t)} if self.budget.any else {})})
         try:
             write_json_atomic(self.dir / "state.json", snap)

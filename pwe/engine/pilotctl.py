@@ -159,8 +159,10 @@ class PilotControl:
 
     def view(self) -> dict[str, Any]:
         """What ``pwe pilot list`` and ``pwe status`` read from state.json: whether each
-        live pilot came up, and the nodes where its setup_per_node failed."""
-        return {p.id: {"up": p.came_up, "setup_failed": p.setup_failed} for p in self.pilots.values() if p.alive}
+        live pilot came up (and when this engine heard it), the nodes where its
+        setup_per_node failed, its members queued or running, its stage (pwe explain)."""
+        return {p.id: {"up": p.came_up, "setup_failed": p.setup_failed, "up_at": p.up_at, "outstanding": p.outstanding,
+                       "state": p.state.value} for p in self.pilots.values() if p.alive}
 
 
 # -- a resumed engine ----------------------------------------------------------------------

@@ -223,26 +223,46 @@ class PilotWork:
                                           now))
 
     def may_submit(self, lane: Lane) -> bool:
-        """Whether a new pilot may be started on the lane now (the one place that says so):
-        within the host's limits (:func:`pwe.engine.scaling.decide`: max_pilots alive,
+        """Whether a new pilot may be started on the lane now (the one place that says so:
+        :meth:`held_by`)."""
+        return self.held_by(lane) is None
+
+    def held_by(self, lane: Lane, budget: bool = True) -> str | None:
+        """What keeps the lane from starting a new pilot now, in words, or None when one may
+        go: within the host's limits (:func:`pwe.engine.scaling.decide`: max_pilots alive,
         queued and running, one given up counting until its job ended; max_queued_pilots
         waiting in the batch queue; submit_rate; the back-off after a refused submission);
         and not while its batch system does not answer, except as a retry, after the
         back-off, when no pilot of the lane is polled (a submission is then the only way to
-        learn it answers again); never past a core-hour budget (:meth:`within_budget`)."""
-        if not self.within_budget(lane):
-            return False
+        learn it answers again); never past a core-hour budget (:meth:`within_budget`).
+        The snapshot says it per lane (``lanes``: what ``pwe explain`` shows), the budget
+        left out (``budget`` False: its weighing shapes a pilot from every ready member; the
+        snapshot has the budget's own figures)."""
+        if budget and not self.within_budget(lane):
+            return "the core-hour budget: a new pilot would go past it"
         if not lane.protocol.batch:
-            return True
+            return None
         alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
         now = time.time()
         queued = sum(1 for p in alive if p.job and not p.came_up)
-        if not scaling.decide(scaling.Limits.of(lane.host), len(alive), queued, lane.last_submit,
-                              lane.retry_at if lane.refusals else 0.0, now).submit:
-            return False
+        said = scaling.decide(scaling.Limits.of(lane.host), len(alive), queued, lane.last_submit,
+                              lane.retry_at if lane.refusals else 0.0, now)
+        if not said.submit:
+            return said.why
         if not lane.not_answering:
-            return True
-        return now >= lane.retry_at and not any(p.job for p in alive)
+            return None
+        if now >= lane.retry_at and not any(p.job for p in alive):
+            return None
+        return f"its batch system does not answer ({lane.unreachable_why or 'no answer'})"
+
+    def lane_view(self, lane: Lane) -> dict[str, Any]:
+        """One lane as the snapshot shows it: its host, its pilots alive and queued, the
+        members ready for it, and what holds a new pilot back (:meth:`held_by`)."""
+        alive = [p for p in self.pilots.values() if p.lane == lane.name and p.alive]
+        return {"host": lane.host.name, "protocol": lane.host.protocol, "batch": bool(lane.protocol.batch),
+                "alive": len(alive), "queued": sum(1 for p in alive if p.job and not p.came_up),
+                "ready": len(lane.ready), "held": self.held_by(lane, budget=False), "refusals": lane.refusals,
+                **({"refused": lane.refused_why} if lane.refusals else {})}
 
     def within_budget(self, lane: Lane) -> bool:
         """Whether a new pilot on the lane stays within the core-hour budgets

@@ -691,3 +691,25 @@ def test_a_frozen_pilot_is_given_up_only_once_its_job_has_ended(slurm_cluster, t
     journal = read_journal(run_dir)
     assert any(r["e"] == "pilot_gone" and r["p"] == "p1" and "silent" in r["why"] for r in journal)
     assert any(r["e"] == "pilot" and r["p"] == "p2" for r in journal)
+
+
+def test_why_a_job_waits_in_each_batch_systems_words():
+    """pwe explain's allocation layer asks once, on demand; a job the batch system says
+    nothing of is left out; no answer is nothing, with the protocol's no_answer said. (The
+    real SLURM's words: tests/observe/test_explain.py.)"""
+    r = Scripted([(["squeue", "-h", "-t", "all", "-o", "%i|%T|%r", "-j", "11,12,13"],
+                   "11|PENDING|Resources\n12|RUNNING|None\n13|PENDING|QOSMaxJobsPerUserLimit\n")])
+    assert get("slurm", r).why_pending(["11", "12", "13"]) == {
+        "11": "PENDING: Resources", "13": "PENDING: QOSMaxJobsPerUserLimit"}
+    r = Scripted([(["qstat", "-f", "7.server"], "Job Id: 7.server\n    job_state = Q\n"
+                   "    comment = Not Running: Insufficient amount of resource: ncpus\n")])
+    assert get("pbs", r).why_pending(["7.server"]) == {"7.server": "Not Running: Insufficient amount of resource: ncpus"}
+    r = Scripted([(["qstat", "-j", "42"], "==============\njob_number:                 42\nowner: root\n"
+                   "scheduling info:            queue instance \"all.q@n1\" dropped because it is full\n"
+                   "                            (-l h_vmem=100G) cannot run in queue \"all.q\"\n")])
+    assert get("sge", r).why_pending(["42"]) == {
+        "42": 'queue instance "all.q@n1" dropped because it is full; (-l h_vmem=100G) cannot run in queue "all.q"'}
+    p = get("slurm", Scripted([(["squeue"], "TIMEOUT")]))
+    assert p.why_pending(["11"]) == {} and p.no_answer
+    assert get("slurm", Scripted([])).why_pending(["not a job id; rm -rf"]) == {}  # (never asked)
+    assert get("local", Scripted([])).why_pending(["123"]) == {}  # (a process: nothing waits in a queue)
