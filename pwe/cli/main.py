@@ -44,8 +44,11 @@ COMMANDS: dict[str, Listed] = {
         "time, peak memory and outputs (docs: how-to/seeing-a-run.md)."),
     "report": Listed("pwe.cli.see:report", "Write one self-contained HTML page about RUN: summary, timeline, "
         "utilisation, durations and memory per node, right-sizing, failures, pilots."),
+    "explain": Listed("pwe.cli.why:explain", "Why MEMBER of RUN is in its state, in layers: the member (what it "
+        "waits for, what holds it, which change made it run again), its placement, its allocation."),
     "failures": Listed("pwe.cli.why:failures", "RUN's failures summarised: by parameter value (the values most "
         "over-represented first), by reason, by error signature, by the host the attempts ran on."),
+    "lint": Listed("pwe.cli.lint:lint", "Warnings about FILE, each with its file and line: exit 0 (1 with --strict)."),
     "run": Listed("pwe.cli.running:run", "Run FILE to the end with a progress bar; exit 0 when every member succeeded, "
         "else 1."),
     "submit": Listed("pwe.cli.running:submit", "Start a run of FILE in the background and print its run id."),
