@@ -128,15 +128,37 @@ def command_words(source: str) -> list[str]:
     return out
 
 
-def _pattern(sources: list[str]) -> re.Pattern | None:
-    """One expression matching the paths any of these path templates renders to (a template
-    part matches any text), each as :func:`relative` writes it."""
-    parts = []
-    for src in sources:
-        literal = [re.escape(p) for p in _TEMPLATE_PART.split(src)]
-        text = ".+".join(literal)
-        parts.append(text[2:] if text.startswith(r"\./") else text)
-    return re.compile("|".join(f"(?:{p})" for p in parts)) if parts else None
+class PathShapes:
+    """The paths some path templates render to, as shapes: each template's literal text with
+    a hole (any text, at least a character) for each template part. Matched left to right,
+    each literal at its first place (enough when holes take any text): linear in the path,
+    never a regular expression's backtracking over holes side by side."""
+
+    def __init__(self, sources: list[str]):
+        self.shapes = []
+        for src in sources:
+            parts = _TEMPLATE_PART.split(src)
+            if parts[0].startswith("./"):
+                parts[0] = parts[0][2:]
+            self.shapes.append(parts)
+
+    def match(self, path: str) -> bool:
+        return any(self._fits(parts, path) for parts in self.shapes)
+
+    @staticmethod
+    def _fits(parts: list[str], path: str) -> bool:
+        head, tail = parts[0], parts[-1]
+        if len(parts) == 1:
+            return path == head
+        if not (path.startswith(head) and path.endswith(tail)):
+            return False
+        pos, end = len(head), len(path) - len(tail)
+        for literal in parts[1:-1]:
+            at = path.find(literal, pos + 1, end)  # (the hole before it takes a character at least)
+            if at < 0:
+                return False
+            pos = at + len(literal)
+        return end - pos >= 1
 
 
 def called_files(plan: Plan, nid: str, workspace: Path) -> list[tuple[str, str, int | None]]:
@@ -145,13 +167,13 @@ def called_files(plan: Plan, nid: str, workspace: Path) -> list[tuple[str, str, 
     some node's ``products:`` make is left out (a result, not a program), and so is anything
     but a regular file, or a link out of the workspace. ``stat`` only."""
     pn = plan.nodes[nid]
-    made = _pattern([t.source for n in plan.nodes.values() for t in n.products])
+    made = PathShapes([t.source for n in plan.nodes.values() for t in n.products])
     out, seen = [], set()
     templates = [(pn.template.source, pn.run_line)] + ([(pn.check.source, pn.check_line)] if pn.check else [])
     for source, line in templates:
         for word in command_words(source):
             rel = relative(word)
-            if rel is None or rel in seen or (made is not None and made.fullmatch(rel)):
+            if rel is None or rel in seen or made.match(rel):
                 continue
             path = workspace / rel
             try:  # (a regular file that resolves inside the workspace: what inputs: may name)
@@ -168,10 +190,10 @@ def scripts_not_inputs(plan: Plan, nid: str, workspace: Path) -> list[Lint]:
     pn = plan.nodes[nid]
     if not reusable(plan, nid):
         return []
-    named = _pattern([t.source for t in pn.inputs])
+    named = PathShapes([t.source for t in pn.inputs])
     out = []
     for word, rel, line in called_files(plan, nid, workspace):
-        if named is not None and named.fullmatch(rel):
+        if named.match(rel):
             continue
         out.append(Lint(
             str(plan.file), line or pn.line, "script-not-an-input",

@@ -3,7 +3,7 @@ of the workspace, and the network file system a path is on (from a mounts table)
 
 from pathlib import Path
 
-from pwe.planning.lint import _network_fs, command_words
+from pwe.planning.lint import PathShapes, _network_fs, command_words
 
 
 def test_the_words_of_a_command_that_may_name_a_file():
@@ -36,3 +36,18 @@ def test_the_network_file_system_a_path_is_on():
     assert _network_fs(Path("/lustre/proj"), MOUNTS) is None
     assert _network_fs(Path("/with space/ws"), MOUNTS) is None
     assert _network_fs(Path("/tmp"), MOUNTS) is None
+
+
+def test_the_paths_a_template_makes_are_matched_without_backtracking():
+    """A template's literal text with a hole for each part: './' off the front, each hole at
+    least a character; 40 holes, each before an x, against paths of x's that do not fit:
+    answered at once (a regular expression of '.+' per hole backtracks for ever)."""
+    shapes = PathShapes(["./out/{{ T }}/seed{{ seed }}.txt", "plain.txt"])
+    assert shapes.match("out/300/seed1.txt") and shapes.match("plain.txt")
+    assert not shapes.match("out//seed1.txt") and not shapes.match("out/300/seed.txt")
+    assert not shapes.match("out/300/seed1.txt.bak") and not shapes.match("xout/300/seed1.txt")
+    many = PathShapes(["{{ a }}x" * 40 + "end"])
+    # (as the regular expression '.+x' * 40 + 'end', the first takes ~10 s at 12 holes, x10 a hole more)
+    assert not many.match("x" * 100 + "en")
+    assert not many.match("x" * 50 + "end")  # (too short for 40 holes and 40 x's)
+    assert many.match("x" * 4000 + "end") and many.match("ax" * 40 + "end")
