@@ -112,22 +112,26 @@ def _prerequisites(st: Any, node: str, index: int) -> list[dict[str, Any]]:
 
 
 def _rerun(run_dir: Path, st: Any, info: dict[str, Any], node: str, index: int, rec: dict[str, Any]) -> Any:
-    """Which change made a member run where an earlier run could have lent it (the
-    reuse keys' parts: :mod:`pwe.runstate.rerun_why`), or None where that cannot be said
-    (reused, never run, no such reader)."""
+    """Which change made a member run where an earlier run of its workflow beside this one
+    could have lent it (the reuse keys' parts: :func:`pwe.runstate.rerun_why.explain_member`),
+    the texts; None where there is nothing to say: reused, complete, never run, or no
+    earlier run to compare with. Weighed as a run beginning now would weigh it (its inputs
+    as they are now), against the runs that ended before this one was made."""
     if rec.get("reused_from") or rec.get("complete") or rec["attempts"] == 0:
         return None
+    from ..runstate import rerun_why
+    from ..runstate.reusable import lenders
+
     try:
-        from ..runstate import rerun_why  # type: ignore[attr-defined]
-    except ImportError:
+        found, _ = lenders(run_dir.parent, st.plan.workflow.name, exclude=run_dir.resolve())
+    except InputError:
         return None
-    why = getattr(rerun_why, "explain_member", None)
-    if why is None:
+    made = float(info.get("created") or time.time())
+    found = [lender for lender in found if lender.t < made]
+    if not found:
         return None
-    try:
-        return why(run_dir, st.plan, info, node, index)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    doc = rerun_why.explain_member(st.plan, info.get("workspace"), node, index, found)
+    return [r["text"] for r in doc["reasons"]] or None
 
 
 def _member_layer(run_dir: Path, st: Any, snap: dict[str, Any], doc: dict[str, Any], engine: bool) -> list[str]:

@@ -184,3 +184,25 @@ def test_a_pilot_job_the_batch_system_holds_is_explained_in_its_words(slurm_clus
         proc.wait(timeout=120)
     wait_for(lambda: slurm_cluster.job_state(job) in (None, "CANCELLED") or not slurm_cluster.job(job),
              timeout=60, what="the pilot job to be cancelled")
+
+
+def test_a_member_run_again_names_the_change(tmp_path, write):
+    """The second run of a workflow whose input file changed: each member ran again, and
+    explain names the file (the keys' parts: pwe/runstate/rerun_why.py); one left as it
+    was is reused, and says from where."""
+    (tmp_path / "mesh.txt").write_text("one\n")
+    wf = write("name: rerun\nnodes:\n  a:\n    parameters: {i: [0, 1]}\n    inputs: [mesh.txt]\n"
+               "    run: cat \"$PWE_WORKSPACE/mesh.txt\"\n  b:\n    parameters: {j: [0, 1]}\n    run: 'true'\n")
+    for name in ("r1", "r2"):
+        if name == "r2":
+            (tmp_path / "mesh.txt").write_text("two\n")
+        rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "pwe-runs" / name, cwd=tmp_path, timeout=300)
+        assert rc == 0, err
+    doc = _explain(tmp_path / "pwe-runs" / "r2", "a:1", tmp_path)
+    assert doc["rerun"] == ["input mesh.txt changed"], doc["rerun"]
+    assert "ran (not reused) because: input mesh.txt changed" in _said(doc, "member")
+    doc = _explain(tmp_path / "pwe-runs" / "r2", "b:0", tmp_path)
+    assert doc["rerun"] is None and doc["reused_from"]["member"] == 0
+    assert _said(doc, "member").startswith("done: reused from run ")
+    # the first run had nothing earlier to compare with: nothing said of why it ran
+    assert _explain(tmp_path / "pwe-runs" / "r1", "a:1", tmp_path)["rerun"] is None
