@@ -63,7 +63,7 @@ NETWORK_FS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ce
 _TEMPLATE_PART = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.S)
 _HOLE = "\x00"
 _WORKSPACE_PREFIXES = ("$PWE_WORKSPACE/", "${PWE_WORKSPACE}/")
-_REDIRECTS = frozenset({">", ">>", "&>", ">&", "2>", "1>"})
+_REDIRECTS = frozenset({">", ">>", "&>", ">&", ">|", "&>>"})  # (2> is "2" then ">": a digit is no file)
 
 
 class Lint(NamedTuple):
@@ -317,7 +317,7 @@ def parameters_unused(plan: Plan, nid: str, raw: Any, workspace: Path) -> list[L
         if f"PWE_PARAM_{name.upper()}" in texts:
             continue
         values = space.values[name]
-        first = ", ".join(value_text(values[i]) for i in range(min(3, len(values))))
+        first = ", ".join(_short(value_text(values[i])) for i in range(min(3, len(values))))
         more = ", ..." if len(values) > 3 else ""
         out.append(Lint(
             str(plan.file), locate(raw, ("nodes", nid, "parameters", name)) or pn.line, "parameter-unused",
@@ -327,6 +327,12 @@ def parameters_unused(plan: Plan, nid: str, raw: Any, workspace: Path) -> list[L
             f"use {{{{ {name} }}}} or $PWE_PARAM_{name.upper()} in its run (replicas meant as such too), or remove "
             "the parameter"))
     return out
+
+
+def _short(text: str, most: int = 40) -> str:
+    """A value as a warning shows it: at most ``most`` characters (a value of a megabyte
+    is one line of the file, not of the warning)."""
+    return text if len(text) <= most else text[:most] + "..."
 
 
 # ------------------------------------------------------------------ hosts

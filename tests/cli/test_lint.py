@@ -152,13 +152,18 @@ def test_a_parameter_no_template_uses(write, tmp_path):
 
 
 def test_terminal_escapes_in_a_parameter_are_shown_inert(write):
-    """A parameter's value with escape sequences is shown as text in the warning (a name
-    with one is refused by validation: one line, shown inert too)."""
+    """A parameter's value with escape sequences is shown as text in the warning, one of a
+    megabyte in its first 40 characters (a name with an escape is refused by validation:
+    one line, shown inert too)."""
     wf = write('name: esc\nnodes:\n  a:\n    parameters: {x: ["\\e]0;pwned\\a", "\\e[2Jb"]}\n    run: echo hi\n')
     rc, out, err = lint(wf)
     assert rc == 0 and len(out) == 1, (out, err)
     assert "\x1b" not in out[0] and "\x07" not in out[0], out
     assert "values: \\x1b]0;pwned\\x07, \\x1b[2Jb)" in out[0], out
+    big = write(f'name: big\nnodes:\n  a:\n    parameters: {{x: ["{"v" * 1_000_000}", b]}}\n    run: echo hi\n',
+                "big.yaml")
+    rc, out, _ = lint(big)  # (a value of a megabyte: the warning shows its first 40 characters)
+    assert rc == 0 and len(out) == 1 and f"values: {'v' * 40}..., b)" in out[0] and len(out[0]) < 1000, out
     bad = write('name: esc\nnodes:\n  a:\n    parameters: {"x\\e[31m": [1, 2]}\n    run: echo hi\n', "bad.yaml")
     line = one_line_error(*call_cli("lint", bad, cwd=bad.parent))
     assert line.startswith(f"{bad}:4:") and "\x1b" not in line, line
