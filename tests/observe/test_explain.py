@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import no_traceback, one_line_error, run_cli, start_run, wait_for, read_journal
+from helpers import ROOT, no_traceback, one_line_error, read_journal, run_cli, start_run, wait_for
 
 GATED = """\
 name: gated
@@ -206,3 +206,22 @@ def test_a_member_run_again_names_the_change(tmp_path, write):
     assert _said(doc, "member").startswith("done: reused from run ")
     # the first run had nothing earlier to compare with: nothing said of why it ran
     assert _explain(tmp_path / "pwe-runs" / "r1", "a:1", tmp_path)["rerun"] is None
+
+
+def test_what_members_and_users_made_is_shown_as_text_and_a_closed_pipe_is_quiet(tmp_path, write):
+    import os
+    import subprocess
+    import sys
+
+    wf = write("name: esc\nnodes:\n  a:\n    parameters: {v: [\"\\e]0;owned\\a\\e[31mred\"]}\n"
+               "    run: printf '\\033[2J wiped\\n' >&2; exit 5\n")
+    run = tmp_path / "run"
+    rc, out, err = run_cli("run", wf, "--run-dir", run, cwd=tmp_path, timeout=300)
+    assert rc == 1, err
+    rc, out, err = run_cli("explain", run, "a:0", cwd=tmp_path)
+    assert rc == 0, err
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b[31mred" in out and "wiped" in out, out
+    p = subprocess.run(f"{sys.executable} -m pwe explain {run} a:0 --json | head -c1", shell=True, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.stdout == "{" and "Traceback" not in p.stderr, p.stderr

@@ -8,13 +8,14 @@ member by member."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import no_traceback, one_line_error, run_cli
+from helpers import ROOT, no_traceback, one_line_error, run_cli
 
 from pwe.base.source import value_text
 from pwe.base.states import DONE, FAILED, QUARANTINED
@@ -98,7 +99,7 @@ def test_bad_input_is_one_line(tmp_path, write):
     rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
     assert rc == 0, err
     (tmp_path / "run" / "journal.jsonl").unlink()
-    __import__("os").mkfifo(tmp_path / "run" / "journal.jsonl")
+    os.mkfifo(tmp_path / "run" / "journal.jsonl")
     no_traceback(one_line_error(*run_cli("failures", tmp_path / "run", cwd=tmp_path, timeout=60)))
 
 
@@ -113,8 +114,7 @@ def test_values_and_lines_members_made_are_shown_as_text_and_a_closed_pipe_is_qu
     # a reader that closes the pipe early has what it wanted: no traceback, exit 0
     p = subprocess.run(f"{sys.executable} -m pwe failures {tmp_path / 'run'} --json | head -c1", shell=True,
                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={**__import__("os").environ, "PYTHONPATH": str(__import__("pathlib").Path(
-                           __file__).resolve().parents[2])})
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.stdout == "{" and "Traceback" not in p.stderr, p.stderr
 
 
