@@ -134,20 +134,19 @@ def identity_base(plan: Plan, nid: str) -> Any:
     return hashlib.blake2b(f"{nid}\1{names}\1".encode(), digest_size=ID_BYTES, person=PARTS_RECIPE)
 
 
-def member_parts(ident: Any, text: str, inputs: bytes) -> bytes:
+def inputs_part(inputs: bytes) -> bytes:
+    """The last bytes of a member's parts: a digest of its inputs' content hashes
+    (``inputs``: those that name no parameter, then its own)."""
+    return hashlib.blake2b(inputs, digest_size=PART_BYTES - ID_BYTES).digest()
+
+
+def member_parts(ident: Any, text: bytes, inputs: bytes) -> bytes:
     """A member's :data:`PART_BYTES`: the digest of its identity (``ident``, from
-    :func:`identity_base`, and ``text``: its values' texts, :func:`texts`), then 2 bytes of
-    its inputs' content hashes (``inputs``: those that name no parameter, then its own)."""
+    :func:`identity_base`, and ``text``: its values' texts, :func:`texts`, encoded), then
+    ``inputs`` (:func:`inputs_part`)."""
     h = ident.copy()
-    h.update(text.encode())
-    return h.digest() + hashlib.blake2b(inputs, digest_size=PART_BYTES - ID_BYTES).digest()
-
-
-def identity(plan: Plan, nid: str, i: int) -> bytes:
-    """Member ``i``'s identity digest (the first :data:`ID_BYTES` of its parts)."""
-    h = identity_base(plan, nid)
-    h.update(texts(plan.nodes[nid].space)(i).encode())
-    return h.digest()
+    h.update(text)
+    return h.digest() + inputs
 
 
 def fixed_files(plan: Plan, nid: str, inputs: "Inputs") -> dict[str, bytes]:
@@ -322,11 +321,11 @@ def keys(plan: Plan, workspace: Path, frozen: bool = True, parts: Parts | None =
             parts.node[nid] = node_parts(plan, nid, barriers, fixed_files(plan, nid, inputs))
             pblob = parts.members[nid] = bytearray()
             ident = identity_base(plan, nid)
+            fixed_part = inputs_part(fixed_inputs)
         for i in range(pn.size):
             h = base.copy()
-            text = text_of(i)
-            h.update(text.encode())
-            mine = b""
+            text = text_of(i).encode()
+            h.update(text)
             if per_member_inputs:
                 ctx.update(space.values_of(i))
                 mine = inputs.digest(nid, ctx)
@@ -337,7 +336,8 @@ def keys(plan: Plan, workspace: Path, frozen: bool = True, parts: Parts | None =
                     h.update(up[j * KEY_BYTES:(j + 1) * KEY_BYTES])
             blob += h.digest()
             if parts is not None:
-                pblob += member_parts(ident, text, fixed_inputs + mine)
+                pblob += member_parts(ident, text, inputs_part(fixed_inputs + mine) if per_member_inputs
+                                      else fixed_part)
         out[nid] = bytes(blob) if frozen else blob
     return out, inputs.files_read
 

@@ -37,8 +37,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..planning.reuse import (KEY_BYTES, PART_BYTES, RECIPE, LiveInputs, fixed_files, identity_base, member_parts,
-                              node_digest, node_parts, reusable, same_space, texts)
+from ..planning.reuse import (KEY_BYTES, PART_BYTES, RECIPE, LiveInputs, fixed_files, identity_base, inputs_part,
+                              member_parts, node_digest, node_parts, reusable, same_space, texts)
 
 FILE = "assigned.keys"
 MAGIC = b"pwe-keys-1\0\0\0\0\0\0"
@@ -51,7 +51,7 @@ class _Recipe:
     """What every key of one node is made with (made once per node)."""
 
     __slots__ = ("base", "fixed", "tick", "text_of", "per_member", "has_fixed", "matched", "barriers", "ident",
-                 "barrier_digests")
+                 "barrier_digests", "fixed_part")
 
     def __init__(self) -> None:
         self.base: Any = None
@@ -251,7 +251,7 @@ class KeyRing:
                 base.update(r.barrier_digests[src])
             if fixed:
                 base.update(fixed)
-            r.base, r.fixed = base, fixed
+            r.base, r.fixed, r.fixed_part = base, fixed, inputs_part(fixed)
         return r.base
 
     def _make(self, nid: str, i: int, key: bool = True) -> bytes:
@@ -260,18 +260,19 @@ class KeyRing:
         recorded beside it. ``key=False``: its parts only (b"")."""
         r = self._recipes.get(nid) or self._recipe(nid)
         base = self._base(nid, r)
-        text = r.text_of(i)
+        text = r.text_of(i).encode()
         mine = b""
         if r.per_member:
             ctx = dict(self.plan.workflow.properties)
             ctx.update(self.plan.nodes[nid].space.values_of(i))
             mine = self.inputs.digest(nid, ctx)
         pb = self.pblobs.get(nid) or self._pblob(nid)
-        pb[i * PART_BYTES:(i + 1) * PART_BYTES] = member_parts(r.ident, text, r.fixed + mine)
+        pb[i * PART_BYTES:(i + 1) * PART_BYTES] = member_parts(r.ident, text, inputs_part(r.fixed + mine)
+                                                               if r.per_member else r.fixed_part)
         if not key:
             return b""
         h = base.copy()
-        h.update(text.encode())
+        h.update(text)
         h.update(mine)
         for src, one, e in r.matched:
             h.update(b"|")

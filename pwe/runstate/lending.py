@@ -150,10 +150,13 @@ class Lending:
             ms = kept
         if not ms:
             return None
-        key, parts = self.keyring.key, self.keyring.part
+        key = self.keyring.key
         keys = b"".join(key(nid, i) for i in ms)
-        part: dict[str, Any] = {"r": _runs(ms), "k": base64.b64encode(keys).decode(),
-                                "p": base64.b64encode(b"".join(parts(nid, i) for i in ms)).decode()}
+        runs = _runs(ms)
+        pb = self.keyring.parts(nid, runs)  # (ms are sorted: their parts are the runs' bytes)
+        part: dict[str, Any] = {"r": runs, "k": base64.b64encode(keys).decode(),
+                                "p": base64.b64encode(b"".join(pb[lo * PART_BYTES:hi * PART_BYTES]
+                                                               for lo, hi in runs)).decode()}
         if nid not in self.told:
             part["np"] = self.keyring.node_parts(nid)
             self.told.add(nid)

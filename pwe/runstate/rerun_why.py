@@ -110,7 +110,7 @@ class Why:
         self._lent: dict[tuple[int, str], dict[bytes, int] | None] = {}
         self._failed: dict[tuple[int, str], set[bytes]] = {}
         self._seen: dict[str, list[set[str]]] = {}
-        self._texts: dict[str, Any] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
 
     # -- what the lenders hold, by identity ---------------------------------------------------
     def lent(self, li: int, nid: str) -> dict[bytes, int] | None:
@@ -157,24 +157,29 @@ class Why:
         """Member ``i`` of ``nid``'s document (the module's docstring)."""
         pn = self.plan.nodes[nid]
         doc: dict[str, Any] = {"node": nid, "member": i, "parameters": pn.space.values_of(i), "reused": False}
-        for lo, hi, m, li in self.decision.reused.get(nid, ()):
-            if lo <= i < hi:
-                doc["reused"] = True
-                doc["from"] = {"run": self.found[li].run, "member": m + i - lo}
-                doc["reasons"] = []
-                return doc
+        if self.taken(nid)[i]:
+            runs = self.decision.reused[nid]
+            lo, hi, m, li = runs[bisect_right(runs, i, key=lambda r: r[0]) - 1]
+            doc["reused"] = True
+            doc["from"] = {"run": self.found[li].run, "member": m + i - lo}
+            doc["reasons"] = []
+            return doc
+        doc["reasons"] = self.reasons(nid, i, doc)
+        return doc
+
+    def reasons(self, nid: str, i: int, doc: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Why member ``i`` of ``nid``, which a run beginning now would not reuse, runs: its
+        reasons (the module's docstring); ``doc`` gets ``compared_with``."""
+        pn = self.plan.nodes[nid]
         said = self._decided(nid, i)
         if not reusable(self.plan, nid):
-            doc["reasons"] = [_reason("off", lend.OFF) if pn.check is None else
-                              _reason("checked", lend.CHECKED)]
-        elif said == lend.UPSTREAM:  # (and what changed in it, where its own parts say)
+            return [_reason("off", lend.OFF) if pn.check is None else _reason("checked", lend.CHECKED)]
+        if said == lend.UPSTREAM:  # (and what changed in it, where its own parts say)
             own = [r for r in self._compared(nid, i, doc, upstream=False) if r["kind"] not in ("unknown", "new")]
-            doc["reasons"] = self._upstream_runs(nid, i) + own
-        elif said in (lend.GONE, lend.CHANGED, lend.ELSEWHERE):
-            doc["reasons"] = [_reason("products", said)]
-        else:
-            doc["reasons"] = self._compared(nid, i, doc)
-        return doc
+            return self._upstream_runs(nid, i) + own
+        if said in (lend.GONE, lend.CHANGED, lend.ELSEWHERE):
+            return [_reason("products", said)]
+        return self._compared(nid, i, doc)
 
     def _decided(self, nid: str, i: int) -> str | None:
         for reason, runs in self.decision.why.get(nid, {}).items():
@@ -187,22 +192,40 @@ class Why:
         """The members it waits for that run (not reused), named."""
         out = []
         for e in self.plan.edges_into(nid):
-            up = self.taken(e.src)
-            js = range(len(up)) if e.barrier else self._upstream_of(e, nid, i)
-            running = [j for j in js if not up[j]]
-            if running:
-                named = _names([f"{e.src}[{j}]" for j in running])
-                out.append(_reason("upstream", f"upstream {named} changed", f"upstream {e.src} changed", e.src))
+            if e.barrier:
+                if (got := self._memo.get(("barrier", e.src))) is None:
+                    up = self.taken(e.src)
+                    got = self._memo[("barrier", e.src)] = self._running(e.src, (j for j in range(len(up))
+                                                                                 if not up[j]))
+            else:
+                up = self.taken(e.src)
+                got = self._running(e.src, (j for j in self._upstream_of(e, nid, i) if not up[j]))
+            if got:
+                out.append(got)
         return out or [_reason("upstream", lend.UPSTREAM)]
 
-    def _upstream_of(self, e: Any, nid: str, i: int) -> list[int]:
+    @staticmethod
+    def _running(src: str, js: Any) -> dict[str, Any] | None:
+        named = [f"{src}[{j}]" for _, j in zip(range(MOST_NAMED + 1), js)]
+        more = sum(1 for _ in js)  # (the rest of them, counted: js is an iterator)
+        if not named:
+            return None
+        if more or len(named) > MOST_NAMED:
+            text = f"upstream {', '.join(named[:MOST_NAMED])} (+{len(named) - MOST_NAMED + more} more) changed"
+        else:
+            text = f"upstream {', '.join(named)} changed"
+        return _reason("upstream", text, f"upstream {src} changed", src)
+
+    def _upstream_of(self, e: Any, nid: str, i: int) -> Any:
         from ..planning.reuse import same_space
 
-        if same_space(self.plan.nodes[e.src].space, self.plan.nodes[nid].space, e.shared):
-            return [i]
-        return list(self.plan.upstream(e, i))
+        one = self._memo.get(("same", e.src, nid))
+        if one is None:
+            one = self._memo[("same", e.src, nid)] = same_space(self.plan.nodes[e.src].space,
+                                                                 self.plan.nodes[nid].space, e.shared)
+        return (i,) if one else self.plan.upstream(e, i)
 
-    def _compared(self, nid: str, i: int, doc: dict[str, Any], upstream: bool = True) -> list[dict[str, Any]]:
+    def _compared(self, nid: str, i: int, doc: dict[str, Any] | None, upstream: bool = True) -> list[dict[str, Any]]:
         """Its key is no earlier run's: the member of the same identity, newest first, and
         what differs from it (``upstream=False``: but the keys of the members it waits for)."""
         mine = self.parts.of(nid, i)
@@ -219,8 +242,8 @@ class Why:
                 if ident in self.failed(li, nid) and not any(r["kind"] == "failed" for r in out):
                     out.append(_reason("failed", "earlier run's member did not finish (failed)"))
                 continue
-            lender = self.found[li]
-            doc["compared_with"] = {"run": lender.run, "member": self._member_at(lender, nid, pos)}
+            if doc is not None:
+                doc["compared_with"] = {"run": self.found[li].run, "member": self._member_at(self.found[li], nid, pos)}
             return out + self._differs(nid, i, li, pos, mine, upstream)
         if out:
             return out
@@ -239,20 +262,12 @@ class Why:
 
     def _differs(self, nid: str, i: int, li: int, pos: int, mine: bytes, upstream: bool) -> list[dict[str, Any]]:
         lender = self.found[li]
-        old_np = lender.nodes[nid].get("np")
         theirs = lender.parts[pos * PART_BYTES:(pos + 1) * PART_BYTES]
-        out: list[dict[str, Any]] = []
-        if not isinstance(old_np, dict):
+        node = self._node_differs(li, nid)
+        if node is None:
             return [_reason("unknown", OLDER)]
-        new_np = self.parts.node[nid]
-        files_named = False
-        for name in sorted(set(old_np) | set(new_np), key=_part_order):
-            if old_np.get(name) == new_np.get(name) or (not upstream and name.startswith("after:")):
-                continue
-            r = _node_reason(name)
-            files_named |= r["kind"] == "input"
-            out.append(r)
-        if theirs[ID_BYTES:] != mine[ID_BYTES:] and not files_named:
+        out = [r for r in node if upstream or not r["group"].startswith("upstream ")]
+        if theirs[ID_BYTES:] != mine[ID_BYTES:] and not any(r["kind"] == "input" for r in node):
             out += self._inputs_named(nid, i)
         if upstream:
             out += self._upstream_changed(nid, i, li)
@@ -260,6 +275,17 @@ class Why:
             out.append(_reason("unknown", f"unknown: its key differs from that of run {lender.run}'s member "
                                           f"{self._member_at(lender, nid, pos)}, and no recorded part says how"))
         return out
+
+    def _node_differs(self, li: int, nid: str) -> list[dict[str, Any]] | None:
+        """How node ``nid``'s parts differ from those lender ``li`` recorded (made once);
+        None where it recorded none."""
+        key = ("node", li, nid)
+        if key not in self._memo:
+            old_np, new_np = self.found[li].nodes[nid].get("np"), self.parts.node[nid]
+            self._memo[key] = None if not isinstance(old_np, dict) else [
+                _node_reason(name) for name in sorted(set(old_np) | set(new_np), key=_part_order)
+                if old_np.get(name) != new_np.get(name)]
+        return self._memo[key]
 
     def _inputs_named(self, nid: str, i: int) -> list[dict[str, Any]]:
         """Its inputs' digest differs, its node's inputs that name no parameter do not: those
@@ -337,31 +363,29 @@ class Why:
         ``{"reason", "count", "members"}`` (runs of member indices; the most members first),
         each reason counted once per member that has it (:func:`_counted`); and ``members``,
         each member's document where at most ``most_members`` run."""
-        size = self.plan.nodes[nid].size
         taken = self.taken(nid)
-        running = [i for i in range(size) if not taken[i]]
-        docs = [self.member(nid, i) for i in running]
-        out: dict[str, Any] = {"changes": _counted(docs)}
-        if len(docs) <= most_members:
-            out["members"] = docs
+        running = [i for i, t in enumerate(taken) if not t]
+        out: dict[str, Any] = {"changes": _counted((i, self.reasons(nid, i)) for i in running)}
+        if len(running) <= most_members:
+            out["members"] = [self.member(nid, i) for i in running]
         return out
 
 
-def _counted(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _counted(reasons: Any) -> list[dict[str, Any]]:
     """Reasons counted over members: by ``group``, said by the group's one ``text`` where all
     its members' agree (``input data/mesh.h5 changed``), else by the group's words
     (``upstream prep changed`` for ``upstream prep[3] changed``, ``prep[4]``...)."""
     members: dict[str, list[int]] = {}
     said: dict[str, set[str]] = {}
-    for d in docs:
-        for r in d["reasons"]:
+    for i, rs in reasons:
+        for r in rs:
             g = r["group"]
             texts_of = said.setdefault(g, set())
             if len(texts_of) < 2:  # (one text or more than one is all it needs: bounded)
                 texts_of.add(r["text"])
             ms = members.setdefault(g, [])
-            if not ms or ms[-1] != d["member"]:
-                ms.append(d["member"])
+            if not ms or ms[-1] != i:
+                ms.append(i)
     counts = Counter({g: len(ms) for g, ms in members.items()})
     return [{"reason": next(iter(said[g])) if len(said[g]) == 1 else g, "count": n,
              "members": lend._runs_of(members[g])} for g, n in counts.most_common()]
