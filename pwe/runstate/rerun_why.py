@@ -412,13 +412,19 @@ def _node_reason(name: str) -> dict[str, Any]:
     return _reason(kind, text)
 
 
-def lenders_of(plan: Any, root: Path | str | None = None, exclude: Path | None = None) -> tuple[list[Any], list[str]]:
-    """The lenders a run of ``plan`` beginning now would look at: those of the runs root
-    ``root`` (default ./pwe-runs), less the run directory ``exclude`` (newest first), and
-    a line for each run that lends nothing."""
+def lenders_of(plan: Any, root: Path | str | None = None, exclude: Path | None = None,
+               started: float | None = None) -> tuple[list[Any], list[str]]:
+    """The lenders a run of ``plan`` would look at: those of the runs root ``root`` (default
+    ./pwe-runs), newest first, less the run directory ``exclude`` and, with ``started`` (a
+    run's start, epoch seconds), those recorded after it (what that run could not have
+    reused); and a line for each run that lends nothing."""
     from .rundir import DEFAULT_ROOT
 
-    return lend.lenders(Path(root) if root is not None else DEFAULT_ROOT, plan.workflow.name, exclude=exclude)
+    found, notes = lend.lenders(Path(root) if root is not None else DEFAULT_ROOT, plan.workflow.name,
+                                exclude=Path(exclude).resolve() if exclude is not None else None)
+    if started is not None:
+        found = [lender for lender in found if lender.t <= started]
+    return found, notes
 
 
 def explain_member(plan: Any, workspace: str | None, nid: str, i: int, lenders: list[Any] | None = None,

@@ -23,7 +23,7 @@ from helpers import no_traceback, run_cli
 
 from pwe.observe import planview
 from pwe.runstate import notify, reusable
-from pwe.runstate.rerun_why import OLDER, Why, explain_member, why_run
+from pwe.runstate.rerun_why import KINDS, OLDER, Why, explain_member, lenders_of, why_run
 
 # prep (an input that names no parameter, env, a property) -> sim (matched: an input per
 # member) -> total (a barrier); mesh: one member fails (coarse, k=1)
@@ -128,6 +128,25 @@ def test_an_input_file_changed_is_named_and_so_is_the_upstream_member(edits):
     assert "    4 run: input data/mesh.h5 changed: members 0..3" in out
     assert "    4 run: upstream prep changed: members 0..3" in out
     assert "    [0]: upstream sim[0], sim[1], sim[2] (+1 more) changed" in out  # (few: each member)
+
+
+def test_the_document_of_a_member_and_the_lenders_a_run_had(edits):
+    """The shape `pwe explain` reads; the lenders of a run that began before any ended: none."""
+    workflow(edits, FOO="2")
+    plan = plan_of(edits)
+    found, notes = lenders_of(plan, edits / "runs")
+    doc = explain_member(plan, str(edits), "prep", 2, found)
+    run_id = found[0].run
+    assert doc == {"node": "prep", "member": 2, "parameters": {"i": 2}, "reused": False,
+                   "compared_with": {"run": run_id, "member": 2},
+                   "reasons": [{"kind": "environment", "text": "environment changed (env: FOO)",
+                                "group": "environment changed (env: FOO)", "name": "FOO"}]}
+    assert all(r["kind"] in KINDS for nid in plan.nodes for i in range(plan.nodes[nid].size)
+               for r in explain_member(plan, str(edits), nid, i, found)["reasons"])
+    assert lenders_of(plan, edits / "runs", started=found[0].t - 1)[0] == []
+    assert lenders_of(plan, edits / "runs", exclude=found[0].dir)[0] == []
+    assert why_run(plan, str(edits), "prep", 2, []) == [
+        "new: no earlier run had a member with these values (i=2)"]
 
 
 def test_one_members_own_input_changed_names_that_file_only(edits):
