@@ -35,6 +35,7 @@ nodes:
     parameters: {{i: {{range: [0, {n}]}}}}
     inputs: ["data/mesh.h5"]
     env: {{FOO: "{FOO}", BAR: "x"}}
+    host: {host}
     run: echo "prep {{{{ i }}}} {{{{ P }}}}"
   sim:
     after: [prep]
@@ -48,10 +49,13 @@ nodes:
     parameters: {{mesh: [{meshes}], k: [0, 1]}}
     run: test "{{{{ mesh }}}}{{{{ k }}}}" != coarse1
 """
-BASE = {"P": "1", "FOO": "1", "n": 4, "sim": "sim {{ i }}", "meshes": "coarse"}
+BASE = {"P": "1", "FOO": "1", "n": 4, "sim": "sim {{ i }}", "meshes": "coarse", "host": "local"}
+#: beside the workflow: a second host that runs here, for prep's host to change to
+HOSTS = "hosts:\n  other: {protocol: local, cores_per_node: 2}\n"
 
 
 def workflow(where: Path, **change) -> Path:
+    (where / "hosts.yaml").write_text(HOSTS)
     wf = where / "wf.yaml"
     wf.write_text(WF.format(**{**BASE, **change}))
     return wf
@@ -175,6 +179,12 @@ def test_a_property_changed_is_named(edits):
     assert reasons(edits, "prep", 0) == ["property P changed"]
 
 
+def test_the_host_changed_is_named(edits):
+    workflow(edits, host="other")
+    assert reasons(edits, "prep", 0) == ["host changed"]
+    assert reasons(edits, "sim", 0) == ["upstream prep[0] changed"]
+
+
 def test_a_new_parameter_value_is_new_with_its_values(edits):
     workflow(edits, meshes="coarse, fine", n=5)
     plan = plan_of(edits)
@@ -292,6 +302,7 @@ CHANGES = st.one_of(
     st.tuples(st.just("property"), _VALUE.filter(lambda v: v != BASE["P"])),
     st.tuples(st.just("command"), _VALUE),
     st.tuples(st.just("mesh"), st.sampled_from(["fine", "medium", "x1"])),
+    st.tuples(st.just("host"), st.just("other")),
 )
 
 
@@ -312,12 +323,13 @@ def _apply(where: Path, change: tuple) -> dict[tuple[str, int], list[str]]:
         (where / "data" / f"{v}.dat").write_text("edited\n")
         return {("sim", v): [f"input data/{v}.dat changed"],
                 ("total", 0): [f"upstream sim[{v}] changed"]}
-    if kind in ("env", "property", "command"):
-        workflow(where, **{"env": {"FOO": v}, "property": {"P": v}, "command": {"sim": f"sim {{{{ i }}}} {v}"}}[kind])
+    if kind in ("env", "property", "command", "host"):
+        workflow(where, **{"env": {"FOO": v}, "property": {"P": v}, "command": {"sim": f"sim {{{{ i }}}} {v}"},
+                           "host": {"host": v}}[kind])
         if kind == "command":
             return {**{("sim", i): ["command (run:) changed"] for i in range(4)},
                     ("total", 0): ["upstream sim[0], sim[1], sim[2] (+1 more) changed"]}
-        said = "environment changed (env: FOO)" if kind == "env" else "property P changed"
+        said = {"env": "environment changed (env: FOO)", "property": "property P changed", "host": "host changed"}[kind]
         return {**{("prep", i): [said] for i in range(4)},
                 **{("sim", i): [f"upstream prep[{i}] changed"] for i in range(4)},
                 ("total", 0): ["upstream sim[0], sim[1], sim[2] (+1 more) changed"]}
