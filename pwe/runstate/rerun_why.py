@@ -41,7 +41,13 @@ The document of a member::
 
 ``kind`` is one of :data:`KINDS`; ``text`` says it for this member; ``group`` says it
 for many members alike (``upstream prep changed`` for ``upstream prep[3] changed``); ``name``,
-where there is one, is the thing named (a path, a variable, a property, a node).
+where there is one, is the thing named (a path, a variable, a property, a node). Texts hold
+paths and values as they are: a terminal shows them through :func:`pwe.base.text.shown`.
+
+Everything is weighed as a run of the plan beginning now would weigh it: its inputs as they
+are now, against the lenders given (:func:`lenders_of`: for a past run, those recorded
+before it began). One module over 400 lines: the lookups by identity, the comparison part
+by part and the counting over a node read one another's caches (:class:`Why`).
 """
 
 from __future__ import annotations
