@@ -1,0 +1,106 @@
+"""What ``pwe top``'s screens draw, as rich ``Text`` (pwe/cli/topapp.py places it): the lines
+of a run's nodes with progress bars and rates, its pilots' line, a run's row in the list of
+runs, the keys. The values come from pwe/observe/topview.py, shown as text already; they
+are put into ``Text`` as they are, never read as markup."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+
+#: the most nodes the run page lists (a line each); more are said in one line
+NODES_SHOWN = 5
+
+#: how a member's state is drawn
+STATE_STYLE = {"failed": "bold red", "running": "yellow", "done": "green", "quarantined": "red",
+               "cancelled": "dim", "skipped": "dim"}
+
+
+def line(text: str, style: str = "") -> Text:
+    """``text`` on one line, cut with an ellipsis where the room ends."""
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+
+def crop(text: str, most: int) -> Text:
+    """``text`` cut to ``most`` characters, the last an ellipsis when cut."""
+    return Text(text if len(text) <= most else text[:most - 1] + "…")
+
+
+def bar(done: int, failed: int, total: int, width: int) -> Text:
+    """A progress bar of ``width`` cells: done in green, failed in red, the rest dim."""
+    if total <= 0 or width <= 0:
+        return Text(" " * max(width, 0))
+    ok = round(width * done / total)
+    bad = min(width - ok, round(width * failed / total) or (1 if failed else 0))
+    return Text.assemble(("█" * ok, "green"), ("█" * bad, "red"), ("░" * (width - ok - bad), "dim"))
+
+
+def _rate(r: float | None) -> str:
+    if r is None:
+        return "-"
+    return f"{r:.2g}/s" if r < 10 else f"{r:,.0f}/s"
+
+
+def node_lines(view: dict[str, Any], rates: dict[str, float | None], width: int) -> Text:
+    """The run page's nodes, a line each: name, bar, finished/total, running, failed, rate."""
+    nodes = view["nodes"]
+    shown_nodes = nodes if len(nodes) <= NODES_SHOWN else nodes[:NODES_SHOWN - 1]
+    name_w = min(16, max([len(n["node"]) for n in shown_nodes] + [4]))
+    rows = []
+    for n in shown_nodes:
+        c = n["counts"]
+        count = f"{n['finished']:,}/{n['total']:,}"
+        tail = (f" {count:>11}  run {c.get('running', 0):<4,} fail {c.get('failed', 0):<4,} "
+                f"{_rate(rates.get(n['node'])):>7}")
+        bar_w = max(4, width - name_w - len(tail) - 2)
+        rows.append(Text.assemble(f"{n['node'][:name_w]:<{name_w}} ", bar(c.get("done", 0), c.get("failed", 0),
+                                                                          n["total"], bar_w), tail))
+    if len(nodes) > len(shown_nodes):
+        rest = nodes[len(shown_nodes):]
+        rows.append(line(f"… {len(rest):,} nodes more: {sum(n['finished'] for n in rest):,}/"
+                          f"{sum(n['total'] for n in rest):,} finished"))
+    return Text("\n").join(r if isinstance(r, Text) else Text(r) for r in rows)
+
+
+def pilot_line(view: dict[str, Any]) -> Text:
+    """The run's pilots on a line: id, state, where, slots, members it runs."""
+    ps = view["pilots"]
+    if not ps:
+        return line("pilots: none yet", "dim")
+    said = []
+    for p in ps:
+        run = f" running {p['running']}" if p["running"] else ""
+        lost = f" lost {','.join(p['lost'])}" if p["lost"] else ""
+        said.append(f"{p['pilot']} {p['state']} {p['where']} {p['slots'] or '?'} slots{run}{lost}")
+    return Text("pilots: " + "; ".join(said), no_wrap=False)
+
+
+def run_cells(r: dict[str, Any]) -> list[Text]:
+    """A run's row: id, state, progress, when it started (80 columns hold it: each cell is cropped)."""
+    prog = f"{r['finished']:,}/{r['total']:,}" if r["total"] is not None else "?"
+    started = "?"
+    if r["started"]:
+        fmt = "%H:%M:%S" if time.time() - r["started"] < 86400 else "%Y-%m-%d"
+        started = time.strftime(fmt, time.localtime(r["started"]))
+    bar_cells = bar(r["finished"], 0, r["total"] or 0, 6) if r["total"] else Text("")
+    return [crop(r["run_id"], 26), crop(r["state"], 16), Text.assemble(bar_cells, f" {prog}"), Text(started)]
+
+
+#: the keys (? shows them)
+HELP = """pwe top: keys
+
+runs   up/down  move                     enter  open the run
+run    up/down  move among the members   pgup/pgdn, home/end (g/G)
+       f  filter the members by state: all, failed, running, ...
+       l  the log tail of the selected member   (the key again: close)
+       e  why the selected member is in its state (pwe explain)
+       v  the run's failures by parameter value, reason, error
+       j/k  scroll that pane down/up
+       c  cancel the run (asks y/n: pwe cancel)
+       r  retry its failed members (asks y/n: pwe retry --detach)
+       escape  back to the runs
+any    ?  these keys (any key closes them)    q  quit
+
+Refreshes every --every seconds; reads the runs, never takes their lock."""
