@@ -38,17 +38,19 @@ from ..base.text import shown
 UPSTREAM_NAMED = 12
 
 
-def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | None = None) -> dict[str, Any]:
+def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | None = None,
+            loaded: tuple[dict[str, Any], Any] | None = None) -> dict[str, Any]:
     """The document (see the module's docstring) of member ``index`` of ``node``; an
     :class:`InputError` for a member the run does not have. ``ask``: ask the batch system
-    why a queued pilot job waits."""
+    why a queued pilot job waits. ``loaded``: (run.json, state) a caller keeps read (the
+    dashboard's), so that the state is not loaded again."""
     from .results import load_state, member_record
     from .runview import snapshot
     from ..runstate.locks import EngineLock
 
     run_dir = Path(run_dir)
     said = said or f"{node}:{index}"
-    info, st = load_state(run_dir)
+    info, st = loaded if loaded is not None else load_state(run_dir)
     if node not in st.nodes:
         from ..base.source import did_you_mean
 
@@ -120,14 +122,12 @@ def _rerun(run_dir: Path, st: Any, info: dict[str, Any], node: str, index: int, 
     if rec.get("reused_from") or rec.get("complete") or rec["attempts"] == 0:
         return None
     from ..runstate import rerun_why
-    from ..runstate.reusable import lenders
 
     try:
-        found, _ = lenders(run_dir.parent, st.plan.workflow.name, exclude=run_dir.resolve())
+        found, _ = rerun_why.lenders_of(st.plan, run_dir.parent, exclude=run_dir,
+                                        started=float(info.get("created") or time.time()))
     except InputError:
         return None
-    made = float(info.get("created") or time.time())
-    found = [lender for lender in found if lender.t < made]
     if not found:
         return None
     doc = rerun_why.explain_member(st.plan, info.get("workspace"), node, index, found)

@@ -57,12 +57,19 @@ def signature(line: str) -> str:
     return " ".join(s.split())[:200]
 
 
-def failures(run_dir: Path, hosts: bool = True, signatures_read: int = SIGNATURES_READ) -> dict[str, Any]:
-    """The document (see the module's docstring) of the run in ``run_dir``."""
+def failures(run_dir: Path, hosts: bool = True, signatures_read: int = SIGNATURES_READ,
+             loaded: tuple[dict[str, Any], Any, Any] | None = None) -> dict[str, Any]:
+    """The document (see the module's docstring) of the run in ``run_dir``. ``loaded``:
+    (run.json, state, trace or None) a caller has read already (the report's one replay,
+    the dashboard's runs kept read), so that the journal is not replayed again; its trace
+    None leaves the view by host out."""
     from .results import load_state
 
     tr = None
-    if hosts:
+    if loaded is not None:
+        info, st, tr = loaded
+        tr = tr if hosts else None
+    elif hosts:
         from .trace import load
 
         info, _, st, tr = load(Path(run_dir))

@@ -2,8 +2,10 @@
 
 What it shows: the run's summary; a timeline of the attempts, one row per core slot of
 each pilot; per node the distributions of durations and peak memory; the failed members
-with the last lines of their stderr; the pilots and their batch jobs; and the
-utilisation of the allocation (busy cores / allocated cores over time); and right-sizing (what the
+with the last lines of their stderr, and what they have in common (``pwe failures``' views by
+parameter value, error signature and host, counted on the same replay: :func:`failure_rows`);
+the pilots and their batch jobs; the utilisation of the allocation (busy cores / allocated
+cores over time); and right-sizing (what the
 members used against what they asked for, and what to ask instead: :mod:`pwe.observe.usage`, the
 same document as ``pwe status --usage``).
 
@@ -45,6 +47,7 @@ def build(run_dir: Path, warnings: list[str] | None = None) -> str:
     symbolic link, to another run or anywhere)."""
     from pilot.streams import Reader
     from .output import stderr_tail
+    from ..base.text import inert, shown
     from .runview import status
     from ..base.states import FAILED, NAMES, QUARANTINED
     from ..workflow.templates import render_page
@@ -88,12 +91,13 @@ def build(run_dir: Path, warnings: list[str] | None = None) -> str:
         i = ns.state.find(gone) if ns.counts[gone] else -1  # (quarantined: their why says so)
         while i >= 0:
             nfailed += 1
-            cause = (nid, ns.why.get(i) or f"exit {ns.rc.get(i)}")
+            cause = (nid, shown(ns.why.get(i) or f"exit {ns.rc.get(i)}"))
             causes[cause] = causes.get(cause, 0) + 1
             if len(failures) < MAX_FAILURES:
+                # (a terminal's escapes in a value or a line written visibly, as pwe failures shows them)
                 failures.append({"member": f"{nid}[{i}]", "attempts": ns.attempt[i], "exit": ns.rc.get(i),
-                                 "why": ns.why.get(i) or "", "params": _params(plan, nid, i),
-                                 "stderr": stderr_tail(run_dir, nid, i, reader)})
+                                 "why": shown(ns.why.get(i) or ""), "params": shown(_params(plan, nid, i)),
+                                 "stderr": inert(stderr_tail(run_dir, nid, i, reader))})
             i = ns.state.find(gone, i + 1)
     reader.close()
     if warnings is not None:
@@ -123,13 +127,44 @@ def build(run_dir: Path, warnings: list[str] | None = None) -> str:
     ]
     data = {"t0": t0, "span": span, "width": WIDTH, "timeline": timeline, "util": util, "dists": dists,
             "colors": color, "nodes": node_ids}
+    from .failures import failures as summarise
+
+    common = failure_rows(summarise(run_dir, loaded=(info, st, tr))) if nfailed else None
     return render_page("report.html.j2", {
         "run_id": info["run_id"], "summary": summary, "failures": failures, "nfailed": nfailed,
         "causes": sorted(((n, why, c) for (n, why), c in causes.items()), key=lambda x: -x[2]),
         "max_failures": MAX_FAILURES, "pilots": pilots, "nodes": node_ids, "colors": color,
         "timeline_note": timeline["note"], "data_json": script_json(data),
-        "generated": _clock(time.time()), "sizing": sizing_rows(usage(info, plan, tr)),
+        "generated": _clock(time.time()), "sizing": sizing_rows(usage(info, plan, tr)), "common": common,
     })
+
+
+def failure_rows(doc: dict[str, Any], rows: int = 10) -> dict[str, Any]:
+    """The failures section's views of ``pwe failures``' document (:mod:`pwe.observe.failures`):
+    the first ``rows`` of by value, by error signature and by host, as table cells: text
+    with every control character written visibly (a terminal's escapes in a value or an
+    error line), which the page's renderer then escapes for HTML."""
+    from ..base.text import shown
+
+    def pct(x: float) -> str:
+        return f"{x:.0%}"
+
+    return {
+        "by_value": [{"node": shown(r["node"]), "parameter": shown(r["parameter"]), "value": shown(r["value"]),
+                      "failed": f"{r['failed']:,}", "done": f"{r['done']:,}", "rate": pct(r["rate"]),
+                      "difference": f"{r['difference']:+.0f}"} for r in doc["by_value"][:rows]],
+        "n_values": len(doc["by_value"]),
+        "not_compared": [f"{shown(r['node'])} {shown(r['parameter'])}: {r['values']:,} values, not compared"
+                         for r in doc["not_compared"]],
+        "by_signature": [{"members": f"{r['members']:,}", "signature": shown(r["signature"]),
+                          "example": shown(r["example"])} for r in doc["by_signature"][:rows]],
+        "n_signatures": len(doc["by_signature"]),
+        "read": (f"read from {doc['signatures_read']:,} of {doc['failed']:,} failed members"
+                 if doc["signatures_read"] < doc["failed"] else ""),
+        "by_host": [{"host": shown(r["host"]), "failed": f"{r['failed']:,}", "done": f"{r['done']:,}",
+                     "rate": pct(r["rate"])} for r in (doc["by_host"] or [])[:rows]],
+        "n_hosts": len(doc["by_host"] or []), "rows": rows,
+    }
 
 
 def sizing_rows(doc: dict[str, Any]) -> dict[str, Any]:

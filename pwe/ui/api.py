@@ -10,6 +10,9 @@ run                    ``pwe status`` (:func:`pwe.observe.runview.status`), with
 members                ``pwe show -q`` (:func:`pwe.observe.results.select`), a page of them
 logs                   ``pwe logs`` (:func:`pwe.observe.output.logs_document`), bounded
 timeline               ``pwe trace`` (:meth:`pwe.observe.trace.Trace.records`), the newest
+failures               ``pwe failures`` (:func:`pwe.observe.failures.failures`), of the run kept read
+explain                ``pwe explain`` (:func:`pwe.observe.explain.explain`), the batch system
+                       asked only when the request says so
 triggers               ``pwe trigger list`` (:func:`pwe.service.daemon.trigger_rows`)
 hosts, host check      ``pwe hosts list`` / ``check`` (:mod:`pwe.observe.hostview`)
 =====================  ==========================================================
@@ -233,6 +236,48 @@ def timeline(src: Sources, run_id: str, limit: int = TIMELINE_MAX) -> dict[str, 
             "by_machine": by_machine, "pilots": {p: {k: v for k, v in info.items() if k in
                                                     ("host", "lane", "batch", "job", "slots", "gone")}
                                                 for p, info in tr.pilots.items()}}
+
+
+def failures(src: Sources, run_id: str, budget: Any = None) -> dict[str, Any]:
+    """``pwe failures --json`` of the run, from its state and trace kept read (no replay of
+    its journal per request), with ``from_offset``: where the trace's attempts begin, as
+    :func:`timeline` says it (the view by host counts those). ``budget``: how long to wait
+    for the run's lock (:class:`pwe.planning.conditions.Budget`)."""
+    from ..observe.failures import failures as summarise
+
+    d = src.find(run_id)
+    loaded = src.cache.get(d)
+    tr = loaded.traced()
+    if not loaded.lock.acquire(timeout=budget.left() if budget is not None else -1):
+        raise budget.over()
+    try:  # (under the lock: the state is not brought up to date while it is counted)
+        doc = summarise(d, loaded=(loaded.info, loaded.state, tr))
+    finally:
+        loaded.lock.release()
+    doc["run"] = doc["run"] or run_id
+    doc["from_offset"] = loaded.partial
+    return doc
+
+
+def explain(src: Sources, run_id: str, node: str, index: int, ask: bool = False,
+            budget: Any = None) -> dict[str, Any]:
+    """``pwe explain --json`` of a member: ``ask`` false (the page's every view), from the
+    state kept read, no command run; ``ask`` true, the batch system asked why a queued
+    pilot job waits (the state read afresh, so that no lock is held while it answers). A
+    member the run does not have: :class:`InputError` (one line)."""
+    from ..observe.explain import explain as why
+
+    d = src.find(run_id)
+    said = f"{node[:60]}:{index}"
+    if ask:
+        return why(d, node, index, ask=True, said=said)
+    loaded = src.cache.get(d)
+    if not loaded.lock.acquire(timeout=budget.left() if budget is not None else -1):
+        raise budget.over()
+    try:
+        return why(d, node, index, ask=False, said=said, loaded=(loaded.info, loaded.state))
+    finally:
+        loaded.lock.release()
 
 
 def triggers() -> list[dict[str, Any]]:

@@ -213,6 +213,42 @@ async def timeline(request: Request) -> Response:
     return await _call(api.timeline, request.app.state.src, request.path_params["run_id"])
 
 
+async def failures(request: Request) -> Response:
+    """What the run's failures have in common (pwe failures --json).
+    ---
+    summary: the run's failures by parameter value, reason, error signature and host (pwe failures --json)
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    returns: Failures
+    """
+    return await _query(request, api.failures, request.app.state.src, request.path_params["run_id"])
+
+
+async def explain(request: Request) -> Response:
+    """Why a member is in its state (pwe explain --json).
+    ---
+    summary: why a member is in its state, in layers (pwe explain --json); the batch system is asked only with ask=1
+    parameters:
+      - {name: run_id, in: path, required: true, schema: {type: string}}
+      - {name: node, in: path, required: true, schema: {type: string}}
+      - {name: index, in: path, required: true, schema: {type: integer}}
+      - {name: ask, in: query, schema: {type: integer, enum: [0, 1]},
+         description: "1: ask the batch system why a queued pilot job waits (an action: 30 a minute)"}
+    returns: Explain
+    """
+    try:
+        ask = bool(_whole(request, "ask", 0, 0, 1))
+    except InputError as exc:
+        return _error(exc)
+    guard: Guard = request.app.state.guard
+    # (asking runs the batch system's status command: bounded as actions are, per address)
+    if ask and not guard.action_allowed(request.client.host if request.client else "?"):
+        return JSONResponse({"error": "too many questions to the batch system: wait a minute"}, status_code=429)
+    response = await _query(request, api.explain, request.app.state.src, *_member_args(request), ask=ask)
+    if response.status_code == 400:  # (explain's bad input is a member the run does not have)
+        response.status_code = 404
+    return response
+
+
 async def triggers(request: Request) -> Response:
     """The triggers (pwe trigger list --json).
     ---
@@ -434,6 +470,7 @@ def make_app(src: api.Sources, guard: Guard) -> Any:
         Route("/api/session", session), Route("/api/openapi.json", openapi, include_in_schema=False),
         Route("/api/runs", runs), Route(run_p, run), Route(run_p + "/members", members),
         Route(member_p, member), Route(member_p + "/logs", logs), Route(run_p + "/timeline", timeline),
+        Route(run_p + "/failures", failures), Route(member_p + "/explain", explain),
         Route("/api/triggers", triggers), Route("/api/hosts", hosts),
         Route("/api/live/runs", live_runs), Route("/api/live/runs/{run_id}", live_run),
         Route(run_p + "/cancel", cancel, methods=["POST"]), Route(run_p + "/retry", retry, methods=["POST"]),

@@ -178,6 +178,8 @@ def test_openapi_describes_every_endpoint_and_the_documents_served_match_it(done
         "/api/runs/{run_id}/members/{node}/{index}": c.get(f"/api/runs/{run.name}/members/sweep/3").json(),
         "/api/runs/{run_id}/members/{node}/{index}/logs": c.get(f"/api/runs/{run.name}/members/sweep/3/logs").json(),
         "/api/runs/{run_id}/timeline": c.get(f"/api/runs/{run.name}/timeline").json(),
+        "/api/runs/{run_id}/failures": c.get(f"/api/runs/{run.name}/failures").json(),
+        "/api/runs/{run_id}/members/{node}/{index}/explain": c.get(f"/api/runs/{run.name}/members/sweep/3/explain").json(),
         "/api/hosts": c.get("/api/hosts").json(),
         "/api/session": c.get("/api/session").json(),
     }

@@ -210,6 +210,47 @@ def test_retry_from_the_page_reruns_only_the_selected_failed_members(home, tmp_p
     assert retry["by"].startswith("ui:") and retry["only"] == {"sweep": [[5, 6], [9, 10]]}
 
 
+WHY = """name: uiwhy
+defaults: {host: local}
+nodes:
+  sim:
+    parameters: {mesh: [coarse, fine, medium], seed: {range: [0, 3]}}
+    run: |
+      if [ {{ mesh }} = fine ]; then echo "residual {{ seed }}.5e-3 too large" >&2; exit 3; fi
+"""
+
+
+def test_the_failures_panel_and_a_members_explain(home, tmp_path, driver):
+    """pwe failures on a run's page (mesh=fine, which always failed, its first row) and pwe
+    explain on a member's (its layers' sentences)."""
+    (tmp_path / "wf.yaml").write_text(WHY)
+    rc, out, err = run_cli("run", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
+    assert rc == 1, err
+    run_id = Path(json.loads(out)["run_dir"]).name
+    ui = UI(tmp_path)
+    try:
+        driver.get(ui.url)
+        driver.get(f"{ui.base}/#/run/{run_id}")
+        wait_js(driver, "return document.querySelector('#failures-by-value tr:nth-child(2)')", what="the failures panel")
+        first = driver.execute_script("return [...document.querySelectorAll('#failures-by-value tr:nth-child(2) td')]"
+                                      ".map(td => td.textContent)")
+        assert first == ["sim", "mesh", "fine", "3", "0", "100%", "+100"], first
+        assert "exit 3 × 3" in text_of(driver, "failures-by-reason")
+        assert "residual <n> too large" in text_of(driver, "failures-by-signature")
+        by_host = driver.execute_script("return [...document.querySelectorAll('#failures-by-host tr:nth-child(2) td')]"
+                                        ".map(td => td.textContent)")
+        assert by_host[1:] == ["3", "6", "33%"], by_host
+        assert "[object" not in text_of(driver, "failures-box")
+        driver.execute_script("document.querySelector('#members tr.member-row[data-member=\"sim:4\"]').click()")
+        wait_js(driver, "return document.querySelector('#explain-member li')", what="the member's explain")
+        said = text_of(driver, "explain-member")
+        assert "failed for good: exit 3" in said and "residual 1.5e-3 too large" in said, said
+        shot(driver, "explain")
+        no_errors(driver)
+    finally:
+        ui.stop()
+
+
 HOSTILE = r"""name: uievil
 defaults: {host: local}
 nodes:

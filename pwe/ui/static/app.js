@@ -233,6 +233,7 @@ async function showRun(id, member) {
     el("div", {id: "summary", class: "muted"}),
     el("h2", {text: "DAG"}), el("div", {id: "dag-box", class: "panel"}),
     el("h2", {text: "Nodes"}), el("div", {id: "counts-box"}),
+    el("h2", {text: "Failures"}), el("div", {id: "failures-box", class: "panel"}, el("p", {class: "muted", text: "loading…"})),
     el("h2", {text: "Members"}),
     el("div", {class: "actions"}, q, nodeSel, stateSel, button("Search", async () => { runView.q = q.value; runView.offset = 0; await loadMembers(); })),
     el("div", {id: "members-box"}),
@@ -253,6 +254,16 @@ async function showRun(id, member) {
   timers = [];
   setTimeout(loadTimeline, 50);
   timers.push(setInterval(loadTimeline, 2000));
+  // what the failures have in common: read again when a member's end or a retry changed them, at most every 10 s
+  let flWanted = true, flBusy = false;
+  const loadFailures = async () => {
+    if (!flWanted || flBusy) return; flWanted = false; flBusy = true;
+    try { putFailures(await get(`${base}/failures`)); }
+    catch (e) { document.getElementById("failures-box")?.replaceChildren(el("p", {class: "bad", text: e.message})); }
+    finally { flBusy = false; }
+  };
+  setTimeout(loadFailures, 100);
+  timers.push(setInterval(loadFailures, 10000));
   let membersWanted = false;
   timers.push(setInterval(() => { if (membersWanted) { membersWanted = false; loadMembers(); } }, 1000));
   listen(`/api/live/runs/${encodeURIComponent(id)}`, {
@@ -269,6 +280,7 @@ async function showRun(id, member) {
       }
       while (feed.childNodes.length > 200) feed.lastChild.remove();
       if (j.records.some(r => r.e !== "end" && r.e !== "start" && r.e !== "assign")) membersWanted = true;
+      if (j.records.some(r => (r.e === "end" && r.rc) || r.e === "retry" || r.e === "lost")) flWanted = true;
     }});
 }
 // the done that did not run here, as pwe status says them: reused from earlier runs, complete by products
@@ -309,6 +321,39 @@ function putTimeline(tl) {
       p => { const x = pilots[p] || tl.pilots[p] || {}; return [x.state, x.host || x.lane, x.job ? `job ${x.job}` : ""].filter(Boolean).join(" "); })),
     el("div", {class: "panel"}, el("strong", {text: "per machine"}), progressTable(tl.by_machine, "by-machine")));
 }
+// pwe failures' views, the first rows of each: by parameter value first (the values most over-represented
+// among the failures), then by reason, by error signature, by host
+const FAILURE_ROWS = 10;
+function rowsTable(id, heads, rows, nums) {
+  const t = el("table", {id}, el("tr", {}, heads.map((h, i) => el("th", {class: nums.includes(i) ? "num" : null, text: h}))));
+  for (const r of rows) t.append(el("tr", {}, r.map((v, i) => el("td", {class: nums.includes(i) ? "num" : null, text: v}))));
+  return t;
+}
+function putFailures(doc) {
+  const box = document.getElementById("failures-box"); if (!box) return;
+  if (!doc.failed) { box.replaceChildren(el("p", {class: "muted", id: "no-failures", text: "no member failed"})); return; }
+  const first = (rows, what) => rows.length > FAILURE_ROWS ? ` (the first ${FAILURE_ROWS} of ${fmt(rows.length)} ${what})` : "";
+  const pct = x => `${Math.round(100 * x)}%`;
+  box.replaceChildren(...[  // (replaceChildren takes nodes, not lists of them: flattened here)
+    el("strong", {text: `by parameter value${first(doc.by_value, "values")}`}),
+    el("p", {class: "muted", text: "the values most over-represented among the failures first: difference is the share of " +
+      "the node's failed members with the value less the share of its done members with it, in points"}),
+    rowsTable("failures-by-value", ["node", "parameter", "value", "failed", "done", "rate", "difference"],
+      doc.by_value.slice(0, FAILURE_ROWS).map(r => [r.node, r.parameter, r.value, fmt(r.failed), fmt(r.done), pct(r.rate),
+        `${r.difference > 0 ? "+" : ""}${Math.round(r.difference)}`]), [3, 4, 5, 6]),
+    doc.not_compared.map(r => el("p", {class: "muted", text: `${r.node} ${r.parameter}: ${fmt(r.values)} values, not compared`})),
+    el("p", {id: "failures-by-reason", text: "by reason: " + doc.by_reason.slice(0, FAILURE_ROWS).map(r => `${r.reason} × ${fmt(r.members)}`).join(", ")}),
+    el("strong", {text: "by error signature (the last line on stderr, numbers and paths folded)" +
+      (doc.signatures_read < doc.failed ? `, read from ${fmt(doc.signatures_read)} of ${fmt(doc.failed)}` : "") +
+      first(doc.by_signature, "signatures")}),
+    rowsTable("failures-by-signature", ["members", "signature", "for example"],
+      doc.by_signature.slice(0, FAILURE_ROWS).map(r => [fmt(r.members), r.signature, r.example]), [0]),
+    doc.by_host && doc.by_host.length ? [
+      el("strong", {text: `by host (attempts)${first(doc.by_host, "hosts")}`}),
+      rowsTable("failures-by-host", ["host", "failed", "done", "rate"],
+        doc.by_host.slice(0, FAILURE_ROWS).map(r => [r.host, fmt(r.failed), fmt(r.done), pct(r.rate)]), [1, 2, 3])] : null,
+  ].flat(Infinity).filter(Boolean));
+}
 async function loadMembers() {
   const p = new URLSearchParams({offset: runView.offset, limit: runView.limit});
   if (runView.q) p.set("q", runView.q); if (runView.node) p.set("node", runView.node); if (runView.state) p.set("state", runView.state);
@@ -338,7 +383,8 @@ async function showMember(node, index) {
   const base = `/api/runs/${encodeURIComponent(runView.id)}/members/${encodeURIComponent(node)}/${index}`;
   const box = document.getElementById("member-box"); if (!box) return;
   try {
-    const [m, logs] = await Promise.all([get(base), get(`${base}/logs?tail=200`).catch(e => ({error: e.message}))]);
+    const [m, logs, why] = await Promise.all([get(base), get(`${base}/logs?tail=200`).catch(e => ({error: e.message})),
+      get(`${base}/explain`).catch(e => ({error: e.message}))]);
     const kv = (k, v) => el("tr", {}, el("td", {text: k}), el("td", {text: v}));
     box.replaceChildren(el("div", {class: "panel", id: "member"},
       el("h2", {text: `${node}[${index}]`}),
@@ -348,6 +394,7 @@ async function showMember(node, index) {
         Object.entries(m.outputs).map(([k, v]) => kv(`output ${k}`, v)),
         kv("files", m.files.map(f => `${f.name} (${fmt(f.bytes)} B)`).join(", ") || "none"),
         m.products.length ? kv("products", m.products.map(p => `${p.path}${p.exists ? "" : " (missing)"}`).join(", ")) : null),
+      el("div", {id: "explain"}, explainView(why, base)),
       logs.error ? el("p", {class: "muted", text: logs.error}) : ["stdout", "stderr"].map(k => logs[k] ? [
         el("strong", {text: k + (logs[k].cut ? ` (last part; ${fmt(logs[k].cut)} bytes before it)` : "")}),
         el("pre", {class: "log", id: `log-${k}`, text: logs[k].text})] : null)));
@@ -356,6 +403,21 @@ async function showMember(node, index) {
       if (runView.member && runView.member[0] === node && runView.member[1] === index &&
           document.getElementById("member")) showMember(node, index); }, 2000);
   } catch (e) { box.replaceChildren(el("p", {class: "bad", text: e.message})); }
+}
+
+// pwe explain's layers: the member (what it waits for, what holds it), its placement, its allocation. The batch
+// system is asked why a queued pilot job waits only when the button says so (?ask=1), never per view
+function explainView(doc, base) {
+  if (doc.error) return el("p", {class: "muted", text: doc.error});
+  const names = {member: "the member", placement: "placement", allocation: "allocation"};
+  const ask = button("Ask the batch system", async () => {
+    const fresh = await get(`${base}/explain?ask=1`);
+    document.getElementById("explain")?.replaceChildren(explainView(fresh, base));
+  });
+  return [el("strong", {text: "Explain"}),
+    Object.entries(doc.layers).map(([k, lines]) => el("div", {class: "layer", id: `explain-${k}`},
+      el("em", {text: names[k] || k}), el("ul", {}, lines.map(line => el("li", {text: line}))))),
+    doc.layers.allocation ? el("div", {class: "actions"}, ask) : null];
 }
 
 // -- triggers and hosts ------------------------------------------------------------------------
