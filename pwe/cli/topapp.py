@@ -132,7 +132,7 @@ class RunsScreen(Screen):
     def read(self) -> None:
         try:
             rows, error = topview.runs(), None
-        except PweError as exc:
+        except (PweError, OSError, ValueError) as exc:
             rows, error = None, shown(str(exc))
         self.app.call_from_thread(self.show_runs, rows, error)
 
@@ -216,7 +216,7 @@ class RunScreen(Screen):
                 view = topview.run_view(self.run_dir, loaded.state)
                 rows = topview.members(self.run_dir, loaded.state, which)
             pane = self.pane_of(mode, selected)
-        except PweError as exc:
+        except (PweError, OSError, ValueError) as exc:  # (a run damaged, or gone, while shown: said, not raised)
             self.app.call_from_thread(self.show_error, shown(str(exc)))
             return
         self.app.call_from_thread(self.show_run, view, rows, which, pane)
@@ -288,7 +288,7 @@ class RunScreen(Screen):
         if self.pane is None:
             return
         widget = self.query_one("#detail", Static)
-        room = max(1, widget.size.height - 2)  # (less its top border and its title)
+        room = max(1, widget.size.height - 1)  # (less its title; the size is within its border)
         lines = self.pane["lines"]
         most = max(0, len(lines) - room)
         self.scrolled = min(max(self.scrolled, 0), most)
@@ -315,7 +315,7 @@ class RunScreen(Screen):
     def read_pane(self, mode: str, selected: tuple[str, int] | None, first: bool) -> None:
         try:
             pane = self.pane_of(mode, selected, first)
-        except PweError as exc:
+        except (PweError, OSError, ValueError) as exc:
             pane = {"title": mode, "lines": [shown(str(exc))], "from_end": False, "mode": mode, "member": selected}
         self.app.call_from_thread(self.show_pane, pane)
 

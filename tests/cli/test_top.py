@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, engine_pid, one_line_error, pwe, run_cli, status, wait_for
+from helpers import ROOT, engine_pid, need, one_line_error, pwe, run_cli, show, status, wait_for
 
 #: a run with a failed member (a[3], a line on stderr) and a member whose parameter value
 #: would set the terminal's title, colour it red and be read as rich markup
@@ -41,7 +41,8 @@ nodes:
     run: echo "napping {{{{ k }}}}"; if [ {{{{ k }}}} -ge 2 ]; then sleep {marker}; fi
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+#: where the screens are kept, as the terminal showed them (docs/how-to/top.md's captures)
+ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
 class Terminal:
@@ -91,6 +92,7 @@ class Terminal:
 @pytest.fixture
 def terminals():
     """terminals(cwd, *args, x=, y=) -> a :class:`Terminal`; each server killed at the end."""
+    need(shutil.which("tmux") is not None, "tmux is not installed (apt-get install tmux)")
     made: list[Terminal] = []
 
     def start(cwd, *args, **size):
@@ -111,6 +113,11 @@ def finished(tmp_path):
     rc, out, err = pwe("run", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
     assert rc == 1, err  # a[3] fails
     return json.loads(out)["run_id"]
+
+
+def keep(name: str, screen: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / name).write_text(screen)
 
 
 def members_part(screen: str) -> str:
@@ -149,6 +156,7 @@ def test_top_opens_a_run_its_nodes_a_log_and_the_failed(tmp_path, finished, term
     screen = term.wait("by parameter value", "the failures by value")
     rows = [line.split() for line in screen.split("by parameter value")[1].splitlines()[2:4]]
     assert rows[0][:3] == ["a", "k", "3"] and rows[0][-1] == "+100", screen
+    keep("top-failures-80x24.txt", screen)
 
 
 def test_top_draws_escapes_and_markup_in_values_as_text(tmp_path, finished, terminals):
@@ -177,7 +185,7 @@ def test_top_cancel_asks_first(tmp_path, write, reaper, terminals):
         assert "2/8" in screen.splitlines()[1] and screen.splitlines()[1].startswith("nap "), screen
         assert "pilots: p1 up" in screen and "running 2" in screen
         term.keys("l")
-        term.wait("napping 0", "the log of nap[0], done in the live run")
+        keep("top-80x24.txt", term.wait("napping 0", "the log of nap[0], done in the live run"))
         term.keys("c")
         term.wait("y: yes   n: no", "the question before a cancel")
         term.keys("n")
@@ -195,6 +203,27 @@ def test_top_cancel_asks_first(tmp_path, write, reaper, terminals):
                 os.kill(int(pid), 9)
             except ProcessLookupError:
                 pass
+
+
+def test_top_retry_asks_first_then_reruns_the_failed(tmp_path, finished, terminals, reaper):
+    run = tmp_path / "pwe-runs" / finished
+    term = terminals(tmp_path, finished)
+    term.wait("a[3]", "the run's page")
+    term.keys("r")
+    term.wait("y: yes   n: no", "the question before a retry")
+    term.keys("n")
+    assert "retry: not asked" in term.wait(lambda s: "y: yes" not in s, "the question gone")
+    assert {(m["node"], m["member"]): m["attempts"] for m in show(run)}[("a", 3)] == 1  # nothing ran again
+    term.keys("r")
+    term.wait("y: yes   n: no", "the question again")
+    term.keys("y")
+    term.wait(f"{finished}: retrying in the background", "the dashboard saying the retry began")
+    reaper(run, engine_pid(run))
+    # a[3] ran again (and failed again: k=3 always does), the run ended again; the
+    # dashboard, reading it all along, never held it
+    wait_for(lambda: {(m["node"], m["member"]): m["attempts"] for m in show(run)}[("a", 3)] == 2
+             and status(run)["phase"] == "finished with failures", what="a[3] retried to its end")
+    term.wait(lambda s: f"run {finished}: finished with failures" in s, "the page after the retry")
 
 
 def test_top_too_small_says_so_then_draws_when_grown(tmp_path, terminals):
