@@ -17,7 +17,7 @@ if [ "${1:-}" = "--quick" ]; then
     shift
 fi
 python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,web,docs]'
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,web,docs,tui]'
 echo "run.sh: ruff check"
 .venv/bin/ruff check .
 echo "run.sh: lint-imports (the layers: the rooms of pwe over hostinfo over protocols over pwe.base over pilot)"

@@ -48,6 +48,8 @@ COMMANDS: dict[str, Listed] = {
         "waits for, what holds it, which change made it run again), its placement, its allocation."),
     "failures": Listed("pwe.cli.why:failures", "RUN's failures summarised: by parameter value (the values most "
         "over-represented first), by reason, by error signature, by the host the attempts ran on."),
+    "top": Listed("pwe.cli.top:top", "A live dashboard in the terminal: runs, a run's nodes, pilots, failures by "
+        "value, a member's log."),
     "lint": Listed("pwe.cli.lint:lint", "Warnings about FILE, each with its file and line: exit 0 (1 with --strict)."),
     "run": Listed("pwe.cli.running:run", "Run FILE to the end with a progress bar; exit 0 when every member succeeded, "
         "else 1."),
