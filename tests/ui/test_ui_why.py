@@ -89,6 +89,25 @@ def test_explain_is_the_cli_document_of_the_member(done):
     assert c.get(f"/api/runs/{run.name}/members/sim/3/explain?ask=0").json() == doc
 
 
+def test_the_batch_system_is_asked_only_with_ask_1(done, monkeypatch):
+    """A view passes ask=False to explain (the state kept read, no command); ?ask=1 alone
+    passes ask=True (explain then asks the batch system about a queued pilot job: real
+    SLURM in tests/observe/test_explain.py)."""
+    import pwe.observe.explain as module
+
+    asked, real = [], module.explain
+
+    def spy(*args, **kw):
+        asked.append(kw["ask"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(module, "explain", spy)
+    c = client(done[0])
+    url = f"/api/runs/{done[1].name}/members/sim/3/explain"
+    assert [c.get(url + q).status_code for q in ("", "?ask=0", "?ask=", "?ask=1")] == [200] * 4
+    assert asked == [False, False, False, True]
+
+
 def test_a_run_or_member_that_does_not_exist_is_404_in_one_line(done):
     cwd, run = done
     c = client(cwd)
