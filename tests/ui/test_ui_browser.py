@@ -251,6 +251,40 @@ def test_the_failures_panel_and_a_members_explain(home, tmp_path, driver):
         ui.stop()
 
 
+def test_a_waiting_members_explain_asks_the_batch_system_only_from_its_button(home, tmp_path, driver):
+    """A member waiting behind two running ones: its page shows its placement and allocation
+    layers and asks the batch system (``?ask=1``) only when the button is pressed, never as
+    the page renders it again (its row clicked; every 2 s while it is queued; on each journal
+    record of it)."""
+    run_id, run = submit(tmp_path, 6, "30")
+    wait_for(lambda: b'"e":"start","n":"s"' in (run / "journal.jsonl").read_bytes(), 60, "an s member's start")
+    ui = UI(tmp_path)
+    try:
+        driver.get(ui.url)
+        driver.get(f"{ui.base}/#/run/{run_id}/member/s/5")  # (the same page: a new hash)
+        driver.execute_script("window.__urls = []; const f = window.fetch; "
+                              "window.fetch = (u, o) => { window.__urls.push(String(u)); return f(u, o); }")
+        wait_js(driver, "return document.querySelector('#explain-allocation li')", what="the allocation layer")
+        assert "pilot" in text_of(driver, "explain-placement"), text_of(driver, "explain")
+        for _ in range(2):  # (viewed again: its row clicked)
+            driver.execute_script("document.querySelector('#members tr.member-row[data-member=\"s:5\"]').click()")
+        views = "return window.__urls.filter(u => u.endsWith('/members/s/5/explain')).length"
+        wait_for(lambda: driver.execute_script(views) >= 2, 60, "the member's page rendered again")
+        asks = "return window.__urls.filter(u => u.includes('ask=1')).length"
+        assert driver.execute_script(asks) == 0
+        driver.execute_script("[...document.querySelectorAll('#explain button')]"
+                              ".find(b => b.textContent === 'Ask the batch system').click()")
+        wait_for(lambda: driver.execute_script(asks) == 1, 30, "the question to the batch system")
+        wait_js(driver, "return document.querySelector('#explain-allocation li')", what="the layers again")
+        # (a member that has not run has no logs yet: the logs route says so, 409, and the page shows it as text)
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]
+                  and not ("/members/s/5/logs?" in e["message"] and "409" in e["message"])]
+        assert errors == [], errors
+    finally:
+        ui.stop()
+        run_cli("cancel", run_id, cwd=tmp_path)
+
+
 HOSTILE = r"""name: uievil
 defaults: {host: local}
 nodes:
