@@ -251,6 +251,42 @@ def test_the_failures_panel_and_a_members_explain(home, tmp_path, driver):
         ui.stop()
 
 
+LATE = """name: uilate
+defaults: {host: local}
+nodes:
+  sim:
+    parameters: {mesh: [coarse, fine], seed: {range: [0, 2]}}
+    run: |
+      while [ ! -e %s ]; do sleep 0.05; done
+      if [ {{ mesh }} = fine ]; then exit 4; fi
+"""
+
+
+def test_the_failures_panel_follows_a_live_run(home, tmp_path, driver):
+    """The panel says no member failed, then, as members fail (their end records pushed),
+    shows the value they have in common first, without a reload."""
+    gate = tmp_path / "gate"
+    (tmp_path / "wf.yaml").write_text(LATE % gate)
+    rc, out, err = run_cli("submit", "wf.yaml", "--cores", "2", cwd=tmp_path)
+    assert rc == 0, err
+    run_id = out.strip()
+    ui = UI(tmp_path)
+    try:
+        driver.get(ui.url)
+        driver.get(f"{ui.base}/#/run/{run_id}")
+        wait_js(driver, "return document.querySelector('#no-failures')", what="no failure yet")
+        driver.execute_script("window.__same_page = 'yes'")
+        gate.write_text("")
+        first = "return [...document.querySelectorAll('#failures-by-value tr:nth-child(2) td')].map(td => td.textContent)"
+        wait_for(lambda: driver.execute_script(first) == ["sim", "mesh", "fine", "2", "0", "100%", "+100"], 90,
+                 "the failing value first, once both its members failed")
+        assert driver.execute_script("return window.__same_page") == "yes"
+        no_errors(driver)
+    finally:
+        ui.stop()
+        gate.write_text("")
+
+
 def test_a_waiting_members_explain_asks_the_batch_system_only_from_its_button(home, tmp_path, driver):
     """A member waiting behind two running ones: its page shows its placement and allocation
     layers and asks the batch system (``?ask=1``) only when the button is pressed, never as

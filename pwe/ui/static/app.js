@@ -254,16 +254,18 @@ async function showRun(id, member) {
   timers = [];
   setTimeout(loadTimeline, 50);
   timers.push(setInterval(loadTimeline, 2000));
-  // what the failures have in common: read again when a member's end or a retry changed them, at most every 10 s
-  let flWanted = true, flBusy = false;
+  // what the failures have in common: read again when a member's end or a retry changed them, at most every 5 s
+  // (each reading counts the run's state and reads up to 2,000 failed members' last stderr lines)
+  let flWanted = true, flBusy = false, flLast = -Infinity;
   const loadFailures = async () => {
-    if (!flWanted || flBusy) return; flWanted = false; flBusy = true;
+    if (!flWanted || flBusy || performance.now() - flLast < 5000) return;
+    flWanted = false; flBusy = true; flLast = performance.now();
     try { putFailures(await get(`${base}/failures`)); }
     catch (e) { document.getElementById("failures-box")?.replaceChildren(el("p", {class: "bad", text: e.message})); }
     finally { flBusy = false; }
   };
   setTimeout(loadFailures, 100);
-  timers.push(setInterval(loadFailures, 10000));
+  timers.push(setInterval(loadFailures, 1000));
   let membersWanted = false;
   timers.push(setInterval(() => { if (membersWanted) { membersWanted = false; loadMembers(); } }, 1000));
   listen(`/api/live/runs/${encodeURIComponent(id)}`, {
@@ -280,7 +282,7 @@ async function showRun(id, member) {
       }
       while (feed.childNodes.length > 200) feed.lastChild.remove();
       if (j.records.some(r => r.e !== "end" && r.e !== "start" && r.e !== "assign")) membersWanted = true;
-      if (j.records.some(r => (r.e === "end" && r.rc) || r.e === "retry" || r.e === "lost")) flWanted = true;
+      if (j.records.some(r => (r.e === "end" && (r.rc || r.why || r.reason)) || ["retry", "unassign"].includes(r.e))) flWanted = true;
     }});
 }
 // the done that did not run here, as pwe status says them: reused from earlier runs, complete by products
