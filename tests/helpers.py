@@ -761,3 +761,18 @@ def one_line_error(rc, out, err):
     assert rc == 2, (rc, out, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     return err.strip()
+
+
+def failing_meshes(name: str, defaults: str = "") -> str:
+    """A sweep where one value always fails (mesh=fine, a line on stderr with a path, a
+    number, a terminal escape and HTML), beside values holding HTML and an escape: what
+    pwe failures, the report and the dashboard must show first, and show as text."""
+    return (f"name: {name}\n{defaults}" + r"""nodes:
+  sim:
+    parameters:
+      mesh: [coarse, fine, "<script>alert(1)</script>", "\e[31mred"]
+      seed: {range: [0, 3]}
+    run: >-
+      if [ "{{ mesh }}" = fine ]; then printf 'Error: /scratch/run{{ seed }}/m.h5 \033[2J<img src=x>\n' >&2;
+      exit 3; fi; echo ok
+""")

@@ -7,18 +7,9 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from helpers import run_cli
+from helpers import failing_meshes, run_cli
 
-WORKFLOW = r"""name: reportwhy
-nodes:
-  sim:
-    parameters:
-      mesh: [coarse, fine, "<script>alert(1)</script>", "\e[31mred"]
-      seed: {range: [0, 3]}
-    run: >-
-      if [ "{{ mesh }}" = fine ]; then printf 'Error: /scratch/run{{ seed }}/m.h5 \033[2J<img src=x>\n' >&2;
-      exit 3; fi; echo ok
-"""
+WORKFLOW = failing_meshes("reportwhy")
 
 
 class _Tables(HTMLParser):

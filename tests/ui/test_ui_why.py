@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import failing_meshes, run_cli
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -26,17 +26,7 @@ from pwe.ui.security import ACTIONS_PER_MINUTE, Guard  # noqa: E402
 
 #: one value of one parameter always fails; values and the error line carry markup and a
 #: terminal's escapes
-WORKFLOW = r"""name: uiwhy
-defaults: {host: local}
-nodes:
-  sim:
-    parameters:
-      mesh: [coarse, fine, "<script>alert(1)</script>", "\e[31mred"]
-      seed: {range: [0, 3]}
-    run: >-
-      if [ "{{ mesh }}" = fine ]; then printf 'Error: /scratch/run{{ seed }}/m.h5 \033[2J<img src=x>\n' >&2;
-      exit 3; fi; echo ok
-"""
+WORKFLOW = failing_meshes("uiwhy", "defaults: {host: local}\n")
 
 
 @pytest.fixture(scope="module")
