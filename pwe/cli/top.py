@@ -29,14 +29,14 @@ def top(run: str | None, every: float) -> None:
         run_dir = find(run) if run is not None else None
     except PweError as exc:
         fail(exc)
-    if not (sys.stdout.isatty() and sys.stdin.isatty()):
-        echo("pwe top: no terminal (stdin and stdout must be one) to draw on; `pwe runs` and `pwe status RUN` "
-             "print what it shows", err=True)
-        sys.exit(2)
     try:
         import textual  # noqa: F401  (the tui extra)
     except ImportError:
         echo("pwe top needs the tui extra: pip install 'pwe[tui]'", err=True)
+        sys.exit(2)
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        echo("pwe top: no terminal (stdin and stdout must be one) to draw on; `pwe runs` and `pwe status RUN` "
+             "print what it shows", err=True)
         sys.exit(2)
     import os
 

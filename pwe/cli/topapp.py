@@ -33,6 +33,9 @@ from .topdraw import HELP, STATE_STYLE, crop, line, node_lines, pilot_line, run_
 
 #: the smallest terminal the screens are drawn in (columns, lines): below, one line says so
 SMALLEST = (60, 16)
+#: the panes below a run's members, each with its key: the selected member's log tail, why
+#: it is in its state, the run's failures by value
+PANES = {"log": "l", "explain": "e", "failures": "v"}
 CSS = """
 Screen { layout: vertical; }
 .line { height: 1; }
@@ -107,7 +110,10 @@ class HelpScreen(ModalScreen[None]):
 class RunsScreen(Screen):
     """Every run pwe knows (``pwe runs``), newest first; enter opens one."""
 
-    BINDINGS = [Binding("enter", "open", "open", show=False)]
+    def __init__(self):
+        super().__init__()
+        self.dirs: list[str] = []  # each row's run directory
+        self.reading = False
 
     def compose(self) -> ComposeResult:
         yield Static(line("pwe top: runs"), id="title", classes="line")
@@ -118,8 +124,6 @@ class RunsScreen(Screen):
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
         table.add_columns("run", "state", "progress", "started")
-        self.dirs: list[str] = []
-        self.reading = False
         self.refresh_data()
         self.set_interval(self.app.every, self.refresh_data)
 
@@ -144,12 +148,13 @@ class RunsScreen(Screen):
             return
         table = self.query_one("#runs", DataTable)
         at = table.cursor_row
+        was = self.dirs[at] if 0 <= at < len(self.dirs) else None
         table.clear()
         self.dirs = [r["run_dir"] for r in rows]
         for r in rows:
             table.add_row(*run_cells(r))
-        if rows:
-            table.move_cursor(row=min(at, len(rows) - 1))
+        if rows:  # (the same run selected: a new run comes first and moves the others down)
+            table.move_cursor(row=self.dirs.index(was) if was in self.dirs else min(at, len(rows) - 1))
         self.query_one("#title", Static).update(line(f"pwe top: runs ({len(rows)})  {time.strftime('%H:%M:%S')}"))
         if not rows:
             note.update(line("no runs under ./pwe-runs nor the service's run root", "dim"))
@@ -182,7 +187,7 @@ class RunScreen(Screen):
         self.scrolled = 0  # lines the pane is scrolled from its start (a log: up from its end)
         self.view: dict[str, Any] | None = None
         self.samples: list[tuple[float, dict[str, int]]] = []
-        self.keys: list[tuple[str, int]] = []
+        self.listed: list[tuple[str, int]] = []  # each row's member: (node, index)
         self.reading = False
 
     def compose(self) -> ComposeResult:
@@ -264,7 +269,7 @@ class RunScreen(Screen):
         table = self.query_one("#members", DataTable)
         at = self.selected()
         table.clear()
-        self.keys = [(r["node"], r["member"]) for r in rows]
+        self.listed = [(r["node"], r["member"]) for r in rows]
         cells = [(r["label"], r["state"], str(r["attempts"]), r["ended"][:24], r["values"]) for r in rows]
         # the values take what the other columns leave of the width (no column scrolls off it)
         used = sum(max([len(c[k]) for c in cells] + [len(h)]) for k, h in enumerate(("member", "state", "tries",
@@ -273,8 +278,8 @@ class RunScreen(Screen):
         for label, state, tries, ended, values in cells:
             table.add_row(Text(label), Text(state, style=STATE_STYLE.get(state, "")), Text(tries), Text(ended),
                           crop(values, room))
-        if at in self.keys:
-            table.move_cursor(row=self.keys.index(at))
+        if at in self.listed:
+            table.move_cursor(row=self.listed.index(at))
         of = self.view["totals"].get(which) if which != "all" else self.view["total"]
         more = f"first {len(rows):,} of {of:,}" if of and of > len(rows) else f"{len(rows):,}"
         self.query_one("#members-title", Static).update(line(f"members: {which} ({more})  f: filter", "bold"))
@@ -293,7 +298,7 @@ class RunScreen(Screen):
         most = max(0, len(lines) - room)
         self.scrolled = min(max(self.scrolled, 0), most)
         start = most - self.scrolled if self.pane["from_end"] else self.scrolled
-        key = {"log": "l", "explain": "e", "failures": "v"}[self.pane["mode"]]
+        key = PANES[self.pane["mode"]]
         more = "  j/k: scroll" if most else ""
         title = Text(f"{self.pane['title']}  ({key}: close{more})", style="bold")
         widget.update(Text("\n", no_wrap=True, overflow="ellipsis").join(
@@ -302,8 +307,8 @@ class RunScreen(Screen):
     # -- keys --------------------------------------------------------------------------------
     def selected(self) -> tuple[str, int] | None:
         table = self.query_one("#members", DataTable)
-        if self.keys and 0 <= table.cursor_row < len(self.keys):
-            return self.keys[table.cursor_row]
+        if self.listed and 0 <= table.cursor_row < len(self.listed):
+            return self.listed[table.cursor_row]
         return None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -120,6 +120,11 @@ def keep(name: str, screen: str) -> None:
     (ARTIFACTS / name).write_text(screen)
 
 
+def node_line(screen: str, node: str) -> str:
+    """The line of ``node`` among the nodes (the lines under the run's), or ''."""
+    return next((line for line in screen.splitlines()[1:7] if line.startswith(f"{node} ")), "")
+
+
 def members_part(screen: str) -> str:
     """The screen's member list: from its header line to the keys line."""
     lines = screen.splitlines()
@@ -131,39 +136,38 @@ def test_top_opens_a_run_its_nodes_a_log_and_the_failed(tmp_path, finished, term
     term = terminals(tmp_path)
     term.wait(finished, "the run in the list of runs")
     term.keys("Enter")
-    screen = term.wait(lambda s: "members: all (7)" in s and "h[0]" in s, "the run's page with its members")
-    assert f"run {finished}: finished with failures  7/7 finished, 1 failed" in screen
-    nodes = {line.split()[0]: line for line in screen.splitlines()[1:3]}
-    assert "6/6" in nodes["a"] and "fail 1" in nodes["a"] and "1/1" in nodes["h"], screen
-    assert "pilots: p1 gone" in screen
+    term.wait(lambda s: f"run {finished}: finished with failures  7/7 finished, 1 failed" in s
+              and all(t in node_line(s, "a") for t in ("6/6", "run 0", "fail 1")) and "1/1" in node_line(s, "h")
+              and "pilots: p1 gone" in s and "members: all (7)" in s and "h[0]" in s,
+              "the run's page: its nodes with their counts, its pilot, its members")
     # the log pane follows the selected member
     term.keys("l")
     term.wait("hello 0", "a[0]'s log")
     term.keys("Down", "Down", "Down")
-    screen = term.wait("k=3 broke", "a[3]'s log: its stdout, then its stderr")
-    assert "hello 3" in screen and "-- stderr --" in screen and "log of a[3] attempt 1" in screen
+    term.wait(lambda s: "log of a[3] attempt 1" in s and "hello 3\n-- stderr --\nk=3 broke" in s,
+              "a[3]'s log: its stdout, then its stderr")
     term.keys("l")  # (closed)
     term.wait(lambda s: "log of" not in s, "the log pane to close")
     term.keys("f")
-    screen = term.wait("members: failed (1)", "the failed members alone")
+    screen = term.wait(lambda s: "members: failed (1)" in s and "a[3]" in s, "the failed members alone")
     shown = members_part(screen)
-    assert "a[3]" in shown and "exit 3" in shown, screen
+    assert "a[3]    failed  1      exit 3  k=3" in shown, screen
     assert not any(f"a[{i}]" in shown for i in (0, 1, 2, 4, 5)) and "h[0]" not in shown, screen
     # why it failed (pwe explain), then the run's failures by value (pwe failures): k=3 first
     term.keys("e")
     term.wait(lambda s: "explain a[3]" in s and "exit 3" in s.split("explain a[3]")[1], "a[3] explained")
     term.keys("v")
-    screen = term.wait("by parameter value", "the failures by value")
-    rows = [line.split() for line in screen.split("by parameter value")[1].splitlines()[2:4]]
-    assert rows[0][:3] == ["a", "k", "3"] and rows[0][-1] == "+100", screen
+    screen = term.wait(lambda s: "by parameter value" in s and len(s.split("by parameter value")[1].splitlines()) > 3,
+                       "the failures by value")
+    first = screen.split("by parameter value")[1].splitlines()[2].split()
+    assert first[:3] == ["a", "k", "3"] and first[-1] == "+100", screen  # the value every failure has
     keep("top-failures-80x24.txt", screen)
 
 
 def test_top_draws_escapes_and_markup_in_values_as_text(tmp_path, finished, terminals):
     term = terminals(tmp_path, finished)  # (RUN given: its page at once)
-    screen = term.wait("h[0]", "the run's page")
-    value = r"v=\x1b]0;pwned\x07\x1b[31m[bold]red[/bold]"
-    assert value in screen, screen  # the characters, written visibly, markup and all
+    # the characters, written visibly, markup and all
+    term.wait(r"h[0]    done    1      exit 0  v=\x1b]0;pwned\x07\x1b[31m[bold]red[/bold]", "h[0]'s value as text")
     term.keys("End", "l")
     screen = term.wait("log of h[0]", "h[0]'s log")
     assert r"\x1b]0;pwned\x07\x1b[31m[bold]red[/bold]" in screen, screen
@@ -180,17 +184,16 @@ def test_top_cancel_asks_first(tmp_path, write, reaper, terminals):
     reaper(run, engine_pid(run))
     try:
         term = terminals(tmp_path, run_id)
-        screen = term.wait(lambda s: f"run {run_id}: running  2/8 finished" in s and "run 2" in s,
-                           "the live run: two members done, two running")
-        assert "2/8" in screen.splitlines()[1] and screen.splitlines()[1].startswith("nap "), screen
-        assert "pilots: p1 up" in screen and "running 2" in screen
+        term.wait(lambda s: f"run {run_id}: running  2/8 finished" in s
+                  and all(t in node_line(s, "nap") for t in ("2/8", "run 2", "fail 0"))
+                  and "pilots: p1 up on" in s and "running 2" in s,
+                  "the live run: two members done, two running on its pilot")
         term.keys("l")
         keep("top-80x24.txt", term.wait("napping 0", "the log of nap[0], done in the live run"))
         term.keys("c")
         term.wait("y: yes   n: no", "the question before a cancel")
         term.keys("n")
-        screen = term.wait(lambda s: "y: yes" not in s, "the question gone")
-        assert "cancel: not asked" in screen
+        term.wait(lambda s: "y: yes" not in s and "cancel: not asked" in s, "the question gone, nothing done")
         assert status(run)["phase"] == "running"
         term.keys("c")
         term.wait("y: yes   n: no", "the question again")
@@ -212,7 +215,7 @@ def test_top_retry_asks_first_then_reruns_the_failed(tmp_path, finished, termina
     term.keys("r")
     term.wait("y: yes   n: no", "the question before a retry")
     term.keys("n")
-    assert "retry: not asked" in term.wait(lambda s: "y: yes" not in s, "the question gone")
+    term.wait(lambda s: "y: yes" not in s and "retry: not asked" in s, "the question gone, nothing done")
     assert {(m["node"], m["member"]): m["attempts"] for m in show(run)}[("a", 3)] == 1  # nothing ran again
     term.keys("r")
     term.wait("y: yes   n: no", "the question again")
@@ -237,6 +240,14 @@ def test_top_too_small_says_so_then_draws_when_grown(tmp_path, terminals):
 def test_top_without_a_terminal_refuses_in_one_line(tmp_path):
     line = one_line_error(*run_cli("top", cwd=tmp_path))
     assert line.startswith("pwe top: no terminal"), line
+
+
+def test_top_without_textual_says_which_extra_in_one_line(tmp_path):
+    hidden = tmp_path / "no-textual" / "textual"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('textual is not installed here')\n")
+    rc, out, err = run_cli("top", cwd=tmp_path, env={"PYTHONPATH": f"{hidden.parent}{os.pathsep}{ROOT}"})
+    assert one_line_error(rc, out, err) == "pwe top needs the tui extra: pip install 'pwe[tui]'"
 
 
 def test_top_of_no_such_run_or_a_bad_every_is_one_line(tmp_path):
