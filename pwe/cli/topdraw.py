@@ -37,44 +37,63 @@ def bar(done: int, failed: int, total: int, width: int) -> Text:
     return Text.assemble(("█" * ok, "green"), ("█" * bad, "red"), ("░" * (width - ok - bad), "dim"))
 
 
+def count(n: int) -> str:
+    """A count in at most 7 characters: 123,456 as it is, past it 1.23M, 45.6G, 789T, 1e+15."""
+    if n < 10**6:
+        return f"{n:,}"
+    for unit, size in (("M", 10**6), ("G", 10**9), ("T", 10**12)):
+        said = f"{n / size:.3g}"
+        if "e" not in said:  # (999.9996M is 1G, not 1e+03M)
+            return said + unit
+    return f"{n:.0e}"
+
+
 def _rate(r: float | None) -> str:
     if r is None:
         return "-"
-    return f"{r:.2g}/s" if r < 10 else f"{r:,.0f}/s"
+    return f"{r:.2g}/s" if r < 10 else f"{count(round(r))}/s"
 
 
 def node_lines(view: dict[str, Any], rates: dict[str, float | None], width: int) -> Text:
-    """The run page's nodes, a line each: name, bar, finished/total, running, failed, rate."""
+    """The run page's nodes, a line each of ``width`` at most: name, bar, finished/total,
+    running, failed, rate; past :data:`NODES_SHOWN` nodes, the others summed on one line."""
     nodes = view["nodes"]
     shown_nodes = nodes if len(nodes) <= NODES_SHOWN else nodes[:NODES_SHOWN - 1]
     name_w = min(16, max([len(n["node"]) for n in shown_nodes] + [4]))
     rows = []
     for n in shown_nodes:
         c = n["counts"]
-        count = f"{n['finished']:,}/{n['total']:,}"
-        tail = (f" {count:>11}  run {c.get('running', 0):<4,} fail {c.get('failed', 0):<4,} "
+        finished = f"{count(n['finished'])}/{count(n['total'])}"
+        tail = (f" {finished:>11}  run {count(c.get('running', 0)):<4} fail {count(c.get('failed', 0)):<4} "
                 f"{_rate(rates.get(n['node'])):>7}")
         bar_w = max(4, width - name_w - len(tail) - 2)
         rows.append(Text.assemble(f"{n['node'][:name_w]:<{name_w}} ", bar(c.get("done", 0), c.get("failed", 0),
                                                                           n["total"], bar_w), tail))
     if len(nodes) > len(shown_nodes):
         rest = nodes[len(shown_nodes):]
-        rows.append(line(f"… {len(rest):,} nodes more: {sum(n['finished'] for n in rest):,}/"
-                          f"{sum(n['total'] for n in rest):,} finished"))
-    return Text("\n").join(r if isinstance(r, Text) else Text(r) for r in rows)
+        rows.append(Text(f"… {len(rest):,} nodes more: {count(sum(n['finished'] for n in rest))}/"
+                         f"{count(sum(n['total'] for n in rest))} finished"))
+    for r in rows:  # (a narrow terminal: each line cut, never wrapped onto the next)
+        r.truncate(width, overflow="ellipsis")
+    return Text("\n", no_wrap=True).join(rows)
 
 
 def pilot_line(view: dict[str, Any]) -> Text:
-    """The run's pilots on a line: id, state, where, slots, members it runs."""
+    """The run's pilots (two lines at most are drawn): how many in each state, then each,
+    those up first: id, state, where, slots, members it runs, nodes of it lost."""
     ps = view["pilots"]
     if not ps:
         return line("pilots: none yet", "dim")
-    said = []
+    states: dict[str, int] = {}
     for p in ps:
+        states[p["state"]] = states.get(p["state"], 0) + 1
+    said = []
+    for p in sorted(ps, key=lambda p: p["state"] != "up"):
         run = f" running {p['running']}" if p["running"] else ""
         lost = f" lost {','.join(p['lost'])}" if p["lost"] else ""
         said.append(f"{p['pilot']} {p['state']} {p['where']} {p['slots'] or '?'} slots{run}{lost}")
-    return Text("pilots: " + "; ".join(said), no_wrap=False)
+    head = "pilots: " if len(ps) == 1 else f"pilots ({', '.join(f'{n} {k}' for k, n in states.items())}): "
+    return Text(head + "; ".join(said))
 
 
 def run_cells(r: dict[str, Any]) -> list[Text]:

@@ -254,3 +254,51 @@ def test_top_of_no_such_run_or_a_bad_every_is_one_line(tmp_path):
     assert "no run 'nope'" in one_line_error(*run_cli("top", "nope", cwd=tmp_path))
     for bad in ("nan", "0", "1e400", "-1"):
         assert "--every" in one_line_error(*run_cli("top", "--every", bad, cwd=tmp_path))
+
+
+# -- what the screens draw (pwe/cli/topdraw.py), without a terminal --------------------------
+
+def test_node_lines_fit_the_width_and_sum_the_nodes_past_five():
+    from pwe.cli.topdraw import NODES_SHOWN, node_lines
+
+    big = 10**12  # (counts past any run: the line still fits)
+    nodes = [{"node": f"node-with-a-long-name-{k}", "total": big, "finished": big // 2,
+              "counts": {"done": big // 3, "failed": big // 6, "running": 123_456}} for k in range(8)]
+    view = {"nodes": nodes}
+    for width in (60, 80, 200):
+        lines = node_lines(view, {nodes[0]["node"]: 12345.6}, width).plain.splitlines()
+        assert len(lines) == NODES_SHOWN and all(len(line) <= width for line in lines), (width, lines)
+    assert lines[-1] == "… 4 nodes more: 2T/4T finished"
+    assert lines[0].startswith("node-with-a-long ") and "500G/1T  run 123,456 fail 167G" in lines[0]
+
+
+def test_counts_take_seven_characters_at_most():
+    from pwe.cli.topdraw import count
+
+    assert [count(n) for n in (0, 999_999, 1_000_000, 12_345_678, 999_999_999, 10**12, 10**15, 10**30)] == \
+        ["0", "999,999", "1M", "12.3M", "1G", "1T", "1e+15", "1e+30"]
+    assert all(len(count(10**k + 7)) <= 7 for k in range(40))
+
+
+def test_the_bar_draws_done_failed_and_the_rest_in_its_width():
+    from pwe.cli.topdraw import bar
+
+    assert bar(0, 0, 0, 10).plain == " " * 10  # (no members: no bar)
+    assert bar(5, 0, 10, 10).plain == "█" * 5 + "░" * 5
+    assert bar(0, 1, 10**9, 10).plain == "█" + "░" * 9  # (one failure shows)
+    assert bar(10, 0, 10, 0).plain == ""
+    for done, failed in ((7, 3), (10, 0), (0, 10), (3, 3)):
+        assert len(bar(done, failed, 10, 7).plain) == 7
+
+
+def test_the_pilots_line_counts_them_and_puts_those_up_first():
+    from pwe.cli.topdraw import pilot_line
+
+    def pilot(pid, state, running=0):
+        return {"pilot": pid, "state": state, "where": "on login1", "slots": 4, "running": running, "lost": [],
+                "why": None}
+    assert pilot_line({"pilots": []}).plain == "pilots: none yet"
+    assert pilot_line({"pilots": [pilot("p1", "up", 2)]}).plain == "pilots: p1 up on login1 4 slots running 2"
+    many = [pilot(f"p{k}", "gone") for k in range(1, 200)] + [pilot("p200", "up", 3)]
+    assert pilot_line({"pilots": many}).plain.startswith(
+        "pilots (199 gone, 1 up): p200 up on login1 4 slots running 3; p1 gone")
