@@ -58,6 +58,15 @@ def on_top(screen: Screen) -> bool:
     return screen in stack and all(isinstance(s, ModalScreen) for s in stack[stack.index(screen) + 1:])
 
 
+def deliver(screen: Screen, draw: Any, *args: Any) -> None:
+    """From a reading thread: ``draw(*args)`` on the app's loop, if ``screen`` is still
+    there then (left meanwhile, or the app quit: what was read is dropped)."""
+    try:
+        screen.app.call_from_thread(lambda: draw(*args) if screen.is_attached else None)
+    except RuntimeError:  # (the app has stopped: nothing to draw on)
+        pass
+
+
 class Rows(DataTable):
     """A table of rows (runs, members): home and end (and g, G) go to the first and the
     last row (DataTable's own go to the first and last column)."""
@@ -138,7 +147,7 @@ class RunsScreen(Screen):
             rows, error = topview.runs(), None
         except (PweError, OSError, ValueError) as exc:
             rows, error = None, shown(str(exc))
-        self.app.call_from_thread(self.show_runs, rows, error)
+        deliver(self, self.show_runs, rows, error)
 
     def show_runs(self, rows: list[dict[str, Any]] | None, error: str | None) -> None:
         self.reading = False
@@ -222,9 +231,9 @@ class RunScreen(Screen):
                 rows = topview.members(self.run_dir, loaded.state, which)
             pane = self.pane_of(mode, selected)
         except (PweError, OSError, ValueError) as exc:  # (a run damaged, or gone, while shown: said, not raised)
-            self.app.call_from_thread(self.show_error, shown(str(exc)))
+            deliver(self, self.show_error, shown(str(exc)))
             return
-        self.app.call_from_thread(self.show_run, view, rows, which, pane)
+        deliver(self, self.show_run, view, rows, which, pane)
 
     def pane_of(self, mode: str | None, selected: tuple[str, int] | None, first: bool = False) -> dict[str, Any] | None:
         """The pane's document (topview's) for ``mode`` and the member ``selected``, with
@@ -322,7 +331,7 @@ class RunScreen(Screen):
             pane = self.pane_of(mode, selected, first)
         except (PweError, OSError, ValueError) as exc:
             pane = {"title": mode, "lines": [shown(str(exc))], "from_end": False, "mode": mode, "member": selected}
-        self.app.call_from_thread(self.show_pane, pane)
+        deliver(self, self.show_pane, pane)
 
     def on_resize(self, event: events.Resize) -> None:
         self.call_after_refresh(self.show_pane)
@@ -380,7 +389,7 @@ class RunScreen(Screen):
             style = ""
         except PweError as exc:
             said, style = f"{what}: {shown(str(exc))}", "red"
-        self.app.call_from_thread(self.note, said, style)
+        deliver(self, self.note, said, style)
 
 
 def cancel_run(run_dir: Path, by: str) -> str:

@@ -137,3 +137,15 @@ def test_log_tail_explain_and_failures_panes(run):
     first = next(i for i, line in enumerate(fails["lines"]) if line.startswith("by parameter value"))
     assert fails["lines"][first + 2].split()[:3] == ["a", "k", "3"]
     assert not any("\x1b" in line for line in fails["lines"] + why["lines"] + h["lines"])
+
+
+def test_a_snapshot_that_is_a_fifo_is_not_opened_the_journal_counts(run, tmp_path):
+    import os
+    import shutil
+
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    (copy / "state.json").unlink()
+    os.mkfifo(copy / "state.json")  # (opened for reading, it would wait for a writer for ever)
+    view = topview.run_view(copy)
+    assert view["phase"] == "finished with failures" and view["finished"] == 13 and view["totals"]["failed"] == 1
