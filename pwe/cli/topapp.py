@@ -197,6 +197,7 @@ class RunScreen(Screen):
         self.view: dict[str, Any] | None = None
         self.samples: list[tuple[float, dict[str, int]]] = []
         self.listed: list[tuple[str, int]] = []  # each row's member: (node, index)
+        self.asked: tuple[str, int] | None = None  # the member the pane was last opened on
         self.reading = False
 
     def compose(self) -> ComposeResult:
@@ -321,9 +322,12 @@ class RunScreen(Screen):
         return None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self.mode in ("log", "explain"):
+        # (a refresh redraws the rows, and the cursor comes back to the same member: the
+        # pane is not asked again for it, nor the batch system)
+        if self.mode in ("log", "explain") and self.selected() != self.asked:
             self.scrolled = 0
-            self.read_pane(self.mode, self.selected(), True)
+            self.asked = self.selected()
+            self.read_pane(self.mode, self.asked, True)
 
     @work(thread=True, group="pane", exclusive=True)
     def read_pane(self, mode: str, selected: tuple[str, int] | None, first: bool) -> None:
@@ -355,7 +359,8 @@ class RunScreen(Screen):
         widget.set_class(self.mode in ("explain", "failures"), "tall")
         if self.mode is not None:
             widget.update(line("reading", "dim"))
-            self.read_pane(self.mode, self.selected(), True)
+            self.asked = self.selected()
+            self.read_pane(self.mode, self.asked, True)
 
     def action_scroll(self, by: int) -> None:
         if self.pane is not None:
