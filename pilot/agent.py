@@ -120,7 +120,7 @@ class PilotAgent:
         self.hand_back, self.next_in_group, self.read_tasks = intake.hand_back, intake.next_in_group, intake.read_tasks
         self.endings = Endings(directory, self.life, allocation, self.running, self.memory, self.emit,
                                self.signal_member, self.member_over, intake.hand_back, intake.hand_back_held,
-                               intake.next_in_group)
+                               intake.next_in_group, intake.straggle)
         self.signalled = self.endings.signalled  # (shared, never rebound)
         self.scratch = MemberTmp(self.tmpdirs, self.streams, self.packer, allocation, self.queue, self.life,
                                  intake.hand_back_held)

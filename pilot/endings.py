@@ -20,7 +20,7 @@ from .allocation import Allocation
 from .members import Member, collect, say
 from .memwatch import MemoryWatch
 from .phase import Life, PilotPhase
-from .wire import DRAIN, END, NOT_STARTED, REASON_OOM, REASON_WALLTIME
+from .wire import DRAIN, END, NOT_STARTED, REASON_OOM, REASON_STRAGGLER, REASON_WALLTIME
 
 _KILL_GRACE = 5.0
 #: why the members of a pilot whose run directory went (Endings.look_home) are handed back
@@ -65,7 +65,8 @@ class Endings:
     def __init__(self, directory: str, life: Life, alloc: Allocation, running: dict[int, Member],
                  memory: MemoryWatch, emit: Callable[..., None], signal_member: Callable[[Member, int], None],
                  member_over: Callable[[dict, Any], None], hand_back: Callable[..., None],
-                 hand_back_held: Callable[[str], None], next_in_group: Callable[[dict], None]):
+                 hand_back_held: Callable[[str], None], next_in_group: Callable[[dict], None],
+                 straggle: dict[str, tuple[float, str]] | None = None):
         self.dir = directory
         self.life = life
         self.alloc = alloc
@@ -77,6 +78,7 @@ class Endings:
         self.hand_back = hand_back
         self.hand_back_held = hand_back_held
         self.next_in_group = next_in_group
+        self.straggle = straggle if straggle is not None else {}  # (the intake's: node -> (seconds, words))
         self.home = identity(directory)  # (a descriptor: its run removed or replaced meanwhile, look_home)
         self.gone_looks = 0
         self.signalled: list[tuple[float, Member, int]] = []
@@ -157,10 +159,18 @@ class Endings:
         self.signalled[:] = keep  # (in place: the agent holds this list too)
 
     def enforce_walltimes(self, now: float) -> None:
+        """Members past their maxWallTimePerMember, or past their node's straggler limit
+        (the engine's ``straggle``), are stopped: SIGTERM, then SIGKILL after a grace."""
+        straggle = self.straggle
         for m in self.running.values():
             if m.deadline and now > m.deadline and not m.killed:
                 m.killed = f"ran past its maxWallTimePerMember of {m.task['wall']:g} min"
                 m.reason = REASON_WALLTIME
+                m.term_at = now
+                self.signal_member(m, signal.SIGTERM)
+            elif straggle and not m.killed and (limit := straggle.get(m.task["n"])) and now - m.started > limit[0]:
+                m.killed = f"a straggler: ran {now - m.started:.1f} s, past {limit[0]:.1f} s ({limit[1]})"
+                m.reason = REASON_STRAGGLER
                 m.term_at = now
                 self.signal_member(m, signal.SIGTERM)
             elif m.killed and m.term_at and now - m.term_at > _KILL_GRACE:

@@ -16,7 +16,8 @@ from typing import Any
 from .members import Member, say
 from .phase import Life, PilotPhase
 from .transport import Transport
-from .wire import BACK, CANCEL, DAMAGED, ENV, FORGED, GROUP, LEAVE, MALFORMED, NO_ENV, SETUP, STOP, TASK
+from .numbers import finite
+from .wire import BACK, CANCEL, DAMAGED, ENV, FORGED, GROUP, LEAVE, MALFORMED, NO_ENV, SETUP, STOP, STRAGGLE, TASK
 
 
 class TaskIntake:
@@ -41,6 +42,8 @@ class TaskIntake:
         self.chained: deque[dict] = deque()
         self.taken: dict[str, array] = {}  # per node, the highest attempt of each member taken
         self.envs: dict[str, dict[str, str]] = {}  # the engine's ``env`` messages: id -> shared environment
+        #: the engine's ``straggle`` messages: node -> (seconds, words); Endings stops a member past it
+        self.straggle: dict[str, tuple[float, str]] = {}
 
     def read_tasks(self) -> bool:
         """Take in whatever complete task messages were sent; True if any arrived."""
@@ -64,24 +67,33 @@ class TaskIntake:
             elif kind == GROUP:
                 tasks = msg.get("tasks")
                 got = self.take_group(tasks if isinstance(tasks, list) else []) or got
-            elif kind == STOP:
-                self.life.at_least(PilotPhase.STOPPING)
-            elif kind == ENV:
-                env = msg.get("env")
-                if isinstance(env, dict) and all(type(v) is str for v in env.values()):
-                    self.envs[str(msg.get("id"))] = env
-            elif kind == SETUP:
-                self.take_setup(msg)
-            elif kind == LEAVE:
-                self.leave()
-            elif kind == CANCEL:
-                self.cancel()
-            elif kind == DAMAGED:
-                say(f"a damaged line in the tasks file skipped: {msg.get('text')!r}")
-            elif kind == FORGED or kind == MALFORMED:  # never acted on
-                say(f"a {kind} line in the tasks file refused ({msg.get('why') or 'bad signature'}): "
-                    f"{msg.get('text')!r}")
+            else:
+                self._other(kind, msg)
         return got
+
+    def _other(self, kind: object, msg: dict) -> None:
+        """An engine message other than a task or a group: act on it."""
+        if kind == STOP:
+            self.life.at_least(PilotPhase.STOPPING)
+        elif kind == ENV:
+            env = msg.get("env")
+            if isinstance(env, dict) and all(type(v) is str for v in env.values()):
+                self.envs[str(msg.get("id"))] = env
+        elif kind == SETUP:
+            self.take_setup(msg)
+        elif kind == STRAGGLE:
+            s = msg.get("s")
+            if isinstance(s, (int, float)) and not isinstance(s, bool) and finite(s) and s > 0:
+                self.straggle[str(msg.get("n"))] = (float(s), str(msg.get("why") or "")[:200])
+        elif kind == LEAVE:
+            self.leave()
+        elif kind == CANCEL:
+            self.cancel()
+        elif kind == DAMAGED:
+            say(f"a damaged line in the tasks file skipped: {msg.get('text')!r}")
+        elif kind == FORGED or kind == MALFORMED:  # never acted on
+            say(f"a {kind} line in the tasks file refused ({msg.get('why') or 'bad signature'}): "
+                f"{msg.get('text')!r}")
 
     def take(self, task: dict) -> bool:
         """Whether a task is new to this pilot: an attempt of a member it has taken (and

@@ -38,6 +38,9 @@ kind        fields
             environment, sent to a pilot before the first task whose ``eb`` names it; a
             task naming one the pilot was never sent goes ``back`` (why: ``no environment
             ID``) and the engine sends it again
+``straggle`` ``n`` node, ``s`` seconds, ``why`` words: a member of node ``n`` running longer
+            than ``s`` is stopped (reason ``straggler``, its ``why`` these words); sent again
+            when the node's median moves (``straggler:``: pwe/engine/stragglers.py)
 ==========  ===============================================================================
 
 pilot -> engine (each also has ``t``, the pilot's clock when it was written, and ``q``,
@@ -94,7 +97,7 @@ kind         fields
 ===========  ==============================================================================
 
 **Reasons.** Why a member's attempt ended, as its ``end`` says it (``reason``) and the
-engine journals it; the pilot says the first two, the engine the others:
+engine journals it; the pilot says the first three, the engine the others:
 
 =================  ==========================================================================
 reason             the member ...
@@ -104,6 +107,7 @@ reason             the member ...
                    kernel in its own cgroup, or by the pilot watching its processes' memory
                    (pilot/memwatch.py); ``why``: "used 812 MB of its memoryPerMember 512 MB"
 ``walltime``       was killed at its ``wall`` (maxWallTimePerMember); ``why`` says the limit
+``straggler``      was stopped for running past its node's ``straggle`` limit (``straggler:``)
 ``lost``           was running when its pilot or node was lost (the engine's)
 ``halted``         was stopped by the run's failure budget (the engine's)
 ``quarantined``    is not reissued: present at ``maxLosses`` losses (the engine's)
@@ -151,11 +155,12 @@ from typing import Any
 #: (an older pilot would tidy it away as the member's own).
 #: (5 still: ``orphan_end``/``orphan_killed`` also in ``orphans-NAME.jsonl``, written by a
 #: spawner or node agent whose pilot died; the agent's ``orphans`` kind, pilot <-> agent only.)
-VERSION = 5
+#: 6: the ``straggle`` kind, and an ``end``'s reason ``straggler``.
+VERSION = 6
 
 # engine -> pilot
 TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
-LEAVE, SETUP, ENV = "leave", "setup", "env"
+LEAVE, SETUP, ENV, STRAGGLE = "leave", "setup", "env", "straggle"
 #: how a ``back`` says the task named an ``env`` the pilot was never sent (the engine sends it again)
 NO_ENV = "no environment "
 # pilot -> engine
@@ -181,9 +186,10 @@ NOT_STARTED = "could not be started for now: "
 NO_SCRATCH = "no node of this pilot has scratch for a member"
 
 #: Why a member's attempt ended (the module's *Reasons*): an ``end``'s ``reason``, absent for REASON_EXIT.
-REASON_EXIT, REASON_OOM, REASON_WALLTIME = "exit", "oom", "walltime"
+REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER = "exit", "oom", "walltime", "straggler"
 REASON_LOST, REASON_HALTED, REASON_QUARANTINED, REASON_REUSED = "lost", "halted", "quarantined", "reused"
-REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_LOST, REASON_HALTED, REASON_QUARANTINED, REASON_REUSED)
+REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER, REASON_LOST, REASON_HALTED,
+           REASON_QUARANTINED, REASON_REUSED)
 
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
@@ -194,6 +200,7 @@ FIELDS: dict[str, frozenset[str]] = {
     LEAVE: frozenset(),
     SETUP: frozenset({"id", "lines"}),
     ENV: frozenset({"id", "env"}),
+    STRAGGLE: frozenset({"n", "s", "why"}),
     CANCEL: frozenset(),
     ACK: frozenset({"q"}),
     UP: frozenset({"v", "pid", "host", "slots", "allocation", "job", "end", "margin", "nodes", "t", "q"}),

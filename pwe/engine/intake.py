@@ -65,6 +65,8 @@ class Intake:
         self.failed = failed  # a member of the node failed for good: the failure budget (pwe/engine/halting.py)
         #: a member ended well, its end journaled: lent as it ends (pwe/runstate/lending.py)
         self.ended_well: Callable[[str, int], None] = lambda nid, i: None
+        #: a member ended done, after so many seconds (pwe/engine/stragglers.py: the node's median)
+        self.took: Callable[[str, Any], None] = lambda nid, dt: None
         #: members a pilot said were on a node it lost (its ``node_lost``): their ``back`` is a loss
         self.on_lost_node: set[tuple[str, str, int]] = set()
         self.secret: bytes | None = None  # the run's: every line to and from a pilot is signed with it (load_secret)
@@ -273,6 +275,7 @@ class Intake:
                 self.failed(rec["n"])
             elif applied == DONE:
                 self.ended_well(rec["n"], rec["m"])
+                self.took(rec["n"], rec.get("dt"))
         elif k == BACK:
             self._back(pilot, ev, applied is not None)
         return True

@@ -62,6 +62,7 @@ from .intake import Intake
 from .ledger import Ledger
 from .pilotctl import PilotControl
 from .setups import Setups
+from .stragglers import Stragglers
 from .pilots import PilotWork
 from .tasks import TaskBuilder
 
@@ -169,6 +170,9 @@ class Engine:
                              start=self.work.start, may_submit=self.work.may_submit,
                              fix=self.keyring.fix if self.keyring.on else None)
         self.intake.ended_well = self.lending.done
+        self.stragglers = Stragglers(plan, self.pilots)  # (stragglers.py: straggler: of the nodes)
+        if self.stragglers.any:
+            self.intake.took = self.stragglers.done
         self.control = PilotControl(self.dir, info, self.ledger, self.lanes, self.pilots, start=self.work.start)
         self.budget = CoreHours(plan, info, self.ledger, self.lanes, lane_of, self.halting)  # (budget.py)
         self.work.budget = self.budget
@@ -468,6 +472,7 @@ class Engine:
             self.keyring.flush()  # (the keys of the assignments first: pwe/runstate/keyring.py)
             self.journal.flush()  # assignments are durable before any pilot can see them
             self.lending.flush(st)  # (what ended well, now journaled: lent)
+            self.stragglers.bring()  # (a node's straggler limit, to the pilots that have not had it)
             for pilot in self.pilots.values():
                 pilot.flush()
             now = time.time()

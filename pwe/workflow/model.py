@@ -39,7 +39,7 @@ from ..base.numbers import COUNT_MOST, MINUTES_MOST
 from .rules import (FileSpecMethods, HaltMethods, RangeSpecMethods, RetryMethods,
                     SchedulingMethods, check_not_blank, failed_budget, finite_over_one, input_pattern, one_or_many,
                     param_kind, positive_core_hours, range_step, retry_on, valid_start, run_not_blank,
-                    scheduling_ranges)
+                    scheduling_ranges, straggler_factor)
 
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
@@ -200,7 +200,8 @@ class Retry(_Strict, RetryMethods):
     on: Annotated[Annotated[list[Union[StrictInt, StrictStr]], Field(min_length=1)] | None,
                   AfterValidator(retry_on)] = Field(
         None, description="why an attempt ended for it to be retried: oom (killed for memory), walltime (killed at "
-        "maxWallTimePerMember), exit (any other failure), or exit statuses 0-255; default: any failure")
+        "maxWallTimePerMember), straggler (stopped far past its node's median: straggler:), exit (any other "
+        "failure), or exit statuses 0-255; default: any failure")
     grow: Grow | None = Field(None, description="what each retry asks for more of")
 
 
@@ -218,6 +219,17 @@ class Budget(_Strict):
 
     coreHours: Annotated[Union[StrictInt, StrictFloat], AfterValidator(positive_core_hours)] = Field(
         description="most core-hours the run's pilots may hold, idle cores included")
+
+
+class Straggler(_Strict):
+    """``straggler:``: once ``after`` members of the node are done, a member running longer
+    than ``factor`` times their median duration is stopped (reason ``straggler``) and
+    retried as its retry policy says (GNU parallel's ``--timeout 200%``)."""
+
+    factor: Annotated[Union[StrictInt, StrictFloat], AfterValidator(straggler_factor)] = Field(
+        description="stop a member running past this many times the median duration of the members done (over 1)")
+    after: Count = Field(
+        20, description="members done before the median counts (default 20)")
 
 
 MaxLosses = Annotated[StrictInt, Field(ge=1, le=1000)]
@@ -243,6 +255,8 @@ class Node(_Strict):
     maxLosses: MaxLosses | None = Field(None, description="a member running when its pilot or node was lost this "
                                         "many times is quarantined, not run again (default: defaults.maxLosses)")
     halt: Halt | None = Field(None, description="this node's failure budget: past it the run halts")
+    straggler: Straggler | None = Field(None, description="stop and retry a member running far longer than the "
+                                        "median of those done (default: defaults.straggler)")
     host: StrictStr | None = Field(None, description="a host from the registry; default: defaults.host")
     env: dict[Name, Scalar] = Field(
         default_factory=dict, description="extra environment variables for every member"
@@ -292,6 +306,8 @@ class Defaults(_Strict):
     retry: Retry | None = Field(None, description="reruns by why an attempt failed, each asking for more")
     maxLosses: MaxLosses = Field(2, description="a member running when its pilot or node was lost this many times "
                                  "is quarantined: not run again (pwe retry -q releases it)")
+    straggler: Straggler | None = Field(None, description="stop and retry a member running far longer than the "
+                                        "median of its node's members done")
     scheduling: Scheduling = Field(default_factory=Scheduling)
     setup_per_node: list[SetupLine] = Field(
         default_factory=list, description="shell lines each pilot runs once on every node before the first member "

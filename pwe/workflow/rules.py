@@ -17,7 +17,7 @@ from .inputs import pattern_problem
 #: Why a member's attempt ended, where it was not its own exit (pilot/wire.py's REASON_*):
 #: the ones a ``retry: {on: [...]}`` may name besides exit statuses. ``exit`` is any other
 #: failure (a non-zero exit status).
-RETRY_REASONS = ("oom", "walltime", "exit")
+RETRY_REASONS = ("oom", "walltime", "straggler", "exit")
 
 _PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 
@@ -71,6 +71,17 @@ def param_kind(v: Any) -> str | None:
 def finite_over_one(v: Any) -> Any:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and not (finite(v) and 1 < v <= 100):
         raise ValueError("a growth factor multiplies the request on each retry: give a number over 1, at most 100")
+    return v
+
+
+#: the largest straggler factor: past it no member is ever a straggler (a typo, not a policy)
+STRAGGLER_FACTOR_MOST = 1000
+
+
+def straggler_factor(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and not (finite(v) and 1 < v <= STRAGGLER_FACTOR_MOST):
+        raise ValueError("a straggler runs longer than this many times the median of the members done: give a number "
+                         f"over 1, at most {STRAGGLER_FACTOR_MOST}")
     return v
 
 

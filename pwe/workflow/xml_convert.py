@@ -225,11 +225,13 @@ def _defaults(el: etree._Element) -> LineDict:
     for name in ("host", "retries", "maxLosses"):
         if el.get(name) is not None:
             _put(out, name, _attr(el, name), el.sourceline)
-    for child in el:  # <scheduling>, <setup_per_node>, <retry>
+    for child in el:  # <scheduling>, <setup_per_node>, <retry>, <straggler>
         if child.tag == "setup_per_node":
             _put(out, "setup_per_node", _lines(child), child.sourceline)
         elif child.tag == "retry":
             _put(out, "retry", _retry(child), child.sourceline)
+        elif child.tag == "straggler":
+            _put(out, "straggler", _attrs(child), child.sourceline)
         else:
             _put(out, "scheduling", _scheduling(child), child.sourceline)
     return out
@@ -307,6 +309,7 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "group": ("group", _group),
     "retry": ("retry", _retry),
     "halt": ("halt", _attrs),
+    "straggler": ("straggler", _attrs),
 }
 #: ... an item of a list of the node's ...
 _ITEM: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {

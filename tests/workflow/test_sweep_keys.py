@@ -21,7 +21,7 @@ BAD = [
     ("budget: {coreHours: .nan}", 2, "over 0"),
     ("budget: {coreHours: .inf}", 2, "over 0"),
     ("defaults:\n  retry: {attempts: 0}", 3, "at least 1"),
-    ("defaults:\n  retry: {attempts: 3, on: [oom, nonsense]}", 3, "oom, walltime, exit"),
+    ("defaults:\n  retry: {attempts: 3, on: [oom, nonsense]}", 3, "oom, walltime, straggler, exit"),
     ("defaults:\n  retry: {attempts: 3, on: [256]}", 3, "0-255"),
     ("defaults:\n  retry: {attempts: 3, on: [-1]}", 3, "0-255"),
     ("defaults:\n  retry: {attempts: 3, grow: {memoryPerMember: 1}}", 3, "over 1"),

@@ -416,3 +416,24 @@ def test_multiline_run_keeps_its_lines(tmp_path):
         """))
     wf, _ = load_workflow(path)
     assert wf.nodes["a"].run == "for i in 1 2; do\n  echo $i > out.$i\n\ndone\n"
+
+
+def test_straggler_in_both_forms(tmp_path):
+    """``straggler:`` of a node and of the defaults (issue 48): the XML form's <straggler>
+    element is the YAML form's mapping."""
+    (tmp_path / "s.yaml").write_text(
+        "name: strag\ndefaults: {straggler: {factor: 2.5}}\nnodes:\n  a:\n    straggler: {factor: 3, after: 5}\n"
+        "    retry: {attempts: 2, on: [straggler]}\n    run: 'true'\n  b:\n    run: 'true'\n")
+    (tmp_path / "s.xml").write_text(textwrap.dedent("""\
+        <workflow name="strag">
+          <defaults><straggler factor="2.5"/></defaults>
+          <node id="a"><run>true</run><retry attempts="2" on="straggler"/><straggler factor="3" after="5"/></node>
+          <node id="b"><run>true</run></node>
+        </workflow>
+        """))
+    y, _ = load_workflow(tmp_path / "s.yaml")
+    x, _ = load_workflow(tmp_path / "s.xml")
+    assert x == y
+    plan = plan_workflow(tmp_path / "s.xml")
+    assert (plan.nodes["a"].straggler.factor, plan.nodes["a"].straggler.after) == (3, 5)
+    assert (plan.nodes["b"].straggler.factor, plan.nodes["b"].straggler.after) == (2.5, 20)
