@@ -142,6 +142,13 @@ nodes:
     assert st["totals"]["failed"] == 2 and st["totals"]["running"] == 0 and st["totals"]["done"] == 0
     members = by_key(show(run))
     assert all(members[k].get("reason") == "halted" for k in ran)
+    # pwe failures by host: the two that failed; what the halt stopped did not fail there
+    # (its light pass over the journal and the trace's count agree)
+    from pwe.observe.failures import _by_host, _hosts_of
+    from pwe.observe.trace import load
+
+    _, _, state, tr = load(run)
+    assert _hosts_of(run, state) == _by_host(tr) and [r["failed"] for r in _by_host(tr)] == [2]
     pids = [r["pid"] for r in recs if r["e"] == "start" and r.get("pid") and r["m"] >= 2]
     wait_for(lambda: not any(alive(p) for p in pids), what="the members stopped by the halt to be gone")
 

@@ -58,6 +58,16 @@ def test_a_member_that_kills_its_pilot_is_started_max_losses_times_then_quaranti
 
     rc, out, err = pwe("status", run, cwd=tmp_path)
     assert rc == 0 and "quarantined" in out.splitlines()[1], out
+    # pwe failures: the member lost with its pilot, by reason and on its host (the light
+    # pass over the journal and the trace agree: each loss an attempt that failed there)
+    rc, out, err = pwe("failures", run, "--json", cwd=tmp_path)
+    doc = json.loads(out)
+    assert {r["reason"]: r["members"] for r in doc["by_reason"]} == {"lost": 1}
+    assert [(r["failed"], r["done"]) for r in doc["by_host"]] == [(losses, 7)], doc["by_host"]
+    from pwe.observe.failures import _by_host
+    from pwe.observe.trace import load
+
+    assert _by_host(load(run)[3]) == doc["by_host"]
 
     tame.write_text("")  # what killed the pilot is fixed: released, it runs once more and is done
     rc, out, err = pwe("retry", run, "-q", "state=quarantined", cwd=tmp_path, timeout=300)

@@ -64,6 +64,12 @@ def test_the_value_that_always_fails_comes_first_with_its_reason_signature_and_h
     assert doc["signatures_read"] == 7
     # every attempt ran on this machine: one host, with every attempt counted
     assert len(doc["by_host"]) == 1 and (doc["by_host"][0]["failed"], doc["by_host"][0]["done"]) == (7, 13)
+    # the light pass over the journal says what the trace says (the report counts on its trace)
+    from pwe.observe.failures import _by_host, _hosts_of
+    from pwe.observe.trace import load
+
+    _, _, st, tr = load(tmp_path / "run")
+    assert _hosts_of(tmp_path / "run", st) == _by_host(tr) == doc["by_host"]
     rc, out, err = run_cli("failures", tmp_path / "run", cwd=tmp_path)
     assert rc == 0, err
     rows = out.splitlines()
