@@ -17,7 +17,8 @@ from .members import Member, say
 from .phase import Life, PilotPhase
 from .transport import Transport
 from .numbers import finite
-from .wire import BACK, CANCEL, DAMAGED, ENV, FORGED, GROUP, LEAVE, MALFORMED, NO_ENV, SETUP, STOP, STRAGGLE, TASK
+from .wire import (BACK, CANCEL, DAMAGED, ENV, FORGED, GROUP, LEAVE, MALFORMED, NO_ENV, SETUP, STOP, STRAGGLE, TASK,
+                   WITHHOLD)
 
 
 class TaskIntake:
@@ -85,6 +86,8 @@ class TaskIntake:
             s = msg.get("s")
             if isinstance(s, (int, float)) and not isinstance(s, bool) and finite(s) and s > 0:
                 self.straggle[str(msg.get("n"))] = (float(s), str(msg.get("why") or "")[:200])
+        elif kind == WITHHOLD:
+            self.withhold(str(msg.get("n")), msg.get("m"), str(msg.get("why") or "held")[:200])
         elif kind == LEAVE:
             self.leave()
         elif kind == CANCEL:
@@ -135,6 +138,21 @@ class TaskIntake:
         self.emit(BACK, n=task["n"], m=task["m"], a=task["a"], why=why)
         for t in task.pop("_then", None) or ():
             self.hand_back(t, rest or why)
+
+    def withhold(self, node: str, members: object, why: str) -> None:
+        """The engine's ``withhold``: those members of ``node`` this pilot has queued, not
+        started, go back (a value held: ``hold:``); what runs runs on."""
+        if not isinstance(members, list):
+            return
+        wanted = {m for m in members if type(m) is int}
+        keep = deque()
+        while self.queue:
+            task = self.queue.popleft()
+            if task.get("n") == node and task.get("m") in wanted:
+                self.hand_back(task, why)
+            else:
+                keep.append(task)
+        self.queue.extend(keep)
 
     def hand_back_held(self, why: str) -> None:
         """Everything this pilot holds and has not started (its queue, and the next members

@@ -38,6 +38,8 @@ kind        fields
             environment, sent to a pilot before the first task whose ``eb`` names it; a
             task naming one the pilot was never sent goes ``back`` (why: ``no environment
             ID``) and the engine sends it again
+``withhold`` ``n`` node, ``m`` [member indices]: those of them this pilot holds and has not
+            started go ``back`` (why: ``held: ...``, a value held: ``hold:``)
 ``straggle`` ``n`` node, ``s`` seconds, ``why`` words: a member of node ``n`` running longer
             than ``s`` is stopped (reason ``straggler``, its ``why`` these words); sent again
             when the node's median moves (``straggler:``: pwe/engine/stragglers.py)
@@ -155,12 +157,12 @@ from typing import Any
 #: (an older pilot would tidy it away as the member's own).
 #: (5 still: ``orphan_end``/``orphan_killed`` also in ``orphans-NAME.jsonl``, written by a
 #: spawner or node agent whose pilot died; the agent's ``orphans`` kind, pilot <-> agent only.)
-#: 6: the ``straggle`` kind, and an ``end``'s reason ``straggler``.
+#: 6: the ``straggle`` and ``withhold`` kinds, and an ``end``'s reason ``straggler``.
 VERSION = 6
 
 # engine -> pilot
 TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
-LEAVE, SETUP, ENV, STRAGGLE = "leave", "setup", "env", "straggle"
+LEAVE, SETUP, ENV, STRAGGLE, WITHHOLD = "leave", "setup", "env", "straggle", "withhold"
 #: how a ``back`` says the task named an ``env`` the pilot was never sent (the engine sends it again)
 NO_ENV = "no environment "
 # pilot -> engine
@@ -201,6 +203,7 @@ FIELDS: dict[str, frozenset[str]] = {
     SETUP: frozenset({"id", "lines"}),
     ENV: frozenset({"id", "env"}),
     STRAGGLE: frozenset({"n", "s", "why"}),
+    WITHHOLD: frozenset({"n", "m", "why"}),
     CANCEL: frozenset(),
     ACK: frozenset({"q"}),
     UP: frozenset({"v", "pid", "host", "slots", "allocation", "job", "end", "margin", "nodes", "t", "q"}),

@@ -58,8 +58,10 @@ COMMANDS: dict[str, Listed] = {
         "(internal).", hidden=True),
     "cancel": Listed("pwe.cli.running:cancel", "Stop RUN: its pilots and their members."),
     "resume": Listed("pwe.cli.running:resume", "Pick RUN up after any crash: finished members are kept, the rest run."),
-    "retry": Listed("pwe.cli.running:retry", "Rerun RUN's failed, quarantined and cancelled members (and what they "
-        "held back); -q: only those a query selects."),
+    "retry": Listed("pwe.cli.running:retry", "Rerun RUN's failed, quarantined, cancelled and held members (and "
+        "what they held back); -q: only those a query selects."),
+    "release": Listed("pwe.cli.running:release", "Let RUN's held members that QUERY selects go: they run (and what "
+        "waits for them), and their value is not held again in this run."),
     "notify": Listed("pwe.cli.running:notify", "User-exit callback for a batch job's edge events (called from job "
         "scripts)."),
     "events": Listed("pwe.cli.events:events", "Every event of a run: each pilot message (checked against the run's "

@@ -233,6 +233,11 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
                 f"pwe retry {ref} runs the failed again (the budget counts anew), pwe resume {ref} --halt LARGER "
                 "goes on")
         echo(f"{halted.get('why')}: no new member started after it; {then}", err=True)
+    if engine.state.holds:
+        from ..engine.holds import Holds
+
+        for line in Holds.said(engine.state):
+            echo(f"{line}; see: pwe explain; pwe release {ref} -q QUERY runs them", err=True)
     if t[QUARANTINED]:
         echo(f"{t[QUARANTINED]} quarantined: running when their pilot or node was lost maxLosses times; see: pwe "
              f"show {ref} --state quarantined; pwe retry {ref} -q state=quarantined runs them again", err=True)
@@ -421,20 +426,36 @@ def resume(run: str | None, detach: bool, halt: dict | None, budget: dict | None
 @click.argument("run", required=False)
 @click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
 @click.option("-q", "--query", default=None,
-              help="only the failed, skipped, cancelled or quarantined members this query selects, e.g. "
+              help="only the failed, skipped, cancelled, quarantined or held members this query selects, e.g. "
               "'node=sim; exit=7', 'state=quarantined'")
 @click.option("--halt", default=None, metavar="FAILED[,now]", callback=_halt, help=HALT_HELP + "; replaces the run's")
 @click.option("--budget", default=None, metavar="CORE_HOURS", type=CORE_HOURS, callback=_budget, help=BUDGET_HELP)
 @json_option
 def retry(run: str | None, detach: bool, query: str | None, halt: dict | None, budget: dict | None,
           as_json: bool) -> None:
-    """Rerun RUN's failed, quarantined and cancelled members (and what they held back); -q:
-    only those a query selects. The failure budget counts anew (the core-hours spent do not)."""
+    """Rerun RUN's failed, quarantined, cancelled and held members (and what they held back);
+    -q: only those a query selects. The failure budget counts anew (the core-hours spent do not)."""
     _continue(run, detach, retry=True, as_json=as_json, query=query, halt=halt, budget=budget)
 
 
+@click.command()
+@click.argument("run")
+@click.option("-q", "--query", required=True,
+              help="the held members to let go, e.g. 'mesh=fine', 'node=sim; mesh=fine' (pwe show -q's language)")
+@click.option("--detach", is_flag=True, help="go on in the background, like pwe submit")
+@json_option
+def release(run: str, query: str, detach: bool, as_json: bool) -> None:
+    """Let RUN's held members that QUERY selects go: they run (and what waits for them), and
+    their value is not held again in this run.
+
+    A value is held (hold: {after: N}) when N of its members failed and none is done; its
+    members not yet started wait, as state held, and the run ends once nothing else can
+    go. pwe retry lets every held member go too, with the failed ones."""
+    _continue(run, detach, retry=True, as_json=as_json, query=query, held_only=True)
+
+
 def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None,
-              halt: dict | None = None, budget: dict | None = None) -> None:
+              halt: dict | None = None, budget: dict | None = None, held_only: bool = False) -> None:
     from .remote import drive
     from ..engine.control import retry_selection
     from ..engine.remote import RemoteRun, is_remote
@@ -445,7 +466,8 @@ def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False,
             if query is not None:
                 raise InputError("retry -q: a run staged to a login node is retried whole (pwe retry RUN)")
             return drive(RemoteRun.open(d), as_json, follow=not detach, again="retry" if retry else "resume")
-        only = retry_selection(d, query) if query is not None else None  # ('' is refused: it selects nothing)
+        # ('' is refused: it selects nothing)
+        only = retry_selection(d, query, held_only=held_only) if query is not None else None
         if detach and (halt or budget):
             raise InputError(f"--{'halt' if halt else 'budget'} is taken by an engine in the foreground: leave out "
                              "--detach")

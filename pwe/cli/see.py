@@ -206,8 +206,9 @@ def _run_notes(snap: dict) -> list[str]:
 
 def _status_lines(d, snap: dict) -> list[str]:
     cols = ["waiting", "queued", "running", "done", "failed", "skipped", "cancelled"]
-    if (snap.get("totals") or {}).get("quarantined"):
-        cols.append("quarantined")
+    for extra in ("quarantined", "held"):
+        if (snap.get("totals") or {}).get(extra):
+            cols.append(extra)
     lines = []
     engine = snap.get("engine") if snap["phase"] == "running" else None
     held = f" (engine pid {engine.get('pid')} on {engine.get('host')})" if isinstance(engine, dict) else ""
@@ -219,6 +220,10 @@ def _status_lines(d, snap: dict) -> list[str]:
     for name, counts in rows:
         vals = {**counts, "waiting": counts.get("waiting", 0) + counts.get("ready", 0)}
         lines.append(f"{name:<{width}}  " + "  ".join(f"{vals.get(c, 0):>9,}" for c in cols))
+    for h in snap.get("holds") or []:  # (pwe/engine/holds.py: a value that only fails)
+        lines.append(f"held: {shown(h.get('n'))} {shown(h.get('param'))}={shown(h.get('value'))} ({h.get('failed')} "
+                     f"failed, none done); pwe release {shown(snap.get('run_id', d.name))} -q "
+                     f"'{shown(h.get('param'))}={shown(h.get('value'))}' lets its members go")
     if snap.get("complete"):  # (pwe.planning.products: done without running)
         lines.append("of the done, complete (products), not run: " + ", ".join(
             f"{n} {c:,}" for n, c in snap["complete"].items()))

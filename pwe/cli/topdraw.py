@@ -15,7 +15,7 @@ NODES_SHOWN = 5
 
 #: how a member's state is drawn
 STATE_STYLE = {"failed": "bold red", "running": "yellow", "done": "green", "quarantined": "red",
-               "cancelled": "dim", "skipped": "dim"}
+               "cancelled": "dim", "skipped": "dim", "held": "magenta"}
 
 
 def line(text: str, style: str = "") -> Text:

@@ -139,21 +139,23 @@ def selection(members: list[dict]) -> dict[str, list[list[int]]]:
     return out
 
 
-def retry_selection(d, query: str, budget=None) -> dict[str, list[list[int]]]:
-    """The failed, skipped, cancelled and quarantined members of run ``d`` that ``query`` selects, as a
-    retry record's ``only`` (:func:`selection`); :class:`InputError` when it
-    selects none, or is empty or blank (a selection of nothing is never "every member").
-    ``pwe retry -q`` and the dashboard's retry of a selection (with its ``budget``:
+def retry_selection(d, query: str, budget=None, held_only: bool = False) -> dict[str, list[list[int]]]:
+    """The failed, skipped, cancelled, quarantined and held members of run ``d`` that
+    ``query`` selects (``held_only``: the held alone, pwe release), as a retry record's
+    ``only`` (:func:`selection`); :class:`InputError` when it selects none, or is empty or
+    blank (a selection of nothing is never "every member"). ``pwe retry -q``, ``pwe
+    release -q`` and the dashboard's retry of a selection (with its ``budget``:
     :class:`pwe.planning.conditions.Budget`)."""
     from ..observe.results import select
 
-    from ..base.states import AGAIN, NAMES
+    from ..base.states import AGAIN, HELD, NAMES
 
-    again = {NAMES[s] for s in AGAIN}
+    again = {NAMES[s] for s in ((HELD,) if held_only else AGAIN)}
     picked = [m for m in select(d, query, budget=budget) if m["state"] in again]
     if not picked:
-        raise InputError(f"query {query!r} selects no failed, skipped, cancelled or quarantined member of {d.name}: "
-                         "nothing to retry")
+        what = "held" if held_only else "failed, skipped, cancelled, quarantined or held"
+        raise InputError(f"query {query!r} selects no {what} member of {d.name}: nothing to "
+                         f"{'release' if held_only else 'retry'}")
     return selection(picked)
 
 

@@ -67,6 +67,8 @@ class Intake:
         self.ended_well: Callable[[str, int], None] = lambda nid, i: None
         #: a member ended done, after so many seconds (pwe/engine/stragglers.py: the node's median)
         self.took: Callable[[str, Any], None] = lambda nid, dt: None
+        #: a member ended for good, failed or done (pwe/engine/holds.py: its values' counts)
+        self.settled: Callable[[str, int, int], None] = lambda nid, i, code: None
         #: members a pilot said were on a node it lost (its ``node_lost``): their ``back`` is a loss
         self.on_lost_node: set[tuple[str, str, int]] = set()
         self.secret: bytes | None = None  # the run's: every line to and from a pilot is signed with it (load_secret)
@@ -273,7 +275,9 @@ class Intake:
             self.pilots.failed_in_a_row = 0
             if applied == FAILED:
                 self.failed(rec["n"])
+                self.settled(rec["n"], rec["m"], FAILED)
             elif applied == DONE:
+                self.settled(rec["n"], rec["m"], DONE)
                 self.ended_well(rec["n"], rec["m"])
                 self.took(rec["n"], rec.get("dt"))
         elif k == BACK:

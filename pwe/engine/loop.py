@@ -63,6 +63,7 @@ from .ledger import Ledger
 from .pilotctl import PilotControl
 from .setups import Setups
 from .stragglers import Stragglers
+from .holds import Holds
 from .pilots import PilotWork
 from .tasks import TaskBuilder
 
@@ -171,6 +172,9 @@ class Engine:
                              fix=self.keyring.fix if self.keyring.on else None)
         self.intake.ended_well = self.lending.done
         self.stragglers = Stragglers(plan, self.pilots)  # (stragglers.py: straggler: of the nodes)
+        self.holds = Holds(plan, self.ledger, self.pilots)  # (holds.py: hold: a value that only fails)
+        if self.holds.any:
+            self.intake.settled = self.holds.ended
         if self.stragglers.any:
             self.intake.took = self.stragglers.done
         self.control = PilotControl(self.dir, info, self.ledger, self.lanes, self.pilots, start=self.work.start)
@@ -465,7 +469,7 @@ class Engine:
                 if pilot.alive:
                     busy += ingest(pilot)
             self.work.check()
-            if st.unfinished() == 0 or self.halting.over():
+            if st.unfinished() == 0 or self.halting.over() or self.holds.over():
                 break
             self.feeder.release_held()  # (submit_whole groups whose members waited)
             busy += self.feeder.feed()
@@ -531,7 +535,8 @@ class Engine:
         """Tell pilots there is nothing more, close files, release the run. Never raises
         over an error already on its way out (a full disk fails these writes too)."""
         try:
-            over = self.state is not None and (self.state.unfinished() == 0 or self.halting.over())
+            over = self.state is not None and (self.state.unfinished() == 0 or self.halting.over()
+                                               or self.holds.over())
             pending = self._stop_pilots(over)
             try:
                 self.work.await_leaving()  # (a finished run's big spools: sealed once their pilots said they left)

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError
-from ..base.states import ASSIGNED, CANCELLED, DONE, FAILED, NAMES, QUARANTINED, READY, RUNNING, SKIPPED, WAITING
+from ..base.states import (ASSIGNED, CANCELLED, DONE, FAILED, HELD, NAMES, QUARANTINED, READY, RUNNING, SKIPPED,
+                           WAITING)
 from ..base.text import shown
 
 #: upstream members named one by one at most (the rest counted)
@@ -177,6 +178,15 @@ def _state_lines(run_dir: Path, st: Any, doc: dict[str, Any], code: int) -> list
             out = [f"failed for good: {_ended(doc)}, after {att} attempt{'s' if att != 1 else ''} ({policy})"]
         tail = _stderr_line(run_dir, doc["node"], i)
         return out + ([f"its last line on stderr: {tail}"] if tail else [])
+    if code == HELD:
+        space = st.plan.nodes[doc["node"]].space
+        mine = [h for h in st.holds if h["n"] == doc["node"]]
+        texts = space.texts_of(i, [h["param"] for h in mine]) if i < space.size else {}
+        why = [h for h in mine if texts.get(h["param"]) == h["value"]]
+        said = "; ".join(f"{h['param']}={h['value']} had {h['failed']:,} failed, none done" for h in why)
+        query = "; ".join(f"{h['param']}={h['value']}" for h in why) or "state=held"
+        return [f"held: {said or 'its value is held'} (hold: after {pn.hold.after if pn.hold else '?'}); it waits, "
+                f"not a failure; pwe release {doc['run']} -q '{query}' lets it go"]
     if code == SKIPPED:
         bad = [u for p in doc["prerequisites"] for u in p.get("not_done", [])
                if u["state"] in ("failed", "skipped", "quarantined", "cancelled")]
@@ -207,7 +217,7 @@ def _holds(st: Any, snap: dict[str, Any], doc: dict[str, Any], code: int, engine
         out.append(f"held: {st.halted.get('why')} (no new member starts; pwe resume --halt LARGER goes on)")
     if st.cancelled:
         out.append("held: the run is cancelled")
-    if not engine:
+    if not engine and code != HELD:  # (a held member waits for pwe release, not for an engine)
         stopped = f" (the last one stopped: {st.stopped})" if st.stopped else ""
         out.append(f"held: no engine runs this run{stopped}; pwe resume {doc['run']} goes on")
     budget = snap.get("budget")

@@ -33,6 +33,7 @@ from typing import Any
 from ..base.states import DONE, FAILED, QUARANTINED
 from ..base.source import value_text
 from ..base.text import shown
+from ..runstate.byvalue import value_counts
 
 #: failed members whose stderr is read for their signature (spread evenly over them)
 SIGNATURES_READ = 2000
@@ -129,37 +130,10 @@ def _reason(ns: Any, i: int) -> str:
     return f"exit {ns.rc.get(i, '?')}"
 
 
-_F, _Q, _D = bytes([FAILED]), bytes([QUARANTINED]), bytes([DONE])
-
-
-def _tally(chunk: bytes | bytearray) -> tuple[int, int]:
-    """(failed for good, done) among the state bytes ``chunk``."""
-    return chunk.count(_F) + chunk.count(_Q), chunk.count(_D)
-
-
-def _count(state: bytearray, start: int, period: int, block: int) -> tuple[int, int]:
-    """(failed, done) among indices ``start + k*period + j`` (j < block): one value's
-    members in a product of parameters, counted by C-level slices, whichever way is fewer
-    of them (a slice per block, or a strided slice per offset within a block)."""
-    size = len(state)
-    blocks = -(-(size - start) // period)
-    f = d = 0
-    if block <= blocks:
-        parts = (state[start + j::period] for j in range(block))
-    else:
-        parts = (state[b:b + block] for b in range(start, size, period))
-    for part in parts:
-        pf, pd = _tally(part)
-        f += pf
-        d += pd
-    return f, d
-
-
 def _by_value(nid: str, space: Any, state: bytearray, failed: int, done: int,
               skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each value of each parameter of one node: failed, done, rate, difference (points);
     a parameter with more than :data:`VALUES_COMPARED` values goes to ``skipped``."""
-    base = state[:space.size]  # (members a check grew have journaled values: not compared)
     rows: list[dict[str, Any]] = []
     for k, name in enumerate(space.names):
         values = space.values[name]
@@ -168,12 +142,7 @@ def _by_value(nid: str, space: Any, state: bytearray, failed: int, done: int,
             skipped.append({"node": nid, "parameter": name, "values": n})
             continue
         counts: dict[str, list[int]] = {}
-        for p in range(n):
-            if space.combine == "zip":
-                fp, dp = _tally(base[p:p + 1])
-            else:
-                block = space.strides[k]
-                fp, dp = _count(base, p * block, block * n, block)
+        for p, (fp, dp) in enumerate(value_counts(space, state, k)):
             got = counts.setdefault(value_text(values[p]), [0, 0])
             got[0] += fp
             got[1] += dp

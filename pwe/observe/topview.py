@@ -23,7 +23,8 @@ from .runview import run_summary, status
 
 #: the states the member list is filtered by, in the order its key cycles through them
 #: (those that hold no member of the run are passed over)
-FILTERS = ("all", "failed", "running", "queued", "ready", "waiting", "done", "skipped", "cancelled", "quarantined")
+FILTERS = ("all", "failed", "running", "queued", "ready", "waiting", "done", "skipped", "cancelled", "quarantined",
+           "held")
 #: the most members the list shows at once (a run of a million: its first, in a state)
 MEMBERS_SHOWN = 500
 #: the span (seconds) a node's rate is measured over

@@ -70,6 +70,7 @@ class PlannedNode:
     max_losses: int = 2  # losses of its pilot or node a member may be present at (then quarantined)
     halt: model.Halt | None = None  # its own failure budget
     straggler: model.Straggler | None = None  # its own or the defaults': stop members far past the median
+    hold: model.Hold | None = None  # its own or the workflow's: hold a value that only fails
     host_line: int | None = None  # where its host is named: its own 'host', else defaults.host
     run_line: int | None = None
     check: PayloadTemplate | None = None  # iteration until convergence (pwe/planning/trees.py)
@@ -239,6 +240,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             max_losses=node.maxLosses or wf.defaults.maxLosses,
             halt=node.halt,
             straggler=node.straggler or wf.defaults.straggler,
+            hold=node.hold or wf.hold,
             line=line_of("nodes", nid),
             host_line=line_of("nodes", nid, "host") if node.host else line_of("defaults", "host"),
             run_line=run_line,

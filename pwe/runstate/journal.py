@@ -65,6 +65,9 @@ kind             fields
                  finish; now: they are stopped), ``node`` (the node whose budget it was,
                  absent: the run's), ``failed``, ``of``, ``budget``, ``t``: no new member
                  starts (the failure budget, or the core-hour budget: ``coreHours``)
+``hold``         ``n``, ``param``, ``value`` (its text), ``failed``, ``t``: that value's
+                 members of node ``n`` not yet started are held (``hold:``; the value had
+                 ``failed`` members failed, none done); a ``retry`` lets them go
 ``stopped``      ``why``, ``t``: the engine stopped before the end (pwe resume goes on)
 ``cancel``       ``t``, ``by``: every member not ended is cancelled
 ``retry``        ``t``, ``by``, ``only`` {node: [[first, end], ...]} (pwe retry -q): failed
@@ -155,7 +158,9 @@ from ..base.regular import MAX_LINE, open_append, open_regular, take_line
 #: 2: the header, ``{"e":"journal","v":2,"pwe":..}``, the first line of a journal begun by
 #: this pwe; a ``note`` of a refusing host may carry ``lane``, ``refused``, ``retry_at``
 #: (written before as well, unlisted).
-VERSION = 2
+#: 3: the ``hold`` record (``n``, ``param``, ``value``, ``failed``, ``t``): a parameter value
+#: whose members failed, none done, holds its members not yet started (state ``held``).
+VERSION = 3
 #: the header's kind (its first line only; no record of the run)
 HEADER = "journal"
 #: what the header's line begins with (looked for before it is decoded)
@@ -164,6 +169,7 @@ _HEAD = b'{"e":"journal",'
 # the run
 RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE, HALT = "run", "resume", "finish", "stopped", "cancel", \
     "retry", "note", "edge", "halt"
+HOLD = "hold"
 # members
 ASSIGN, START, END, ENDS, UNASSIGN, COMPLETE, REUSED = "assign", "start", "end", "ends", "unassign", "complete", \
     "reused"
@@ -180,6 +186,7 @@ FIELDS: dict[str, frozenset[str]] = {
     RESUME: _BY_ENGINE,
     FINISH: frozenset(("ok", "t")),
     HALT: frozenset(("why", "when", "node", "failed", "of", "budget", "coreHours", "t")),
+    HOLD: frozenset(("n", "param", "value", "failed", "t")),
     STOPPED: frozenset(("why", "t")),
     CANCEL: frozenset(("t", "by")),
     RETRY: frozenset(("t", "by", "only")),
@@ -372,21 +379,7 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
     set to None in ``r``: taken as absent by every reader, never carried into arithmetic."""
     e = r["e"]
     if e in _OF_MEMBER:
-        n = r["n"]
-        if type(n) is not str:
-            raise ValueError(f"node {n!r}")
-        count = None if size is None else size(n)
-        if e != ENDS:
-            _index(r["m"], count, "member")
-            if "len" in r:
-                _index(r["len"] - 1 if type(r["len"]) is int and r["len"] > 0 else -1,
-                       None if count is None else count - r["m"], "len")
-        if "a" in r or e != UNASSIGN:
-            _index(r["a"], MAX_ATTEMPT + 1, "attempt")
-        if e != ENDS:
-            _figures(r, _NUMBERS)
-            if e == END and type(r["rc"]) is not int:
-                raise ValueError(f"exit status {r['rc']!r}")
+        _check_member(r, e, size)
         return
     if e == REUSED:
         _check_reused(r, None if size is None else size(r["n"]))
@@ -400,8 +393,37 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
                     raise ValueError(f"members {lo!r}..{hi!r}")
     elif e == PILOT:
         _figures(r, _PILOT_NUMBERS)
+    elif e == HOLD:
+        _check_hold(r, size)
     if within(r.get("t"), 0, TIME_MOST) is None and r.get("t") is not None:
         r["t"] = None  # (a time outside RECORD_RANGES: none, as in a member's record)
+
+
+def _check_member(r: dict[str, Any], e: str, size: Callable[[str], int] | None) -> None:
+    """A member's record: its node, index, attempt and figures (see :func:`check`)."""
+    n = r["n"]
+    if type(n) is not str:
+        raise ValueError(f"node {n!r}")
+    count = None if size is None else size(n)
+    if e != ENDS:
+        _index(r["m"], count, "member")
+        if "len" in r:
+            _index(r["len"] - 1 if type(r["len"]) is int and r["len"] > 0 else -1,
+                   None if count is None else count - r["m"], "len")
+    if "a" in r or e != UNASSIGN:
+        _index(r["a"], MAX_ATTEMPT + 1, "attempt")
+    if e != ENDS:
+        _figures(r, _NUMBERS)
+        if e == END and type(r["rc"]) is not int:
+            raise ValueError(f"exit status {r['rc']!r}")
+
+
+def _check_hold(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
+    """A ``hold`` names a node the run has (KeyError), a parameter and a value as text."""
+    if size is not None:
+        size(r["n"])
+    if type(r["param"]) is not str or type(r["value"]) is not str or type(r["failed"]) is not int:
+        raise ValueError(f"hold of {r.get('param')!r}={r.get('value')!r}")
 
 
 def _figures(r: dict[str, Any], ranges: tuple[tuple[str, float, float], ...]) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, FINISH, HALT, NODE_LOST, NOTE, OFFSET, PILOT, PILOT_DRAIN,
-                      PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN)
+from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, FINISH, HALT, HOLD, NODE_LOST, NOTE, OFFSET, PILOT,
+                      PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN)
 
 # -- the run ---------------------------------------------------------------------------------
 
@@ -50,6 +50,12 @@ def halt(why: str, when: str, t: float, **budget: Any) -> dict[str, Any]:
     """No new member starts: ``when`` soon or now; ``budget``: ``node``, ``failed``, ``of``,
     ``budget`` (the failure budget's) or ``coreHours`` (the core-hour budget's)."""
     return {"e": HALT, "why": why, "when": when, **budget, "t": t}
+
+
+def hold(n: str, param: str, value: str, failed: int, t: float) -> dict[str, Any]:
+    """Node ``n``'s members whose ``param`` is ``value`` (its text) and not yet started are
+    held: ``failed`` of them failed, none done (``hold:``)."""
+    return {"e": HOLD, "n": n, "param": param, "value": value, "failed": failed, "t": t}
 
 
 def stopped(why: str, t: float) -> dict[str, Any]:

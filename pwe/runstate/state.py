@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pilot.wire import NOT_STARTED, UNWRITABLE  # (a back whose why begins so: the member never started)
 
-from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, NAMES, QUARANTINED, READY, RUNNING,
-                           SKIPPED, WAITING)
-from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, HEADER, NODE_LOST, NOTE, OFFSET,
+from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, HELD, NAMES, QUARANTINED, READY,
+                           RUNNING, SKIPPED, WAITING)
+from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, HEADER, HOLD, NODE_LOST, NOTE, OFFSET,
                       PILOT, PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN,
                       check, packed, unpack)
 from .readyqueue import ReadyQueue
@@ -126,6 +126,10 @@ class RunState:
         #: the halt record in force (the failure or core-hour budget: no new member starts), or
         #: None; a resume or a retry lifts it (the engine then weighs the budget again)
         self.halted: dict[str, Any] | None = None
+        #: the holds in force (``hold`` records: node, param, value, failed, t), and the values
+        #: let go since (``(node, param, value)``: never held again in this run)
+        self.holds: list[dict[str, Any]] = []
+        self.released: set[tuple[str, str, str]] = set()
         self.edges: dict[str, int] = {}  # edge events applied, by id: how many replays of each were ignored
         self.edge_files: set[str] = set()  # files of edges/ taken in (applied, replayed or refused)
         #: pilot messages refused (never applied), by why: forged, replayed, malformed, resent
@@ -214,7 +218,7 @@ class RunState:
                 whole = e.barrier or idx is None
                 any_new = False
                 for j in targets:
-                    if dst.state[j] in (WAITING, READY):
+                    if dst.state[j] in (WAITING, READY, HELD):
                         self._set(e.dst, dst, j, SKIPPED)
                         any_new = True
                         if not whole:
@@ -327,6 +331,9 @@ class RunState:
                 ns.why[i] = f"quarantined: running when its pilot or node was lost {lost} times (maxLosses): {last}"
                 self._skip_downstream(r["n"], self.plan.nodes[r["n"]].tree.root_of(i))
                 return QUARANTINED
+        if self.holds and self._is_held(r["n"], i):  # (handed back unstarted: its value is held)
+            self._set(r["n"], ns, i, HELD)
+            return HELD
         self._set(r["n"], ns, i, READY)
         self.ready.append((r["n"], i))
         self.again.append((r["n"], i))
@@ -406,6 +413,32 @@ class RunState:
     def _finish(self, r: dict[str, Any]) -> bool:
         self.finished_ok = r.get("ok")
         return True
+
+    def _hold(self, r: dict[str, Any]) -> int:
+        """A parameter value's members not yet started are held (waiting or ready: what is
+        queued on a pilot or running goes on); how many."""
+        nid, param, value = r["n"], r["param"], r["value"]
+        ns, space = self.nodes[nid], self.plan.nodes[nid].space
+        if param not in space.names:
+            raise ValueError(f"hold: node {nid} has no parameter {param!r}")
+        held = 0
+        for i in space.matching({param: value}):
+            if ns.state[i] in (WAITING, READY):
+                self._set(nid, ns, i, HELD)
+                held += 1
+        self.holds.append({k: r[k] for k in ("n", "param", "value", "failed", "t")})
+        return held
+
+    def _is_held(self, nid: str, i: int) -> bool:
+        """Whether member ``i`` of ``nid`` has a value a hold in force names."""
+        space = self.plan.nodes[nid].space
+        if i >= space.size:
+            return False
+        mine = [h for h in self.holds if h["n"] == nid]
+        if not mine:
+            return False
+        texts = space.texts_of(i, [h["param"] for h in mine])
+        return any(texts[h["param"]] == h["value"] for h in mine)
 
     def _halt(self, r: dict[str, Any]) -> bool:
         """The failure budget (or the core-hour budget) is spent: no new member starts."""
@@ -545,6 +578,12 @@ class RunState:
         self.halted = None
         if not self._wait_again(only):
             return
+        # (a value none of whose members is held now is let go: it is never held again here)
+        for h in list(self.holds):
+            ns, space = self.nodes[h["n"]], self.plan.nodes[h["n"]].space
+            if not any(ns.state[i] == HELD for i in space.matching({h["param"]: h["value"]})):
+                self.holds.remove(h)
+                self.released.add((h["n"], h["param"], h["value"]))
         self.ready.clear()
         self._recount_deps()
         self._queue_ready()
@@ -651,6 +690,7 @@ class RunState:
             "finished_ok": self.finished_ok,
             "stopped": self.stopped,
             "halted": self.halted,
+            "holds": self.holds,
             "rejected": dict(self.rejected),
             "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "started", "slots", "why",
                                                        "lost")}
@@ -681,6 +721,7 @@ _ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
     RESUME: RunState._began,
     FINISH: RunState._finish,
     HALT: RunState._halt,
+    HOLD: RunState._hold,
     STOPPED: RunState._stopped,
     CANCEL: RunState._cancel,
     RETRY: RunState._retry_record,

@@ -214,6 +214,13 @@ class Halt(_Strict, HaltMethods):
         "soon", description="soon: members running finish; now: they are stopped (recorded as halted, not failed)")
 
 
+class Hold(_Strict):
+    """``hold:``: a parameter value with ``after`` members failed and none done holds its
+    members not yet started (state ``held``; pwe release lets them go)."""
+
+    after: Count = Field(description="failed members of one value, none done, that hold the rest of that value")
+
+
 class Budget(_Strict):
     """``budget:``: the core-hours a run may spend (pilots' cores x the time they hold them)."""
 
@@ -257,6 +264,8 @@ class Node(_Strict):
     halt: Halt | None = Field(None, description="this node's failure budget: past it the run halts")
     straggler: Straggler | None = Field(None, description="stop and retry a member running far longer than the "
                                         "median of those done (default: defaults.straggler)")
+    hold: Hold | None = Field(None, description="hold the members not yet started of a parameter value that only "
+                              "fails (default: the workflow's hold)")
     host: StrictStr | None = Field(None, description="a host from the registry; default: defaults.host")
     env: dict[Name, Scalar] = Field(
         default_factory=dict, description="extra environment variables for every member"
@@ -341,6 +350,8 @@ class Workflow(_Strict):
     )
     halt: Halt | None = Field(None, description="the failure budget: past it no new member starts (pwe run --halt)")
     budget: Budget | None = Field(None, description="the core-hours the run may spend")
+    hold: Hold | None = Field(None, description="hold the members not yet started of a parameter value that only "
+                              "fails: after N of them failed and none done")
     limits: dict[Name, Positive] = Field(
         default_factory=dict, description="most of each user-defined resource held at once in this run, e.g. "
         "license: 4 (nodes ask with 'resources')"

@@ -176,7 +176,7 @@ def workflow_tree(root: etree._Element) -> LineDict:
             _put(wf, "defaults", _defaults(child), child.sourceline)
         elif child.tag == "limits":  # <limit name="license">4</limit>: as limits: {license: 4}
             _put(wf, "limits", _amounts(child), child.sourceline)
-        elif child.tag in ("halt", "budget"):  # <halt failed="10%" when="soon"/>: as halt: {failed: 10%, ...}
+        elif child.tag in ("halt", "budget", "hold"):  # <halt failed="10%" when="soon"/>: as halt: {failed: 10%, ...}
             _put(wf, child.tag, _attrs(child), child.sourceline)
         elif child.tag == "inputs":  # <input>data/*.csv</input>: a pattern, as <product> is read (pwe.workflow.inputs)
             _put(wf, "inputs", _lines(child, strip=True), child.sourceline)
@@ -310,6 +310,7 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "retry": ("retry", _retry),
     "halt": ("halt", _attrs),
     "straggler": ("straggler", _attrs),
+    "hold": ("hold", _attrs),
 }
 #: ... an item of a list of the node's ...
 _ITEM: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {

@@ -66,6 +66,9 @@ NUMERIC = {
     ("_engine", "--ready-fd"): ["_engine", "RUN"],
     ("notify", "status"): ["notify", "--run", "RUN", "--pilot", "p1", "started", "42", "--"],
     ("ui", "--port"): ["ui"],
+    ("failures", "--signatures"): ["failures", "RUN"],
+    ("failures", "--rows"): ["failures", "RUN"],
+    ("top", "--every"): ["top"],
 }
 BAD_NUMBERS = ["-1", "nan", "inf", "-inf", "1e30", "99999999999999999999999999", "abc", "", "1\n2"]
 

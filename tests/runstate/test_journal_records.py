@@ -63,6 +63,7 @@ RECORDS = [
     {"e": journal.REUSED, "n": "b", "from": "records-1", "r": [[0, 1, 0]], "out": {"0": {"x": "1"}}},
     {"e": journal.HALT, "why": "halted: 1 of 3 failed, budget 1", "when": "soon", "failed": 1, "of": 3,
      "budget": "1", "t": T + 5},
+    {"e": journal.HOLD, "n": "a", "param": "i", "value": "3", "failed": 2, "t": T + 5},
     {"e": journal.STOPPED, "why": "the disk is full", "t": T + 5},
     {"e": journal.RESUME, "t": T + 6, "pid": 14, "by": "someone"},
     {"e": journal.CANCEL, "t": T + 7, "by": "someone"},

@@ -408,7 +408,7 @@ def test_triggers_enable_disable_and_fire_from_the_api(home, tmp_path):
 def test_pwe_retry_q_selects_failed_members_or_says_why_not(done, tmp_path):
     cwd, run = done
     rc, out, err = run_cli("retry", run.name, "-q", "state=done", cwd=cwd)
-    assert rc == 2 and "selects no failed, skipped, cancelled or quarantined member" in err and len(err.splitlines()) == 1
+    assert rc == 2 and "selects no failed, skipped, cancelled, quarantined or held member" in err and len(err.splitlines()) == 1
     rc, out, err = run_cli("retry", run.name, "-q", "T>abc", cwd=cwd)
     assert rc == 2 and "needs a number" in err
     # a run of its own (the fixture's stays as it is): x=13 alone of the three failed runs again

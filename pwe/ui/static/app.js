@@ -3,9 +3,10 @@
 // attributes): never innerHTML with data. Live updates come over server-sent events.
 "use strict";
 
-const STATES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled", "quarantined"];
+const STATES = ["waiting", "ready", "queued", "running", "done", "failed", "skipped", "cancelled", "quarantined",
+                "held"];
 const COLORS = {done: "#1a7f37", failed: "#cf222e", running: "#0969da", queued: "#8250df", waiting: "#afb8c1",
-  ready: "#afb8c1", skipped: "#bf8700", cancelled: "#6e7781", lost: "#bf8700", quarantined: "#953800"};
+  ready: "#afb8c1", skipped: "#bf8700", cancelled: "#6e7781", lost: "#bf8700", quarantined: "#953800", held: "#8250df"};
 const SVG = "http://www.w3.org/2000/svg";
 let session = {authenticated: false, reads: false, csrf: null};
 let streams = [];
@@ -44,7 +45,7 @@ function dur(s) {
 const stateSpan = s => el("span", {class: `state s-${String(s).split(/[ ;:]/)[0]}`, text: s});
 function bar(counts, total) {
   const b = el("span", {class: "bar", title: STATES.filter(s => counts[s]).map(s => `${s} ${counts[s]}`).join(", ")});
-  for (const s of ["done", "failed", "skipped", "cancelled", "quarantined", "running", "queued"]) {
+  for (const s of ["done", "failed", "skipped", "cancelled", "quarantined", "held", "running", "queued"]) {
     const n = counts[s] || 0;
     if (n && total) { const part = el("span", {class: `b-${s}`}); part.style.width = `${(100 * n / total).toFixed(3)}%`;
       b.append(part); }  // (CSSOM, not a style attribute: the page's CSP allows no inline style)
@@ -151,7 +152,7 @@ function dagView(dag, status) {
     g.append(svg("rect", {width: W, height: H, rx: 6, fill: "#fff", stroke: "#d0d7de"}));
     g.append(svg("text", {x: 8, y: 16, "font-weight": 600}, n.id));
     let bx = 8;
-    for (const k of ["done", "failed", "skipped", "cancelled", "quarantined", "running", "queued"]) {
+    for (const k of ["done", "failed", "skipped", "cancelled", "quarantined", "held", "running", "queued"]) {
       const w = total ? (W - 16) * (c[k] || 0) / total : 0;
       if (w > 0) { g.append(svg("rect", {x: bx, y: 24, width: w, height: 8, fill: COLORS[k]})); bx += w; }
     }
