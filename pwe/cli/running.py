@@ -85,7 +85,27 @@ _run_options = [
     fresh_option,
     reuse_from_option,
     concurrent_option,
+    click.option("--simulate", is_flag=True, help="rehearse: the engine, the feed and the pilots run, no payload does "
+                 "(each member sleeps its node's measured duration, else --duration); see when halt, hold, retry and "
+                 "the budget would act"),
+    click.option("--duration", default=None, type=Seconds(0.0, 86400.0), metavar="SECONDS",
+                 help="with --simulate: how long a member of a node no earlier run measured 'runs' (default 1)"),
+    click.option("--fail", "fails", multiple=True, metavar="QUERY[=P%]",
+                 help="with --simulate: the members this query selects fail (or P%% of them), e.g. 'mesh=fine=20%%'"),
 ]
+
+
+def _rehearsal(simulate: bool, duration: float | None, fails: tuple[str, ...]) -> dict | None:
+    """``--simulate`` with its --duration and --fail, as run.json's ``simulate``; the two
+    without --simulate are refused (one line)."""
+    if not simulate:
+        if duration is not None or fails:
+            raise InputError(f"{'--duration' if duration is not None else '--fail'} rehearses a run: give --simulate "
+                             "too")
+        return None
+    from ..engine.simulate import fail_option
+
+    return {"duration": duration, "fail": [fail_option(f) for f in fails]}
 
 
 def _with_run_options(f):
@@ -106,7 +126,8 @@ def _run_id(value: str | None) -> str | None:
 
 def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | None, cores: int | None,
             hosts_file: str | None, workspace: str | None = None, run_id: str | None = None,
-            halt: dict | None = None, fresh: bool = False, reuse_from: str | None = None, concurrent: bool = False):
+            halt: dict | None = None, fresh: bool = False, reuse_from: str | None = None, concurrent: bool = False,
+            simulate: dict | None = None):
     """An engine for a new run of FILE, or (a host without shared file systems) the run
     staged to its login node (:class:`pwe.engine.remote.RemoteRun`)."""
     from ..engine.loop import Engine
@@ -126,11 +147,17 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
         if halt:
             raise InputError(f"--halt is not passed to a run staged to host '{far[0]}': give the workflow a 'halt:' "
                              "instead")
+        if simulate is not None:
+            raise InputError(f"--simulate: a run staged to host '{far[0]}' is not rehearsed there; rehearse it on "
+                             "this machine (--host local)")
+    if simulate is not None and reuse_from:
+        raise InputError("--simulate runs every member (a rehearsal reuses nothing): leave out --reuse-from")
         return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
     return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
                          workspace=workspace, planned=planned, run_id=run_id, **({"halt": halt} if halt else {}),
                          **({"fresh": True} if fresh else {}), **({"reuse_from": reuse_from} if reuse_from else {}),
-                         **({"concurrent": True} if concurrent else {}))
+                         **({"concurrent": True} if concurrent else {}),
+                         **({"simulate": simulate, "fresh": True} if simulate is not None else {}))
 
 
 def _prestart(host: str | None) -> None:
@@ -225,7 +252,8 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
         click.echo(json.dumps({"run_id": engine.run_id, "run_dir": str(engine.dir), "ok": ok,
                                "totals": dict(zip(NAMES, t)), **complete_counts(engine.state)}))
     else:
-        echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}  ({engine.dir})")
+        rehearsed = " (simulated: no payload ran)" if getattr(engine, "simulated", False) else ""
+        echo(f"{engine.run_id}: {outcome(t, engine.state)} of {sum(t)}{rehearsed}  ({engine.dir})")
     ref = run_ref(engine.dir)  # (it reads the service's store: after the run, not before its first member)
     halted = engine.state.halted
     if halted is not None:
@@ -256,7 +284,8 @@ def _say_outcome(engine, ok: bool, as_json: bool) -> None:
 @click.argument("file", type=ChosenPath(dir_okay=True))
 @_with_run_options
 @json_option
-def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, concurrent, as_json) -> None:
+def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, concurrent, simulate,
+        duration, fails, as_json) -> None:
     """Run FILE to the end with a progress bar; exit 0 when every member succeeded, else 1."""
     _prestart(host)
     from .remote import drive
@@ -264,7 +293,8 @@ def run(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, re
 
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, halt=halt, fresh=fresh,
-                         reuse_from=reuse_from, concurrent=concurrent)
+                         reuse_from=reuse_from, concurrent=concurrent,
+                         simulate=_rehearsal(simulate, duration, fails))
         said = f"run {engine.run_id}  ({engine.dir})"
         if isinstance(engine, RemoteRun):
             from protocols.warmpilot import dismiss
@@ -301,8 +331,8 @@ def _resumable(engine) -> None:
 @click.option("--broker", default=None, metavar="URL", help="(--service) the service's broker, e.g. redis://...")
 @click.option("--run-id", default=None, hidden=True, callback=lambda ctx, p, v: _run_id(v))
 @json_option
-def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, concurrent, to_service,
-           broker, run_id, as_json) -> None:
+def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh, reuse_from, concurrent, simulate,
+           duration, fails, to_service, broker, run_id, as_json) -> None:
     """Start a run of FILE in the background and print its run id."""
     from .remote import drive
     from ..engine.control import spawn_engine
@@ -313,14 +343,15 @@ def submit(file, sets, host, run_dir, cores, hosts_file, workspace, halt, fresh,
 
         if halt:
             fail(InputError("--halt is not passed to the service: give the workflow a 'halt:' instead"))
-        if fresh or reuse_from or concurrent:
-            fail(InputError("--fresh, --reuse-from and --concurrent are not passed to the service: run with `pwe "
-                            "run` or `pwe submit` without --service"))
+        if fresh or reuse_from or concurrent or simulate:
+            fail(InputError("--fresh, --reuse-from, --concurrent and --simulate are not passed to the service: run "
+                            "with `pwe run` or `pwe submit` without --service"))
 
         return submit_to_service(file, sets, host, cores, broker, run_dir, hosts_file, as_json, workspace)
     try:
         engine = _create(file, sets, host, run_dir, cores, hosts_file, workspace, run_id, halt=halt, fresh=fresh,
-                         reuse_from=reuse_from, concurrent=concurrent)
+                         reuse_from=reuse_from, concurrent=concurrent,
+                         simulate=_rehearsal(simulate, duration, fails))
         warn(engine.warnings)
         if isinstance(engine, RemoteRun):
             return drive(engine, as_json, follow=False, fresh=True)

@@ -64,6 +64,7 @@ from .pilotctl import PilotControl
 from .setups import Setups
 from .stragglers import Stragglers
 from .holds import Holds
+from .simulate import Rehearsal
 from .pilots import PilotWork
 from .tasks import TaskBuilder
 
@@ -156,9 +157,13 @@ class Engine:
         # -- the parts, each given what it needs (the module's docstring lists them) --
         self.ledger = Ledger()
         self.pilots = Pilots()
-        builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"))
+        self.simulated = bool(info.get("simulate"))  # (pwe run --simulate: pwe/engine/simulate.py)
+        rehearsal = Rehearsal(plan, self.run_id, self.dir, info["simulate"]) if self.simulated else None
+        builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"), rehearsal)
         # members' keys fixed as each is handed to a pilot; lent as each ends (pwe/runstate/keyring.py, lending.py)
         self.keyring = KeyRing(plan, self.dir, info.get("workspace"))
+        if self.simulated:
+            self.keyring.on = False  # (a rehearsal lends nothing: its members ran no payload)
         self.lending = Lending(self.dir, plan, self.run_id, info.get("workspace"), self.keyring)
         self.setups = Setups(builder.setups, self.ledger)
         self.halting = Halting(plan, info, self.ledger, self.pilots)
@@ -414,7 +419,7 @@ class Engine:
         """At the run's end: the signed record of what it may lend to later runs."""
         from ..planning.reuse import reusable as may_reuse
 
-        if not any(may_reuse(self.plan, n) for n in self.plan.nodes):
+        if self.simulated or not any(may_reuse(self.plan, n) for n in self.plan.nodes):
             return
         from ..runstate import reusable
 
@@ -501,8 +506,9 @@ class Engine:
         self.journal.flush()
         self._lend()
         press = self.feeder.pressure
-        pressure.write_durations(self.dir, self.plan.workflow.name, st,
-                                 press.earlier if press else None)  # (the next run's estimates)
+        if not self.simulated:  # (a rehearsal's sleeps are no measure of the payload)
+            pressure.write_durations(self.dir, self.plan.workflow.name, st,
+                                     press.earlier if press else None)  # (the next run's estimates)
         if progress:
             progress(st)
         return ok

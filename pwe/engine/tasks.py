@@ -26,8 +26,11 @@ from ..base.source import value_text
 class TaskBuilder:
     """The ``task`` messages of one run's members (pilot/wire.py lists their fields)."""
 
-    def __init__(self, plan: Plan, run_id: str, run_dir: Path, workspace: str | None = None):
+    def __init__(self, plan: Plan, run_id: str, run_dir: Path, workspace: str | None = None,
+                 rehearsal: Any = None):
         self.plan = plan
+        #: a simulated run's (pwe/engine/simulate.py): what each member runs instead of its payload
+        self.rehearsal = rehearsal
         self._env_base = {"PWE_RUN_ID": run_id}
         self._workspace = workspace  # (pwe.planning.products; a run made before workspaces has none)
         if workspace:
@@ -69,7 +72,9 @@ class TaskBuilder:
             task.update(more)
             if "wall" in more:
                 env["PWE_WALLTIME_MINUTES"] = _minutes(more["wall"])
-        if pn.products and self._workspace:
+        if self.rehearsal is not None:  # (pwe run --simulate: no payload runs, no product is made)
+            task["cmd"] = self.rehearsal.command(nid, i)
+        elif pn.products and self._workspace:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
         return task
 

@@ -54,8 +54,12 @@ def status(run_dir: Path) -> dict[str, Any]:
     snap["run_dir"] = str(d)
     heartbeat = 5.0
     try:
-        heartbeat = float(read_json(d / "run.json").get("heartbeat", 5.0))
-    except (OSError, ValueError, TypeError):
+        info = read_json(d / "run.json")
+        heartbeat = float(info.get("heartbeat", 5.0))
+        if info.get("simulate"):  # (pwe run --simulate: a rehearsal, no payload ran)
+            snap["simulated"] = info["simulate"]
+            snap["phase"] = f"simulated: {snap['phase']}"
+    except (OSError, ValueError, TypeError, AttributeError):
         pass
     snap["pilots"] = pilot_states(d, snap.get("pilots") or {}, bool(holder), heartbeat)
     if isinstance(snap.get("work"), dict):
@@ -126,6 +130,8 @@ def run_summary(run_dir: Path, where: str = COMMAND_LINE) -> dict[str, Any]:
         out["state"] = "running" if running else "not started (no snapshot)"
         return out
     out["state"] = _phase(snap, running).split(";")[0]
+    if info.get("simulate"):  # (pwe run --simulate: no payload ran)
+        out["state"] = f"simulated: {out['state']}"
     totals = snap.get("totals") or {}
     out["total"] = snap.get("total_members") or sum(totals.values())
     out["finished"] = sum(totals.get(NAMES[s], 0) for s in FINAL)
