@@ -69,6 +69,8 @@ NUMERIC = {
     ("failures", "--signatures"): ["failures", "RUN"],
     ("failures", "--rows"): ["failures", "RUN"],
     ("top", "--every"): ["top"],
+    ("run", "--duration"): ["run", "FILE", "--simulate"],
+    ("submit", "--duration"): ["submit", "FILE", "--simulate"],
 }
 BAD_NUMBERS = ["-1", "nan", "inf", "-inf", "1e30", "99999999999999999999999999", "abc", "", "1\n2"]
 
