@@ -485,6 +485,54 @@ def release(run: str, query: str, detach: bool, as_json: bool) -> None:
     _continue(run, detach, retry=True, as_json=as_json, query=query, held_only=True)
 
 
+@click.command("set")
+@click.argument("run")
+@click.argument("pairs", nargs=-1, metavar="KEY=VALUE...")
+@click.option("-q", "--query", default=None, help="only the members this query selects, e.g. 'mesh=fine' (pwe show "
+              "-q's language); default: every member")
+@json_option
+def set_cmd(run: str, pairs: tuple[str, ...], query: str | None, as_json: bool) -> None:
+    """Change what RUN's members ask for from their next attempt on: memoryPerMember,
+    maxWallTimePerMember, threads (cores), gpus, retries, env.NAME.
+
+    A member running now keeps what it asked (said with the count); one not yet started,
+    or retried later, asks for the new values. A running engine takes the change in at
+    once; with none, it waits in the run's control/ for the next (pwe resume, pwe retry),
+    which takes it before it hands out a member. Journaled: pwe explain, show and trace
+    say what each attempt asked."""
+    from ..engine.control import selection
+    from ..engine.pilotask import post
+    from ..observe.results import select
+    from ..planning.setvalues import parse, within_hosts
+    from ..runstate.runs import read
+
+    try:
+        d = find(run)
+        values = parse(pairs)
+        info, plan = read(d)
+        only = None
+        if query is not None:
+            picked = select(d, query)
+            if not picked:
+                raise InputError(f"query {query!r} selects no member of {d.name}: nothing to set")
+            only = selection(picked)
+        within_hosts(values, info, plan, list(only) if only is not None else list(plan.nodes))
+        said = post(d, {"req": "set", "only": only, "values": values, "by": who()}, keep=True)
+    except PweError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps({"run_id": d.name, "taken": said is not None, **(said or {})}))
+    elif said is None:
+        echo(f"{d.name}: no engine runs it; the change waits in its control/ and the next engine (pwe resume, pwe "
+             "retry) takes it before it hands out a member")
+    elif not said.get("ok"):
+        echo(f"pwe set: {said.get('why')}", err=True)
+        sys.exit(int(said.get("exit") or 1))
+    else:
+        echo(f"{d.name}: set for {said.get('later', 0):,} members not started; {said.get('running', 0):,} running "
+             "keep what they asked" + (" (taken once already)" if said.get("again") else ""))
+
+
 def _continue(run: str | None, detach: bool, retry: bool, as_json: bool = False, query: str | None = None,
               halt: dict | None = None, budget: dict | None = None, held_only: bool = False) -> None:
     from .remote import drive

@@ -289,6 +289,8 @@ def show(run: str, query: str | None, node: str | None, only: str | None, limit:
         rc = "" if m["exit_status"] is None else f"exit={m['exit_status']}"
         why = f" ({shown(m['why'])})" if m.get("why") else ""
         took = f" T={m['T']:g}s" if m.get("T") is not None else ""
+        if m.get("set"):  # (pwe set: what its attempts ask for from then on)
+            took += f" set({_set_words(m['set'])})"
         if "iteration" in m:  # a checked node's member: its place in its tree (pwe/planning/trees.py)
             took += f" iteration={m['iteration']}" + (f" parent={m['parent']}" if m["parent"] is not None else "") \
                 + (f" {m['verdict']}" if m.get("verdict") else "")
@@ -296,6 +298,13 @@ def show(run: str, query: str | None, node: str | None, only: str | None, limit:
                    + (f"  -> {outs}" if outs else ""))
     if limit and len(out) >= limit:
         click.echo(f"(first {limit}; --limit 0 for all)", err=True)
+
+
+def _set_words(said: dict) -> str:
+    """pwe set's values of a member, short: ``memoryPerMember=200, env.FOO=fixed``."""
+    words = [f"{k}={v}" for k, v in said.items() if k != "env"]
+    words += [f"env.{shown(k)}={shown(v)[:20]}" for k, v in (said.get("env") or {}).items()]
+    return ", ".join(words)
 
 
 def _show_tree(run: str, node: str | None, as_json: bool) -> None:

@@ -60,7 +60,6 @@ class Feeder:
         self.pilots = pilots
         self.task = builder.build  # a member's task
         self.task_envs = builder.envs  # the nodes' shared environments it names (share_env)
-        self.grown = builder.grown  # what a retry asks for more of (retry.grow)
         self.start = start
         self.may_submit = may_submit
         #: a member is handed to a pilot: its key fixed now, inputs as they are (pwe/runstate/keyring.py)
@@ -252,7 +251,7 @@ class Feeder:
             retried = ns.failures.get(i, 0) if attempt > 1 else 0  # (a retry may ask for more: tasks.py)
             task = self.task(nid, i, attempt, retried)
             self.share_env(pilot, task)
-            record(assign(nid, i, attempt, pilot.id, now, self._asks(nid, retried) if retried else None))
+            record(assign(nid, i, attempt, pilot.id, now, self._asks(nid, task)))
             fix(nid, i)
             pilot.sent_task(task)
             fed += 1
@@ -297,11 +296,14 @@ class Feeder:
             return gate is None or gate.take(nid)
         return may
 
-    def _asks(self, nid: str, retried: int) -> dict[str, Any]:
-        """What a retry asks for more of (``mem``, ``wall``), for its ``assign`` record: the
-        trace shows each attempt's request."""
-        pn = self.plan.nodes[nid]
-        return self.grown(nid, retried) if pn.retry is not None and pn.retry.grow is not None else {}
+    def _asks(self, nid: str, task: dict[str, Any]) -> dict[str, Any] | None:
+        """What an attempt asks for beyond its node's ``memoryPerMember`` and
+        ``maxWallTimePerMember`` (a retry's growth, pwe set), for its ``assign`` record: the
+        trace shows each attempt's request. None when it asks for what its node says."""
+        sched = self.plan.nodes[nid].scheduling
+        out = {k: task[k] for k, base in (("mem", sched.memoryPerMember), ("wall", sched.maxWallTimePerMember))
+               if k in task and task[k] != base}
+        return out or None
 
     def share_env(self, pilot: PilotHandle, task: dict[str, Any]) -> None:
         """Send ``pilot`` the shared environment ``task`` names, unless it has it."""
@@ -335,8 +337,7 @@ class Feeder:
             retried = ns.failures.get(j, 0) if attempt > 1 else 0
             tasks.append(self.task(nid, j, attempt, retried))
             self.share_env(pilot, tasks[-1])  # (before the group that needs it)
-            self.ledger.take(records.assign(nid, j, attempt, pilot.id, now,
-                                            self._asks(nid, retried) if retried else None))
+            self.ledger.take(records.assign(nid, j, attempt, pilot.id, now, self._asks(nid, tasks[-1])))
             self.fix(nid, j)
         pilot.send({"k": GROUP, "tasks": tasks})
         pilot.sent_group(nid, chosen)

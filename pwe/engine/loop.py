@@ -160,6 +160,8 @@ class Engine:
         self.simulated = bool(info.get("simulate"))  # (pwe run --simulate: pwe/engine/simulate.py)
         rehearsal = Rehearsal(plan, self.run_id, self.dir, info["simulate"]) if self.simulated else None
         builder = TaskBuilder(plan, self.run_id, self.dir, info.get("workspace"), rehearsal)
+        # (pwe set's values, from the run's state once it is loaded: its set records)
+        builder.overrides = lambda nid, i: self.ledger.state.settings_for(nid, i) if self.ledger.state.sets else None
         # members' keys fixed as each is handed to a pilot; lent as each ends (pwe/runstate/keyring.py, lending.py)
         self.keyring = KeyRing(plan, self.dir, info.get("workspace"))
         if self.simulated:
@@ -175,7 +177,7 @@ class Engine:
         self.feeder = Feeder(self.dir, plan, info, self.ledger, self.lanes, lane_of, self.pilots, builder,
                              start=self.work.start, may_submit=self.work.may_submit,
                              fix=self.keyring.fix if self.keyring.on else None)
-        self.intake.ended_well = self.lending.done
+        self.intake.ended_well = self._ended_well
         self.stragglers = Stragglers(plan, self.pilots)  # (stragglers.py: straggler: of the nodes)
         self.holds = Holds(plan, self.ledger, self.pilots)  # (holds.py: hold: a value that only fails)
         if self.holds.any:
@@ -354,6 +356,7 @@ class Engine:
                 raise
             self.halting.weigh()  # (a resumed run whose budget is spent already halts again at once)
             self.budget.weigh()
+        self.control.take_requests()  # (pwe set left while no engine ran: before any member is handed out)
         return self._loop(progress)
 
     def _load(self) -> None:
@@ -414,6 +417,14 @@ class Engine:
             self.keyring.take(nid, spans, decision.keys[nid])
             self.lending.reused(nid, spans)
         return decision.changed
+
+    def _ended_well(self, nid: str, i: int) -> None:
+        """A member ended done: lent as it ends, unless a ``pwe set`` gave it environment
+        values its key does not hold (pwe/runstate/reusable.py: nor at the run's end)."""
+        st = self.ledger.state
+        if st.sets and (st.settings_for(nid, i).get("env")):
+            return
+        self.lending.done(nid, i)
 
     def _lend(self) -> None:
         """At the run's end: the signed record of what it may lend to later runs."""

@@ -29,12 +29,23 @@ ANSWER_WAIT = 90.0
 def ask(run_dir: Path, body: dict[str, Any], wait: float = ANSWER_WAIT) -> dict[str, Any]:
     """Hand a request to the run's engine and return its answer. InputError (exit 2)
     when no engine runs the run (nothing is written then)."""
+    if not EngineLock(run_dir).holder():
+        raise InputError(f"no engine is running {run_dir.name}: pilots are added to or drained from a running run "
+                         f"(start it again with `pwe resume {run_dir.name} --detach`)")
+    got = post(run_dir, body, wait)
+    if got is None:  # (it left between the two looks)
+        raise PweError(f"the engine of {run_dir.name} left before it answered; nothing was done")
+    return got
+
+
+def post(run_dir: Path, body: dict[str, Any], wait: float = ANSWER_WAIT, keep: bool = False) -> dict[str, Any] | None:
+    """Leave a request for the run's engine: its answer when one runs it. No engine (or one
+    that leaves before it answers): None, the request taken away, or, ``keep``, left in
+    ``control/`` for the next engine, which takes it in before it hands out a member (pwe
+    set)."""
     from ..runstate.notify import sign
 
     lock = EngineLock(run_dir)
-    if not lock.holder():
-        raise InputError(f"no engine is running {run_dir.name}: pilots are added to or drained from a running run "
-                         f"(start it again with `pwe resume {run_dir.name} --detach`)")
     rid = os.urandom(8).hex()  # (as secrets.token_hex: secrets imports random, 1 ms of the engine's start)
     d = run_dir / "control"
     d.mkdir(exist_ok=True, mode=0o700)
@@ -49,8 +60,9 @@ def ask(run_dir: Path, body: dict[str, Any], wait: float = ANSWER_WAIT) -> dict[
             got = read_json(answer)
         except (OSError, ValueError):
             if not lock.holder():
-                (d / f"pilot-{rid}.json").unlink(missing_ok=True)
-                raise PweError(f"the engine of {run_dir.name} left before it answered; nothing was done") from None
+                if not keep:
+                    (d / f"pilot-{rid}.json").unlink(missing_ok=True)
+                return None
             time.sleep(0.1)
             continue
         answer.unlink(missing_ok=True)

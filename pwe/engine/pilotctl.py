@@ -106,6 +106,8 @@ class PilotControl:
 
     def _request(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
         st = self.ledger.state
+        if req.get("req") == "set":  # (pwe set: kept for the next engine when none runs)
+            return self._set(rid, req)
         for pid_, p in st.pilots.items():  # applied already (an engine killed before it answered)
             if p.get("added") == rid or p.get("drain_req") == rid:
                 return {"ok": True, "pilot": pid_, "host": p.get("lane"), "job": p.get("job"), "again": True}
@@ -116,6 +118,30 @@ class PilotControl:
         if req.get("req") == "add":
             return self._add(rid, req)
         return {"ok": False, "exit": 2, "why": f"unknown request {req.get('req')!r}"}
+
+    def _set(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
+        """pwe set: journaled (its values checked again: the request is the run's own, signed,
+        but this is the one writer), then said: how many members it names that have not
+        started (theirs from now on) and that run now (they keep what they asked)."""
+        from ..base.states import ASSIGNED, FINAL, RUNNING
+        from ..planning.setvalues import checked
+
+        st = self.ledger.state
+        if any(s.get("id") == rid for s in st.sets):
+            return {"ok": True, "again": True}
+        only, values = req.get("only"), checked(self.ledger.state.plan, req.get("values"))
+        if only is not None and not isinstance(only, dict):
+            raise ValueError("a set request's only is not a mapping")
+        self.ledger.take(records.set_values(only, values, rid, req.get("by"), time.time()))
+        later = running = 0
+        for nid, ns in st.nodes.items():
+            spans = [(0, ns.size)] if only is None else [(lo, min(hi, ns.size)) for lo, hi in only.get(nid, ())]
+            for lo, hi in spans:
+                for i in range(lo, hi):
+                    c = ns.state[i]
+                    running += c in (ASSIGNED, RUNNING)
+                    later += c not in FINAL and c not in (ASSIGNED, RUNNING)
+        return {"ok": True, "later": later, "running": running}
 
     def _add(self, rid: str, req: dict[str, Any]) -> dict[str, Any]:
         from hostinfo.records import host

@@ -31,6 +31,8 @@ class TaskBuilder:
         self.plan = plan
         #: a simulated run's (pwe/engine/simulate.py): what each member runs instead of its payload
         self.rehearsal = rehearsal
+        #: pwe set's values for a member (the run's state: RunState.settings_for), set by the engine
+        self.overrides: Any = None
         self._env_base = {"PWE_RUN_ID": run_id}
         self._workspace = workspace  # (pwe.planning.products; a run made before workspaces has none)
         if workspace:
@@ -72,6 +74,10 @@ class TaskBuilder:
             task.update(more)
             if "wall" in more:
                 env["PWE_WALLTIME_MINUTES"] = _minutes(more["wall"])
+        if self.overrides is not None:
+            said = self.overrides(nid, i)
+            if said:
+                _override(task, env, said)
         if self.rehearsal is not None:  # (pwe run --simulate: no payload runs, no product is made)
             task["cmd"] = self.rehearsal.command(nid, i)
         elif pn.products and self._workspace:
@@ -163,6 +169,23 @@ def _products(plan: Plan, workspace: str, nid: str, i: int) -> list[str]:
     from ..planning.products import absolute
 
     return absolute(plan, workspace, nid, i)
+
+
+#: pwe set's keys (its record's ``values``) -> the task's field
+SET_FIELDS = {"memoryPerMember": "mem", "maxWallTimePerMember": "wall", "threads": "threads", "gpus": "gpus"}
+
+
+def _override(task: dict[str, Any], env: dict[str, str], said: dict[str, Any]) -> None:
+    """pwe set's values over what the node (and a retry's growth) asks: the task's fields
+    and the member's environment (``PWE_WALLTIME_MINUTES``, ``PWE_THREADS``, ``env``)."""
+    for key, field in SET_FIELDS.items():
+        if key in said:
+            task[field] = said[key]
+    if "maxWallTimePerMember" in said:
+        env["PWE_WALLTIME_MINUTES"] = _minutes(said["maxWallTimePerMember"])
+    if "threads" in said:
+        env["PWE_THREADS"] = env["OMP_NUM_THREADS"] = str(said["threads"])
+    env.update(said.get("env") or {})
 
 
 def _minutes(v: float | None) -> str:

@@ -34,6 +34,7 @@ from ..base.errors import InputError
 from ..base.states import (ASSIGNED, CANCELLED, DONE, FAILED, HELD, NAMES, QUARANTINED, READY, RUNNING, SKIPPED,
                            WAITING)
 from ..base.text import shown
+from ..planning.lanes import lane_of
 
 #: upstream members named one by one at most (the rest counted)
 UPSTREAM_NAMED = 12
@@ -70,7 +71,7 @@ def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | 
         "reused_from": rec.get("reused_from"), "rerun": _rerun(run_dir, st, info, node, index, rec),
     }
     code = ns.state[index]
-    lane, host = _lane_of(info, st.plan, node)
+    lane, host = lane_of(info.get("lanes") or {}, st.plan, node)
     doc["lane"], doc["host"] = lane, host
     from ..planning.asks import asks, grown
 
@@ -79,6 +80,16 @@ def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | 
     retried = failures - 1 if code in (FAILED, QUARANTINED) and failures else failures
     doc["asks"] = asks(st.plan.nodes[node], retried)
     doc["grown"] = bool(grown(st.plan.nodes[node], retried))
+    said = st.settings_for(node, index) if st.sets else {}
+    if said:  # (pwe set: over the node's and a retry's growth)
+        ranks = st.plan.nodes[node].scheduling.ranksPerMember or 1
+        for key, field in (("memoryPerMember", "memory_mb"), ("maxWallTimePerMember", "walltime_min"),
+                           ("gpus", "gpus")):
+            if key in said:
+                doc["asks"][field] = said[key]
+        if "threads" in said:
+            doc["asks"]["cores"] = ranks * said["threads"]
+        doc["set"] = said
     doc["host_misfits"] = _misfits(doc["asks"], host) if host else []
     doc["pilots"] = _pilots(st, snap, lane, doc["asks"], host, node, index)
     doc["layers"] = {"member": _member_layer(run_dir, st, snap, doc, bool(engine))}
@@ -242,29 +253,6 @@ def _stderr_line(run_dir: Path, node: str, i: int) -> str:
 
 
 # ------------------------------------------------------------------ placement
-def _lane_of(info: dict[str, Any], plan: Any, node: str) -> tuple[str | None, dict[str, Any] | None]:
-    """The lane the node's pilots come from (host, or host/partition), and its nodes' size."""
-    from hostinfo.records import host as host_of
-
-    from ..planning.partitions import partition_lanes
-
-    recorded = info.get("lanes") or {}
-    try:
-        hosts = {name: host_of(lane["host_def"]) for name, lane in recorded.items()}
-        lanes = partition_lanes(plan, hosts) if hosts else {}
-    except (KeyError, TypeError, ValueError):
-        return None, None
-    for key, (view, nids) in lanes.items():
-        if node in nids:
-            rec = recorded.get(view.name, {})
-            cores = view.cores_per_node if view is not hosts.get(view.name) else (rec.get("cores")
-                                                                                   or view.cores_per_node)
-            return key, {"name": view.name, "protocol": view.protocol, "cores_per_node": cores,
-                         "memory_mb": view.memory_per_node, "gpus_per_node": view.gpus_per_node or 0,
-                         "tmp_mb": view.tmp_per_node}
-    return None, None
-
-
 def _misfits(asks: dict[str, Any], host: dict[str, Any]) -> list[str]:
     """What one attempt asks that no node of the host holds, with the numbers."""
     out = []
@@ -323,7 +311,9 @@ def _placement_layer(doc: dict[str, Any], code: int) -> list[str]:
         asked.append(f"{a['tmp_mb']:,} MB of $TMPDIR")
     if a["walltime_min"]:
         asked.append(f"{a['walltime_min']:g} min")
-    out = [f"asks {', '.join(asked)} (one attempt" + (", grown by retry.grow)" if doc["grown"] else ")")]
+    how = ", grown by retry.grow" if doc["grown"] else ""
+    how += ", as pwe set says" if doc.get("set") else ""
+    out = [f"asks {', '.join(asked)} (one attempt{how})"]
     if host:
         size = [f"{host['cores_per_node']} cores" if host["cores_per_node"] else "cores unknown",
                 f"{host['memory_mb']:,} MB" if host["memory_mb"] else "memory unknown"]

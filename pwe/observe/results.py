@@ -70,6 +70,10 @@ def member_record(state: RunState, node: str, i: int) -> dict[str, Any]:
         rec["why"] = ns.why[i]
     if i in ns.reason:  # why its last attempt ended, where not by its own exit: oom, walltime, halted, quarantined
         rec["reason"] = ns.reason[i]
+    if state.sets:  # (pwe set: what its attempts ask for from then on)
+        said = state.settings_for(node, i)
+        if said:
+            rec["set"] = said
     pn = state.plan.nodes[node]
     if pn.check is not None or node in state.api_checks:  # its place in its tree (pwe/planning/trees.py)
         rec["parent"] = pn.tree.parent_of(i)

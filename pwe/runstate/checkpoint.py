@@ -90,7 +90,7 @@ def write(run_dir: Path, state: RunState, offset: int, lines: int, fsync: bool =
         "nodes": nodes, "barrier_left": [[s, d, n] for (s, d), n in state.barrier_left.items()],
         "pilots": state.pilots, "cancelled": state.cancelled, "finished_ok": state.finished_ok,
         "stopped": state.stopped, "halted": state.halted, "edges": state.edges, "rejected": state.rejected,
-        "holds": state.holds, "released": sorted(state.released),
+        "holds": state.holds, "released": sorted(state.released), "sets": state.sets,
         "edge_files": sorted(state.edge_files), "api_checks": sorted(state.api_checks),
     }
     head = json.dumps(header, separators=(",", ":")).encode() + b"\n"
@@ -181,6 +181,7 @@ def _read(run_dir: Path, plan: Plan) -> tuple[RunState, int, int]:
     st.halted = h.get("halted")
     st.holds = list(h.get("holds") or [])  # (a checkpoint from before holds: none)
     st.released = {(str(n), str(p), str(v)) for n, p, v in h.get("released") or []}
+    st.sets = list(h.get("sets") or [])
     st.edges, st.edge_files = h["edges"], set(h["edge_files"])
     st.api_checks = set(h.get("api_checks", ()))  # (nodes a Python callable checks: pwe/planning/trees.py)
     st.rejected = {str(k): int(n) for k, n in h.get("rejected", {}).items()}  # (pilot messages refused)

@@ -68,6 +68,10 @@ kind             fields
 ``hold``         ``n``, ``param``, ``value`` (its text), ``failed``, ``t``: that value's
                  members of node ``n`` not yet started are held (``hold:``; the value had
                  ``failed`` members failed, none done); a ``retry`` lets them go
+``set``          ``only`` {node: [[first, end], ...]} or null (every member), ``values``
+                 {memoryPerMember, maxWallTimePerMember, threads, gpus, retries, env.NAME},
+                 ``id`` (the request's), ``by``, ``t``: pwe set; every attempt built after it
+                 asks for these (one running then keeps what it asked)
 ``stopped``      ``why``, ``t``: the engine stopped before the end (pwe resume goes on)
 ``cancel``       ``t``, ``by``: every member not ended is cancelled
 ``retry``        ``t``, ``by``, ``only`` {node: [[first, end], ...]} (pwe retry -q): failed
@@ -159,7 +163,9 @@ from ..base.regular import MAX_LINE, open_append, open_regular, take_line
 #: this pwe; a ``note`` of a refusing host may carry ``lane``, ``refused``, ``retry_at``
 #: (written before as well, unlisted).
 #: 3: the ``hold`` record (``n``, ``param``, ``value``, ``failed``, ``t``): a parameter value
-#: whose members failed, none done, holds its members not yet started (state ``held``).
+#: whose members failed, none done, holds its members not yet started (state ``held``); the
+#: ``set`` record (``only``, ``values``, ``id``, ``by``, ``t``): pwe set's changes to the
+#: attempts not yet started.
 VERSION = 3
 #: the header's kind (its first line only; no record of the run)
 HEADER = "journal"
@@ -169,7 +175,7 @@ _HEAD = b'{"e":"journal",'
 # the run
 RUN, RESUME, FINISH, STOPPED, CANCEL, RETRY, NOTE, EDGE, HALT = "run", "resume", "finish", "stopped", "cancel", \
     "retry", "note", "edge", "halt"
-HOLD = "hold"
+HOLD, SET = "hold", "set"
 # members
 ASSIGN, START, END, ENDS, UNASSIGN, COMPLETE, REUSED = "assign", "start", "end", "ends", "unassign", "complete", \
     "reused"
@@ -187,6 +193,7 @@ FIELDS: dict[str, frozenset[str]] = {
     FINISH: frozenset(("ok", "t")),
     HALT: frozenset(("why", "when", "node", "failed", "of", "budget", "coreHours", "t")),
     HOLD: frozenset(("n", "param", "value", "failed", "t")),
+    SET: frozenset(("only", "values", "id", "by", "t")),
     STOPPED: frozenset(("why", "t")),
     CANCEL: frozenset(("t", "by")),
     RETRY: frozenset(("t", "by", "only")),
@@ -383,7 +390,7 @@ def check(r: dict[str, Any], size: Callable[[str], int] | None) -> None:
         return
     if e == REUSED:
         _check_reused(r, None if size is None else size(r["n"]))
-    elif e == COMPLETE or e == RETRY and r.get("only") is not None:
+    elif e == COMPLETE or (e == RETRY or e == SET) and r.get("only") is not None:
         spans = [(r["n"], r["r"])] if e == COMPLETE else list(r["only"].items())
         for n, runs in spans:
             count = None if size is None else size(n)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, FINISH, HALT, HOLD, NODE_LOST, NOTE, OFFSET, PILOT,
-                      PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN)
+                      PILOT_DRAIN, PILOT_GONE, SET, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN)
 
 # -- the run ---------------------------------------------------------------------------------
 
@@ -56,6 +56,13 @@ def hold(n: str, param: str, value: str, failed: int, t: float) -> dict[str, Any
     """Node ``n``'s members whose ``param`` is ``value`` (its text) and not yet started are
     held: ``failed`` of them failed, none done (``hold:``)."""
     return {"e": HOLD, "n": n, "param": param, "value": value, "failed": failed, "t": t}
+
+
+def set_values(only: dict[str, list[list[int]]] | None, values: dict[str, Any], rid: str, by: str | None,
+               t: float) -> dict[str, Any]:
+    """pwe set: the attempts of the members ``only`` names (None: every member) built from
+    now on ask for ``values``; ``rid``: the request's id (applied once)."""
+    return {"e": SET, "only": only, "values": values, "id": rid, "by": by, "t": t}
 
 
 def stopped(why: str, t: float) -> dict[str, Any]:

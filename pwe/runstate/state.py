@@ -35,7 +35,7 @@ from pilot.wire import NOT_STARTED, UNWRITABLE  # (a back whose why begins so: t
 from ..base.states import (AGAIN, ASSIGNED, CANCELLED, DONE, FAILED, FINAL, HELD, NAMES, QUARANTINED, READY,
                            RUNNING, SKIPPED, WAITING)
 from .journal import (ASSIGN, CANCEL, COMPLETE, EDGE, END, ENDS, FINISH, HALT, HEADER, HOLD, NODE_LOST, NOTE, OFFSET,
-                      PILOT, PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN,
+                      SET, PILOT, PILOT_DRAIN, PILOT_GONE, REJECT, RESUME, RETRY, REUSED, RUN, START, STOPPED, UNASSIGN,
                       check, packed, unpack)
 from .readyqueue import ReadyQueue
 from ..planning.trees import CONVERGED, GREW, LIMIT, Tree
@@ -130,6 +130,8 @@ class RunState:
         #: let go since (``(node, param, value)``: never held again in this run)
         self.holds: list[dict[str, Any]] = []
         self.released: set[tuple[str, str, str]] = set()
+        #: pwe set's records in force, in order: {only, values, id} (:meth:`settings_for`)
+        self.sets: list[dict[str, Any]] = []
         self.edges: dict[str, int] = {}  # edge events applied, by id: how many replays of each were ignored
         self.edge_files: set[str] = set()  # files of edges/ taken in (applied, replayed or refused)
         #: pilot messages refused (never applied), by why: forged, replayed, malformed, resent
@@ -429,6 +431,29 @@ class RunState:
         self.holds.append({k: r[k] for k in ("n", "param", "value", "failed", "t")})
         return held
 
+    def _set_record(self, r: dict[str, Any]) -> bool:
+        """pwe set: the attempts built from now on ask for its values (a request applied
+        once: its ``id``)."""
+        if any(s.get("id") == r.get("id") for s in self.sets):
+            return False
+        self.sets.append({k: r.get(k) for k in ("only", "values", "id", "by", "t")})
+        return True
+
+    def settings_for(self, nid: str, i: int) -> dict[str, Any]:
+        """What pwe set's records in force say of member ``i`` of ``nid`` (the later over
+        the earlier; ``env`` merged): {} where none names it."""
+        out: dict[str, Any] = {}
+        for s in self.sets:
+            only = s["only"]
+            if only is not None and not any(lo <= i < hi for lo, hi in only.get(nid, ())):
+                continue
+            for k, v in s["values"].items():
+                if k == "env":
+                    out["env"] = {**out.get("env", {}), **v}
+                else:
+                    out[k] = v
+        return out
+
     def _is_held(self, nid: str, i: int) -> bool:
         """Whether member ``i`` of ``nid`` has a value a hold in force names."""
         space = self.plan.nodes[nid].space
@@ -492,7 +517,8 @@ class RunState:
         fails = ns.failures.get(i, 0) + 1
         ns.failures[i] = fails
         pn = self.plan.nodes[nid]
-        if fails <= pn.retries or (pn.retry is not None and fails < pn.retry.attempts
+        retries = self.settings_for(nid, i).get("retries", pn.retries) if self.sets else pn.retries
+        if fails <= retries or (pn.retry is not None and fails < pn.retry.attempts
                                    and pn.retry.retries(r.get("reason") or "exit", rc)):
             self._set(nid, ns, i, READY)
             self.ready.append((nid, i))
@@ -691,6 +717,7 @@ class RunState:
             "stopped": self.stopped,
             "halted": self.halted,
             "holds": self.holds,
+            "sets": len(self.sets),
             "rejected": dict(self.rejected),
             "pilots": {pid: {k: p.get(k) for k in ("alive", "job", "batch", "host", "pid", "started", "slots", "why",
                                                        "lost")}
@@ -722,6 +749,7 @@ _ON: dict[str, Callable[[RunState, dict[str, Any]], Any]] = {
     FINISH: RunState._finish,
     HALT: RunState._halt,
     HOLD: RunState._hold,
+    SET: RunState._set_record,
     STOPPED: RunState._stopped,
     CANCEL: RunState._cancel,
     RETRY: RunState._retry_record,

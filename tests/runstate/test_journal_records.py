@@ -64,6 +64,8 @@ RECORDS = [
     {"e": journal.HALT, "why": "halted: 1 of 3 failed, budget 1", "when": "soon", "failed": 1, "of": 3,
      "budget": "1", "t": T + 5},
     {"e": journal.HOLD, "n": "a", "param": "i", "value": "3", "failed": 2, "t": T + 5},
+    {"e": journal.SET, "only": {"a": [[0, 2]]}, "values": {"memoryPerMember": 200, "env": {"A": "b"}}, "id": "r1",
+     "by": "someone", "t": T + 5},
     {"e": journal.STOPPED, "why": "the disk is full", "t": T + 5},
     {"e": journal.RESUME, "t": T + 6, "pid": 14, "by": "someone"},
     {"e": journal.CANCEL, "t": T + 7, "by": "someone"},
