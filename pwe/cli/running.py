@@ -150,9 +150,9 @@ def _create(file: str, sets: tuple[str, ...], host: str | None, run_dir: str | N
         if simulate is not None:
             raise InputError(f"--simulate: a run staged to host '{far[0]}' is not rehearsed there; rehearse it on "
                              "this machine (--host local)")
+        return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
     if simulate is not None and reuse_from:
         raise InputError("--simulate runs every member (a rehearsal reuses nothing): leave out --reuse-from")
-        return RemoteRun.create(file, planned, values, run_dir=run_dir, cores=cores, workspace=workspace)
     return Engine.create(file, values, host=host, cores=cores, run_dir=run_dir, hosts_file=hosts_file,
                          workspace=workspace, planned=planned, run_id=run_id, **({"halt": halt} if halt else {}),
                          **({"fresh": True} if fresh else {}), **({"reuse_from": reuse_from} if reuse_from else {}),

@@ -33,6 +33,9 @@ def start(runs_root: str | None, host: str, port: int, rotate: bool = False, say
     say = say or (lambda line: echo(line, err=True))
     if not host or any(ord(c) < 33 for c in host) or len(host) > 255:
         raise InputError(f"--host {host[:60]!r}: an address to listen on, e.g. 127.0.0.1")
+    root = Path(runs_root) if runs_root else None
+    if root is not None and not root.is_dir():  # (bad input said before a token is made: one line, nothing written)
+        raise InputError(f"--runs {runs_root}: not a directory of runs")
     secret, made = token(rotate)
     if made:
         say(f"pwe ui: a new token (shown this once; kept owner-only in {token_path()}): {secret}")
@@ -41,9 +44,6 @@ def start(runs_root: str | None, host: str, port: int, rotate: bool = False, say
     from ..ui.app import serve
     from ..ui.security import Guard
 
-    root = Path(runs_root) if runs_root else None
-    if root is not None and not root.is_dir():
-        raise InputError(f"--runs {runs_root}: not a directory of runs")
     shown = f"[{host}]" if ":" in host else host
 
     def ready(server) -> None:
