@@ -300,3 +300,13 @@ def test_an_option_a_staged_run_cannot_take_is_refused_not_dropped(tmp_path, opt
         assert status == 2 and len(err.strip().splitlines()) == 1 and phrase in err and "far" in err, err
         assert "Traceback" not in err and "cannot reach" not in err  # (refused before any connection)
         assert not (tmp_path / "pwe-runs").exists() or not list((tmp_path / "pwe-runs").iterdir())
+
+
+def test_a_staged_run_is_not_rehearsed_there(tmp_path):
+    """pwe run --simulate of a workflow whose host stages its runs to a login node: one line,
+    exit 2, nothing made (a rehearsal runs here: --host local)."""
+    hosts = _hosts(tmp_path, "    contact: ssh://root@127.0.0.1:1\n    shared_fs: false\n")
+    (tmp_path / "wf.yaml").write_text("name: w\nnodes:\n  a: {run: 'true', host: far}\n")
+    status, out, err = run_cli("run", tmp_path / "wf.yaml", "--hosts", hosts, "--simulate", cwd=tmp_path)
+    assert status == 2 and "is not rehearsed there" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "pwe-runs").exists()
