@@ -214,15 +214,10 @@ class _HostTally:
         self.tally: dict[str, list[int]] = {}  # machine -> [failed, done]
 
     def take(self, r: dict[str, Any]) -> None:
-        from ..runstate.journal import check, packed, unpack
+        from ..runstate.journal import each
 
-        size = self.sizes.__getitem__
-        if packed(r):
-            for one in unpack(r, size):
-                self._take(one)
-        else:
-            check(r, size)
-            self._take(r)
+        for one in each(r, self.sizes.__getitem__):
+            self._take(one)
 
     def _take(self, r: dict[str, Any]) -> None:
         from ..runstate.journal import ASSIGN, END, PILOT, START, UNASSIGN

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..runstate.journal import (ASSIGN, CANCEL, END, FINISH, PILOT, PILOT_GONE, RESUME, REUSED, RUN, START, STOPPED,
-                                UNASSIGN, check, packed, replay, unpack)
+                                UNASSIGN, each, replay)
 
 #: The trace's columns, in order (``pwe trace --format tsv`` prints them as its header).
 COLUMNS = ("node", "member", "attempt", "state", "exit_status", "why", "submit", "start", "end", "duration", "cpu",
@@ -71,13 +71,8 @@ class Trace:
     def take(self, r: dict[str, Any]) -> None:
         """Take one journal record; :class:`ValueError` (or KeyError) for one whose numbers
         the plan does not allow (a damaged record: the replay skips it)."""
-        size = None if self._sizes is None else self.size_of
-        if packed(r):  # (compacted records: pwe/runstate/journal.py)
-            for one in unpack(r, size):
-                self._take(one)
-        else:
-            check(r, size)
-            self._take(r)
+        for one in each(r, None if self._sizes is None else self.size_of):  # (compacted: unpacked)
+            self._take(one)
 
     def _take(self, r: dict[str, Any]) -> None:
         on = _ON.get(r["e"])  # (the kinds that say nothing of attempts, pilots or times: none)

@@ -465,6 +465,16 @@ def _check_reused(r: dict[str, Any], count: int | None) -> None:
             raise ValueError(f"outputs of member {i!r}")
 
 
+def each(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[dict[str, Any]] | tuple[dict[str, Any]]:
+    """The records one journal record stands for, each checked (:func:`check`): a compacted
+    one unpacked, any other as it is. What a reader that takes records one by one calls
+    (the trace, pwe failures' pass by host); ValueError or KeyError: damaged."""
+    if packed(r):
+        return unpack(r, size)
+    check(r, size)
+    return (r,)
+
+
 def unpack(r: dict[str, Any], size: Callable[[str], int] | None = None) -> list[dict[str, Any]]:
     """The records one journal record stands for (see the module's docstring): an assign
     with ``len`` as one assign per member, an ``ends`` as its ends, an end carrying its
