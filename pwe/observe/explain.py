@@ -80,16 +80,16 @@ def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | 
     retried = failures - 1 if code in (FAILED, QUARANTINED) and failures else failures
     doc["asks"] = asks(st.plan.nodes[node], retried)
     doc["grown"] = bool(grown(st.plan.nodes[node], retried))
-    said = st.settings_for(node, index) if st.sets else {}
-    if said:  # (pwe set: over the node's and a retry's growth)
+    settings = st.settings_for(node, index) if st.sets else {}
+    if settings:  # (pwe set: over the node's and a retry's growth)
         ranks = st.plan.nodes[node].scheduling.ranksPerMember or 1
         for key, field in (("memoryPerMember", "memory_mb"), ("maxWallTimePerMember", "walltime_min"),
                            ("gpus", "gpus")):
-            if key in said:
-                doc["asks"][field] = said[key]
-        if "threads" in said:
-            doc["asks"]["cores"] = ranks * said["threads"]
-        doc["set"] = said
+            if key in settings:
+                doc["asks"][field] = settings[key]
+        if "threads" in settings:
+            doc["asks"]["cores"] = ranks * settings["threads"]
+        doc["set"] = settings
     doc["host_misfits"] = _misfits(doc["asks"], host) if host else []
     doc["pilots"] = _pilots(st, snap, lane, doc["asks"], host, node, index)
     doc["layers"] = {"member": _member_layer(run_dir, st, snap, doc, bool(engine))}
