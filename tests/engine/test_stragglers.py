@@ -17,7 +17,7 @@ name: straggling
 nodes:
   sim:
     parameters: {{i: {{range: [0, 10]}}}}
-    straggler: {{factor: 3, after: 5}}
+    straggler: {{factor: 10, after: 5}}
     retry: {{attempts: 2, on: [straggler]}}
     run: >-
       echo "start sim $PWE_MEMBER $PWE_ATTEMPT $(hostname)" >> {ledger};
@@ -42,8 +42,9 @@ def test_a_member_far_past_the_median_is_stopped_and_retried(tmp_path, write):
     first = next(json.loads(line) for line in out.splitlines()
                  if json.loads(line)["member"] == 9 and json.loads(line)["attempt"] == 1)
     assert first["reason"] == "straggler" and first["state"] == "failed", first
-    assert first["why"].startswith("a straggler: ran ") and "3 x the median" in first["why"], first
-    # stopped long before its 30 s: at its limit (at least a second), plus the pilot's round
+    assert first["why"].startswith("a straggler: ran ") and "10 x the median" in first["why"], first
+    # stopped long before its 30 s: at its limit (10 x about 0.3 s: a member of 0.3 s slowed
+    # threefold by a busy machine is still under it), plus the pilot's round
     assert first["duration"] < 20, first
 
 
