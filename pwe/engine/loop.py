@@ -422,7 +422,7 @@ class Engine:
         """A member ended done: lent as it ends, unless a ``pwe set`` gave it environment
         values its key does not hold (pwe/runstate/reusable.py: nor at the run's end)."""
         st = self.ledger.state
-        if st.sets and (st.settings_for(nid, i).get("env")):
+        if st.sets and any(lo <= i < hi for lo, hi in st.env_set_runs(nid)):
             return
         self.lending.done(nid, i)
 

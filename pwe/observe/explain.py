@@ -78,17 +78,10 @@ def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | 
     # (what its next attempt asks; a member that ended: what its last one asked)
     failures = ns.failures.get(index, 0)
     retried = failures - 1 if code in (FAILED, QUARANTINED) and failures else failures
-    doc["asks"] = asks(st.plan.nodes[node], retried)
+    settings = st.settings_for(node, index) if st.sets else {}  # (pwe set: over the node's and its growth)
+    doc["asks"] = asks(st.plan.nodes[node], retried, settings)
     doc["grown"] = bool(grown(st.plan.nodes[node], retried))
-    settings = st.settings_for(node, index) if st.sets else {}
-    if settings:  # (pwe set: over the node's and a retry's growth)
-        ranks = st.plan.nodes[node].scheduling.ranksPerMember or 1
-        for key, field in (("memoryPerMember", "memory_mb"), ("maxWallTimePerMember", "walltime_min"),
-                           ("gpus", "gpus")):
-            if key in settings:
-                doc["asks"][field] = settings[key]
-        if "threads" in settings:
-            doc["asks"]["cores"] = ranks * settings["threads"]
+    if settings:
         doc["set"] = settings
     doc["host_misfits"] = _misfits(doc["asks"], host) if host else []
     doc["pilots"] = _pilots(st, snap, lane, doc["asks"], host, node, index)

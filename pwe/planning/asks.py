@@ -38,11 +38,15 @@ def grown(pn: Any, retried: int) -> dict[str, Any]:
     return out
 
 
-def asks(pn: Any, retried: int = 0) -> dict[str, Any]:
+def asks(pn: Any, retried: int = 0, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything one attempt asks of a node: ``cores``, ``memory_mb``, ``gpus``, ``tmp_mb``
-    and ``walltime_min`` (None where the node does not say), grown per :func:`grown`."""
+    and ``walltime_min`` (None where the node does not say), grown per :func:`grown`, and
+    ``settings`` (pwe set's values for the member: RunState.settings_for) over both."""
     sched = pn.scheduling
     more = grown(pn, retried)
-    return {"cores": sched.cores_per_member(), "memory_mb": more.get("mem", sched.memoryPerMember),
-            "gpus": sched.gpusPerMember or 0, "tmp_mb": sched.tmpPerMember,
-            "walltime_min": more.get("wall", sched.maxWallTimePerMember)}
+    said = settings or {}
+    ranks = sched.ranksPerMember or 1
+    return {"cores": ranks * said["threads"] if "threads" in said else sched.cores_per_member(),
+            "memory_mb": said.get("memoryPerMember", more.get("mem", sched.memoryPerMember)),
+            "gpus": said.get("gpus", sched.gpusPerMember or 0), "tmp_mb": sched.tmpPerMember,
+            "walltime_min": said.get("maxWallTimePerMember", more.get("wall", sched.maxWallTimePerMember))}

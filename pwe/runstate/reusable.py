@@ -202,7 +202,7 @@ def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: Callable[[str
         if not reusable(plan, nid):
             continue
         runs, prod = _lent_runs(plan, nid, ns, workspace)
-        runs = _less(runs, _set_env_runs(state, nid, pn.size))
+        runs = _less(runs, state.env_set_runs(nid) if getattr(state, "sets", None) else [])
         failed = [list(m.span()) for m in _FAILED_RUN.finditer(ns.state, 0, pn.size)]
         if not runs and not failed:
             continue
@@ -223,34 +223,6 @@ def _write_keys(fh: Any, digest: Any, plan: Any, state: Any, keys: Callable[[str
             node["prod"] = prod
     parts.put_failed(nodes)
     return nodes
-
-
-def _set_env_runs(state: Any, nid: str, size: int) -> list[list[int]]:
-    """The members of ``nid`` a ``pwe set`` gave environment values (``env.NAME``): what they
-    ran with is not in their keys, so they lend to no later run (memory, walltime, threads,
-    GPUs and retries change no result: those are lent)."""
-    out: list[list[int]] = []
-    for s in getattr(state, "sets", ()):
-        if not (s.get("values") or {}).get("env"):
-            continue
-        if s.get("only") is None:
-            return [[0, size]]
-        for lo, hi in s["only"].get(nid, ()):
-            _add_run(out, lo, hi)
-    return out
-
-
-def _add_run(runs: list[list[int]], lo: int, hi: int) -> None:
-    """[lo, hi) into ``runs`` (sorted, disjoint): merged with what it overlaps."""
-    runs.append([lo, hi])
-    runs.sort()
-    merged: list[list[int]] = []
-    for a, b in runs:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    runs[:] = merged
 
 
 def _lent_runs(plan: Any, nid: str, ns: Any, workspace: str | None) -> tuple[list[list[int]], dict[str, Any]]:

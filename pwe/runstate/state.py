@@ -454,6 +454,20 @@ class RunState:
                     out[k] = v
         return out
 
+    def env_set_runs(self, nid: str) -> list[list[int]]:
+        """The members of ``nid`` a ``pwe set`` gave environment values (``env.NAME``), as
+        sorted runs ``[lo, hi)`` (they may overlap): what they ran with is not in their keys,
+        so they lend to no later run (memory, walltime, threads, GPUs and retries change no
+        result). The one rule: the lending as members end and the record at the run's end."""
+        out: list[list[int]] = []
+        for s in self.sets:
+            if not (s.get("values") or {}).get("env"):
+                continue
+            if s.get("only") is None:
+                return [[0, self.nodes[nid].size]]
+            out += [[lo, hi] for lo, hi in s["only"].get(nid, ())]
+        return sorted(out)
+
     def _is_held(self, nid: str, i: int) -> bool:
         """Whether member ``i`` of ``nid`` has a value a hold in force names."""
         space = self.plan.nodes[nid].space
