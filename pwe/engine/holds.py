@@ -71,10 +71,14 @@ class Holds:
         space = self.plan.nodes[nid].space
         held = {(h["n"], h["param"], h["value"]) for h in st.holds}
         for k, (name, p) in enumerate(space.positions_of(i).items()):
-            failed, done = counts[k][p]
+            values = space.values[name]
+            text = value_text(values[p])
+            # (a value is its text, as the hold and pwe failures say it: a list may hold it twice)
+            same = values.positions(text)
+            failed, done = sum(counts[k][q][0] for q in same), sum(counts[k][q][1] for q in same)
             if failed < after or done:
                 continue
-            key = (nid, name, value_text(space.values[name][p]))
+            key = (nid, name, text)
             if key in held or key in st.released:
                 continue
             self.ledger.take(records.hold(nid, name, key[2], failed, time.time()))

@@ -136,3 +136,25 @@ def test_the_state_holds_what_has_not_started_and_what_comes_back(tmp_path):
     assert ns.counts[HELD] == 0 and st.holds == [] and st.released == {("a", "v", "x")}
     with pytest.raises((ValueError, KeyError)):
         st.apply(records.hold("a", "nope", "x", 3, 6.0))
+
+
+def test_a_value_written_twice_in_a_list_is_one_value(tmp_path):
+    """The hold weighs a value by its text (as the hold record and pwe failures say it):
+    members of 'x' at two places of a list count together."""
+    from types import SimpleNamespace
+
+    from pwe.engine.holds import Holds
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: s\nhold: {after: 2}\nnodes:\n  a:\n    parameters: {v: [x, y, x], i: [0, 1]}\n"
+                  "    run: 'true'\n")
+    plan = plan_workflow(wf)
+    st = RunState(plan)
+    ledger = SimpleNamespace(state=st, take=st.apply)
+    holds = Holds(plan, ledger, {})
+    for m in (0, 5):  # v=x at the list's first place (i=0) and at its third (i=1)
+        st.apply(records.assign("a", m, 1, "p1", 1.0))
+        assert st.apply(records.end("a", m, 1, "p1", 2.0, 3, 1.0)) is not None
+        holds.ended("a", m, st.nodes["a"].state[m])
+    assert [(h["param"], h["value"], h["failed"]) for h in st.holds] == [("v", "x", 2)]
+    assert [NAMES[c] for c in st.nodes["a"].state] == ["failed", "held", "ready", "ready", "held", "failed"]
