@@ -34,6 +34,7 @@ from ..planning.groups import Groups
 from ..runstate import pressure
 from ..runstate import records
 from .handles import PilotState
+from .sizing import NO_PILOT
 
 #: members a pilot holds queued beyond which the engine may take a longer round (loop.py's
 #: POLL_DEEP): at the ~2,500 members/s one pilot starts at most, 128 last over 50 ms
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ..planning.plan import Plan
     from .handles import Lane, PilotHandle, Pilots
     from .ledger import Ledger
+    from .sizing import Sizing
     from .tasks import TaskBuilder
 
 
@@ -82,6 +84,10 @@ class Feeder:
         #: no such bound; ``pwe plan --estimate --sample N`` sets N for each node (estimate.py)
         self.sample: dict[str, int] | None = None
         self._sampled: dict[str, set[int]] = {}  # (under a sample: the members of each node that went)
+        #: where an attempt goes whose request outgrew its node's lane (pwe/engine/sizing.py; the
+        #: engine sets it, with ``ended``: an end the engine made journaled and told to the parts)
+        self.sizing: Sizing | None = None
+        self.ended: Callable[[dict[str, Any]], Any] = self.ledger.take
 
     def feed(self) -> int:
         """Hand ready members to the live pilots of their host; start pilots when a host
@@ -93,18 +99,65 @@ class Feeder:
         if self.pressure is not None:
             self.pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
         lane_of = self.lane_of  # (one no longer ready is passed over when its turn comes)
+        sizing = self.sizing
         if st.ready:  # to the lane of each member's node, a run of members at a time
             for nid, lo, hi in st.ready.take_runs():
-                self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
+                if sizing is not None and sizing.weighs(nid, st.sets):
+                    self._route_run(nid, lo, hi)
+                else:
+                    self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
         if st.again:  # handed back (its node lost, its pilot gone): it had its turn, so it goes
             for nid, i in reversed(st.again):  # first; its place at the back is then a stale entry
-                self.lanes[lane_of[nid]].ready.appendleft((nid, i))
+                lane = self._lane_of_member(nid, i) if sizing is not None and sizing.weighs(nid, st.sets) \
+                    else lane_of[nid]
+                if lane is not None:
+                    self.lanes[lane].ready.appendleft((nid, i))
             st.again.clear()
         fed = 0
         for lane in self.lanes.values():
             if lane.ready:
                 fed += self._feed_lane(lane)
         return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/engine/pilotctl.py)
+
+    def _route_run(self, nid: str, lo: int, hi: int) -> None:
+        """Members lo..hi-1 of ``nid`` to their lanes: each whose request grew (a retry's
+        ``grow``; a pwe set) to the lane whose nodes hold it (pwe/engine/sizing.py), the rest
+        to their node's as one run."""
+        assert self.sizing is not None
+        ns = self.ledger.state.nodes[nid]
+        every = self.sizing.set_outgrows(nid, self.ledger.state.sets)
+        picks = range(lo, hi) if every else sorted(j for j in ns.failures if lo <= j < hi)
+        base, home = self.lanes[self.lane_of[nid]].ready, self.lane_of[nid]
+        start = lo
+        for j in picks:
+            lane = self._lane_of_member(nid, j)
+            if lane == home:
+                continue
+            base.append_run(nid, start, j)
+            start = j + 1
+            if lane is not None:
+                self.lanes[lane].ready.append((nid, j))
+        base.append_run(nid, start, hi)
+
+    def _lane_of_member(self, nid: str, i: int) -> str | None:
+        """The lane of member ``i``'s next attempt (pwe/engine/sizing.py); None where no node
+        of its host holds it: it has failed here, with the line that says so."""
+        assert self.sizing is not None
+        ns = self.ledger.state.nodes[nid]
+        lane, why = self.sizing.route(nid, i, ns.failures.get(i, 0))
+        if why is not None:
+            now = round(time.time(), 3)
+            a = ns.attempt[i] + 1
+            self.ledger.take(records.assign(nid, i, a, NO_PILOT, now))
+            self.ended(records.end(nid, i, a, NO_PILOT, now, 1, 0.0, why=why))
+            return None
+        if lane not in self.lane_nodes:  # (a lane sizing made just now: a partition the request grew into)
+            self.lane_nodes[lane] = []
+            if self.pressure is not None:
+                self.lanes[lane].queue(pressure.PressureQueue(self.pressure))
+        if nid not in self.lane_nodes[lane]:
+            self.lane_nodes[lane].append(nid)
+        return lane
 
     def _feed_lane(self, lane: Lane) -> int:
         live = self.pilots.working(lane.name)

@@ -466,16 +466,24 @@ def make_lanes(plan: Any, recorded: dict[str, Any], status_every: float) -> tupl
     from hostinfo.records import host
 
     from ..planning.partitions import partition_lanes
-    from ..planning.placement import pilot_args_for
 
     hosts = {name: host(lane["host_def"]) for name, lane in recorded.items()}
     lanes, lane_of = {}, {}
     for key, (view, nids) in partition_lanes(plan, hosts).items():
-        rec = recorded[view.name]
-        args = rec.get("pilot_args", [])
-        if args == pilot_args_for(hosts[view.name]):
-            args = pilot_args_for(view)
-        cores = view.cores_per_node if view is not hosts[view.name] else rec.get("cores")
-        lanes[key] = Lane(view, int(cores or 1), args, status_every, name=key)
+        lanes[key] = lane_for(view, hosts[view.name], recorded[view.name], status_every, key)
         lane_of.update(dict.fromkeys(nids, key))
     return lanes, lane_of
+
+
+def lane_for(view: Any, whole: Any, rec: dict[str, Any], status_every: float, key: str) -> Lane:
+    """The lane of ``view`` (host ``whole`` as one of its partitions shows it, or ``whole``
+    itself), named ``key``: pilot arguments a caller gave kept, those pwe derived derived
+    again from the view (its GPUs, its memory). make_lanes's, and pwe/engine/sizing.py's
+    for a partition an attempt grew into."""
+    from ..planning.placement import pilot_args_for
+
+    args = rec.get("pilot_args", [])
+    if args == pilot_args_for(whole):
+        args = pilot_args_for(view)
+    cores = view.cores_per_node if view is not whole else rec.get("cores")
+    return Lane(view, int(cores or 1), args, status_every, name=key)

@@ -273,16 +273,21 @@ class Intake:
         if applied is not None and k == END:
             pilot.ended_one(ev["n"], ev["m"])
             self.pilots.failed_in_a_row = 0
-            if applied == FAILED:
-                self.failed(rec["n"])
-                self.settled(rec["n"], rec["m"], FAILED)
-            elif applied == DONE:
-                self.settled(rec["n"], rec["m"], DONE)
-                self.ended_well(rec["n"], rec["m"])
-                self.took(rec["n"], rec.get("dt"))
+            self.after_end(rec, applied)
         elif k == BACK:
             self._back(pilot, ev, applied is not None)
         return True
+
+    def after_end(self, rec: dict[str, Any], applied: Any) -> None:
+        """The parts told of an end journaled (a pilot's, or one the engine made itself:
+        pwe/engine/sizing.py): the failure budget, holds, lending, the stragglers' medians."""
+        if applied == FAILED:
+            self.failed(rec["n"])
+            self.settled(rec["n"], rec["m"], FAILED)
+        elif applied == DONE:
+            self.settled(rec["n"], rec["m"], DONE)
+            self.ended_well(rec["n"], rec["m"])
+            self.took(rec["n"], rec.get("dt"))
 
     def _back(self, pilot: PilotHandle, ev: dict[str, Any], applied: bool) -> None:
         """A member handed back (``applied``: it was the pilot's): one fewer on the pilot; an

@@ -65,6 +65,7 @@ from .setups import Setups
 from .stragglers import Stragglers
 from .holds import Holds
 from .simulate import Rehearsal
+from .sizing import Sizing
 from .pilots import PilotWork
 from .tasks import TaskBuilder
 
@@ -178,6 +179,12 @@ class Engine:
                              start=self.work.start, may_submit=self.work.may_submit,
                              fix=self.keyring.fix if self.keyring.on else None)
         self.intake.ended_well = self._ended_well
+        # an attempt whose request outgrew its node's lane: to a partition that holds it (sizing.py)
+        self.sizing = Sizing(plan, info["lanes"], self.lanes, lane_of, float(info.get("status_every", 5.0)),
+                             builder.overrides)
+        builder.ceiling = self.sizing.ceiling
+        self.feeder.sizing = self.sizing
+        self.feeder.ended = lambda rec: self.intake.after_end(rec, self.ledger.take(rec))
         self.stragglers = Stragglers(plan, self.pilots)  # (stragglers.py: straggler: of the nodes)
         self.holds = Holds(plan, self.ledger, self.pilots)  # (holds.py: hold: a value that only fails)
         if self.holds.any:

@@ -45,6 +45,7 @@ from ..runstate import records
 from . import recovery, scaling
 from .handles import Lane, PilotHandle, Pilots, PilotState
 from .pilotctl import restore_lane, restore_pilot
+from .sizing import restore_partition_lane
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
@@ -433,6 +434,9 @@ class PilotWork:
         ``recovered``: what it said of itself that a damaged journal lost (up, drain, down:
         :func:`pwe.engine.recovery.recover`); then its messages read on from its cursor."""
         restore_lane(self.lanes, self.info, p)  # (a helper's lane: pwe/engine/pilotctl.py)
+        # (a partition's lane an attempt grew into: pwe/engine/sizing.py)
+        restore_partition_lane(self.lanes, self.info.get("lanes") or {}, p.get("lane"),
+                               float(self.info.get("status_every", 5.0)))
         lane = p.get("lane") if p.get("lane") in self.lanes else next(iter(self.lanes))
         try:
             transport = self.intake.transport(lane, pid_)

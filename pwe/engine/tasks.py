@@ -34,6 +34,9 @@ class TaskBuilder:
         #: pwe set's values for a member (the run's state: RunState.settings_for), set by the engine
         self.overrides: Any = None
         self._env_base = {"PWE_RUN_ID": run_id}
+        #: per node with ``grow: {cap: true}``: its host's largest node, which a grown request is held to
+        #: (pwe/engine/sizing.py)
+        self.ceiling: dict[str, dict[str, Any]] = {}
         self._workspace = workspace  # (pwe.planning.products; a run made before workspaces has none)
         if workspace:
             self._env_base["PWE_WORKSPACE"] = workspace
@@ -87,7 +90,7 @@ class TaskBuilder:
     def grown(self, nid: str, retried: int) -> dict[str, Any]:
         """What an attempt after ``retried`` failed ones asks for, where the node's
         ``retry.grow`` makes it more (:func:`pwe.planning.asks.grown`: the one rule)."""
-        return grown(self.plan.nodes[nid], retried)
+        return grown(self.plan.nodes[nid], retried, self.ceiling.get(nid))
 
     def _node_parts(self, nid: str) -> tuple[str, frozenset[str], dict[str, Any], str | None]:
         """What every task of node ``nid`` has alike, made once: its shared environment's id

@@ -34,7 +34,8 @@ from ..base.errors import InputError
 from ..base.states import (ASSIGNED, CANCELLED, DONE, FAILED, HELD, NAMES, QUARANTINED, READY, RUNNING, SKIPPED,
                            WAITING)
 from ..base.text import shown
-from ..planning.lanes import lane_of
+from ..planning.lanes import grown_lane, lane_of, whole_host
+from ..planning.partitions import largest_node
 
 #: upstream members named one by one at most (the rest counted)
 UPSTREAM_NAMED = 12
@@ -79,11 +80,24 @@ def explain(run_dir: Path, node: str, index: int, ask: bool = True, said: str | 
     failures = ns.failures.get(index, 0)
     retried = failures - 1 if code in (FAILED, QUARANTINED) and failures else failures
     settings = st.settings_for(node, index) if st.sets else {}  # (pwe set: over the node's and its growth)
-    doc["asks"] = asks(st.plan.nodes[node], retried, settings)
-    doc["grown"] = bool(grown(st.plan.nodes[node], retried))
+    pn = st.plan.nodes[node]
+    # (grow: {cap: true} holds a grown request to the host's largest node, as the engine does)
+    whole = whole_host(info.get("lanes") or {}, host and host["name"]) if pn.retry and pn.retry.grow else None
+    ceiling = largest_node(whole) if whole is not None and pn.retry.grow.cap else None
+    doc["asks"] = asks(pn, retried, settings, ceiling)
+    doc["grown"] = bool(grown(pn, retried, ceiling))
     if settings:
         doc["set"] = settings
     doc["host_misfits"] = _misfits(doc["asks"], host) if host else []
+    if doc["host_misfits"]:  # (outgrew its node's lane: the engine sends it where a partition holds it)
+        to, size, why = grown_lane(info.get("lanes") or {}, st.plan, node, doc["asks"])
+        doc["grown_to"] = to
+        if to is not None:
+            lane, host, doc["host_misfits"] = to, size, []
+            doc["lane"], doc["host"] = lane, host
+        elif why and whole_host(info.get("lanes") or {}, host and host["name"]).partitions:
+            # (the engine's own line: no node of the host, in any of its partitions, holds it)
+            doc["host_misfits"] = [why.removeprefix("cannot be placed: ")]
     doc["pilots"] = _pilots(st, snap, lane, doc["asks"], host, node, index)
     doc["layers"] = {"member": _member_layer(run_dir, st, snap, doc, bool(engine))}
     if code in (WAITING, READY, ASSIGNED, RUNNING) or "cannot be placed" in str(doc["why"] or ""):
@@ -312,7 +326,9 @@ def _placement_layer(doc: dict[str, Any], code: int) -> list[str]:
                 f"{host['memory_mb']:,} MB" if host["memory_mb"] else "memory unknown"]
         if host["gpus_per_node"]:
             size.append(f"{host['gpus_per_node']} GPUs")
-        out.append(f"its pilots come from {doc['lane']} ({host['protocol']}): a node has {', '.join(size)}")
+        grew = (f"its request outgrew its node's lane: it goes to {doc['lane']}, whose nodes hold it; "
+                if doc.get("grown_to") else "")
+        out.append(f"{grew}its pilots come from {doc['lane']} ({host['protocol']}): a node has {', '.join(size)}")
     for m in doc["host_misfits"]:
         out.append(f"does not fit any node: {m}")
     pilots = doc["pilots"]

@@ -30,3 +30,40 @@ def lane_of(recorded: dict[str, Any], plan: Any, node: str) -> tuple[str | None,
                          "memory_mb": view.memory_per_node, "gpus_per_node": view.gpus_per_node or 0,
                          "tmp_mb": view.tmp_per_node}
     return None, None
+
+
+def whole_host(recorded: dict[str, Any], name: str | None) -> Any:
+    """Host ``name`` as the run recorded it, with all its partitions; None where it did not."""
+    from hostinfo.records import host as host_of
+
+    try:
+        return host_of(recorded[name]["host_def"]) if name else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def grown_lane(recorded: dict[str, Any], plan: Any, node: str, ask: dict[str, Any]
+               ) -> tuple[str | None, dict[str, Any] | None, str]:
+    """Where an attempt of ``node`` whose ``ask`` outgrew its lane's nodes goes, by the
+    engine's rule (:func:`pwe.planning.partitions.partition_for`): (its lane, the size of one
+    of its nodes, ''), or (None, None, the line why no node holds it, or '' where pwe cannot
+    say)."""
+    from hostinfo.records import host as host_of
+
+    from .partitions import for_partition, partition_for
+
+    _, size = lane_of(recorded, plan, node)
+    whole = whole_host(recorded, size and size["name"])
+    if whole is None:
+        return None, None, ""
+    part, why = partition_for(whole, plan.nodes[node].scheduling, ask)
+    if part is None:
+        return None, None, why
+    view = for_partition(whole, part)
+    hosts = {name: host_of(rec["host_def"]) for name, rec in recorded.items()}
+    own = (k for k, (v, _) in partition_lanes(plan, hosts).items()  # (the run's own lane of it, if any)
+           if v.name == whole.name and [p.name for p in v.partitions] == [part.name])
+    lane = next(own, f"{whole.name}/{part.name}")
+    return lane, {"name": view.name, "protocol": view.protocol, "cores_per_node": view.cores_per_node,
+                  "memory_mb": view.memory_per_node, "gpus_per_node": view.gpus_per_node or 0,
+                  "tmp_mb": view.tmp_per_node}, ""

@@ -121,3 +121,59 @@ def partition_lanes(plan: Plan, hosts: dict[str, Any]) -> dict[str, tuple[Any, l
             key = name if len(by_part) == 1 else f"{name}/{part_name}"
             lanes[key] = (host if part is None else for_partition(host, part), nids)
     return lanes
+
+
+# -- an attempt that asks for more than its node's lane holds (retry.grow, pwe set) ----------
+
+def grown_scheduling(sched: Any, ask: dict[str, Any]) -> Any:
+    """The scheduling profile as one attempt asks it (:func:`pwe.planning.asks.asks`: grown
+    by a retry, or by pwe set), for :func:`choose_partition` to weigh."""
+    ranks = sched.ranksPerMember or 1
+    update = {"memoryPerMember": ask.get("memory_mb"), "gpusPerMember": ask.get("gpus") or None}
+    if ask.get("cores") and ask["cores"] != sched.cores_per_member():
+        update["threadsPerRank"] = max(1, ask["cores"] // ranks)
+    return sched.model_copy(update=update)
+
+
+def node_lacks(view: Any, ask: dict[str, Any]) -> str:
+    """What one node of ``view`` (a host, or a host as its partition shows it) lacks for one
+    attempt's ``ask``: '' when it holds it, or when the host does not say (memory it does
+    not state is not weighed: its pilots say)."""
+    for key, field, unit in (("memory_per_node", "memory_mb", " MB of memory"),
+                             ("tmp_per_node", "tmp_mb", " MB of tmp"), ("gpus_per_node", "gpus", " GPUs"),
+                             ("cores_per_node", "cores", " cores")):
+        want, has = ask.get(field) or 0, getattr(view, key, None)
+        if want and has is not None and want > has:
+            return f"{has:,}{unit} per node < {want:,}"
+    return ""
+
+
+def partition_for(whole: Any, sched: Any, ask: dict[str, Any]) -> tuple[Any, str]:
+    """Where one attempt whose ``ask`` (:func:`pwe.planning.asks.asks`) outgrew its lane's
+    nodes goes on host ``whole``: (the first partition, in the host's priority order, whose
+    node holds it, ''), or (None, the one line why none does), or (None, '') where that is
+    not for pwe to say (a queue the profile names; a node whose needs the host does not
+    state: its pilots say). The engine's rule (pwe/engine/sizing.py), and pwe explain's."""
+    if sched.queue:
+        return None, ""
+    part, _ = choose_partition(grown_scheduling(sched, ask), whole)
+    if part is not None and not node_lacks(for_partition(whole, part), ask):
+        return part, ""
+    big = largest_node(whole)
+    lacks = node_lacks(big["view"], ask)
+    if not lacks:  # (no partition took it for another reason, its walltime: its pilots say)
+        return None, ""
+    where = f" ({big['where']})" if big["where"] else ""
+    return None, (f"cannot be placed: this attempt asks more than any node of host '{whole.name}' has: its largest "
+                  f"node{where}: {lacks}; lower the request (retry.grow, pwe set), or let retry: {{grow: {{cap: "
+                  "true}} hold it to the largest node")
+
+
+def largest_node(host: Any) -> dict[str, Any]:
+    """The largest node of ``host`` over all its partitions, by memory first: ``memory_mb``,
+    ``where`` (``partition NAME``, or '' for a host without partitions) and ``view`` (the
+    host as that partition shows it). What a ``grow: {cap: true}`` request is held to, and
+    what the line of a request that fits nowhere names."""
+    views = [(for_partition(host, p), f"partition {p.name}") for p in host.partitions] or [(host, "")]
+    view, where = max(views, key=lambda v: (v[0].memory_per_node or 0, v[0].tmp_per_node or 0))
+    return {"memory_mb": view.memory_per_node, "where": where, "view": view}

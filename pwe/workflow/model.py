@@ -189,6 +189,9 @@ class Grow(_Strict):
 
     memoryPerMember: Factor | None = Field(None, description="factor on memoryPerMember for each retry")
     maxWallTimePerMember: Factor | None = Field(None, description="factor on maxWallTimePerMember for each retry")
+    cap: StrictBool | None = Field(None, description="a request grown past the largest node of the host (of all "
+                                   "its partitions) runs at that node's size, instead of failing (Nextflow's "
+                                   "resourceLimits)")
 
 
 class Retry(_Strict, RetryMethods):
