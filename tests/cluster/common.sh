@@ -51,6 +51,9 @@ SlurmctldDebug=info
 SlurmdDebug=info
 NodeName=pwe-n[1-$PWE_NODES] NodeAddr=$addrs CPUs=$PWE_CLUSTER_CPUS RealMemory=$PWE_CLUSTER_MEMORY State=UNKNOWN
 PartitionName=batch Nodes=pwe-n[1-$PWE_NODES] Default=YES MaxTime=INFINITE MaxNodes=$PWE_NODES State=UP
+# a partition of smaller nodes (SLURM holds each job there to 500 MB a node): where a member's
+# retry grew past them, its next attempt needs a pilot in batch (tests/cluster/test_cluster.py)
+PartitionName=small Nodes=pwe-n[1-2] MaxTime=INFINITE MaxNodes=2 DefMemPerNode=500 MaxMemPerNode=500 State=UP
 EOF
 }
 
@@ -132,7 +135,7 @@ start_cluster() {
         tail_log "$PWE_CLUSTER_DIR/log/slurmctld.log"
         return 1
     fi
-    say "slurm4: up (pwe-n[1-$PWE_NODES], $PWE_CLUSTER_CPUS CPUs and $PWE_CLUSTER_MEMORY MB each, partition batch; controller pwe-head:$PWE_CLUSTER_CTLD_PORT; SLURM_CONF=$PWE_CLUSTER_CONF)"
+    say "slurm4: up (pwe-n[1-$PWE_NODES], $PWE_CLUSTER_CPUS CPUs and $PWE_CLUSTER_MEMORY MB each, partitions batch and small (500 MB a node); controller pwe-head:$PWE_CLUSTER_CTLD_PORT; SLURM_CONF=$PWE_CLUSTER_CONF)"
 }
 
 stop_cluster() {

