@@ -46,8 +46,8 @@ from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import (REFUSED_FOR_NOW, DirectoryError, Spawner, make_member_dir, member_base_env, open_node_dir, reaped,
                     start_failure, writable)
 from .guardian import MemberTable
-from .members import (KILLED, Member, argv_for, collect, killpg, missing_product, note_stderr, outputs_path, say,
-                      task_shape)
+from .members import (INVALID_OUTPUT, KILLED, Member, argv_for, collect, killpg, note_stderr, outputs_path,
+                      product_fault, say, task_shape)
 from .memwatch import MemoryWatch
 from .endings import RUN_GONE, Endings, when_ended
 from .intake import TaskIntake
@@ -57,8 +57,8 @@ from .remote import Helpers, NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
-from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_STARTED, DOWN, END, HB, REASON_OOM,
-                   START, UNWRITABLE, UP, VERSION)
+from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_STARTED, DOWN, END, HB, REASON_INVALID,
+                   REASON_OOM, START, UNWRITABLE, UP, VERSION)
 
 
 
@@ -437,10 +437,13 @@ class PilotAgent:
             if member.reason:
                 fields["reason"] = member.reason
         elif rc == 0 and t.get("prod"):
-            missing = missing_product(t["prod"])
-            if missing:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there)
-                rc, fields["why"] = 1, f"exited 0 without making its product {missing}"
-        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=collect(t), **when_ended(at, member.started),
+            fault = product_fault(t["prod"], t.get("pmin"))
+            if fault:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there, or short)
+                rc, fields["why"], fields["reason"] = 1, fault, REASON_INVALID
+        out = collect(t)
+        if rc and not member.killed and out.pop(INVALID_OUTPUT, None) is not None:  # (pwe/planning/validate.py)
+            fields["why"], fields["reason"] = f"its validate exited {rc}: the result is not good", REASON_INVALID
+        self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=out, **when_ended(at, member.started),
                   **fields, **member.usage())
         self.next_in_group(t)
 

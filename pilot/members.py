@@ -32,14 +32,32 @@ _BUILTINS = {
     "help", "mapfile", "readarray", "caller", "compgen", "complete", "compopt", "fc", "suspend", "logout",
 }
 _OUTPUTS_LIMIT = 64 * 1024
+#: The output a member's ``validate`` that failed leaves (its exit status): the pilot ends
+#: the member with reason ``invalid`` (pwe/planning/validate.py writes the command)
+INVALID_OUTPUT = "_pwe_invalid"
 
 
-def missing_product(paths: list[str]) -> str | None:
-    """The first of a member's products (absolute paths) that does not exist, or None:
-    one ``lstat`` each, once, when the member exits 0 (pwe.planning.products)."""
-    for p in paths:
-        if not os.path.lexists(p):
-            return p
+def product_fault(paths: list[str], least: list[int] | None = None) -> str | None:
+    """Why a member's products (absolute paths) do not count, for the first that does not,
+    or None: checked once, when the member exits 0 (pwe.planning.products). A product must
+    exist (one ``lstat``); one with a ``least`` (bytes: its ``nonEmpty``, ``minBytes``) must
+    be a regular file of at least that many bytes (one ``stat``; never opened)."""
+    for k, p in enumerate(paths):
+        need = least[k] if least and k < len(least) else 0
+        if not need:
+            if not os.path.lexists(p):
+                return f"exited 0 without making its product {p}"
+            continue
+        try:
+            st = os.stat(p)
+        except OSError:
+            return f"exited 0 without making its product {p}"
+        if not stat.S_ISREG(st.st_mode):
+            return f"exited 0, but its product {p} is not a regular file (it must have at least {need} bytes)"
+        if st.st_size < need:
+            if need == 1:
+                return f"exited 0, but its product {p} is empty (0 bytes; nonEmpty)"
+            return f"exited 0, but its product {p} has {st.st_size} bytes, fewer than the {need} it must have"
     return None
 
 

@@ -18,7 +18,9 @@ kind        fields
             nodes: ranksPerNode), ``setup`` (the id of the
             ``setup`` its nodes run first), ``prod`` [absolute paths]: its products, which
             the pilot checks once when it exits 0 (one missing: the member fails, rc 1,
-            ``why`` naming it), ``own`` (1: it runs in ``cwd``, a directory of its own,
+            reason ``invalid``, ``why`` naming it), ``pmin`` [bytes, one per ``prod``]: the
+            fewest each must hold (0: that it exists; a regular file shorter fails the
+            member as a missing one does), ``own`` (1: it runs in ``cwd``, a directory of its own,
             made before it starts and tidied after; absent: ``cwd`` is its node's directory,
             which members share)
 ``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
@@ -99,7 +101,8 @@ kind         fields
 ===========  ==============================================================================
 
 **Reasons.** Why a member's attempt ended, as its ``end`` says it (``reason``) and the
-engine journals it; the pilot says the first three, the engine the others:
+engine journals it; the pilot says ``oom``, ``walltime``, ``straggler`` and ``invalid``, the
+engine the others:
 
 =================  ==========================================================================
 reason             the member ...
@@ -110,6 +113,9 @@ reason             the member ...
                    (pilot/memwatch.py); ``why``: "used 812 MB of its memoryPerMember 512 MB"
 ``walltime``       was killed at its ``wall`` (maxWallTimePerMember); ``why`` says the limit
 ``straggler``      was stopped for running past its node's ``straggle`` limit (``straggler:``)
+``invalid``        exited 0, but its result is not good: a product missing or shorter than its
+                   ``pmin``, or its node's ``validate`` failed (the command wrote
+                   ``_pwe_invalid=STATUS`` to its outputs: pwe/planning/validate.py); ``why`` says which
 ``lost``           was running when its pilot or node was lost (the engine's)
 ``halted``         was stopped by the run's failure budget (the engine's)
 ``quarantined``    is not reissued: present at ``maxLosses`` losses (the engine's)
@@ -190,13 +196,14 @@ NO_SCRATCH = "no node of this pilot has scratch for a member"
 #: Why a member's attempt ended (the module's *Reasons*): an ``end``'s ``reason``, absent for REASON_EXIT.
 REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER = "exit", "oom", "walltime", "straggler"
 REASON_LOST, REASON_HALTED, REASON_QUARANTINED, REASON_REUSED = "lost", "halted", "quarantined", "reused"
+REASON_INVALID = "invalid"
 REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER, REASON_LOST, REASON_HALTED,
-           REASON_QUARANTINED, REASON_REUSED)
+           REASON_QUARANTINED, REASON_REUSED, REASON_INVALID)
 
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "eb", "ranks", "threads", "wall", "exclusive", "cap",
-                     "gpus", "mem", "tmp", "setup", "prod", "rpn", "own"}),
+                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

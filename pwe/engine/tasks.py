@@ -132,6 +132,8 @@ class TaskBuilder:
             fixed["tmp"] = sched.tmpPerMember  # MB of the node's tmp pool (pilot/packing.py packs it)
         if self._setup.get(nid):
             fixed["setup"] = self._setup[nid]  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
+        if pn.products_least and self._workspace and self.rehearsal is None:
+            fixed["pmin"] = pn.products_least  # (beside its ``prod``: the fewest bytes each must hold)
         shared: str | None = None
         if directory_of(pn) == "own":
             fixed["own"] = 1  # (the pilot makes it before the member starts, tidies it after: pilot/spawn.py)

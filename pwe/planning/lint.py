@@ -162,14 +162,15 @@ class PathShapes:
 
 
 def called_files(plan: Plan, nid: str, workspace: Path) -> list[tuple[str, str, int | None]]:
-    """The files of the workspace that node ``nid``'s ``run`` (and ``check``) name: (the
+    """The files of the workspace that node ``nid``'s ``run`` (and ``check``, ``validate``) name: (the
     word as written, the path relative to the workspace, the line), each once; a file that
     some node's ``products:`` make is left out (a result, not a program), and so is anything
     but a regular file, or a link out of the workspace. ``stat`` only."""
     pn = plan.nodes[nid]
     made = PathShapes([t.source for n in plan.nodes.values() for t in n.products])
     out, seen = [], set()
-    templates = [(pn.template.source, pn.run_line)] + ([(pn.check.source, pn.check_line)] if pn.check else [])
+    templates = [(pn.template.source, pn.run_line)] + ([(pn.check.source, pn.check_line)] if pn.check else []) \
+        + ([(pn.validate.source, pn.validate_line)] if pn.validate else [])
     for source, line in templates:
         for word in command_words(source):
             rel = relative(word)
@@ -289,6 +290,8 @@ def _names_used(plan: Plan, nid: str) -> set[str]:
     """The names node ``nid``'s templates read, those its edges match on, its group's."""
     pn = plan.nodes[nid]
     used = set(pn.template.names) | (set(pn.check.names) if pn.check else set())
+    if pn.validate is not None:
+        used |= pn.validate.names
     for t in (*pn.products, *pn.inputs):
         used |= t.names
     for e in plan.edges:
@@ -309,6 +312,7 @@ def parameters_unused(plan: Plan, nid: str, raw: Any, workspace: Path) -> list[L
     if not unused:
         return []
     texts = " ".join([pn.template.source, pn.check.source if pn.check else "",
+                      pn.validate.source if pn.validate else "",
                       *(value_text(v) for v in pn.spec.env.values())])
     if any(f"PWE_PARAM_{n.upper()}" not in texts for n in unused):
         texts += _scripts_text(plan, nid, workspace)

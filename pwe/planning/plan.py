@@ -28,6 +28,7 @@ from .dag import Graph
 from ..base.errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from ..workflow.load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
+from .validate import compiled as validate_template
 from ..base.source import LineDict, did_you_mean, locate, value_text
 from ..workflow.rules import FileSpecMethods
 from ..workflow.templates import PathTemplate, PayloadTemplate, TemplateSyntax, error_text
@@ -79,6 +80,10 @@ class PlannedNode:
     tree: Any = None  # its members' trees (pwe.planning.trees.Tree), made by the run's state
     products: list[PathTemplate] = field(default_factory=list)  # (pwe.planning.products)
     products_line: int | None = None
+    #: the fewest bytes each product's file must hold to count, one per product (0: that it exists)
+    products_least: list[int] = field(default_factory=list)
+    validate: PayloadTemplate | None = None  # a member's result checked after it (pwe/planning/validate.py)
+    validate_line: int | None = None
     inputs: list[PathTemplate] = field(default_factory=list)  # files its members read (pwe.planning.reuse)
     inputs_line: int | None = None
     resources_line: int | None = None  # (pwe.planning.limits: where its user resources are named)
@@ -129,10 +134,23 @@ class Plan:
                                 node.run_line) from None
 
     def command(self, node_id: str, index: int) -> str:
-        """What member ``index`` runs: its payload, and after it, where the node has a
-        ``check``, the check (:func:`pwe.planning.trees.with_check`)."""
+        """What member ``index`` runs: its payload, and after it, where the node has them,
+        its ``validate`` (:func:`pwe.planning.validate.with_validate`), then its ``check``
+        (:func:`pwe.planning.trees.with_check`)."""
         cmd = self.render(node_id, index)
         node = self.nodes[node_id]
+        if node.validate is not None:
+            from .validate import with_validate
+
+            try:
+                text = node.validate.render(node.context(self.workflow.properties, index))
+            except Exception as exc:  # noqa: BLE001 - as render: whatever the template raises
+                raise TemplateError(f"node '{node_id}': member {index} cannot render 'validate': {error_text(exc)}",
+                                    self.file, node.validate_line) from None
+            if not text.strip():  # (an empty ( ) is a shell's syntax error: nothing of the member would run)
+                raise TemplateError(f"node '{node_id}': member {index}'s 'validate' renders to blank text; give it a "
+                                    "command for every member", self.file, node.validate_line)
+            cmd = with_validate(cmd, text)
         if node.check is None:
             return cmd
         from .trees import with_check
@@ -190,14 +208,15 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
         # away) is found now, not member by member in a run: its first and last member
         for index in sorted({0, node.size - 1}):
             plan.render(nid, index, check=True)
-            if node.check is not None:
+            if node.check is not None or node.validate is not None:
                 plan.command(nid, index)
     products.check(plan)  # (their first and last member's paths, inside the workspace)
     reuse.check(plan)  # (inputs: the same)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
-        used = set().union(*((n.template.names | (n.check.names if n.check else set())).union(
+        used = set().union(*((n.template.names | (n.check.names if n.check else set())
+                              | (n.validate.names if n.validate else set())).union(
                                  *(t.names for t in n.products)) - set(n.space.names)
                              for n in plan.nodes.values()))
         for name, value in sets.items():
@@ -224,6 +243,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
         known = set(wf.properties) | set(node.parameters)
         sched = _merged_scheduling(nid, node, wf, path, line_of)
         check = _check_template(nid, node, wf, sched, path, line_of)
+        validate = validate_template(nid, node, wf, sched, path, line_of("nodes", nid, "validate"))
         if node.group is not None:  # (its keys against its parameters: one line, exit 2)
             from .groups import Groups
 
@@ -247,9 +267,12 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             check=check,
             max_iterations=node.max_iterations or 100,
             check_line=line_of("nodes", nid, "check"),
-            products=products.compile_templates(nid, node.products, known, path,
+            products=products.compile_templates(nid, products.paths(node.products), known, path,
                                                 line_of("nodes", nid, "products")),
             products_line=line_of("nodes", nid, "products"),
+            products_least=products.least(node.products),
+            validate=validate,
+            validate_line=line_of("nodes", nid, "validate"),
             inputs=products.compile_templates(nid, node.inputs, known, path, line_of("nodes", nid, "inputs"), "inputs"),
             inputs_line=line_of("nodes", nid, "inputs"),
             resources_line=line_of("nodes", nid, "resources"),

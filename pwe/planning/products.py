@@ -15,10 +15,15 @@ set), so a million members in a thousand directories cost a thousand directory r
 not a million ``stat`` calls. The members found complete are journaled as runs of
 consecutive indices (:func:`records`: one ``complete`` record for many members) and count
 as done for their dependents. A member that runs is checked once, when it ends with exit
-status 0, by its pilot where it ran (``pilot.members.missing_product``: one ``lstat`` per
-product): one that made none of them fails with a line naming the missing file.
+status 0, by its pilot where it ran (``pilot.members.product_fault``: one ``lstat`` per
+product): one that did not make them fails (reason ``invalid``) with a line naming the file.
 
-Existence is all that is checked (as Row does): no times, no sizes. A member that began
+**What must be there.** A product given as text must exist (as Row has it): no times, no
+sizes. One given as a mapping, ``{path: TEMPLATE, nonEmpty: true, minBytes: N}``, must be a
+regular file of at least that many bytes (:func:`least`; one ``stat`` per such product, in
+the scan and at the member's end: ``pilot.members.product_fault``): an empty or short one
+does not count, and a member that exits 0 leaving it so fails with reason ``invalid``
+(as does one that made none). A member that began
 in the run's lineage and did not end ok (stopped mid-write by a kill or a halt, failed) is
 never complete by its products there (:func:`pwe.engine.loop._never_started`), nor in the
 next runs of the workflow in the workspace (:mod:`pwe.engine.halfmade`: ``skip``).
@@ -34,6 +39,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 
+from pilot.members import product_fault
+
 from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
 from ..base.source import did_you_mean
@@ -46,6 +53,19 @@ Plan = Any
 RUNS_PER_RECORD = 4096
 #: most directories whose listing is held at once while scanning (oldest dropped first)
 LISTINGS_HELD = 4096
+
+
+def paths(items: list[Any] | None) -> list[str] | None:
+    """A node's ``products`` as written, their path templates alone (an item is a text or
+    a ``{path, nonEmpty, minBytes}`` mapping: :class:`pwe.workflow.model.Product`)."""
+    return None if items is None else [p if isinstance(p, str) else p.path for p in items]
+
+
+def least(items: list[Any] | None) -> list[int]:
+    """The fewest bytes each of a node's products must hold to count (0: that it exists);
+    [] where none says more than its path."""
+    out = [0 if isinstance(p, str) else p.least for p in items or ()]
+    return out if any(out) else []
 
 
 def compile_templates(nid: str, sources: list[str] | None, known: set[str], path: Path,
@@ -150,7 +170,8 @@ def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]
     nothing. ``only``: per node, the runs ``(lo, hi)`` of members to look at (a resumed
     run: those not begun); all of them when not given. ``skip``: products (relative
     paths) that an earlier attempt may have left half made (pwe.engine.halfmade): a
-    member with one of them is not complete."""
+    member with one of them is not complete. A product with a least size (:func:`least`)
+    is looked at once more where it is listed: one ``stat`` (never opened)."""
     listings: OrderedDict[str, frozenset[str]] = OrderedDict()
     out = Scan({})
     base = str(root)
@@ -181,13 +202,16 @@ def scan(plan: Plan, root: Path, only: Callable[[str], Iterable[tuple[int, int]]
         runs: list[list[int]] = []
         ctx = dict(plan.workflow.properties)  # (one dict, its parameters' values replaced per member)
         values_of = pn.space.values_of
+        sizes = pn.products_least
         for i in (range(pn.size) if only is None else (i for lo, hi in only(nid) for i in range(lo, hi))):
             out.members += 1
             ctx.update(values_of(i))
-            for rel in _rendered(plan, nid, i, ctx):
+            for k, rel in enumerate(_rendered(plan, nid, i, ctx)):
                 d, _, name = rel.rpartition("/")
                 if name not in names_in(d) or rel in skip:
                     break
+                if sizes and sizes[k] and product_fault([posixpath.join(base, rel)], [sizes[k]]) is not None:
+                    break  # (there, but empty or short: not made)
             else:
                 if runs and runs[-1][1] == i:
                     runs[-1][1] = i + 1

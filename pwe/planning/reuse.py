@@ -3,9 +3,9 @@
 A member's **key** is a 128-bit BLAKE2b digest (Nextflow's task hash is 128 bits too) of:
 
 - its node's digest, made once per node (:func:`node_digest`): the node's name, its
-  ``run`` (and ``check``) template as written, the properties the templates read, its own
+  ``run`` (and ``check``, ``validate``) template as written, the properties the templates read, its own
   ``env``, its ``setup_per_node`` lines, its ranks and threads, its host, its ``products``
-  and ``inputs`` templates;
+  and ``inputs`` templates (a product's ``nonEmpty``/``minBytes`` with it);
 - its parameters' values, as the text they have in its command and ``PWE_PARAM_*``;
   together with the templates, that is its rendered command and its environment, without
   rendering it: the same template given the same values renders the same command;
@@ -32,7 +32,7 @@ names a parameter is).
   parameter names and values; what finds "the same member" in an earlier run however
   its range moved) and a 2-byte digest of its **inputs'** content hashes;
 - per node, once (:func:`node_parts`): each part of the node's digest as its own short
-  digest (``run``, ``check``, each ``env`` variable, each property the templates read,
+  digest (``run``, ``check``, ``validate``, each ``env`` variable, each property the templates read,
   ``setup``, ``ranks``, ``threads``, ``host``, ``params``, ``products``, ``inputs``), the
   digest of each node it waits for as a whole (``after:NODE``), and each input that names
   no parameter, path -> its content hash (``file:PATH``).
@@ -85,6 +85,8 @@ def _node_what(plan: Plan, nid: str) -> dict[str, Any]:
     pn = plan.nodes[nid]
     props = plan.workflow.properties
     names = set(pn.template.names) | (set(pn.check.names) if pn.check else set())
+    if pn.validate is not None:
+        names |= pn.validate.names
     for t in (*pn.products, *pn.inputs):
         names |= t.names
     setup = pn.spec.setup_per_node if pn.spec.setup_per_node is not None else plan.workflow.defaults.setup_per_node
@@ -97,6 +99,11 @@ def _node_what(plan: Plan, nid: str) -> dict[str, Any]:
         "host": pn.host, "params": list(pn.space.names),
         "products": [t.source for t in pn.products], "inputs": [t.source for t in pn.inputs],
     }
+    # (each only where the node has it: the keys of nodes without stay what they were)
+    if pn.products_least:  # a product must hold this many bytes (nonEmpty, minBytes)
+        what["products"] = [[t.source, n] if n else t.source for t, n in zip(pn.products, pn.products_least)]
+    if pn.validate is not None:
+        what["validate"] = pn.validate.source
     return what
 
 
@@ -120,6 +127,8 @@ def node_parts(plan: Plan, nid: str, barriers: dict[str, bytes], files: dict[str
     what = _node_what(plan, nid)
     out = {k: _short(what[k]) for k in ("run", "check", "setup", "ranks", "threads", "host", "params", "products",
                                        "inputs")}
+    if "validate" in what:  # (a part only where the node has one: "validate changed" either way)
+        out["validate"] = _short(what["validate"])
     out.update({f"env:{k}": _short(v) for k, v in what["env"].items()})
     out.update({f"prop:{k}": _short(v) for k, v in what["props"].items()})
     out.update({f"after:{k}": d.hex()[:_PART_HEX] for k, d in barriers.items()})

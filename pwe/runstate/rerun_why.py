@@ -6,7 +6,7 @@ lend (:mod:`pwe.runstate.reusable`, :mod:`pwe.runstate.lending`), say what: this
 finds, in the lending runs (newest first), the member with the same **identity** (node,
 parameter names and values: however its range moved) and compares, part by part:
 
-- the node's parts: ``command (run:) changed``, ``command (check:) changed``,
+- the node's parts: ``command (run:) changed``, ``command (check:) changed``, ``validate changed``,
   ``environment changed (env: FOO)``, ``environment changed (setup_per_node)``,
   ``property P changed``, ``host changed``, ``ranks changed``, ``threads changed``,
   ``products (products:) changed``, ``inputs (inputs:) changed``, ``upstream NODE changed``
@@ -74,6 +74,7 @@ OLDER = "unknown: recorded by an older pwe"
 _NODE_PART = {
     "run": ("command", "command (run:) changed"),
     "check": ("command", "command (check:) changed"),
+    "validate": ("command", "validate changed"),
     "setup": ("environment", "environment changed (setup_per_node)"),
     "ranks": ("resources", "ranks changed"),
     "threads": ("resources", "threads changed"),
@@ -399,8 +400,8 @@ def _counted(reasons: Any) -> list[dict[str, Any]]:
 
 def _part_order(name: str) -> tuple[int, str]:
     head = name.split(":", 1)[0]
-    order = ("run", "check", "env", "setup", "prop", "file", "inputs", "products", "host", "ranks", "threads",
-             "after", "params")
+    order = ("run", "check", "validate", "env", "setup", "prop", "file", "inputs", "products", "host", "ranks",
+             "threads", "after", "params")
     return (order.index(head) if head in order else len(order), name)
 
 

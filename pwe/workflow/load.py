@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from . import model
 
 _PARAM_TAGS = {"values", "range", "file"}
+_PRODUCT_TAGS = {"text", "mapping"}  # (model.ProductSpec's, after products[k])
 _SCALAR_BRANCHES = {"bool", "int", "float", "str"}
 
 
@@ -183,8 +184,10 @@ def _input_error(exc: "ValidationError", raw: Any, path: Path) -> InputError:
 
 
 def _clean_loc(loc: tuple) -> tuple:
-    """Drop the union tag pydantic puts after a parameter's name (``parameters.t.range``)."""
-    out = [p for i, p in enumerate(loc) if not (i >= 2 and loc[i - 2] == "parameters" and p in _PARAM_TAGS)]
+    """Drop the union tag pydantic puts after a parameter's name (``parameters.t.range``) and
+    after a product's place (``products.0.mapping``)."""
+    out = [p for i, p in enumerate(loc) if not (i >= 2 and loc[i - 2] == "parameters" and p in _PARAM_TAGS)
+           and not (i >= 2 and loc[i - 2] == "products" and p in _PRODUCT_TAGS)]
     return tuple(p for p in out if p != "[key]")
 
 
@@ -214,6 +217,8 @@ def _model_at(loc: tuple, raw: Any) -> "type[BaseModel] | None":
             # parameters.<name>: a RangeSpec or a FileSpec; which one, the raw keys tell
             spec = _walk(raw, loc[: i + 2])
             return model.RangeSpec if isinstance(spec, dict) and "range" in spec else model.FileSpec
+        elif cls is model.Node and key == "products":  # products[k]: a mapping's keys (a text has none)
+            return model.Product
         elif key in ("defaults",) and cls is model.Workflow:
             cls, i = model.Defaults, i + 1
         elif key == "scheduling":
@@ -237,7 +242,7 @@ def _missing_hint(loc: tuple) -> str:
     return {
         "name": "a workflow needs a name, e.g. 'name: my-sweep'",
         "nodes": "a workflow needs 'nodes', a mapping of node id to node",
-        "run": "every node needs 'run', the command its members execute",
+        "run": "every node needs 'run', the command its members execute (or 'python', a function)",
         "range": "write {range: [start, stop]} or {range: [start, stop, step]}",
         "file": "write {file: values.csv, column: NAME}",
     }.get(key, "this key is required")

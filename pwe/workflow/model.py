@@ -15,6 +15,7 @@ verbatim (camelCase), so profiles written for PWE read unchanged. Walltimes are 
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Literal, Union
 
 from pydantic import (
@@ -36,10 +37,10 @@ from hostinfo.rules import one_line, one_word
 
 from ..base.ids import IDENTIFIER_PATTERN, MAX_NAME, NODE_ID_PATTERN
 from ..base.numbers import COUNT_MOST, MINUTES_MOST
-from .rules import (FileSpecMethods, HaltMethods, RangeSpecMethods, RetryMethods,
+from .rules import (FileSpecMethods, HaltMethods, ProductMethods, RangeSpecMethods, RetryMethods,
                     SchedulingMethods, check_not_blank, failed_budget, finite_over_one, input_pattern, one_or_many,
-                    param_kind, positive_core_hours, range_step, retry_on, valid_start, run_not_blank,
-                    scheduling_ranges, straggler_factor)
+                    param_kind, positive_core_hours, product_kind, range_step, retry_on, valid_start, run_not_blank,
+                    scheduling_ranges, straggler_factor, validate_not_blank)
 
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
@@ -203,8 +204,9 @@ class Retry(_Strict, RetryMethods):
     on: Annotated[Annotated[list[Union[StrictInt, StrictStr]], Field(min_length=1)] | None,
                   AfterValidator(retry_on)] = Field(
         None, description="why an attempt ended for it to be retried: oom (killed for memory), walltime (killed at "
-        "maxWallTimePerMember), straggler (stopped far past its node's median: straggler:), exit (any other "
-        "failure), or exit statuses 0-255; default: any failure")
+        "maxWallTimePerMember), straggler (stopped far past its node's median: straggler:), invalid (exited 0, but a "
+        "product is missing or short, or its validate failed), exit (any other failure), or exit statuses 0-255; "
+        "default: any failure")
     grow: Grow | None = Field(None, description="what each retry asks for more of")
 
 
@@ -243,6 +245,40 @@ class Straggler(_Strict):
 
 
 MaxLosses = Annotated[StrictInt, Field(ge=1, le=1000)]
+
+#: The largest ``minBytes`` of a product (100 GB): a minimum past it is a slip of units, not a check.
+MIN_BYTES_MOST = 10 ** 11
+
+
+class Product(_Strict, ProductMethods):
+    """An item of ``products:`` with what its file must hold to count: a product that exists
+    but is empty (``nonEmpty``) or shorter than ``minBytes`` does not (pwe.planning.products)."""
+
+    path: Annotated[StrictStr, Field(min_length=1)] = Field(
+        description="the file, a path template relative to the workspace")
+    nonEmpty: StrictBool = Field(False, description="the file must hold at least one byte")
+    minBytes: Annotated[StrictInt, Field(ge=0, le=MIN_BYTES_MOST)] = Field(
+        0, description="the file must hold at least this many bytes (at most 10^11)")
+
+
+#: An item of ``products``: a path template, or a :class:`Product` mapping.
+ProductSpec = Annotated[
+    Union[
+        Annotated[Annotated[StrictStr, Field(min_length=1)], Tag("text")],
+        Annotated[Product, Tag("mapping")],
+    ],
+    Discriminator(
+        product_kind,
+        custom_error_type="product",
+        custom_error_message="a product is a path template or {path: TEMPLATE, nonEmpty: true, minBytes: N}",
+    ),
+]
+
+
+# DESIGN.md's key ``validate`` is also the name of pydantic's deprecated ``BaseModel.validate``,
+# which pwe never calls: the field takes the name, and pydantic's warning that it does is no
+# user's business (it would be a second line under a one-line error)
+warnings.filterwarnings("ignore", message='Field name "validate" in "Node" shadows', category=UserWarning)
 
 
 class Node(_Strict):
@@ -290,10 +326,15 @@ class Node(_Strict):
                           "there that asks for children ends its tree unconverged")
 
     group: Group | None = Field(None, description="run the members in groups, one after another in one pilot slot")
-    products: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)] | None = Field(
-        None, description="files each member makes, path templates relative to the workspace: a member whose "
-        "products all exist is complete and does not run (pwe.planning.products)"
+    products: Annotated[list[ProductSpec], Field(min_length=1)] | None = Field(
+        None, description="files each member makes, path templates relative to the workspace (or {path, nonEmpty, "
+        "minBytes}: what the file must hold to count): a member whose products all exist is complete and does not "
+        "run; one that exits 0 without them fails (reason invalid) (pwe.planning.products)"
     )
+    validate: Annotated[StrictStr | None, AfterValidator(validate_not_blank)] = Field(
+        None, description="a shell command (a jinja2 template, rendered as run is) run after each member exits 0, "
+        "in its directory with its environment, within its walltime: exit 0, the result is good; else the member "
+        "fails (reason invalid) (pwe.planning.validate)")
     directory: Literal["own", "shared"] | None = Field(
         None, description="where each member runs: own (a directory of its own, members/<node>/<index // 1000>/"
         "<index>, removed when it ended if it left nothing) or shared (the node's directory, members/<node>, made "

@@ -16,8 +16,9 @@ from .inputs import pattern_problem
 
 #: Why a member's attempt ended, where it was not its own exit (pilot/wire.py's REASON_*):
 #: the ones a ``retry: {on: [...]}`` may name besides exit statuses. ``exit`` is any other
-#: failure (a non-zero exit status).
-RETRY_REASONS = ("oom", "walltime", "straggler", "exit")
+#: failure (a non-zero exit status); ``invalid``: it exited 0, but its result did not pass
+#: (a product missing, empty or short; its ``validate`` failed).
+RETRY_REASONS = ("oom", "walltime", "straggler", "exit", "invalid")
 
 _PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 
@@ -125,6 +126,23 @@ def check_not_blank(v: str | None) -> str | None:
     return v
 
 
+def validate_not_blank(v: str | None) -> str | None:
+    if v is not None and not v.strip():
+        raise ValueError("the validate is blank; 'validate' needs a command (exit 0: the result is good), or leave "
+                         "it out")
+    return v
+
+
+def product_kind(v: Any) -> str | None:
+    """Which of an item of ``products``' forms ``v`` is: a path template (text) or a
+    mapping with what the file must hold (a tagged union's tag)."""
+    if isinstance(v, str):
+        return "text"
+    if isinstance(v, (dict, ProductMethods)):
+        return "mapping"
+    return None
+
+
 def one_or_many(v: Any) -> Any:
     return [v] if isinstance(v, str) else v
 
@@ -182,6 +200,15 @@ class SchedulingMethods:
 
 class RangeSpecMethods:
     __slots__ = ()
+
+
+class ProductMethods:
+    __slots__ = ()
+
+    @property
+    def least(self) -> int:
+        """The fewest bytes the product's file must have to count (0: that it exists)."""
+        return max(self.minBytes, 1 if self.nonEmpty else 0)
 
 
 class FileSpecMethods:

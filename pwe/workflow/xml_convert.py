@@ -275,6 +275,20 @@ def _group(el: etree._Element) -> LineDict:
     return out
 
 
+def _product(el: etree._Element) -> str | LineDict:
+    """``<product>PATH</product>``, the path template as written; with ``nonEmpty`` or
+    ``minBytes``, the YAML mapping ``{path: PATH, nonEmpty: ..., minBytes: ...}``."""
+    path = _text(el).strip()
+    if el.get("nonEmpty") is None and el.get("minBytes") is None:
+        return path
+    out = LineDict(line=el.sourceline)
+    _put(out, "path", path, el.sourceline)
+    for name in ("nonEmpty", "minBytes"):
+        if el.get(name) is not None:
+            _put(out, name, _attr(el, name), el.sourceline)
+    return out
+
+
 def _parameter(el: etree._Element) -> LineList | LineDict:
     """``[v, ...]``, ``{range: [start, stop(, step)]}`` or ``{file: path(, column)}``."""
     first = el[0]  # the XSD guarantees one or more <value>, or one <range>, or one <file>
@@ -304,6 +318,7 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "description": ("description", lambda el: textwrap.dedent(_text(el)).strip()),
     "run": ("run", lambda el: _script(_text(el))),
     "check": ("check", lambda el: _script(_text(el))),  # iteration until convergence (pwe/planning/trees.py)
+    "validate": ("validate", lambda el: _script(_text(el))),  # a member's result checked (pwe/planning/validate.py)
     "scheduling": ("scheduling", _scheduling),
     "setup_per_node": ("setup_per_node", _lines),
     "group": ("group", _group),
@@ -315,7 +330,7 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
 #: ... an item of a list of the node's ...
 _ITEM: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "after": ("after", _field),
-    "product": ("products", lambda el: _text(el).strip()),  # (pwe.planning.products: a path template, as written)
+    "product": ("products", lambda el: _product(el)),  # (pwe.planning.products: a path template, as written)
     "input": ("inputs", lambda el: _text(el).strip()),  # (pwe.planning.reuse: a path template, as written)
 }
 #: ... or an entry, under its name="...", of a mapping of the node's

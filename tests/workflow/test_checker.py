@@ -50,7 +50,8 @@ GOOD = {"contact": ["local", "local", "ssh://u@h"], "protocol": ["local", "slurm
         "range": [[0, 5], [0, 10, 2], [1.5, 0, -0.5]], "on": [["oom", 3]], "after": ["a", ["a"]],
         "broker_password_file": [None, "pw"], "commands_dir": [None, "/opt/bin"], "ranksPerNode": [None, 1],
         "Host.nodes": [[], ["n1", "n2"]], "inputs": [None, ["data/*.csv"]], "minCpus": [None, 1], "minWallTime": [None, 1], "minNodes": [None, 1],
-        "minTotalMemory": [None, 1], "minWallTimePerMember": [None, 1], "check": [None, "true"]}
+        "minTotalMemory": [None, 1], "minWallTimePerMember": [None, 1], "check": [None, "true"],
+        "validate": [None, "true"], "products": [None, ["r/{{ x }}"], ["r", {"path": "r/x", "nonEmpty": True}]]}
 
 
 class Gen:
