@@ -65,20 +65,31 @@ def one(values: dict[str, Any], key: str, text: str) -> None:
 
 
 def within_hosts(values: dict[str, Any], info: dict[str, Any], plan: Any, nodes: list[str]) -> None:
-    """A value no node of the selected nodes' hosts could hold: :class:`InputError`."""
-    from .lanes import lane_of
+    """A value no node of the selected nodes' hosts could hold, in any of its partitions (a
+    member asking more than its own partition's nodes have goes to one whose nodes hold it:
+    pwe/engine/sizing.py): :class:`InputError`."""
+    from .lanes import lane_of, whole_host
+    from .partitions import for_partition
 
     for nid in nodes:
         _, host = lane_of(info.get("lanes") or {}, plan, nid)
         if host is None:
             continue
+        whole = whole_host(info.get("lanes") or {}, host["name"])
+        views = [for_partition(whole, p) for p in whole.partitions] if whole is not None and whole.partitions else []
         ranks = plan.nodes[nid].scheduling.ranksPerMember or 1
-        for key, most, what in (("memoryPerMember", host["memory_mb"], "MB of memory"),
-                                ("threads", (host["cores_per_node"] or 0) // ranks if ranks == 1 else None, "cores"),
-                                ("gpus", host["gpus_per_node"], "GPUs")):
+        for key, field, most, what in (("memoryPerMember", "memory_per_node", host["memory_mb"], "MB of memory"),
+                                       ("threads", "cores_per_node", host["cores_per_node"], "cores"),
+                                       ("gpus", "gpus_per_node", host["gpus_per_node"], "GPUs")):
+            said = [getattr(v, field) for v in views]
+            if views and None not in said:
+                most = max(said)
+            if key == "threads" and most is not None:
+                most = most // ranks if ranks == 1 else None
             if key in values and most is not None and values[key] > most:
-                raise InputError(f"pwe set: {key}={values[key]:,}: a node of host '{host['name']}' (node {nid}'s) "
-                                 f"has {most:,} {what}; give at most {most:,}")
+                where = "any node" if len(views) > 1 else "a node"
+                raise InputError(f"pwe set: {key}={values[key]:,}: {where} of host '{host['name']}' (node {nid}'s) "
+                                 f"has {most:,} {what} at most; give at most {most:,}")
 
 
 def checked(plan: Any, values: Any) -> dict[str, Any]:

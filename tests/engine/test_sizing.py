@@ -163,3 +163,29 @@ def test_cap_in_xml_says_what_yaml_says(write):
               '<retry attempts="2"><grow memoryPerMember="2" cap="true"/></retry></node></workflow>', "wf.xml")
     wx, wy = load_workflow(x)[0], load_workflow(y)[0]
     assert wx == wy and wx.nodes["a"].retry.grow.cap is True
+
+
+def test_pwe_set_past_the_partition_sends_what_it_names_to_a_partition_that_holds_it(tmp_path):
+    """pwe set memoryPerMember=1200 on a node whose pilots go to small (500 MB nodes): held
+    by big's nodes, so it is taken (a value no node of the host holds is refused, one line),
+    and the member pwe retry runs again goes to a pilot of big, asking 1,200 MB."""
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    ledger = tmp_path / "ledger"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: sets\ndefaults: {host: parts}\nnodes:\n  a:\n    parameters: {k: {range: [0, 3]}}\n"
+                  f"    run: 'echo \"$PWE_MEMBER $PWE_ATTEMPT\" >> {ledger}; [ $PWE_ATTEMPT -gt 1 ] || [ {{{{ k }}}} -ne 1 ]'\n"
+                  "    scheduling: {memoryPerMember: 300}\n")
+    run = tmp_path / "run"
+    rc, out, err = run_cli("run", wf, "--hosts", tmp_path / "hosts.yaml", "--run-dir", run, cwd=tmp_path, timeout=300)
+    assert rc == 1, err
+    err = one_line_error(*run_cli("set", run, "memoryPerMember=3000", cwd=tmp_path))
+    assert "any node of host 'parts'" in err and "2,000 MB of memory at most" in err, err
+    rc, out, err = run_cli("set", run, "memoryPerMember=1200", cwd=tmp_path)
+    assert rc == 0, err
+    rc, out, err = run_cli("retry", run, cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    assert _ledger(tmp_path) == Counter({(0, 1): 1, (1, 1): 1, (1, 2): 1, (2, 1): 1})
+    ends, lanes = _attempts(run), _lanes(run)
+    assert ends[(1, 2)]["rc"] == 0 and lanes[ends[(1, 2)]["p"]] == "parts/big", (ends, lanes)
+    asks = {(r["m"], r["a"]): r for r in read_journal(run) if r["e"] == "assign"}
+    assert asks[(1, 2)].get("mem") == 1200, asks
