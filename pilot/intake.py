@@ -50,6 +50,7 @@ class TaskIntake:
         """Take in whatever complete task messages were sent; True if any arrived."""
         msgs, self._task_cursor = self.transport.receive(self._task_cursor)
         got = False
+        ahead = 0  # (this batch's attempts that ran before, put ahead of what the pilot holds, in order)
         for msg in msgs:
             kind = msg.get("k")
             if kind == TASK:
@@ -60,8 +61,10 @@ class TaskIntake:
                     self.hand_back(msg, back)
                 elif msg.get("a", 1) > 1:
                     # it ran before (its node or pilot was lost, or it failed): it had its
-                    # turn, so it goes ahead of what this pilot holds, not behind it
-                    self.queue.appendleft(msg)
+                    # turn, so it goes ahead of what this pilot holds, not behind it (those of
+                    # one batch in the order the engine sent them: a pwe set priority's)
+                    self.queue.insert(ahead, msg)
+                    ahead += 1
                 else:
                     self.queue.append(msg)
                 got = True

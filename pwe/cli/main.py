@@ -61,7 +61,7 @@ COMMANDS: dict[str, Listed] = {
     "retry": Listed("pwe.cli.running:retry", "Rerun RUN's failed, quarantined, cancelled and held members (and "
         "what they held back); -q: only those a query selects."),
     "set": Listed("pwe.cli.running:set_cmd", "Change what RUN's members ask for from their next attempt on: "
-        "memoryPerMember, maxWallTimePerMember, threads (cores), gpus, retries, env.NAME."),
+        "memoryPerMember, maxWallTimePerMember, threads (cores), gpus, retries, priority, env.NAME."),
     "release": Listed("pwe.cli.running:release", "Let RUN's held members that QUERY selects go: they run (and what "
         "waits for them), and their value is not held again in this run."),
     "notify": Listed("pwe.cli.running:notify", "User-exit callback for a batch job's edge events (called from job "

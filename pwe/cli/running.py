@@ -493,7 +493,10 @@ def release(run: str, query: str, detach: bool, as_json: bool) -> None:
 @json_option
 def set_cmd(run: str, pairs: tuple[str, ...], query: str | None, as_json: bool) -> None:
     """Change what RUN's members ask for from their next attempt on: memoryPerMember,
-    maxWallTimePerMember, threads (cores), gpus, retries, env.NAME.
+    maxWallTimePerMember, threads (cores), gpus, retries, priority, env.NAME.
+
+    priority=N (0-1000): the members it names go to their pilots before the rest of their
+    lane, the highest first.
 
     A member running now keeps what it asked (said with the count); one not yet started,
     or retried later, asks for the new values. A running engine takes the change in at

@@ -33,6 +33,7 @@ from ..planning import limits
 from ..planning.groups import Groups
 from ..runstate import pressure
 from ..runstate import records
+from ..runstate.readyqueue import Prioritized
 from .handles import PilotState
 from .sizing import NO_PILOT
 
@@ -87,6 +88,9 @@ class Feeder:
         #: where an attempt goes whose request outgrew its node's lane (pwe/engine/sizing.py; the
         #: engine sets it, with ``ended``: an end the engine made journaled and told to the parts)
         self.sizing: Sizing | None = None
+        #: the pwe set records taken into the lanes' order so far, and the nodes a priority of theirs names
+        self._sets_seen = 0
+        self._first_nodes: set[str] = set()
         self.ended: Callable[[dict[str, Any]], Any] = self.ledger.take
 
     def feed(self) -> int:
@@ -100,9 +104,13 @@ class Feeder:
             self.pressure.refresh(st)  # (members ended: better estimates; at most every 0.5 s)
         lane_of = self.lane_of  # (one no longer ready is passed over when its turn comes)
         sizing = self.sizing
+        if len(st.sets) != self._sets_seen:  # (a pwe set since: a priority it gives reorders the lanes)
+            self._sets_seen = self._prioritize_queued(st.sets, self._sets_seen)
         if st.ready:  # to the lane of each member's node, a run of members at a time
             for nid, lo, hi in st.ready.take_runs():
-                if sizing is not None and sizing.weighs(nid, st.sets):
+                if nid in self._first_nodes:
+                    self._priority_run(nid, lo, hi)
+                elif sizing is not None and sizing.weighs(nid, st.sets):
                     self._route_run(nid, lo, hi)
                 else:
                     self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
@@ -119,11 +127,57 @@ class Feeder:
                 fed += self._feed_lane(lane)
         return fed + self._feed_helpers()  # (pilots added on a host no node names: pwe/engine/pilotctl.py)
 
+    def _prioritize_queued(self, sets: list[dict[str, Any]], seen: int) -> int:
+        """The pwe set records from the ``seen``-th on: the members a ``priority`` of theirs
+        names that are ready now go to the front of their lanes (the rest, as each becomes
+        ready: :meth:`_priority_run`). How many records are seen now."""
+        st = self.ledger.state
+        for s in sets[seen:]:
+            if not (s.get("values") or {}).get("priority"):
+                continue
+            only = s.get("only")
+            for nid in (only if only is not None else self.plan.nodes):
+                self._first_nodes.add(nid)
+                ns = st.nodes[nid]
+                for lo, hi in (only[nid] if only is not None else [(0, ns.size)]):
+                    for j in range(lo, min(hi, ns.size)):
+                        if ns.state[j] == READY:
+                            self._put_first(nid, j)
+        return len(sets)
+
+    def _priority_run(self, nid: str, lo: int, hi: int) -> None:
+        """Members lo..hi-1 of a node a pwe set gave a priority to (some of its members):
+        each with one to the front of its lane, the rest as :meth:`_route_run` sends them."""
+        start = lo
+        settings = self.ledger.state.settings_for
+        for j in range(lo, hi):
+            if settings(nid, j).get("priority"):
+                self._route_run(nid, start, j)
+                start = j + 1
+                self._put_first(nid, j)
+        self._route_run(nid, start, hi)
+
+    def _put_first(self, nid: str, i: int) -> None:
+        """Member ``i`` of ``nid`` before the rest of its lane, by its priority (pwe set)."""
+        sizing, st = self.sizing, self.ledger.state
+        lane_name = self._lane_of_member(nid, i) if sizing is not None and sizing.weighs(nid, st.sets) \
+            else self.lane_of[nid]
+        if lane_name is None:
+            return
+        lane = self.lanes[lane_name]
+        if not isinstance(lane.ready, Prioritized):
+            lane.queue(Prioritized(lane.ready))
+        lane.ready.put(st.settings_for(nid, i).get("priority", 0), (nid, i))
+
     def _route_run(self, nid: str, lo: int, hi: int) -> None:
         """Members lo..hi-1 of ``nid`` to their lanes: each whose request grew (a retry's
         ``grow``; a pwe set) to the lane whose nodes hold it (pwe/engine/sizing.py), the rest
         to their node's as one run."""
-        assert self.sizing is not None
+        if hi <= lo:
+            return
+        if self.sizing is None or not self.sizing.weighs(nid, self.ledger.state.sets):
+            self.lanes[self.lane_of[nid]].ready.append_run(nid, lo, hi)
+            return
         ns = self.ledger.state.nodes[nid]
         every = self.sizing.set_outgrows(nid, self.ledger.state.sets)
         picks = range(lo, hi) if every else sorted(j for j in ns.failures if lo <= j < hi)

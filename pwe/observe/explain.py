@@ -159,6 +159,9 @@ def _member_layer(run_dir: Path, st: Any, snap: dict[str, Any], doc: dict[str, A
     out += _prerequisite_lines(doc["prerequisites"])
     if code not in (DONE, FAILED, SKIPPED, CANCELLED, QUARANTINED):
         out += _holds(st, snap, doc, code, engine)
+        if (doc.get("set") or {}).get("priority"):
+            out.append(f"priority {doc['set']['priority']} (pwe set): it goes to a pilot before the members of its "
+                       "lane with a lower one")
     if doc["rerun"]:
         out.append("ran (not reused) because: " + "; ".join(str(r) for r in doc["rerun"]))
     return out
@@ -319,7 +322,8 @@ def _placement_layer(doc: dict[str, Any], code: int) -> list[str]:
     if a["walltime_min"]:
         asked.append(f"{a['walltime_min']:g} min")
     how = ", grown by retry.grow" if doc["grown"] else ""
-    how += ", as pwe set says" if doc.get("set") else ""
+    how += ", as pwe set says" if set(doc.get("set") or ()) & {"memoryPerMember", "maxWallTimePerMember", "threads",
+                                                               "gpus"} else ""
     out = [f"asks {', '.join(asked)} (one attempt{how})"]
     if host:
         size = [f"{host['cores_per_node']} cores" if host["cores_per_node"] else "cores unknown",

@@ -4,7 +4,9 @@ recorded: one line (exit 2) for anything else, before anything is written.
 
 Keys: ``memoryPerMember`` (MB), ``maxWallTimePerMember`` (minutes), ``threads`` (or
 ``cores``: threads per rank of a member), ``gpus``, ``retries`` (reruns of a failed member,
-whatever its failure) and ``env.NAME`` (a variable of the member's environment). The engine
+whatever its failure), ``priority`` (0-1000: members of a higher one go to their pilots
+before the rest of their lane, the highest first; 0, as their node's order says) and
+``env.NAME`` (a variable of the member's environment). The engine
 checks them again when it journals them (:func:`checked`)."""
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pilot.numbers import COUNT_MOST, MINUTES_MOST, NumberError, read_float, rea
 
 from ..base.errors import InputError
 
-KEYS = ("memoryPerMember", "maxWallTimePerMember", "threads", "cores", "gpus", "retries", "env.NAME")
+KEYS = ("memoryPerMember", "maxWallTimePerMember", "threads", "cores", "gpus", "retries", "priority", "env.NAME")
+#: the highest priority pwe set gives
+PRIORITY_MOST = 1000
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: the longest value an env.NAME may be given (characters)
 ENV_VALUE_MOST = 64 * 1024
@@ -48,6 +52,8 @@ def one(values: dict[str, Any], key: str, text: str) -> None:
             values[key] = read_int(text.strip(), 0, 100_000)
         elif key == "retries":
             values[key] = read_int(text.strip(), 0, 1000)
+        elif key == "priority":
+            values[key] = read_int(text.strip(), 0, PRIORITY_MOST)
         elif key.startswith("env."):
             name = key[4:]
             if not _ENV_NAME.fullmatch(name):

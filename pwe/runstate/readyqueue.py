@@ -96,3 +96,70 @@ class ReadyQueue:
         for nid, lo, hi in list(self._runs):
             for i in range(lo, hi):
                 yield nid, i
+
+
+class Prioritized:
+    """A lane's queue where members that ``pwe set priority=N`` names go before the rest:
+    the highest priority first, each priority first in first out, then the wrapped queue in
+    its own order (first in first out, or pressure). The interface the engine uses of a
+    :class:`ReadyQueue`; a member put here may also stand in the wrapped queue: whichever
+    entry comes first takes it, the other is then a stale entry, passed over."""
+
+    __slots__ = ("base", "_first", "_last")
+
+    def __init__(self, base) -> None:
+        self.base = base
+        self._first: dict[int, ReadyQueue] = {}
+        self._last = base  # (where the last member popped came from: appendleft puts it back there)
+
+    def put(self, priority: int, item: tuple[str, int]) -> None:
+        """``item`` at the back of the members of ``priority``."""
+        self._first.setdefault(priority, ReadyQueue()).append(item)
+
+    def append(self, item: tuple[str, int]) -> None:
+        self.base.append(item)
+
+    def append_run(self, nid: str, lo: int, hi: int) -> None:
+        self.base.append_run(nid, lo, hi)
+
+    def extend(self, items: Iterable[tuple[str, int]]) -> None:
+        self.base.extend(items)
+
+    def appendleft(self, item: tuple[str, int]) -> None:
+        self._last.appendleft(item)
+
+    def pop_next(self, skip: set[str] | frozenset = frozenset()) -> tuple[str, int] | None:
+        for p in sorted(self._first, reverse=True):
+            q = self._first[p]
+            item = q.pop_next(skip)
+            if item is not None:
+                self._last = q
+                return item
+            if not q:
+                del self._first[p]
+        self._last = self.base
+        return self.base.pop_next(skip)
+
+    def popleft(self) -> tuple[str, int]:
+        item = self.pop_next()
+        if item is None:
+            raise IndexError("pop from an empty queue")
+        return item
+
+    def nodes(self) -> set[str]:
+        return set().union(self.base.nodes(), *(q.nodes() for q in self._first.values()))
+
+    def clear(self) -> None:
+        self._first.clear()
+        self.base.clear()
+
+    def __iter__(self):
+        for p in sorted(self._first, reverse=True):
+            yield from self._first[p]
+        yield from self.base
+
+    def __len__(self) -> int:
+        return len(self.base) + sum(len(q) for q in self._first.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.base) or any(self._first.values())

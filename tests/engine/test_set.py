@@ -123,3 +123,32 @@ def test_the_engine_checks_a_requests_values_again():
                 {"retries": 10 ** 30}):
         with pytest.raises(ValueError):
             checked(None, bad)
+
+
+def test_priority_sends_the_members_it_names_first(tmp_path, write):
+    """Eight members fail their first attempt; pwe set gives member 3 priority 9 and members
+    6 and 7 priority 5; pwe retry runs the eight again on one slot. They start in that
+    order: 3, then 6 and 7, then the rest in their node's order (the members' own ledger)."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  one:\n    protocol: local\n    cores_per_node: 1\n")
+    ledger = tmp_path / "ledger"
+    wf = write("name: prio\ndefaults: {host: one}\nnodes:\n  a:\n    parameters: {i: {range: [0, 8]}}\n"
+               f"    run: 'echo \"$PWE_MEMBER $PWE_ATTEMPT\" >> {ledger}; [ $PWE_ATTEMPT -gt 1 ]'\n")
+    run = tmp_path / "run"
+    rc, out, err = run_cli("run", wf, "--hosts", tmp_path / "hosts.yaml", "--run-dir", run, cwd=tmp_path, timeout=300)
+    assert rc == 1, err
+    for query, p in (("i>=6", "5"), ("i==3", "9")):
+        rc, out, err = run_cli("set", run, "-q", query, f"priority={p}", cwd=tmp_path)
+        assert rc == 0, err
+    rc, out, err = run_cli("retry", run, cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    second = [int(w[0]) for w in map(str.split, ledger.read_text().splitlines()) if w[1] == "2"]
+    assert second == [3, 6, 7, 0, 1, 2, 4, 5], second
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "x", "1.5", ""])
+def test_a_priority_out_of_range_is_one_line(tmp_path, write, value):
+    wf = write("name: bad\nnodes:\n  a:\n    parameters: {i: [0, 1]}\n    run: 'true'\n")
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    err = one_line_error(*run_cli("set", tmp_path / "run", f"priority={value}", cwd=tmp_path))
+    assert "priority" in err, err
