@@ -55,6 +55,7 @@ from .nodesetup import SETUP_FAILED, NodeSetup
 from .nodewatch import NodeLosses, NodeWatch, slurmd_port
 from .remote import Helpers, NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
+from .pyworkers import PyWorker, PyWorkers
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
 from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_STARTED, DOWN, END, HB, REASON_INVALID,
@@ -133,6 +134,12 @@ class PilotAgent:
         self.spawners = LocalSpawners(
             self.helpers, spawner_count(sum(self.packer.cap[n.name] for n in allocation.nodes if n.local), spawners),
             self.running, self.queue, self.packer, self.emit, self.flush, self.finish)
+        # function members (python: package.module:function): calls to warm workers here (pilot/pyworkers.py)
+        self.pyworkers = PyWorkers(
+            directory, self._base_env, sum(self.packer.cap[n.name] for n in allocation.nodes if n.local),
+            self.running, self.packer, self.memory, self.streams, self.emit, self.flush, self.finish, self.fail_now,
+            self.member_over, table, self._seen_over if table is not None else None)
+        self._elsewhere = {n.name for n in allocation.nodes if not n.local}  # (function members run here only)
 
     @property
     def free(self) -> int:
@@ -186,6 +193,9 @@ class PilotAgent:
                 # the allocation's own GPU ids here (SLURM may give the job devices 2,3)
                 ids = [self._visible_gpus[j] if j < len(self._visible_gpus) else str(j) for j in placement.gpu_ids]
             member_env["CUDA_VISIBLE_DEVICES"] = member_env["PWE_GPUS"] = ",".join(ids)
+        if "py" in task:  # a function member: a call to a warm worker of its function (pilot/pyworkers.py)
+            self.pyworkers.launch(task, placement, threads, exclusive, member_env, self.scratch.capture)
+            return
         env = self._base_env.copy()
         env.update(member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
@@ -361,7 +371,10 @@ class PilotAgent:
                 del self.queue[i]
                 self.hand_back(task, SETUP_FAILED)
                 continue
-            placement = setups.place_for(task, shape, task.get("_near"))
+            if "py" in task and self._elsewhere:  # (a function member: on the pilot's own node)
+                placement = self.packer.place_avoiding(self._elsewhere, *shape)
+            else:
+                placement = setups.place_for(task, shape, task.get("_near"))
             if placement is None:
                 i += 1
                 continue
@@ -490,7 +503,7 @@ class PilotAgent:
         signal.set_wakeup_fd(wfd)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
-        sel = self.sel = self.helpers.sel = selectors.DefaultSelector()
+        sel = self.sel = self.helpers.sel = self.pyworkers.sel = selectors.DefaultSelector()
         sel.register(rfd, selectors.EVENT_READ)
         others = [n.name for n in self.alloc.nodes if not n.local]
         if self.alloc.kind == "slurm" and others:
@@ -522,6 +535,7 @@ class PilotAgent:
                 agent.send(k=AGENT_ORPHANS, grace=0)
                 self.helpers.gone(agent)
             agent.close()  # its stdin closes: the agent leaves (killing any member it still runs)
+        self.pyworkers.close()
         self.memory.close()  # (members' cgroups, then its own)
         self.tmpdirs.close()  # (members' $TMPDIRs not removed yet: a member killed with the pilot)
         self.streams.close()
@@ -615,6 +629,9 @@ class PilotAgent:
                 continue
             if isinstance(key.data, NodeWatch):
                 key.data.ready(key.fileobj)
+                continue
+            if isinstance(key.data, PyWorker):
+                self.pyworkers.ready(key.data)
                 continue
             try:
                 while os.read(rfd, 4096):

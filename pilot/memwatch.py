@@ -174,8 +174,13 @@ class MemoryWatch:
         self.marks: dict[int, bytes | None] = {}  # key -> the marker of a watched member (its first sweep)
         self.strays = Strays()
 
-    def attach(self, key: int, pid: int, mb: int) -> None:
-        """A member just spawned that may use ``mb`` MB: into a cgroup of its own, else watched."""
+    def attach(self, key: int, pid: int, mb: int, watch: bool = False) -> None:
+        """A member just spawned that may use ``mb`` MB: into a cgroup of its own, else watched.
+        ``watch``: watched whatever the node gives (a warm worker's call, pilot/pyworkers.py:
+        the process outlives the member, so it is moved into no member's cgroup)."""
+        if watch:
+            self.limits[key] = (pid, mb, None)
+            return
         if not self._looked:
             self._looked = True
             try:

@@ -60,7 +60,8 @@ class TaskBuilder:
             if attempt > 1:
                 _keep_previous_attempt(Path(cwd), attempt - 1)
         env = {"PWE_MEMBER": str(i), "PWE_ATTEMPT": str(attempt)}
-        for name, value in pn.space.values_of(i).items():
+        values = pn.space.values_of(i)
+        for name, value in values.items():
             env["PWE_PARAM_" + name.upper()] = value_text(value)
         if pn.tree is not None and i >= pn.space.size:  # a member a check grew: its place in its tree
             env["PWE_PARENT"], env["PWE_ITERATION"] = str(pn.tree.parent_of(i)), str(pn.tree.depth_of(i))
@@ -85,6 +86,9 @@ class TaskBuilder:
             task["cmd"] = self.rehearsal.command(nid, i)
         elif pn.products and self._workspace:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
+        if pn.spec.python is not None and self.rehearsal is None:
+            # a function member: its function, called with its parameters as they are typed (pilot/pyworkers.py)
+            task["py"], task["kw"] = pn.spec.python, values
         return task
 
     def grown(self, nid: str, retried: int) -> dict[str, Any]:

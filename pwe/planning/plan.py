@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from . import products, reuse
+from . import functions, products, reuse
 from .dag import Graph
 from ..base.errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from ..workflow.load import load_workflow
@@ -212,6 +212,7 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
                 plan.command(nid, index)
     products.check(plan)  # (their first and last member's paths, inside the workspace)
     reuse.check(plan)  # (inputs: the same)
+    functions.check(plan)  # (a function member's module and function, where this machine can tell)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
@@ -238,7 +239,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
     for nid in graph.lexicographical_topological_sort(key=list(wf.nodes).index):
         node = wf.nodes[nid]
         space = _parameter_space(nid, node, base, path, line_of, file_values)
-        run_line = line_of("nodes", nid, "run")
+        run_line = line_of("nodes", nid, "run" if node.run is not None else "python")
         template = _run_template(nid, node, wf, path, run_line)
         known = set(wf.properties) | set(node.parameters)
         sched = _merged_scheduling(nid, node, wf, path, line_of)
@@ -381,7 +382,8 @@ def _run_template(nid: str, node: model.Node, wf: model.Workflow, path: Path, ru
     """A node's ``run``, compiled; TemplateError for bad syntax or a name that is neither a
     property nor a parameter."""
     try:
-        template = PayloadTemplate(node.run)
+        # (a function member's payload, as shown and keyed, is its function: pwe/planning/functions.py)
+        template = PayloadTemplate(node.run if node.run is not None else f"python: {node.python}")
     except TemplateSyntax as exc:
         raise TemplateError(f"node '{nid}': template error in 'run': {exc.message}"
                             + (f" (line {exc.lineno} of the payload)" if exc.lineno > 1 else ""),

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 
+from . import functions
 from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
 from ..base.regular import open_regular
@@ -104,6 +105,9 @@ def _node_what(plan: Plan, nid: str) -> dict[str, Any]:
         what["products"] = [[t.source, n] if n else t.source for t, n in zip(pn.products, pn.products_least)]
     if pn.validate is not None:
         what["validate"] = pn.validate.source
+    function = functions.identity(plan, nid)  # (a function member's: its module's source digest)
+    if function is not None:  # (only where the node has one: the keys of nodes without stay what they were)
+        what["function"] = function
     return what
 
 
@@ -129,6 +133,8 @@ def node_parts(plan: Plan, nid: str, barriers: dict[str, bytes], files: dict[str
                                        "inputs")}
     if "validate" in what:  # (a part only where the node has one: "validate changed" either way)
         out["validate"] = _short(what["validate"])
+    if "function" in what:
+        out["function"] = _short(what["function"])
     out.update({f"env:{k}": _short(v) for k, v in what["env"].items()})
     out.update({f"prop:{k}": _short(v) for k, v in what["props"].items()})
     out.update({f"after:{k}": d.hex()[:_PART_HEX] for k, d in barriers.items()})

@@ -76,6 +76,7 @@ _NODE_PART = {
     "check": ("command", "command (check:) changed"),
     "validate": ("command", "validate changed"),
     "setup": ("environment", "environment changed (setup_per_node)"),
+    "function": ("command", "function's module changed (python:)"),
     "ranks": ("resources", "ranks changed"),
     "threads": ("resources", "threads changed"),
     "host": ("host", "host changed"),

@@ -40,7 +40,7 @@ from ..base.numbers import COUNT_MOST, MINUTES_MOST
 from .rules import (FileSpecMethods, HaltMethods, ProductMethods, RangeSpecMethods, RetryMethods,
                     SchedulingMethods, check_not_blank, failed_budget, finite_over_one, input_pattern, one_or_many,
                     param_kind, positive_core_hours, product_kind, range_step, retry_on, valid_start, run_not_blank,
-                    scheduling_ranges, straggler_factor, validate_not_blank)
+                    scheduling_ranges, straggler_factor, validate_not_blank, function_spec, run_or_python)
 
 #: A value a property or a parameter may take.
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
@@ -284,8 +284,13 @@ warnings.filterwarnings("ignore", message='Field name "validate" in "Node" shado
 class Node(_Strict):
     """A node of the DAG: a payload, its dependencies and its parameters."""
 
-    run: Annotated[StrictStr, Field(min_length=1, description="shell command; a jinja2 template"),
-                   AfterValidator(run_not_blank)]
+    run: Annotated[StrictStr | None, Field(min_length=1, description="shell command; a jinja2 template (or python:)"),
+                   AfterValidator(run_not_blank)] = None
+    python: Annotated[StrictStr | None, Field(
+        max_length=MAX_NAME * 4,
+        description="a function member instead of run: package.module:function, called with the member's "
+        "parameters as keyword arguments in a warm worker; its return value, a mapping of JSON values, is its "
+        "outputs (pilot/pyworkers.py)"), AfterValidator(function_spec)] = None
     description: StrictStr | None = None
     after: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], BeforeValidator(one_or_many)] = Field(
         default_factory=list, description="ids of the nodes this one waits for"
@@ -349,6 +354,8 @@ class Node(_Strict):
         None, description="reuse an unchanged member's result from an earlier run of the workflow (default true); "
         "false for a command that is not deterministic (pwe.planning.reuse)"
     )
+
+    _payload = model_validator(mode="after")(run_or_python)
 
 
 class Defaults(_Strict):

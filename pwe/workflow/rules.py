@@ -147,13 +147,34 @@ def one_or_many(v: Any) -> Any:
     return [v] if isinstance(v, str) else v
 
 
-def run_not_blank(v: str) -> str:
-    if not v.strip():
+def run_not_blank(v: str | None) -> str | None:
+    if v is not None and not v.strip():
         raise ValueError("the payload is blank; 'run' needs a command")
     return v
 
 
 # -- model validators (after: the whole model in, itself out) -----------------------------
+#: ``python:`` of a node: ``package.module:function`` (pwe/planning/functions.py finds it)
+FUNCTION_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+
+
+def function_spec(v: str | None) -> str | None:
+    if v is not None and not FUNCTION_PATTERN.fullmatch(v):
+        raise ValueError("a function member's python: is package.module:function (Python names: letters, digits "
+                         "and '_', dotted, then ':' and the function's name)")
+    return v
+
+
+def run_or_python(self: Any) -> Any:
+    """A node's payload: a shell command (``run``) or a function (``python``), one of them."""
+    if self.run is None and self.python is None:
+        raise ValueError("the node has no payload: give 'run' (a shell command) or 'python' "
+                         "(package.module:function)")
+    if self.run is not None and self.python is not None:
+        raise ValueError("the node gives both 'run' and 'python': give one (a shell command, or a function)")
+    return self
+
+
 def scheduling_ranges(self: Any) -> Any:
     for lo, hi in (
         ("minWallTime", "maxWallTime"),

@@ -317,6 +317,7 @@ def _parameter(el: etree._Element) -> LineList | LineDict:
 _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "description": ("description", lambda el: textwrap.dedent(_text(el)).strip()),
     "run": ("run", lambda el: _script(_text(el))),
+    "python": ("python", lambda el: _text(el).strip()),  # a function member (pwe/planning/functions.py)
     "check": ("check", lambda el: _script(_text(el))),  # iteration until convergence (pwe/planning/trees.py)
     "validate": ("validate", lambda el: _script(_text(el))),  # a member's result checked (pwe/planning/validate.py)
     "scheduling": ("scheduling", _scheduling),

@@ -233,7 +233,8 @@ def _missing_child(name: str, here: str, expected: list[str]) -> str:
     """An element without a child it needs (a node's <run>, the workflow's <node>, a
     parameter's values)."""
     if name == "node":
-        return f"{here} has no <run>: every node needs <run>, the command its members execute"
+        return (f"{here} has no <run>: every node needs <run>, the command its members execute (or <python>, "
+                "a function: package.module:function)")
     if name == "workflow":
         return 'the workflow has no <node>: it needs at least one <node id="..."><run>...</run></node>'
     if name == "parameter":

@@ -29,7 +29,7 @@ CASES = [
     ("missing-name", GOOD_NODE, 1, "'name': missing"),
     ("missing-nodes", "name: a\n", 1, "'nodes': missing"),
     ("empty-nodes", "name: a\nnodes: {}\n", 2, "'nodes'"),
-    ("missing-run", "name: a\nnodes:\n  a:\n    after: []\n", 3, "every node needs 'run'"),
+    ("missing-run", "name: a\nnodes:\n  a:\n    after: []\n", 3, "the node has no payload: give 'run'"),
     ("blank-run", "name: a\nnodes:\n  a:\n    run: '   '\n", 4, "the payload is blank"),
     ("typo-top-key", "name: a\nnode:\n  a: {run: x}\n", 2, "unknown key 'node' (did you mean 'nodes'?)"),
     ("typo-node-key", "name: a\nnodes:\n  a:\n    run: x\n    afer: [b]\n", 5, "did you mean 'after'?"),

@@ -50,7 +50,7 @@ GOOD = {"contact": ["local", "local", "ssh://u@h"], "protocol": ["local", "slurm
         "range": [[0, 5], [0, 10, 2], [1.5, 0, -0.5]], "on": [["oom", 3]], "after": ["a", ["a"]],
         "broker_password_file": [None, "pw"], "commands_dir": [None, "/opt/bin"], "ranksPerNode": [None, 1],
         "Host.nodes": [[], ["n1", "n2"]], "inputs": [None, ["data/*.csv"]], "minCpus": [None, 1], "minWallTime": [None, 1], "minNodes": [None, 1],
-        "minTotalMemory": [None, 1], "minWallTimePerMember": [None, 1], "check": [None, "true"],
+        "minTotalMemory": [None, 1], "minWallTimePerMember": [None, 1], "check": [None, "true"], "python": [None, None, None, "mypkg.fits:fit"],
         "validate": [None, "true"], "products": [None, ["r/{{ x }}"], ["r", {"path": "r/x", "nonEmpty": True}]]}
 
 
@@ -122,7 +122,8 @@ class Gen:
         rng = self.rng
         doc = {}
         for name, field in model["fields"].items():
-            required = "default" not in field
+            # (a node's payload is run or python, one of them: run drawn as if required, python seldom)
+            required = "default" not in field or f"{model['name']}.{name}" == "Node.run"
             if (required and rng.random() > 0.01) or (not required and rng.random() < 0.3):
                 doc[name] = self.value(field["schema"], depth, hint=f"{model['name']}.{name}")
         if rng.random() < 0.01:

@@ -1,0 +1,259 @@
+"""A warm Python worker: one process that imports a node's module once and then runs its
+function for one member after another (``python: package.module:function``).
+
+Run by the pilot (:mod:`pilot.pyworkers`) as ``PYTHON pyworker.py SPEC WORKSPACE FD``:
+``SPEC`` is ``package.module:function``, ``WORKSPACE`` goes first on ``sys.path`` (the
+module is found there, then on the interpreter's own path), ``FD`` is this process's end
+of a Unix socket to the pilot. It imports the module at once, then reads calls: JSON
+lines (never pickle), each with the two files its member's stdout and stderr go to (sent
+with the line, ``SCM_RIGHTS``), and answers each with one JSON line:
+
+- in: ``{"id": N, "kw": {parameters}, "env": {the member's own variables}}``
+- out: ``{"id": N, "rc": 0|1|status, "cpu": s, "rss": KB, "why": "..."}`` (``why`` when
+  the call failed in a way a traceback does not say: the module could not be imported, the
+  function is missing, its return value is not a mapping of JSON values; then ``broken``
+  is 1 when no call of this worker can succeed, and the pilot replaces it).
+
+During a call, fds 1 and 2 are the member's files (what it prints is its output; a
+traceback goes to its stderr), ``os.environ`` holds the member's variables (restored
+after), the return value, a mapping of JSON values, is appended to ``$PWE_OUTPUTS`` as
+``key=value`` lines (a string as it is, any other value as compact JSON). ``rss`` is the
+call's peak resident memory of this process (its peak is reset before each call where the
+kernel allows it: ``/proc/self/clear_refs``), which the pilot holds against the member's
+``memoryPerMember``.
+
+Should the pilot die while a call runs, the answer cannot be written: the worker exits
+with the call's status, so the pilot's guardian (:mod:`pilot.guardian`), which has this
+process as the member's, takes that as the member's end. An end of the socket while idle:
+it exits with the last call's status (the pilot may have died before it read the answer;
+when it had reported that end, the guardian takes this process for none of its members).
+Standard library only, and no import of the ``pilot`` package (any Python 3.8 or later may
+run it, the user's own through ``PWE_PYTHON``).
+"""
+
+import array
+import importlib
+import json
+import os
+import socket
+import sys
+import traceback
+
+#: the most bytes of one call's line (its parameters and variables: the pilot's task was bounded)
+MOST = 1 << 22
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def load(spec):
+    """The function ``spec`` names, or (None, why): one line naming what and where."""
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # noqa: BLE001 - whatever its import raises is the member's to see
+        traceback.print_exc()
+        return None, f"cannot import {module_name}: {type(exc).__name__}: {_one_line(exc)}"
+    fn = getattr(module, name, None)
+    where = getattr(module, "__file__", None) or module_name
+    if fn is None:
+        return None, f"{where}: module {module_name} has no function '{name}'"
+    if not callable(fn):
+        return None, f"{where}: {module_name}.{name} is a {type(fn).__name__}, not a function"
+    return fn, ""
+
+
+def _one_line(exc):
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else "")[:300]
+
+
+def outputs_of(value, spec):
+    """The ``key=value`` lines of a return value, or (None, why): a mapping whose keys are
+    names (no ``=``, no line end) and whose values are JSON values; None: no outputs."""
+    if value is None:
+        return "", ""
+    if not isinstance(value, dict):
+        return None, f"{spec} returned {type(value).__name__}, not a mapping of JSON values (a dict, or None)"
+    lines = []
+    for key, v in value.items():
+        if not isinstance(key, str) or not key.strip() or "=" in key or "\n" in key or "\r" in key:
+            return None, f"{spec} returned the key {key!r}: an output's name is text without '=' or a line end"
+        if isinstance(v, str) and "\n" not in v and "\r" not in v:
+            text = v
+        else:
+            try:
+                text = _encode(v)
+            except (TypeError, ValueError) as exc:
+                return None, f"{spec} returned {key}={type(v).__name__}: not a JSON value ({_one_line(exc)})"
+        lines.append(f"{key.strip()}={text}\n")
+    return "".join(lines), ""
+
+
+def peak_reset():
+    """Whether the kernel took the reset of this process's peak resident memory."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_kb(reset):
+    """This process's peak resident memory since the reset (else its resident memory now), KB."""
+    want = "VmHWM:" if reset else "VmRSS:"
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(want):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def cpu_now():
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+class Worker:
+    def __init__(self, spec, sock):
+        self.spec = spec
+        self.sock = sock
+        self.fn, self.broken = load(spec)
+        self.partial = b""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.log = (os.dup(1), os.dup(2))  # where fds 1 and 2 go between calls (the worker's log)
+
+    def receive(self):
+        """The next call and its two files, or None when the pilot is gone."""
+        fds = []
+        while b"\n" not in self.partial:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_LEN(2 * 4))
+            except InterruptedError:
+                continue
+            except OSError:
+                return None
+            for level, kind, blob in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(blob[:len(blob) - len(blob) % 4])
+                    fds.extend(got)
+            if not data:
+                return None
+            self.partial += data
+            if len(self.partial) > MOST:
+                return None
+        line, _, self.partial = self.partial.partition(b"\n")
+        return json.loads(line), fds
+
+    def call(self, msg, fds):
+        """Run one member's call; its answer (a dict)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if len(fds) >= 2:
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+        for fd in fds:
+            os.close(fd)
+        env = msg.get("env") or {}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        if "tempfile" in sys.modules:  # (a $TMPDIR of its own each call: tempfile caches the first it saw)
+            sys.modules["tempfile"].tempdir = None
+        answer = {"id": msg.get("id")}
+        reset = peak_reset()
+        cpu0 = cpu_now()
+        rc, why = 1, self.broken
+        try:
+            if self.fn is None:
+                answer["broken"] = 1
+            else:
+                rc, why = self.run(msg.get("kw") or {})
+            if why:
+                print(f"pwe: {why}", file=sys.stderr)
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(self.log[0], 1)
+            os.dup2(self.log[1], 2)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        answer.update(rc=max(-255, min(255, rc)), cpu=round(cpu_now() - cpu0, 3), rss=peak_kb(reset))
+        if why:
+            answer["why"] = why
+        return answer
+
+    def run(self, kw):
+        """The function called: (status, why), its outputs written."""
+        try:
+            value = self.fn(**kw)
+        except SystemExit as exc:
+            code = exc.code
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+            return (code if isinstance(code, int) else 0 if code is None else 1), ""
+        except BaseException:  # noqa: BLE001 - the member's failure: its traceback is its stderr
+            traceback.print_exc()
+            return 1, ""
+        text, why = outputs_of(value, self.spec)
+        if text is None:
+            return 1, why
+        return self.write_outputs(text) if text else (0, "")
+
+    @staticmethod
+    def write_outputs(text):
+        path = os.environ.get("PWE_OUTPUTS")
+        if not path:
+            return 0, ""
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            return 1, f"cannot write its outputs to {path}: {exc.strerror or exc}"
+        return 0, ""
+
+    def answer(self, msg):
+        """Say the answer; False when the pilot is gone."""
+        try:
+            self.sock.sendall(_encode(msg).encode() + b"\n")
+            return True
+        except OSError:
+            return False
+
+
+def main(argv):
+    spec, workspace, fd = argv[1], argv[2], int(argv[3])
+    # the module is found in the workspace first (not in the directory of this script)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [workspace] + [p for p in sys.path if p and os.path.abspath(p) != here]
+    sock = socket.socket(fileno=fd)
+    worker = Worker(spec, sock)
+    last = 0
+    while True:
+        got = worker.receive()
+        if got is None:
+            # the pilot is gone, or closed us: our status is the last call's (should the pilot
+            # have died before it read the answer, its guardian takes this as the member's end)
+            return last
+        msg, fds = got
+        answer = worker.call(msg, fds)
+        last = answer["rc"] if 0 <= answer["rc"] <= 255 else 1
+        if not worker.answer(answer):
+            return last  # the pilot died while the call ran: as above
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,320 @@
+"""Function members (``python: package.module:function``) on the pilot's own node: calls
+to warm worker processes instead of a process each (:class:`PyWorkers`, a part of
+:class:`pilot.agent.PilotAgent`). Standard library only.
+
+A worker (:mod:`pilot.pyworker`) is a Python process that imported its node's module once
+and runs its function for one member after another; it holds the slot of the member it
+runs, so a pilot keeps at most one worker a slot (an idle one of another function gives
+its place to a new one). Workers are kept apart by their function and the environment
+that does not change from member to member (the node's ``env:``, ``PWE_NODE``,
+``PWE_HOST``...): ``PWE_MEMBER``, ``PWE_ATTEMPT``, ``PWE_PARAM_*``, ``PWE_OUTPUTS``,
+``$TMPDIR`` and the like are set for each call (:data:`PER_MEMBER`). The interpreter is
+``PWE_PYTHON`` where the member's environment gives one, else the pilot's own; the
+worker's directory is the run's workspace (``PWE_WORKSPACE``), first on its ``sys.path``.
+
+A call is a member as the pilot sees it: its ``start`` written before the call is sent
+(exactly once holds as for commands), the worker's pid its member's key in ``running``
+and in the guardian's table (pilot/guardian.py: a pilot killed mid-call, its guardian
+takes the worker's exit, the call's status, as the member's end), its walltime and
+memory enforced on the worker. A signal to the member is a signal to the worker's process
+group (its own session): stopped at its walltime, cancelled, drained, or over its
+``memoryPerMember`` while it runs (pilot/memwatch.py, watched: its process tree, every
+0.5 s), the worker dies, the pilot's reaper ends the member as it ends a command
+(``walltime``, ``oom``...), and the next call starts a new worker. After each call its
+peak resident memory (the worker's, over the call) is held against ``memoryPerMember``
+too: over it, the member fails ``oom`` and the worker is replaced. A worker that dies
+mid-call (``os._exit``, a crash) ends its member with its exit status (retried as its
+policy says) and is replaced.
+
+Its calls' stdout and stderr are the pilot's capture files (pilot/streams.py), handed to
+the worker with each call over a Unix socket (``SCM_RIGHTS``): each call's output is one
+frame of the pilot's stream, as a command's. What a worker prints outside calls (at its
+import) goes to ``pyworker-N.log`` in the pilot's directory.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .members import Member, say
+from .memwatch import MemoryWatch
+from .packing import Packer, Placement
+from .streams import StreamWriter
+from .wire import REASON_OOM, START
+
+#: the worker's program (run as a file: any Python may run it, the pilot package need not be importable)
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyworker.py")
+#: a member's own variables, set for its call alone (the rest of its environment is its worker's)
+PER_MEMBER = frozenset({"PWE_MEMBER", "PWE_ATTEMPT", "PWE_OUTPUTS", "PWE_TMPDIR", "TMPDIR", "PWE_PARENT",
+                        "PWE_ITERATION", "CUDA_VISIBLE_DEVICES", "PWE_GPUS", "PWE_WALLTIME_MINUTES"})
+_PARAM = "PWE_PARAM_"
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class PyWorker:
+    """The pilot's end of one worker: its process, socket, what it runs now."""
+
+    __slots__ = ("pid", "sock", "key", "member", "calls", "partial", "name")
+
+    def __init__(self, pid: int, sock: socket.socket, key: tuple, name: str):
+        self.pid = pid
+        self.sock = sock
+        self.key = key
+        self.member: Member | None = None
+        self.calls = 0
+        self.partial = b""
+        self.name = name
+
+
+class PyWorkers:
+    """The pilot's warm workers: made as calls need them, one a slot at most."""
+
+    def __init__(self, directory: str, base_env: dict[str, str], slots: int, running: dict[int, Member],
+                 packer: Packer, memory: MemoryWatch, streams: StreamWriter, emit: Callable[..., None],
+                 flush: Callable[[], bool], finish: Callable[..., None], fail_now: Callable[[dict, int, str], None],
+                 member_over: Callable[[dict, Any], None], table: Any = None,
+                 seen_over: Callable[[int, int], None] | None = None):
+        self.dir = directory
+        self.base_env = base_env
+        self.most = max(1, slots)
+        self.running = running
+        self.packer = packer
+        self.memory = memory
+        self.streams = streams
+        self.emit = emit
+        self.flush = flush
+        self.finish = finish
+        self.fail_now = fail_now
+        self.member_over = member_over
+        self.table = table
+        self.seen_over = seen_over
+        self.sel: Any = None  # (the loop's selector, from its start: pilot.agent.PilotAgent.run)
+        self.workers: dict[int, PyWorker] = {}  # pid -> worker
+        self.idle: dict[tuple, list[PyWorker]] = {}  # key -> idle workers of that function and environment
+        self.retired: list[int] = []  # killed, not yet collected
+        self.made = 0
+        self._which: dict[str, str | None] = {}
+
+    # -- the call ---------------------------------------------------------------------------
+    def launch(self, task: dict, placement: Placement, threads: int, exclusive: bool, member_env: dict[str, str],
+               capture: Callable[..., tuple[int, int] | None]) -> None:
+        """Hand a member to a worker of its function: its ``start`` written, then the call sent.
+        ``capture``: its stdout's and stderr's files (pilot/tmpdirs.py ``MemberTmp.capture``:
+        None when this node's scratch takes none, the member queued again)."""
+        fds = capture(task, placement, threads, exclusive)
+        if fds is None:
+            return
+        shared = {k: v for k, v in member_env.items() if k not in PER_MEMBER and not k.startswith(_PARAM)}
+        own = {k: v for k, v in member_env.items() if k in PER_MEMBER or k.startswith(_PARAM)}
+        key = (task["py"], frozenset(shared.items()))
+        self._collect()
+        try:
+            worker = self._idle_worker(key) or self._start(key, task["py"], shared)
+        except OSError as exc:
+            self.streams.drop(fds)
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, 127 if exc.errno == 2 else 126,
+                          f"cannot start a Python worker for {task['py']}: {exc.strerror or exc}")
+            self.member_over(task, placement)
+            return
+        # its start on disk before the call is sent (one write): a pilot killed at any moment
+        # leaves no call running that the engine does not know of
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
+        self.flush()
+        member = Member(task, worker.pid, placement, threads, exclusive, "fork")
+        worker.member = member
+        worker.calls += 1
+        task["_io"] = fds  # (its call's stdout and stderr: kept into the stream as it ends)
+        self.running[worker.pid] = member
+        mem = task.get("mem")
+        if mem:
+            self.memory.attach(worker.pid, worker.pid, int(mem), watch=True)
+        data = (_encode({"id": worker.calls, "kw": task.get("kw") or {}, "env": own}) + "\n").encode()
+        try:
+            sent = worker.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            if sent < len(data):
+                worker.sock.sendall(data[sent:])
+        except OSError as exc:
+            # gone before it had the call: it ends as a worker that died (the reaper's), never
+            # taken for the member's success
+            member.killed = f"its Python worker had ended before the call ({exc.strerror or exc})"
+            self._kill(worker)
+            return
+        if self.table is not None:  # (after the send: a worker killed before has no call to answer for)
+            self.table.spawned(worker.pid, task["n"], task["m"], task["a"])
+
+    def ready(self, worker: PyWorker) -> None:
+        """What a worker said (the loop's selector): each call's answer; its end of the socket closed."""
+        try:
+            data = worker.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(worker)
+            return
+        lines = (worker.partial + data).split(b"\n")
+        worker.partial = lines.pop()
+        for line in lines:
+            if line.strip():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                self._answered(worker, msg)
+
+    def _answered(self, worker: PyWorker, msg: dict) -> None:
+        member = worker.member
+        if member is None or msg.get("id") != worker.calls:
+            return
+        worker.member = None
+        if self.running.get(worker.pid) is not member:
+            return  # (ended already: its worker was reaped first)
+        del self.running[worker.pid]
+        rc = msg.get("rc") if type(msg.get("rc")) is int else 1
+        if self.seen_over is not None:  # (the guardian's table: its end is about to be said)
+            self.seen_over(worker.pid, rc)
+        task = member.task
+        signalled = bool(member.killed)  # (stopped meanwhile: its worker has the signal too)
+        over = self.memory.ended(worker.pid, None, rc) if self.memory.limits else None
+        rss = msg.get("rss") if type(msg.get("rss")) is int else None
+        cpu = msg.get("cpu") if type(msg.get("cpu")) in (int, float) else None
+        member.cpu, member.rss = cpu, rss
+        mem = task.get("mem")
+        if not member.killed:
+            if over:
+                member.killed, member.reason = over, REASON_OOM
+            elif mem and rss is not None and rss > int(mem) * 1024:
+                member.killed = f"used {rss // 1024} MB of its memoryPerMember {mem} MB"
+                member.reason = REASON_OOM
+            elif msg.get("why"):
+                member.killed = str(msg["why"])[:1000]
+        self.packer.release(member.placement, member.threads, member.exclusive)
+        if signalled or member.reason or msg.get("broken"):
+            self._kill(worker)  # (over its memory, signalled meanwhile, or its function cannot be had)
+        else:
+            self.idle.setdefault(worker.key, []).append(worker)
+        self.finish(member, rc)
+
+    def _lost(self, worker: PyWorker) -> None:
+        """A worker's socket closed: it died (or closed it). Its member, if any, is ended by
+        the pilot's reaper with the worker's exit status, as a command's."""
+        self._forget(worker)
+        member = worker.member
+        if member is not None and self.running.get(worker.pid) is member and not member.killed:
+            member.killed = "its Python worker ended while the function ran"
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)  # (one that closed its socket and lives on goes too)
+        except OSError:
+            pass
+        self.retired.append(worker.pid)
+
+    # -- workers ----------------------------------------------------------------------------
+    def _idle_worker(self, key: tuple) -> PyWorker | None:
+        free = self.idle.get(key)
+        while free:
+            worker = free.pop()
+            if worker.pid in self.workers:
+                return worker
+        return None
+
+    def _start(self, key: tuple, spec: str, shared: dict[str, str]) -> PyWorker:
+        """A new worker of ``spec`` (one idle of another function gives its place, at the most)."""
+        if len(self.workers) >= self.most:
+            for other in self.idle.values():
+                if other:
+                    self._kill(other.pop(0))
+                    break
+        python = shared.get("PWE_PYTHON") or self.base_env.get("PWE_PYTHON") or sys.executable
+        exe = self._which.get(python)
+        if exe is None:
+            exe = self._which[python] = python if "/" in python else shutil.which(python) or python
+        workspace = shared.get("PWE_WORKSPACE") or self.dir
+        env = self.base_env.copy()
+        env.update(shared)
+        self.made += 1
+        name = f"pyworker-{self.made}"
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log = -1
+        try:
+            log = os.open(os.path.join(self.dir, f"{name}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                          | os.O_CLOEXEC, 0o600)
+            os.set_inheritable(child.fileno(), True)  # (the one fd it inherits; single-threaded: no other spawn)
+            os.chdir(workspace)  # (posix_spawn has no cwd; every path of the pilot is absolute: pilot/spawn.py)
+            pid = os.posix_spawn(exe, [python, WORKER, spec, workspace, str(child.fileno())], env, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
+        except (OSError, ValueError) as exc:
+            parent.close()
+            raise exc if isinstance(exc, OSError) else OSError(22, str(exc)) from None
+        finally:
+            child.close()
+            if log >= 0:
+                os.close(log)
+        worker = PyWorker(pid, parent, key, name)
+        self.workers[pid] = worker
+        if self.sel is not None:
+            import selectors
+
+            self.sel.register(parent.fileno(), selectors.EVENT_READ, worker)
+        if self.made == 1:
+            say(f"function members: warm Python workers ({exe}), at most {self.most}")
+        return worker
+
+    def _forget(self, worker: PyWorker) -> None:
+        if self.workers.pop(worker.pid, None) is None:
+            return
+        if self.sel is not None:
+            try:
+                self.sel.unregister(worker.sock.fileno())
+            except (KeyError, ValueError):
+                pass
+        worker.sock.close()
+
+    def _kill(self, worker: PyWorker) -> None:
+        """A worker replaced (or at the pilot's end): killed, collected later."""
+        self._forget(worker)
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.retired.append(worker.pid)
+
+    def _collect(self) -> None:
+        """Workers killed earlier that have ended, collected (the pilot's reaper takes those
+        it sees first: a worker's pid is a member's key only while it runs one)."""
+        if not self.retired:
+            return
+        left = []
+        for pid in self.retired:
+            if pid in self.running:  # (the reaper's: its member ends there, with its status)
+                left.append(pid)
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if not done:
+                left.append(pid)
+        self.retired = left
+
+    def close(self) -> None:
+        """The pilot leaves: every worker goes (idle ones end at their socket's end; killed
+        anyway) and is collected."""
+        for worker in list(self.workers.values()):
+            self._kill(worker)
+        for pid in self.retired:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.retired.clear()

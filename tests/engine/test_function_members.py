@@ -1,0 +1,249 @@
+"""Function members (``python: package.module:function``): real runs on this machine, each
+proved from the members' own ledger (the function appends to it; its module appends to
+another at its import).
+
+What is held: parameters reach the function as typed keyword arguments, its return value
+is its outputs, what it prints and its traceback are its logs, the module is imported once
+per worker, the member's environment and the workspace as its directory; a worker over
+its memoryPerMember, past its walltime or dead mid-call ends its member (oom, walltime, its
+exit status; retried as its policy says) and is replaced, the next members run; a pilot
+killed -9 while calls run: no member completes twice.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from helpers import ROOT, kill_pilot, output, read_journal, run_cli, show, wait_for
+
+ENV_PATH = str(ROOT)
+
+MODULE = '''
+import os, sys, time
+
+with open(os.environ["IMPORTS"], "a") as fh:   # (once per worker: at its import)
+    fh.write(f"{os.getpid()}\\n")
+
+
+def _note(what):
+    with open(os.environ["LEDGER"], "a") as fh:
+        fh.write(f"{what} {os.environ['PWE_NODE']} {os.environ['PWE_MEMBER']} {os.environ['PWE_ATTEMPT']}\\n")
+
+
+def fit(x, y, name):
+    _note("start")
+    print(f"fitting x={x!r} y={y!r} name={name!r}")
+    print("to stderr", file=sys.stderr)
+    _note("end")
+    return {"sum": x + y, "kinds": [type(x).__name__, type(y).__name__], "name": name,
+            "member": os.environ["PWE_MEMBER"], "param": os.environ["PWE_PARAM_X"], "foo": os.environ["FOO"],
+            "cwd": os.getcwd(), "pid": os.getpid()}
+
+
+def boom(x):
+    _note("start")
+    if x == 1:
+        raise ValueError(f"no fit for x={x}")
+    _note("end")
+    return {"x": x}
+
+
+def bad(x):
+    return [x] if x == 0 else {"ok": x}
+
+
+def hog(x):
+    _note("start")
+    if x == 0 and os.environ["PWE_ATTEMPT"] == "1":
+        block = bytearray(300 << 20)       # over its 100 MB, once: the call's peak is held against it
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+    _note("end")
+    return {"pid": os.getpid()}
+
+
+def slow(x):
+    _note("start")
+    if x == 0:
+        time.sleep(600)
+    _note("end")
+    return {"pid": os.getpid()}
+
+
+def crash(x):
+    _note("start")
+    if x == 1 and os.environ["PWE_ATTEMPT"] == "1":
+        os._exit(3)
+    _note("end")
+    return {"pid": os.getpid()}
+
+
+def step(i):
+    _note("start")
+    time.sleep(0.01)
+    _note("end")
+'''
+
+
+def _setup(tmp_path: Path, body: str) -> tuple[Path, Path, Path]:
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "fits.py").write_text(MODULE)
+    ledger, imports = tmp_path / "ledger", tmp_path / "imports"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: fn\nnodes:\n  fit:\n    env: {{LEDGER: {ledger}, IMPORTS: {imports}, FOO: bar}}\n{body}")
+    return wf, ledger, imports
+
+
+def _run(tmp_path: Path, wf: Path, *args: str, timeout: int = 180):
+    return run_cli("run", wf, "--cores", "2", "--run-dir", tmp_path / "run", *args, cwd=tmp_path, timeout=timeout)
+
+
+def _ledger(ledger: Path) -> tuple[Counter, Counter]:
+    lines = [line.split() for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    return tuple(Counter(tuple(w[1:]) for w in lines if w[0] == what) for what in ("start", "end"))
+
+
+def test_parameters_in_outputs_back_prints_in_logs_the_module_imported_once_per_worker(tmp_path):
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 6]}, y: [0.5, 2.5], name: ["a b", "$(x)"]}
+    python: mypkg.fits:fit
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    starts, ends = _ledger(ledger)
+    assert len(ends) == 24 and set(ends.values()) == {1} and set(starts.values()) == {1}
+    run = tmp_path / "run"
+    recs = {r["member"]: r for r in show(run)}
+    pids = set()
+    for i, r in recs.items():
+        o = r["outputs"]
+        x, y = r["parameters"]["x"], r["parameters"]["y"]
+        assert json.loads(o["sum"]) == x + y
+        assert json.loads(o["kinds"]) == ["int", "float"]  # (typed as the workflow says, not text)
+        assert o["name"] == r["parameters"]["name"]  # (a string as it is; a shell's $(x) inert)
+        assert (o["member"], o["param"], o["foo"]) == (str(i), str(x), "bar")
+        assert o["cwd"] == str(tmp_path.resolve())  # (the workspace)
+        pids.add(o["pid"])
+    # two slots: at most two workers, each of which imported the module once
+    imported = imports.read_text().split()
+    assert len(imported) == len(set(imported)) and set(imported) == pids and len(pids) <= 2
+    assert "fitting x=3 y=0.5 name='a b'" in output(run, "fit", 12)
+    assert "to stderr" in output(run, "fit", 12, "stderr")
+
+
+def test_an_exception_fails_the_member_with_its_traceback_in_its_logs_and_the_next_run(tmp_path):
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 4]}}
+    python: mypkg.fits:boom
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1, (out, err)
+    starts, ends = _ledger(ledger)
+    assert set(starts) == {("fit", str(i), "1") for i in range(4)}
+    assert set(ends) == {("fit", str(i), "1") for i in (0, 2, 3)}
+    recs = {r["member"]: r for r in show(tmp_path / "run")}
+    assert recs[1]["state"] == "failed" and recs[1]["exit_status"] == 1
+    assert [recs[i]["state"] for i in (0, 2, 3)] == ["done"] * 3
+    rc, logs, _ = run_cli("logs", tmp_path / "run", "fit:1", "--stderr", cwd=tmp_path)
+    assert "Traceback" in logs and "ValueError: no fit for x=1" in logs and "fits.py" in logs
+
+
+def test_a_return_value_that_is_no_mapping_fails_the_member_in_one_line(tmp_path):
+    wf, _, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 2]}}
+    python: mypkg.fits:bad
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1
+    recs = {r["member"]: r for r in show(tmp_path / "run")}
+    assert recs[0]["state"] == "failed" and recs[1]["state"] == "done" and recs[1]["outputs"] == {"ok": "1"}
+    line = "mypkg.fits:bad returned list, not a mapping of JSON values"
+    assert line in output(tmp_path / "run", "fit", 0, "stderr")
+    ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("m") == 0]
+    assert line in ends[-1].get("why", ""), ends
+
+
+def test_a_worker_over_its_memory_fails_its_member_oom_is_replaced_and_the_retry_passes(tmp_path):
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 4]}}
+    python: mypkg.fits:hog
+    scheduling: {memoryPerMember: 100}
+    retry: {attempts: 2, on: [oom]}
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    recs = read_journal(tmp_path / "run")
+    first = [r for r in recs if r["e"] == "end" and r.get("m") == 0 and r.get("a") == 1]
+    assert first and first[0].get("reason") == "oom" and "memoryPerMember 100 MB" in first[0]["why"], first
+    starts, ends = _ledger(ledger)
+    assert ends[("fit", "0", "2")] == 1 and all(ends[("fit", str(i), "1")] == 1 for i in (1, 2, 3))
+    # its worker was replaced: more imports than two slots' workers
+    assert len(imports.read_text().split()) >= 2
+
+
+def test_a_call_past_its_walltime_kills_its_worker_and_the_next_members_run(tmp_path):
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 4]}}
+    python: mypkg.fits:slow
+    scheduling: {maxWallTimePerMember: 0.02}
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1
+    recs = {r["member"]: r for r in show(tmp_path / "run")}
+    assert recs[0]["state"] == "failed" and [recs[i]["state"] for i in (1, 2, 3)] == ["done"] * 3
+    ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("m") == 0]
+    assert ends[-1].get("reason") == "walltime"
+    starts, done = _ledger(ledger)
+    assert ("fit", "0", "1") in starts and ("fit", "0", "1") not in done
+
+
+def test_a_worker_that_dies_mid_call_fails_its_member_which_is_retried_and_the_rest_run(tmp_path):
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 6]}}
+    python: mypkg.fits:crash
+    retries: 1
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    starts, ends = _ledger(ledger)
+    assert ("fit", "1", "1") in starts and ("fit", "1", "1") not in ends and ends[("fit", "1", "2")] == 1
+    assert all(ends[("fit", str(i), "1")] == 1 for i in (0, 2, 3, 4, 5))
+    first = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("m") == 1 and r.get("a") == 1]
+    assert first[0]["rc"] == 3, first
+
+
+def test_a_pilot_killed_while_calls_run_no_member_completes_twice(tmp_path):
+    """600 calls of 10 ms on 2 slots, the pilot killed -9 three times mid-run: from the
+    functions' own ledger, every member completed and none twice (a call that ended as its
+    pilot died is taken from its guardian; one cut short runs again)."""
+    n = 600
+    wf, ledger, _ = _setup(tmp_path, f"""    parameters: {{i: {{range: [0, {n}]}}}}
+    python: mypkg.fits:step
+""")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": ENV_PATH},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ended() -> int:
+        return ledger.read_bytes().count(b"end ") if ledger.exists() else 0
+
+    try:
+        for k, share in enumerate((0.15, 0.4, 0.65), start=1):
+            events = run_dir / "pilots" / f"p{k}" / "events.jsonl"
+            wait_for(lambda ev=events, want=share * n: ev.exists() and b'"k":"end"' in ev.read_bytes()
+                     and ended() >= want, timeout=120, what=f"pilot p{k} and {share:.0%} of the calls")
+            kill_pilot(events)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = _ledger(ledger)
+    members = Counter(m for _, m, _ in ends)
+    assert set(members) == {str(i) for i in range(n)}
+    assert not [m for m, c in members.items() if c > 1], "members that completed twice"
+    assert not [k for k, c in starts.items() if c > 1], "attempts that started twice"
+    recs = read_journal(run_dir)
+    assert len([r for r in recs if r["e"] == "pilot_gone"]) >= 3
+    rerun = [r for r in recs if r["e"] == "start" and r["a"] > 1]
+    notes = [r for r in recs if r["e"] == "note" and "guardian" in r.get("what", "")]
+    assert rerun or notes, "no call was running at any of the kills"
