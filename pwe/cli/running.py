@@ -503,24 +503,11 @@ def set_cmd(run: str, pairs: tuple[str, ...], query: str | None, as_json: bool) 
     once; with none, it waits in the run's control/ for the next (pwe resume, pwe retry),
     which takes it before it hands out a member. Journaled: pwe explain, show and trace
     say what each attempt asked."""
-    from ..engine.control import selection
-    from ..engine.pilotask import post
-    from ..observe.results import select
-    from ..planning.setvalues import parse, within_hosts
-    from ..runstate.runs import read
+    from ..engine.control import set_values
 
     try:
         d = find(run)
-        values = parse(pairs)
-        info, plan = read(d)
-        only = None
-        if query is not None:
-            picked = select(d, query)
-            if not picked:
-                raise InputError(f"query {query!r} selects no member of {d.name}: nothing to set")
-            only = selection(picked)
-        within_hosts(values, info, plan, list(only) if only is not None else list(plan.nodes))
-        said = post(d, {"req": "set", "only": only, "values": values, "by": who()}, keep=True)
+        said = set_values(d, pairs, query, who())
     except PweError as exc:
         fail(exc)
     if as_json:

@@ -159,6 +159,30 @@ def retry_selection(d, query: str, budget=None, held_only: bool = False) -> dict
     return selection(picked)
 
 
+def set_values(d: Path, pairs: list[str] | tuple[str, ...], query: str | None, by: str, budget=None) -> dict | None:
+    """``pwe set`` (the command and the dashboard's Set): ``KEY=VALUE`` words checked and
+    bounded by the run's hosts (:mod:`pwe.planning.setvalues`), the members ``query``
+    selects (None: every member), posted as a signed request in the run's control/ for its
+    engine (kept there for the next engine when none runs). The engine's answer, or None
+    when no engine took it now; :class:`InputError` (one line) before anything is written.
+    ``budget``: the query's (the dashboard's: :class:`pwe.planning.conditions.Budget`)."""
+    from ..observe.results import select
+    from ..planning.setvalues import parse, within_hosts
+    from ..runstate.runs import read
+    from .pilotask import post
+
+    values = parse(pairs)
+    info, plan = read(d)
+    only = None
+    if query is not None:
+        picked = select(d, query, budget=budget)
+        if not picked:
+            raise InputError(f"query {query!r} selects no member of {d.name}: nothing to set")
+        only = selection(picked)
+    within_hosts(values, info, plan, list(only) if only is not None else list(plan.nodes))
+    return post(d, {"req": "set", "only": only, "values": values, "by": by}, keep=True)
+
+
 def cancel(run_dir: Path, by: str | None = None) -> bool:
     """Cancel a run: ask its running engine (``control/cancel``) and wait until it has
     left, or, when no engine runs it, cancel it here. False when it had already finished.

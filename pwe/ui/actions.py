@@ -9,6 +9,7 @@ cancel                  ``pwe cancel`` (:func:`pwe.engine.control.cancel`)
 retry [query]           ``pwe retry --detach [-q QUERY]`` (:func:`pwe.engine.control.detach`,
                         the selection by :func:`pwe.engine.control.retry_selection`)
 resume                  ``pwe resume --detach`` (:func:`pwe.engine.control.detach`)
+set [query] pairs       ``pwe set [-q QUERY] KEY=VALUE...`` (:func:`pwe.engine.control.set_values`)
 trigger fire            ``pwe trigger fire`` (:func:`pwe.service.supervisor.fire_now`)
 trigger enable/disable  ``pwe trigger enable|disable`` (:func:`...supervisor.set_enabled`)
 ======================  ======================================================
@@ -63,6 +64,23 @@ def again(src: Sources, run_id: str, by: str, retry: bool, query: str | None = N
     src.cache.get(d)  # (read again from here on: its journal moves)
     return {"run_id": done, "run_dir": str(d), **({"selected": sum(b - a for runs in only.values()
                                                                       for a, b in runs)} if only else {})}
+
+
+def set_values(src: Sources, run_id: str, by: str, pairs: list[str], query: str | None = None,
+               budget: Any = None) -> dict[str, Any]:
+    """``pwe set [-q QUERY] KEY=VALUE...``: the engine's answer (``taken``: whether an engine
+    took it now; else it waits in the run's control/ for the next one)."""
+    from ..base.errors import InputError
+    from ..engine.control import set_values as set_them
+    from ..engine.remote import is_remote
+
+    d = src.find(run_id)
+    if is_remote(d):
+        raise InputError(f"{run_id} runs on a login node: pwe set is for a run whose engine runs here")
+    said = set_them(d, pairs, query, by, budget)
+    if said is not None and not said.get("ok"):
+        raise InputError(f"pwe set: {said.get('why')}")
+    return {"run_id": d.name, "taken": said is not None, **(said or {})}
 
 
 def trigger_fire(tid: str, by: str) -> dict[str, Any]:

@@ -364,6 +364,31 @@ async def retry(request: Request) -> Response:
     return await _query(*args, retry=True, query=query, by=actions.who(request.client.host if request.client else "?"))
 
 
+async def set_values(request: Request) -> Response:
+    """Change what members not yet started ask for (pwe set [-q QUERY] KEY=VALUE... --json).
+    ---
+    summary: change what the members a query selects (all without one) ask for from their next attempt (pwe set)
+    parameters: [{name: run_id, in: path, required: true, schema: {type: string}}]
+    requestBody: {content: {application/json: {schema: {type: object, required: [pairs],
+      properties: {pairs: {type: array, items: {type: string}}, query: {type: string}}}}}}
+    returns: Set
+    """
+    try:
+        body = await _body(request)
+        pairs, query = body.get("pairs"), body.get("query")
+        if not isinstance(pairs, list) or not pairs or len(pairs) > 64 \
+                or not all(isinstance(p, str) and len(p) <= 70_000 for p in pairs):
+            raise InputError("pairs: a list of 1 to 64 KEY=VALUE texts (memoryPerMember=8000)")
+        if query is not None and not isinstance(query, str):
+            raise InputError("query: a text")
+    except InputError as exc:
+        return _error(exc)
+    args = (request, actions.set_values, request.app.state.src, request.path_params["run_id"])
+    if not query:
+        return await _act(*args, pairs=pairs)
+    return await _query(*args, pairs=pairs, query=query, by=actions.who(request.client.host if request.client else "?"))
+
+
 async def resume(request: Request) -> Response:
     """Resume a run (pwe resume --detach --json).
     ---
@@ -474,6 +499,7 @@ def make_app(src: api.Sources, guard: Guard) -> Any:
         Route("/api/triggers", triggers), Route("/api/hosts", hosts),
         Route("/api/live/runs", live_runs), Route("/api/live/runs/{run_id}", live_run),
         Route(run_p + "/cancel", cancel, methods=["POST"]), Route(run_p + "/retry", retry, methods=["POST"]),
+        Route(run_p + "/set", set_values, methods=["POST"]),
         Route(run_p + "/resume", resume, methods=["POST"]),
         Route("/api/triggers/{tid}/{what}", trigger_action, methods=["POST"]),
         Route("/api/hosts/{name}/check", host_check, methods=["POST"]),

@@ -85,6 +85,7 @@ BASE: dict[str, Any] = {
         "HostCheck": _obj(["host", "ok", "checks"], host="string", ok="boolean", checks={"type": "array"}),
         "Cancelled": _obj(["run_id", "cancelled"], run_id="string", cancelled="boolean"),
         "Started": _obj(["run_id", "run_dir"], run_id="string", run_dir="string", selected="integer"),
+        "Set": _obj(["run_id", "taken"], run_id="string", taken="boolean", later="integer", running="integer"),
     }},
 }
 

@@ -210,6 +210,39 @@ def test_retry_from_the_page_reruns_only_the_selected_failed_members(home, tmp_p
     assert retry["by"].startswith("ui:") and retry["only"] == {"sweep": [[5, 6], [9, 10]]}
 
 
+def test_set_from_the_page_changes_what_the_selected_members_ask_for_next(home, tmp_path, driver):
+    """pwe set from the run's page: the query box selects, the pairs say what; no engine runs
+    the finished run, so the change waits for the next one; pwe retry takes it before it
+    hands out a member: the journal's set record names who asked from the page, and the
+    retried members' new attempts ask 64 MB (their assign records)."""
+    (tmp_path / "wf.yaml").write_text(FAILING)
+    rc, out, err = run_cli("run", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
+    assert rc == 1, err
+    run = Path(json.loads(out)["run_dir"])
+    if not run.is_absolute():
+        run = tmp_path / run
+    ui = UI(tmp_path)
+    try:
+        driver.get(ui.url)
+        driver.get(f"{ui.base}/#/run/{run.name}")
+        wait_js(driver, "return document.querySelector('#members tr.member-row')", what="the members")
+        driver.find_element("id", "query").send_keys("state=failed; x=5,9")
+        driver.find_element("id", "set-pairs").send_keys("memoryPerMember=64 priority=3")
+        next(b for b in driver.find_elements("css selector", ".actions button")
+             if b.text == "Set for what has not started").click()
+        wait_for(lambda: "no engine runs it" in (text_of(driver, "notice") or ""), 30, "the set's answer")
+        no_errors(driver)
+    finally:
+        ui.stop()
+    rc, out, err = run_cli("retry", run.name, cwd=tmp_path, timeout=300)
+    assert rc == 1, err  # (the other failed ones fail again)
+    (said,) = [r for r in read_journal(run) if r["e"] == "set"]
+    assert said["by"].startswith("ui:") and said["only"] == {"sweep": [[5, 6], [9, 10]]}, said
+    assert said["values"] == {"memoryPerMember": 64, "priority": 3}, said
+    asks = {r["m"]: r.get("mem") for r in read_journal(run) if r["e"] == "assign" and r["a"] == 2}
+    assert asks[5] == asks[9] == 64 and asks[1] is None, asks
+
+
 WHY = """name: uiwhy
 defaults: {host: local}
 nodes:

@@ -230,7 +230,16 @@ async function showRun(id, member) {
       button("Retry selection", async () => { const query = document.getElementById("query").value;
         if (!query) throw new Error("write a query that selects the members to retry");
         const r = await act(`${base}/retry`, {query}); notice(`${r.run_id}: retrying ${fmt(r.selected)} selected`); }),
-      button("Resume", async () => { const r = await act(`${base}/resume`); notice(`${r.run_id}: resumed`); })),
+      button("Resume", async () => { const r = await act(`${base}/resume`); notice(`${r.run_id}: resumed`); }),
+      el("input", {id: "set-pairs", placeholder: "memoryPerMember=8000 priority=5", size: 32,
+                   title: "pwe set: what the members the query selects (all without one) ask for from their next attempt"}),
+      button("Set for what has not started", async () => {
+        const pairs = document.getElementById("set-pairs").value.trim().split(/\s+/).filter(Boolean);
+        if (!pairs.length) throw new Error("write KEY=VALUE words: memoryPerMember, maxWallTimePerMember, threads, gpus, retries, priority, env.NAME");
+        const query = document.getElementById("query").value;
+        const r = await act(`${base}/set`, query ? {pairs, query} : {pairs});
+        notice(r.taken ? `${r.run_id}: set for ${fmt(r.later)} members not started; ${fmt(r.running)} running keep what they asked`
+                       : `${r.run_id}: no engine runs it; the next one takes the change before it hands out a member`); })),
     el("div", {id: "summary", class: "muted"}),
     el("h2", {text: "DAG"}), el("div", {id: "dag-box", class: "panel"}),
     el("h2", {text: "Nodes"}), el("div", {id: "counts-box"}),
