@@ -25,7 +25,10 @@ PWE_ETC_HOSTS=${PWE_ETC_HOSTS:-/etc/hosts}   # (another file only for the tests 
 PWE_REDIS_DIR=/var/tmp/pwe-redis   # redis.conf, pid, log, and password + url (owner-only)
 PWE_REDIS_PORT=6391                 # not 6379: a machine's own Redis is left alone
 PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps openmpi-bin
-              redis-server chromium chromium-driver)
+              redis-server chromium chromium-driver
+              # members in containers and modules (issue 49): ch-run, a static busybox for the
+              # tests' directory image, Lmod
+              charliecloud busybox-static lmod)
 
 export DEBIAN_FRONTEND=noninteractive
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
