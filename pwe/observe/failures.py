@@ -11,7 +11,8 @@ One document, four views of the members that failed for good (state ``failed``, 
   state's bytes by arithmetic (a value of a product of parameters is a strided slice of
   them), never member by member: a million members cost milliseconds here.
 - ``by_reason``: ``exit N``, ``signal N`` (only when the pilot saw one), ``oom``,
-  ``walltime``, ``lost`` (quarantined), ``no product``, ...
+  ``walltime``, ``straggler``, ``invalid`` (exited 0, but a product was missing or short, or
+  its ``validate`` failed), ``lost`` (quarantined), ``no product`` (runs before ``invalid``), ...
 - ``by_signature``: the last line a failed member wrote to stderr, with numbers, paths
   and hexadecimal folded (``<n>``, ``<path>``, ``<hex>``), so that one error with many
   values is one line; from at most :data:`SIGNATURES_READ` failed members, spread over

@@ -22,8 +22,8 @@ the run and member it came from; one taken back after it started (its pilot or n
 with ``state`` ``lost`` (``reason`` ``lost``, or ``quarantined`` for the loss that made
 its member reach maxLosses); one stopped by a halt ``now`` has ``state`` ``halted``; one
 that was queued or running when the run was cancelled has ``state`` ``cancelled``.
-``reason`` says why an attempt ended where not by its own exit (``oom``, ``walltime``:
-the pilot's word); ``asked_memory_mb`` and ``asked_walltime_min`` what the attempt asked
+``reason`` says why an attempt ended where not by its own exit (``oom``, ``walltime``,
+``straggler``, ``invalid``: the pilot's word); ``asked_memory_mb`` and ``asked_walltime_min`` what the attempt asked
 for (its node's memoryPerMember and maxWallTimePerMember, or more on a retry that grows
 them: the ``assign`` record's ``mem``, ``wall``).
 """

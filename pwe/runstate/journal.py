@@ -87,8 +87,9 @@ kind             fields
 ``start``        ``n``, ``m``, ``a``, ``p``, ``t``, ``pid``, ``nodes`` [names] (when not
                  its pilot's host)
 ``end``          ``n``, ``m``, ``a``, ``p``, ``t``, ``rc``, ``dt`` s, ``out`` {outputs},
-                 ``why``, ``reason`` (oom, walltime; absent: exit), ``cpu`` s, ``rss``
-                 KB; ``ran`` 1 (it carries its start) and ``nodes``; a check's verdict
+                 ``why``, ``reason`` (pilot/wire.py REASONS: oom, walltime, straggler,
+                 invalid...; absent: exit), ``cpu`` s, ``rss`` KB; ``ran`` 1 (it carries
+                 its start) and ``nodes``; a check's verdict
                  (pwe/planning/trees.py): ``grow`` [children], ``conv`` 1, ``limit`` 1,
                  ``bad`` 1 (done, yet failed)
 ``ends``         ``n``, ``a``, ``p``, ``d``, and columns ``m``, ``t``, ``dt``, ``cpu``,

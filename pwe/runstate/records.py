@@ -129,8 +129,9 @@ def end(n: str, m: int, a: int, p: str, t: float | None, rc: int, dt: float | No
         why: str | None = None, reason: str | None = None, cpu: float | None = None, rss: int | None = None
         ) -> dict[str, Any]:
     """A member ended with exit status ``rc`` after ``dt`` s (``t``: the pilot's clock);
-    ``out`` its outputs, ``why``, ``reason`` (oom, walltime), ``cpu`` s and ``rss`` KB as
-    the pilot measured them. (A check's verdict is added by pwe/planning/trees.py.)"""
+    ``out`` its outputs, ``why``, ``reason`` (oom, walltime, straggler, invalid:
+    pilot/wire.py REASONS), ``cpu`` s and ``rss`` KB as the pilot measured them. (A check's
+    verdict is added by pwe/planning/trees.py.)"""
     r: dict[str, Any] = {"e": END, "n": n, "m": m, "a": a, "p": p, "t": t, "rc": rc}
     if out:
         r["out"] = out
