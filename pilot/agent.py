@@ -114,7 +114,8 @@ class PilotAgent:
         self.watch: NodeWatch | None = None  # the other nodes' liveness (SLURM: their slurmd), from run
 
         # its parts, each given what it uses (never the agent): ARCHITECTURE.md draws them
-        self.setups = NodeSetup(directory, allocation, self.packer, launcher, launcher_prefix, self.emit)
+        self.setups = NodeSetup(directory, allocation, self.packer, launcher, launcher_prefix, self.emit,
+                                self.tmpdirs.base)
         self.intake = intake = TaskIntake(self.transport, self.life, self.running, self.emit, self.signal_member,
                                           self.setups.take_setup)
         self.queue, self.chained, self.taken = intake.queue, intake.chained, intake.taken  # (shared, never rebound)
@@ -193,6 +194,7 @@ class PilotAgent:
                 # the allocation's own GPU ids here (SLURM may give the job devices 2,3)
                 ids = [self._visible_gpus[j] if j < len(self._visible_gpus) else str(j) for j in placement.gpu_ids]
             member_env["CUDA_VISIBLE_DEVICES"] = member_env["PWE_GPUS"] = ",".join(ids)
+        self.setups.prepare(task, placement, member_env)  # (its modules' environment here, its container's argv)
         if "py" in task:  # a function member: a call to a warm worker of its function (pilot/pyworkers.py)
             self.pyworkers.launch(task, placement, threads, exclusive, member_env, self.scratch.capture)
             return
@@ -227,7 +229,9 @@ class PilotAgent:
                 self.member_over(task, placement)
                 return
             prefix = mpi.prefix(sorted(member_env))
-        argv = wrap(launcher, argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env, prefix)
+        inner = task.get("_argv")  # (inside its container: pilot/containers.py)
+        argv = wrap(launcher, inner or argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env,
+                    prefix, inner)
         fds = self.scratch.capture(task, placement, threads, exclusive)  # (before its start is said: tmpdirs.py)
         if fds is None:
             return

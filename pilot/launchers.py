@@ -83,9 +83,10 @@ def choose(kind: str, placement: Placement, ranks: int, configured: str | None =
 
 
 def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: int, threads: int, cwd: str,
-         env: Mapping[str, str], prefix: str | None = None) -> list[str]:
+         env: Mapping[str, str], prefix: str | None = None, inner: list[str] | None = None) -> list[str]:
     """The full argv for a member run through ``launcher``; ``env`` is the member's own
-    variables (the launcher's process gets them too; ssh needs them spelled out)."""
+    variables (the launcher's process gets them too; ssh needs them spelled out);
+    ``inner``: what the launcher starts instead of ``bash -c cmd`` (a container's argv)."""
     if launcher == "fork":
         return argv
     fields = {
@@ -103,7 +104,8 @@ def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: 
         # ssh hands one string to the remote login shell: everything in it is quoted, and
         # the environment goes along explicitly (ssh does not forward it)
         exports = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
-        remote = f"cd {shlex.quote(cwd)} && exec env {exports} bash -c {shlex.quote(cmd)}"
+        run = " ".join(shlex.quote(a) for a in inner) if inner else f"bash -c {shlex.quote(cmd)}"
+        remote = f"cd {shlex.quote(cwd)} && exec env {exports} {run}"
         return head + [remote]
-    return head + ["bash", "-c", cmd]
+    return head + (inner or ["bash", "-c", cmd])
 

@@ -171,7 +171,8 @@ class RemoteNodes:
         member.agent, member.key = agent, key
         # its own fresh $TMPDIR, made and removed by the agent on that node (pilot/tmpdirs.py)
         tmp = member_env["TMPDIR"] = member_env["PWE_TMPDIR"] = self.tmpdirs.path(task["n"], task["m"], task["a"])
-        run = {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"], "cwd": task["cwd"],
+        run = {"k": AGENT_RUN, "id": key, "argv": task.get("_argv") or argv_for(task["cmd"]),
+               "cmd": task["cmd"], "cwd": task["cwd"],
                "env": member_env, "tmp": tmp, "n": task["n"], "m": task["m"], "a": task["a"]}
         if task.get("mem"):
             run["mem"] = task["mem"]  # (enforced by the agent there: pilot/memwatch.py)

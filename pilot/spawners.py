@@ -131,7 +131,8 @@ class LocalSpawners:
         agent.members[key] = member
         self.running[key] = member
         self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
-        run = {"k": AGENT_RUN, "id": key, "argv": argv_for(task["cmd"]), "cmd": task["cmd"], "cwd": task["cwd"],
+        run = {"k": AGENT_RUN, "id": key, "argv": task.get("_argv") or argv_for(task["cmd"]),
+               "cmd": task["cmd"], "cwd": task["cwd"],
                "env": member_env, "made": True, "n": task["n"], "m": task["m"], "a": task["a"]}
         if task.get("mem"):
             run["mem"] = task["mem"]  # (the spawner enforces it: pilot/memwatch.py)

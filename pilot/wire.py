@@ -22,9 +22,11 @@ kind        fields
             fewest each must hold (0: that it exists; a regular file shorter fails the
             member as a missing one does), ``own`` (1: it runs in ``cwd``, a directory of its own,
             made before it starts and tidied after; absent: ``cwd`` is its node's directory,
-            which members share), ``py`` ``package.module:function`` and ``kw`` {parameter:
-            value}: a function member, a call with ``kw`` as keyword arguments to a warm
-            worker (pilot/pyworkers.py; ``cmd`` is then ``python: ...``, shown, never run)
+            which members share), ``ctr`` {``rt`` runtime, ``img`` image, ``bind``
+            [directories]}: it runs inside that container (pilot/containers.py), ``py``
+            ``package.module:function`` and ``kw`` {parameter: value}: a function member,
+            a call with ``kw`` as keyword arguments to a warm worker (pilot/pyworkers.py;
+            ``cmd`` is then ``python: ...``, shown, never run)
 ``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
             whole ``task`` message; the pilot runs them one after another in one slot,
             in this order, each with its own ``start``, ``end`` or ``back``
@@ -205,7 +207,7 @@ REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER, REASON_LO
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "eb", "ranks", "threads", "wall", "exclusive", "cap",
-                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own", "py", "kw"}),
+                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own", "ctr", "py", "kw"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

@@ -6,6 +6,7 @@ such pilots in a row stop the run, its state intact."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ class Setups:
         self.ledger = ledger
         self.failed_pilots: set[str] = set()  # pilots in a row whose every node failed its setup
         self.stop = ""  # why the run stops (said after the pilots' messages were journaled: check)
+        self.said = ""  # what the last failed set said of why (modules, container: pwe/engine/environs.py)
 
     def check(self) -> None:
         """Stop the run once setup_per_node failed on every node of SETUP_FAILURES pilots in a row."""
@@ -63,9 +65,11 @@ class Setups:
                 self.failed_pilots = set()
                 return
             pilot.setup_failed_on(str(ev.get("node")))
+            self.said = last_words(str(ev.get("log") or ""))
             self.ledger.take(records.note(f"pilot {pilot.id}: setup_per_node failed on node {ev.get('node')} (exit "
-                                          f"{ev.get('rc')}): no member that needs it runs there; its output: "
-                                          f"{ev.get('log')}", time.time(), p=pilot.id, node=ev.get("node")))
+                                          f"{ev.get('rc')}{'; ' + self.said if self.said else ''}): no member that "
+                                          f"needs it runs there; its output: {ev.get('log')}", time.time(), p=pilot.id,
+                                          node=ev.get("node")))
         elif ev.get("k") == BACK and str(ev.get("why") or "").startswith((SETUP_FAILED, NO_SCRATCH)):
             why = str(ev.get("why"))
             if why.startswith(SETUP_FAILED):
@@ -79,9 +83,28 @@ class Setups:
                 if len(self.failed_pilots) < SETUP_FAILURES:
                     return
                 if why.startswith(SETUP_FAILED):
+                    said = f"; the last said: {self.said}" if self.said else ""
                     self.stop = (f"setup_per_node failed on every node of {len(self.failed_pilots)} pilots in a row "
-                                 f"(see {pilot.dir}/setup-*.log): fix the lines, then resume")
+                                 f"(see {pilot.dir}/setup-*.log{said}): fix the lines, then resume")
                 else:
                     self.stop = (f"{len(self.failed_pilots)} pilots in a row found no scratch for a member on any "
                                  f"of their nodes; the last: {why[len(NO_SCRATCH):].strip(' ()')}: free the nodes' "
                                  "scratch, or give the host a 'scratch:' that takes files")
+
+
+def last_words(log: str) -> str:
+    """The last ``pwe: ...`` line of a set's log (what its modules' or container's lines say
+    of a failure: pwe/engine/environs.py), control characters shown; "" for none. Its last
+    4 KB are read, a regular file only (pwe.base.regular)."""
+    from ..base.regular import open_regular
+    from ..base.text import shown
+
+    try:
+        with open_regular(log, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - 4096))
+            tail = fh.read(4096).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
+    said = [line for line in tail.splitlines() if line.startswith("pwe: ")]
+    return shown(said[-1][:300]) if said else ""

@@ -18,6 +18,7 @@ from typing import Any
 from pilot.wire import TASK
 
 from ..planning.asks import grown
+from .environs import container_task, setup_lines
 from ..planning.plan import Plan
 from ..runstate.rundir import member_path, node_path
 from ..base.source import value_text
@@ -33,14 +34,15 @@ class TaskBuilder:
         self.rehearsal = rehearsal
         #: pwe set's values for a member (the run's state: RunState.settings_for), set by the engine
         self.overrides: Any = None
-        self._env_base = {"PWE_RUN_ID": run_id}
         #: per node with ``grow: {cap: true}``: its host's largest node, which a grown request is held to
         #: (pwe/engine/sizing.py)
         self.ceiling: dict[str, dict[str, Any]] = {}
+        self._env_base = {"PWE_RUN_ID": run_id}
         self._workspace = workspace  # (pwe.planning.products; a run made before workspaces has none)
         if workspace:
             self._env_base["PWE_WORKSPACE"] = workspace
         self._members = str(run_dir / "members")
+        self._run_dir = os.path.abspath(run_dir)  # (a container mounts it: pwe/engine/environs.py)
         self.envs: dict[str, dict[str, str]] = {}  # eb -> a node's shared environment (an ``env`` message)
         # node -> (eb, the names its own env sets, the fields its scheduling adds to each task, the directory
         # its members run in, None: each its own): _node_parts
@@ -138,6 +140,10 @@ class TaskBuilder:
             fixed["setup"] = self._setup[nid]  # (its nodes run this setup_per_node set first: pilot/nodesetup.py)
         if pn.products_least and self._workspace and self.rehearsal is None:
             fixed["pmin"] = pn.products_least  # (beside its ``prod``: the fewest bytes each must hold)
+        ctr = None if self.rehearsal is not None else container_task(self.plan, nid, [self._workspace or "",
+                                                                                     self._run_dir])
+        if ctr is not None:
+            fixed["ctr"] = ctr  # (each member runs inside it: pilot/containers.py)
         shared: str | None = None
         if directory_of(pn) == "own":
             fixed["own"] = 1  # (the pilot makes it before the member starts, tidies it after: pilot/spawn.py)
@@ -160,13 +166,12 @@ def directory_of(pn: Any) -> str:
 
 def setup_sets(plan: Plan) -> dict[str, tuple[list[str], list[str]]]:
     """The run's setup_per_node sets: {id: (lines, the nodes that need them)}; a node's own
-    lines, else the defaults'. The id is a digest of the lines, so nodes with the same
-    lines share one set (run once per pilot node for all of them)."""
+    lines, else the defaults', then those that load its modules and check its container
+    (:func:`pwe.engine.environs.setup_lines`). The id is a digest of the lines, so nodes
+    with the same lines share one set (run once per pilot node for all of them)."""
     out: dict[str, tuple[list[str], list[str]]] = {}
-    for nid, pn in plan.nodes.items():
-        lines = pn.spec.setup_per_node
-        if lines is None:
-            lines = plan.workflow.defaults.setup_per_node
+    for nid in plan.nodes:
+        lines = setup_lines(plan, nid)
         if lines:
             sid = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
             out.setdefault(sid, (list(lines), []))[1].append(nid)

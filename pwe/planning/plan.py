@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from . import functions, products, reuse
+from . import functions, images, products, reuse
 from .dag import Graph
 from ..base.errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from ..workflow.load import load_workflow
@@ -86,6 +86,8 @@ class PlannedNode:
     validate_line: int | None = None
     inputs: list[PathTemplate] = field(default_factory=list)  # files its members read (pwe.planning.reuse)
     inputs_line: int | None = None
+    container_line: int | None = None  # where its container (its own, else the defaults') is (pwe.planning.images)
+    image_id: dict[str, str] | None = None  # its container's part of the keys, made once (pwe.planning.images)
     resources_line: int | None = None  # (pwe.planning.limits: where its user resources are named)
     #: where each key of its (merged) scheduling profile is given: its own scheduling, else defaults'
     scheduling_lines: dict[str, int | None] = field(default_factory=dict)
@@ -213,6 +215,7 @@ def plan_workflow(path: str | Path, sets: Mapping[str, Any] | None = None, host:
     products.check(plan)  # (their first and last member's paths, inside the workspace)
     reuse.check(plan)  # (inputs: the same)
     functions.check(plan)  # (a function member's module and function, where this machine can tell)
+    images.check(plan)  # (a container's image and runtime, where this machine can tell)
     if sets:
         # a --set that no payload reads changes nothing: almost always a misspelt name
         # (a node's own parameter of that name shadows the property there)
@@ -277,6 +280,7 @@ def build_plan(wf: model.Workflow, raw: LineDict, path: Path, host: str | None =
             inputs=products.compile_templates(nid, node.inputs, known, path, line_of("nodes", nid, "inputs"), "inputs"),
             inputs_line=line_of("nodes", nid, "inputs"),
             resources_line=line_of("nodes", nid, "resources"),
+            container_line=line_of("nodes", nid, "container") if node.container else line_of("defaults", "container"),
             scheduling_lines={key: line_of("nodes", nid, "scheduling", key)
                               if node.scheduling is not None and key in node.scheduling.model_fields_set
                               else line_of("defaults", "scheduling", key)

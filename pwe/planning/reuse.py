@@ -4,7 +4,8 @@ A member's **key** is a 128-bit BLAKE2b digest (Nextflow's task hash is 128 bits
 
 - its node's digest, made once per node (:func:`node_digest`): the node's name, its
   ``run`` (and ``check``, ``validate``) template as written, the properties the templates read, its own
-  ``env``, its ``setup_per_node`` lines, its ranks and threads, its host, its ``products``
+  ``env``, its ``setup_per_node`` lines, its ``container`` (runtime, image, the image's content
+  id: pwe.planning.images) and ``modules`` where it has them, its ranks and threads, its host, its ``products``
   and ``inputs`` templates (a product's ``nonEmpty``/``minBytes`` with it);
 - its parameters' values, as the text they have in its command and ``PWE_PARAM_*``;
   together with the templates, that is its rendered command and its environment, without
@@ -33,7 +34,8 @@ names a parameter is).
   its range moved) and a 2-byte digest of its **inputs'** content hashes;
 - per node, once (:func:`node_parts`): each part of the node's digest as its own short
   digest (``run``, ``check``, ``validate``, each ``env`` variable, each property the templates read,
-  ``setup``, ``ranks``, ``threads``, ``host``, ``params``, ``products``, ``inputs``), the
+  ``setup``, ``container``, ``modules``, ``ranks``, ``threads``, ``host``, ``params``, ``products``,
+  ``inputs``), the
   digest of each node it waits for as a whole (``after:NODE``), and each input that names
   no parameter, path -> its content hash (``file:PATH``).
 
@@ -51,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 
-from . import functions
+from . import functions, images
 from ..base.confine import relative
 from ..base.errors import InputError, TemplateError
 from ..base.regular import open_regular
@@ -105,6 +107,11 @@ def _node_what(plan: Plan, nid: str) -> dict[str, Any]:
         what["products"] = [[t.source, n] if n else t.source for t, n in zip(pn.products, pn.products_least)]
     if pn.validate is not None:
         what["validate"] = pn.validate.source
+    container = images.identity(plan, nid)  # (runtime, image, the image's content id)
+    if container is not None:
+        what["container"] = container
+    if pn.spec.modules:
+        what["modules"] = list(pn.spec.modules)
     function = functions.identity(plan, nid)  # (a function member's: its module's source digest)
     if function is not None:  # (only where the node has one: the keys of nodes without stay what they were)
         what["function"] = function
@@ -133,6 +140,7 @@ def node_parts(plan: Plan, nid: str, barriers: dict[str, bytes], files: dict[str
                                        "inputs")}
     if "validate" in what:  # (a part only where the node has one: "validate changed" either way)
         out["validate"] = _short(what["validate"])
+    out.update({k: _short(what[k]) for k in ("container", "modules") if k in what})  # (as validate)
     if "function" in what:
         out["function"] = _short(what["function"])
     out.update({f"env:{k}": _short(v) for k, v in what["env"].items()})

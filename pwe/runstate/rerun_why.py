@@ -7,7 +7,8 @@ finds, in the lending runs (newest first), the member with the same **identity**
 parameter names and values: however its range moved) and compares, part by part:
 
 - the node's parts: ``command (run:) changed``, ``command (check:) changed``, ``validate changed``,
-  ``environment changed (env: FOO)``, ``environment changed (setup_per_node)``,
+  ``environment changed (env: FOO)``, ``environment changed (setup_per_node)``, ``container
+  changed`` (its runtime, image or the image's content), ``modules changed``,
   ``property P changed``, ``host changed``, ``ranks changed``, ``threads changed``,
   ``products (products:) changed``, ``inputs (inputs:) changed``, ``upstream NODE changed``
   (a node it waits for as a whole), ``input data/mesh.h5 changed`` (an input that names no
@@ -76,6 +77,8 @@ _NODE_PART = {
     "check": ("command", "command (check:) changed"),
     "validate": ("command", "validate changed"),
     "setup": ("environment", "environment changed (setup_per_node)"),
+    "container": ("environment", "container changed"),
+    "modules": ("environment", "modules changed"),
     "function": ("command", "function's module changed (python:)"),
     "ranks": ("resources", "ranks changed"),
     "threads": ("resources", "threads changed"),
@@ -401,8 +404,8 @@ def _counted(reasons: Any) -> list[dict[str, Any]]:
 
 def _part_order(name: str) -> tuple[int, str]:
     head = name.split(":", 1)[0]
-    order = ("run", "check", "validate", "env", "setup", "prop", "file", "inputs", "products", "host", "ranks",
-             "threads", "after", "params")
+    order = ("run", "check", "validate", "env", "setup", "container", "modules", "prop", "file", "inputs", "products",
+             "host", "ranks", "threads", "after", "params")
     return (order.index(head) if head in order else len(order), name)
 
 

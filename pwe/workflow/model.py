@@ -37,6 +37,7 @@ from hostinfo.rules import one_line, one_word
 
 from ..base.ids import IDENTIFIER_PATTERN, MAX_NAME, NODE_ID_PATTERN
 from ..base.numbers import COUNT_MOST, MINUTES_MOST
+from .rules import (container_image, image_text, module_name)
 from .rules import (FileSpecMethods, HaltMethods, ProductMethods, RangeSpecMethods, RetryMethods,
                     SchedulingMethods, check_not_blank, failed_budget, finite_over_one, input_pattern, one_or_many,
                     param_kind, positive_core_hours, product_kind, range_step, retry_on, valid_start, run_not_blank,
@@ -246,6 +247,25 @@ class Straggler(_Strict):
 
 MaxLosses = Annotated[StrictInt, Field(ge=1, le=1000)]
 
+
+class Container(_Strict):
+    """``container:``: each member runs inside this image (pilot/containers.py), with the
+    workspace, the run directory and its $TMPDIR at the same paths and its environment
+    passed; the image is checked once per pilot node (a node where it is not takes none of
+    the members) and its content is part of the members' keys (pwe/planning/images.py)."""
+
+    image: Annotated[StrictStr, AfterValidator(image_text)] = Field(
+        description="charliecloud, apptainer: the image's path (a directory or an image file), relative to the "
+        "workflow file's directory; podman: an image name of its store (localhost/sim:1)")
+    runtime: Literal["charliecloud", "apptainer", "podman"] = Field(
+        description="what runs it: charliecloud (ch-run), apptainer (apptainer exec) or podman (podman run)")
+
+    _image = model_validator(mode="after")(container_image)
+
+
+#: An item of ``modules:``: a module's name as the site's ``module load`` takes it (gcc/12).
+ModuleName = Annotated[StrictStr, AfterValidator(module_name)]
+
 #: The largest ``minBytes`` of a product (100 GB): a minimum past it is a slip of units, not a check.
 MIN_BYTES_MOST = 10 ** 11
 
@@ -318,6 +338,12 @@ class Node(_Strict):
     setup_per_node: list[SetupLine] | None = Field(
         None, description="shell lines each pilot runs once on every node before the first member of this node "
         "there; a node where they fail takes none of its members (default: defaults.setup_per_node)")
+    container: Container | None = Field(
+        None, description="run each member inside this image (default: defaults.container)")
+    modules: Annotated[list[ModuleName], Field(max_length=100)] | None = Field(
+        None, description="environment modules loaded through the site's 'module' (Lmod or Environment Modules) "
+        "once per pilot node before its first member of this node there; members get the environment they make; "
+        "a node where one fails to load takes none of its members")
     resources: dict[Name, Positive] = Field(
         default_factory=dict, description="user-defined resources one member holds while it runs (e.g. license: 1); "
         "never more at once than the workflow's or the host's limits (pwe/planning/limits.py)"
@@ -372,6 +398,7 @@ class Defaults(_Strict):
     setup_per_node: list[SetupLine] = Field(
         default_factory=list, description="shell lines each pilot runs once on every node before the first member "
         "there (staging a container image, warming a cache); a node where they fail takes no member")
+    container: Container | None = Field(None, description="run every node's members inside this image")
 
 
 class Workflow(_Strict):

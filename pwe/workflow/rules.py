@@ -257,3 +257,37 @@ class HaltMethods:
 
     def shown(self) -> str:
         return self.failed.strip() if isinstance(self.failed, str) else str(self.failed)
+
+
+# -- environments: container: and modules: (pwe/planning/images.py, pwe/engine/environs.py) --------
+#: A module's name as the site's ``module load`` takes it: one word of these characters only
+#: (``gcc/12``, ``py-numpy/1.26.4+mkl``), so that it is never more than one argument.
+_MODULE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]*")
+#: An image reference for podman (``localhost/sim:1``, ``sim@sha256:...``): a name, not a path.
+_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+#: The longest image path or module name taken (a path past PATH_MAX is no path).
+IMAGE_MOST, MODULE_MOST = 4096, 200
+
+
+def module_name(v: Any) -> Any:
+    if isinstance(v, str) and not (len(v) <= MODULE_MOST and _MODULE.fullmatch(v)):
+        raise ValueError(f"{v[:80]!r} is not a module name: letters, digits and . _ + - / only, not starting with "
+                         "'-' or '.' (no spaces or shell characters: it is one argument of the site's 'module load')")
+    return v
+
+
+def image_text(v: Any) -> Any:
+    if isinstance(v, str) and (not v.strip() or len(v) > IMAGE_MOST or v.startswith("-")
+                               or any(ord(c) < 32 or ord(c) == 127 for c in v)):
+        raise ValueError(f"the image {v[:80]!r} is not a path or name: one line of at most {IMAGE_MOST} characters, "
+                         "not starting with '-'")
+    return v
+
+
+def container_image(self: Any) -> Any:
+    """podman's image is a name in its store (``localhost/sim``), charliecloud's and
+    apptainer's a path (a directory or an image file)."""
+    if self.runtime == "podman" and not _REFERENCE.fullmatch(self.image):
+        raise ValueError(f"podman's image is a name of its store (localhost/sim:1, sim@sha256:...), not "
+                         f"{self.image[:80]!r}")
+    return self

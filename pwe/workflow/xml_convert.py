@@ -230,8 +230,8 @@ def _defaults(el: etree._Element) -> LineDict:
             _put(out, "setup_per_node", _lines(child), child.sourceline)
         elif child.tag == "retry":
             _put(out, "retry", _retry(child), child.sourceline)
-        elif child.tag == "straggler":
-            _put(out, "straggler", _attrs(child), child.sourceline)
+        elif child.tag in ("straggler", "container"):
+            _put(out, child.tag, _attrs(child), child.sourceline)
         else:
             _put(out, "scheduling", _scheduling(child), child.sourceline)
     return out
@@ -322,6 +322,8 @@ _VALUE: dict[str, tuple[str, Callable[[etree._Element], Any]]] = {
     "validate": ("validate", lambda el: _script(_text(el))),  # a member's result checked (pwe/planning/validate.py)
     "scheduling": ("scheduling", _scheduling),
     "setup_per_node": ("setup_per_node", _lines),
+    "container": ("container", _attrs),  # (pwe/planning/images.py)
+    "modules": ("modules", lambda el: _lines(el, strip=True)),  # (pwe/engine/environs.py)
     "group": ("group", _group),
     "retry": ("retry", _retry),
     "halt": ("halt", _attrs),

@@ -51,6 +51,7 @@ GOOD = {"contact": ["local", "local", "ssh://u@h"], "protocol": ["local", "slurm
         "broker_password_file": [None, "pw"], "commands_dir": [None, "/opt/bin"], "ranksPerNode": [None, 1],
         "Host.nodes": [[], ["n1", "n2"]], "inputs": [None, ["data/*.csv"]], "minCpus": [None, 1], "minWallTime": [None, 1], "minNodes": [None, 1],
         "minTotalMemory": [None, 1], "minWallTimePerMember": [None, 1], "check": [None, "true"], "python": [None, None, None, "mypkg.fits:fit"],
+        "container": [None, {"image": "/opt/sim", "runtime": "charliecloud"}], "modules": [None, ["gcc/12"]],
         "validate": [None, "true"], "products": [None, ["r/{{ x }}"], ["r", {"path": "r/x", "nonEmpty": True}]]}
 
 

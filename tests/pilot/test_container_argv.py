@@ -1,0 +1,72 @@
+"""A member's command line inside a container (pilot/containers.py), one per runtime, and
+through a launcher (pilot/launchers.py wrap's ``inner``): always an argv, so that an image
+path or a directory with shell characters is one argument, never read by a shell.
+Charliecloud's is run for real in tests/engine/test_containers.py; apptainer (not in
+Debian) and podman (its containers cannot start on these machines: docs/how-to/environments.md)
+are rendered and checked here."""
+
+from __future__ import annotations
+
+import shlex
+
+from pilot import containers
+from pilot.allocation import Node
+from pilot.launchers import wrap
+from pilot.packing import Placement
+
+HOSTILE = "/imgs/sim;touch PWNED $(touch X) `id` 'q\"\n#"
+CTR = {"rt": "charliecloud", "img": "/imgs/sim", "bind": ["/ws", "/ws/runs/r1", "/runs/r1"]}
+ENV = {"TMPDIR": "/scratch/pwe-p1/3", "PWE_OUTPUTS": "/scratch/pwe-p1/a.0.1.outputs", "SECRET": "s3cr3t v@lue"}
+
+
+def test_charliecloud_binds_each_directory_at_its_own_path_with_a_private_tmp():
+    argv = containers.command(CTR, "echo hi > out", "/runs/r1/members/a", ENV, "/scratch/pwe-p1")
+    assert argv == ["ch-run", "-t", "--set-env=TMPDIR=/scratch/pwe-p1/3",
+                    "-b", "/runs/r1:/runs/r1", "-b", "/scratch/pwe-p1:/scratch/pwe-p1", "-b", "/ws:/ws",
+                    "-c", "/runs/r1/members/a", "/imgs/sim", "--", "sh", "-c", "echo hi > out"]
+
+
+def test_a_plain_command_is_execd_inside_without_a_shell():
+    argv = containers.command(CTR, "sim --steps 10", "/w", {}, None)
+    assert argv[-4:] == ["--", "sim", "--steps", "10"] and "--set-env" not in " ".join(argv)
+
+
+def test_apptainer_takes_its_binds_as_one_list_and_gpus_as_nv():
+    ctr = {**CTR, "rt": "apptainer", "img": "/imgs/sim.sif"}
+    argv = containers.command(ctr, "nvidia-smi -L", "/w", ENV, "/scratch/pwe-p1", gpus=True)
+    assert argv == ["apptainer", "exec", "--bind", "/runs/r1:/runs/r1,/scratch/pwe-p1:/scratch/pwe-p1,/ws:/ws",
+                    "--nv", "--pwd", "/w", "/imgs/sim.sif", "nvidia-smi", "-L"]
+    assert "--nv" not in containers.command(ctr, "true", "/w", ENV, None)
+
+
+def test_podman_is_given_each_variable_by_name_never_its_value():
+    ctr = {**CTR, "rt": "podman", "img": "localhost/sim:1"}
+    argv = containers.command(ctr, "true", "/w", ENV, None, gpus=True)
+    assert argv[:6] == ["podman", "run", "--rm", "--pull=never", "--network=host", "--userns=keep-id"]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == sorted(ENV)
+    assert not any("s3cr3t" in a for a in argv)  # (a value never on a command line: ps shows those)
+    assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"
+    assert argv[-4:] == ["-w", "/w", "localhost/sim:1", "true"]
+
+
+def test_a_hostile_image_path_is_one_argument_for_every_runtime():
+    for rt in containers.RUNTIMES:
+        argv = containers.command({**CTR, "rt": rt, "img": HOSTILE}, "true", "/w", {}, None)
+        assert argv.count(HOSTILE) == 1 and "sh" not in argv[:argv.index(HOSTILE)]
+
+
+def test_binds_inside_another_go_with_it_and_a_separator_in_one_is_refused():
+    assert containers.binds(["/a/b", "/a", "/ab", ""], "/a/c/tmp") == ["/a", "/ab"]
+    assert containers.bad_bind(["/ok", "/x:y"]) and containers.bad_bind(["/x,y"]) and containers.bad_bind(["/x\ny"])
+    assert containers.bad_bind(["/ok", "/sp ace/$(x)"]) is None  # (an argv: nothing there is read by a shell)
+
+
+def test_a_launcher_starts_the_containers_argv_instead_of_bash():
+    here, there = Node("n1", 4, local=True), Node("n2", 4)
+    inner = containers.command({**CTR, "img": HOSTILE}, "echo $PWE_MEMBER", "/w d", {}, None)
+    srun = wrap("srun", inner, "echo $PWE_MEMBER", Placement([(here, 2), (there, 2)]), 4, 1, "/w d", {}, None, inner)
+    assert srun[-len(inner):] == inner and "bash" not in srun
+    ssh = wrap("ssh", inner, "echo $PWE_MEMBER", Placement([(there, 1)]), 1, 1, "/w d", {"A": "x y"}, None, inner)
+    # the remote shell reads one string: split as it would, the container's argv comes back whole
+    assert shlex.split(ssh[-1])[-len(inner):] == inner
+    assert wrap("srun", ["x"], "x", Placement([(there, 1)]), 1, 1, "/w", {})[-3:] == ["bash", "-c", "x"]
