@@ -59,7 +59,7 @@ from .pyworkers import PyWorker, PyWorkers
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
 from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_STARTED, DOWN, END, HB, REASON_INVALID,
-                   REASON_OOM, START, UNWRITABLE, UP, VERSION)
+                   REASON_OOM, REASON_WALLTIME, START, UNWRITABLE, UP, VERSION)
 
 
 
@@ -460,6 +460,9 @@ class PilotAgent:
         out = collect(t)
         if rc and not member.killed and out.pop(INVALID_OUTPUT, None) is not None:  # (pwe/planning/validate.py)
             fields["why"], fields["reason"] = f"its validate exited {rc}: the result is not good", REASON_INVALID
+        elif rc and not member.killed and t.get("sim") in (REASON_OOM, REASON_WALLTIME):
+            # (pwe run --simulate --fail QUERY@oom: a rehearsal's member, failing as one killed so would)
+            fields["why"], fields["reason"] = f"pwe --simulate: a simulated {t['sim']}", t["sim"]
         self.emit(END, n=t["n"], m=t["m"], a=t["a"], rc=rc, out=out, **when_ended(at, member.started),
                   **fields, **member.usage())
         self.next_in_group(t)

@@ -26,7 +26,9 @@ kind        fields
             [directories]}: it runs inside that container (pilot/containers.py), ``py``
             ``package.module:function`` and ``kw`` {parameter: value}: a function member,
             a call with ``kw`` as keyword arguments to a warm worker (pilot/pyworkers.py;
-            ``cmd`` is then ``python: ...``, shown, never run)
+            ``cmd`` is then ``python: ...``, shown, never run), ``sim`` (``oom`` or
+            ``walltime``: pwe run --simulate's member, which fails with that reason when it
+            exits non-zero: pwe/engine/simulate.py)
 ``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
             whole ``task`` message; the pilot runs them one after another in one slot,
             in this order, each with its own ``start``, ``end`` or ``back``
@@ -207,7 +209,7 @@ REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER, REASON_LO
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "eb", "ranks", "threads", "wall", "exclusive", "cap",
-                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own", "ctr", "py", "kw"}),
+                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own", "ctr", "py", "kw", "sim"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

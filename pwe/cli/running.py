@@ -90,8 +90,9 @@ _run_options = [
                  "the budget would act"),
     click.option("--duration", default=None, type=Seconds(0.0, 86400.0), metavar="SECONDS",
                  help="with --simulate: how long a member of a node no earlier run measured 'runs' (default 1)"),
-    click.option("--fail", "fails", multiple=True, metavar="QUERY[=P%]",
-                 help="with --simulate: the members this query selects fail (or P%% of them), e.g. 'mesh=fine=20%%'"),
+    click.option("--fail", "fails", multiple=True, metavar="QUERY[=P%][@REASON]",
+                 help="with --simulate: the members this query selects fail (or P%% of them), with reason exit (the "
+                 "default), oom or walltime, e.g. 'mesh=fine=20%%@oom'"),
 ]
 
 

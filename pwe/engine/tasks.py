@@ -85,7 +85,7 @@ class TaskBuilder:
             if said:
                 _override(task, env, said)
         if self.rehearsal is not None:  # (pwe run --simulate: no payload runs, no product is made)
-            task["cmd"] = self.rehearsal.command(nid, i)
+            task.update(self.rehearsal.task(nid, i))  # (cmd; sim: the reason a simulated failure gives)
         elif pn.products and self._workspace:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
         if pn.spec.python is not None and self.rehearsal is None:

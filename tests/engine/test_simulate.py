@@ -40,7 +40,7 @@ def test_a_rehearsal_runs_no_payload_and_reaches_the_halt_it_would(tmp_path, wri
     assert "pwe --simulate: this member fails (--fail mesh=fine)" in err
     st = status(run)
     assert st["phase"].startswith("simulated: halted: 4 of 20 failed") and st["simulated"]["fail"] == [["mesh=fine",
-                                                                                                        100.0]]
+                                                                                                        100.0, "exit"]]
     assert st["totals"]["done"] >= 1  # (coarse members: their products are not looked for)
     rc, out, err = run_cli("runs", "--json", cwd=tmp_path)
     assert json.loads(out)[0]["state"].startswith("simulated: ")
@@ -63,7 +63,7 @@ def test_durations_come_from_the_newest_earlier_run_that_measured_them(tmp_path,
     plan = plan_workflow(wf)
     r = Rehearsal(plan, "x", tmp_path / "pwe-runs" / "r2", {"duration": 7, "fail": []})
     assert 0.3 <= r.seconds("a") < 2.0, r.earlier  # (measured: about 0.3 s, not the --duration)
-    assert r.command("a", 0) == f"sleep {r.seconds('a'):g}"
+    assert r.task("a", 0) == {"cmd": f"sleep {r.seconds('a'):g}"}
 
 
 def test_a_share_fails_the_same_members_every_time():
@@ -72,7 +72,7 @@ def test_a_share_fails_the_same_members_every_time():
             "name": "w"})()})()
     r = Rehearsal.__new__(Rehearsal)
     r.plan, r.run_id, r.earlier, r.duration = plan, "run-1", {}, 1.0
-    r.fails = [("i>=0", 30.0, __import__("pwe.planning.conditions", fromlist=["parse"]).parse("i>=0", {"i"}))]
+    r.fails = [("i>=0", 30.0, __import__("pwe.planning.conditions", fromlist=["parse"]).parse("i>=0", {"i"}), "exit")]
     chosen = [i for i in range(2000) if r.failing("a", i)]
     assert 450 <= len(chosen) <= 750  # (30% of 2,000, give or take)
     assert chosen == [i for i in range(2000) if r.failing("a", i)]  # the same ones again
@@ -85,6 +85,7 @@ def test_a_share_fails_the_same_members_every_time():
     (["--simulate", "--fail", ""], "no condition"), (["--simulate", "--fail", "nope=3"], "no field 'nope'"),
     (["--simulate", "--duration", "-1"], "--duration"), (["--simulate", "--duration", "nan"], "--duration"),
     (["--simulate", "--reuse-from", "."], "reuses nothing"),
+    (["--simulate", "--fail", "mesh=fine@segv"], "one of exit, oom, walltime, not 'segv'"),
 ])
 def test_bad_rehearsal_options_are_one_line_and_make_no_run(tmp_path, write, args, said):
     wf = write("name: bad\nnodes:\n  sim:\n    parameters: {mesh: [a, fine]}\n    run: 'true'\n")
@@ -93,9 +94,33 @@ def test_bad_rehearsal_options_are_one_line_and_make_no_run(tmp_path, write, arg
     assert not (tmp_path / "pwe-runs").exists() or not any((tmp_path / "pwe-runs").iterdir())
 
 
-def test_the_fail_option_reads_its_share():
-    assert fail_option("mesh=fine") == ["mesh=fine", 100.0]
-    assert fail_option("mesh=fine=25%") == ["mesh=fine", 25.0]
-    assert fail_option("T>3; node=a=0.5%") == ["T>3; node=a", 0.5]
+def test_the_fail_option_reads_its_share_and_reason():
+    assert fail_option("mesh=fine") == ["mesh=fine", 100.0, "exit"]
+    assert fail_option("mesh=fine=25%") == ["mesh=fine", 25.0, "exit"]
+    assert fail_option("T>3; node=a=0.5%") == ["T>3; node=a", 0.5, "exit"]
+    assert fail_option("mesh=fine=25%@oom") == ["mesh=fine", 25.0, "oom"]
+    assert fail_option("mesh=fine@walltime") == ["mesh=fine", 100.0, "walltime"]
     with pytest.raises(InputError):
         fail_option("mesh=fine=1000%")
+
+
+def test_a_simulated_oom_is_retried_with_more_memory_as_a_real_one_would_be(tmp_path, write):
+    """--fail 'mesh=fine@oom': the fine members end with reason oom (no payload ran), so
+    retry: {on: [oom], grow: ...} acts: each retry asks twice the memory (the trace), and
+    they fail for good after three attempts; the coarse ones are done."""
+    ledger = tmp_path / "ledger"
+    wf = write("name: rehearse\nnodes:\n  sim:\n    parameters: {mesh: [coarse, fine]}\n"
+               f"    run: echo ran >> {ledger}\n"
+               "    scheduling: {memoryPerMember: 100}\n"
+               "    retry: {attempts: 3, on: [oom], grow: {memoryPerMember: 2}}\n")
+    run = tmp_path / "run"
+    rc, out, err = run_cli("run", wf, "--simulate", "--duration", "0.05", "--fail", "mesh=fine@oom", "--run-dir", run,
+                           cwd=tmp_path, timeout=300)
+    assert rc == 1, err
+    assert not ledger.exists()
+    ends = [r for r in read_journal(run) if r["e"] == "end" and r["m"] == 1]
+    assert [r.get("reason") for r in ends] == ["oom"] * 3, ends
+    assert all("a simulated oom" in r["why"] for r in ends)
+    asked = [r.get("mem", 100) for r in read_journal(run) if r["e"] == "assign" and r["m"] == 1]
+    assert asked == [100, 200, 400], asked
+    assert [r["rc"] for r in read_journal(run) if r["e"] == "end" and r["m"] == 0] == [0]
