@@ -21,7 +21,7 @@ from helpers import (CLUSTER, SGE_ENV, SGE_SCRIPT, TESTS, Slurm4, SlurmCluster, 
 #: fixture, is marked ``real`` (tests/project/test_tiers.py holds each to a check that skips,
 #: or fails under CI, when its service is not there)
 REAL = frozenset({"slurm_cluster", "ssh_nodes", "redis_url", "sge_cell", "slurm4_cluster", "slurm4", "chromium",
-                  "open_mpi"})
+                  "open_mpi", "charliecloud", "lmod"})
 
 #: the tests marked ``slow`` (over a few seconds), one a line: a test function's node id (all
 #: its cases) or a file's path (all its tests); tests/slow_list.py writes it from a measured
@@ -146,6 +146,31 @@ def chromium():
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
     yield driver
     driver.quit()
+
+
+@pytest.fixture
+def charliecloud():
+    """Charliecloud's ch-run and a static busybox for the tests' directory image (Debian's
+    charliecloud and busybox-static, tests/services/setup.sh); a skip, or a failure under CI,
+    when missing."""
+    import shutil
+
+    busybox = Path("/bin/busybox")
+    static = busybox.exists() and b"ld-linux" not in busybox.read_bytes()[:65536]
+    need(shutil.which("ch-run") is not None and static,
+         "ch-run or a static busybox missing: apt-get install charliecloud busybox-static (tests/services/setup.sh)")
+
+
+#: where Debian's Lmod keeps the shell's init script
+LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
+
+
+@pytest.fixture
+def lmod():
+    """Debian's Lmod (tests/services/setup.sh): its init script's path; a skip, or a failure
+    under CI, when missing."""
+    need(_os.path.exists(LMOD_INIT), "Lmod missing: apt-get install lmod (tests/services/setup.sh)")
+    return LMOD_INIT
 
 
 @pytest.fixture(scope="session")

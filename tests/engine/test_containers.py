@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import need, no_traceback, run_cli, show
+from helpers import no_traceback, run_cli, show
 
 MARK = "inside-the-image"
 
@@ -40,14 +40,6 @@ def busybox_image(where: Path) -> Path:
 BUSYBOX = "/bin/busybox"
 
 
-@pytest.fixture
-def chrun():
-    """ch-run and a static busybox (Debian: charliecloud, busybox-static)."""
-    static = os.path.exists(BUSYBOX) and b"ld-linux" not in Path(BUSYBOX).read_bytes()[:65536]
-    need(shutil.which("ch-run") is not None and static,
-         "ch-run or a static busybox missing: apt-get install charliecloud busybox-static")
-
-
 def workflow(where: Path, image: str = "./images/sim", n: int = 3, extra: str = "") -> Path:
     run = ('printf "%s %s %s %s %s\\n" "$(cat /etc/pwe-marker)" "$PWE_MEMBER" "$PWE_PARAM_X" "$TMPDIR" "$FOO" '
            '>> "$PWE_WORKSPACE/ledger"; echo t > "$TMPDIR/t" && echo "got=$PWE_PARAM_X" >> "$PWE_OUTPUTS"')
@@ -63,7 +55,7 @@ def ledger(where: Path) -> list[list[str]]:
     return [line.split(" ", 4) for line in (where / "ledger").read_text().splitlines()]
 
 
-def test_members_run_inside_the_image_with_their_environment_and_paths(chrun, tmp_path):
+def test_members_run_inside_the_image_with_their_environment_and_paths(charliecloud, tmp_path):
     busybox_image(tmp_path / "images" / "sim")
     wf = workflow(tmp_path, n=4)
     rc, out, err = run_cli("run", wf, cwd=tmp_path)
@@ -80,7 +72,7 @@ def test_members_run_inside_the_image_with_their_environment_and_paths(chrun, tm
     assert not list(tmp_path.rglob("PWNED"))
 
 
-def test_an_image_path_with_shell_characters_reaches_no_shell(chrun, tmp_path):
+def test_an_image_path_with_shell_characters_reaches_no_shell(charliecloud, tmp_path):
     name = "sim;touch PWNED $(touch PWNED2) `touch PWNED3` 'q"
     busybox_image(tmp_path / "images" / name)
     wf = workflow(tmp_path, image=f"./images/{name}", n=2)
@@ -91,7 +83,7 @@ def test_an_image_path_with_shell_characters_reaches_no_shell(chrun, tmp_path):
     assert not found, found
 
 
-def test_a_changed_image_makes_its_members_run_again(chrun, tmp_path):
+def test_a_changed_image_makes_its_members_run_again(charliecloud, tmp_path):
     from pwe.planning.plan import plan_workflow
     from pwe.runstate.rerun_why import why_run
 
@@ -108,7 +100,7 @@ def test_a_changed_image_makes_its_members_run_again(chrun, tmp_path):
     assert Counter(w[1] for w in ledger(tmp_path)) == {"0": 2, "1": 2, "2": 2}
 
 
-def test_an_empty_mount_point_made_in_the_image_changes_nothing(chrun, tmp_path):
+def test_an_empty_mount_point_made_in_the_image_changes_nothing(charliecloud, tmp_path):
     from pwe.planning.images import content_id
 
     image = busybox_image(tmp_path / "images" / "sim")
@@ -119,7 +111,7 @@ def test_an_empty_mount_point_made_in_the_image_changes_nothing(chrun, tmp_path)
     assert content_id(str(image)) != before
 
 
-def test_an_image_missing_where_validate_cannot_see_it_is_a_setup_failure(chrun, tmp_path):
+def test_an_image_missing_where_validate_cannot_see_it_is_a_setup_failure(charliecloud, tmp_path):
     """An absolute image path on a host other than 'local' is looked at on its nodes only:
     there it is missing, so no node takes the members (none fails: no attempt spent), and
     after three pilots the run stops with the line that says so."""
@@ -146,7 +138,7 @@ def test_an_image_missing_where_validate_cannot_see_it_is_a_setup_failure(chrun,
     ("./images/sim", "podman", "podman's image is a name"),
     ("-x", "charliecloud", "not starting with '-'"),
 ])
-def test_a_missing_image_or_unknown_runtime_is_one_line_at_validate(chrun, tmp_path, image, runtime, said):
+def test_a_missing_image_or_unknown_runtime_is_one_line_at_validate(charliecloud, tmp_path, image, runtime, said):
     busybox_image(tmp_path / "images" / "sim")
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: x\nnodes:\n  a:\n    run: 'true'\n    container: {{image: '{image}', runtime: {runtime}}}\n")
@@ -154,7 +146,7 @@ def test_a_missing_image_or_unknown_runtime_is_one_line_at_validate(chrun, tmp_p
     assert rc == 2 and len(err.strip().splitlines()) == 1 and said in err and "wf.yaml:5:" in err, err
 
 
-def test_a_runtime_not_installed_here_is_one_line_at_validate(chrun, tmp_path):
+def test_a_runtime_not_installed_here_is_one_line_at_validate(charliecloud, tmp_path):
     busybox_image(tmp_path / "images" / "sim")
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: x\nnodes:\n  a:\n    run: 'true'\n    container: {image: ./images/sim, runtime: charliecloud}\n")

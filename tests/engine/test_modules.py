@@ -7,19 +7,15 @@ the node: no member runs or fails, the run stops with the line naming it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from helpers import need, no_traceback, run_cli
-
-LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
+from helpers import no_traceback, run_cli
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
-    need(os.path.exists(LMOD_INIT), "Lmod missing: apt-get install lmod")
+def tree(lmod, tmp_path) -> Path:
     root = tmp_path / "modulefiles"
     for version in ("1.0", "2.0"):
         f = root / "testmod" / f"{version}.lua"
