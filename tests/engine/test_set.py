@@ -145,7 +145,7 @@ def test_priority_sends_the_members_it_names_first(tmp_path, write):
     assert second == [3, 6, 7, 0, 1, 2, 4, 5], second
 
 
-@pytest.mark.parametrize("value", ["-1", "1001", "x", "1.5", ""])
+@pytest.mark.parametrize("value", ["-1", "1001", "x", "1.5", "", "\u00b2", "9" * 5000, "nan"])
 def test_a_priority_out_of_range_is_one_line(tmp_path, write, value):
     wf = write("name: bad\nnodes:\n  a:\n    parameters: {i: [0, 1]}\n    run: 'true'\n")
     rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
