@@ -132,6 +132,8 @@ def collect(task: dict) -> dict[str, str]:
             pass
     if task.get("own"):
         tidy_member_dir(task["cwd"])
+    if "_ret" in task:  # a function member's return value, over what it wrote to the file (pilot/pyworkers.py)
+        out = {**(out or {}), **task.pop("_ret")}
     return out or {}
 
 

@@ -9,18 +9,20 @@ lines (never pickle), each with the two files its member's stdout and stderr go 
 with the line, ``SCM_RIGHTS``), and answers each with one JSON line:
 
 - in: ``{"id": N, "kw": {parameters}, "env": {the member's own variables}}``
-- out: ``{"id": N, "rc": 0|1|status, "cpu": s, "rss": KB, "why": "..."}`` (``why`` when
+- out: ``{"id": N, "rc": 0|1|status, "cpu": s, "rss": KB, "out": {outputs}, "why": "..."}`` (``why`` when
   the call failed in a way a traceback does not say: the module could not be imported, the
   function is missing, its return value is not a mapping of JSON values; then ``broken``
   is 1 when no call of this worker can succeed, and the pilot replaces it).
 
 During a call, fds 1 and 2 are the member's files (what it prints is its output; a
 traceback goes to its stderr), ``os.environ`` holds the member's variables (restored
-after), the return value, a mapping of JSON values, is appended to ``$PWE_OUTPUTS`` as
-``key=value`` lines (a string as it is, any other value as compact JSON). ``rss`` is the
-call's peak resident memory of this process (its peak is reset before each call where the
-kernel allows it: ``/proc/self/clear_refs``), which the pilot holds against the member's
-``memoryPerMember``.
+after). The return value, a mapping of JSON values, is its outputs, each a text (a string
+as it is, any other value as compact JSON), said with the answer (``out``; over
+:data:`OUTPUTS_INLINE` bytes of them, appended to ``$PWE_OUTPUTS`` as ``key=value`` lines
+instead, as a command would). ``rss``: where the call says ``mem``, the call's peak
+resident memory of this process (its peak is reset before the call where the kernel allows
+it: ``/proc/self/clear_refs``), which the pilot holds against the member's
+``memoryPerMember``; else this process's peak so far.
 
 Should the pilot die while a call runs, the answer cannot be written: the worker exits
 with the call's status, so the pilot's guardian (:mod:`pilot.guardian`), which has this
@@ -41,6 +43,9 @@ import traceback
 
 #: the most bytes of one call's line (its parameters and variables: the pilot's task was bounded)
 MOST = 1 << 22
+#: the most bytes of outputs said with the answer; more go to the outputs file (which the
+#: pilot reads as a command's, bounded)
+OUTPUTS_INLINE = 16 << 10
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
@@ -67,13 +72,13 @@ def _one_line(exc):
 
 
 def outputs_of(value, spec):
-    """The ``key=value`` lines of a return value, or (None, why): a mapping whose keys are
+    """The outputs of a return value, {name: text}, or (None, why): a mapping whose keys are
     names (no ``=``, no line end) and whose values are JSON values; None: no outputs."""
     if value is None:
-        return "", ""
+        return {}, ""
     if not isinstance(value, dict):
         return None, f"{spec} returned {type(value).__name__}, not a mapping of JSON values (a dict, or None)"
-    lines = []
+    out = {}
     for key, v in value.items():
         if not isinstance(key, str) or not key.strip() or "=" in key or "\n" in key or "\r" in key:
             return None, f"{spec} returned the key {key!r}: an output's name is text without '=' or a line end"
@@ -84,8 +89,21 @@ def outputs_of(value, spec):
                 text = _encode(v)
             except (TypeError, ValueError) as exc:
                 return None, f"{spec} returned {key}={type(v).__name__}: not a JSON value ({_one_line(exc)})"
-        lines.append(f"{key.strip()}={text}\n")
-    return "".join(lines), ""
+        out[key.strip()] = text
+    return out, ""
+
+
+def write_outputs(path, out):
+    """``key=value`` lines appended to the outputs file ``path`` (the pilot reads them as a
+    command's: pilot/members.py); (status, why)."""
+    if not path or not out:
+        return 0, ""
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("".join(f"{k}={v}\n" for k, v in out.items()))
+    except OSError as exc:
+        return 1, f"cannot write its outputs to {path}: {exc.strerror or exc}"
+    return 0, ""
 
 
 def peak_reset():
@@ -168,14 +186,17 @@ class Worker:
         if "tempfile" in sys.modules:  # (a $TMPDIR of its own each call: tempfile caches the first it saw)
             sys.modules["tempfile"].tempdir = None
         answer = {"id": msg.get("id")}
-        reset = peak_reset()
+        # (the call's own peak where its memory is limited: two reads of /proc a call)
+        reset = peak_reset() if msg.get("mem") else None
         cpu0 = cpu_now()
         rc, why = 1, self.broken
         try:
             if self.fn is None:
                 answer["broken"] = 1
             else:
-                rc, why = self.run(msg.get("kw") or {})
+                rc, why, out = self.run(msg.get("kw") or {})
+                if out:
+                    answer["out"] = out
             if why:
                 print(f"pwe: {why}", file=sys.stderr)
         finally:
@@ -197,33 +218,25 @@ class Worker:
         return answer
 
     def run(self, kw):
-        """The function called: (status, why), its outputs written."""
+        """The function called: (status, why, its outputs: {name: text}, said with its answer;
+        None when they were written to its ``$PWE_OUTPUTS`` file: too many for a line)."""
         try:
             value = self.fn(**kw)
         except SystemExit as exc:
             code = exc.code
             if code is not None and not isinstance(code, int):
                 print(code, file=sys.stderr)
-            return (code if isinstance(code, int) else 0 if code is None else 1), ""
+            return (code if isinstance(code, int) else 0 if code is None else 1), "", None
         except BaseException:  # noqa: BLE001 - the member's failure: its traceback is its stderr
             traceback.print_exc()
-            return 1, ""
-        text, why = outputs_of(value, self.spec)
-        if text is None:
-            return 1, why
-        return self.write_outputs(text) if text else (0, "")
-
-    @staticmethod
-    def write_outputs(text):
-        path = os.environ.get("PWE_OUTPUTS")
-        if not path:
-            return 0, ""
-        try:
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            return 1, f"cannot write its outputs to {path}: {exc.strerror or exc}"
-        return 0, ""
+            return 1, "", None
+        out, why = outputs_of(value, self.spec)
+        if out is None:
+            return 1, why, None
+        if sum(len(k) + len(v) + 2 for k, v in out.items()) > OUTPUTS_INLINE:
+            rc, why = write_outputs(os.environ.get("PWE_OUTPUTS"), out)
+            return rc, why, None
+        return 0, "", out
 
     def answer(self, msg):
         """Say the answer; False when the pilot is gone."""
@@ -249,10 +262,14 @@ def main(argv):
             # have died before it read the answer, its guardian takes this as the member's end)
             return last
         msg, fds = got
+        env = msg.get("env") or {}
         answer = worker.call(msg, fds)
         last = answer["rc"] if 0 <= answer["rc"] <= 255 else 1
         if not worker.answer(answer):
-            return last  # the pilot died while the call ran: as above
+            # the pilot died while the call ran: its outputs where its guardian finds them (as a
+            # command's, pilot/tmpdirs.py), and our status is the member's, as above
+            write_outputs(env.get("PWE_OUTPUTS"), answer.get("out"))
+            return last
 
 
 if __name__ == "__main__":

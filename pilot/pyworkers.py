@@ -137,7 +137,10 @@ class PyWorkers:
         mem = task.get("mem")
         if mem:
             self.memory.attach(worker.pid, worker.pid, int(mem), watch=True)
-        data = (_encode({"id": worker.calls, "kw": task.get("kw") or {}, "env": own}) + "\n").encode()
+        call = {"id": worker.calls, "kw": task.get("kw") or {}, "env": own}
+        if mem:
+            call["mem"] = 1  # (the worker measures the call's own peak: pilot/pyworker.py)
+        data = (_encode(call) + "\n").encode()
         try:
             sent = worker.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             if sent < len(data):
@@ -198,6 +201,11 @@ class PyWorkers:
                 member.reason = REASON_OOM
             elif msg.get("why"):
                 member.killed = str(msg["why"])[:1000]
+        out = msg.get("out")
+        if isinstance(out, dict) and out:  # (its return value: the end's outputs, pilot.members.collect)
+            task["_ret"] = {str(k): str(v) for k, v in out.items()}
+        if "_io" in task:  # (it gave its capture files back before it answered: used again, pilot/streams.py)
+            task["_io"] = (*task["_io"][:2], None)
         self.packer.release(member.placement, member.threads, member.exclusive)
         if signalled or member.reason or msg.get("broken"):
             self._kill(worker)  # (over its memory, signalled meanwhile, or its function cannot be had)

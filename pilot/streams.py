@@ -174,9 +174,14 @@ class StreamWriter:
 
     def _again(self, fds: tuple[int, ...], used: bool) -> None:
         """A pair whose member was reaped: to be used again when its process group is gone
-        (nothing left that could still write into it), emptied if it holds anything."""
+        (nothing left that could still write into it), emptied if it holds anything. A
+        third item None: no process holds them (a warm worker's call, pilot/pyworkers.py:
+        the worker gave them back before it answered)."""
         try:
-            os.killpg(fds[2], 0)
+            if fds[2] is not None:
+                os.killpg(fds[2], 0)
+            else:
+                raise ProcessLookupError
         except ProcessLookupError:
             try:
                 if used:

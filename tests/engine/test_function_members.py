@@ -82,6 +82,10 @@ def crash(x):
     return {"pid": os.getpid()}
 
 
+def big(x):
+    return {"big": "x" * (20000 + x), "small": x, "nested": {"a": [1, 2.5, None, True]}}
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -163,6 +167,19 @@ def test_a_return_value_that_is_no_mapping_fails_the_member_in_one_line(tmp_path
     assert line in output(tmp_path / "run", "fit", 0, "stderr")
     ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("m") == 0]
     assert line in ends[-1].get("why", ""), ends
+
+
+def test_outputs_too_many_for_a_line_go_through_the_outputs_file_and_json_values_stay_json(tmp_path):
+    wf, _, _ = _setup(tmp_path, """    parameters: {x: [0, 1]}
+    python: mypkg.fits:big
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    for r in show(tmp_path / "run"):
+        x = r["parameters"]["x"]
+        assert r["outputs"]["big"] == "x" * (20000 + x)
+        assert r["outputs"]["small"] == str(x)
+        assert json.loads(r["outputs"]["nested"]) == {"a": [1, 2.5, None, True]}
 
 
 def test_a_worker_over_its_memory_fails_its_member_oom_is_replaced_and_the_retry_passes(tmp_path):
