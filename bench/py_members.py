@@ -69,8 +69,8 @@ def run_pwe(base: Path, n: int, slots: int, function: bool) -> dict:
 
     mods = module_dir(base)
     wf = mods / ("fn.yaml" if function else "cmd.yaml")
-    payload = ("    python: w4mod:work\n" if function else
-               f"    env: {{PYTHONPATH: {mods}}}\n    run: {sys.executable} -c \"import w4mod; w4mod.work({{{{ i }}}})\"\n")
+    payload = ("    python: w4mod:work\n" if function else f"    env: {{PYTHONPATH: {mods}}}\n"
+               f"    run: {sys.executable} -c \"import w4mod; w4mod.work({{{{ i }}}})\"\n")
     wf.write_text(f"name: w4\nworkspace: {mods}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, {n}]}}}}\n{payload}")
     run_dir = base / f"pwe-{time.time_ns()}"
     os.sync()
@@ -223,7 +223,8 @@ def run_peer(peer: str, base: Path, n: int, slots: int) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     lines = [x for x in p.stdout.splitlines() if x.startswith("W4-RESULT ")]
     if p.returncode != 0 or not lines:
-        raise RuntimeError(f"{peer} driver exited {p.returncode}: {(p.stderr.strip().splitlines() or ['-'])[-1][-300:]}")
+        last = (p.stderr.strip().splitlines() or ["-"])[-1][-300:]
+        raise RuntimeError(f"{peer} driver exited {p.returncode}: {last}")
     return json.loads(lines[-1][len("W4-RESULT "):])
 
 
