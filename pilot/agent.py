@@ -366,7 +366,7 @@ class PilotAgent:
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.losses.why_never(shape)
+            never = self.losses.why_never(shape) or ("py" in task and self.pyworkers.never)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")

@@ -85,6 +85,9 @@ class PyWorkers:
         self.dir = directory
         self.base_env = base_env
         self.most = max(1, slots)
+        #: why no function member can be placed here, or "" (an allocation without the pilot's own node)
+        self.never = "" if slots > 0 else "function members run on the pilot's own node, which this allocation has " \
+                                          "no slot of"
         self.running = running
         self.packer = packer
         self.memory = memory

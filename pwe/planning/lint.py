@@ -307,6 +307,8 @@ def _names_used(plan: Plan, nid: str) -> set[str]:
 
 def parameters_unused(plan: Plan, nid: str, raw: Any, workspace: Path) -> list[Lint]:
     pn = plan.nodes[nid]
+    if pn.spec.python is not None:
+        return []  # (a function member's parameters are its function's arguments: each one used)
     space = pn.space
     unused = [n for n in space.names if len(space.values[n]) > 1 and n not in _names_used(plan, nid)]
     if not unused:

@@ -264,3 +264,49 @@ def test_a_pilot_killed_while_calls_run_no_member_completes_twice(tmp_path):
     rerun = [r for r in recs if r["e"] == "start" and r["a"] > 1]
     notes = [r for r in recs if r["e"] == "note" and "guardian" in r.get("what", "")]
     assert rerun or notes, "no call was running at any of the kills"
+
+
+SWEEP_SCRIPT = '''
+import json, sys
+import pwe
+from mypkg.fits import fit
+
+
+def twice(a):
+    print("twice", a)
+    return {"twice": 2 * a}
+
+
+if __name__ == "__main__":
+    r = pwe.sweep(fit, {"x": {"range": [0, 3]}, "y": [0.5], "name": ["n"]}, cores=2, run_dir=sys.argv[1] + "/a",
+                  env={"LEDGER": sys.argv[1] + "/ledger", "IMPORTS": sys.argv[1] + "/imports", "FOO": "baz"})
+    mine = pwe.sweep(twice, {"a": [1, 2]}, cores=2, run_dir=sys.argv[1] + "/b")
+    try:
+        pwe.sweep(lambda x: x, {"x": [1]})
+        refused = None
+    except pwe.InputError as exc:
+        refused = str(exc)
+    print(json.dumps({"ok": [r.ok, mine.ok], "fit": [m["outputs"] for m in r.members("fit")],
+                      "twice": [m["outputs"] for m in mine.members("twice")], "refused": refused}))
+'''
+
+
+def test_pwe_sweep_runs_a_function_over_values_from_python(tmp_path):
+    """pwe.sweep(fn, params): a module's function and the script's own (imported from its
+    file by the workers, under the __main__ guard); a lambda refused in one line."""
+    _setup(tmp_path, "    python: mypkg.fits:fit\n")
+    (tmp_path / "script.py").write_text(SWEEP_SCRIPT)
+    p = subprocess.run([sys.executable, str(tmp_path / "script.py"), str(tmp_path)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=180, env={**__import__("os").environ, "PYTHONPATH": ENV_PATH,
+                                                "IMPORTS": str(tmp_path / "imports-script")})
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["ok"] == [True, True]
+    assert [json.loads(o["sum"]) for o in got["fit"]] == [0.5, 1.5, 2.5]
+    assert {o["foo"] for o in got["fit"]} == {"baz"}
+    assert got["twice"] == [{"twice": "2"}, {"twice": "4"}]
+    assert "is not a function at the top level of its module" in got["refused"]
+    assert "\n" not in got["refused"]
+    assert "twice 2" in output(tmp_path / "b", "twice", 1)
+    starts, ends = _ledger(tmp_path / "ledger")
+    assert set(ends) == {("fit", str(i), "1") for i in range(3)}

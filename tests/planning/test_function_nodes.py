@@ -80,3 +80,10 @@ def test_xml_and_yaml_say_the_same_function_node(tmp_path):
     a, b = plan_workflow(yaml), plan_workflow(xml)
     assert node_digest(a, "f") == node_digest(b, "f")
     assert a.command("f", 1) == b.command("f", 1) == "python: mypkg.fits:fit"
+
+
+def test_lint_takes_a_function_nodes_parameters_as_its_arguments(tmp_path):
+    wf = _workspace(tmp_path, "    python: mypkg.fits:fit\n")
+    rc, out, err = pwe("lint", wf, cwd=tmp_path)
+    assert rc == 0 and "used by no template" not in out + err, (out, err)
+    assert not (tmp_path / "imported").exists()
