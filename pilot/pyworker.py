@@ -50,13 +50,14 @@ _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def load(spec):
-    """The function ``spec`` names, or (None, why): one line naming what and where."""
+    """The function ``spec`` names, or (None, why): one line naming what and where (after
+    the traceback of its import, when that raised: each call's stderr says both)."""
     module_name, _, name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - whatever its import raises is the member's to see
-        traceback.print_exc()
-        return None, f"cannot import {module_name}: {type(exc).__name__}: {_one_line(exc)}"
+        return None, (f"{traceback.format_exc()}pwe: cannot import {module_name}: {type(exc).__name__}: "
+                      f"{_one_line(exc)}")
     fn = getattr(module, name, None)
     where = getattr(module, "__file__", None) or module_name
     if fn is None:
@@ -81,7 +82,7 @@ def outputs_of(value, spec):
     out = {}
     for key, v in value.items():
         if not isinstance(key, str) or not key.strip() or "=" in key or "\n" in key or "\r" in key:
-            return None, f"{spec} returned the key {key!r}: an output's name is text without '=' or a line end"
+            return None, f"{spec} returned the key {key!r:.200}: an output's name is text without '=' or a line end"
         if isinstance(v, str) and "\n" not in v and "\r" not in v:
             text = v
         else:
@@ -189,10 +190,11 @@ class Worker:
         # (the call's own peak where its memory is limited: two reads of /proc a call)
         reset = peak_reset() if msg.get("mem") else None
         cpu0 = cpu_now()
-        rc, why = 1, self.broken
+        rc, why = 1, self.broken.rpartition("pwe: ")[2]
         try:
             if self.fn is None:
                 answer["broken"] = 1
+                print(self.broken.rpartition("pwe: ")[0], end="", file=sys.stderr)
             else:
                 rc, why, out = self.run(msg.get("kw") or {})
                 if out:
@@ -214,7 +216,7 @@ class Worker:
                     os.environ[k] = v
         answer.update(rc=max(-255, min(255, rc)), cpu=round(cpu_now() - cpu0, 3), rss=peak_kb(reset))
         if why:
-            answer["why"] = why
+            answer["why"] = why[:1000]
         return answer
 
     def run(self, kw):

@@ -53,8 +53,12 @@ from .wire import REASON_OOM, START
 #: the worker's program (run as a file: any Python may run it, the pilot package need not be importable)
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyworker.py")
 #: a member's own variables, set for its call alone (the rest of its environment is its worker's)
+#: (not its GPUs: a library reads CUDA_VISIBLE_DEVICES once, so a worker keeps the GPUs it started with,
+#: and serves only members given the same)
 PER_MEMBER = frozenset({"PWE_MEMBER", "PWE_ATTEMPT", "PWE_OUTPUTS", "PWE_TMPDIR", "TMPDIR", "PWE_PARENT",
-                        "PWE_ITERATION", "CUDA_VISIBLE_DEVICES", "PWE_GPUS", "PWE_WALLTIME_MINUTES"})
+                        "PWE_ITERATION", "PWE_WALLTIME_MINUTES"})
+#: the most bytes of a worker's answer line (its outputs are at most 16 KB of it: pilot/pyworker.py)
+ANSWER_MOST = 1 << 20
 _PARAM = "PWE_PARAM_"
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -170,6 +174,10 @@ class PyWorkers:
             return
         lines = (worker.partial + data).split(b"\n")
         worker.partial = lines.pop()
+        if len(worker.partial) > ANSWER_MOST:  # (not our worker's answer: it goes, its member with it)
+            say(f"{worker.name} said more than {ANSWER_MOST} bytes in a line; it is replaced")
+            self._lost(worker)
+            return
         for line in lines:
             if line.strip():
                 try:

@@ -310,3 +310,25 @@ def test_pwe_sweep_runs_a_function_over_values_from_python(tmp_path):
     assert "twice 2" in output(tmp_path / "b", "twice", 1)
     starts, ends = _ledger(tmp_path / "ledger")
     assert set(ends) == {("fit", str(i), "1") for i in range(3)}
+
+
+def test_a_module_that_fails_at_its_import_fails_each_member_in_one_line_and_its_worker_goes(tmp_path):
+    """Found and defined in its source (validate passes), it raises at its import: each
+    member fails with one line naming the module and what it raised, its traceback in its
+    stderr; the worker is replaced each time (a retry imports it again)."""
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: [0, 1, 2]}
+    python: mypkg.broken:fit
+    retries: 1
+""")
+    (tmp_path / "mypkg" / "broken.py").write_text(
+        "import os\nwith open(os.environ['IMPORTS'], 'a') as fh:\n    fh.write('x\\n')\n"
+        "raise RuntimeError('no GPU here\\nsecond line')\n\n\ndef fit(x):\n    return {}\n")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1
+    recs = read_journal(tmp_path / "run")
+    ends = [r for r in recs if r["e"] == "end"]
+    assert len(ends) == 6 and all(r["rc"] == 1 for r in ends)
+    assert {r["why"] for r in ends} == {"cannot import mypkg.broken: RuntimeError: no GPU here"}
+    assert len(imports.read_text().split()) == 6  # (a worker for each attempt: none kept)
+    stderr = output(tmp_path / "run", "fit", 2, "stderr")
+    assert "Traceback" in stderr and "pwe: cannot import mypkg.broken" in stderr
