@@ -165,6 +165,13 @@ def check(plan: Any) -> None:
         except OSError as exc:
             raise InputError(f"node '{nid}': python: {spec}: cannot read {found}: {exc.strerror or exc}",
                              plan.file, line) from None
+        try:
+            compile(source, found, "exec", flags=ast.PyCF_ONLY_AST)
+        except SyntaxError as exc:  # (its workers would fail every call with it)
+            raise InputError(f"node '{nid}': python: {spec}: {found}:{exc.lineno}: {exc.msg}; mend the module",
+                             plan.file, line) from None
+        except ValueError:
+            pass
         if defines(source, name) is False:
             raise InputError(f"node '{nid}': python: {spec}: {Path(found)} defines no '{name}' at its top level; "
                              "name a function of that module", plan.file, line)

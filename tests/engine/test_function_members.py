@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from helpers import ROOT, kill_pilot, output, read_journal, run_cli, show, wait_for
+from helpers import ROOT, alive, kill_pilot, output, read_journal, run_cli, show, wait_for
 
 ENV_PATH = str(ROOT)
 
@@ -68,7 +68,9 @@ def hog(x):
 
 def slow(x):
     _note("start")
-    if x == 0:
+    with open(os.environ["LEDGER"] + ".pids", "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    if x == 0 or os.environ.get("ALL_SLOW"):
         time.sleep(600)
     _note("end")
     return {"pid": os.getpid()}
@@ -135,6 +137,7 @@ def test_parameters_in_outputs_back_prints_in_logs_the_module_imported_once_per_
     # two slots: at most two workers, each of which imported the module once
     imported = imports.read_text().split()
     assert len(imported) == len(set(imported)) and set(imported) == pids and len(pids) <= 2
+    assert not [p for p in pids if alive(int(p))], "workers outlived their pilot"
     assert "fitting x=3 y=0.5 name='a b'" in output(run, "fit", 12)
     assert "to stderr" in output(run, "fit", 12, "stderr")
 
@@ -332,3 +335,27 @@ def test_a_module_that_fails_at_its_import_fails_each_member_in_one_line_and_its
     assert len(imports.read_text().split()) == 6  # (a worker for each attempt: none kept)
     stderr = output(tmp_path / "run", "fit", 2, "stderr")
     assert "Traceback" in stderr and "pwe: cannot import mypkg.broken" in stderr
+
+
+def test_a_cancel_ends_the_calls_that_run_and_leaves_no_worker(tmp_path):
+    """pwe cancel while two calls sleep: the run stops, no call completes, no worker lives on."""
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 6]}}
+    python: mypkg.fits:slow
+""")
+    wf.write_text(wf.read_text().replace("FOO: bar}", "FOO: bar, ALL_SLOW: 1}"))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": ENV_PATH},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = Path(str(ledger) + ".pids")
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, timeout=120, what="two calls running")
+        rc, out, err = run_cli("cancel", run_dir, cwd=tmp_path, timeout=120)
+        assert rc == 0, err
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    workers = [int(p) for p in pids.read_text().split()]
+    wait_for(lambda: not [p for p in workers if alive(p)], timeout=60, what="the workers gone")
+    starts, ends = _ledger(ledger)
+    assert not ends and len(starts) == 2

@@ -15,6 +15,7 @@ def _workspace(tmp_path, node: str):
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("raise SystemExit('the package must not be imported')\n")
     (tmp_path / "mypkg" / "fits.py").write_text(MODULE)
+    (tmp_path / "mypkg" / "syntax.py").write_text("def fit(x):\n    return {'x': x\n\n")
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: fn\nnodes:\n  f:\n    parameters: {{x: [1, 2]}}\n{node}")
     return wf
@@ -28,11 +29,12 @@ def _workspace(tmp_path, node: str):
     ("    python: 'mypkg.fits'\n", 5, "is package.module:function"),
     ("    python: \"\\e[31mred:x\"\n", 5, "'\\x1b[31mred:x'"),
     ("    python: mypkg.fits:fit\n    run: echo\n", 3, "gives both 'run' and 'python'"),
+    ("    python: mypkg.syntax:fit\n", 5, "/mypkg/syntax.py:2: "),
     ("    description: nothing\n", 3, "the node has no payload: give 'run' (a shell command) or 'python'"),
     ("    python: mypkg.fits:fit\n    check: echo converged=true >> $PWE_OUTPUTS\n", 5, "takes no 'check'"),
     ("    python: mypkg.fits:fit\n    scheduling: {ranksPerMember: 4}\n", 5, "ranksPerMember must be 1"),
     ("    python: " + "a" * 500 + ":f\n", 5, "at most"),
-], ids=["no function", "no module", "no package", "shell", "no function named", "escape", "both", "neither",
+], ids=["no function", "no module", "no package", "shell", "no function named", "escape", "both", "syntax", "neither",
         "check", "ranks", "long"])
 def test_bad_function_nodes_are_one_line_at_validate(tmp_path, node, line, said):
     wf = _workspace(tmp_path, node)
