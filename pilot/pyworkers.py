@@ -78,180 +78,121 @@ class PyWorker:
         self.name = name
 
 
-class PyWorkers:
-    """The pilot's warm workers: made as calls need them, one a slot at most."""
+def split_env(member_env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """A member's environment as (what its worker starts with: what members share, its own
+    variables, set for its call alone: :data:`PER_MEMBER` and ``PWE_PARAM_*``)."""
+    shared, own = {}, {}
+    for k, v in member_env.items():
+        (own if k in PER_MEMBER or k.startswith(_PARAM) else shared)[k] = v
+    return shared, own
 
-    def __init__(self, directory: str, base_env: dict[str, str], slots: int, running: dict[int, Member],
-                 packer: Packer, memory: MemoryWatch, streams: StreamWriter, emit: Callable[..., None],
-                 flush: Callable[[], bool], finish: Callable[..., None], fail_now: Callable[[dict, int, str], None],
-                 member_over: Callable[[dict, Any], None], table: Any = None,
-                 seen_over: Callable[[int, int], None] | None = None):
-        self.dir = directory
+
+class WorkerPool:
+    """The warm workers of one process (the pilot; a node agent, pilot/nodeagent.py): made as
+    calls need them, at most ``most``; an idle one of another function gives its place."""
+
+    def __init__(self, directory: str, base_env: dict[str, str], most: int):
+        self.dir = directory  # (its workers' logs; where they start when no workspace is said)
         self.base_env = base_env
-        self.most = max(1, slots)
-        #: why no function member can be placed here, or "" (an allocation without the pilot's own node)
-        self.never = "" if slots > 0 else "function members run on the pilot's own node, which this allocation has " \
-                                          "no slot of"
-        self.running = running
-        self.packer = packer
-        self.memory = memory
-        self.streams = streams
-        self.emit = emit
-        self.flush = flush
-        self.finish = finish
-        self.fail_now = fail_now
-        self.member_over = member_over
-        self.table = table
-        self.seen_over = seen_over
-        self.sel: Any = None  # (the loop's selector, from its start: pilot.agent.PilotAgent.run)
+        self.most = max(1, most)
+        self.sel: Any = None  # (the loop's selector, from its start)
         self.workers: dict[int, PyWorker] = {}  # pid -> worker
         self.idle: dict[tuple, list[PyWorker]] = {}  # key -> idle workers of that function and environment
         self.retired: list[int] = []  # killed, not yet collected
         self.made = 0
         self._which: dict[str, str | None] = {}
 
-    # -- the call ---------------------------------------------------------------------------
-    def launch(self, task: dict, placement: Placement, threads: int, exclusive: bool, member_env: dict[str, str],
-               capture: Callable[..., tuple[int, int] | None]) -> None:
-        """Hand a member to a worker of its function: its ``start`` written, then the call sent.
-        ``capture``: its stdout's and stderr's files (pilot/tmpdirs.py ``MemberTmp.capture``:
-        None when this node's scratch takes none, the member queued again)."""
-        fds = capture(task, placement, threads, exclusive)
-        if fds is None:
-            return
-        shared = {k: v for k, v in member_env.items() if k not in PER_MEMBER and not k.startswith(_PARAM)}
-        own = {k: v for k, v in member_env.items() if k in PER_MEMBER or k.startswith(_PARAM)}
-        key = (task["py"], frozenset(shared.items()))
-        self._collect()
-        try:
-            worker = self._idle_worker(key) or self._start(key, task["py"], shared)
-        except OSError as exc:
-            self.streams.drop(fds)
-            self.packer.release(placement, threads, exclusive)
-            self.fail_now(task, 127 if exc.errno == 2 else 126,
-                          f"cannot start a Python worker for {task['py']}: {exc.strerror or exc}")
-            self.member_over(task, placement)
-            return
-        # its start on disk before the call is sent (one write): a pilot killed at any moment
-        # leaves no call running that the engine does not know of
-        self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
-        self.flush()
-        member = Member(task, worker.pid, placement, threads, exclusive, "fork")
-        worker.member = member
-        worker.calls += 1
-        task["_io"] = fds  # (its call's stdout and stderr: kept into the stream as it ends)
-        self.running[worker.pid] = member
-        mem = task.get("mem")
-        if mem:
-            self.memory.attach(worker.pid, worker.pid, int(mem), watch=True)
-        call = {"id": worker.calls, "kw": task.get("kw") or {}, "env": own}
-        if mem:
-            call["mem"] = 1  # (the worker measures the call's own peak: pilot/pyworker.py)
-        data = (_encode(call) + "\n").encode()
-        try:
-            sent = worker.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-            if sent < len(data):
-                worker.sock.sendall(data[sent:])
-        except OSError as exc:
-            # gone before it had the call: it ends as a worker that died (the reaper's), never
-            # taken for the member's success
-            member.killed = f"its Python worker had ended before the call ({exc.strerror or exc})"
-            self._kill(worker)
-            return
-        if self.table is not None:  # (after the send: a worker killed before has no call to answer for)
-            self.table.spawned(worker.pid, task["n"], task["m"], task["a"])
-
-    def ready(self, worker: PyWorker) -> None:
-        """What a worker said (the loop's selector): each call's answer; its end of the socket closed."""
-        try:
-            data = worker.sock.recv(1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._lost(worker)
-            return
-        lines = (worker.partial + data).split(b"\n")
-        worker.partial = lines.pop()
-        if len(worker.partial) > ANSWER_MOST:  # (not our worker's answer: it goes, its member with it)
-            say(f"{worker.name} said more than {ANSWER_MOST} bytes in a line; it is replaced")
-            self._lost(worker)
-            return
-        for line in lines:
-            if line.strip():
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                self._answered(worker, msg)
-
-    def _answered(self, worker: PyWorker, msg: dict) -> None:
-        member = worker.member
-        if member is None or msg.get("id") != worker.calls:
-            return
-        worker.member = None
-        if self.running.get(worker.pid) is not member:
-            return  # (ended already: its worker was reaped first)
-        del self.running[worker.pid]
-        rc = msg.get("rc") if type(msg.get("rc")) is int else 1
-        if self.seen_over is not None:  # (the guardian's table: its end is about to be said)
-            self.seen_over(worker.pid, rc)
-        task = member.task
-        signalled = bool(member.killed)  # (stopped meanwhile: its worker has the signal too)
-        over = self.memory.ended(worker.pid, None, rc) if self.memory.limits else None
-        rss = msg.get("rss") if type(msg.get("rss")) is int else None
-        cpu = msg.get("cpu") if type(msg.get("cpu")) in (int, float) else None
-        member.cpu, member.rss = cpu, rss
-        mem = task.get("mem")
-        if not member.killed:
-            if over:
-                member.killed, member.reason = over, REASON_OOM
-            elif mem and rss is not None and rss > int(mem) * 1024:
-                member.killed = f"used {rss // 1024} MB of its memoryPerMember {mem} MB"
-                member.reason = REASON_OOM
-            elif msg.get("why"):
-                member.killed = str(msg["why"])[:1000]
-        out = msg.get("out")
-        if isinstance(out, dict) and out:  # (its return value: the end's outputs, pilot.members.collect)
-            task["_ret"] = {str(k): str(v) for k, v in out.items()}
-        if "_io" in task:  # (it gave its capture files back before it answered: used again, pilot/streams.py)
-            task["_io"] = (*task["_io"][:2], None)
-        self.packer.release(member.placement, member.threads, member.exclusive)
-        if signalled or member.reason or msg.get("broken"):
-            self._kill(worker)  # (over its memory, signalled meanwhile, or its function cannot be had)
-        else:
-            self.idle.setdefault(worker.key, []).append(worker)
-        self.finish(member, rc)
-
-    def _lost(self, worker: PyWorker) -> None:
-        """A worker's socket closed: it died (or closed it). Its member, if any, is ended by
-        the pilot's reaper with the worker's exit status, as a command's."""
-        self._forget(worker)
-        member = worker.member
-        if member is not None and self.running.get(worker.pid) is member and not member.killed:
-            member.killed = "its Python worker ended while the function ran"
-        try:
-            os.killpg(worker.pid, signal.SIGKILL)  # (one that closed its socket and lives on goes too)
-        except OSError:
-            pass
-        self.retired.append(worker.pid)
-
-    # -- workers ----------------------------------------------------------------------------
-    def _idle_worker(self, key: tuple) -> PyWorker | None:
+    def get(self, spec: str, shared: dict[str, str]) -> PyWorker:
+        """An idle worker of ``spec`` started with ``shared``, else a new one (OSError: it
+        cannot be started)."""
+        key = (spec, frozenset(shared.items()))
         free = self.idle.get(key)
         while free:
             worker = free.pop()
             if worker.pid in self.workers:
                 return worker
-        return None
+        return self._start(key, spec, shared)
+
+    def send(self, worker: PyWorker, call: dict, fds: tuple[int, int]) -> None:
+        """A call (one JSON line) with its stdout's and stderr's files; OSError: the worker is gone."""
+        worker.calls += 1
+        call["id"] = worker.calls
+        data = (_encode(call) + "\n").encode()
+        sent = worker.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        if sent < len(data):
+            worker.sock.sendall(data[sent:])
+
+    def answers(self, worker: PyWorker) -> list[dict] | None:
+        """What a worker said (its socket is readable): its answers to its current call; None
+        when its socket closed (it died, or closed it) or it said a line past
+        :data:`ANSWER_MOST` (not our worker's answer): it is to go (:meth:`lost`)."""
+        try:
+            data = worker.sock.recv(1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        lines = (worker.partial + data).split(b"\n")
+        worker.partial = lines.pop()
+        if len(worker.partial) > ANSWER_MOST:
+            say(f"{worker.name} said more than {ANSWER_MOST} bytes in a line; it is replaced")
+            return None
+        out = []
+        for line in lines:
+            try:
+                msg = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("id") == worker.calls:
+                out.append(msg)
+        return out
+
+    def back(self, worker: PyWorker) -> None:
+        """A worker whose call is over: idle, for the next call of its function."""
+        worker.member = None
+        self.idle.setdefault(worker.key, []).append(worker)
+
+    def lost(self, worker: PyWorker) -> None:
+        """A worker that is to go: killed (its process group), collected later (a worker that
+        runs a call is its starter's reaper's, which ends that member with its status)."""
+        if self.workers.pop(worker.pid, None) is not None:
+            if self.sel is not None:
+                try:
+                    self.sel.unregister(worker.sock.fileno())
+                except (KeyError, ValueError):
+                    pass
+            worker.sock.close()
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.retired.append(worker.pid)
+
+    def collect(self, busy: Any) -> None:
+        """Workers killed earlier that have ended, collected; those in ``busy`` (running a
+        member: the starter's reaper ends it with their status) left to their reaper."""
+        if not self.retired:
+            return
+        left = []
+        for pid in self.retired:
+            if pid in busy:
+                left.append(pid)
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if not done:
+                left.append(pid)
+        self.retired = left
 
     def _start(self, key: tuple, spec: str, shared: dict[str, str]) -> PyWorker:
-        """A new worker of ``spec`` (one idle of another function gives its place, at the most)."""
         if len(self.workers) >= self.most:
             for other in self.idle.values():
                 if other:
-                    self._kill(other.pop(0))
+                    self.lost(other.pop(0))
                     break
         python = shared.get("PWE_PYTHON") or self.base_env.get("PWE_PYTHON") or sys.executable
         exe = self._which.get(python)
@@ -261,7 +202,7 @@ class PyWorkers:
         env = self.base_env.copy()
         env.update(shared)
         self.made += 1
-        name = f"pyworker-{self.made}"
+        name = f"pyworker-{os.getpid()}-{self.made}"
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         log = -1
         try:
@@ -289,51 +230,162 @@ class PyWorkers:
             say(f"function members: warm Python workers ({exe}), at most {self.most}")
         return worker
 
-    def _forget(self, worker: PyWorker) -> None:
-        if self.workers.pop(worker.pid, None) is None:
-            return
-        if self.sel is not None:
-            try:
-                self.sel.unregister(worker.sock.fileno())
-            except (KeyError, ValueError):
-                pass
-        worker.sock.close()
-
-    def _kill(self, worker: PyWorker) -> None:
-        """A worker replaced (or at the pilot's end): killed, collected later."""
-        self._forget(worker)
-        try:
-            os.killpg(worker.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.retired.append(worker.pid)
-
-    def _collect(self) -> None:
-        """Workers killed earlier that have ended, collected (the pilot's reaper takes those
-        it sees first: a worker's pid is a member's key only while it runs one)."""
-        if not self.retired:
-            return
-        left = []
-        for pid in self.retired:
-            if pid in self.running:  # (the reaper's: its member ends there, with its status)
-                left.append(pid)
-                continue
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                continue
-            if not done:
-                left.append(pid)
-        self.retired = left
-
     def close(self) -> None:
-        """The pilot leaves: every worker goes (idle ones end at their socket's end; killed
-        anyway) and is collected."""
+        """Its process leaves: every worker goes (killed) and is collected."""
         for worker in list(self.workers.values()):
-            self._kill(worker)
+            self.lost(worker)
         for pid in self.retired:
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
         self.retired.clear()
+
+
+class PyWorkers:
+    """The pilot's function members on its own node: calls to its :class:`WorkerPool`."""
+
+    def __init__(self, directory: str, base_env: dict[str, str], slots: int, running: dict[int, Member],
+                 packer: Packer, memory: MemoryWatch, streams: StreamWriter, emit: Callable[..., None],
+                 flush: Callable[[], bool], finish: Callable[..., None], fail_now: Callable[[dict, int, str], None],
+                 member_over: Callable[[dict, Any], None], table: Any = None,
+                 seen_over: Callable[[int, int], None] | None = None):
+        self.pool = WorkerPool(directory, base_env, slots)
+        #: why no function member can be placed here, or "" (an allocation without the pilot's own node)
+        self.never = "" if slots > 0 else "function members run on the pilot's own node, which this allocation has " \
+                                          "no slot of"
+        self.running = running
+        self.packer = packer
+        self.memory = memory
+        self.streams = streams
+        self.emit = emit
+        self.flush = flush
+        self.finish = finish
+        self.fail_now = fail_now
+        self.member_over = member_over
+        self.table = table
+        self.seen_over = seen_over
+
+    @property
+    def sel(self) -> Any:
+        return self.pool.sel
+
+    @sel.setter
+    def sel(self, sel: Any) -> None:
+        self.pool.sel = sel
+
+    # -- the call ---------------------------------------------------------------------------
+    def launch(self, task: dict, placement: Placement, threads: int, exclusive: bool, member_env: dict[str, str],
+               capture: Callable[..., tuple[int, int] | None]) -> None:
+        """Hand a member to a worker of its function: its ``start`` written, then the call sent.
+        ``capture``: its stdout's and stderr's files (pilot/tmpdirs.py ``MemberTmp.capture``:
+        None when this node's scratch takes none, the member queued again)."""
+        fds = capture(task, placement, threads, exclusive)
+        if fds is None:
+            return
+        shared, own = split_env(member_env)
+        self.pool.collect(self.running)
+        try:
+            worker = self.pool.get(task["py"], shared)
+        except OSError as exc:
+            self.streams.drop(fds)
+            self.packer.release(placement, threads, exclusive)
+            self.fail_now(task, 127 if exc.errno == 2 else 126,
+                          f"cannot start a Python worker for {task['py']}: {exc.strerror or exc}")
+            self.member_over(task, placement)
+            return
+        # its start on disk before the call is sent (one write): a pilot killed at any moment
+        # leaves no call running that the engine does not know of
+        self.emit(START, n=task["n"], m=task["m"], a=task["a"], nodes=[placement[0][0].name])
+        self.flush()
+        member = Member(task, worker.pid, placement, threads, exclusive, "fork")
+        worker.member = member
+        task["_io"] = fds  # (its call's stdout and stderr: kept into the stream as it ends)
+        self.running[worker.pid] = member
+        mem = task.get("mem")
+        if mem:
+            self.memory.attach(worker.pid, worker.pid, int(mem), watch=True)
+        call = {"kw": task.get("kw") or {}, "env": own}
+        if mem:
+            call["mem"] = 1  # (the worker measures the call's own peak: pilot/pyworker.py)
+        try:
+            self.pool.send(worker, call, fds)
+        except OSError as exc:
+            # gone before it had the call: it ends as a worker that died (the reaper's), never
+            # taken for the member's success
+            member.killed = f"its Python worker had ended before the call ({exc.strerror or exc})"
+            self.pool.lost(worker)
+            return
+        if self.table is not None:  # (after the send: a worker killed before has no call to answer for)
+            self.table.spawned(worker.pid, task["n"], task["m"], task["a"])
+
+    def ready(self, worker: PyWorker) -> None:
+        """What a worker said (the loop's selector): its call's answer; its socket closed."""
+        got = self.pool.answers(worker)
+        if got is None:
+            member = worker.member
+            if member is not None and self.running.get(worker.pid) is member and not member.killed:
+                member.killed = "its Python worker ended while the function ran"
+            self.pool.lost(worker)
+            return
+        for msg in got:
+            self._answered(worker, msg)
+
+    def _answered(self, worker: PyWorker, msg: dict) -> None:
+        member = worker.member
+        if member is None:
+            return
+        worker.member = None
+        if self.running.get(worker.pid) is not member:
+            return  # (ended already: its worker was reaped first)
+        del self.running[worker.pid]
+        rc = msg.get("rc") if type(msg.get("rc")) is int else 1
+        if self.seen_over is not None:  # (the guardian's table: its end is about to be said)
+            self.seen_over(worker.pid, rc)
+        task = member.task
+        signalled = bool(member.killed)  # (stopped meanwhile: its worker has the signal too)
+        over = self.memory.ended(worker.pid, None, rc) if self.memory.limits else None
+        member.cpu, member.rss = usage(msg)
+        if not member.killed:
+            member.killed, member.reason = judged(msg, task.get("mem"), over)
+        ret = outputs(msg)
+        if ret:  # (its return value: the end's outputs, pilot.members.collect)
+            task["_ret"] = ret
+        if "_io" in task:  # (it gave its capture files back before it answered: used again, pilot/streams.py)
+            task["_io"] = (*task["_io"][:2], None)
+        self.packer.release(member.placement, member.threads, member.exclusive)
+        if signalled or member.reason or msg.get("broken"):
+            self.pool.lost(worker)  # (over its memory, signalled meanwhile, or its function cannot be had)
+        else:
+            self.pool.back(worker)
+        self.finish(member, rc)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def usage(msg: dict) -> tuple[float | None, int | None]:
+    """(cpu, rss) of a worker's answer, where it gave them as numbers."""
+    rss = msg.get("rss") if type(msg.get("rss")) is int else None
+    cpu = msg.get("cpu") if type(msg.get("cpu")) in (int, float) else None
+    return cpu, rss
+
+
+def judged(msg: dict, mem: Any, over: str | None) -> tuple[str | None, str | None]:
+    """(why, reason) of a call that answered: over its ``mem`` while it ran (``over``, the
+    memory watch's words) or by its peak (the answer's ``rss``): ``oom``; its function's
+    failure that a traceback does not say (the answer's ``why``); else (None, None)."""
+    if over:
+        return over, REASON_OOM
+    rss = usage(msg)[1]
+    if mem and rss is not None and rss > int(mem) * 1024:
+        return f"used {rss // 1024} MB of its memoryPerMember {mem} MB", REASON_OOM
+    if msg.get("why"):
+        return str(msg["why"])[:1000], None
+    return None, None
+
+
+def outputs(msg: dict) -> dict[str, str]:
+    """The outputs an answer carries (its return value), as texts."""
+    out = msg.get("out")
+    return {str(k): str(v) for k, v in out.items()} if isinstance(out, dict) else {}
