@@ -55,7 +55,7 @@ from .nodesetup import SETUP_FAILED, NodeSetup
 from .nodewatch import NodeLosses, NodeWatch, slurmd_port
 from .remote import Helpers, NodeAgent, RemoteNodes
 from .spawners import LocalSpawners, spawner_count
-from .pyworkers import PyWorker, PyWorkers
+from .pyworkers import PyWorker, PyWorkers, outputs
 from .streams import StreamWriter, tail
 from .transport import PilotSpool, Transport, keys
 from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_STARTED, DOWN, END, HB, REASON_INVALID,
@@ -140,7 +140,6 @@ class PilotAgent:
             directory, self._base_env, sum(self.packer.cap[n.name] for n in allocation.nodes if n.local),
             self.running, self.packer, self.memory, self.streams, self.emit, self.flush, self.finish, self.fail_now,
             self.member_over, table, self._seen_over if table is not None else None)
-        self._elsewhere = {n.name for n in allocation.nodes if not n.local}  # (function members run here only)
 
     @property
     def free(self) -> int:
@@ -196,7 +195,7 @@ class PilotAgent:
             member_env["CUDA_VISIBLE_DEVICES"] = member_env["PWE_GPUS"] = ",".join(ids)
         self.setups.prepare(task, placement, member_env)  # (its modules' environment here, its container's argv)
         if "py" in task:  # a function member: a call to a warm worker of its function (pilot/pyworkers.py)
-            self.pyworkers.launch(task, placement, threads, exclusive, member_env, self.scratch.capture)
+            self.call(task, placement, threads, exclusive, member_env)
             return
         env = self._base_env.copy()
         env.update(member_env)
@@ -248,6 +247,15 @@ class PilotAgent:
             return
         task["_io"] = (*fds, pid)  # (kept into the stream as it ends: member_over)
         self.spawned(Member(task, pid, placement, threads, exclusive, launcher))
+
+    def call(self, task: dict, placement: Placement, threads: int, exclusive: bool, member_env: dict) -> None:
+        """A function member: on this node, a call to the pilot's own workers; on another, to
+        its node agent's (one ssh session or srun step per node, as its commands)."""
+        if placement[0][0].local:
+            self.pyworkers.launch(task, placement, threads, exclusive, member_env, self.scratch.capture)
+        else:
+            self.remote.launch_on_agent(task, placement, threads, exclusive, member_env,
+                                        "srun" if self.alloc.kind == "slurm" else "ssh")
 
     def spawn_failed(self, task: dict, placement: Placement, threads: int, exclusive: bool, cwd: str,
                      exc: OSError) -> None:
@@ -366,7 +374,7 @@ class PilotAgent:
                 del self.queue[i]
                 self.hand_back(task, f"needs {wall:g} min, {max(left, 0) / 60:.1f} min left in this allocation")
                 continue
-            never = self.losses.why_never(shape) or ("py" in task and self.pyworkers.never)
+            never = self.losses.why_never(shape)
             if never:
                 del self.queue[i]
                 self.fail_now(task, 1, f"cannot be placed: {never}")
@@ -375,10 +383,7 @@ class PilotAgent:
                 del self.queue[i]
                 self.hand_back(task, SETUP_FAILED)
                 continue
-            if "py" in task and self._elsewhere:  # (a function member: on the pilot's own node)
-                placement = self.packer.place_avoiding(self._elsewhere, *shape)
-            else:
-                placement = setups.place_for(task, shape, task.get("_near"))
+            placement = setups.place_for(task, shape, task.get("_near"))
             if placement is None:
                 i += 1
                 continue
@@ -487,6 +492,10 @@ class PilotAgent:
                 member.cpu, member.rss = msg.get("cpu"), msg.get("rss")
                 if msg.get("reason") and not member.killed:  # (its agent killed it: for memory)
                     member.killed, member.reason = msg.get("why") or msg["reason"], msg["reason"]
+                elif msg.get("why") and not member.killed:  # (a function member's failure a traceback does not say)
+                    member.killed = str(msg["why"])[:1000]
+                if msg.get("out"):  # (a function member's return value: pilot/pyworkers.py)
+                    member.task["_ret"] = outputs(msg)
                 agent.members.pop(member.key, None)
                 self.running.pop(member.key, None)
                 self.packer.release(member.placement, member.threads, member.exclusive)

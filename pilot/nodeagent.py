@@ -44,12 +44,16 @@ from collections import deque
 
 from .bounded import open_append
 from .memwatch import MemoryWatch
+from .pyworkers import PyWorker, WorkerPool, judged, outputs, split_env, usage
 from .spawn import REFUSED_FOR_NOW, Spawner, member_base_env, reaped, start_failure
 from .streams import StreamWriter
 from .tmpdirs import make_fresh, remove_tree, tmp_root
 from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_RUN, AGENT_STARTED, ORPHAN_END,
                    ORPHAN_KILLED, REASON_OOM, encode)
 
+#: the most warm workers of function members a node agent keeps (its pilot places no more
+#: calls at once than the node's slots; this bounds idle ones of many functions)
+POOL_MOST = 64
 #: how many of the ends said last are kept, to be written as orphans should the pilot die
 #: before it took them in (a pipe of 64 KiB holds about a thousand)
 RECENT = 4096
@@ -80,6 +84,11 @@ class Agent:
         self.recent: deque = deque(maxlen=RECENT)
         self.kill_at: float | None = None
         self.killed: set[int] = set()
+        # function members (a run's ``py``): calls to warm workers of this node (pilot/pyworkers.py)
+        self.pool: WorkerPool | None = None
+        self.sel = None  # (the loop's selector: the workers' sockets join it)
+        self.calls: dict[int, tuple] = {}  # a worker's pid -> (its call's mem, its outputs' file)
+        self.stopped: set[int] = set()  # workers signalled while a call ran: replaced, whatever they answer
 
     def say(self, **msg) -> None:
         self.said.append(_encode(msg).encode() + b"\n")
@@ -94,10 +103,9 @@ class Agent:
             except BrokenPipeError:
                 pass
 
-    def run(self, msg: dict) -> None:
-        env = self.base_env.copy()
-        env.update(msg.get("env") or {})
-        argv = msg["argv"]
+    def fresh_tmp(self, msg: dict) -> bool:
+        """The member's own $TMPDIR made on this node, where the pilot asks (``tmp``); False
+        (said: ``failed``, ``scratch``) when this node's scratch takes none."""
         tmp = msg.get("tmp")
         if tmp:  # this node's own fresh $TMPDIR for the member (the pilot's is elsewhere)
             try:
@@ -105,7 +113,19 @@ class Agent:
             except OSError as exc:  # (this node's scratch, not the member: the pilot queues it elsewhere)
                 self.say(k=AGENT_FAILED, id=msg["id"], rc=1, why=f"cannot make a member's $TMPDIR under "
                          f"{os.path.dirname(os.path.dirname(tmp))}: {exc.strerror or exc}", scratch=1)
-                return
+                return False
+        return True
+
+    def run(self, msg: dict) -> None:
+        if msg.get("py"):
+            self.call(msg)
+            return
+        env = self.base_env.copy()
+        env.update(msg.get("env") or {})
+        argv = msg["argv"]
+        tmp = msg.get("tmp")
+        if not self.fresh_tmp(msg):
+            return
         try:
             fds = self.stream.capture()
             try:
@@ -133,7 +153,103 @@ class Agent:
             self.memory.attach(pid, pid, int(msg["mem"]))
         self.say(k=AGENT_STARTED, id=msg["id"], pid=pid)
 
+    def call(self, msg: dict) -> None:
+        """A function member: a call to a warm worker of its function here (pilot/pyworkers.py),
+        said ``started`` as a command is, ``ended`` with its outputs (``out``) as it answers."""
+        if not self.fresh_tmp(msg):
+            return
+        env = msg.get("env") or {}
+        shared, own = split_env(env)
+        if self.pool is None:
+            self.pool = WorkerPool(os.path.dirname(self.stream.path), self.base_env, POOL_MOST)
+            self.pool.sel = self.sel
+        self.pool.collect(self.running)
+        tmp = msg.get("tmp")
+        try:
+            worker = self.pool.get(str(msg["py"]), shared)
+            fds = self.stream.capture()
+        except OSError as exc:
+            self.say(k=AGENT_FAILED, id=msg["id"], rc=127 if exc.errno == 2 else 126,
+                     why=f"cannot start a Python worker for {msg['py']}: {exc.strerror or exc}")
+            if tmp:
+                remove_tree(tmp)
+            return
+        call = {"kw": msg.get("kw") or {}, "env": own}
+        if msg.get("mem"):
+            call["mem"] = 1
+        try:
+            self.pool.send(worker, call, fds)
+        except OSError as exc:  # (gone before it had the call: not the member's doing, it goes back)
+            self.stream.drop(fds)
+            self.pool.lost(worker)
+            self.say(k=AGENT_FAILED, id=msg["id"], rc=1, why=f"its Python worker ended: {exc.strerror or exc}",
+                     again=1)
+            if tmp:
+                remove_tree(tmp)
+            return
+        pid = worker.pid
+        worker.member = msg["id"]
+        if tmp:
+            self.tmps[pid] = tmp
+            self.made.add(tmp)
+        self.running[pid] = msg["id"]
+        self.io[pid] = ((*fds, pid), msg.get("n", "?"), msg.get("m", 0), msg.get("a", 0))
+        self.by_id[msg["id"]] = pid
+        self.calls[pid] = (msg.get("mem"), env.get("PWE_OUTPUTS"))
+        if msg.get("mem"):
+            self.memory.attach(pid, pid, int(msg["mem"]), watch=True)
+        self.say(k=AGENT_STARTED, id=msg["id"], pid=pid)
+
+    def answered(self, worker: PyWorker) -> None:
+        """What a worker said: its call's answer (its end, said as a command's is, with its
+        outputs); its socket closed: it goes (its call ends as the reaper collects it)."""
+        got = self.pool.answers(worker) if self.pool is not None else None
+        if got is None:
+            if self.pool is not None:
+                self.pool.lost(worker)
+            return
+        for msg in got:
+            self._answer(worker, msg)
+
+    def _answer(self, worker: PyWorker, msg: dict) -> None:
+        pid = worker.pid
+        ident = self.running.pop(pid, None)
+        if ident is None or ident != worker.member:
+            return
+        self.by_id.pop(ident, None)
+        fds, n, m, a = self.io.pop(pid)
+        mem, out_file = self.calls.pop(pid, (None, None))
+        rc = msg.get("rc") if type(msg.get("rc")) is int else 1
+        self.stream.keep(n, m, a, (fds[0], fds[1], None))  # (given back before it answered: used again)
+        if pid in self.tmps:
+            remove_tree(self.tmps.pop(pid))
+        over = self.memory.ended(pid, None, rc) if self.memory.limits else None
+        why, reason = judged(msg, mem, over)
+        cpu, rss = usage(msg)
+        out = outputs(msg)
+        if pid in self.stopped or reason or msg.get("broken") or pid in self.killed:
+            self.stopped.discard(pid)
+            self.pool.lost(worker)
+        else:
+            self.pool.back(worker)
+        if out and (not self.open_in or self.orphans is not None):
+            # (where its end may be an orphan's, read from the file by the engine: written there too)
+            from .pyworker import write_outputs
+
+            write_outputs(out_file, out)
+        t = round(time.time(), 3)
+        if not self.open_in:
+            self.write_orphans([{"k": ORPHAN_END, "n": n, "m": m, "a": a, "rc": rc, "pid": pid, "t": t}])
+            return
+        fields = {"why": why, "reason": reason}
+        self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss, **{k: v for k, v in fields.items() if v},
+                 **({"out": out} if out else {}))
+        if self.orphans is not None:
+            self.recent.append((n, m, a, rc, pid, t))
+
     def kill(self, msg: dict) -> None:
+        if msg["id"] in self.by_id and self.by_id[msg["id"]] in self.calls:
+            self.stopped.add(self.by_id[msg["id"]])  # (a worker told to stop is replaced)
         if msg["id"] in self.by_id:
             try:
                 os.killpg(self.by_id[msg["id"]], int(msg.get("sig", 15)))
@@ -202,6 +318,8 @@ class Agent:
             if ident is not None:
                 self.by_id.pop(ident, None)
                 fds, n, m, a = self.io.pop(pid)
+                self.calls.pop(pid, None)  # (a worker that died mid-call: its call ends here, as a command)
+                self.stopped.discard(pid)
                 # ended on its own (not killed here: a kill of ours ends it by SIGKILL)
                 natural = pid not in self.killed or rc != -signal.SIGKILL
                 self.killed.discard(pid)  # (its pid may be another member's next)
@@ -273,6 +391,7 @@ def main() -> None:
     stdin = sys.stdin.buffer.raw.fileno()
     os.set_blocking(stdin, False)
     sel.register(stdin, selectors.EVENT_READ, "in")
+    agent.sel = sel
     while agent.open_in or agent.running:
         now = time.time()
         due = agent.memory.next_in(now)
@@ -281,6 +400,9 @@ def main() -> None:
         for key, _ in sel.select(timeout=1.0 if due is None else min(1.0, due + 0.001)):
             if key.data == "child":
                 _drain(rfd)
+                continue
+            if isinstance(key.data, PyWorker):
+                agent.answered(key.data)
                 continue
             try:
                 data = os.read(stdin, 1 << 16)
@@ -298,6 +420,8 @@ def main() -> None:
             agent.memory.sweep(time.time())  # (over its mem: killed now, said as it is reaped)
         agent.reap()
         agent.send()
+    if agent.pool is not None:
+        agent.pool.close()
     agent.memory.close()
     agent.stream.close()
     agent.tidy()

@@ -1,6 +1,8 @@
-"""Function members (``python: package.module:function``) on the pilot's own node: calls
-to warm worker processes instead of a process each (:class:`PyWorkers`, a part of
-:class:`pilot.agent.PilotAgent`). Standard library only.
+"""Function members (``python: package.module:function``): calls to warm worker processes
+instead of a process each. :class:`WorkerPool` keeps a process's workers (the pilot's on its
+own node, a node agent's on its node: pilot/nodeagent.py); :class:`PyWorkers` is the part of
+:class:`pilot.agent.PilotAgent` that hands its own node's members to its pool. Standard
+library only.
 
 A worker (:mod:`pilot.pyworker`) is a Python process that imported its node's module once
 and runs its function for one member after another; it holds the slot of the member it
@@ -251,9 +253,6 @@ class PyWorkers:
                  member_over: Callable[[dict, Any], None], table: Any = None,
                  seen_over: Callable[[int, int], None] | None = None):
         self.pool = WorkerPool(directory, base_env, slots)
-        #: why no function member can be placed here, or "" (an allocation without the pilot's own node)
-        self.never = "" if slots > 0 else "function members run on the pilot's own node, which this allocation has " \
-                                          "no slot of"
         self.running = running
         self.packer = packer
         self.memory = memory

@@ -176,6 +176,8 @@ class RemoteNodes:
                "env": member_env, "tmp": tmp, "n": task["n"], "m": task["m"], "a": task["a"]}
         if task.get("mem"):
             run["mem"] = task["mem"]  # (enforced by the agent there: pilot/memwatch.py)
+        if "py" in task:  # a function member: a call to a warm worker there (pilot/nodeagent.py)
+            run["py"], run["kw"] = task["py"], task.get("kw") or {}
         if agent is None or not agent.send_all([run]):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back

@@ -98,11 +98,14 @@ kind         fields
              shell command, ``cwd``, ``env`` {name: text}; only when set: ``made`` (the
              pilot made ``cwd`` already), ``tmp`` (make the member's own $TMPDIR here
              first, remove it when the member ends: pilot/tmpdirs.py), ``mem`` (MB: its
-             memoryPerMember, enforced by the agent: pilot/memwatch.py)
+             memoryPerMember, enforced by the agent: pilot/memwatch.py), ``py`` and ``kw`` (a
+             function member: a call to a warm worker of the agent's, pilot/pyworkers.py)
 ``kill``     (to the agent) ``id``, ``sig``: signal the member's process group
 ``started``  (from the agent) ``id``, ``pid``
 ``ended``    (from the agent) ``id``, ``rc``, ``cpu`` s, ``rss`` KB (the reaped member's rusage);
-             ``reason`` and ``why`` when the agent killed it (``oom``: over its ``mem``)
+             ``reason`` and ``why`` when the agent killed it (``oom``: over its ``mem``); a
+             function member's ``why`` alone (its return value refused, its module not
+             imported) and ``out`` {name: text} (its return value)
 ``failed``   (from the agent) ``id``, ``rc`` (126 or 127), ``why``: it could not be started
 ===========  ==============================================================================
 
@@ -242,11 +245,11 @@ AGENT_ORPHANS = "orphans"
 AGENT_STARTED, AGENT_ENDED, AGENT_FAILED = "started", "ended", "failed"
 #: Each node agent message kind and its fields (besides ``k``), as the table above says.
 AGENT_FIELDS: dict[str, frozenset[str]] = {
-    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem", "n", "m", "a"}),
+    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem", "n", "m", "a", "py", "kw"}),
     AGENT_KILL: frozenset({"id", "sig"}),
     AGENT_ORPHANS: frozenset({"path", "key", "grace"}),
     AGENT_STARTED: frozenset({"id", "pid"}),
-    AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss", "reason", "why"}),
+    AGENT_ENDED: frozenset({"id", "rc", "cpu", "rss", "reason", "why", "out"}),
     AGENT_FAILED: frozenset({"id", "rc", "why", "scratch", "again"}),
 }
 

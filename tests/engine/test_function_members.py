@@ -359,3 +359,29 @@ def test_a_cancel_ends_the_calls_that_run_and_leaves_no_worker(tmp_path):
     wait_for(lambda: not [p for p in workers if alive(p)], timeout=60, what="the workers gone")
     starts, ends = _ledger(ledger)
     assert not ends and len(starts) == 2
+
+
+def test_function_members_on_other_nodes_are_calls_to_their_node_agents_workers(ssh_nodes, tmp_path):
+    """A pilot of four nodes over ssh: the calls placed on the other nodes run in warm workers
+    of those nodes' agents (each imported the module once), their outputs back as the pilot's."""
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 24]}, y: [1], name: [n]}
+    python: mypkg.fits:fit
+""")
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
+        "    ssh_config: /var/tmp/pwe-ssh/ssh_config\n")
+    wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: four}\nnodes:\n", 1))
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
+    assert rc == 0, (out, err)
+    recs = show(tmp_path / "run")
+    assert len(recs) == 24 and all(r["state"] == "done" for r in recs)
+    assert all(json.loads(r["outputs"]["sum"]) == r["parameters"]["x"] + 1 for r in recs)
+    starts, ends = _ledger(ledger)
+    assert len(ends) == 24 and set(ends.values()) == {1}
+    pids = {r["outputs"]["pid"] for r in recs}
+    imported = imports.read_text().split()
+    assert len(imported) == len(set(imported)) and pids <= set(imported)
+    events = [json.loads(line) for p in (tmp_path / "run" / "pilots").glob("*/events.jsonl")
+              for line in p.read_text().splitlines()]
+    nodes = {n for e in events if e.get("k") == "start" for n in e.get("nodes", [])}
+    assert len(nodes) >= 2, nodes  # (placed on more than the pilot's own node)
