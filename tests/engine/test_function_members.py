@@ -88,6 +88,14 @@ def big(x):
     return {"big": "x" * (20000 + x), "small": x, "nested": {"a": [1, 2.5, None, True]}}
 
 
+def where(i):
+    import socket
+
+    _note("start")
+    _note("end")
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -385,3 +393,25 @@ def test_function_members_on_other_nodes_are_calls_to_their_node_agents_workers(
               for line in p.read_text().splitlines()]
     nodes = {n for e in events if e.get("k") == "start" for n in e.get("nodes", [])}
     assert len(nodes) >= 2, nodes  # (placed on more than the pilot's own node)
+
+
+def test_function_members_on_a_four_node_slurm_pilot(slurm4, tmp_path):
+    """The four-node SLURM cluster: one pilot of four nodes, its calls on the other nodes in
+    workers of their agents (one srun step per node); every member once, on several nodes."""
+    n = 60
+    wf, ledger, imports = _setup(tmp_path, f"""    parameters: {{i: {{range: [0, {n}]}}}}
+    python: mypkg.fits:where
+""")
+    wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: slurm4}\nnodes:\n", 1))
+    proc = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--hosts", str(slurm4.hosts), "--run-dir",
+                           str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, **slurm4.env, "PYTHONPATH": ENV_PATH},
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    recs = show(tmp_path / "run")
+    assert len(recs) == n and all(r["state"] == "done" for r in recs)
+    assert len({r["outputs"]["host"] for r in recs}) > 1  # (calls ran on several nodes)
+    starts, ends = _ledger(ledger)
+    assert len(ends) == n and set(ends.values()) == {1}
+    imported = imports.read_text().split()
+    assert len(imported) == len(set(imported)) and {r["outputs"]["pid"] for r in recs} <= set(imported)
