@@ -66,6 +66,29 @@ def hog(x):
     return {"pid": os.getpid()}
 
 
+def hold(x):
+    _note("start")
+    if x == 0 and os.environ["PWE_ATTEMPT"] == "1":
+        block = bytearray(300 << 20)   # held while the call goes on: the watch kills its worker mid-call
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(60)
+    _note("end")
+    return {"pid": os.getpid()}
+
+
+def other(x):
+    _note("start")
+    _note("end")
+    return {"pid": os.getpid(), "other": x}
+
+
+def nap(x):
+    _note("start")
+    time.sleep(4)
+    _note("end")
+
+
 def slow(x):
     _note("start")
     with open(os.environ["LEDGER"] + ".pids", "a") as fh:
@@ -208,6 +231,73 @@ def test_a_worker_over_its_memory_fails_its_member_oom_is_replaced_and_the_retry
     assert ends[("fit", "0", "2")] == 1 and all(ends[("fit", str(i), "1")] == 1 for i in (1, 2, 3))
     # its worker was replaced: more imports than two slots' workers
     assert len(imports.read_text().split()) >= 2
+
+
+def test_a_worker_over_its_memory_while_the_call_runs_is_killed_then_and_the_member_retried(tmp_path):
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 3]}}
+    python: mypkg.fits:hold
+    scheduling: {memoryPerMember: 100}
+    retry: {attempts: 2, on: [oom]}
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    first = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("m") == 0 and r.get("a") == 1]
+    assert first[0].get("reason") == "oom" and first[0]["rc"] < 0, first  # (killed: it never answered)
+    assert first[0]["dt"] < 30
+    starts, ends = _ledger(ledger)
+    assert ("fit", "0", "1") in starts and ("fit", "0", "1") not in ends and ends[("fit", "0", "2")] == 1
+
+
+def test_two_functions_share_the_slots_each_worker_of_one_function(tmp_path):
+    """Two function nodes at once on two slots: a worker serves one function (an idle one of
+    the other gives its place); every member once, each answer from a worker of its own
+    function."""
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 20]}}
+    python: mypkg.fits:other
+""")
+    (tmp_path / "mypkg" / "more.py").write_text(MODULE.replace("def other(x):", "def other_(x):")
+                                                .replace("def fit(", "def other(x, y=None, name=None):\n"
+                                                         "    return {'pid': os.getpid(), 'more': x}\n\n\n"
+                                                         "def fit_("))
+    text = wf.read_text()
+    wf.write_text(text + text.split("nodes:\n", 1)[1].replace("  fit:", "  fit2:").replace("fits:other", "more:other"))
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    recs = show(tmp_path / "run")
+    assert len(recs) == 40 and all(r["state"] == "done" for r in recs)
+    by_node = {n: {r["outputs"]["pid"] for r in recs if r["node"] == n} for n in ("fit", "fit2")}
+    assert not by_node["fit"] & by_node["fit2"]  # (no worker ran both functions)
+    assert all(("other" in r["outputs"]) == (r["node"] == "fit") for r in recs)
+    starts, ends = _ledger(ledger)
+    assert len(ends) == 20 and set(ends.values()) == {1}
+
+
+def test_a_pilot_killed_while_calls_run_past_the_grace_runs_them_again_as_their_next_attempt(tmp_path):
+    """PWE_ORPHAN_GRACE=1, calls of 4 s: those running when the pilot is killed are killed a
+    second later with their workers by its guardian, and run again as their next attempt;
+    none completes twice."""
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 4]}}
+    python: mypkg.fits:nap
+""")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": ENV_PATH,
+                                               "PWE_ORPHAN_GRACE": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: ledger.exists() and ledger.read_text().count("start") >= 2, timeout=120,
+                 what="two calls running")
+        kill_pilot(run_dir / "pilots" / "p1" / "events.jsonl")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = _ledger(ledger)
+    rerun = {m for _, m, a in starts if a == "2"}
+    assert rerun, "no call was running when the pilot was killed"
+    for m in rerun:
+        assert ("fit", m, "1") not in ends and ends[("fit", m, "2")] == 1
+    assert {m for _, m, _ in ends} == {str(i) for i in range(4)} and set(ends.values()) == {1}
 
 
 def test_a_call_past_its_walltime_kills_its_worker_and_the_next_members_run(tmp_path):
