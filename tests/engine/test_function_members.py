@@ -119,6 +119,11 @@ def where(i):
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
+def echo(v):
+    print(v[:20])
+    return {"v": v if len(v) < 1000 else v[:10], "n": len(v), "cwd": os.getcwd()}
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -505,3 +510,22 @@ def test_function_members_on_a_four_node_slurm_pilot(slurm4, tmp_path):
     assert len(ends) == n and set(ends.values()) == {1}
     imported = imports.read_text().split()
     assert len(imported) == len(set(imported)) and {r["outputs"]["pid"] for r in recs} <= set(imported)
+
+
+def test_hostile_values_and_a_workspace_with_shell_characters_reach_the_function_as_text(tmp_path):
+    """A workspace named with a space, quotes and $(...), a 100 KB value, a terminal escape
+    and shell text as values: each reaches the function as it is (no shell between), its
+    outputs are the same text, nothing is executed."""
+    ws = tmp_path / "w s'$(touch pwned)"
+    ws.mkdir()
+    big = "y" * 100_000
+    wf, ledger, _ = _setup(ws, f"""    parameters: {{v: ["$(touch pwned)", "a;b `id`", "\\e[31mred", "{big}"]}}
+    python: mypkg.fits:echo
+""")
+    rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", tmp_path / "run", cwd=ws)
+    assert rc == 0, (out, err)
+    recs = {r["member"]: r for r in show(tmp_path / "run")}
+    assert [recs[i]["outputs"]["v"] for i in range(3)] == ["$(touch pwned)", "a;b `id`", "\x1b[31mred"]
+    assert json.loads(recs[3]["outputs"]["n"]) == 100_000 and recs[3]["outputs"]["v"] == big[:10]
+    assert {r["outputs"]["cwd"] for r in recs.values()} == {str(ws.resolve())}
+    assert not list(tmp_path.rglob("pwned"))
