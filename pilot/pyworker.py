@@ -140,9 +140,10 @@ def cpu_now():
 
 
 class Worker:
-    def __init__(self, spec, sock):
+    def __init__(self, spec, sock, workspace):
         self.spec = spec
         self.sock = sock
+        self.workspace = workspace
         self.fn, self.broken = load(spec)
         self.partial = b""
         sys.stdout.flush()
@@ -184,6 +185,10 @@ class Worker:
         env = msg.get("env") or {}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
+        try:  # (each call starts in the workspace, whatever directory the last one left it in)
+            os.chdir(self.workspace)
+        except OSError:
+            pass
         if "tempfile" in sys.modules:  # (a $TMPDIR of its own each call: tempfile caches the first it saw)
             sys.modules["tempfile"].tempdir = None
         answer = {"id": msg.get("id")}
@@ -196,7 +201,7 @@ class Worker:
                 answer["broken"] = 1
                 print(self.broken.rpartition("pwe: ")[0], end="", file=sys.stderr)
             else:
-                rc, why, out = self.run(msg.get("kw") or {})
+                rc, why, out = self.run(msg.get("kw") or {}, env.get("PWE_OUTPUTS"))
                 if out:
                     answer["out"] = out
             if why:
@@ -219,9 +224,10 @@ class Worker:
             answer["why"] = why[:1000]
         return answer
 
-    def run(self, kw):
+    def run(self, kw, outputs_path):
         """The function called: (status, why, its outputs: {name: text}, said with its answer;
-        None when they were written to its ``$PWE_OUTPUTS`` file: too many for a line)."""
+        None when they were written to ``outputs_path``, the member's ``$PWE_OUTPUTS``: too
+        many for a line)."""
         try:
             value = self.fn(**kw)
         except SystemExit as exc:
@@ -236,7 +242,7 @@ class Worker:
         if out is None:
             return 1, why, None
         if sum(len(k) + len(v) + 2 for k, v in out.items()) > OUTPUTS_INLINE:
-            rc, why = write_outputs(os.environ.get("PWE_OUTPUTS"), out)
+            rc, why = write_outputs(outputs_path, out)
             return rc, why, None
         return 0, "", out
 
@@ -255,7 +261,7 @@ def main(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [workspace] + [p for p in sys.path if p and os.path.abspath(p) != here]
     sock = socket.socket(fileno=fd)
-    worker = Worker(spec, sock)
+    worker = Worker(spec, sock, workspace)
     last = 0
     while True:
         got = worker.receive()
