@@ -235,4 +235,5 @@ def test_an_end_with_a_reason_the_wire_does_not_list_is_malformed():
     for reason in wire.REASONS:
         (got,), _ = wire.decode(wire.encode([dict(end, reason=reason)], key), key)
         assert got["k"] == wire.END and got["reason"] == reason
-    assert wire.REASONS == ("exit", "oom", "walltime", "straggler", "lost", "halted", "quarantined", "reused")
+    assert wire.REASONS == ("exit", "oom", "walltime", "straggler", "lost", "halted", "quarantined", "reused",
+                            "invalid")
