@@ -124,6 +124,17 @@ def echo(v):
     return {"v": v if len(v) < 1000 else v[:10], "n": len(v), "cwd": os.getcwd()}
 
 
+def linger(i):
+    import socket
+
+    _note("start")
+    time.sleep(0.5)
+    _note("end")
+    with open(os.environ["LEDGER"], "a") as fh:
+        fh.write(f"on {socket.gethostname()} {os.environ['PWE_MEMBER']}\\n")
+    time.sleep(2)
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -529,3 +540,37 @@ def test_hostile_values_and_a_workspace_with_shell_characters_reach_the_function
     assert json.loads(recs[3]["outputs"]["n"]) == 100_000 and recs[3]["outputs"]["v"] == big[:10]
     assert {r["outputs"]["cwd"] for r in recs.values()} == {str(ws.resolve())}
     assert not list(tmp_path.rglob("pwned"))
+
+
+def test_a_slurm_pilot_killed_while_calls_linger_on_other_nodes_runs_none_of_them_again(slurm4, tmp_path):
+    """One pilot job over the four-node SLURM cluster, killed -9 while calls on its agents'
+    nodes have done their work and linger: each agent gives its calls the grace and writes
+    their ends (orphans-node-*); none runs again, every member ends once."""
+    n = 16
+    wf, ledger, _ = _setup(tmp_path, f"""    parameters: {{i: {{range: [0, {n}]}}}}
+    python: mypkg.fits:linger
+""")
+    wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: slurm4}\nnodes:\n", 1))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--hosts", str(slurm4.hosts), "--run-dir",
+                             str(run_dir)], cwd=tmp_path, env={**__import__("os").environ, **slurm4.env,
+                                                               "PYTHONPATH": ENV_PATH},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def lingering() -> set[str]:
+        lines = ledger.read_text().splitlines() if ledger.exists() else []
+        return {w.split()[1] for w in lines if w.startswith("on ")}
+
+    try:
+        wait_for(lambda: len(lingering()) >= 2 or proc.poll() is not None, timeout=180,
+                 what="calls lingering on two nodes")
+        assert proc.poll() is None, proc.communicate()
+        kill_pilot(run_dir / "pilots" / "p1" / "events.jsonl")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    starts, ends = _ledger(ledger)
+    members = Counter(m for _, m, _ in ends)
+    assert set(members) == {str(i) for i in range(n)} and set(members.values()) == {1}, members
+    assert list((run_dir / "pilots" / "p1").glob("orphans-node-*.jsonl")), "no node agent wrote its calls' ends"

@@ -10,10 +10,12 @@ import os
 import subprocess
 import sys
 
+import selectors
+import time
+
 from helpers import ROOT, WAIT
 from pilot import wire
 from pilot.streams import Reader
-from test_node_agent_messages import _replies
 
 MODULE = """import os, time
 with open(os.path.join(os.path.dirname(__file__), "imports"), "a") as fh:
@@ -28,6 +30,25 @@ def fn(x):
         time.sleep(600)
     return {"x": x, "pid": os.getpid(), "cwd": os.getcwd()}
 """
+
+
+def _replies(proc, want: int, held: bytearray) -> list[dict]:
+    """The agent's next ``want`` messages (its stdout's lines), waiting at most WAIT s."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + WAIT
+    got: list[dict] = []
+    while True:
+        while b"\n" in held and len(got) < want:
+            line, _, rest = bytes(held).partition(b"\n")
+            held[:] = rest
+            got.append(json.loads(line))
+        if len(got) == want:
+            return got
+        assert sel.select(timeout=max(0.0, deadline - time.monotonic())), f"the agent said only {got}"
+        data = os.read(proc.stdout.fileno(), 1 << 16)
+        assert data, f"the agent left after saying {got}"
+        held += data
 
 
 def _call(ident: int, x: str, tmp_path) -> dict:
