@@ -135,6 +135,10 @@ def linger(i):
     time.sleep(2)
 
 
+def gpu(x):
+    return {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"), "pid": os.getpid()}
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -574,3 +578,23 @@ def test_a_slurm_pilot_killed_while_calls_linger_on_other_nodes_runs_none_of_the
     members = Counter(m for _, m, _ in ends)
     assert set(members) == {str(i) for i in range(n)} and set(members.values()) == {1}, members
     assert list((run_dir / "pilots" / "p1").glob("orphans-node-*.jsonl")), "no node agent wrote its calls' ends"
+
+
+def test_a_worker_keeps_the_gpu_it_started_with(tmp_path):
+    """A host of two GPUs, a member of one each: every call a worker ran saw the same
+    CUDA_VISIBLE_DEVICES (a library reads it once), the two GPUs each in a worker of its own."""
+    wf, _, _ = _setup(tmp_path, """    parameters: {x: {range: [0, 12]}}
+    python: mypkg.fits:gpu
+    scheduling: {gpusPerMember: 1}
+""")
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {protocol: local, cores_per_node: 2, gpus_per_node: 2}\n")
+    wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: box}\nnodes:\n", 1))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    p = subprocess.run([sys.executable, "-m", "pwe", "run", str(wf), "--run-dir", str(tmp_path / "run")], cwd=tmp_path,
+                       env={**env, "PYTHONPATH": ENV_PATH}, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    seen: dict[str, set[str]] = {}
+    for r in show(tmp_path / "run"):
+        seen.setdefault(r["outputs"]["pid"], set()).add(r["outputs"]["gpu"])
+    assert all(len(g) == 1 for g in seen.values()), seen
+    assert set().union(*seen.values()) == {"0", "1"}, seen
