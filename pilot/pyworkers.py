@@ -215,9 +215,11 @@ class WorkerPool:
             pid = os.posix_spawn(exe, [python, WORKER, spec, workspace, str(child.fileno())], env, file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # (said with the interpreter it is: PWE_PYTHON's, or ours)
             parent.close()
-            raise exc if isinstance(exc, OSError) else OSError(22, str(exc)) from None
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, f"{exc.strerror or exc} ({python})") from None
+            raise OSError(22, f"{exc} ({python})") from None
         finally:
             child.close()
             if log >= 0:

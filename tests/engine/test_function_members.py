@@ -598,3 +598,16 @@ def test_a_worker_keeps_the_gpu_it_started_with(tmp_path):
         seen.setdefault(r["outputs"]["pid"], set()).add(r["outputs"]["gpu"])
     assert all(len(g) == 1 for g in seen.values()), seen
     assert set().union(*seen.values()) == {"0", "1"}, seen
+
+
+def test_an_interpreter_that_is_not_there_fails_each_member_in_one_line_naming_it(tmp_path):
+    wf, _, _ = _setup(tmp_path, """    parameters: {x: [1, 2]}
+    python: mypkg.fits:fit
+""")
+    wf.write_text(wf.read_text().replace("FOO: bar}", "FOO: bar, PWE_PYTHON: /nonexistent/python3}"))
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1
+    ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end"]
+    assert len(ends) == 2 and {r["rc"] for r in ends} == {127}
+    assert {r["why"] for r in ends} == {"cannot start a Python worker for mypkg.fits:fit: No such file or directory "
+                                        "(/nonexistent/python3)"}
