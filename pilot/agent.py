@@ -404,6 +404,8 @@ class PilotAgent:
     def reap(self) -> None:
         for pid, rc, cpu, rss in reaped(lambda: self.running, self._seen_over if self.table is not None else None):
             at = time.time()  # (when it ended, as near as the pilot knows: its end's t)
+            if self.pyworkers.pool.retired:  # (a worker killed earlier, collected here: never waited for again)
+                self.pyworkers.pool.reaped(pid)
             member = self.running.pop(pid, None)
             if member is None:
                 self.setups.setup_reaped(pid, rc)  # (a setup_per_node's process, or nothing of ours)

@@ -213,9 +213,10 @@ class Agent:
 
     def _answer(self, worker: PyWorker, msg: dict) -> None:
         pid = worker.pid
-        ident = self.running.pop(pid, None)
+        ident = self.running.get(pid)
         if ident is None or ident != worker.member:
-            return
+            return  # (ended already: its worker was reaped first)
+        del self.running[pid]
         self.by_id.pop(ident, None)
         fds, n, m, a = self.io.pop(pid)
         mem, out_file = self.calls.pop(pid, (None, None))
@@ -315,6 +316,8 @@ class Agent:
         orphans = []
         for pid, rc, cpu, rss in reaped(lambda: self.running):
             ident = self.running.pop(pid, None)
+            if self.pool is not None and self.pool.retired:  # (collected here: never waited for again)
+                self.pool.reaped(pid)
             if ident is not None:
                 self.by_id.pop(ident, None)
                 fds, n, m, a = self.io.pop(pid)

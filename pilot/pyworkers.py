@@ -172,6 +172,12 @@ class WorkerPool:
             pass
         self.retired.append(worker.pid)
 
+    def reaped(self, pid: int) -> None:
+        """A process its starter's reaper collected: no worker of ours to wait for any more
+        (its pid may be another child's next: a setup's, a spawner's)."""
+        if pid in self.retired:
+            self.retired.remove(pid)
+
     def collect(self, busy: Any) -> None:
         """Workers killed earlier that have ended, collected; those in ``busy`` (running a
         member: the starter's reaper ends it with their status) left to their reaper."""
