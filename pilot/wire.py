@@ -173,7 +173,11 @@ from typing import Any
 #: (5 still: ``orphan_end``/``orphan_killed`` also in ``orphans-NAME.jsonl``, written by a
 #: spawner or node agent whose pilot died; the agent's ``orphans`` kind, pilot <-> agent only.)
 #: 6: the ``straggle`` and ``withhold`` kinds, and an ``end``'s reason ``straggler``.
-VERSION = 6
+#: 7: a task's ``pmin`` (its products' least sizes), ``ctr`` (run inside a container), ``py`` and
+#: ``kw`` (a function member: a call to a warm worker), ``sim`` (a rehearsal's reason); an
+#: ``end``'s reason ``invalid``; the node agent's ``run`` with ``py`` and ``kw``, its ``ended``
+#: with ``out`` (an older pilot would run ``python: ...`` as a shell command, or refuse these).
+VERSION = 7
 
 # engine -> pilot
 TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
