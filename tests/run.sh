@@ -6,8 +6,8 @@
 # (ruff, and import-linter's layer contracts from pyproject.toml), then pytest.
 # Usage: bash tests/run.sh [pytest args]
 #        bash tests/run.sh --quick [pytest args]
-# The whole suite runs in two passes (below): the quick tier's tests on every core, then the
-# real and slow ones one at a time; given -m, one pass of what it selects.
+# The whole suite runs in two passes (below): the tests that need no service on every core,
+# then the real ones one at a time; given -m, one pass of what it selects.
 # --quick is the inner loop: the tests marked neither `real` (they need a test service) nor
 # `slow` (tests/slow.txt), in parallel on every core (pytest-xdist); it starts no service.
 # docs/development.md says which to run when.
@@ -45,16 +45,17 @@ for a in "$@"; do
         exec .venv/bin/python -m pytest "$@"
     fi
 done
-# Two passes: the tests neither real nor slow side by side on every core (the quick tier's
-# set, run so in every inner loop), then the real and slow ones one at a time (they share
-# the machine's test services and clusters, and measure what load would change).
+# Two passes: the tests that need no service side by side on every core (the quick tier's
+# set runs so in every inner loop, and the slow ones so whenever tests/slow_list.py measures
+# them), then the real ones one at a time (they share the machine's test services and
+# clusters).
 # Exit status 5 (no test collected: a caller's selection that one pass does not hold) is
 # no failure unless neither pass collected a test.
 set +e
-.venv/bin/python -m pytest -m "not real and not slow" -n auto "$@"
+.venv/bin/python -m pytest -m "not real" -n auto "$@"
 first=$?
-echo "run.sh: the real and slow tests, one at a time"
-.venv/bin/python -m pytest -m "real or slow" "$@"
+echo "run.sh: the real tests, one at a time"
+.venv/bin/python -m pytest -m real "$@"
 second=$?
 set -e
 for rc in "$first" "$second"; do
