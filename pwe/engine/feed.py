@@ -116,8 +116,7 @@ class Feeder:
                     self.lanes[lane_of[nid]].ready.append_run(nid, lo, hi)
         if st.again:  # handed back (its node lost, its pilot gone): it had its turn, so it goes
             for nid, i in reversed(st.again):  # first; its place at the back is then a stale entry
-                lane = self._lane_of_member(nid, i) if sizing is not None and sizing.weighs(nid, st.sets) \
-                    else lane_of[nid]
+                lane = self._lane_of_member(nid, i)
                 if lane is not None:
                     self.lanes[lane].ready.appendleft((nid, i))
             st.again.clear()
@@ -159,9 +158,8 @@ class Feeder:
 
     def _put_first(self, nid: str, i: int) -> None:
         """Member ``i`` of ``nid`` before the rest of its lane, by its priority (pwe set)."""
-        sizing, st = self.sizing, self.ledger.state
-        lane_name = self._lane_of_member(nid, i) if sizing is not None and sizing.weighs(nid, st.sets) \
-            else self.lane_of[nid]
+        st = self.ledger.state
+        lane_name = self._lane_of_member(nid, i)
         if lane_name is None:
             return
         lane = self.lanes[lane_name]
@@ -194,9 +192,11 @@ class Feeder:
         base.append_run(nid, start, hi)
 
     def _lane_of_member(self, nid: str, i: int) -> str | None:
-        """The lane of member ``i``'s next attempt (pwe/engine/sizing.py); None where no node
-        of its host holds it: it has failed here, with the line that says so."""
-        assert self.sizing is not None
+        """The lane of member ``i``'s next attempt: its node's, or where its request grew
+        (pwe/engine/sizing.py); None where no node of its host holds it: it has failed here,
+        with the line that says so."""
+        if self.sizing is None or not self.sizing.weighs(nid, self.ledger.state.sets):
+            return self.lane_of[nid]
         ns = self.ledger.state.nodes[nid]
         lane, why = self.sizing.route(nid, i, ns.failures.get(i, 0))
         if why is not None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..planning.asks import asks
-from ..planning.partitions import for_partition, largest_node, node_lacks, partition_for
+from ..planning.lanes import whole_host
+from ..planning.partitions import for_partition, largest_node, node_lacks, partition_for, shows_partition
 from .handles import Lane, lane_for
 
 #: the pilot id of an attempt the engine ended itself, before any pilot had it
@@ -32,20 +33,14 @@ class Sizing:
 
     def __init__(self, plan: Any, recorded: dict[str, Any], lanes: dict[str, Lane], lane_of: dict[str, str],
                  status_every: float, settings_for: Callable[[str, int], dict[str, Any] | None]):
-        from hostinfo.records import host
-
         self.plan = plan
         self.recorded = recorded
         self.lanes = lanes
         self.lane_of = lane_of
         self.status_every = status_every
         self.settings_for = settings_for
-        self.hosts: dict[str, Any] = {}
-        for name, lane in recorded.items():
-            try:
-                self.hosts[name] = host(lane["host_def"])
-            except (KeyError, TypeError, ValueError):
-                continue  # (a run recorded before: its lanes stand as they are)
+        # (a host whose record cannot be read: its lanes stand as they are)
+        self.hosts = {name: h for name in recorded if (h := whole_host(recorded, name)) is not None}
         #: the nodes whose retries ask for more (retry.grow): their retried members are weighed
         self.growing = {nid for nid, pn in plan.nodes.items() if pn.retry is not None and pn.retry.grow is not None}
         #: per node with ``grow: {cap: true}``: its host's largest node (planning.partitions.largest_node)
@@ -74,11 +69,8 @@ class Sizing:
         key = (nid, len(sets))
         if key not in self._outgrows:
             view, pn = self.lanes[self.lane_of[nid]].host, self.plan.nodes[nid]
-            ranks = pn.scheduling.ranksPerMember or 1
-            self._outgrows[key] = any(
-                node_lacks(view, {"memory_mb": v.get("memoryPerMember"), "gpus": v.get("gpus"),
-                                  "cores": ranks * v["threads"] if v.get("threads") else None})
-                for s in sets if s.get("only") is None or nid in s["only"] for v in [s.get("values") or {}])
+            self._outgrows[key] = any(node_lacks(view, asks(pn, 0, s.get("values") or {}))
+                                      for s in sets if s.get("only") is None or nid in s["only"])
         return self._outgrows[key]
 
     def route(self, nid: str, i: int, retried: int) -> tuple[str, str | None]:
@@ -101,7 +93,7 @@ class Sizing:
         """The lane of host ``whole``'s partition ``part``: the run's own where it has one,
         else one made now, ``host/partition``."""
         for key, lane in self.lanes.items():
-            if lane.host.name == whole.name and [p.name for p in lane.host.partitions] == [part.name]:
+            if shows_partition(lane.host, whole.name, part.name):
                 return key
         key = f"{whole.name}/{part.name}"
         self.lanes[key] = lane_for(view, whole, self.recorded[whole.name], self.status_every, key)
@@ -112,14 +104,11 @@ def restore_partition_lane(lanes: dict[str, Lane], recorded: dict[str, Any], nam
                            status_every: float) -> None:
     """Before a resumed engine reattaches a pilot of lane ``host/partition`` that an attempt
     grew into (:class:`Sizing`): that lane again, from the run's recorded hosts."""
-    from hostinfo.records import host
-
     if not name or name in lanes or "/" not in name:
         return
     host_name, _, part_name = name.rpartition("/")
-    try:
-        whole = host(recorded[host_name]["host_def"])
-    except (KeyError, TypeError, ValueError):
+    whole = whole_host(recorded, host_name)
+    if whole is None:
         return
     part = next((p for p in whole.partitions if p.name == part_name), None)
     if part is not None:

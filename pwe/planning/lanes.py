@@ -26,10 +26,14 @@ def lane_of(recorded: dict[str, Any], plan: Any, node: str) -> tuple[str | None,
             rec = recorded.get(view.name, {})
             cores = view.cores_per_node if view is not hosts.get(view.name) else (rec.get("cores")
                                                                                    or view.cores_per_node)
-            return key, {"name": view.name, "protocol": view.protocol, "cores_per_node": cores,
-                         "memory_mb": view.memory_per_node, "gpus_per_node": view.gpus_per_node or 0,
-                         "tmp_mb": view.tmp_per_node}
+            return key, _size(view, cores)
     return None, None
+
+
+def _size(view: Any, cores: Any) -> dict[str, Any]:
+    """The size of one node of ``view`` (a host as its lane shows it), as lane_of says it."""
+    return {"name": view.name, "protocol": view.protocol, "cores_per_node": cores, "memory_mb": view.memory_per_node,
+            "gpus_per_node": view.gpus_per_node or 0, "tmp_mb": view.tmp_per_node}
 
 
 def whole_host(recorded: dict[str, Any], name: str | None) -> Any:
@@ -50,7 +54,7 @@ def grown_lane(recorded: dict[str, Any], plan: Any, node: str, ask: dict[str, An
     say)."""
     from hostinfo.records import host as host_of
 
-    from .partitions import for_partition, partition_for
+    from .partitions import for_partition, partition_for, shows_partition
 
     _, size = lane_of(recorded, plan, node)
     whole = whole_host(recorded, size and size["name"])
@@ -62,8 +66,5 @@ def grown_lane(recorded: dict[str, Any], plan: Any, node: str, ask: dict[str, An
     view = for_partition(whole, part)
     hosts = {name: host_of(rec["host_def"]) for name, rec in recorded.items()}
     own = (k for k, (v, _) in partition_lanes(plan, hosts).items()  # (the run's own lane of it, if any)
-           if v.name == whole.name and [p.name for p in v.partitions] == [part.name])
-    lane = next(own, f"{whole.name}/{part.name}")
-    return lane, {"name": view.name, "protocol": view.protocol, "cores_per_node": view.cores_per_node,
-                  "memory_mb": view.memory_per_node, "gpus_per_node": view.gpus_per_node or 0,
-                  "tmp_mb": view.tmp_per_node}, ""
+           if shows_partition(v, whole.name, part.name))
+    return next(own, f"{whole.name}/{part.name}"), _size(view, view.cores_per_node), ""

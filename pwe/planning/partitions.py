@@ -148,6 +148,12 @@ def node_lacks(view: Any, ask: dict[str, Any]) -> str:
     return ""
 
 
+def shows_partition(view: Any, host_name: str, part_name: str) -> bool:
+    """Whether ``view`` (a lane's host) is host ``host_name`` as its partition ``part_name``
+    shows it (:func:`for_partition`): the lane of that partition."""
+    return view.name == host_name and [p.name for p in view.partitions] == [part_name]
+
+
 def partition_for(whole: Any, sched: Any, ask: dict[str, Any]) -> tuple[Any, str]:
     """Where one attempt whose ``ask`` (:func:`pwe.planning.asks.asks`) outgrew its lane's
     nodes goes on host ``whole``: (the first partition, in the host's priority order, whose
