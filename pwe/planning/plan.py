@@ -28,7 +28,7 @@ from .dag import Graph
 from ..base.errors import InputError, TemplateError, WorkflowGraphError, WorkflowSchemaError
 from ..workflow.load import load_workflow
 from .params import MAX_MEMBERS, ParameterSpace, RangeValues, Values, read_values
-from .validate import compiled as validate_template
+from .validate import after_member, compiled as validate_template
 from ..base.source import LineDict, did_you_mean, locate, value_text
 from ..workflow.rules import FileSpecMethods
 from ..workflow.templates import PathTemplate, PayloadTemplate, TemplateSyntax, error_text
@@ -462,19 +462,8 @@ def _check_template(nid: str, node: model.Node, wf: model.Workflow, sched: model
     if not node.parameters:
         raise WorkflowSchemaError(f"node '{nid}': a check names the next member's parameter values, but the node "
                                   "has no 'parameters'; give it at least one", path, line)
-    if (sched.ranksPerMember or 1) > 1:
-        raise WorkflowSchemaError(f"node '{nid}': a check runs once after each member, which ranksPerMember "
-                                  f"{sched.ranksPerMember} would start under an MPI launcher; make the check a "
-                                  "node of its own or use ranksPerMember 1", path, line)
-    try:
-        template = PayloadTemplate(node.check)
-    except TemplateSyntax as exc:
-        raise TemplateError(f"node '{nid}': template error in 'check': {exc.message}", path, line) from None
-    known = set(wf.properties) | set(node.parameters)
-    for name in sorted(template.names - known):
-        raise TemplateError(f"node '{nid}': 'check' uses undefined name '{name}'{did_you_mean(name, known)}; "
-                            "define it under 'properties' or 'parameters'", path, line)
-    return template
+    return after_member(nid, "check", node.check, node, wf, sched, path, line,
+                        "would start under an MPI launcher; make the check a node of its own or use ranksPerMember 1")
 
 
 _COVER_LIMIT = 200_000

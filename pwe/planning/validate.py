@@ -34,17 +34,27 @@ def compiled(nid: str, node: Any, wf: Any, sched: Any, path: Path, line: int | N
     launcher (ranksPerMember 1), and names only properties and the node's parameters."""
     if node.validate is None:
         return None
+    return after_member(nid, "validate", node.validate, node, wf, sched, path, line,
+                        "would start once per rank under an MPI launcher; check the result in a node of its own, "
+                        "or use ranksPerMember 1")
+
+
+def after_member(nid: str, key: str, text: str, node: Any, wf: Any, sched: Any, path: Path, line: int | None,
+                 under_mpi: str) -> PayloadTemplate:
+    """A command run once after each member (``key``: ``validate``, or ``check``:
+    pwe/planning/plan.py), compiled and checked, one line each (the file and line of
+    ``key``): not under an MPI launcher (ranksPerMember 1; ``under_mpi`` says why and what
+    to do), a template that compiles, and names only properties and the node's parameters."""
     if (sched.ranksPerMember or 1) > 1:
-        raise WorkflowSchemaError(f"node '{nid}': a validate runs once after each member, which ranksPerMember "
-                                  f"{sched.ranksPerMember} would start once per rank under an MPI launcher; check "
-                                  "the result in a node of its own, or use ranksPerMember 1", path, line)
+        raise WorkflowSchemaError(f"node '{nid}': a {key} runs once after each member, which ranksPerMember "
+                                  f"{sched.ranksPerMember} {under_mpi}", path, line)
     try:
-        template = PayloadTemplate(node.validate)
+        template = PayloadTemplate(text)
     except TemplateSyntax as exc:
-        raise TemplateError(f"node '{nid}': template error in 'validate': {exc.message}", path, line) from None
+        raise TemplateError(f"node '{nid}': template error in '{key}': {exc.message}", path, line) from None
     known = set(wf.properties) | set(node.parameters)
     for name in sorted(template.names - known):
-        raise TemplateError(f"node '{nid}': 'validate' uses undefined name '{name}'{did_you_mean(name, known)}; "
+        raise TemplateError(f"node '{nid}': '{key}' uses undefined name '{name}'{did_you_mean(name, known)}; "
                             "define it under 'properties' or 'parameters'", path, line)
     return template
 
