@@ -179,7 +179,9 @@ nodes:
 """
 
 
-def test_retry_from_the_page_reruns_only_the_selected_failed_members(home, tmp_path, driver):
+def _failing_run_page(tmp_path, driver):
+    """A finished run of FAILING (x=1, 5, 9 failed) and its page open in the browser, its
+    members shown: (the run directory, the dashboard: its caller stops it)."""
     (tmp_path / "wf.yaml").write_text(FAILING)
     rc, out, err = run_cli("run", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
     assert rc == 1, err
@@ -191,6 +193,15 @@ def test_retry_from_the_page_reruns_only_the_selected_failed_members(home, tmp_p
         driver.get(ui.url)
         driver.get(f"{ui.base}/#/run/{run.name}")
         wait_js(driver, "return document.querySelector('#members tr.member-row')", what="the members")
+    except BaseException:
+        ui.stop()
+        raise
+    return run, ui
+
+
+def test_retry_from_the_page_reruns_only_the_selected_failed_members(home, tmp_path, driver):
+    run, ui = _failing_run_page(tmp_path, driver)
+    try:
         box = driver.find_element("id", "query")
         box.send_keys("state=failed; x=5,9")
         next(b for b in driver.find_elements("css selector", ".actions button") if b.text == "Retry selection").click()
@@ -215,17 +226,8 @@ def test_set_from_the_page_changes_what_the_selected_members_ask_for_next(home, 
     the finished run, so the change waits for the next one; pwe retry takes it before it
     hands out a member: the journal's set record names who asked from the page, and the
     retried members' new attempts ask 64 MB (their assign records)."""
-    (tmp_path / "wf.yaml").write_text(FAILING)
-    rc, out, err = run_cli("run", "wf.yaml", "--cores", "2", "--json", cwd=tmp_path)
-    assert rc == 1, err
-    run = Path(json.loads(out)["run_dir"])
-    if not run.is_absolute():
-        run = tmp_path / run
-    ui = UI(tmp_path)
+    run, ui = _failing_run_page(tmp_path, driver)
     try:
-        driver.get(ui.url)
-        driver.get(f"{ui.base}/#/run/{run.name}")
-        wait_js(driver, "return document.querySelector('#members tr.member-row')", what="the members")
         driver.find_element("id", "query").send_keys("state=failed; x=5,9")
         driver.find_element("id", "set-pairs").send_keys("memoryPerMember=64 priority=3")
         next(b for b in driver.find_elements("css selector", ".actions button")
