@@ -175,6 +175,8 @@ class Agent:
                 remove_tree(tmp)
             return
         call = {"kw": msg.get("kw") or {}, "env": own}
+        if msg.get("vd"):
+            call["vd"] = str(msg["vd"])
         if msg.get("mem"):
             call["mem"] = 1
         try:

@@ -8,7 +8,9 @@ of a Unix socket to the pilot. It imports the module at once, then reads calls: 
 lines (never pickle), each with the two files its member's stdout and stderr go to (sent
 with the line, ``SCM_RIGHTS``), and answers each with one JSON line:
 
-- in: ``{"id": N, "kw": {parameters}, "env": {the member's own variables}}``
+- in: ``{"id": N, "kw": {parameters}, "env": {the member's own variables}, "vd": "validate"}``
+  (``vd`` where its node has a ``validate``: a shell command run after the function returned,
+  :meth:`Worker.validate`)
 - out: ``{"id": N, "rc": 0|1|status, "cpu": s, "rss": KB, "out": {outputs}, "why": "..."}`` (``why`` when
   the call failed in a way a traceback does not say: the module could not be imported, the
   function is missing, its return value is not a mapping of JSON values; then ``broken``
@@ -46,6 +48,9 @@ MOST = 1 << 22
 #: the most bytes of outputs said with the answer; more go to the outputs file (which the
 #: pilot reads as a command's, bounded)
 OUTPUTS_INLINE = 16 << 10
+#: the output a validate that failed leaves, its exit status (pilot.members.INVALID_OUTPUT:
+#: this program imports nothing of the pilot's)
+INVALID_OUTPUT = "_pwe_invalid"
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
@@ -202,6 +207,8 @@ class Worker:
                 print(self.broken.rpartition("pwe: ")[0], end="", file=sys.stderr)
             else:
                 rc, why, out = self.run(msg.get("kw") or {}, env.get("PWE_OUTPUTS"))
+                if rc == 0 and not why and msg.get("vd"):
+                    rc, out = self.validate(str(msg["vd"]), out, env.get("PWE_OUTPUTS"))
                 if out:
                     answer["out"] = out
             if why:
@@ -245,6 +252,32 @@ class Worker:
             rc, why = write_outputs(outputs_path, out)
             return rc, why, None
         return 0, "", out
+
+    def validate(self, command, out, outputs_path):
+        """The node's ``validate`` after a call that returned: ``/bin/sh -c COMMAND`` in the
+        workspace, with the member's environment and streams (a child of this process: its
+        walltime, memory and cancel stop it with the worker). (status, outputs): a status
+        not 0 is marked in the outputs (:data:`INVALID_OUTPUT`), as a command's validate
+        marks its ``$PWE_OUTPUTS`` (pwe/planning/validate.py), so that the pilot ends the
+        member ``invalid``; said in the member's stderr in the same words."""
+        import subprocess
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            rc = subprocess.call(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, cwd=self.workspace)
+        except OSError as exc:
+            print(f"pwe: cannot run the validate: {exc.strerror or exc}", file=sys.stderr)
+            rc = 127
+        if rc == 0:
+            return 0, out
+        rc = 128 - rc if rc < 0 else rc  # (killed by a signal: as a shell says it)
+        print(f"pwe: the validate exited {rc}: the result is not good", file=sys.stderr)
+        mark = {INVALID_OUTPUT: str(rc)}
+        if out is None:  # (its outputs went to the file: its mark goes there too)
+            write_outputs(outputs_path, mark)
+            return rc, None
+        return rc, {**out, **mark}
 
     def answer(self, msg):
         """Say the answer; False when the pilot is gone."""

@@ -313,6 +313,8 @@ class PyWorkers:
         if mem:
             self.memory.attach(worker.pid, worker.pid, int(mem), watch=True)
         call = {"kw": task.get("kw") or {}, "env": own}
+        if task.get("vd"):
+            call["vd"] = task["vd"]  # (its validate: run by the worker after the call returns)
         if mem:
             call["mem"] = 1  # (the worker measures the call's own peak: pilot/pyworker.py)
         try:

@@ -178,6 +178,8 @@ class RemoteNodes:
             run["mem"] = task["mem"]  # (enforced by the agent there: pilot/memwatch.py)
         if "py" in task:  # a function member: a call to a warm worker there (pilot/nodeagent.py)
             run["py"], run["kw"] = task["py"], task.get("kw") or {}
+            if task.get("vd"):
+                run["vd"] = task["vd"]
         if agent is None or not agent.send_all([run]):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back

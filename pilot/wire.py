@@ -26,7 +26,9 @@ kind        fields
             [directories]}: it runs inside that container (pilot/containers.py), ``py``
             ``package.module:function`` and ``kw`` {parameter: value}: a function member,
             a call with ``kw`` as keyword arguments to a warm worker (pilot/pyworkers.py;
-            ``cmd`` is then ``python: ...``, shown, never run), ``sim`` (``oom`` or
+            ``cmd`` is then ``python: ...``, shown, never run; its ``ctr``, the container
+            the worker runs in), ``vd`` (a function member's ``validate``, a shell command
+            its worker runs after the call returns: pilot/pyworker.py), ``sim`` (``oom`` or
             ``walltime``: pwe run --simulate's member, which fails with that reason when it
             exits non-zero: pwe/engine/simulate.py)
 ``group``   ``tasks`` [task, ...]: members of one group (``group:`` of a node), each a
@@ -177,7 +179,10 @@ from typing import Any
 #: ``kw`` (a function member: a call to a warm worker), ``sim`` (a rehearsal's reason); an
 #: ``end``'s reason ``invalid``; the node agent's ``run`` with ``py`` and ``kw``, its ``ended``
 #: with ``out`` (an older pilot would run ``python: ...`` as a shell command, or refuse these).
-VERSION = 7
+#: 8: a function member's task ``vd`` (its validate, run by its worker after the call; an
+#: older pilot would skip it); the node agent's ``run`` with ``vd`` and ``box`` (the container
+#: its worker runs in).
+VERSION = 8
 
 # engine -> pilot
 TASK, GROUP, STOP, CANCEL, ACK = "task", "group", "stop", "cancel", "ack"
@@ -216,7 +221,7 @@ REASONS = (REASON_EXIT, REASON_OOM, REASON_WALLTIME, REASON_STRAGGLER, REASON_LO
 #: Every kind and the fields it may carry (besides ``k``), as the table above says.
 FIELDS: dict[str, frozenset[str]] = {
     TASK: frozenset({"n", "m", "a", "cmd", "cwd", "env", "eb", "ranks", "threads", "wall", "exclusive", "cap",
-                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own", "ctr", "py", "kw", "sim"}),
+                     "gpus", "mem", "tmp", "setup", "prod", "pmin", "rpn", "own", "ctr", "py", "kw", "vd", "sim"}),
     GROUP: frozenset({"tasks"}),
     STOP: frozenset(),
     LEAVE: frozenset(),

@@ -91,6 +91,9 @@ class TaskBuilder:
         if pn.spec.python is not None and self.rehearsal is None:
             # a function member: its function, called with its parameters as they are typed (pilot/pyworkers.py)
             task["py"], task["kw"] = pn.spec.python, values
+            validate = self.plan.validate_command(nid, i)
+            if validate is not None:  # (its worker runs it after the call returns: pilot/pyworker.py)
+                task["vd"] = validate
         return task
 
     def grown(self, nid: str, retried: int) -> dict[str, Any]:

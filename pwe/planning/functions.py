@@ -131,18 +131,18 @@ def _bound(node: ast.AST) -> list[str]:
 
 def check(plan: Any) -> None:
     """What ``pwe validate`` checks of each function node: what a function member cannot
-    have (a ``check``, a ``validate``, a container, several ranks: each a shell command's), its
-    module found, its function defined there. One line naming file and line
-    (:class:`InputError`) else."""
+    have (a ``check``, a shell command's that may grow its tree; several ranks), its module
+    found, its function defined there. One line naming file and line (:class:`InputError`)
+    else. (Its ``validate`` runs after the call, in its worker; its ``container`` holds the
+    worker: pilot/pyworker.py.)"""
     for nid, pn in plan.nodes.items():
         spec = pn.spec.python
         if spec is None:
             continue
         line = pn.run_line
-        for key in ("check", "validate", "container"):
-            if getattr(pn.spec, key, None) is not None:
-                raise InputError(f"node '{nid}': a function member (python:) takes no '{key}' (a shell command's); "
-                                 f"give the node a run: command for it", plan.file, line)
+        if pn.spec.check is not None:
+            raise InputError(f"node '{nid}': a function member (python:) takes no 'check' (a shell command's); "
+                             "give the node a run: command for it", plan.file, line)
         if (pn.scheduling.ranksPerMember or 1) > 1:
             raise InputError(f"node '{nid}': a function member (python:) is one process: ranksPerMember must be 1",
                              plan.file, line)

@@ -141,17 +141,10 @@ class Plan:
         (:func:`pwe.planning.trees.with_check`)."""
         cmd = self.render(node_id, index)
         node = self.nodes[node_id]
-        if node.validate is not None:
+        text = self.validate_command(node_id, index) if node.spec.python is None else None
+        if text is not None:
             from .validate import with_validate
 
-            try:
-                text = node.validate.render(node.context(self.workflow.properties, index))
-            except Exception as exc:  # noqa: BLE001 - as render: whatever the template raises
-                raise TemplateError(f"node '{node_id}': member {index} cannot render 'validate': {error_text(exc)}",
-                                    self.file, node.validate_line) from None
-            if not text.strip():  # (an empty ( ) is a shell's syntax error: nothing of the member would run)
-                raise TemplateError(f"node '{node_id}': member {index}'s 'validate' renders to blank text; give it a "
-                                    "command for every member", self.file, node.validate_line)
             cmd = with_validate(cmd, text)
         if node.check is None:
             return cmd
@@ -163,6 +156,23 @@ class Plan:
             raise TemplateError(f"node '{node_id}': member {index} cannot render 'check': {exc}", self.file,
                                 node.check_line) from None
         return with_check(cmd, check)
+
+    def validate_command(self, node_id: str, index: int) -> str | None:
+        """Member ``index``'s ``validate`` rendered (None: its node has none). A command
+        member's rides its command (:meth:`command`); a function member's is the task's
+        ``vd``, which its worker runs after the call (pilot/pyworker.py)."""
+        node = self.nodes[node_id]
+        if node.validate is None:
+            return None
+        try:
+            text = node.validate.render(node.context(self.workflow.properties, index))
+        except Exception as exc:  # noqa: BLE001 - as render: whatever the template raises
+            raise TemplateError(f"node '{node_id}': member {index} cannot render 'validate': {error_text(exc)}",
+                                self.file, node.validate_line) from None
+        if not text.strip():  # (an empty ( ) is a shell's syntax error: nothing of the member would run)
+            raise TemplateError(f"node '{node_id}': member {index}'s 'validate' renders to blank text; give it a "
+                                "command for every member", self.file, node.validate_line)
+        return text
 
     def edges_into(self, node_id: str) -> list[Edge]:
         return [e for e in self.edges if e.dst == node_id]

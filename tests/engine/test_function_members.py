@@ -139,6 +139,15 @@ def gpu(x):
     return {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"), "pid": os.getpid()}
 
 
+def made(x):
+    _note("start")
+    os.makedirs("out", exist_ok=True)
+    with open(f"out/{x}.txt", "w") as fh:   # (x 2's first attempt: an empty result)
+        fh.write("" if x == 2 and os.environ["PWE_ATTEMPT"] == "1" else f"made {x}")
+    _note("end")
+    return {"x": x, "many": "y" * (20000 if x == 3 else 1)}
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -484,6 +493,7 @@ def test_function_members_on_other_nodes_are_calls_to_their_node_agents_workers(
     of those nodes' agents (each imported the module once), their outputs back as the pilot's."""
     wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 24]}, y: [1], name: [n]}
     python: mypkg.fits:fit
+    validate: echo "validated {{ x }} $(hostname)" >> validated
 """)
     (tmp_path / "hosts.yaml").write_text(
         "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
@@ -503,6 +513,10 @@ def test_function_members_on_other_nodes_are_calls_to_their_node_agents_workers(
               for line in p.read_text().splitlines()]
     nodes = {n for e in events if e.get("k") == "start" for n in e.get("nodes", [])}
     assert len(nodes) >= 2, nodes  # (placed on more than the pilot's own node)
+    # each call's validate ran after it, by its worker, on the node the call ran on
+    validated = [line.split() for line in (tmp_path / "validated").read_text().splitlines()]
+    assert sorted(int(w[1]) for w in validated) == list(range(24))
+    assert len({w[2] for w in validated}) >= 2, validated
 
 
 def test_function_members_on_a_four_node_slurm_pilot(slurm4, tmp_path):
@@ -611,3 +625,47 @@ def test_an_interpreter_that_is_not_there_fails_each_member_in_one_line_naming_i
     assert len(ends) == 2 and {r["rc"] for r in ends} == {127}
     assert {r["why"] for r in ends} == {"cannot start a Python worker for mypkg.fits:fit: No such file or directory "
                                         "(/nonexistent/python3)"}
+
+
+def test_a_function_nodes_validate_runs_after_each_call_and_a_failure_is_invalid_and_retried(tmp_path):
+    """``validate:`` on a function node: its worker runs it after the call returns, in the
+    workspace with the member's environment; exit 1 fails the member ``invalid`` (retried on
+    invalid, as a command member's would be), its words in the member's stderr; a member
+    whose outputs go through the file (too many for a line) is judged the same."""
+    wf, ledger, imports = _setup(tmp_path, """    parameters: {x: {range: [0, 4]}}
+    python: mypkg.fits:made
+    retry: {attempts: 2, on: [invalid]}
+    validate: 'test -s out/{{ x }}.txt && echo "validated {{ x }} $PWE_MEMBER $PWE_ATTEMPT $FOO" >> ledger.v'
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 0, (out, err)
+    starts, ends = _ledger(ledger)
+    # from the members' ledger: x 2 ran twice (its first result empty), the rest once
+    assert starts == Counter({("fit", "0", "1"): 1, ("fit", "1", "1"): 1, ("fit", "2", "1"): 1,
+                              ("fit", "2", "2"): 1, ("fit", "3", "1"): 1}), starts
+    # the validate ran after each call, in the workspace, with the member's environment
+    assert sorted((tmp_path / "ledger.v").read_text().splitlines()) == [
+        "validated 0 0 1 bar", "validated 1 1 1 bar", "validated 2 2 2 bar", "validated 3 3 1 bar"]
+    trace = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("n") == "fit"]
+    first = next(r for r in trace if r["m"] == 2 and r["a"] == 1)
+    assert (first["rc"], first.get("reason")) == (1, "invalid"), first
+    assert "its validate exited 1" in first["why"]
+    assert "_pwe_invalid" not in (first.get("out") or {})
+    assert "pwe: the validate exited 1: the result is not good" in output(tmp_path / "run", "fit", 2, "stderr", 1)
+    recs = {r["member"]: r for r in show(tmp_path / "run")}
+    assert all(r["state"] == "done" for r in recs.values())
+    assert recs[3]["outputs"]["many"] == "y" * 20000 and recs[0]["outputs"]["x"] == "0"
+    assert len(set(imports.read_text().split())) <= 2  # (warm workers: the validate is a child, not a worker)
+
+
+def test_a_function_nodes_validate_failing_after_outputs_in_the_file_is_invalid(tmp_path):
+    """Outputs too many for the answer's line go through ``$PWE_OUTPUTS``: the validate's
+    mark goes there too, and the member is still ``invalid``, not done."""
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: [3]}
+    python: mypkg.fits:made
+    validate: exit 7
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1, (out, err)
+    (rec,) = show(tmp_path / "run")
+    assert (rec["state"], rec["reason"], rec["exit_status"]) == ("failed", "invalid", 7), rec
