@@ -413,6 +413,8 @@ class PilotAgent:
             if self.endings.spawn_paused_until:
                 self.endings.spawns_may_go()
             member.cpu, member.rss = cpu, rss
+            if "py" in member.task:  # (a worker that died mid-call: why, pilot/pyworkers.py)
+                self.pyworkers.died(pid, member, rc)
             if self.memory.limits:
                 over = self.memory.ended(pid, rss, rc)  # (its cgroup is done with; killed for memory: why)
                 if over and (not member.killed or member.reason == REASON_OOM):

@@ -17,6 +17,11 @@ libraries: ``ch-fromhost --nvidia``), apptainer gets ``--nv``, podman the CDI de
 The command runs under the image's ``/bin/sh`` (``sh -c CMD``; a command of plain words is
 exec'd directly, as outside): many images have no bash.
 
+A function member's worker (pilot/pyworkers.py) runs inside its node's container the same
+way (:func:`worker`): the image's Python (``python3``, or ``PWE_PYTHON``) reads the worker's
+program on its stdin (``python3 - ...``: no path of the pilot need be inside the image), its
+socket to the pilot is fd 3 (podman: ``--preserve-fds=1``, and ``-i`` for its stdin).
+
 The image is checked once per pilot node before its first member there (the engine's
 setup lines: pwe/engine/environs.py): a node where the runtime or the image is missing
 takes none of the members. For charliecloud, whose ch-run (0.31) mounts a directory image
@@ -58,7 +63,7 @@ def bad_bind(paths: list[str]) -> str | None:
 
 
 def charliecloud(image: str, inner: list[str], cwd: str, mounts: list[str], env: Mapping[str, str],
-                 gpus: bool) -> list[str]:
+                 gpus: bool, keep_fd: bool = False) -> list[str]:
     # a private /tmp (-t): else ch-run mounts the host's $TMPDIR, the member's own, on /tmp,
     # and binds under /tmp find no mount point; its $TMPDIR is then said again (ch-run -t unsets it)
     argv = ["ch-run", "-t"]
@@ -70,7 +75,7 @@ def charliecloud(image: str, inner: list[str], cwd: str, mounts: list[str], env:
 
 
 def apptainer(image: str, inner: list[str], cwd: str, mounts: list[str], env: Mapping[str, str],
-              gpus: bool) -> list[str]:
+              gpus: bool, keep_fd: bool = False) -> list[str]:
     argv = ["apptainer", "exec"]
     if mounts:
         argv += ["--bind", ",".join(f"{p}:{p}" for p in mounts)]
@@ -80,8 +85,10 @@ def apptainer(image: str, inner: list[str], cwd: str, mounts: list[str], env: Ma
 
 
 def podman(image: str, inner: list[str], cwd: str, mounts: list[str], env: Mapping[str, str],
-           gpus: bool) -> list[str]:
+           gpus: bool, keep_fd: bool = False) -> list[str]:
     argv = ["podman", "run", "--rm", "--pull=never", "--network=host", "--userns=keep-id"]
+    if keep_fd:  # (a worker: its program on stdin, its socket fd 3; ch-run and apptainer pass both as they are)
+        argv += ["-i", "--preserve-fds=1"]
     for p in mounts:
         argv += ["-v", f"{p}:{p}"]
     for name in sorted(env):
@@ -100,3 +107,23 @@ def command(ctr: Mapping, cmd: str, cwd: str, env: Mapping[str, str], tmp_base: 
     ``ctr``), in ``cwd``, with ``env`` its own variables (podman is given their names)."""
     mounts = binds(list(ctr.get("bind") or ()), tmp_base)
     return RENDER[ctr["rt"]](ctr["img"], argv_for(cmd, shell="sh"), cwd, mounts, env, gpus)
+
+
+#: the socket to the pilot, in a worker started inside a container
+WORKER_FD = 3
+
+
+def box(ctr: Mapping, tmp_base: str | None, gpus: bool) -> dict:
+    """What a function member's worker is started inside (a task's ``_box``; the node agent's
+    ``run`` says it as ``box``): ``ctr`` with every directory its members need mounted (its
+    ``bind``, and ``tmp_base``: where their $TMPDIRs and outputs files are) and whether it
+    passes GPUs through. Workers are kept apart by it (pilot/pyworkers.py)."""
+    return {"rt": ctr["rt"], "img": ctr["img"], "bind": binds(list(ctr.get("bind") or ()), tmp_base),
+            "gpus": bool(gpus)}
+
+
+def worker(bx: Mapping, python: str, args: list[str], cwd: str, env: Mapping[str, str]) -> list[str]:
+    """The argv that starts a worker inside ``bx`` (:func:`box`): ``python - ARGS`` (its
+    program on its stdin), in ``cwd``; ``env`` its environment (podman is given the names)."""
+    return RENDER[bx["rt"]](bx["img"], [python, "-", *args], cwd, list(bx.get("bind") or ()), env,
+                            bool(bx.get("gpus")), keep_fd=True)

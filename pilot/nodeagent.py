@@ -88,6 +88,7 @@ class Agent:
         self.pool: WorkerPool | None = None
         self.sel = None  # (the loop's selector: the workers' sockets join it)
         self.calls: dict[int, tuple] = {}  # a worker's pid -> (its call's mem, its outputs' file)
+        self.gone: dict[int, str] = {}  # a worker's pid -> why its call ended with it (pyworkers.WorkerPool.ended_why)
         self.stopped: set[int] = set()  # workers signalled while a call ran: replaced, whatever they answer
 
     def say(self, **msg) -> None:
@@ -166,7 +167,8 @@ class Agent:
         self.pool.collect(self.running)
         tmp = msg.get("tmp")
         try:
-            worker = self.pool.get(str(msg["py"]), shared)
+            box = msg.get("box")
+            worker = self.pool.get(str(msg["py"]), shared, box if isinstance(box, dict) else None)
             fds = self.stream.capture()
         except OSError as exc:
             self.say(k=AGENT_FAILED, id=msg["id"], rc=127 if exc.errno == 2 else 126,
@@ -208,6 +210,8 @@ class Agent:
         got = self.pool.answers(worker) if self.pool is not None else None
         if got is None:
             if self.pool is not None:
+                if worker.member is not None and self.running.get(worker.pid) == worker.member:
+                    self.gone[worker.pid] = self.pool.ended_why(worker)  # (said with its end: reap)
                 self.pool.lost(worker)
             return
         for msg in got:
@@ -324,6 +328,10 @@ class Agent:
                 self.by_id.pop(ident, None)
                 fds, n, m, a = self.io.pop(pid)
                 self.calls.pop(pid, None)  # (a worker that died mid-call: its call ends here, as a command)
+                gone = self.gone.pop(pid, None)  # (and why, where its log says)
+                worker = self.pool.workers.get(pid) if self.pool is not None and rc else None
+                if gone is None and worker is not None and worker.member == ident:  # (reaped before its socket read)
+                    gone = self.pool.ended_why(worker)
                 self.stopped.discard(pid)
                 # ended on its own (not killed here: a kill of ours ends it by SIGKILL)
                 natural = pid not in self.killed or rc != -signal.SIGKILL
@@ -341,7 +349,7 @@ class Agent:
                 elif over:
                     self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss, reason=REASON_OOM, why=over)
                 else:
-                    self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss)
+                    self.say(k=AGENT_ENDED, id=ident, rc=rc, cpu=cpu, rss=rss, **({"why": gone} if gone else {}))
                     if self.orphans is not None:
                         self.recent.append((n, m, a, rc, pid, round(time.time(), 3)))
         self.write_orphans(orphans)

@@ -192,7 +192,8 @@ class NodeSetup:
         """A member placed at ``placement``: where its task names a set, the environment the
         set's modules made on its (first) node into ``member_env``; where it names a
         container, its argv to run inside it (``task["_argv"]``: pilot/containers.py; its
-        $TMPDIR, this pilot's where it runs on one node, is mounted too)."""
+        $TMPDIR, this pilot's where it runs on one node, is mounted too), or for a function
+        member the container its worker runs in (``task["_box"]``)."""
         if "setup" not in task:
             return
         made = self.node_env.get((placement[0][0].name, task["setup"]))
@@ -202,6 +203,9 @@ class NodeSetup:
         if ctr:
             if ctr.get("rt") == "charliecloud" and "USER" not in member_env and "USER" not in os.environ:
                 member_env["USER"] = _user()  # (ch-run refuses to start without it)
+            if "py" in task:  # (a function member: the container its worker is started in, pilot/pyworkers.py)
+                task["_box"] = containers.box(ctr, self.tmp_base, bool(task.get("gpus")))
+                return
             task["_argv"] = containers.command(ctr, task["cmd"], task["cwd"], member_env,
                                                self.tmp_base if len(placement) == 1 else None,
                                                bool(task.get("gpus")))

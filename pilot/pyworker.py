@@ -1,7 +1,8 @@
 """A warm Python worker: one process that imports a node's module once and then runs its
 function for one member after another (``python: package.module:function``).
 
-Run by the pilot (:mod:`pilot.pyworkers`) as ``PYTHON pyworker.py SPEC WORKSPACE FD``:
+Run by the pilot (:mod:`pilot.pyworkers`) as ``PYTHON pyworker.py SPEC WORKSPACE FD`` (inside
+a container ``PYTHON - SPEC WORKSPACE FD``, this program on its stdin: pilot/containers.py):
 ``SPEC`` is ``package.module:function``, ``WORKSPACE`` goes first on ``sys.path`` (the
 module is found there, then on the interpreter's own path), ``FD`` is this process's end
 of a Unix socket to the pilot. It imports the module at once, then reads calls: JSON
@@ -290,8 +291,12 @@ class Worker:
 
 def main(argv):
     spec, workspace, fd = argv[1], argv[2], int(argv[3])
+    if argv[0] == "-":  # (read from stdin, inside a container: pilot/containers.py; no call reads it)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
     # the module is found in the workspace first (not in the directory of this script)
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.abspath(globals().get("__file__") or os.devnull))
     sys.path[:] = [workspace] + [p for p in sys.path if p and os.path.abspath(p) != here]
     sock = socket.socket(fileno=fd)
     worker = Worker(spec, sock, workspace)

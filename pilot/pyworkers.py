@@ -46,6 +46,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from . import containers
 from .members import Member, say
 from .memwatch import MemoryWatch
 from .packing import Packer, Placement
@@ -102,18 +103,19 @@ class WorkerPool:
         self.idle: dict[tuple, list[PyWorker]] = {}  # key -> idle workers of that function and environment
         self.retired: list[int] = []  # killed, not yet collected
         self.made = 0
-        self._which: dict[str, str | None] = {}
+        self._which: dict[tuple, str] = {}
 
-    def get(self, spec: str, shared: dict[str, str]) -> PyWorker:
-        """An idle worker of ``spec`` started with ``shared``, else a new one (OSError: it
+    def get(self, spec: str, shared: dict[str, str], box: dict | None = None) -> PyWorker:
+        """An idle worker of ``spec`` started with ``shared`` (inside the container ``box``:
+        pilot/containers.py :func:`~pilot.containers.box`), else a new one (OSError: it
         cannot be started)."""
-        key = (spec, frozenset(shared.items()))
+        key = (spec, frozenset(shared.items()), _encode(box) if box else None)
         free = self.idle.get(key)
         while free:
             worker = free.pop()
             if worker.pid in self.workers:
                 return worker
-        return self._start(key, spec, shared)
+        return self._start(key, spec, shared, box)
 
     def send(self, worker: PyWorker, call: dict, fds: tuple[int, int]) -> None:
         """A call (one JSON line) with its stdout's and stderr's files; OSError: the worker is gone."""
@@ -150,6 +152,24 @@ class WorkerPool:
             if isinstance(msg, dict) and msg.get("id") == worker.calls:
                 out.append(msg)
         return out
+
+    def ended_why(self, worker: PyWorker) -> str:
+        """Why a member's call ended with its worker (its socket closed mid-call). A worker
+        that ended on its first call most likely never started (no Python in its image, an
+        interpreter that cannot run this program): the last line of its log says why."""
+        why = "its Python worker ended while the function ran"
+        if worker.calls > 1:
+            return why
+        try:
+            with open(os.path.join(self.dir, f"{worker.name}.log"), "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 2048))
+                lines = [w for w in fh.read().decode("utf-8", "replace").splitlines() if w.strip()]
+        except OSError:
+            return why
+        if not lines:
+            return why
+        last = "".join(c if c.isprintable() else "?" for c in lines[-1].strip())[:300]
+        return f"{why}, before it answered its first call: {last}"
 
     def back(self, worker: PyWorker) -> None:
         """A worker whose call is over: idle, for the next call of its function."""
@@ -196,19 +216,25 @@ class WorkerPool:
                 left.append(pid)
         self.retired = left
 
-    def _start(self, key: tuple, spec: str, shared: dict[str, str]) -> PyWorker:
+    def _start(self, key: tuple, spec: str, shared: dict[str, str], box: dict | None) -> PyWorker:
         if len(self.workers) >= self.most:
             for other in self.idle.values():
                 if other:
                     self.lost(other.pop(0))
                     break
-        python = shared.get("PWE_PYTHON") or self.base_env.get("PWE_PYTHON") or sys.executable
-        exe = self._which.get(python)
-        if exe is None:
-            exe = self._which[python] = python if "/" in python else shutil.which(python) or python
+        # the interpreter: PWE_PYTHON, else ours (inside a container, the image's python3)
+        python = shared.get("PWE_PYTHON") or self.base_env.get("PWE_PYTHON") or ("python3" if box else sys.executable)
         workspace = shared.get("PWE_WORKSPACE") or self.dir
         env = self.base_env.copy()
         env.update(shared)
+        args = [spec, workspace, str(containers.WORKER_FD)]
+        # inside a container: the runtime starts the image's Python, which reads this
+        # program on its stdin (no path of ours need be in the image)
+        argv = containers.worker(box, python, args, workspace, env) if box else [python, WORKER, *args]
+        found = (argv[0], env.get("PATH"))  # (found on the PATH its environment gives: a module's, say)
+        exe = self._which.get(found)
+        if exe is None:
+            exe = self._which[found] = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=found[1]) or argv[0]
         self.made += 1
         name = f"pyworker-{os.getpid()}-{self.made}"
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -216,16 +242,19 @@ class WorkerPool:
         try:
             log = os.open(os.path.join(self.dir, f"{name}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
                           | os.O_CLOEXEC, 0o600)
-            os.set_inheritable(child.fileno(), True)  # (the one fd it inherits; single-threaded: no other spawn)
             os.chdir(workspace)  # (posix_spawn has no cwd; every path of the pilot is absolute: pilot/spawn.py)
-            pid = os.posix_spawn(exe, [python, WORKER, spec, workspace, str(child.fileno())], env, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
-        except (OSError, ValueError) as exc:  # (said with the interpreter it is: PWE_PYTHON's, or ours)
+            if child.fileno() == containers.WORKER_FD:  # (a dup2 onto itself keeps its close-on-exec)
+                os.set_inheritable(child.fileno(), True)
+            # its socket is its fd 3, the one fd it inherits (after 1 and 2: the log may be 3 here)
+            pid = os.posix_spawn(exe, argv, env, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, WORKER if box else "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2),
+                (os.POSIX_SPAWN_DUP2, child.fileno(), containers.WORKER_FD)], setsid=True)
+        except (OSError, ValueError) as exc:  # (said with the program it is: the runtime, PWE_PYTHON's, or ours)
             parent.close()
             if isinstance(exc, OSError):
-                raise OSError(exc.errno, f"{exc.strerror or exc} ({python})") from None
-            raise OSError(22, f"{exc} ({python})") from None
+                raise OSError(exc.errno, f"{exc.strerror or exc} ({argv[0]})") from None
+            raise OSError(22, f"{exc} ({argv[0]})") from None
         finally:
             child.close()
             if log >= 0:
@@ -293,7 +322,7 @@ class PyWorkers:
         shared, own = split_env(member_env)
         self.pool.collect(self.running)
         try:
-            worker = self.pool.get(task["py"], shared)
+            worker = self.pool.get(task["py"], shared, task.get("_box"))
         except OSError as exc:
             self.streams.drop(fds)
             self.packer.release(placement, threads, exclusive)
@@ -334,11 +363,18 @@ class PyWorkers:
         if got is None:
             member = worker.member
             if member is not None and self.running.get(worker.pid) is member and not member.killed:
-                member.killed = "its Python worker ended while the function ran"
+                member.killed = self.pool.ended_why(worker)
             self.pool.lost(worker)
             return
         for msg in got:
             self._answered(worker, msg)
+
+    def died(self, pid: int, member: Member, rc: int) -> None:
+        """A worker reaped while its call ran, before its closed socket was read: why its
+        member ended (:meth:`WorkerPool.ended_why`), as :meth:`ready` would have said it."""
+        worker = self.pool.workers.get(pid)
+        if worker is not None and worker.member is member and rc and not member.killed:
+            member.killed = self.pool.ended_why(worker)
 
     def _answered(self, worker: PyWorker, msg: dict) -> None:
         member = worker.member

@@ -180,6 +180,8 @@ class RemoteNodes:
             run["py"], run["kw"] = task["py"], task.get("kw") or {}
             if task.get("vd"):
                 run["vd"] = task["vd"]
+            if task.get("_box"):  # (the container its worker runs in there: pilot/containers.py)
+                run["box"] = task["_box"]
         if agent is None or not agent.send_all([run]):
             self.packer.release(placement, threads, exclusive)
             if agent is not None:  # its session is broken: its members and this one go back

@@ -89,12 +89,18 @@ class TaskBuilder:
         elif pn.products and self._workspace:
             task["prod"] = _products(self.plan, self._workspace, nid, i)
         if pn.spec.python is not None and self.rehearsal is None:
-            # a function member: its function, called with its parameters as they are typed (pilot/pyworkers.py)
-            task["py"], task["kw"] = pn.spec.python, values
-            validate = self.plan.validate_command(nid, i)
-            if validate is not None:  # (its worker runs it after the call returns: pilot/pyworker.py)
-                task["vd"] = validate
+            task.update(self._call(nid, i, values))
         return task
+
+    def _call(self, nid: str, i: int, values: dict[str, Any]) -> dict[str, Any]:
+        """A function member's fields: its function, called with its parameters as they are
+        typed (pilot/pyworkers.py), and its node's validate, which its worker runs after the
+        call returns (pilot/pyworker.py)."""
+        out = {"py": self.plan.nodes[nid].spec.python, "kw": values}
+        validate = self.plan.validate_command(nid, i)
+        if validate is not None:
+            out["vd"] = validate
+        return out
 
     def grown(self, nid: str, retried: int) -> dict[str, Any]:
         """What an attempt after ``retried`` failed ones asks for, where the node's

@@ -11,7 +11,11 @@ which runs no package's ``__init__``; the function is looked for in the module's
 that binds names another way (``from x import *``, a module ``__getattr__``) or has no
 Python source (an extension) is taken on trust: its worker says it at the first call
 (pilot/pyworker.py). A node whose environment names another interpreter (``PWE_PYTHON``)
-is not checked (that interpreter's path is not this one's).
+is not checked (that interpreter's path is not this one's). A node in a container is looked
+for in the workspace alone (bound at its own path inside; this interpreter's path is not
+the image's): a module found there is checked and keyed as here, one not found is the
+image's own (its worker says it at the first call, when the image lacks it). Where the image
+is a directory on this machine, its Python (``python3``, or ``PWE_PYTHON``) must be in it.
 
 The key holds the module's name (in the node's payload, ``python: ...``) and the SHA-256 of
 its source file: what that file imports is not read (name those files in ``inputs:``, or
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -82,6 +87,41 @@ def _foreign(plan: Any, nid: str) -> bool:
     return "PWE_PYTHON" in plan.nodes[nid].spec.env
 
 
+def _where(plan: Any, nid: str) -> tuple[list[str], bool]:
+    """(where node ``nid``'s module is looked for, whether its workers run in a container:
+    the workspace alone, then)."""
+    from .images import container_of
+
+    path = search_path(plan)
+    inside = container_of(plan, nid) is not None
+    return (path[:1] if inside else path), inside
+
+
+#: where a container's Python is looked for in its image (a PATH most images keep)
+IMAGE_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/opt/conda/bin")
+
+
+def _image_python(plan: Any, nid: str) -> str | None:
+    """Why node ``nid``'s container image cannot start its workers (no Python in it), where
+    that can be known here (a directory image on this machine); else None."""
+    from .images import container_of, image_path
+
+    spec = container_of(plan, nid)
+    if spec is None or spec.runtime == "podman":
+        return None
+    if plan.nodes[nid].host != "local" and os.path.isabs(os.path.expanduser(spec.image)):
+        return None  # (a path on that host's nodes: pwe.planning.images)
+    image = image_path(plan, spec)
+    if not Path(image).is_dir():
+        return None  # (an image file: SquashFS, SIF; or missing: pwe.planning.images says that)
+    python = str(plan.nodes[nid].spec.env.get("PWE_PYTHON") or "python3")
+    places = [python] if python.startswith("/") else [f"{d}/{python}" for d in IMAGE_PATH]
+    if any(os.path.lexists(os.path.join(image, p.lstrip("/"))) for p in places):
+        return None
+    return (f"its container image {image} has no {python} (looked in {', '.join(places)}); install Python in the "
+            "image, or set env: PWE_PYTHON to its interpreter's path inside")
+
+
 def identity(plan: Any, nid: str) -> dict[str, str] | None:
     """What node ``nid``'s function adds to its members' keys (its module's source digest),
     made once per plan; None for a node that runs a command."""
@@ -91,7 +131,7 @@ def identity(plan: Any, nid: str) -> dict[str, str] | None:
         return None
     cache = plan.__dict__.setdefault("_function_ids", {})
     if nid not in cache:
-        path = None if _foreign(plan, nid) else find(spec.partition(":")[0], search_path(plan))
+        path = None if _foreign(plan, nid) else find(spec.partition(":")[0], _where(plan, nid)[0])
         cache[nid] = {"source": digest(path)}
     return cache[nid]
 
@@ -146,13 +186,18 @@ def check(plan: Any) -> None:
         if (pn.scheduling.ranksPerMember or 1) > 1:
             raise InputError(f"node '{nid}': a function member (python:) is one process: ranksPerMember must be 1",
                              plan.file, line)
+        why = _image_python(plan, nid)
+        if why is not None:
+            raise InputError(f"node '{nid}': python: {spec}: {why}", plan.file, line)
         if _foreign(plan, nid):
             continue
         module, _, name = spec.partition(":")
         if module.split(".")[0] in sys.builtin_module_names:
             continue  # (built into the interpreter: found, with nothing to read)
-        path = search_path(plan)
+        path, inside = _where(plan, nid)
         found = find(module, path)
+        if found is None and inside:
+            continue  # (the image's own, or none: its worker says which at the first call)
         if found is None:
             raise InputError(f"node '{nid}': python: {spec}: module {module} is not found in the workspace "
                              f"{path[0]} nor on this Python's path; put it there (or set env: PWE_PYTHON to the "

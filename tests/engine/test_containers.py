@@ -12,32 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from helpers import no_traceback, run_cli, show
-
-MARK = "inside-the-image"
-
-
-def busybox_image(where: Path) -> Path:
-    """A charliecloud directory image: busybox-static and its links, the directories ch-run
-    mounts over, empty passwd and group (FACTS: charliecloud 0.31), a marker file."""
-    for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "home"):
-        (where / d).mkdir(parents=True, exist_ok=True)
-    (where / "etc" / "passwd").write_text("")
-    (where / "etc" / "group").write_text("")
-    (where / "etc" / "pwe-marker").write_text(MARK + "\n")
-    shutil.copy2(BUSYBOX, where / "bin" / "busybox")
-    for tool in ("sh", "cat", "echo", "test", "printf", "env", "ls", "touch", "mkdir"):
-        os.symlink("busybox", where / "bin" / tool)
-    return where
-
-
-BUSYBOX = "/bin/busybox"
+from images import MARK, busybox_image
 
 
 def workflow(where: Path, image: str = "./images/sim", n: int = 3, extra: str = "") -> Path:

@@ -70,3 +70,22 @@ def test_a_launcher_starts_the_containers_argv_instead_of_bash():
     # the remote shell reads one string: split as it would, the container's argv comes back whole
     assert shlex.split(ssh[-1])[-len(inner):] == inner
     assert wrap("srun", ["x"], "x", Placement([(there, 1)]), 1, 1, "/w", {})[-3:] == ["bash", "-c", "x"]
+
+
+def test_a_function_members_worker_starts_inside_with_its_program_on_stdin_for_every_runtime():
+    """pilot/pyworkers.py starts a worker inside its node's container as ``python3 - SPEC
+    WORKSPACE 3`` (its program on stdin, its socket fd 3): its $TMPDIRs' directory mounted,
+    the spec and workspace one argument each; podman keeps fd 3 and stdin (``-i``)."""
+    box = containers.box(CTR, "/scratch/pwe-p1", gpus=False)
+    assert box["bind"] == ["/runs/r1", "/scratch/pwe-p1", "/ws"]
+    args = ["pkg.mod:fn", "/ws dir;$(id)", "3"]
+    argv = containers.worker(box, "python3", args, "/ws dir;$(id)", {"USER": "u"})
+    assert argv == ["ch-run", "-t", "-b", "/runs/r1:/runs/r1", "-b", "/scratch/pwe-p1:/scratch/pwe-p1",
+                    "-b", "/ws:/ws", "-c", "/ws dir;$(id)", "/imgs/sim", "--", "python3", "-", *args]
+    app = containers.worker({**box, "rt": "apptainer", "gpus": True}, "/opt/py/bin/python", args, "/w", {})
+    assert app[-5:] == ["/opt/py/bin/python", "-", *args] and "--nv" in app
+    pod = containers.worker({**box, "rt": "podman", "img": HOSTILE}, "python3", args, "/w", {"SECRET": "s3cr3t"})
+    assert "-i" in pod and "--preserve-fds=1" in pod and pod.count(HOSTILE) == 1
+    assert not any("s3cr3t" in a for a in pod) and pod[-5:] == ["python3", "-", *args]
+    # a command member's podman line keeps neither (its stdin is /dev/null, it has no socket)
+    assert "--preserve-fds=1" not in containers.command({**CTR, "rt": "podman"}, "true", "/w", {}, None)

@@ -89,3 +89,31 @@ def test_lint_takes_a_function_nodes_parameters_as_its_arguments(tmp_path):
     rc, out, err = pwe("lint", wf, cwd=tmp_path)
     assert rc == 0 and "used by no template" not in out + err, (out, err)
     assert not (tmp_path / "imported").exists()
+
+
+def test_a_function_node_in_a_container_looks_for_its_module_in_the_workspace_alone(tmp_path):
+    """Inside a container the image's Python runs the worker: a module not in the workspace
+    may be the image's own (not refused, not keyed by a file of this machine); one in the
+    workspace (bound inside at its own path) is checked as here; an image directory with no
+    python3 is one line."""
+    from pwe.planning.functions import identity
+    from pwe.planning.plan import plan_workflow
+
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  other: {protocol: local, cores_per_node: 2}\n")
+    image = tmp_path / "img"
+    (image / "usr" / "bin").mkdir(parents=True)
+    (image / "usr" / "bin" / "python3").symlink_to("/usr/bin/python3.99")  # (inside the image: a link is enough)
+    inside = "    host: other\n    container: {image: ./img, runtime: charliecloud}\n"
+    wf = _workspace(tmp_path, inside + "    python: json:dumps\n")  # (this machine has json; the image's is its own)
+    rc, out, err = pwe("validate", wf, cwd=tmp_path)
+    assert rc == 0, err
+    assert identity(plan_workflow(wf), "f") == {"source": "-"}
+    wf.write_text(wf.read_text().replace("json:dumps", "mypkg.fits:nope"))
+    assert "/mypkg/fits.py defines no 'nope'" in one_line_error(*pwe("validate", wf, cwd=tmp_path))
+    wf.write_text(wf.read_text().replace("mypkg.fits:nope", "mypkg.fits:fit"))
+    rc, out, err = pwe("validate", wf, cwd=tmp_path)
+    assert rc == 0, err
+    (image / "usr" / "bin" / "python3").unlink()
+    err = one_line_error(*pwe("validate", wf, cwd=tmp_path))
+    assert f"its container image {image.resolve()} has no python3" in err and "PWE_PYTHON" in err, err
+    assert not (tmp_path / "imported").exists()

@@ -1,0 +1,76 @@
+"""Container images the tests build, for Debian's charliecloud (``ch-run`` 0.31): directory
+images, made in a test's own directory in well under a second (files are hard-linked where
+the file system allows, copied where not).
+
+- :func:`busybox_image`: busybox-static and its links, the directories ch-run mounts over,
+  empty passwd and group (FACTS: charliecloud 0.31), and a marker file (``/etc/pwe-marker``,
+  which the host does not have: what reads it ran inside).
+- :func:`python_image`: the same with this machine's own Python (its interpreter, the
+  shared libraries ``ldd`` names, its standard library less tests and site-packages), so
+  that a function member's worker can run inside (pilot/pyworkers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MARK = "inside-the-image"
+BUSYBOX = "/bin/busybox"
+#: what of the standard library an image leaves out (big, and no worker imports them)
+_LEFT_OUT = frozenset({"test", "__pycache__", "site-packages", "dist-packages", "idlelib", "tkinter", "ensurepip"})
+
+
+def busybox_image(where: Path) -> Path:
+    """A charliecloud directory image of busybox-static (the module's docstring)."""
+    for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "home"):
+        (where / d).mkdir(parents=True, exist_ok=True)
+    (where / "etc" / "passwd").write_text("")
+    (where / "etc" / "group").write_text("")
+    (where / "etc" / "pwe-marker").write_text(MARK + "\n")
+    shutil.copy2(BUSYBOX, where / "bin" / "busybox")
+    for tool in ("sh", "cat", "echo", "test", "printf", "env", "ls", "touch", "mkdir"):
+        os.symlink("busybox", where / "bin" / tool)
+    return where
+
+
+def _place(src: str, image: Path) -> None:
+    dst = image / src.lstrip("/")
+    if dst.exists():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def python_image(where: Path) -> Path:
+    """:func:`busybox_image` with this machine's Python as ``/usr/bin/python3`` (the module's
+    docstring): at its own path too, so that it finds its standard library as here."""
+    busybox_image(where)
+    exe = os.path.realpath(sys.executable)
+    _place(exe, where)
+    listed = subprocess.run(["ldd", exe], capture_output=True, text=True, check=True).stdout
+    for line in listed.splitlines():
+        words = line.split()
+        path = words[2] if "=>" in words and len(words) > 2 else (words[0] if words else "")
+        if path.startswith("/"):
+            _place(os.path.realpath(path), where)
+            if os.path.realpath(path) != path:  # (as the loader asks for it: /lib64/ld-linux..., libc.so.6)
+                link = where / path.lstrip("/")
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if not link.exists():
+                    os.symlink(os.path.realpath(path), link)
+    (where / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    if not (where / "usr" / "bin" / "python3").exists():
+        os.symlink(exe, where / "usr" / "bin" / "python3")
+    lib = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for root, dirs, files in os.walk(lib):
+        dirs[:] = [d for d in dirs if d not in _LEFT_OUT]
+        for name in files:
+            _place(os.path.join(root, name), where)
+    return where
