@@ -461,6 +461,28 @@ def kill_pilot(events: Path) -> None:
     _os.kill(up["pid"], signal.SIGKILL)
 
 
+def run_killing_its_pilot(wf: Path, run_dir: Path, cwd: Path, ledger: Path, running: int, gate: Path,
+                          timeout: float = 240):
+    """``pwe run WF`` (2 cores) whose first pilot is killed -9 once ``running`` members have
+    written their start to ``ledger`` (they then wait for ``gate``); the gate is opened
+    after the kill, so that they end in the grace the pilot's guardian gives them and their
+    ends come from it (pilot/guardian.py). The run's (returncode, stderr) once it ended."""
+    proc = _subprocess.Popen([sys.executable, "-m", "pwe", "run", str(wf), "--cores", "2", "--run-dir", str(run_dir)],
+                             cwd=cwd, env={**_os.environ, "PYTHONPATH": str(ROOT)}, stdout=_subprocess.PIPE,
+                             stderr=_subprocess.PIPE, text=True, stdin=_subprocess.DEVNULL)
+    try:
+        events = run_dir / "pilots" / "p1" / "events.jsonl"
+        wait_for(lambda: events.exists() and b'"k":"up"' in events.read_bytes(), what="the pilot to come up")
+        wait_for(lambda: ledger.exists() and ledger.read_text().count("start") >= running,
+                 timeout=120, what=f"{running} members running")
+        kill_pilot(events)
+        gate.touch()
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
 def most_at_once(ivs) -> int:
     """The largest number of (start, end) intervals that overlap (an end before a start at a
     tie): the most members running at once, from their own ledgers."""

@@ -480,6 +480,19 @@ class PilotWork:
                                   "directory is not this run's own); it runs again", now))
         take(records.pilot_gone(pid_, f"given up: {why}", now))
 
+    def product_fault(self, nid: str, i: int) -> str | None:
+        """Why member ``i``'s products do not count (pilot.members.product_fault, as its
+        pilot checks them when it exits 0), or None; for an end its pilot could not judge
+        (it died: :func:`pwe.engine.recovery.orphan_ends`). A rehearsal's made none."""
+        pn, ws = self.plan.nodes[nid], self.info.get("workspace")
+        if not pn.products or not ws or self.info.get("simulate"):
+            return None
+        from pilot.members import product_fault
+
+        from ..planning.products import absolute
+
+        return product_fault(absolute(self.plan, ws, nid, i), pn.products_least)
+
     def gone(self, pilot: PilotHandle, why: str, broke: bool = True) -> None:
         """Give a pilot up: take in everything it wrote first (pilot events win), then hand
         its unfinished members on. ``broke``: it counts towards the pilots in a row that
@@ -489,7 +502,8 @@ class PilotWork:
         if pilot.given_up_why:
             why = f"{pilot.given_up_why}, its job cancelled; then {why}"
         intake, st, take = self.intake, self.ledger.state, self.ledger.take
-        recovery.orphan_ends(pilot, st, self.dir, intake.secret, intake.take, take)  # (not run again)
+        # (not run again; judged as its pilot would have)
+        recovery.orphan_ends(pilot, st, self.dir, intake.secret, intake.take, take, self.product_fault)
         inflight = st.inflight(pilot.id)
         if pilot.host == hostname():
             recovery.end_orphans(pilot, inflight, st, self.run_id, take)

@@ -155,14 +155,17 @@ def _apply_again(ledger: Ledger, files: Files,
 
 
 def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes | None,
-                take: Callable[[PilotHandle, dict[str, Any]], None], record: Record) -> None:
+                take: Callable[[PilotHandle, dict[str, Any]], None], record: Record,
+                fault: Callable[[str, int], str | None] | None = None) -> None:
     """What the pilot's guardian saw when the pilot died (pilot/guardian.py): a member
     that ended on its own but whose end the pilot never reported ends with that status
-    now, as its pilot would have said it (outputs read from its directory), instead
-    of running again. Members the guardian killed (still running: no result came
-    back), and ends by a kill signal, are not ends: they run again, as their next
-    attempt. Read once the guardian is gone; its lines are signed with the pilot's key;
-    only from the pilot's own directory of this run (none read from one that is not)."""
+    now, as its pilot would have said it (outputs read from its directory; its products
+    judged by ``fault``, as the pilot judges them: an exit 0 whose products do not count
+    ends ``invalid``; a validate that failed is in its outputs), instead of running
+    again. Members the guardian killed (still running: no result came back), and ends by
+    a kill signal, are not ends: they run again, as their next attempt. Read once the
+    guardian is gone; its lines are signed with the pilot's key; only from the pilot's
+    own directory of this run (none read from one that is not)."""
     from pilot.guardian import ORPHANS, read_orphans
     from pilot.members import KILLED
     from pilot.wire import ORPHAN_END
@@ -184,11 +187,33 @@ def orphan_ends(pilot: PilotHandle, st: RunState, run_dir: Path, secret: bytes |
             continue  # (reported after all, or not this pilot's: its own end stands)
         if ns.state[i] == ASSIGNED:  # (it ran: its start was written before it was spawned)
             record(records.start(nid, i, a, pilot.id, None, msg.get("pid", 0)))
-        out = _orphan_outputs(own, run_dir, nid, i, a) if rc == 0 else {}
-        take(pilot, {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out})
+        out = _orphan_outputs(own, run_dir, nid, i, a)  # (also of a failure, as its pilot would: a validate's mark)
+        end = {"k": END, "n": nid, "m": i, "a": a, "rc": rc, "t": msg.get("t"), "out": out}
+        said = judged(rc, out, fault(nid, i) if rc == 0 and fault is not None else None)
+        if said:
+            end.update(said)
+        take(pilot, end)
         by = "the pilot's guardian" if msg.get("_by") == ORPHANS else "the spawner that started it"
         record(records.note(f"pilot {pilot.id}: {nid}:{i} attempt {a} ended (exit {rc}) as its pilot died; its end "
                             f"came from {by}", msg.get("t")))
+
+
+def judged(rc: int, out: dict[str, str], fault: str | None) -> dict[str, Any] | None:
+    """An orphan's end as its pilot would have judged it (pilot/agent.py ``finish``): an
+    exit 0 whose products do not count (``fault``) is rc 1 ``invalid``; a validate's mark
+    in its outputs (pilot.members.INVALID_OUTPUT; read from a function member's outputs
+    file, where its worker wrote it: pilot/pyworker.py) is ``invalid``, the mark taken out.
+    None: as it is."""
+    from pilot.members import INVALID_OUTPUT
+    from pilot.wire import REASON_INVALID
+
+    if rc == 0 and fault:
+        return {"rc": 1, "why": fault, "reason": REASON_INVALID}
+    if INVALID_OUTPUT in out:
+        out.pop(INVALID_OUTPUT)
+        if rc:
+            return {"why": f"its validate exited {rc}: the result is not good", "reason": REASON_INVALID}
+    return None
 
 
 def _orphan_outputs(pilot_dir: Path, run_dir: Path, nid: str, i: int, a: int) -> dict[str, str]:

@@ -148,6 +148,14 @@ def made(x):
     return {"x": x, "many": "y" * (20000 if x == 3 else 1)}
 
 
+def gated(x):
+    _note("start")
+    while not os.path.exists(os.environ["GATE"]):
+        time.sleep(0.05)
+    _note("end")
+    return {"x": x}
+
+
 def step(i):
     _note("start")
     time.sleep(0.01)
@@ -669,3 +677,30 @@ def test_a_function_nodes_validate_failing_after_outputs_in_the_file_is_invalid(
     assert rc == 1, (out, err)
     (rec,) = show(tmp_path / "run")
     assert (rec["state"], rec["reason"], rec["exit_status"]) == ("failed", "invalid", 7), rec
+
+
+def test_a_validate_that_failed_as_its_pilot_died_is_invalid_from_the_guardians_end(tmp_path):
+    """kill -9 of the pilot while two calls run; they return in the grace its guardian gives
+    them and each worker runs its validate, which fails for member 0's first attempt: its
+    worker, unable to answer, leaves the mark in its outputs file and exits with the
+    validate's status. The engine reads it from the guardian's end as the pilot would have:
+    ``invalid``, retried; from the ledger, member 0 twice, member 1 once."""
+    from helpers import run_killing_its_pilot
+
+    gate = tmp_path / "gate"
+    wf, ledger, _ = _setup(tmp_path, f"""    parameters: {{x: [0, 1]}}
+    python: mypkg.fits:gated
+    retry: {{attempts: 2, on: [invalid]}}
+    validate: test {{{{ x }}}} -ne 0 || test "$PWE_ATTEMPT" -ne 1
+""")
+    wf.write_text(wf.read_text().replace("FOO: bar}", f"FOO: bar, GATE: {gate}}}"))
+    rc, err = run_killing_its_pilot(wf, tmp_path / "run", tmp_path, ledger, 2, gate)
+    assert rc == 0, err
+    starts, ends = _ledger(ledger)
+    assert starts == Counter({("fit", "0", "1"): 1, ("fit", "0", "2"): 1, ("fit", "1", "1"): 1}), starts
+    recs = read_journal(tmp_path / "run")
+    assert len([r for r in recs if r["e"] == "note" and "from the pilot's guardian" in r.get("what", "")]) == 2
+    first = next(r for r in recs if r["e"] == "end" and r["m"] == 0 and r["a"] == 1)
+    assert (first["rc"], first.get("reason")) == (1, "invalid"), first
+    assert "_pwe_invalid" not in (first.get("out") or {}), first
+    assert {r["member"]: r["state"] for r in show(tmp_path / "run")} == {0: "done", 1: "done"}

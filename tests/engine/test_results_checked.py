@@ -217,3 +217,41 @@ nodes:
     rc, err = run(wf, tmp_path, tmp_path / "pwe-runs" / "r3")
     assert rc == 0, err
     assert attempts(led) == {("calc", "0"): ["1", "1"], ("calc", "1"): ["1", "1"]}
+
+
+ORPHANED = """\
+name: orphaned
+nodes:
+  made:
+    parameters: {{i: [0, 1]}}
+    retry: {{attempts: 2, on: [invalid]}}
+    products: [{{path: "m/{{{{ i }}}}.txt", nonEmpty: true}}]
+    run: |
+      echo "start made $PWE_MEMBER $PWE_ATTEMPT" >> {ledger}
+      while [ ! -e {gate} ]; do sleep 0.05; done
+      mkdir -p "$PWE_WORKSPACE/m"
+      if [ "$PWE_MEMBER$PWE_ATTEMPT" = 01 ]; then : > "$PWE_WORKSPACE/m/0.txt"; else echo x > "$PWE_WORKSPACE/m/{{{{ i }}}}.txt"; fi
+      echo "end made $PWE_MEMBER $PWE_ATTEMPT" >> {ledger}
+"""
+
+
+def test_an_end_only_the_guardian_saw_has_its_products_checked(tmp_path, write):
+    """kill -9 of the pilot while both members run; they end in the grace its guardian gives
+    them, so their ends come from the guardian, not the pilot. The engine judges them as the
+    pilot would have: member 0 left an empty product (nonEmpty), so its exit 0 is
+    ``invalid`` and it runs again; member 1's stands. From the members' own ledger: each
+    attempt once, member 0 twice, member 1 once."""
+    from helpers import read_journal, run_killing_its_pilot
+
+    led, gate, run_dir = tmp_path / "ledger", tmp_path / "gate", tmp_path / "run"
+    wf = write(ORPHANED.format(ledger=led, gate=gate))
+    rc, err = run_killing_its_pilot(wf, run_dir, tmp_path, led, 2, gate)
+    assert rc == 0, err
+    assert attempts(led) == {("made", "0"): ["1", "2"], ("made", "1"): ["1"]}
+    recs = read_journal(run_dir)
+    notes = [r["what"] for r in recs if r["e"] == "note" and "from the pilot's guardian" in r.get("what", "")]
+    assert len(notes) == 2, notes  # (both ends from the guardian)
+    first = next(r for r in recs if r["e"] == "end" and r["m"] == 0 and r["a"] == 1)
+    assert (first["rc"], first.get("reason")) == (1, "invalid"), first
+    assert "m/0.txt is empty (0 bytes; nonEmpty)" in first["why"], first
+    assert {(m["member"], m["state"]) for m in show(run_dir)} == {(0, "done"), (1, "done")}
