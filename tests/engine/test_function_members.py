@@ -688,10 +688,10 @@ def test_a_validate_that_failed_as_its_pilot_died_is_invalid_from_the_guardians_
     from helpers import run_killing_its_pilot
 
     gate = tmp_path / "gate"
-    wf, ledger, _ = _setup(tmp_path, f"""    parameters: {{x: [0, 1]}}
+    wf, ledger, _ = _setup(tmp_path, """    parameters: {x: [0, 1]}
     python: mypkg.fits:gated
-    retry: {{attempts: 2, on: [invalid]}}
-    validate: test {{{{ x }}}} -ne 0 || test "$PWE_ATTEMPT" -ne 1
+    retry: {attempts: 2, on: [invalid]}
+    validate: test {{ x }} -ne 0 || test "$PWE_ATTEMPT" -ne 1
 """)
     wf.write_text(wf.read_text().replace("FOO: bar}", f"FOO: bar, GATE: {gate}}}"))
     rc, err = run_killing_its_pilot(wf, tmp_path / "run", tmp_path, ledger, 2, gate)
