@@ -43,7 +43,8 @@ from .launchers import PREFIXES, choose, srun_refused, wrap
 from .packing import Packer, Placement
 from .phase import Life, PilotPhase
 from .tmpdirs import MemberTmp, TmpDirs
-from .spawn import (REFUSED_FOR_NOW, DirectoryError, Spawner, make_member_dir, member_base_env, open_node_dir, reaped,
+from .spawn import (REFUSED_FOR_NOW, DirectoryError, Spawner, environ, make_member_dir, member_base_env, open_node_dir,
+                    reaped,
                     start_failure, writable)
 from .guardian import MemberTable
 from .members import (INVALID_OUTPUT, KILLED, Member, argv_for, collect, killpg, note_stderr, outputs_path,
@@ -197,8 +198,7 @@ class PilotAgent:
         if "py" in task:  # a function member: a call to a warm worker of its function (pilot/pyworkers.py)
             self.call(task, placement, threads, exclusive, member_env)
             return
-        env = self._base_env.copy()
-        env.update(member_env)
+        env = environ(self._base_env, member_env)
         launcher = choose(self.alloc.kind, placement, ranks, self.launcher)
         if launcher == "fork" and self.spawners.count and self.spawners.launch_on_spawner(task, placement, threads,
                                                                                           exclusive, member_env):
@@ -227,7 +227,7 @@ class PilotAgent:
                 self.fail_now(task, 127, f"cannot start {ranks} ranks: {mpi}")
                 self.member_over(task, placement)
                 return
-            prefix = mpi.prefix(sorted(member_env))
+            prefix = mpi.prefix(sorted(k for k, v in member_env.items() if v is not None))
         inner = task.get("_argv")  # (inside its container: pilot/containers.py)
         argv = wrap(launcher, inner or argv_for(task["cmd"]), task["cmd"], placement, ranks, threads, cwd, member_env,
                     prefix, inner)

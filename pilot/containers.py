@@ -92,7 +92,8 @@ def podman(image: str, inner: list[str], cwd: str, mounts: list[str], env: Mappi
     for p in mounts:
         argv += ["-v", f"{p}:{p}"]
     for name in sorted(env):
-        argv += ["--env", name]  # (by name: podman takes the value from its own environment)
+        if env[name] is not None:  # (None: unset by a module load, not in podman's environment either)
+            argv += ["--env", name]  # (by name: podman takes the value from its own environment)
     if gpus:
         argv += ["--device", "nvidia.com/gpu=all"]
     return argv + ["-w", cwd, image, *inner]

@@ -103,7 +103,9 @@ def wrap(launcher: str, argv: list[str], cmd: str, placement: Placement, ranks: 
     if launcher == "ssh":
         # ssh hands one string to the remote login shell: everything in it is quoted, and
         # the environment goes along explicitly (ssh does not forward it)
-        exports = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+        # (a variable a module load unset, None: taken out there too)
+        exports = " ".join(f"-u {shlex.quote(k)}" if v is None else shlex.quote(f"{k}={v}")
+                           for k, v in sorted(env.items(), key=lambda kv: kv[1] is not None))
         run = " ".join(shlex.quote(a) for a in inner) if inner else f"bash -c {shlex.quote(cmd)}"
         remote = f"cd {shlex.quote(cwd)} && exec env {exports} {run}"
         return head + [remote]

@@ -45,7 +45,7 @@ from collections import deque
 from .bounded import open_append
 from .memwatch import MemoryWatch
 from .pyworkers import PyWorker, WorkerPool, judged, outputs, split_env, usage
-from .spawn import REFUSED_FOR_NOW, Spawner, member_base_env, reaped, start_failure
+from .spawn import REFUSED_FOR_NOW, Spawner, environ, member_base_env, reaped, start_failure
 from .streams import StreamWriter
 from .tmpdirs import make_fresh, remove_tree, tmp_root
 from .wire import (AGENT_ENDED, AGENT_FAILED, AGENT_KILL, AGENT_ORPHANS, AGENT_RUN, AGENT_STARTED, ORPHAN_END,
@@ -121,8 +121,7 @@ class Agent:
         if msg.get("py"):
             self.call(msg)
             return
-        env = self.base_env.copy()
-        env.update(msg.get("env") or {})
+        env = environ(self.base_env, msg.get("env") or {})
         argv = msg["argv"]
         tmp = msg.get("tmp")
         if not self.fresh_tmp(msg):

@@ -159,7 +159,7 @@ class NodeSetup:
         return True
 
     @staticmethod
-    def _module_env(prefix: str) -> dict[str, str] | None:
+    def _module_env(prefix: str) -> dict[str, str | None] | None:
         """What a set's ``module load`` changed (``PREFIX.0`` before, ``PREFIX.1`` after;
         the files are removed): {} for a set that loads none; None when they cannot be read."""
         try:
@@ -181,11 +181,16 @@ class NodeSetup:
                 except OSError:
                     pass
         was = dict(v.split(b"=", 1) for v in before.split(b"\0") if b"=" in v)
-        out = {}
+        out: dict[str, str | None] = {}
         for item in after.split(b"\0"):
             name, eq, value = item.partition(b"=")
-            if eq and name not in _SHELL_OWN and was.get(name) != value:
+            if eq and name not in _SHELL_OWN and was.pop(name, None) != value:
                 out[name.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+            elif eq:
+                was.pop(name, None)
+        for name in was:  # (what the load unset: None, taken out of its members' environment: spawn.environ)
+            if name not in _SHELL_OWN:
+                out[name.decode("utf-8", "surrogateescape")] = None
         return out
 
     def prepare(self, task: dict, placement: Placement, member_env: dict) -> None:

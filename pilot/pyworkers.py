@@ -50,6 +50,7 @@ from . import containers
 from .members import Member, say
 from .memwatch import MemoryWatch
 from .packing import Packer, Placement
+from .spawn import environ
 from .streams import StreamWriter
 from .wire import REASON_OOM, START
 
@@ -225,8 +226,7 @@ class WorkerPool:
         # the interpreter: PWE_PYTHON, else ours (inside a container, the image's python3)
         python = shared.get("PWE_PYTHON") or self.base_env.get("PWE_PYTHON") or ("python3" if box else sys.executable)
         workspace = shared.get("PWE_WORKSPACE") or self.dir
-        env = self.base_env.copy()
-        env.update(shared)
+        env = environ(self.base_env, shared)
         args = [spec, workspace, str(containers.WORKER_FD)]
         # inside a container: the runtime starts the image's Python, which reads this
         # program on its stdin (no path of ours need be in the image)

@@ -38,6 +38,20 @@ def member_base_env() -> dict[str, str]:
     return env
 
 
+def environ(base: dict[str, str], own: dict[str, str | None]) -> dict[str, str]:
+    """A member's (or worker's) environment: ``base`` with ``own`` over it, where a name
+    whose value is None is taken out (a variable its node's ``module load`` unset:
+    pilot/nodesetup.py). The one way each starter makes it (the pilot, a node agent, a
+    spawner, a Python worker's pool)."""
+    env = base.copy()
+    for k, v in own.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
 #: a spawn's errors that are its node's limit for now (of processes: a cgroup's pids.max,
 #: ``ulimit -u``; of memory), not the member's: it goes back (pilot/endings.py refused_for_now)
 REFUSED_FOR_NOW = (errno.EAGAIN, errno.ENOMEM)

@@ -254,7 +254,8 @@ AGENT_ORPHANS = "orphans"
 AGENT_STARTED, AGENT_ENDED, AGENT_FAILED = "started", "ended", "failed"
 #: Each node agent message kind and its fields (besides ``k``), as the table above says.
 AGENT_FIELDS: dict[str, frozenset[str]] = {
-    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem", "n", "m", "a", "py", "kw"}),
+    AGENT_RUN: frozenset({"id", "argv", "cmd", "cwd", "env", "made", "tmp", "mem", "n", "m", "a", "py", "kw", "vd",
+                          "box"}),
     AGENT_KILL: frozenset({"id", "sig"}),
     AGENT_ORPHANS: frozenset({"path", "key", "grace"}),
     AGENT_STARTED: frozenset({"id", "pid"}),

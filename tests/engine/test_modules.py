@@ -23,6 +23,8 @@ def tree(lmod, tmp_path) -> Path:
         f.write_text(f'setenv("PWE_TESTMOD", "loaded-{version}")\nprepend_path("PATH", "/opt/testmod/bin")\n'
                      f'if mode() == "load" then\n  local f = io.open("{tmp_path}/loads", "a")\n'
                      '  f:write("load\\n")\n  f:close()\nend\n')
+    (root / "dropper").mkdir()
+    (root / "dropper" / "1.0.lua").write_text('unsetenv("PWE_TEST_GONE")\nsetenv("PWE_DROPPER", "on")\n')
     return root
 
 
@@ -73,3 +75,27 @@ def test_changed_modules_make_the_members_run_again(tree, tmp_path):
     assert rc == 0, err
     seen = sorted(line.split()[1] for line in (tmp_path / "ledger").read_text().splitlines())
     assert seen == ["loaded-1.0", "loaded-1.0", "loaded-2.0", "loaded-2.0"]
+
+
+def test_a_variable_a_module_unsets_is_unset_for_commands_and_function_workers(tree, tmp_path):
+    """A module that unsets a variable the pilot had (a site's default environment, a
+    module swapped out): its members, commands and Python function workers alike, start
+    without it."""
+    (tmp_path / "fns.py").write_text("import os\n\n\ndef seen(x):\n"
+                                     "    return {'gone': os.environ.get('PWE_TEST_GONE', 'unset'),"
+                                     " 'dropper': os.environ.get('PWE_DROPPER', '-')}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: unset\nnodes:\n  sim:\n    parameters: {x: [0, 1]}\n    modules: [dropper/1.0]\n"
+                  f'    run: echo "$PWE_MEMBER ${{PWE_TEST_GONE-unset}} $PWE_DROPPER" >> {tmp_path}/ledger\n'
+                  "  fn:\n    parameters: {x: [0, 1]}\n    modules: [dropper/1.0]\n    python: fns:seen\n"
+                  "  plain:\n    parameters: {x: [0]}\n"
+                  f'    run: echo "plain ${{PWE_TEST_GONE-unset}}" >> {tmp_path}/ledger\n')
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path,
+                           env={"MODULEPATH": str(tree), "PWE_TEST_GONE": "stale"})
+    assert rc == 0, err
+    lines = sorted((tmp_path / "ledger").read_text().splitlines())
+    assert lines == ["0 unset on", "1 unset on", "plain stale"], lines  # (a node without the module keeps it)
+    from helpers import show
+
+    outs = [r["outputs"] for r in show(tmp_path / "run") if r["node"] == "fn"]
+    assert outs == [{"gone": "unset", "dropper": "on"}] * 2, outs

@@ -47,6 +47,8 @@ def test_podman_is_given_each_variable_by_name_never_its_value():
     assert not any("s3cr3t" in a for a in argv)  # (a value never on a command line: ps shows those)
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"
     assert argv[-4:] == ["-w", "/w", "localhost/sim:1", "true"]
+    unset = containers.command(ctr, "true", "/w", {"A": "1", "GONE": None}, None)  # (a module load unset GONE)
+    assert [unset[i + 1] for i, a in enumerate(unset) if a == "--env"] == ["A"]
 
 
 def test_a_hostile_image_path_is_one_argument_for_every_runtime():

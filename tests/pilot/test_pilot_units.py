@@ -194,6 +194,13 @@ def test_launcher_choice_and_command_lines():
     remote_words = shlex.split(argv[-1])  # what the remote shell will see
     assert remote_words[:2] == ["cd", "/runs/a b"]
     assert "X=a b; $(rm -rf /)" in remote_words and remote_words[-3:] == ["bash", "-c", "echo 'hi there'"]
+    # a variable a module load unset (None: pilot/nodesetup.py) is taken out there (env -u), before the rest
+    # (names quoted as values are: a module's own variable may be named anything)
+    gone = shlex.split(wrap("ssh", ["true"], "x", [(remote, 1)], 1, 1, "/d", {"A": "1", "OLD;x": None, "B;$(id)": "2"})[-1])
+    assert gone[gone.index("env"):gone.index("env") + 5] == ["env", "-u", "OLD;x", "A=1", "B;$(id)=2"], gone
+    from pilot.spawn import environ
+
+    assert environ({"OLD": "s", "KEEP": "k"}, {"OLD": None, "NEW": "n", "NONE": None}) == {"KEEP": "k", "NEW": "n"}
     argv = wrap("mpiexec", ["true"], "./mpi_app", [(remote, 2), (Node("b", 4), 2)], 4, 1, "/d", env)
     assert argv == ["mpiexec", "-n", "4", "--host", "far:2,b:2", "bash", "-c", "./mpi_app"]
     argv = wrap("srun", ["true"], "x", [(remote, 1)], 1, 1, "/d", env, prefix="srun -w {node} -c {threads}")
