@@ -86,7 +86,9 @@ def apptainer(image: str, inner: list[str], cwd: str, mounts: list[str], env: Ma
 
 def podman(image: str, inner: list[str], cwd: str, mounts: list[str], env: Mapping[str, str],
            gpus: bool, keep_fd: bool = False) -> list[str]:
-    argv = ["podman", "run", "--rm", "--pull=never", "--network=host", "--userns=keep-id"]
+    argv = ["podman", "run", "--rm", "--pull=never", "--network=host"]
+    if os.geteuid() != 0:  # (rootless: the member keeps its uid inside; root's podman refuses keep-id)
+        argv.append("--userns=keep-id")
     if keep_fd:  # (a worker: its program on stdin, its socket fd 3; ch-run and apptainer pass both as they are)
         argv += ["-i", "--preserve-fds=1"]
     for p in mounts:

@@ -21,7 +21,7 @@ from helpers import (CLUSTER, SGE_ENV, SGE_SCRIPT, TESTS, Slurm4, SlurmCluster, 
 #: fixture, is marked ``real`` (tests/project/test_tiers.py holds each to a check that skips,
 #: or fails under CI, when its service is not there)
 REAL = frozenset({"slurm_cluster", "ssh_nodes", "redis_url", "sge_cell", "slurm4_cluster", "slurm4", "chromium",
-                  "open_mpi", "charliecloud", "lmod"})
+                  "open_mpi", "charliecloud", "lmod", "podman"})
 
 #: the tests marked ``slow`` (over a few seconds), one a line: a test function's node id (all
 #: its cases) or a file's path (all its tests); tests/slow_list.py writes it from a measured
@@ -159,6 +159,48 @@ def charliecloud():
     static = busybox.exists() and b"ld-linux" not in busybox.read_bytes()[:65536]
     need(shutil.which("ch-run") is not None and static,
          "ch-run or a static busybox missing: apt-get install charliecloud busybox-static (tests/services/setup.sh)")
+
+
+#: what podman needs to start containers on these machines (FACTS): runc, for crun refuses
+#: their hybrid cgroups; ulimits no higher than the machine's own, for podman's defaults
+#: (raised past the hard limit) are refused without CAP_SYS_RESOURCE. A site's setting, as
+#: a site would write it: pwe passes none of it
+PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
+
+
+class Podman:
+    """Podman for a test: ``env`` (its CONTAINERS_CONF, for the pwe it runs), ``load`` (a
+    directory image imported into its store under a name; removed at the test's end)."""
+
+    def __init__(self, conf: Path):
+        self.env = {"CONTAINERS_CONF": str(conf)}
+        self.names: list[str] = []
+
+    def load(self, image: Path, name: str) -> str:
+        tar = _subprocess.Popen(["tar", "-C", str(image), "-cf", "-", "."], stdout=_subprocess.PIPE)
+        got = _subprocess.run(["podman", "import", "-q", "-", name], stdin=tar.stdout, capture_output=True, text=True,
+                              env={**_os.environ, **self.env}, timeout=300)
+        tar.stdout.close()
+        tar.wait()
+        assert got.returncode == 0, got.stderr
+        self.names.append(name)
+        return name
+
+
+@pytest.fixture
+def podman(tmp_path):
+    """Debian's podman with runc (tests/services/setup.sh), set to start containers here
+    (:data:`PODMAN_CONF`); a skip, or a failure under CI, when missing."""
+    import shutil
+
+    need(shutil.which("podman") is not None and shutil.which("runc") is not None,
+         "podman or runc missing: apt-get install podman runc (tests/services/setup.sh)")
+    conf = tmp_path / "containers.conf"
+    conf.write_text(PODMAN_CONF)
+    p = Podman(conf)
+    yield p
+    for name in p.names:
+        _subprocess.run(["podman", "rmi", "-f", name], capture_output=True, env={**_os.environ, **p.env}, timeout=120)
 
 
 #: where Debian's Lmod keeps the shell's init script

@@ -10,8 +10,10 @@ mode, size, modification time, a link's target), walked without following links,
 order: what ``make`` and ``rsync`` look at, no file read (a 5 GB image costs a walk, not a
 read). Directories themselves do not count, so an empty mount point made for a bind
 (pilot/containers.py) changes nothing. An image file's (SquashFS, SIF) is its size and
-modification time. One not on this machine (a path as it is on another host) is ``-``:
-its key then holds its path and runtime only. Made once per plan and node.
+modification time. A podman image's (of a node on ``local``) is its id in podman's store
+(:func:`podman_id`). One not on this machine (a path as it is on another host, a podman
+image of another host's store) is ``-``: its key then holds its path or name and runtime
+only. Made once per plan and node.
 """
 
 from __future__ import annotations
@@ -86,8 +88,26 @@ def identity(plan: Any, nid: str) -> dict[str, str] | None:
     if pn.image_id is None:
         path = image_path(plan, spec)
         pn.image_id = {"runtime": spec.runtime, "image": path,
-                       "id": "-" if spec.runtime == "podman" else content_id(path)}
+                       "id": podman_id(path) if spec.runtime == "podman" and pn.host == "local" else
+                       "-" if spec.runtime == "podman" else content_id(path)}
     return pn.image_id
+
+
+def podman_id(name: str) -> str:
+    """A podman image's id in this machine's store (``podman image inspect``: the digest of
+    its config, which changes with its content); ``-`` when podman or the image is not here."""
+    import subprocess
+
+    program = shutil.which("podman")
+    if program is None:
+        return "-"
+    try:  # (its name one argument, never read by a shell; '--' ends the options)
+        got = subprocess.run([program, "image", "inspect", "--format", "{{.Id}}", "--", name], capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return "-"
+    text = got.stdout.strip()
+    return text if got.returncode == 0 and text and all(c in "0123456789abcdef" for c in text) else "-"
 
 
 def check(plan: Any) -> None:

@@ -1,12 +1,12 @@
 """A member's command line inside a container (pilot/containers.py), one per runtime, and
 through a launcher (pilot/launchers.py wrap's ``inner``): always an argv, so that an image
 path or a directory with shell characters is one argument, never read by a shell.
-Charliecloud's is run for real in tests/engine/test_containers.py; apptainer (not in
-Debian) and podman (its containers cannot start on these machines: docs/how-to/environments.md)
-are rendered and checked here."""
+Charliecloud's and podman's are run for real in tests/engine/test_containers.py and
+test_podman.py; apptainer (not in Debian) is rendered and checked here only."""
 
 from __future__ import annotations
 
+import os
 import shlex
 
 from pilot import containers
@@ -42,7 +42,9 @@ def test_apptainer_takes_its_binds_as_one_list_and_gpus_as_nv():
 def test_podman_is_given_each_variable_by_name_never_its_value():
     ctr = {**CTR, "rt": "podman", "img": "localhost/sim:1"}
     argv = containers.command(ctr, "true", "/w", ENV, None, gpus=True)
-    assert argv[:6] == ["podman", "run", "--rm", "--pull=never", "--network=host", "--userns=keep-id"]
+    assert argv[:5] == ["podman", "run", "--rm", "--pull=never", "--network=host"]
+    # (rootless, the member keeps its uid inside; root's podman refuses keep-id)
+    assert ("--userns=keep-id" in argv) == (os.geteuid() != 0)
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == sorted(ENV)
     assert not any("s3cr3t" in a for a in argv)  # (a value never on a command line: ps shows those)
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"

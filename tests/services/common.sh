@@ -27,8 +27,9 @@ PWE_REDIS_PORT=6391                 # not 6379: a machine's own Redis is left al
 PWE_PACKAGES=(slurm-wlm munge openssh-server openssh-client slurm-wlm-torque iproute2 procps openmpi-bin
               redis-server chromium chromium-driver
               # members in containers and modules (issue 49): ch-run, a static busybox for the
-              # tests' directory image, Lmod
-              charliecloud busybox-static lmod)
+              # tests' directory image, Lmod; podman with runc (crun cannot start containers
+              # under these machines' hybrid cgroups: tests/conftest.py's podman fixture)
+              charliecloud busybox-static lmod podman runc)
 
 export DEBIAN_FRONTEND=noninteractive
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"

@@ -8,7 +8,7 @@
 #   - an sshd on 127.0.0.1:2222 (ssh host pwe-local) for remote-contact tests;
 #   - Redis on 127.0.0.1:6391 with a password (url in /var/tmp/pwe-redis/url, mode 600);
 #   - (packages only) chromium and chromium-driver, for the report's browser test; charliecloud,
-#     busybox-static and lmod, for members in containers and modules.
+#     busybox-static, lmod, podman and runc, for members in containers and modules.
 # Use: ssh -F /var/tmp/pwe-ssh/ssh_config pwe-n1 CMD
 # Idempotent: installs only missing packages, starts only what is down, repairs a node
 # left killed; a second run when all is up takes about a second.
