@@ -483,6 +483,29 @@ def run_killing_its_pilot(wf: Path, run_dir: Path, cwd: Path, ledger: Path, runn
     return proc.returncode, err
 
 
+def agent_replies(proc, want: int, held: bytearray) -> list[dict]:
+    """A node agent's (pilot/nodeagent.py: a real process over pipes) next ``want`` messages,
+    its stdout's lines, waiting at most WAIT s; ``held``: what was read of the lines after
+    them (kept for the next call)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = _time.monotonic() + WAIT
+    got: list[dict] = []
+    while True:
+        while b"\n" in held and len(got) < want:
+            line, _, rest = bytes(held).partition(b"\n")
+            held[:] = rest
+            got.append(_json.loads(line))
+        if len(got) == want:
+            return got
+        assert sel.select(timeout=max(0.0, deadline - _time.monotonic())), f"the agent said only {got}"
+        data = _os.read(proc.stdout.fileno(), 1 << 16)
+        assert data, f"the agent left after saying {got}"
+        held += data
+
+
 def most_at_once(ivs) -> int:
     """The largest number of (start, end) intervals that overlap (an end before a start at a
     tie): the most members running at once, from their own ledgers."""

@@ -558,6 +558,7 @@ def test_hostile_values_and_a_workspace_with_shell_characters_reach_the_function
     big = "y" * 100_000
     wf, ledger, _ = _setup(ws, f"""    parameters: {{v: ["$(touch pwned)", "a;b `id`", "\\e[31mred", "{big}"]}}
     python: mypkg.fits:echo
+    validate: printf '%s\\n' {{{{ v }}}} | cut -c 1-20 >> validated
 """)
     rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", tmp_path / "run", cwd=ws)
     assert rc == 0, (out, err)
@@ -565,6 +566,9 @@ def test_hostile_values_and_a_workspace_with_shell_characters_reach_the_function
     assert [recs[i]["outputs"]["v"] for i in range(3)] == ["$(touch pwned)", "a;b `id`", "\x1b[31mred"]
     assert json.loads(recs[3]["outputs"]["n"]) == 100_000 and recs[3]["outputs"]["v"] == big[:10]
     assert {r["outputs"]["cwd"] for r in recs.values()} == {str(ws.resolve())}
+    # its validate, rendered as run is (each value one quoted word), ran in that workspace
+    assert sorted((ws / "validated").read_text().splitlines()) == sorted(
+        ["$(touch pwned)", "a;b `id`", "\x1b[31mred", "y" * 20])
     assert not list(tmp_path.rglob("pwned"))
 
 

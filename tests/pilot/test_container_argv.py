@@ -91,5 +91,8 @@ def test_a_function_members_worker_starts_inside_with_its_program_on_stdin_for_e
     pod = containers.worker({**box, "rt": "podman", "img": HOSTILE}, "python3", args, "/w", {"SECRET": "s3cr3t"})
     assert "-i" in pod and "--preserve-fds=1" in pod and pod.count(HOSTILE) == 1
     assert not any("s3cr3t" in a for a in pod) and pod[-5:] == ["python3", "-", *args]
+    for rt in containers.RUNTIMES:  # (a hostile image path: one argument before the interpreter, for every runtime)
+        hostile = containers.worker({**box, "rt": rt, "img": HOSTILE}, "python3", args, "/w", {})
+        assert hostile.count(HOSTILE) == 1 and hostile.index(HOSTILE) < hostile.index("python3")
     # a command member's podman line keeps neither (its stdin is /dev/null, it has no socket)
     assert "--preserve-fds=1" not in containers.command({**CTR, "rt": "podman"}, "true", "/w", {}, None)

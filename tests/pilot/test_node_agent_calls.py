@@ -10,10 +10,8 @@ import os
 import subprocess
 import sys
 
-import selectors
-import time
 
-from helpers import ROOT, WAIT
+from helpers import ROOT, WAIT, agent_replies
 from pilot import wire
 from pilot.streams import Reader
 
@@ -30,25 +28,6 @@ def fn(x):
         time.sleep(600)
     return {"x": x, "pid": os.getpid(), "cwd": os.getcwd()}
 """
-
-
-def _replies(proc, want: int, held: bytearray) -> list[dict]:
-    """The agent's next ``want`` messages (its stdout's lines), waiting at most WAIT s."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + WAIT
-    got: list[dict] = []
-    while True:
-        while b"\n" in held and len(got) < want:
-            line, _, rest = bytes(held).partition(b"\n")
-            held[:] = rest
-            got.append(json.loads(line))
-        if len(got) == want:
-            return got
-        assert sel.select(timeout=max(0.0, deadline - time.monotonic())), f"the agent said only {got}"
-        data = os.read(proc.stdout.fileno(), 1 << 16)
-        assert data, f"the agent left after saying {got}"
-        held += data
 
 
 def _call(ident: int, x: str, tmp_path) -> dict:
@@ -71,7 +50,7 @@ def test_a_node_agent_answers_function_members_from_warm_workers(tmp_path):
             for msg in msgs:
                 assert set(msg) - {"k"} <= wire.AGENT_FIELDS[msg["k"]]
             proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in msgs))
-            got = _replies(proc, want, held)
+            got = agent_replies(proc, want, held)
             said.extend(got)
             return got
 
@@ -100,3 +79,22 @@ def test_a_node_agent_answers_function_members_from_warm_workers(tmp_path):
     frames, _, _ = Reader(str(tmp_path / "pilots")).member("n", 2)
     assert [f.stdout for f in frames[1]] == [b"called boom 2\n"]
     assert b"ValueError: boom" in frames[1][0].stderr
+
+
+def test_why_a_worker_ended_on_its_first_call_is_its_logs_last_line_shown_inert(tmp_path):
+    """A worker that ended before it answered its first call (no Python in its image, an
+    interpreter that cannot run): the member's why is its log's last line, bounded, a
+    terminal escape in it shown as '?'; after a first call, only that the worker ended."""
+    from pilot.pyworkers import PyWorker, WorkerPool
+
+    pool = WorkerPool(str(tmp_path), {}, 1)
+    worker = PyWorker(1, None, ("f",), "pyworker-1-1")
+    worker.calls = 1
+    assert pool.ended_why(worker) == "its Python worker ended while the function ran"  # (no log)
+    (tmp_path / "pyworker-1-1.log").write_text("x" * 5000 + "\n\nch-run[9]: error: \x1b[31mno python3" + "z" * 400 + "\n\n")
+    why = pool.ended_why(worker)
+    assert why.startswith("its Python worker ended while the function ran, before it answered its first call: "
+                          "ch-run[9]: error: ?[31mno python3zz"), why
+    assert "\x1b" not in why and len(why) < 420
+    worker.calls = 2
+    assert pool.ended_why(worker) == "its Python worker ended while the function ran"

@@ -5,37 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import subprocess
 import sys
-import time
 
-from helpers import ROOT, WAIT, wait_for
+from helpers import ROOT, WAIT, agent_replies, wait_for
 from pilot import wire
 
 
 def _run(ident: int, cmd: str, cwd) -> dict:
     return {"k": wire.AGENT_RUN, "id": ident, "argv": ["/bin/sh", "-c", cmd], "cmd": cmd, "cwd": str(cwd), "env": {}}
-
-
-def _replies(proc, want: int, held: bytearray) -> list[dict]:
-    """The agent's next ``want`` messages (its stdout's lines), waiting at most WAIT s;
-    ``held``: what was read of the lines after them."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + WAIT
-    got: list[dict] = []
-    while True:
-        while b"\n" in held and len(got) < want:
-            line, _, rest = bytes(held).partition(b"\n")
-            held[:] = rest
-            got.append(json.loads(line))
-        if len(got) == want:
-            return got
-        assert sel.select(timeout=max(0.0, deadline - time.monotonic())), f"the agent said only {got}"
-        data = os.read(proc.stdout.fileno(), 1 << 16)
-        assert data, f"the agent left after saying {got}"
-        held += data
 
 
 def test_the_node_agent_says_only_the_kinds_and_fields_the_wire_lists(tmp_path):
@@ -51,7 +29,7 @@ def test_the_node_agent_says_only_the_kinds_and_fields_the_wire_lists(tmp_path):
         proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in asked))
         proc.stdin.flush()
         held = bytearray()
-        said = _replies(proc, 4, held)  # (1 started and ended, 2 failed, 3 started)
+        said = agent_replies(proc, 4, held)  # (1 started and ended, 2 failed, 3 started)
         started = {m["id"]: m for m in said if m["k"] == wire.AGENT_STARTED}
         assert set(started) == {1, 3}, said
         wait_for((tmp_path / "m3-runs").exists, what="member 3 to run")  # (its own session made: killpg reaches it)
@@ -59,7 +37,7 @@ def test_the_node_agent_says_only_the_kinds_and_fields_the_wire_lists(tmp_path):
         assert set(kill) - {"k"} <= wire.AGENT_FIELDS[wire.AGENT_KILL]
         proc.stdin.write(json.dumps(kill).encode() + b"\n")
         proc.stdin.flush()
-        said += _replies(proc, 1, held)
+        said += agent_replies(proc, 1, held)
         proc.stdin.close()
         assert proc.wait(WAIT) == 0
     finally:
