@@ -44,8 +44,7 @@ from .packing import Packer, Placement
 from .phase import Life, PilotPhase
 from .tmpdirs import MemberTmp, TmpDirs
 from .spawn import (REFUSED_FOR_NOW, DirectoryError, Spawner, environ, make_member_dir, member_base_env, open_node_dir,
-                    reaped,
-                    start_failure, writable)
+                    reaped, start_failure, writable)
 from .guardian import MemberTable
 from .members import (INVALID_OUTPUT, KILLED, Member, argv_for, collect, killpg, note_stderr, outputs_path,
                       product_fault, say, task_shape)

@@ -161,13 +161,6 @@ def charliecloud():
          "ch-run or a static busybox missing: apt-get install charliecloud busybox-static (tests/services/setup.sh)")
 
 
-#: what podman needs to start containers on these machines (FACTS): runc, for crun refuses
-#: their hybrid cgroups; ulimits no higher than the machine's own, for podman's defaults
-#: (raised past the hard limit) are refused without CAP_SYS_RESOURCE. A site's setting, as
-#: a site would write it: pwe passes none of it
-PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
-
-
 class Podman:
     """Podman for a test: ``env`` (its CONTAINERS_CONF, for the pwe it runs), ``load`` (a
     directory image imported into its store under a name; removed at the test's end)."""
@@ -177,21 +170,19 @@ class Podman:
         self.names: list[str] = []
 
     def load(self, image: Path, name: str) -> str:
-        tar = _subprocess.Popen(["tar", "-C", str(image), "-cf", "-", "."], stdout=_subprocess.PIPE)
-        got = _subprocess.run(["podman", "import", "-q", "-", name], stdin=tar.stdout, capture_output=True, text=True,
-                              env={**_os.environ, **self.env}, timeout=300)
-        tar.stdout.close()
-        tar.wait()
-        assert got.returncode == 0, got.stderr
+        from images import podman_import
+
         self.names.append(name)
-        return name
+        return podman_import(image, name, self.env)
 
 
 @pytest.fixture
 def podman(tmp_path):
     """Debian's podman with runc (tests/services/setup.sh), set to start containers here
-    (:data:`PODMAN_CONF`); a skip, or a failure under CI, when missing."""
+    (tests/images.py ``PODMAN_CONF``); a skip, or a failure under CI, when missing."""
     import shutil
+
+    from images import PODMAN_CONF
 
     need(shutil.which("podman") is not None and shutil.which("runc") is not None,
          "podman or runc missing: apt-get install podman runc (tests/services/setup.sh)")

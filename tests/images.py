@@ -8,6 +8,10 @@ the file system allows, copied where not).
 - :func:`python_image`: the same with this machine's own Python (its interpreter, the
   shared libraries ``ldd`` names, its standard library less tests and site-packages), so
   that a function member's worker can run inside (pilot/pyworkers.py).
+- :func:`podman_import`: a directory image into podman's store under a name, with
+  :data:`PODMAN_CONF`, what podman needs to start containers on these machines.
+
+Used by the tests (tests/conftest.py's ``podman``) and by bench/env_cost.py.
 """
 
 from __future__ import annotations
@@ -22,6 +26,26 @@ MARK = "inside-the-image"
 BUSYBOX = "/bin/busybox"
 #: what of the standard library an image leaves out (big, and no worker imports them)
 _LEFT_OUT = frozenset({"test", "__pycache__", "site-packages", "dist-packages", "idlelib", "tkinter", "ensurepip"})
+
+
+#: what podman needs to start containers on these machines (FACTS): runc, for crun refuses
+#: their hybrid cgroups; ulimits no higher than the machine's own, for podman's defaults
+#: (raised past the hard limit) are refused without CAP_SYS_RESOURCE. A site's setting, as
+#: a site would write it (a containers.conf, given by CONTAINERS_CONF): pwe passes none of it
+PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
+
+
+def podman_import(image: Path, name: str, env: dict[str, str]) -> str:
+    """The directory image ``image`` imported into podman's store as ``name`` (with ``env``:
+    its CONTAINERS_CONF); the name."""
+    tar = subprocess.Popen(["tar", "-C", str(image), "-cf", "-", "."], stdout=subprocess.PIPE)
+    got = subprocess.run(["podman", "import", "-q", "-", name], stdin=tar.stdout, capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=300)
+    tar.stdout.close()
+    tar.wait()
+    if got.returncode != 0:
+        raise RuntimeError(f"podman import {name}: {got.stderr.strip()}")
+    return name
 
 
 def busybox_image(where: Path) -> Path:
