@@ -56,7 +56,7 @@ def busybox_image(where: Path) -> Path:
     (where / "etc" / "group").write_text("")
     (where / "etc" / "pwe-marker").write_text(MARK + "\n")
     shutil.copy2(BUSYBOX, where / "bin" / "busybox")
-    for tool in ("sh", "cat", "echo", "test", "printf", "env", "ls", "touch", "mkdir"):
+    for tool in ("sh", "cat", "echo", "test", "printf", "env", "ls", "touch", "mkdir", "true"):
         os.symlink("busybox", where / "bin" / tool)
     return where
 
