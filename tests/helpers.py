@@ -483,6 +483,17 @@ def run_killing_its_pilot(wf: Path, run_dir: Path, cwd: Path, ledger: Path, runn
     return proc.returncode, err
 
 
+def on_ssh_nodes(where: Path, wf: Path | None = None, extra: str = "") -> None:
+    """A ``hosts.yaml`` in ``where`` whose host ``four`` is the tests' four ssh nodes (the
+    ``ssh_nodes`` fixture), with ``extra`` (more lines of that host); ``wf``, a workflow
+    whose defaults then name that host."""
+    (where / "hosts.yaml").write_text(
+        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
+        f"    ssh_config: /var/tmp/pwe-ssh/ssh_config\n{extra}")
+    if wf is not None:
+        wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: four}\nnodes:\n", 1))
+
+
 def agent_replies(proc, want: int, held: bytearray) -> list[dict]:
     """A node agent's (pilot/nodeagent.py: a real process over pipes) next ``want`` messages,
     its stdout's lines, waiting at most WAIT s; ``held``: what was read of the lines after

@@ -35,6 +35,28 @@ _LEFT_OUT = frozenset({"test", "__pycache__", "site-packages", "dist-packages", 
 PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
 
 
+#: a function module for a function member inside an image (``inside``): its import appends
+#: its worker's pid to ``$IMPORTS``; each call appends to ``$LEDGER`` the image's marker, the
+#: member and its attempt, writes in its $TMPDIR, and returns what it saw
+INSIDE = '''
+import os
+
+with open(os.environ["IMPORTS"], "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+
+
+def inside(x):
+    with open("/etc/pwe-marker") as fh:
+        mark = fh.read().strip()
+    with open(os.environ["LEDGER"], "a") as fh:
+        fh.write(f"{mark} {os.environ['PWE_MEMBER']} {os.environ['PWE_ATTEMPT']}\\n")
+    with open(os.path.join(os.environ["TMPDIR"], "t"), "w") as fh:
+        fh.write("t")
+    return {"mark": mark, "x": x, "tmp": os.environ["TMPDIR"], "foo": os.environ["FOO"], "pid": os.getpid(),
+            "cwd": os.getcwd()}
+'''
+
+
 def podman_import(image: Path, name: str, env: dict[str, str]) -> str:
     """The directory image ``image`` imported into podman's store as ``name`` (with ``env``:
     its CONTAINERS_CONF); the name."""

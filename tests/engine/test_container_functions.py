@@ -12,32 +12,13 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from helpers import no_traceback, read_journal, run_cli, show
-from images import MARK, busybox_image, python_image
-
-MODULE = '''
-import os
-
-with open(os.environ["IMPORTS"], "a") as fh:
-    fh.write(f"{os.getpid()}\\n")
-
-
-def inside(x):
-    with open("/etc/pwe-marker") as fh:
-        mark = fh.read().strip()
-    with open(os.environ["LEDGER"], "a") as fh:
-        fh.write(f"{mark} {os.environ['PWE_MEMBER']} {os.environ['PWE_ATTEMPT']}\\n")
-    with open(os.path.join(os.environ["TMPDIR"], "t"), "w") as fh:
-        fh.write("t")
-    return {"mark": mark, "x": x, "tmp": os.environ["TMPDIR"], "foo": os.environ["FOO"], "pid": os.getpid(),
-            "cwd": os.getcwd()}
-'''
-
+from helpers import no_traceback, on_ssh_nodes, read_journal, run_cli, show
+from images import INSIDE, MARK, busybox_image, python_image
 
 def _setup(tmp_path: Path, image: str, extra: str = "", n: int = 6) -> Path:
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "fits.py").write_text(MODULE)
+    (tmp_path / "mypkg" / "fits.py").write_text(INSIDE)
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: ctrfn\nnodes:\n  fit:\n    parameters: {{x: {{range: [0, {n}]}}}}\n"
                   f"    env: {{LEDGER: {tmp_path / 'ledger'}, IMPORTS: {tmp_path / 'imports'}, "
@@ -104,10 +85,7 @@ def test_calls_on_other_nodes_run_inside_the_image_in_their_node_agents_workers(
     nodes."""
     python_image(tmp_path / "images" / "py")
     wf = _setup(tmp_path, "./images/py", n=24)
-    (tmp_path / "hosts.yaml").write_text(
-        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
-        "    ssh_config: /var/tmp/pwe-ssh/ssh_config\n")
-    wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: four}\nnodes:\n", 1))
+    on_ssh_nodes(tmp_path, wf)
     rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
     assert rc == 0, (out, err)
     lines = [line.split() for line in (tmp_path / "ledger").read_text().splitlines()]

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from helpers import ROOT, alive, kill_pilot, output, read_journal, run_cli, show, wait_for
+from helpers import ROOT, alive, kill_pilot, on_ssh_nodes, output, read_journal, run_cli, show, wait_for
 
 ENV_PATH = str(ROOT)
 
@@ -503,10 +503,7 @@ def test_function_members_on_other_nodes_are_calls_to_their_node_agents_workers(
     python: mypkg.fits:fit
     validate: echo "validated {{ x }} $(hostname)" >> validated
 """)
-    (tmp_path / "hosts.yaml").write_text(
-        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
-        "    ssh_config: /var/tmp/pwe-ssh/ssh_config\n")
-    wf.write_text(wf.read_text().replace("nodes:\n", "defaults: {host: four}\nnodes:\n", 1))
+    on_ssh_nodes(tmp_path, wf)
     rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "run", cwd=tmp_path, timeout=300)
     assert rc == 0, (out, err)
     recs = show(tmp_path / "run")

@@ -19,26 +19,10 @@ from collections import Counter
 from pathlib import Path
 
 from helpers import run_cli, show
-from images import MARK, busybox_image, python_image
+from images import INSIDE, MARK, busybox_image, python_image
 
 RUN = ('printf "%s %s %s %s\\n" "$(cat /etc/pwe-marker)" "$PWE_MEMBER" "$TMPDIR" "$FOO" >> "$PWE_WORKSPACE/ledger"; '
        'echo t > "$TMPDIR/t" && echo "got=$PWE_PARAM_X" >> "$PWE_OUTPUTS"')
-
-MODULE = '''
-import os
-
-with open(os.environ["IMPORTS"], "a") as fh:
-    fh.write(f"{os.getpid()} {os.getppid()}\\n")
-
-
-def inside(x):
-    with open("/etc/pwe-marker") as fh:
-        mark = fh.read().strip()
-    with open(os.environ["LEDGER"], "a") as fh:
-        fh.write(f"{mark} {os.environ['PWE_MEMBER']} fn\\n")
-    return {"mark": mark, "x": x, "foo": os.environ["FOO"], "tmp": os.environ["TMPDIR"]}
-'''
-
 
 def _name() -> str:
     return f"localhost/pwe-test-{uuid.uuid4().hex[:12]}:1"
@@ -67,7 +51,7 @@ def test_members_run_inside_a_podman_image_with_their_environment_and_paths(podm
 
 def test_function_members_run_in_warm_workers_inside_a_podman_image(podman, tmp_path):
     image = podman.load(python_image(tmp_path / "img"), _name())
-    (tmp_path / "fns.py").write_text(MODULE)
+    (tmp_path / "fns.py").write_text(INSIDE)
     wf = _wf(tmp_path, image, "    python: fns:inside\n", n=6)
     rc, out, err = run_cli("run", wf, "--cores", "2", "--run-dir", tmp_path / "run", cwd=tmp_path, env=podman.env,
                            timeout=240)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, engine_pid, let_time_pass, no_traceback, pilot_pids, run_cli, wait_for
+from helpers import ROOT, engine_pid, let_time_pass, no_traceback, on_ssh_nodes, pilot_pids, run_cli, wait_for
 
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -100,9 +100,7 @@ def test_trace_has_one_record_per_attempt_with_where_when_and_what_it_cost(seen)
 def test_members_on_other_nodes_are_measured_there_and_named_in_the_trace(ssh_nodes, tmp_path):
     """Members that a node agent runs on other nodes (ssh): their cpu and rss come from
     the agent's wait4 on that node, and the trace names the node each ran on."""
-    (tmp_path / "hosts.yaml").write_text(
-        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
-        "    ssh_config: /var/tmp/pwe-ssh/ssh_config\n")
+    on_ssh_nodes(tmp_path)
     (tmp_path / "wf.yaml").write_text("name: spread\nnodes:\n  m:\n    parameters: {i: {range: [0, 16]}}\n"
                                       f"    run: {json.dumps(BURN)}\n")
     rc, out, err = pwe("run", "wf.yaml", "--host", "four", "--hosts", "hosts.yaml", "--json", cwd=tmp_path,

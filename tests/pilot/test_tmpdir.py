@@ -12,7 +12,7 @@ import pytest
 import sys
 from pathlib import Path
 
-from helpers import ROOT, read_journal, tmpfs, wait_for
+from helpers import ROOT, on_ssh_nodes, read_journal, tmpfs, wait_for
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
@@ -237,9 +237,7 @@ def test_members_on_ssh_nodes_get_their_own_tmpdir_from_the_node_agent(ssh_nodes
     """Members the pilot runs on other nodes (its node agents over ssh) get the same: a fresh
     owner-only directory, made and removed by the agent on that node."""
     scratch, ledger = tmp_path / "scratch", tmp_path / "ledger"
-    (tmp_path / "hosts.yaml").write_text(
-        "hosts:\n  four:\n    protocol: local\n    cores_per_node: 2\n    nodes: [pwe-n1, pwe-n2, pwe-n3, pwe-n4]\n"
-        f"    ssh_config: /var/tmp/pwe-ssh/ssh_config\n    scratch: {scratch}\n")
+    on_ssh_nodes(tmp_path, extra=f"    scratch: {scratch}\n")
     run = RECORD.replace("LEDGER", str(ledger)) + f'echo "where {{{{ i }}}} $(hostname)" >> {ledger}.where'
     wf = tmp_path / "wf.yaml"
     wf.write_text(f"name: t\ndefaults: {{host: four}}\nnodes:\n  m:\n    parameters: {{i: {{range: [0, 16]}}}}\n"
