@@ -114,7 +114,8 @@ def check(plan: Any) -> None:
     """What ``pwe validate`` checks, where this machine can tell: a relative image path
     (beside the workflow: here) must exist, as must an absolute one of a node on ``local``;
     a node on ``local`` with no ``modules`` (which may bring it) needs its runtime's program
-    on PATH. One line naming file and line (:class:`InputError`) else."""
+    on PATH, and a podman image of such a node must be in podman's store here. One line
+    naming file and line (:class:`InputError`) else."""
     for nid, pn in plan.nodes.items():
         spec = container_of(plan, nid)
         if spec is None:
@@ -131,3 +132,6 @@ def check(plan: Any) -> None:
         if here and not pn.spec.modules and shutil.which(program) is None:
             raise InputError(f"node '{nid}': container runtime {spec.runtime}: {program} is not on PATH on this "
                              f"machine; install it (or load it with the node's modules:)", plan.file, line)
+        if spec.runtime == "podman" and here and identity(plan, nid)["id"] == "-" and shutil.which(program):
+            raise InputError(f"node '{nid}': container image {spec.image!r} is not in podman's store on this machine "
+                             "(podman images lists it); pull, build or import it first", plan.file, line)

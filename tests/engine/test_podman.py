@@ -82,3 +82,15 @@ def test_an_image_imported_again_with_other_content_makes_its_members_run_again(
     rc, out, err = run_cli("run", wf, cwd=tmp_path, env=podman.env, timeout=240)
     assert rc == 0, err
     assert Counter(line.split()[1] for line in (tmp_path / "ledger").read_text().splitlines()) == {"0": 2, "1": 2}
+
+
+def test_an_image_not_in_podmans_store_is_one_line_at_validate(podman, tmp_path):
+    from helpers import no_traceback
+
+    name = _name()  # (never imported)
+    wf = _wf(tmp_path, name, "    run: 'true'\n", n=1)
+    rc, out, err = run_cli("validate", wf, cwd=tmp_path, env=podman.env)
+    assert rc == 2, (out, err)
+    no_traceback(err)
+    assert len(err.strip().splitlines()) == 1 and "wf.yaml:" in err, err
+    assert f"container image '{name}' is not in podman's store on this machine" in err, err
