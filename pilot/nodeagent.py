@@ -44,7 +44,7 @@ from collections import deque
 
 from .bounded import open_append
 from .memwatch import MemoryWatch
-from .pyworkers import PyWorker, WorkerPool, judged, outputs, split_env, usage
+from .pyworkers import PyWorker, WorkerPool, call_of, judged, outputs, split_env, usage
 from .spawn import REFUSED_FOR_NOW, Spawner, environ, member_base_env, reaped, start_failure
 from .streams import StreamWriter
 from .tmpdirs import make_fresh, remove_tree, tmp_root
@@ -143,6 +143,13 @@ class Agent:
             if tmp:
                 remove_tree(tmp)
             return
+        self.started(msg, pid, fds, tmp, watch=False)
+
+    def started(self, msg: dict, pid: int, fds: tuple, tmp: str | None, watch: bool) -> None:
+        """A member of ``msg`` (a command's process, or a function member's worker) now
+        runs as ``pid``: known by its id and pid, its $TMPDIR ``tmp`` removed as it ends,
+        its output ``fds`` kept into the stream, its memory limited (``watch``: looked at
+        while it runs, as a worker's call is), and said ``started``."""
         if tmp:
             self.tmps[pid] = tmp
             self.made.add(tmp)
@@ -150,7 +157,7 @@ class Agent:
         self.io[pid] = ((*fds, pid), msg.get("n", "?"), msg.get("m", 0), msg.get("a", 0))
         self.by_id[msg["id"]] = pid
         if msg.get("mem"):
-            self.memory.attach(pid, pid, int(msg["mem"]))
+            self.memory.attach(pid, pid, int(msg["mem"]), watch=watch)
         self.say(k=AGENT_STARTED, id=msg["id"], pid=pid)
 
     def call(self, msg: dict) -> None:
@@ -175,13 +182,8 @@ class Agent:
             if tmp:
                 remove_tree(tmp)
             return
-        call = {"kw": msg.get("kw") or {}, "env": own}
-        if msg.get("vd"):
-            call["vd"] = str(msg["vd"])
-        if msg.get("mem"):
-            call["mem"] = 1
         try:
-            self.pool.send(worker, call, fds)
+            self.pool.send(worker, call_of(msg, own), fds)
         except OSError as exc:  # (gone before it had the call: not the member's doing, it goes back)
             self.stream.drop(fds)
             self.pool.lost(worker)
@@ -190,18 +192,9 @@ class Agent:
             if tmp:
                 remove_tree(tmp)
             return
-        pid = worker.pid
         worker.member = msg["id"]
-        if tmp:
-            self.tmps[pid] = tmp
-            self.made.add(tmp)
-        self.running[pid] = msg["id"]
-        self.io[pid] = ((*fds, pid), msg.get("n", "?"), msg.get("m", 0), msg.get("a", 0))
-        self.by_id[msg["id"]] = pid
-        self.calls[pid] = (msg.get("mem"), env.get("PWE_OUTPUTS"))
-        if msg.get("mem"):
-            self.memory.attach(pid, pid, int(msg["mem"]), watch=True)
-        self.say(k=AGENT_STARTED, id=msg["id"], pid=pid)
+        self.calls[worker.pid] = (msg.get("mem"), env.get("PWE_OUTPUTS"))
+        self.started(msg, worker.pid, fds, tmp, watch=True)
 
     def answered(self, worker: PyWorker) -> None:
         """What a worker said: its call's answer (its end, said as a command's is, with its

@@ -82,6 +82,19 @@ class PyWorker:
         self.name = name
 
 
+def call_of(msg: dict, own: dict[str, str]) -> dict:
+    """The call a worker is sent for a member (pilot/pyworker.py): its parameters (``kw``),
+    its own variables ``own``, its node's validate (``vd``: run by the worker after the call
+    returns) and, where its memory is limited (``mem``), that the worker measure the call's
+    own peak. ``msg``: the pilot's task, or the node agent's ``run``, which carry the same."""
+    call = {"kw": msg.get("kw") or {}, "env": own}
+    if msg.get("vd"):
+        call["vd"] = str(msg["vd"])
+    if msg.get("mem"):
+        call["mem"] = 1
+    return call
+
+
 def split_env(member_env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """A member's environment as (what its worker starts with: what members share, its own
     variables, set for its call alone: :data:`PER_MEMBER` and ``PWE_PARAM_*``)."""
@@ -341,13 +354,8 @@ class PyWorkers:
         mem = task.get("mem")
         if mem:
             self.memory.attach(worker.pid, worker.pid, int(mem), watch=True)
-        call = {"kw": task.get("kw") or {}, "env": own}
-        if task.get("vd"):
-            call["vd"] = task["vd"]  # (its validate: run by the worker after the call returns)
-        if mem:
-            call["mem"] = 1  # (the worker measures the call's own peak: pilot/pyworker.py)
         try:
-            self.pool.send(worker, call, fds)
+            self.pool.send(worker, call_of(task, own), fds)
         except OSError as exc:
             # gone before it had the call: it ends as a worker that died (the reaper's), never
             # taken for the member's success
