@@ -307,7 +307,7 @@ if [ "$(cat "$CONF/applied" 2>/dev/null)" != "$wanted" ]; then
         done
         if q qconf -sq "$QUEUE" >/dev/null 2>&1; then q qconf -Mq "$CONF/queue"; else q qconf -Aq "$CONF/queue"; fi
     } >"$BASE/log/config.out" 2>&1
-    q qconf -sp "$PE" >/dev/null 2>&1 && q qconf -sq "$QUEUE" 2>/dev/null | grep -q "^pe_list .*$PE" ||
+    q qconf -sp "$PE" >/dev/null 2>&1 && q qconf -sq "$QUEUE" 2>/dev/null | grep "^pe_list .*$PE" >/dev/null ||
         fail "configuration: $(tail -n 3 "$BASE/log/config.out" | tr '\n' ' ')"
     echo "$wanted" >"$CONF/applied"
 fi

@@ -82,10 +82,13 @@ tail_log() {  # tail_log FILE [N]: indented last lines of a log, for failure mes
 
 # ---------------------------------------------------------------- packages
 
+# A package is present when dpkg says it is installed. Asked of dpkg-query alone, not piped
+# to `grep -q`: grep leaves at the first match, dpkg -s of a long entry (podman's is 6.7 KB)
+# then dies of SIGPIPE, and under pipefail a present package read as missing about half the time.
 missing_packages() {
     local p
     for p in "${PWE_PACKAGES[@]}"; do
-        dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || printf '%s ' "$p"
+        [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || printf '%s ' "$p"
     done
 }
 
@@ -120,7 +123,7 @@ install_packages() {
 # bus and the service. The password is made once, kept in $PWE_REDIS_DIR/password and the
 # whole URL in $PWE_REDIS_DIR/url (redis://default:PASSWORD@127.0.0.1:PORT/0), both mode 600.
 redis_url() { cat "$PWE_REDIS_DIR/url"; }
-redis_ok() { redis-cli -u "$(redis_url)" --no-auth-warning ping 2>/dev/null | grep -q PONG; }
+redis_ok() { redis-cli -u "$(redis_url)" --no-auth-warning ping 2>/dev/null | grep PONG >/dev/null; }
 
 start_redis() {
     local i pass
@@ -444,7 +447,7 @@ setup_bridge() {
 setup_node_net() {
     local ns veth addr
     ns=$(node_ns "$1"); veth=$(node_veth "$1"); addr=$(node_addr "$1")
-    ip netns list | grep -qw "^$ns" || ip netns add "$ns" || return 1
+    ip netns list | grep -w "^$ns" >/dev/null || ip netns add "$ns" || return 1
     if ! ip link show "$veth" >/dev/null 2>&1; then
         ip -n "$ns" link del eth0 >/dev/null 2>&1
         ip link add "$veth" type veth peer name eth0 netns "$ns" || return 1
