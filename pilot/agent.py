@@ -466,7 +466,8 @@ class PilotAgent:
             if fault:  # (pwe.planning.products: it said it succeeded, but what it was to make is not there, or short)
                 rc, fields["why"], fields["reason"] = 1, fault, REASON_INVALID
         out = collect(t)
-        if rc and not member.killed and out.pop(INVALID_OUTPUT, None) is not None:  # (pwe/planning/validate.py)
+        mark = out.pop(INVALID_OUTPUT, None)  # (pwe's own, never an output: as pwe.engine.recovery.judged takes it)
+        if rc and not member.killed and mark is not None:  # (pwe/planning/validate.py)
             fields["why"], fields["reason"] = f"its validate exited {rc}: the result is not good", REASON_INVALID
         elif rc and not member.killed and t.get("sim") in (REASON_OOM, REASON_WALLTIME):
             # (pwe run --simulate --fail QUERY@oom: a rehearsal's member, failing as one killed so would)

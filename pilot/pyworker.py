@@ -52,6 +52,8 @@ OUTPUTS_INLINE = 16 << 10
 #: the output a validate that failed leaves, its exit status (pilot.members.INVALID_OUTPUT:
 #: this program imports nothing of the pilot's)
 INVALID_OUTPUT = "_pwe_invalid"
+#: how the names of pwe's own outputs begin (a function may return none of them)
+OWN_OUTPUTS = "_pwe_"
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
@@ -89,11 +91,15 @@ def outputs_of(value, spec):
     for key, v in value.items():
         if not isinstance(key, str) or not key.strip() or "=" in key or "\n" in key or "\r" in key:
             return None, f"{spec} returned the key {key!r:.200}: an output's name is text without '=' or a line end"
+        if key.strip().startswith(OWN_OUTPUTS):
+            return None, f"{spec} returned the key {key!r:.200}: an output's name starting {OWN_OUTPUTS} is pwe's own"
         if isinstance(v, str) and "\n" not in v and "\r" not in v:
             text = v
         else:
             try:
                 text = _encode(v)
+            except RecursionError:
+                return None, f"{spec} returned {key}={type(v).__name__}: not a JSON value (nested too deep)"
             except (TypeError, ValueError) as exc:
                 return None, f"{spec} returned {key}={type(v).__name__}: not a JSON value ({_one_line(exc)})"
         out[key.strip()] = text
@@ -246,7 +252,11 @@ class Worker:
         except BaseException:  # noqa: BLE001 - the member's failure: its traceback is its stderr
             traceback.print_exc()
             return 1, "", None
-        out, why = outputs_of(value, self.spec)
+        try:
+            out, why = outputs_of(value, self.spec)
+        except Exception as exc:  # noqa: BLE001 - a mapping whose own methods raise: its member's failure, not the worker's end
+            out, why = None, (f"{self.spec} returned a {type(value).__name__} that could not be read: "
+                              f"{type(exc).__name__}: {_one_line(exc)}")
         if out is None:
             return 1, why, None
         if sum(len(k) + len(v) + 2 for k, v in out.items()) > OUTPUTS_INLINE:

@@ -107,6 +107,23 @@ def crash(x):
     return {"pid": os.getpid()}
 
 
+class _Unreadable(dict):
+    def items(self):
+        raise RuntimeError("items refused")
+
+
+def odd(k):
+    _note("start")
+    _note("end")
+    if k == "deep":   # (past the recursion limit of json's encoder)
+        v = []
+        for _ in range(5000):
+            v = [v]
+        return {"v": v}
+    return {"items": lambda: _Unreadable(a=1), "mark": lambda: {"_pwe_invalid": "0"},
+            "nan": lambda: {"v": float("nan")}}.get(k, lambda: {"ok": k})()
+
+
 def big(x):
     return {"big": "x" * (20000 + x), "small": x, "nested": {"a": [1, 2.5, None, True]}}
 
@@ -238,6 +255,38 @@ def test_a_return_value_that_is_no_mapping_fails_the_member_in_one_line(tmp_path
     assert line in output(tmp_path / "run", "fit", 0, "stderr")
     ends = [r for r in read_journal(tmp_path / "run") if r["e"] == "end" and r.get("m") == 0]
     assert line in ends[-1].get("why", ""), ends
+
+
+def test_return_values_pwe_cannot_take_fail_their_member_in_one_line_and_keep_the_worker(tmp_path):
+    """A value nested past json's recursion limit, a mapping whose items() raises, NaN and a
+    name of pwe's own (``_pwe_invalid``, the validate's mark): each fails its member in one
+    line, in its stderr and its end's why. None of them ends the worker (the deep one did:
+    its member ended as if the worker had died), so the module is imported by no more
+    workers than the two slots, and the members after them are done."""
+    kinds = ["deep", "a", "items", "b", "mark", "c", "nan", "d"]
+    wf, ledger, imports = _setup(tmp_path, f"""    parameters: {{k: {json.dumps(kinds)}}}
+    python: mypkg.fits:odd
+""")
+    rc, out, err = _run(tmp_path, wf)
+    assert rc == 1, (out, err)
+    lines = {
+        "deep": "mypkg.fits:odd returned v=list: not a JSON value (nested too deep)",
+        "items": "mypkg.fits:odd returned a _Unreadable that could not be read: RuntimeError: items refused",
+        "mark": "mypkg.fits:odd returned the key '_pwe_invalid': an output's name starting _pwe_ is pwe's own",
+        "nan": "mypkg.fits:odd returned v=float: not a JSON value (Out of range float values are not JSON compliant)",
+    }
+    recs = {r["parameters"]["k"]: r for r in show(tmp_path / "run")}
+    ends = {r["m"]: r for r in read_journal(tmp_path / "run") if r["e"] == "end"}
+    for k, line in lines.items():
+        r = recs[k]
+        assert (r["state"], r["exit_status"]) == ("failed", 1), r
+        assert ends[r["member"]]["why"] == line, ends[r["member"]]
+        assert f"pwe: {line}" in output(tmp_path / "run", "fit", r["member"], "stderr")
+    for k in "abcd":
+        assert recs[k]["state"] == "done" and recs[k]["outputs"] == {"ok": k}, recs[k]
+    starts, done = _ledger(ledger)
+    assert set(done.values()) == {1} and len(done) == len(kinds)    # each called once
+    assert 1 <= len(imports.read_text().split()) <= 2, imports.read_text()
 
 
 def test_outputs_too_many_for_a_line_go_through_the_outputs_file_and_json_values_stay_json(tmp_path):

@@ -166,6 +166,23 @@ def test_validate_runs_after_a_member_that_exits_0_in_its_directory_with_its_env
     assert rc == 0 and "invalid (its validate exited 1" in out, out + err
 
 
+def test_the_validates_mark_is_never_an_output_of_a_member_that_exits_0(tmp_path, write):
+    """``_pwe_invalid`` is pwe's own name (the validate's mark): a member that exits 0 with it
+    in its outputs is done, and the name is taken out, as the engine takes it out of an end
+    only the pilot's guardian saw (pwe.engine.recovery.judged), where the pilot kept it."""
+    wf = write("""
+name: mark
+nodes:
+  m:
+    parameters: {i: [0]}
+    run: printf '_pwe_invalid=5\\nx=1\\n' >> "$PWE_OUTPUTS"
+""")
+    rc, out, err = run_cli("run", wf, "--run-dir", tmp_path / "r", cwd=tmp_path)
+    assert rc == 0, out + err
+    (m,) = show(tmp_path / "r")
+    assert (m["state"], m["outputs"]) == ("done", {"x": "1"}), m
+
+
 def test_an_invalid_member_is_never_lent_nor_complete_by_its_products(tmp_path, write):
     """Run 1: member 1's product is there but its validate fails (invalid). Run 2 of the same
     workflow in the same workspace (the workflow's directory): member 0 is not run again
