@@ -832,3 +832,14 @@ def failing_meshes(name: str, defaults: str = "") -> str:
       if [ "{{ mesh }}" = fine ]; then printf 'Error: /scratch/run{{ seed }}/m.h5 \033[2J<img src=x>\n' >&2;
       exit 3; fi; echo ok
 """)
+
+
+def example(tmp_path: Path, name: str) -> Path:
+    """``examples/NAME`` in a copy of examples/ under ``tmp_path``: a run of it has that copy
+    as its workspace. Two runs of one workflow in one workspace at once are refused (a live
+    run there), so tests side by side never run examples/ itself."""
+    import shutil
+
+    if not (tmp_path / "examples").exists():
+        shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("pwe-runs", ".pwe*"))
+    return tmp_path / "examples" / name

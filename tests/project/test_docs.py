@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import EXAMPLES, ROOT, run_cli
+from helpers import EXAMPLES, ROOT, example, run_cli
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -115,6 +115,7 @@ RUN_ELSEWHERE = {"hybrid.yaml": "needs SLURM: tests/protocols/test_batch.py::tes
 
 @pytest.mark.parametrize("wf", example_workflows(), ids=lambda p: p.name)
 def test_every_example_workflow_validates_and_runs(wf, tmp_path):
+    wf = example(tmp_path, wf.name)  # (wide.yaml and wide.xml are one workflow: never one workspace at once)
     rc, out, err = run_cli("validate", wf, cwd=tmp_path)
     assert rc == 0, f"pwe validate {wf.name}: exit {rc}\n{err}"
     if wf.name in RUN_ELSEWHERE:
@@ -162,7 +163,7 @@ def drawn_layout() -> dict[str, tuple[str, bool]]:
 
 
 def test_run_directory_drawing_matches_a_quickstart_run(tmp_path):
-    rc, out, err = run_cli("run", EXAMPLES / "quickstart.yaml", cwd=tmp_path)
+    rc, out, err = run_cli("run", example(tmp_path, "quickstart.yaml"), cwd=tmp_path)
     assert rc == 0, err
     (run,) = (tmp_path / "pwe-runs").iterdir()
     drawn = drawn_layout()

@@ -206,7 +206,7 @@ def runnable_pages() -> list[Path]:
 def sandbox(tmp_path):
     """A scratch directory with a copy of examples/ and a finished quickstart run: (dir,
     env, the run's id)."""
-    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("pwe-runs", ".pwe*"))
     env = sandbox_env(tmp_path / ".pwe-home")
     proc = sh("pwe run examples/quickstart.yaml", tmp_path, env)
     assert proc.returncode == 0, proc.stderr

@@ -9,11 +9,11 @@ import json
 
 import yaml
 
-from helpers import EXAMPLES, mdir, no_traceback, output, pwe, read_journal, status
+from helpers import EXAMPLES, example, mdir, no_traceback, output, pwe, read_journal, status
 
 
 def test_quickstart_end_to_end(tmp_path):
-    wf = EXAMPLES / "quickstart.yaml"
+    wf = example(tmp_path, "quickstart.yaml")
     rc, out, err = pwe("run", wf, cwd=tmp_path)
     assert rc == 0, f"quickstart run failed:\n{out}\n{err}"
     no_traceback(err)
@@ -88,7 +88,7 @@ def test_python_api_run_workflow(tmp_path):
     import pwe as api
     from pwe.observe.results import load_state
 
-    res = api.run_workflow(EXAMPLES / "quickstart.yaml", {"nsteps": 5}, run_dir=tmp_path / "run")
+    res = api.run_workflow(example(tmp_path, "quickstart.yaml"), {"nsteps": 5}, run_dir=tmp_path / "run")
     assert res.ok is True
     sims = res.members("simulate")
     assert len(sims) == 12
