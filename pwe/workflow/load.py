@@ -174,6 +174,9 @@ def _input_error(exc: "ValidationError", raw: Any, path: Path) -> InputError:
         if kind in ("greater_than", "greater_than_equal"):
             bound = err["ctx"].get("gt", err["ctx"].get("ge"))
             text = f"must be {'greater than' if kind == 'greater_than' else 'at least'} {bound}"
+        elif kind in ("less_than", "less_than_equal"):
+            bound = err["ctx"].get("lt", err["ctx"].get("le"))
+            text = f"must be {'less than' if kind == 'less_than' else 'at most'} {bound}"
         got = _value(err.get("input"))
         # a validator's own message already says what is wrong with a list or mapping
         plain = kind == "value_error" and got in ("a list", "a mapping")

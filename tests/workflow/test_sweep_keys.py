@@ -27,7 +27,7 @@ BAD = [
     ("defaults:\n  retry: {attempts: 3, grow: {memoryPerMember: 1}}", 3, "over 1"),
     ("defaults:\n  retry: {attempts: 3, grow: {memoryPerMember: 0.5}}", 3, "over 1"),
     ("defaults:\n  retry: {attempts: 3, grow: {memoryPerMember: 1e300}}", 3, "at most 100"),
-    ("defaults:\n  retry: {attempts: 1000000000000}", 3, "less than or equal to 100"),
+    ("defaults:\n  retry: {attempts: 1000000000000}", 3, "must be at most 100"),
     ("defaults:\n  retry: {attempts: 3, grow: {maxWallTimePerMember: -2}}", 3, "over 1"),
     ("defaults:\n  retry: {attempts: 3, grow: {maxWallTimePerMember: .nan}}", 3, "over 1"),
     ("defaults:\n  retry: {attempts: 3, grow: {cores: 2}}", 3, "cores"),
