@@ -231,6 +231,37 @@ class SchedulerUnreachable(HostError):
         self.maybe_ran = maybe_ran
 
 
+#: pydantic's error types said as a workflow's and a hosts file's errors say them
+_PLAIN = {
+    "dict_type": "must be a mapping (key: value lines)",
+    "model_type": "must be a mapping (key: value lines)",
+    "model_attributes_type": "must be a mapping (key: value lines)",
+    "list_type": "must be a list",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "string_type": "must be text",
+    "too_short": "must not be empty",
+    "too_long": "has too many items",
+}
+_BOUNDS = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
+           "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
+
+
+def plain_message(err: dict) -> str:
+    """What one of pydantic's errors (an item of ``ValidationError.errors()``) says is wrong,
+    in the words pwe's other input errors use (``must be at least 1``, not ``Input should
+    be greater than or equal to 1``); a validator's own message as it is."""
+    kind = err["type"]
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        return f"must be {words} {(err.get('ctx') or {}).get(key)}"
+    return _PLAIN.get(kind) or err["msg"].removeprefix("Value error, ")
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` when a close choice exists, else ``''``: the hint every
     "unknown name" message carries, here so that the lower layers may give it too."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import records
-from ..base.errors import InputError, WorkflowSchemaError
+from ..base.errors import InputError, WorkflowSchemaError, plain_message
 from ..base.numbers import NumberError
 from ..base.source import LineDict, did_you_mean, find_bad_text, locate, text_problem, typed_scalar
 from ..base.yaml_reader import read_text, read_yaml
@@ -25,22 +25,6 @@ if TYPE_CHECKING:
 _PARAM_TAGS = {"values", "range", "file"}
 _PRODUCT_TAGS = {"text", "mapping"}  # (model.ProductSpec's, after products[k])
 _SCALAR_BRANCHES = {"bool", "int", "float", "str"}
-
-
-# pydantic's wording, said the way a workflow author thinks of it
-_PLAIN = {
-    "dict_type": "must be a mapping (key: value lines)",
-    "model_type": "must be a mapping (key: value lines)",
-    "model_attributes_type": "must be a mapping (key: value lines)",
-    "list_type": "must be a list",
-    "int_type": "must be a whole number",
-    "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "bool_type": "must be true or false",
-    "string_type": "must be text",
-    "too_short": "must not be empty",
-    "too_long": "has too many items",
-}
 
 
 def _strip_branch(loc: tuple) -> tuple:
@@ -170,13 +154,7 @@ def _input_error(exc: "ValidationError", raw: Any, path: Path) -> InputError:
         want = "a single value (text, number or true/false)" if "str" in folded else "a number"
         msg = f"{where}: must be {want} (got {_value(err.get('input'))})"
     else:
-        text = _PLAIN.get(kind) or err["msg"].removeprefix("Value error, ")
-        if kind in ("greater_than", "greater_than_equal"):
-            bound = err["ctx"].get("gt", err["ctx"].get("ge"))
-            text = f"must be {'greater than' if kind == 'greater_than' else 'at least'} {bound}"
-        elif kind in ("less_than", "less_than_equal"):
-            bound = err["ctx"].get("lt", err["ctx"].get("le"))
-            text = f"must be {'less than' if kind == 'less_than' else 'at most'} {bound}"
+        text = plain_message(err)
         got = _value(err.get("input"))
         # a validator's own message already says what is wrong with a list or mapping
         plain = kind == "value_error" and got in ("a list", "a mapping")
