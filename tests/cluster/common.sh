@@ -73,11 +73,8 @@ cluster_dirs() {
 }
 
 cluster_packages() {
-    local p missing=() log=/var/tmp/pwe-cluster-apt.log
-    for p in "${PWE_CLUSTER_PACKAGES[@]}"; do
-        # dpkg-query, not `dpkg -s | grep -q`: see missing_packages in tests/services/common.sh
-        [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing+=("$p")
-    done
+    local missing=() log=/var/tmp/pwe-cluster-apt.log
+    read -ra missing <<<"$(missing_packages "${PWE_CLUSTER_PACKAGES[@]}")"  # (tests/services/common.sh)
     [ "${#missing[@]}" = 0 ] && return 0
     if ! { apt-get update -q && apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 \
             "${missing[@]}"; } >"$log" 2>&1; then

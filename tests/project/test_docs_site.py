@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import EXAMPLES, ROOT
+from helpers import ROOT, example
 from test_docs import DOCS, marked_blocks
 
 _spec = importlib.util.spec_from_file_location("pwe_docs_reference", DOCS / "gen" / "reference.py")
@@ -206,7 +206,7 @@ def runnable_pages() -> list[Path]:
 def sandbox(tmp_path):
     """A scratch directory with a copy of examples/ and a finished quickstart run: (dir,
     env, the run's id)."""
-    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("pwe-runs", ".pwe*"))
+    example(tmp_path, "quickstart.yaml")  # (tmp_path/examples: a copy of examples/)
     env = sandbox_env(tmp_path / ".pwe-home")
     proc = sh("pwe run examples/quickstart.yaml", tmp_path, env)
     assert proc.returncode == 0, proc.stderr

@@ -85,9 +85,11 @@ tail_log() {  # tail_log FILE [N]: indented last lines of a log, for failure mes
 # A package is present when dpkg says it is installed. Asked of dpkg-query alone, not piped
 # to `grep -q`: grep leaves at the first match, dpkg -s of a long entry (podman's is 6.7 KB)
 # then dies of SIGPIPE, and under pipefail a present package read as missing about half the time.
+# missing_packages [NAME...]: those of NAMEs (none given: PWE_PACKAGES) not installed.
 missing_packages() {
-    local p
-    for p in "${PWE_PACKAGES[@]}"; do
+    local p names=("$@")
+    [ $# -gt 0 ] || names=("${PWE_PACKAGES[@]}")
+    for p in "${names[@]}"; do
         [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || printf '%s ' "$p"
     done
 }
