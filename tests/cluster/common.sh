@@ -131,6 +131,11 @@ start_cluster() {
     if [ -z "$states" ] || [ -n "$bad" ]; then
         say "slurm4: FAILED: nodes not idle after $((SECONDS - t0)) s: $(tr '\n' ' ' <<<"${states:-no answer from sinfo}")"
         tail_log "$PWE_CLUSTER_DIR/log/slurmctld.log"
+        # and each such node's own side: which slurmd its pid file names, and its last words
+        for n in $(tr ' ' '\n' <<<"$bad" | sort -u); do
+            echo "  --- $n: pid file $PWE_CLUSTER_DIR/run/slurmd-$n.pid says '$(cat "$PWE_CLUSTER_DIR/run/slurmd-$n.pid" 2>/dev/null)'"
+            tail_log "$PWE_CLUSTER_DIR/log/slurmd-$n.log" 5
+        done
         return 1
     fi
     say "slurm4: up (pwe-n[1-$PWE_NODES], $PWE_CLUSTER_CPUS CPUs and $PWE_CLUSTER_MEMORY MB each, partitions batch and small (500 MB a node); controller pwe-head:$PWE_CLUSTER_CTLD_PORT; SLURM_CONF=$PWE_CLUSTER_CONF)"

@@ -16,11 +16,8 @@ BIN=$SGE_ROOT/bin/lx-amd64
 exec 8>"$BASE/lock"
 flock -w 600 8 || { echo "sge: FAILED: another sge script holds $BASE/lock"; exit 1; }
 
-pid_of() {  # pid_of PIDFILE COMM: the pid when it runs and is a COMM
-    local pid
-    pid=$(cat "$1" 2>/dev/null) || return 1
-    [[ "$pid" =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && echo "$pid"
-}
+. "$HERE/../services/pidfile.sh"   # alive PIDFILE COMM
+pid_of() { alive "$1" "$2" && cat "$1"; }  # pid_of PIDFILE COMM: the pid when alive says it is COMM
 
 stop() {  # stop PID: TERM (the daemons shut down cleanly on it), KILL after 20 s
     local pid=$1

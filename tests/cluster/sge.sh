@@ -63,12 +63,7 @@ mkdir -p "$BASE" || fail "cannot make $BASE"
 exec 8>"$BASE/lock"
 flock -w 600 8 || fail "another sge.sh holds $BASE/lock"
 
-# alive PIDFILE COMM: the pid in PIDFILE runs and is a COMM
-alive() {
-    local pid
-    pid=$(cat "$1" 2>/dev/null) || return 1
-    [[ "$pid" =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
+. "$HERE/../services/pidfile.sh"   # alive PIDFILE COMM
 
 # -- the binaries --------------------------------------------------------------------------
 unpack() {

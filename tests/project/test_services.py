@@ -229,3 +229,89 @@ def test_installed_packages_are_never_read_as_missing(podman):
         assert (p.returncode, p.stdout, p.stderr) == (0, "", ""), p
     p = services_fn('PWE_PACKAGES+=(pwe-no-such-package); missing_packages')
     assert p.stdout == "pwe-no-such-package ", p
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(") ", 1)[1].split()[0]
+
+
+def test_a_pid_file_older_than_its_process_names_another_process(tmp_path):
+    """The pid of a daemon killed without its teardown is handed to a later process, often one
+    of the same name: pwe-n4's stale slurmd.pid named pwe-n1's slurmd, so up.sh never started
+    pwe-n4's and the node stayed "idle*" (CI of 2026-11-29), and stop_pidfile would have killed
+    pwe-n1's. A pid file written before its process started names another process: alive says
+    no and stop_pidfile removes the file and leaves that process running. One written after it
+    started is the daemon's; a zombie is not running."""
+    import os
+
+    pidfile = tmp_path / "daemon.pid"
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        pidfile.write_text(f"{other.pid}\n")
+        assert services_fn("alive", pidfile, "sleep").returncode == 0
+        assert services_fn("alive", pidfile, "sleepy").returncode == 1   # another name
+        old = time.time() - 3600                                          # the stale file
+        os.utime(pidfile, (old, old))
+        assert services_fn("alive", pidfile, "sleep").returncode == 1
+        p = services_fn("stop_pidfile", pidfile, "sleep")
+        assert p.returncode == 0 and not pidfile.exists(), p
+        assert other.poll() is None, "stop_pidfile killed a process its stale pid file named"
+        pidfile.write_text(f"{other.pid}\n")                             # the daemon's own
+        p = services_fn("stop_pidfile", pidfile, "sleep")
+        assert p.returncode == 0 and not pidfile.exists(), p
+        assert other.wait(timeout=10) == -15
+    finally:
+        other.kill()
+        other.wait()
+    zombie = subprocess.Popen(["sleep", "0"])
+    try:
+        wait_for(lambda: _state(zombie.pid) == "Z", 10, "sleep 0 to end (not reaped: a zombie)", step=0.05)
+        pidfile.write_text(f"{zombie.pid}\n")
+        assert services_fn("alive", pidfile, "sleep").returncode == 1
+    finally:
+        zombie.wait()
+
+
+def test_up_starts_a_node_whose_stale_pid_file_names_another_nodes_slurmd(slurm4):
+    """The fault of CI on 2026-11-29, for real: pwe-n4's slurmd is gone (kill -9, as a machine
+    that stops leaves it), and its pid file, written an hour ago, names pwe-n1's running slurmd.
+    up.sh starts pwe-n4's slurmd in pwe-n4's namespace, leaves pwe-n1's alone, and SLURM has
+    all four nodes idle. (Before, up.sh took pwe-n1's slurmd for pwe-n4's and started none.)"""
+    import os
+    import signal
+
+    from helpers import CLUSTER
+
+    run_dir = slurm4.conf.parent / "run"
+    pidfile = run_dir / "slurmd-pwe-n4.pid"
+
+    def slurmd_of(node: str) -> int | None:
+        """The pid in NODE's pid file when that is a slurmd in NODE's namespace."""
+        try:
+            pid = int((run_dir / f"slurmd-{node}.pid").read_text())
+            comm = open(f"/proc/{pid}/comm").read().strip()
+        except (OSError, ValueError):
+            return None
+        where = run("ip", "netns", "identify", str(pid)).stdout.strip()
+        return pid if (comm, where) == ("slurmd", node) else None
+
+    n1, n4 = slurmd_of("pwe-n1"), slurmd_of("pwe-n4")
+    assert n1 and n4, (n1, n4)
+    try:
+        os.kill(n4, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{n4}"), 30, "pwe-n4's slurmd to end", step=0.05)
+        pidfile.write_text(f"{n1}\n")
+        an_hour_ago = time.time() - 3600
+        os.utime(pidfile, (an_hour_ago, an_hour_ago))
+        p = run("bash", str(CLUSTER / "up.sh"), timeout=300)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+        assert slurmd_of("pwe-n1") == n1, "up.sh restarted or killed pwe-n1's slurmd"
+        new4 = slurmd_of("pwe-n4")
+        assert new4 and new4 != n1, f"pwe-n4 has no slurmd of its own: its pid file says {pidfile.read_text()!r}"
+        states = slurm4.node_states()
+        assert all(states.get(n) == "idle" for n in slurm4.nodes), states
+    finally:
+        if slurmd_of("pwe-n4") in (None, n1):   # (the old up.sh left it dead: give it back)
+            pidfile.unlink(missing_ok=True)
+            slurm4.revive("pwe-n4")

@@ -56,25 +56,7 @@ take_lock() {  # serialize setup/teardown/node.sh between concurrent test sessio
     fi
 }
 
-# alive PIDFILE COMM: the pid in PIDFILE is running and is a COMM
-alive() {
-    local pid
-    [ -s "$1" ] || return 1
-    pid=$(cat "$1" 2>/dev/null) || return 1
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
-
-# stop_pidfile PIDFILE COMM: TERM then KILL the process named in PIDFILE (only if it is COMM)
-stop_pidfile() {
-    local pid i
-    alive "$1" "$2" || { rm -f "$1"; return 0; }
-    pid=$(cat "$1")
-    kill "$pid" 2>/dev/null
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null
-    rm -f "$1"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/pidfile.sh"   # alive, stop_pidfile
 
 tail_log() {  # tail_log FILE [N]: indented last lines of a log, for failure messages
     [ -f "$1" ] && { echo "  --- last lines of $1:"; tail -n "${2:-15}" "$1" | sed 's/^/  | /'; }

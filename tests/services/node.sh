@@ -23,7 +23,8 @@ case "$1" in
         ip netns list | grep -w "^$ns" >/dev/null || { echo "node.sh: no namespace $ns (run tests/services/setup.sh)" >&2; exit 1; }
         ip link set "$(node_veth "$n")" down || exit 1
         kill_node_procs "$n" || { echo "node.sh: processes left in $ns: $(ip netns pids "$ns" | tr '\n' ' ')" >&2; exit 1; }
-        rm -f "$PWE_SSH_DIR/run/$ns.pid"
+        # their pid files name no process now (pidfile.sh says why they must not stay)
+        rm -f "$PWE_SSH_DIR/run/$ns.pid" "$PWE_CLUSTER_DIR/run/slurmd-$(cluster_node "$n").pid"
         # a login shell killed mid `pyenv rehash` leaves its lock: nobody holds it now
         pgrep -f pyenv-rehash >/dev/null || rm -f "${HOME:-/root}/.pyenv/shims/.pyenv-shim"
         echo "$ns: killed"
