@@ -37,7 +37,8 @@ stop_pidfile() {
     alive "$1" "$2" || { rm -f "$1"; return 0; }
     pid=$(cat "$1")
     kill "$pid" 2>/dev/null
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null
+    # (alive, not kill -0: a zombie has ended, and after it the pid may be another's)
+    for i in $(seq 50); do alive "$1" "$2" || break; sleep 0.1; done
+    alive "$1" "$2" && kill -9 "$pid" 2>/dev/null
     rm -f "$1"
 }
