@@ -6,11 +6,13 @@
 # process, and here that other process is often a daemon of the same name: the test machines
 # start the same daemons in the same order after every start, so their pids repeat, and six
 # slurmds and six sshds run at once. A check by name alone took pwe-n1's slurmd for pwe-n4's
-# (CI of 2026-11-29: pwe-n4 was never started and stayed "idle*"), and stop_pidfile would have
-# killed pwe-n1's. So the process must also be no younger than the file: a daemon writes its
-# pid file after it starts, and a process that got the number later started after the file
-# was written. (Its start is the kernel's boot time plus its start in clock ticks, whole
-# seconds; 2 s of slack covers that rounding and no more.)
+# (CI of 2026-11-29: pwe-n4's stale file said 10329, and pwe-n1's slurmd had just started as
+# 10329, forked its daemon 10330 and ended; pid 1 here reaps orphans seconds late, so 10329
+# was a zombie named slurmd; pwe-n4 was never started and stayed "idle*"). So a zombie is not
+# alive, and the process must be no younger than the file: a daemon writes its pid file after
+# it starts, and a process that got the number later started after the file was written.
+# (Its start is the kernel's boot time plus its start in clock ticks, whole seconds; 2 s of
+# slack covers that rounding and no more.)
 
 # alive PIDFILE COMM: the pid in PIDFILE is running, is a COMM, is not a zombie, and
 # started no later than PIDFILE was written
