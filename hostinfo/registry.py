@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pwe.base.errors import HostsFileError, InputError
-from pwe.base.errors import did_you_mean, plain_message
+from pwe.base.errors import did_you_mean, wrong_value
 from pwe.base.places import config_dir
 from pwe.base.source import find_bad_text, locate
 from pwe.base.yaml_reader import read_yaml
@@ -124,5 +124,5 @@ def _hosts_file(raw: Any, path: Path) -> Any:
             known = Host.model_fields if len(loc) >= 3 else HostsFile.model_fields
             hint = did_you_mean(loc[-1], known)
         where = ".".join(str(p) for p in loc)
-        msg = "unknown key" if err["type"] == "extra_forbidden" else plain_message(err)
+        msg = "unknown key" if err["type"] == "extra_forbidden" else wrong_value(err)
         raise HostsFileError(f"'{where}': {msg}{hint}", path, locate(raw, loc)) from None

@@ -56,7 +56,7 @@ has one, the line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 
 def one_line(text: object) -> str:
@@ -260,6 +260,36 @@ def plain_message(err: dict) -> str:
         key, words = _BOUNDS[kind]
         return f"must be {words} {(err.get('ctx') or {}).get(key)}"
     return _PLAIN.get(kind) or err["msg"].removeprefix("Value error, ")
+
+
+def shown_value(v: Any) -> str:
+    """A value as an input error shows it after ``got``: its repr, cut at 60 characters, a
+    URL's password as ``***``; a mapping, a list or nothing by its kind."""
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    if v is None:
+        return "nothing"
+    if isinstance(v, str) and "://" in v:
+        from pilot.broker import redact
+
+        v = redact(v)
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def wrong_value(err: dict) -> str:
+    """:func:`plain_message` and the value it was given (``must be at least 1 (got 0)``): one
+    wording for a workflow's and a hosts file's bad values. A validator's own message about a
+    list or a mapping, or one that shows the value already (whole or without its password),
+    is left as it is."""
+    text, given = plain_message(err), err.get("input")
+    got = shown_value(given)
+    if err["type"] == "value_error" and (got in ("a list", "a mapping") or got in text or
+                                         (isinstance(given, str) and repr(given) in text)):
+        return text
+    return f"{text} (got {got})"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

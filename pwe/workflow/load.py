@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import records
-from ..base.errors import InputError, WorkflowSchemaError, plain_message
+from ..base.errors import InputError, WorkflowSchemaError, shown_value, wrong_value
 from ..base.numbers import NumberError
 from ..base.source import LineDict, did_you_mean, find_bad_text, locate, text_problem, typed_scalar
 from ..base.yaml_reader import read_text, read_yaml
@@ -146,19 +146,16 @@ def _input_error(exc: "ValidationError", raw: Any, path: Path) -> InputError:
     elif kind == "missing":
         msg = f"{where}: missing; {_missing_hint(loc)}"
     elif kind == "string_too_long" and (named := _name_kind(loc)):
-        msg = (f"{named.format(_value(err['input']))} is {len(err['input'])} characters long; ids and names have "
+        msg = (f"{named.format(shown_value(err['input']))} is {len(err['input'])} characters long; ids and names have "
                f"at most {model.MAX_NAME} (they become directory, file and variable names): shorten it")
     elif kind == "string_pattern_mismatch":
-        msg = f"{where}: {_value(err['input'])} is not a valid name (use letters, digits and '_'{_pattern_extra(loc)})"
+        msg = (f"{where}: {shown_value(err['input'])} is not a valid name "
+               f"(use letters, digits and '_'{_pattern_extra(loc)})")
     elif folded:
         want = "a single value (text, number or true/false)" if "str" in folded else "a number"
-        msg = f"{where}: must be {want} (got {_value(err.get('input'))})"
+        msg = f"{where}: must be {want} (got {shown_value(err.get('input'))})"
     else:
-        text = plain_message(err)
-        got = _value(err.get("input"))
-        # a validator's own message already says what is wrong with a list or mapping
-        plain = kind == "value_error" and got in ("a list", "a mapping")
-        msg = f"{where}: {text}" if plain else f"{where}: {text} (got {got})"
+        msg = f"{where}: {wrong_value(err)}"
     if loc and isinstance(loc[-1], str) and "WallTime" in loc[-1]:
         msg += "; walltimes are minutes"
     return WorkflowSchemaError(msg, path, line)
@@ -250,12 +247,3 @@ def _pattern_extra(loc: tuple) -> str:
     return ", '.' and '-'" if node_or_name else "; not starting with a digit"
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, dict):
-        return "a mapping"
-    if isinstance(v, list):
-        return "a list"
-    if v is None:
-        return "nothing"
-    s = repr(v)
-    return s if len(s) <= 60 else s[:57] + "..."

@@ -217,6 +217,20 @@ def test_a_bad_broker_in_a_hosts_file_is_said_without_its_password(tmp_path):
         assert PASSWORD not in err and "'hosts.r.broker'" in err, err
 
 
+def test_a_hosts_files_bad_value_is_shown_inert_short_and_without_a_password(tmp_path):
+    """A hosts file's bad value is shown after 'got', as a workflow's is (it was not shown at
+    all): as its repr (a control character escaped, the error one line), cut at 60
+    characters, and a URL's password as ***, whatever key it is under."""
+    hosts = tmp_path / "hosts.yaml"
+    for value, shown in ((f"redis://:{PASSWORD}@h/0", "(got 'redis://:***@h/0')"),
+                         ("2\x1b[31m\nred", "(got '2\\x1b[31m\\nred')"),
+                         ("9" * 100 + "x", "(got '" + "9" * 56 + "...)")):
+        hosts.write_text(f"hosts:\n  r:\n    protocol: local\n    cores_per_node: {json.dumps(value)}\n")
+        err = _one_line_refusal(call_cli("hosts", "list", "--hosts", hosts, cwd=tmp_path), f"{hosts}:4: ",
+                                "'hosts.r.cores_per_node': must be a whole number " + shown)
+        assert PASSWORD not in err and "\x1b" not in err, err
+
+
 def test_redact_hides_the_password_of_any_url():
     from pilot.broker import redact
 

@@ -126,13 +126,13 @@ def test_pilot_shape_sizes_from_measured_durations_only_when_every_ready_node_ha
 
 
 BAD = [
-    ("submit_rate: 0", "submit_rate", "above 0"),
+    ("submit_rate: 0", "submit_rate", "above 0 (at least 1e-06) and at most 1e+06 (got 0.0)"),
     ("submit_rate: -1", "submit_rate", "above 0"),
     ("submit_rate: .nan", "submit_rate", "above 0"),
     ("submit_rate: .inf", "submit_rate", "above 0"),
     ("submit_rate: 1.0e+12", "submit_rate", "at most"),
-    ("submit_rate: fast", "submit_rate", "must be a number"),
-    ("max_queued_pilots: 0", "max_queued_pilots", "must be at least 1"),
+    ("submit_rate: fast", "submit_rate", "must be a number (got 'fast')"),
+    ("max_queued_pilots: 0", "max_queued_pilots", "must be at least 1 (got 0)"),
     ("max_queued_pilots: 3", "max_queued_pilots", "max_queued_pilots (3) is more than max_pilots (2)"),
     ("max_queued_pilots: -1", "max_queued_pilots", "must be at least 1"),
     ("max_queued_pilots: 1000000000000", "max_queued_pilots", "must be at most"),
@@ -141,8 +141,8 @@ BAD = [
     ("idle_timeout: .nan", "idle_timeout", "above 0"),
     ("idle_timeout: soon", "idle_timeout", "must be a number"),
     ("submit_failures: 0", "submit_failures", "must be at least 1"),
-    ("submit_failures: 1000", "submit_failures", "must be at most 100"),
-    ("submit_failures: 2.5", "submit_failures", "must be a whole number"),
+    ("submit_failures: 1000", "submit_failures", "must be at most 100 (got 1000)"),
+    ("submit_failures: 2.5", "submit_failures", "must be a whole number (got 2.5)"),
 ]
 
 
@@ -161,6 +161,7 @@ def test_a_bad_value_is_refused_at_validate_with_its_file_and_line(tmp_path, lin
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"{tmp_path / 'hosts.yaml'}:5: 'hosts.c.{key}'") and said in lines[0], lines[0]
+    assert lines[0].count("(got ") <= 1, lines[0]   # the value said once, by the validator or after its words
 
 
 def test_a_bad_value_is_refused_by_hosts_check_and_run_makes_nothing(tmp_path):
