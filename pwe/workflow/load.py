@@ -245,5 +245,3 @@ def _name_kind(loc: tuple) -> str | None:
 def _pattern_extra(loc: tuple) -> str:
     node_or_name = (len(loc) == 2 and loc[0] == "nodes") or loc == ("name",)
     return ", '.' and '-'" if node_or_name else "; not starting with a digit"
-
-

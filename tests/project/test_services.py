@@ -280,6 +280,7 @@ def test_up_starts_a_node_whose_stale_pid_file_names_another_nodes_slurmd(slurm4
     all four nodes idle. (Before, up.sh took pwe-n1's slurmd for pwe-n4's and started none.)"""
     import os
     import signal
+    from pathlib import Path
 
     from helpers import CLUSTER
 
@@ -290,7 +291,7 @@ def test_up_starts_a_node_whose_stale_pid_file_names_another_nodes_slurmd(slurm4
         """The pid in NODE's pid file when that is a slurmd in NODE's namespace."""
         try:
             pid = int((run_dir / f"slurmd-{node}.pid").read_text())
-            comm = open(f"/proc/{pid}/comm").read().strip()
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
         except (OSError, ValueError):
             return None
         where = run("ip", "netns", "identify", str(pid)).stdout.strip()

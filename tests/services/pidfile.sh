@@ -1,5 +1,5 @@
-# Which process a daemon's pid file names: sourced by tests/services/common.sh and
-# tests/cluster/sge.sh, never run.
+# Which process a daemon's pid file names: sourced by tests/services/common.sh,
+# tests/cluster/sge.sh and sge-down.sh, never run.
 #
 # A pid file outlives its daemon when the daemon is killed (kill -9, node.sh kill, a machine
 # that stops without teardown.sh) and /var/tmp is kept. Its number is then handed to another
