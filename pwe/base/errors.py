@@ -115,7 +115,9 @@ class BadTransition(PweError):
 
 
 class InputError(PweError):
-    """Input a user must fix. Renders as ``FILE:LINE: message``."""
+    """Input a user must fix. Renders as ``FILE:LINE: message``, one line whatever the
+    message holds: a control character of a value put into it (a newline of an XML
+    attribute's ``&#10;``, a file name's) is written visibly (:func:`pwe.base.text.shown`)."""
 
     exit_status = 2
 
@@ -129,7 +131,9 @@ class InputError(PweError):
         where = ""
         if self.file:
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
-        return f"{where}{self.message}"
+        from .text import shown
+
+        return shown(f"{where}{self.message}")
 
 
 class WorkflowSyntaxError(InputError):

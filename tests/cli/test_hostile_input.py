@@ -283,6 +283,26 @@ def test_xml_cannot_carry_them_either(write, ref):
     _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:1: ")
 
 
+@pytest.mark.parametrize("xml, phrase", [
+    ('<workflow name="a"><defaults retries="1&#10;2"/><node id="a"><run>echo</run></node></workflow>\n',
+     'retries="1\\x0a2" is not a whole number'),
+    ('<workflow name="a"><node id="a&#13;&#10;b"><run>echo</run></node></workflow>\n', "a\\x0d\\x0ab"),
+    ('<workflow name="a"><node id="a"><run>echo</run><scheduling><maxCpus>1\n2</maxCpus></scheduling></node>'
+     '</workflow>\n', "<maxCpus>1\\x0a2</maxCpus>"),
+])
+def test_a_line_break_an_xml_value_carries_never_makes_its_error_two_lines(write, xml, phrase):
+    """XML gives an attribute a line break by &#10; and an element's text by itself; the error
+    that shows the value showed it raw, and the one line was two. Every input error is one
+    line now: a control character in it is written visibly, wherever the value was put."""
+    path = write(xml, name="wf.xml")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), f"{path}:1: ", phrase)
+
+
+def test_a_workflow_file_whose_name_holds_a_line_break_is_refused_in_one_line(write):
+    path = write("name: a\nnodes: {a: {run: echo, retries: many}}\n", name="w\nf.yaml")
+    _one_line_refusal(CliRunner().invoke(cli, ["validate", str(path)]), None, "w\\x0af.yaml:2: ")
+
+
 def test_a_member_that_cannot_be_spawned_fails_and_the_pilot_goes_on(tmp_path):
     """Bypassing validate, a NUL reaches the pilot's posix_spawn: the member fails with the
     reason (was: the pilot crashed, and three pilots in a row stopped the run, exit 3),
