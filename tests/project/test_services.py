@@ -275,7 +275,7 @@ def test_a_pid_file_older_than_its_process_names_another_process(tmp_path):
 
 def test_up_starts_a_node_whose_stale_pid_file_names_another_nodes_slurmd(slurm4):
     """The fault of CI on 2026-11-29, for real: pwe-n4's slurmd is gone (kill -9, as a machine
-    that stops leaves it), and its pid file, written an hour ago, names pwe-n1's running slurmd.
+    that stops leaves it), and its pid file, written before pwe-n1's slurmd started, names it.
     up.sh starts pwe-n4's slurmd in pwe-n4's namespace, leaves pwe-n1's alone, and SLURM has
     all four nodes idle. (Before, up.sh took pwe-n1's slurmd for pwe-n4's and started none.)"""
     import os
@@ -303,8 +303,10 @@ def test_up_starts_a_node_whose_stale_pid_file_names_another_nodes_slurmd(slurm4
         os.kill(n4, signal.SIGKILL)
         wait_for(lambda: not os.path.exists(f"/proc/{n4}"), 30, "pwe-n4's slurmd to end", step=0.05)
         pidfile.write_text(f"{n1}\n")
-        an_hour_ago = time.time() - 3600
-        os.utime(pidfile, (an_hour_ago, an_hour_ago))
+        # written an hour before pwe-n1's slurmd started (which may have run for hours itself)
+        running = int(run("ps", "-o", "etimes=", "-p", str(n1)).stdout)
+        stale = time.time() - running - 3600
+        os.utime(pidfile, (stale, stale))
         p = run("bash", str(CLUSTER / "up.sh"), timeout=300)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
         assert slurmd_of("pwe-n1") == n1, "up.sh restarted or killed pwe-n1's slurmd"
