@@ -89,7 +89,7 @@ start_cluster_slurmd() {
     local node ns
     node=$(cluster_node "$1"); ns=$(node_ns "$1")
     cluster_slurmd_alive "$1" && return 0
-    [ -e "/run/netns/$ns" ] || { echo "no namespace $ns"; return 1; }
+    ns_exists "$ns" || { echo "no namespace $ns"; return 1; }
     # not `ip netns exec`: it remounts /sys, hiding /sys/fs/cgroup, and slurmd 22.05 dies
     SLURM_CONF=$PWE_CLUSTER_CONF nsenter --net="/run/netns/$ns" unshare --uts -- \
         sh -c "hostname '$node' && exec slurmd -N '$node'" >>"$PWE_CLUSTER_DIR/log/slurmd-$node.out" 2>&1 3>&- 9>&- ||
@@ -132,7 +132,7 @@ start_cluster() {
         say "slurm4: FAILED: nodes not idle after $((SECONDS - t0)) s: $(tr '\n' ' ' <<<"${states:-no answer from sinfo}")"
         tail_log "$PWE_CLUSTER_DIR/log/slurmctld.log"
         # and each such node's own side: which slurmd its pid file names, and its last words
-        for n in $(tr ' ' '\n' <<<"$bad" | sort -u); do
+        for n in $(sort -u <<<"$bad"); do
             echo "  --- $n: pid file $PWE_CLUSTER_DIR/run/slurmd-$n.pid says '$(cat "$PWE_CLUSTER_DIR/run/slurmd-$n.pid" 2>/dev/null)'"
             tail_log "$PWE_CLUSTER_DIR/log/slurmd-$n.log" 5
         done

@@ -231,11 +231,6 @@ def test_installed_packages_are_never_read_as_missing(podman):
     assert p.stdout == "pwe-no-such-package ", p
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(") ", 1)[1].split()[0]
-
-
 def test_a_pid_file_older_than_its_process_names_another_process(tmp_path):
     """The pid of a daemon killed without its teardown is handed to a later process, often one
     of the same name: pwe-n4's stale slurmd.pid named pwe-n1's slurmd, so up.sh never started
@@ -244,6 +239,8 @@ def test_a_pid_file_older_than_its_process_names_another_process(tmp_path):
     no and stop_pidfile removes the file and leaves that process running. One written after it
     started is the daemon's; a zombie is not running."""
     import os
+
+    from pilot.identity import stat_of
 
     pidfile = tmp_path / "daemon.pid"
     other = subprocess.Popen(["sleep", "300"])
@@ -266,7 +263,7 @@ def test_a_pid_file_older_than_its_process_names_another_process(tmp_path):
         other.wait()
     zombie = subprocess.Popen(["sleep", "0"])
     try:
-        wait_for(lambda: _state(zombie.pid) == "Z", 10, "sleep 0 to end (not reaped: a zombie)", step=0.05)
+        wait_for(lambda: stat_of(zombie.pid)[1] == "Z", 10, "sleep 0 to end (not reaped: a zombie)", step=0.05)
         pidfile.write_text(f"{zombie.pid}\n")
         assert services_fn("alive", pidfile, "sleep").returncode == 1
     finally:

@@ -37,6 +37,8 @@ export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 node_ns() { echo "pwe-n$1"; }
 node_addr() { echo "10.233.$1.2"; }
 node_veth() { echo "pwe-v$1"; }
+# ns_exists NS: network namespace NS is made (`ip netns add` names it in /run/netns)
+ns_exists() { [ -e "/run/netns/$1" ]; }
 
 say() { printf '%s\n' "$*"; }
 warn() { printf '%s\n' "$*" >&2; }
@@ -431,7 +433,7 @@ setup_bridge() {
 setup_node_net() {
     local ns veth addr
     ns=$(node_ns "$1"); veth=$(node_veth "$1"); addr=$(node_addr "$1")
-    ip netns list | grep -w "^$ns" >/dev/null || ip netns add "$ns" || return 1
+    ns_exists "$ns" || ip netns add "$ns" || return 1
     if ! ip link show "$veth" >/dev/null 2>&1; then
         ip -n "$ns" link del eth0 >/dev/null 2>&1
         ip link add "$veth" type veth peer name eth0 netns "$ns" || return 1

@@ -20,7 +20,7 @@ need_root
 case "$1" in
     kill)
         take_lock 120
-        ip netns list | grep -w "^$ns" >/dev/null || { echo "node.sh: no namespace $ns (run tests/services/setup.sh)" >&2; exit 1; }
+        ns_exists "$ns" || { echo "node.sh: no namespace $ns (run tests/services/setup.sh)" >&2; exit 1; }
         ip link set "$(node_veth "$n")" down || exit 1
         kill_node_procs "$n" || { echo "node.sh: processes left in $ns: $(ip netns pids "$ns" | tr '\n' ' ')" >&2; exit 1; }
         # their pid files name no process now (pidfile.sh says why they must not stay)

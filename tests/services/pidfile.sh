@@ -17,13 +17,14 @@
 # alive PIDFILE COMM: the pid in PIDFILE is running, is a COMM, is not a zombie, and
 # started no later than PIDFILE was written
 alive() {
-    local pid stat fields btime hz written
+    local pid stat comm fields btime hz written
     [ -s "$1" ] || return 1
     pid=$(cat "$1" 2>/dev/null) || return 1
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || return 1
     stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-    # the fields after "(comm)": state is field 3 of stat(5), starttime field 22
+    # one read for all three: "PID (COMM) STATE ...", starttime is field 22 of stat(5)
+    comm=${stat#*(}
+    [ "${comm%)*}" = "$2" ] || return 1
     read -ra fields <<<"${stat##*) }"
     [ "${fields[0]}" != Z ] || return 1
     btime=$(awk '$1 == "btime" {print $2}' /proc/stat)

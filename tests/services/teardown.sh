@@ -12,7 +12,7 @@ take_lock 600
 for n in $(seq "$PWE_NODES"); do
     ns=$(node_ns "$n")
     stop_pidfile "$PWE_SSH_DIR/run/$ns.pid" sshd
-    if ip netns list | grep -w "^$ns" >/dev/null; then
+    if ns_exists "$ns"; then
         kill_node_procs "$n"
         ip link del "$(node_veth "$n")" >/dev/null 2>&1
         ip netns del "$ns" && say "$ns: deleted"
